@@ -1,0 +1,56 @@
+//! Run a handler, and each of its side effects, once per business event.
+//!
+//! Brokers deliver at least once. This crate turns a duplicate delivery into a replay of the
+//! first delivery's stored result, using one idempotency [`Record`] per business key in a
+//! pluggable [`Store`]. It knows nothing of AWS: `idempotency-dynamodb` supplies the DynamoDB
+//! store, and [`InMemoryStore`] serves tests and single-process use.
+//!
+//! ```
+//! use idempotency::{Config, Idempotency, InMemoryStore, Key, Outcome};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let idempotency = Idempotency::new(InMemoryStore::new(), Config::default());
+//! let key = Key::new("payments", "pay_0001")?;
+//! let payload = serde_json::json!({"event_id": "pay_0001", "amount_cents": 1250});
+//!
+//! let first = idempotency
+//!     .run(&key, &payload, || async { Ok::<_, std::io::Error>(1250) })
+//!     .await?;
+//! assert!(matches!(first, Outcome::Fresh(1250)));
+//!
+//! // A duplicate delivery: the handler does not run, the stored response comes back.
+//! let again = idempotency
+//!     .run(&key, &payload, || async { Ok::<_, std::io::Error>(unreachable!()) })
+//!     .await?;
+//! assert!(matches!(again, Outcome::Replayed(1250)));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The protocol is *claim, run, complete*: one conditional write claims the key (or reports the
+//! existing record, which tells replay, in progress and key reuse apart), the handler runs, and
+//! an owner-fenced write completes the record, or deletes it when the handler fails so a retry
+//! runs again. Only the attempt that claimed a record (its *owner*) may complete or release it.
+#![warn(missing_docs)]
+
+mod clock;
+mod config;
+mod error;
+mod idempotency;
+mod key;
+mod memory;
+mod record;
+mod store;
+
+#[cfg(any(test, feature = "contract"))]
+pub mod contract;
+
+pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use crate::config::{Config, PayloadSelector};
+pub use crate::error::{Error, ErrorKind, RunError};
+pub use crate::idempotency::{Attempt, Begin, Idempotency, Outcome};
+pub use crate::key::{Key, KeyError, KeyErrorKind, KeyPart};
+pub use crate::memory::InMemoryStore;
+pub use crate::record::{Record, Status};
+pub use crate::store::{Claim, Completion, Store, StoreError, StoreErrorKind};

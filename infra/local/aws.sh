@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The local AWS: pinned moto, served one request at a time, on 127.0.0.1.
+#
+#   infra/local/aws.sh up       install (once) and start, or reuse a running one
+#   infra/local/aws.sh down     stop the one this script started
+#   infra/local/aws.sh status   exit 0 when the endpoint answers
+#   infra/local/aws.sh ensure   `up` for the default endpoint; for a custom
+#                               AWS_ENDPOINT_URL (DynamoDB Local, say) only probe it
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+STATE="$ROOT/.local-aws"
+VENV="$STATE/venv"
+PORT="${LOCAL_AWS_PORT:-4566}"
+HOST=127.0.0.1
+URL="http://$HOST:$PORT"
+PIDFILE="$STATE/moto.pid"
+LOG="$STATE/moto.log"
+REQS="$ROOT/infra/local/requirements.txt"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "local-aws: $*" >&2; }
+
+# Readiness: moto's own API answers only when the server is moto and is up.
+is_moto_up() { curl -fsS -o /dev/null --max-time 2 "$URL/moto-api/data.json" 2>/dev/null; }
+
+# Any HTTP answer at all means some server holds the endpoint.
+answers() { curl -sS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
+
+install() {
+  # The stamp holds the requirements it was made from: a changed pin reinstalls.
+  if [[ -x "$VENV/bin/python" && -f "$STATE/installed" ]] && cmp -s "$REQS" "$STATE/installed"; then
+    return
+  fi
+  log "installing pinned moto into $VENV"
+  mkdir -p "$STATE"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  cp "$REQS" "$STATE/installed"
+}
+
+up() {
+  if is_moto_up; then
+    log "reusing the local AWS already up at $URL"
+    return
+  fi
+  if answers "$URL"; then
+    log "something other than moto answers at $URL; set LOCAL_AWS_PORT to another port"
+    exit 1
+  fi
+  install
+  log "starting moto at $URL (log: $LOG)"
+  nohup "$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT" >"$LOG" 2>&1 &
+  echo $! >"$PIDFILE"
+  for _ in $(seq 1 150); do
+    if is_moto_up; then
+      log "up"
+      return
+    fi
+    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+      log "moto exited; last lines of $LOG:"
+      tail -20 "$LOG" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  log "moto did not answer within 30 s; see $LOG"
+  exit 1
+}
+
+down() {
+  if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    kill "$(cat "$PIDFILE")"
+    log "stopped"
+  else
+    log "not running (from this checkout)"
+  fi
+  rm -f "$PIDFILE"
+}
+
+ensure() {
+  local endpoint="${AWS_ENDPOINT_URL:-$URL}"
+  if [[ "$endpoint" == "$URL" ]]; then
+    up
+  elif answers "$endpoint"; then
+    log "using $endpoint"
+  else
+    log "AWS_ENDPOINT_URL=$endpoint does not answer"
+    exit 1
+  fi
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) is_moto_up && log "up at $URL" ;;
+  ensure) ensure ;;
+  *) echo "usage: $0 up|down|status|ensure" >&2; exit 2 ;;
+esac
