@@ -1,1 +1,94 @@
+//! Shared set-up for the workspace's end-to-end tests against the local AWS.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+use aws_sdk_dynamodb::Client;
+use idempotency::{Config, Idempotency, ManualClock};
+use idempotency_dynamodb::testing::{fresh_store, sdk_config, unique_name};
+use idempotency_dynamodb::{DynamoDbStore, RequestCounter};
+
+/// An idempotency layer on a fresh table, and a separate effects table a handler writes to.
+pub struct Harness {
+    /// Idempotency over DynamoDB, on a manual clock.
+    pub idem: Idempotency<DynamoDbStore>,
+    /// Requests sent by the idempotency store's client (not the effects client).
+    pub requests: RequestCounter,
+    /// The clock the layer reads.
+    pub clock: Arc<ManualClock>,
+    /// A client for the effects table, uncounted.
+    pub effects: Client,
+    /// The effects table: `pk` (S) to an `applied` counter (N).
+    pub effects_table: String,
+}
+
+impl Harness {
+    /// Lease 30 s, dedup window 1 h, on a manual clock.
+    pub async fn new() -> Harness {
+        let (store, requests) = fresh_store().await;
+        let clock = Arc::new(ManualClock::new());
+        let config = Config::default()
+            .lease(Duration::from_secs(30))
+            .dedup_window(Duration::from_secs(3600))
+            .clock(clock.clone());
+        let effects = Client::new(&sdk_config().await);
+        let effects_table = unique_name("effects");
+        effects
+            .create_table()
+            .table_name(&effects_table)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("pk")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(KeySchemaElement::builder().attribute_name("pk").key_type(KeyType::Hash).build().unwrap())
+            .billing_mode(BillingMode::PayPerRequest)
+            .send()
+            .await
+            .expect("create effects table");
+        Harness { idem: Idempotency::new(store, config), requests, clock, effects, effects_table }
+    }
+
+    /// The side effect: adds one to the event's `applied` counter (deliberately not idempotent
+    /// itself, so a second run shows).
+    pub async fn apply(&self, event_id: &str) -> u64 {
+        let out = self
+            .effects
+            .update_item()
+            .table_name(&self.effects_table)
+            .key("pk", AttributeValue::S(event_id.to_owned()))
+            .update_expression("ADD applied :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .expect("apply effect");
+        match out.attributes().and_then(|a| a.get("applied")) {
+            Some(AttributeValue::N(n)) => n.parse().unwrap(),
+            other => panic!("unexpected applied attribute {other:?}"),
+        }
+    }
+
+    /// How many times the effect was applied for an event, read back from the table.
+    pub async fn applied(&self, event_id: &str) -> u64 {
+        let out = self
+            .effects
+            .get_item()
+            .table_name(&self.effects_table)
+            .key("pk", AttributeValue::S(event_id.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read effect");
+        match out.item().and_then(|i| i.get("applied")) {
+            Some(AttributeValue::N(n)) => n.parse().unwrap(),
+            None => 0,
+            other => panic!("unexpected applied attribute {other:?}"),
+        }
+    }
+}

@@ -12,10 +12,7 @@ pub trait Clock: Send + Sync + Debug {
 }
 
 fn system_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// The system's wall clock: the default, and the one to use in production.

@@ -16,8 +16,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::{
-    Claim, Clock, Completion, Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, Record, RunError, Status, Store,
-    StoreErrorKind,
+    Claim, Clock, Completion, Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, Record, RunError, Status,
+    Store, StoreErrorKind,
 };
 
 /// Expands to one `#[tokio::test]` per contract case, each calling `$make().await` for a store.
@@ -56,10 +56,8 @@ fn unique(name: &str) -> Key {
 
 fn setup<S: Store>(store: S) -> (Idempotency<S>, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new());
-    let config = Config::default()
-        .lease(Duration::from_secs(30))
-        .dedup_window(Duration::from_secs(3600))
-        .clock(clock.clone());
+    let config =
+        Config::default().lease(Duration::from_secs(30)).dedup_window(Duration::from_secs(3600)).clock(clock.clone());
     (Idempotency::new(store, config), clock)
 }
 
@@ -227,7 +225,10 @@ pub async fn stale_owner_is_fenced<S: Store>(store: S) {
     let later = now + 2_000;
     assert_eq!(store.claim(&in_progress(&key, "new", later, 1_000), later).await.unwrap(), Claim::Acquired);
     let completion = Completion { response: Some("1"), expiration_s: later / 1000 + 60 };
-    assert_eq!(store.complete(key.as_str(), "old", completion.clone()).await.unwrap_err().kind(), StoreErrorKind::Fenced);
+    assert_eq!(
+        store.complete(key.as_str(), "old", completion.clone()).await.unwrap_err().kind(),
+        StoreErrorKind::Fenced
+    );
     assert_eq!(store.release(key.as_str(), "old").await.unwrap_err().kind(), StoreErrorKind::Fenced);
     let record = store.get(key.as_str()).await.unwrap().unwrap();
     assert_eq!((record.owner.as_str(), record.status), ("new", Status::InProgress));

@@ -27,9 +27,7 @@ impl Key {
     pub fn new(prefix: &str, business_key: &str) -> Result<Key, KeyError> {
         // No '#' in the prefix, so the first '#' always ends it and two different
         // (prefix, business key) pairs can never produce the same id.
-        check(KeyPart::Prefix, prefix, MAX_PREFIX, |c| {
-            c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
-        })?;
+        check(KeyPart::Prefix, prefix, MAX_PREFIX, |c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))?;
         check(KeyPart::BusinessKey, business_key, MAX_BUSINESS_KEY, |c| {
             c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '#' | '-')
         })?;
@@ -153,7 +151,10 @@ mod tests {
         let err = Key::new("p", &"a".repeat(201)).unwrap_err();
         assert_eq!(err.kind, KeyErrorKind::TooLong { len: 201, max: 200 });
         let err = Key::new("p", "café").unwrap_err();
-        assert_eq!((err.part, err.kind.clone()), (KeyPart::BusinessKey, KeyErrorKind::InvalidChar { ch: 'é', index: 3 }));
+        assert_eq!(
+            (err.part, err.kind.clone()),
+            (KeyPart::BusinessKey, KeyErrorKind::InvalidChar { ch: 'é', index: 3 })
+        );
         assert!(Key::new("p", &"a".repeat(200)).is_ok());
         assert_eq!(err.to_string(), "business key has the character 'é' at position 3, which is not allowed");
     }

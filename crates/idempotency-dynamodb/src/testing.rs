@@ -1,0 +1,62 @@
+//! Helpers for tests against a local AWS emulator or any DynamoDB-compatible endpoint.
+//!
+//! The endpoint is `AWS_ENDPOINT_URL`, or the project's local AWS at `http://127.0.0.1:4566`
+//! (`make local-aws-up`). Region and credentials come from the environment when set, otherwise
+//! dummies the emulator accepts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_sdk_dynamodb::config::{Credentials, Region};
+use aws_sdk_dynamodb::Client;
+
+use crate::{create_table, DynamoDbStore, RequestCounter};
+
+/// The project's local AWS endpoint.
+pub const LOCAL_ENDPOINT: &str = "http://127.0.0.1:4566";
+
+/// The endpoint tests use.
+pub fn endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| LOCAL_ENDPOINT.to_owned())
+}
+
+/// SDK config for the test endpoint.
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).endpoint_url(endpoint());
+    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+        loader = loader.region(Region::new("us-east-1"));
+    }
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        loader = loader.credentials_provider(Credentials::new("test", "test", None, None, "local-aws"));
+    }
+    loader.load().await
+}
+
+/// A DynamoDB client for the test endpoint, and the counter of the requests it sends.
+pub async fn counted_client() -> (Client, RequestCounter) {
+    let counter = RequestCounter::default();
+    let config = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await).interceptor(counter.clone()).build();
+    (Client::from_conf(config), counter)
+}
+
+/// A name no other test in any process uses: tests share one emulator and run in parallel.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    format!("{prefix}-{}-{nanos}-{n}", std::process::id())
+}
+
+/// A store on a new table of its own, with the counter of its client's requests. Panics with
+/// the way out when the endpoint does not answer.
+pub async fn fresh_store() -> (DynamoDbStore, RequestCounter) {
+    let (client, counter) = counted_client().await;
+    let table = unique_name("idem");
+    if let Err(e) = create_table(&client, &table).await {
+        panic!(
+            "cannot create table {table} at {}: {e}\n(is the local AWS up? `make local-aws-up`, or set AWS_ENDPOINT_URL)",
+            endpoint()
+        );
+    }
+    counter.reset();
+    (DynamoDbStore::new(client, table), counter)
+}
