@@ -7,8 +7,8 @@ use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValuesOnConditionCheckFailure,
-    ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
 };
 use aws_sdk_dynamodb::Client;
 use idempotency::{Claim, Completion, Record, Status, Store, StoreError, StoreErrorKind};
@@ -94,10 +94,13 @@ impl Store for DynamoDbStore {
             .expression_attribute_values(":now_ms", AttributeValue::N(now_ms.to_string()))
             .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            // On success, the overwritten item (expired, or a dead attempt's) comes back at no
+            // extra cost: effects that must not repeat check it.
+            .return_values(ReturnValue::AllOld)
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Claim::Acquired),
+            Ok(out) => Ok(Claim::Acquired { replaced: out.attributes.as_ref().map(from_item).transpose()? }),
             Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 let PutItemError::ConditionalCheckFailedException(failed) = e.err() else { unreachable!() };
                 match failed.item() {

@@ -86,7 +86,7 @@ pub async fn claim_acquires_then_reports_the_existing_record<S: Store>(store: S)
     let key = unique("claim");
     let now = 1_800_000_000_000;
     let first = in_progress(&key, "a", now, 30_000);
-    assert_eq!(store.claim(&first, now).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.claim(&first, now).await.unwrap(), Claim::Acquired { replaced: None });
     let second = in_progress(&key, "b", now, 30_000);
     assert_eq!(store.claim(&second, now + 1).await.unwrap(), Claim::Exists(first));
 }
@@ -208,6 +208,12 @@ pub async fn dropped_attempt_blocks_until_its_lease_ends<S: Store + 'static>(sto
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 
     clock.advance(Duration::from_secs(31));
+    let crate::Begin::Claimed(attempt) = idem.begin::<_, u64>(&key, &payload).await.unwrap() else {
+        panic!("expected a takeover")
+    };
+    assert!(attempt.took_over(), "the claim reports the dead attempt it replaced");
+    assert_eq!(attempt.replaced().map(|r| r.owner.as_str()), Some(dead.owner.as_str()));
+    idem.release(attempt).await.unwrap();
     let taken = idem.run(&key, &payload, || counted(runs.clone(), 2)).await.unwrap();
     assert_eq!(taken, Outcome::Fresh(2));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -223,7 +229,9 @@ pub async fn stale_owner_is_fenced<S: Store>(store: S) {
     let now = 1_800_000_000_000;
     store.claim(&in_progress(&key, "old", now, 1_000), now).await.unwrap();
     let later = now + 2_000;
-    assert_eq!(store.claim(&in_progress(&key, "new", later, 1_000), later).await.unwrap(), Claim::Acquired);
+    let old = store.get(key.as_str()).await.unwrap();
+    let taken = store.claim(&in_progress(&key, "new", later, 1_000), later).await.unwrap();
+    assert_eq!(taken, Claim::Acquired { replaced: old });
     let completion = Completion { response: Some("1"), expiration_s: later / 1000 + 60 };
     assert_eq!(
         store.complete(key.as_str(), "old", completion.clone()).await.unwrap_err().kind(),

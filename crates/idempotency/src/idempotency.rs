@@ -61,6 +61,7 @@ pub struct Attempt {
     id: String,
     owner: String,
     lease_expires_at_ms: u64,
+    replaced: Option<Record>,
 }
 
 impl Attempt {
@@ -77,6 +78,18 @@ impl Attempt {
     /// When this attempt's lease ends, in milliseconds since the Unix epoch.
     pub fn lease_expires_at_ms(&self) -> u64 {
         self.lease_expires_at_ms
+    }
+
+    /// The record this attempt's claim overwrote: past its dedup window, or in progress with
+    /// its lease ended.
+    pub fn replaced(&self) -> Option<&Record> {
+        self.replaced.as_ref()
+    }
+
+    /// Whether this attempt took the key over from an attempt that died (or timed out) while in
+    /// progress: its effect may or may not have happened.
+    pub fn took_over(&self) -> bool {
+        self.replaced.as_ref().is_some_and(|r| r.status == Status::InProgress)
     }
 }
 
@@ -173,7 +186,7 @@ impl<S: Store> Idempotency<S> {
             response: None,
         };
         match self.store.claim(&record, now_ms).await? {
-            Claim::Acquired => Ok(Begin::Claimed(self.attempt(record))),
+            Claim::Acquired { replaced } => Ok(Begin::Claimed(self.attempt(record, replaced))),
             Claim::Exists(existing) => self.classify(record, existing),
         }
     }
@@ -200,8 +213,8 @@ impl<S: Store> Idempotency<S> {
         Ok(())
     }
 
-    fn attempt(&self, record: Record) -> Attempt {
-        Attempt { id: record.id, owner: record.owner, lease_expires_at_ms: record.lease_expires_at_ms }
+    fn attempt(&self, record: Record, replaced: Option<Record>) -> Attempt {
+        Attempt { id: record.id, owner: record.owner, lease_expires_at_ms: record.lease_expires_at_ms, replaced }
     }
 
     fn lease_end(&self, now_ms: u64) -> Result<u64, Error> {
@@ -224,7 +237,7 @@ impl<S: Store> Idempotency<S> {
     fn classify<R: DeserializeOwned>(&self, mine: Record, existing: Record) -> Result<Begin<R>, Error> {
         if existing.owner == mine.owner && existing.status == Status::InProgress {
             // Our own write landed and its answer was lost; the retried write met it.
-            return Ok(Begin::Claimed(self.attempt(existing)));
+            return Ok(Begin::Claimed(self.attempt(existing, None)));
         }
         if existing.payload_hash != mine.payload_hash {
             return Err(Error::new(

@@ -57,8 +57,8 @@ impl Store for InMemoryStore {
         match records.get(&record.id) {
             Some(existing) if existing.blocks_claim_at(now_ms) => Ok(Claim::Exists(existing.clone())),
             _ => {
-                records.insert(record.id.clone(), record.clone());
-                Ok(Claim::Acquired)
+                let replaced = records.insert(record.id.clone(), record.clone());
+                Ok(Claim::Acquired { replaced })
             }
         }
     }

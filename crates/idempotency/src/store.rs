@@ -8,8 +8,13 @@ use crate::record::Record;
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// The record was written: the caller owns the key.
-    Acquired,
+    /// The record was written: the caller owns the key. `replaced` is the record it overwrote:
+    /// one past its dedup window, or one in progress whose lease ended (its attempt died or
+    /// timed out mid-effect, which an effect that must not repeat needs to know).
+    Acquired {
+        /// The overwritten record, if any.
+        replaced: Option<Record>,
+    },
     /// A record blocks the claim; here it is, as stored, for the caller to classify (replay,
     /// in progress, key reused, or the caller's own earlier write whose answer was lost).
     Exists(Record),
@@ -32,6 +37,7 @@ pub struct Completion<'a> {
 pub trait Store: Send + Sync {
     /// Writes `record` (in progress) unless a record blocks it at `now_ms`: one exists whose
     /// dedup window has not ended and which is completed or in progress within its lease.
+    /// On success, returns the record it overwrote, if any, read in the same atomic step.
     fn claim(&self, record: &Record, now_ms: u64) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
     /// Completes the record if `owner` still holds it. Completing twice with the same owner
