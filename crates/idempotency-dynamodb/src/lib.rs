@@ -21,6 +21,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod commit;
 mod counter;
 mod error;
 mod item;
@@ -28,6 +29,7 @@ mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+pub use crate::commit::{carried, carried_from_item, item_size, Commit, Committed, Placement, Write, WriteUnits};
 pub use crate::counter::RequestCounter;
 pub use crate::error::classify;
 pub use crate::item::{attr, from_item, to_item};

@@ -23,7 +23,7 @@ use crate::item::{attr, from_item, to_item};
 /// winner's item back (ALL_OLD) to classify without a second read. Expiration is in seconds
 /// and the lease in milliseconds; each is compared with `now` in its own unit (Java #1281 mixed
 /// them and records stuck).
-const CLAIM_CONDITION: &str =
+pub(crate) const CLAIM_CONDITION: &str =
     "attribute_not_exists(#id) OR #expiration < :now_s OR (#status = :in_progress AND #lease < :now_ms)";
 
 /// Completion and release are fenced by the owner token: an attempt whose lease ended and whose
