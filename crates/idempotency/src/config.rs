@@ -95,6 +95,11 @@ impl Config {
         self
     }
 
+    /// The dedup window.
+    pub fn window(&self) -> Duration {
+        self.dedup_window
+    }
+
     /// The clock in use.
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()

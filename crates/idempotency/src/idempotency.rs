@@ -239,31 +239,38 @@ impl<S: Store> Idempotency<S> {
             // Our own write landed and its answer was lost; the retried write met it.
             return Ok(Begin::Claimed(self.attempt(existing, None)));
         }
-        if existing.payload_hash != mine.payload_hash {
-            return Err(Error::new(
-                ErrorKind::KeyReused,
-                format!("key {} was used before with a different payload", mine.id),
-            ));
-        }
-        match existing.status {
-            Status::InProgress => Err(Error::new(
-                ErrorKind::InProgress,
-                format!("key {} is in progress elsewhere until {} ms", mine.id, existing.lease_expires_at_ms),
-            )),
-            Status::Completed => match existing.response {
-                Some(json) => serde_json::from_str(&json).map(Begin::Replayed).map_err(|e| {
-                    Error::new(ErrorKind::Serialization, format!("stored response of {} does not deserialise", mine.id))
-                        .with_source(e)
-                }),
-                None => Err(Error::new(
-                    ErrorKind::ResponseTooLarge,
-                    format!("key {} completed, but its response was too large to keep", mine.id),
-                )),
-            },
-        }
+        existing.replay(&mine.payload_hash).map(Begin::Replayed)
     }
 }
 
 fn too_large_error(len: usize, max: usize) -> Error {
     Error::new(ErrorKind::ResponseTooLarge, format!("response has {len} bytes of JSON, at most {max} are kept"))
+}
+
+impl Record {
+    /// What a record that blocked a claim means for a payload hashing to `payload_hash`: the
+    /// stored response of a completed record (a replay), or why there is none: key reused with
+    /// another payload (permanent), in progress elsewhere (retryable), response not kept.
+    pub fn replay<R: DeserializeOwned>(&self, payload_hash: &str) -> Result<R, Error> {
+        if self.payload_hash != payload_hash {
+            return Err(Error::new(
+                ErrorKind::KeyReused,
+                format!("key {} was used before with a different payload", self.id),
+            ));
+        }
+        match (&self.status, &self.response) {
+            (Status::InProgress, _) => Err(Error::new(
+                ErrorKind::InProgress,
+                format!("key {} is in progress elsewhere until {} ms", self.id, self.lease_expires_at_ms),
+            )),
+            (Status::Completed, Some(json)) => serde_json::from_str(json).map_err(|e| {
+                Error::new(ErrorKind::Serialization, format!("stored response of {} does not deserialise", self.id))
+                    .with_source(e)
+            }),
+            (Status::Completed, None) => Err(Error::new(
+                ErrorKind::ResponseTooLarge,
+                format!("key {} completed, but its response was too large to keep", self.id),
+            )),
+        }
+    }
 }
