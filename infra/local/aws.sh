@@ -21,8 +21,8 @@ PYTHON="${PYTHON:-python3}"
 
 log() { echo "local-aws: $*" >&2; }
 
-# Readiness: moto's own API answers only when the server is moto and is up.
-is_moto_up() { curl -fsS -o /dev/null --max-time 2 "$URL/moto-api/data.json" 2>/dev/null; }
+# Readiness: the route serve.py adds answers only when the server is ours and is up.
+is_moto_up() { curl -fsS -o /dev/null --max-time 2 "$URL/_local-aws/health" 2>/dev/null; }
 
 # Any HTTP answer at all means some server holds the endpoint.
 answers() { curl -sS -o /dev/null --max-time 2 "$1" 2>/dev/null; }

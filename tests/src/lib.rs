@@ -92,3 +92,90 @@ impl Harness {
         }
     }
 }
+
+/// A ledger on fresh tables (idempotency, ledger, outbox), with counted requests.
+pub struct Payments {
+    /// The ledger under test.
+    pub ledger: effects::Ledger,
+    /// Requests sent by the ledger's client.
+    pub requests: RequestCounter,
+    /// The clock.
+    pub clock: Arc<ManualClock>,
+    /// The outbox table.
+    pub outbox_table: String,
+}
+
+impl Payments {
+    /// Fresh tables; a 1-hour dedup window for recorded rejections.
+    pub async fn new() -> Payments {
+        let (store, requests) = fresh_store().await;
+        let ledger_table = unique_name("ledger");
+        let outbox_table = unique_name("outbox");
+        effects::tables::create_ledger_table(store.client(), &ledger_table).await.expect("ledger table");
+        effects::tables::create_outbox_table(store.client(), &outbox_table).await.expect("outbox table");
+        requests.reset();
+        let clock = Arc::new(ManualClock::new());
+        let config = Config::default().dedup_window(Duration::from_secs(3600)).clock(clock.clone());
+        let ledger = effects::Ledger::new(store, ledger_table, Some(outbox_table.clone())).with_config(config);
+        Payments { ledger, requests, clock, outbox_table }
+    }
+
+    /// A valid payment event.
+    pub fn event(event_id: &str, account_id: &str, amount_cents: i64, currency: &str) -> effects::PaymentEvent {
+        effects::PaymentEvent {
+            event_id: event_id.into(),
+            account_id: account_id.into(),
+            amount_cents,
+            currency: currency.into(),
+            receipt_email: None,
+        }
+    }
+
+    /// The outbox row of an event, if any.
+    pub async fn outbox_row(&self, event_id: &str) -> Option<std::collections::HashMap<String, AttributeValue>> {
+        self.ledger
+            .client()
+            .get_item()
+            .table_name(&self.outbox_table)
+            .key("pk", AttributeValue::S(effects::outbox::row_key(event_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read outbox")
+            .item()
+            .cloned()
+    }
+}
+
+/// Emails the local AWS recorded as sent to `recipient` (`GET /_local-aws/ses/messages`, the
+/// route `infra/local/serve.py` adds over moto's SES backends).
+pub fn emails_to(recipient: &str) -> Vec<serde_json::Value> {
+    use std::io::{Read, Write};
+    let endpoint = idempotency_dynamodb::testing::endpoint();
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).expect("connect to the local AWS");
+    write!(stream, "GET /_local-aws/ses/messages HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    let data: serde_json::Value = serde_json::from_str(body).expect("sent emails as JSON");
+    data["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .filter(|m| {
+                    m["destinations"]["ToAddresses"].as_array().is_some_and(|to| to.iter().any(|a| a == recipient))
+                })
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An SES v2 client for the test endpoint, with `from` verified as a sender.
+pub async fn ses_sender(from: &str) -> effects::SesSender {
+    let client = aws_sdk_sesv2::Client::new(&sdk_config().await);
+    client.create_email_identity().email_identity(from).send().await.expect("verify sender identity");
+    effects::SesSender::new(client, from)
+}

@@ -1,0 +1,124 @@
+//! Keyed receipt emails through SES v2 on the local AWS: what the emulator recorded as sent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use effects::email::{email_key, SendError, SendErrorKind};
+use effects::{send_once, EmailMessage, EmailSender, Policy, Receipt};
+use end_to_end::{emails_to, ses_sender};
+use idempotency::{Config, Idempotency, ManualClock, Outcome};
+use idempotency_dynamodb::testing::{fresh_store, unique_name};
+use idempotency_dynamodb::DynamoDbStore;
+
+async fn markers() -> (Idempotency<DynamoDbStore>, Arc<ManualClock>) {
+    let (store, _) = fresh_store().await;
+    let clock = Arc::new(ManualClock::new());
+    (Idempotency::new(store, Config::default().lease(Duration::from_secs(60)).clock(clock.clone())), clock)
+}
+
+fn receipt_to(to: &str) -> EmailMessage {
+    EmailMessage { to: to.into(), subject: "Receipt for payment".into(), text: "Account credited 12.50 USD.".into() }
+}
+
+fn recipient() -> String {
+    format!("{}@example.com", unique_name("customer"))
+}
+
+#[tokio::test]
+async fn two_sends_of_one_key_deliver_one_email() {
+    let (idem, _) = markers().await;
+    let ses = ses_sender("receipts@example.com").await;
+    let to = recipient();
+    let key = email_key(&unique_name("pay")).unwrap();
+    let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
+    let second = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
+    let Outcome::Fresh(Receipt::Sent { message_id }) = first else { panic!("{first:?}") };
+    assert_eq!(second, Outcome::Replayed(Receipt::Sent { message_id: message_id.clone() }));
+    let sent = emails_to(&to);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["id"], message_id.as_str());
+}
+
+/// SES with one scripted throttle before the real call.
+struct ThrottledOnce<E> {
+    inner: E,
+    throttled: std::sync::atomic::AtomicBool,
+}
+
+impl<E: EmailSender> EmailSender for ThrottledOnce<E> {
+    async fn send(&self, message: &EmailMessage) -> Result<String, SendError> {
+        if !self.throttled.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(SendError::new(SendErrorKind::Throttled, "TooManyRequestsException"));
+        }
+        self.inner.send(message).await
+    }
+}
+
+#[tokio::test]
+async fn a_throttled_send_then_a_retry_delivers_one_email() {
+    let (idem, _) = markers().await;
+    let ses = ThrottledOnce { inner: ses_sender("receipts@example.com").await, throttled: Default::default() };
+    let to = recipient();
+    let key = email_key(&unique_name("pay")).unwrap();
+    let err = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(emails_to(&to).is_empty());
+    let retry = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
+    assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })));
+    assert_eq!(emails_to(&to).len(), 1);
+}
+
+#[tokio::test]
+async fn a_refused_message_is_recorded_and_a_duplicate_does_not_resend() {
+    let (idem, _) = markers().await;
+    // Never verified: SES answers MessageRejected, a permanent refusal.
+    let client = aws_sdk_sesv2::Client::new(&idempotency_dynamodb::testing::sdk_config().await);
+    let ses = effects::SesSender::new(client, format!("{}@unverified.example.com", unique_name("nobody")));
+    let to = recipient();
+    let key = email_key(&unique_name("pay")).unwrap();
+    let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
+    assert!(
+        matches!(&first, Outcome::Fresh(Receipt::Failed { reason }) if reason.contains("not verified")),
+        "{first:?}"
+    );
+    let again = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
+    assert!(again.is_replay());
+    assert!(emails_to(&to).is_empty());
+}
+
+/// SES accepts the message, then the attempt dies before its marker completes.
+struct AcceptThenDie<E>(E);
+
+impl<E: EmailSender> EmailSender for AcceptThenDie<E> {
+    async fn send(&self, message: &EmailMessage) -> Result<String, SendError> {
+        self.0.send(message).await?;
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn the_ambiguous_window_under_each_policy() {
+    for (policy, emails, outcome) in [(Policy::AtMostOnce, 1, "ambiguous"), (Policy::AtLeastOnce, 2, "sent")] {
+        let (idem, clock) = markers().await;
+        let ses = ses_sender("receipts@example.com").await;
+        let to = recipient();
+        let key = email_key(&unique_name("pay")).unwrap();
+        let message = receipt_to(&to);
+        let dying_sender = AcceptThenDie(ses.clone());
+        let dying = send_once(&idem, &dying_sender, &key, &message, policy);
+        assert!(tokio::time::timeout(Duration::from_millis(500), dying).await.is_err());
+        assert_eq!(emails_to(&to).len(), 1, "SES accepted the first copy");
+        let early = send_once(&idem, &ses, &key, &message, policy).await.unwrap_err();
+        assert!(early.is_retryable(), "in progress until the lease ends: {early}");
+        clock.advance(Duration::from_secs(61));
+        let later = send_once(&idem, &ses, &key, &message, policy).await.unwrap();
+        let got = match later.response() {
+            Receipt::Ambiguous => "ambiguous",
+            Receipt::Sent { .. } => "sent",
+            Receipt::Failed { .. } => "failed",
+        };
+        assert_eq!(got, outcome, "{policy:?}");
+        assert_eq!(emails_to(&to).len(), emails, "{policy:?}: emails the emulator recorded");
+        println!("{policy:?}: after the attempt died post-SES, outcome {got}, emails sent {emails}");
+    }
+}
