@@ -1,0 +1,19 @@
+//! Lambda entry point: SQS payment events to the ledger, once each.
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use payments_consumer::{Env, Payments, FUNCTION};
+use triggers::sqs::{process, Options};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let env = Env::from_env()?;
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);
+    let options = Options::new(FUNCTION);
+    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| async {
+        Ok::<SqsBatchResponse, Error>(process(&handler, event, &options).await)
+    }))
+    .await
+}

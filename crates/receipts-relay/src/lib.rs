@@ -1,0 +1,148 @@
+//! The receipts relay: a DynamoDB Streams record handler that sends each outbox row's receipt
+//! email once (fenced by `email#{event_id}`) and marks the row. `main.rs` only wires it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_sdk_dynamodb::types::AttributeValue;
+use effects::email::email_key;
+use effects::outbox::{self, ReceiptRow, RowStatus};
+use effects::{rfc3339, send_once, EmailSender, Policy, Receipt};
+use idempotency::{Config, ErrorKind, Idempotency};
+use idempotency_dynamodb::DynamoDbStore;
+use triggers::{Disposition, RecordError, RecordResult};
+
+/// The function's name in metrics.
+pub const FUNCTION: &str = "receipts-relay";
+
+/// The environment contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Env {
+    /// `IDEMPOTENCY_TABLE`: the email markers.
+    pub idempotency_table: String,
+    /// `OUTBOX_TABLE`: the rows to mark.
+    pub outbox_table: String,
+    /// `RECEIPT_FROM`: the verified sender address.
+    pub receipt_from: String,
+}
+
+impl Env {
+    /// Reads the environment; a missing variable is named in the error.
+    pub fn from_env() -> Result<Env, String> {
+        let var = |name: &str| std::env::var(name).map_err(|_| format!("environment variable {name} is not set"));
+        Ok(Env {
+            idempotency_table: var("IDEMPOTENCY_TABLE")?,
+            outbox_table: var("OUTBOX_TABLE")?,
+            receipt_from: var("RECEIPT_FROM")?,
+        })
+    }
+}
+
+/// Sends receipts for outbox inserts.
+#[derive(Debug, Clone)]
+pub struct Receipts<E> {
+    markers: Idempotency<DynamoDbStore>,
+    sender: E,
+    outbox_table: String,
+    policy: Policy,
+}
+
+impl<E: EmailSender> Receipts<E> {
+    /// A relay writing markers through `markers`, sending with `sender`, marking rows in
+    /// `outbox_table`, under `policy` (default at most once).
+    pub fn new(
+        markers: Idempotency<DynamoDbStore>,
+        sender: E,
+        outbox_table: impl Into<String>,
+        policy: Policy,
+    ) -> Self {
+        Receipts { markers, sender, outbox_table: outbox_table.into(), policy }
+    }
+
+    /// The email sender.
+    pub fn sender(&self) -> &E {
+        &self.sender
+    }
+}
+
+impl Receipts<effects::SesSender> {
+    /// A relay on the tables and sender `env` names; email markers hold a 60 s lease (bounded by
+    /// the invocation's deadline).
+    pub fn from_env(dynamodb: aws_sdk_dynamodb::Client, ses: aws_sdk_sesv2::Client, env: &Env) -> Self {
+        let store = DynamoDbStore::new(dynamodb, &env.idempotency_table);
+        let markers = Idempotency::new(store, Config::default().lease(Duration::from_secs(60)));
+        Receipts::new(markers, effects::SesSender::new(ses, &env.receipt_from), &env.outbox_table, Policy::default())
+    }
+}
+
+impl<E: EmailSender> triggers::streams::Handler for Receipts<E> {
+    async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
+        let image = serde_json::to_value(&record.change.new_image)
+            .map_err(|e| RecordError::permanent(format!("stream image unreadable: {e}")))?;
+        let item = attribute_map(&image).map_err(RecordError::permanent)?;
+        if item.get("kind").and_then(|k| k.as_s().ok()).map(String::as_str) != Some("receipt") {
+            return Ok(Disposition::Skipped);
+        }
+        let row = ReceiptRow::from_item(&item).map_err(|e| RecordError::permanent(e.to_string()))?;
+        tracing::Span::current().record("event_id", row.event_id.as_str());
+        let key = email_key(&row.event_id).map_err(|e| RecordError::permanent(e.to_string()))?;
+        let markers = match deadline_ms {
+            Some(deadline) => self.markers.with_deadline(deadline),
+            None => self.markers.clone(),
+        };
+        let outcome = match send_once(&markers, &self.sender, &key, &row.message(), self.policy).await {
+            Ok(outcome) => outcome,
+            Err(effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
+                return Err(RecordError::in_progress_elsewhere(e.to_string()))
+            }
+            Err(e) if e.is_retryable() => return Err(RecordError::retryable(e.to_string())),
+            Err(e) => return Err(RecordError::permanent(e.to_string())),
+        };
+        let replayed = outcome.is_replay();
+        let (status, message_id, disposition) = match outcome.into_inner() {
+            Receipt::Sent { message_id } => (RowStatus::Sent, Some(message_id), Disposition::Applied),
+            Receipt::Failed { .. } => (RowStatus::Failed, None, Disposition::Rejected),
+            Receipt::Ambiguous => (RowStatus::Ambiguous, None, Disposition::Rejected),
+        };
+        let now = rfc3339(markers.config().now_ms());
+        outbox::mark(markers.store().client(), &self.outbox_table, &row.event_id, status, message_id.as_deref(), &now)
+            .await
+            .map_err(|e| {
+                if e.is_retryable() {
+                    RecordError::retryable(e.to_string())
+                } else {
+                    RecordError::permanent(e.to_string())
+                }
+            })?;
+        Ok(if replayed { Disposition::Duplicate } else { disposition })
+    }
+}
+
+/// A stream image in DynamoDB JSON (`{"name": {"S": "v"}}`) as SDK attribute values.
+pub fn attribute_map(image: &serde_json::Value) -> Result<HashMap<String, AttributeValue>, String> {
+    let object = image.as_object().ok_or("stream image is not an object")?;
+    object.iter().map(|(k, v)| Ok((k.clone(), attribute(v)?))).collect()
+}
+
+fn attribute(v: &serde_json::Value) -> Result<AttributeValue, String> {
+    let (tag, value) = v.as_object().and_then(|o| o.iter().next()).ok_or("attribute is not a typed value")?;
+    let text = || value.as_str().map(str::to_owned).ok_or_else(|| format!("{tag} value is not a string"));
+    Ok(match tag.as_str() {
+        "S" => AttributeValue::S(text()?),
+        "N" => AttributeValue::N(match value {
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => text()?,
+        }),
+        "BOOL" => AttributeValue::Bool(value.as_bool().ok_or("BOOL value is not a boolean")?),
+        "NULL" => AttributeValue::Null(true),
+        "SS" => AttributeValue::Ss(
+            value.as_array().ok_or("SS is not a list")?.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect(),
+        ),
+        "L" => AttributeValue::L(
+            value.as_array().ok_or("L is not a list")?.iter().map(attribute).collect::<Result<_, _>>()?,
+        ),
+        "M" => AttributeValue::M(attribute_map(value)?),
+        other => return Err(format!("attribute type {other} is not read by the relay")),
+    })
+}

@@ -1,0 +1,22 @@
+//! Lambda entry point: outbox stream inserts to receipt emails, once each.
+// The handler future (SES, DynamoDB, stream driver) nests deeper than the default limit.
+#![recursion_limit = "256"]
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use receipts_relay::{Env, Receipts, FUNCTION};
+use triggers::streams::{process, Options};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let env = Env::from_env()?;
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let handler = Receipts::from_env(aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sesv2::Client::new(&sdk), &env);
+    let options = Options::new(FUNCTION);
+    lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| async {
+        Ok::<DynamoDbEventResponse, Error>(process(&handler, event, &options).await)
+    }))
+    .await
+}

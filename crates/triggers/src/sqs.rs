@@ -1,0 +1,147 @@
+//! The SQS batch driver: every record handled alone, failures reported as
+//! `batchItemFailures` so only they are redelivered (the event source mapping needs
+//! `ReportBatchItemFailures`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use futures_util::stream::{self, StreamExt};
+use lambda_runtime::LambdaEvent;
+use tracing::Instrument;
+
+use crate::metrics::Counts;
+use crate::{deadline_of, now_ms, RecordError, RecordResult, Retry};
+
+/// Handles one SQS message.
+pub trait Handler: Send + Sync {
+    /// Handles `message`; `deadline_ms` is the invocation's deadline, when known. The driver
+    /// opens a span per record with `message_id`; record `event_id` into it once parsed.
+    fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send;
+}
+
+impl<H: Handler + ?Sized> Handler for &H {
+    fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send {
+        (**self).handle(message, deadline_ms)
+    }
+}
+
+/// Driver settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Records (standard queues) or message groups (FIFO) in flight at once. Default 10.
+    pub concurrency: usize,
+    /// A record is not started when less than this remains before the deadline; it is
+    /// reported failed and redelivered. Default 3 s.
+    pub deadline_margin: Duration,
+    /// The `Function` dimension of the metrics.
+    pub function: String,
+    /// Print the EMF metrics line after each batch. Default true.
+    pub metrics: bool,
+}
+
+impl Options {
+    /// Defaults for a function name.
+    pub fn new(function: impl Into<String>) -> Self {
+        Options { concurrency: 10, deadline_margin: Duration::from_secs(3), function: function.into(), metrics: true }
+    }
+}
+
+/// Whether the batch comes from a FIFO queue: its order within a message group must hold.
+fn is_fifo(message: &SqsMessage) -> bool {
+    message.attributes.contains_key("MessageGroupId")
+        || message.event_source_arn.as_deref().is_some_and(|arn| arn.ends_with(".fifo"))
+}
+
+/// Processes a batch; returns the messages to redeliver.
+///
+/// Standard queues: records run concurrently, at most `concurrency` at once. FIFO queues:
+/// groups run concurrently, records within a group in order, and after a failure the rest of
+/// that group is reported failed too (processing them would break the group's order), while
+/// other groups go on.
+pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> SqsBatchResponse {
+    let deadline = deadline_of(&event.context);
+    let records = event.payload.records;
+    let fifo = records.first().is_some_and(is_fifo);
+    let mut groups: Vec<Vec<(usize, &SqsMessage)>> = Vec::new();
+    if fifo {
+        let mut index_of: HashMap<&str, usize> = HashMap::new();
+        for (i, m) in records.iter().enumerate() {
+            let group = m.attributes.get("MessageGroupId").map(String::as_str).unwrap_or("");
+            let g = *index_of.entry(group).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[g].push((i, m));
+        }
+    } else {
+        groups = records.iter().enumerate().map(|r| vec![r]).collect();
+    }
+
+    let results: Vec<Vec<(usize, RecordResult)>> = stream::iter(groups)
+        .map(|group| run_group(handler, group, deadline, options))
+        .buffer_unordered(options.concurrency.max(1))
+        .collect()
+        .await;
+    let mut results: Vec<(usize, RecordResult)> = results.into_iter().flatten().collect();
+    results.sort_by_key(|(i, _)| *i);
+
+    let mut counts = Counts::default();
+    let mut response = SqsBatchResponse::default();
+    for (i, result) in &results {
+        counts.add(result);
+        if result.is_err() {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = records[*i].message_id.clone().unwrap_or_default();
+            response.batch_item_failures.push(failure);
+        }
+    }
+    if options.metrics {
+        counts.publish(&options.function);
+    }
+    response
+}
+
+async fn run_group<H: Handler>(
+    handler: &H,
+    group: Vec<(usize, &SqsMessage)>,
+    deadline: Option<u64>,
+    options: &Options,
+) -> Vec<(usize, RecordResult)> {
+    let mut out = Vec::with_capacity(group.len());
+    let mut failed_before: Option<String> = None;
+    for (i, message) in group {
+        let message_id = message.message_id.as_deref().unwrap_or("");
+        let span = tracing::info_span!("record", message_id, event_id = tracing::field::Empty);
+        let result = if let Some(earlier) = &failed_before {
+            Err(RecordError::retryable(format!("not started: message {earlier} before it in its group failed")))
+        } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
+            Err(RecordError::retryable("not started: the invocation's deadline is near"))
+        } else if message.message_id.is_none() {
+            Err(RecordError::permanent("message has no messageId"))
+        } else {
+            handler.handle(message, deadline).instrument(span.clone()).await
+        };
+        span.in_scope(|| log(&result));
+        if result.is_err() && failed_before.is_none() {
+            failed_before = Some(message_id.to_owned());
+        }
+        out.push((i, result));
+    }
+    out
+}
+
+fn log(result: &RecordResult) {
+    match result {
+        Ok(disposition) => tracing::info!(?disposition, "record done"),
+        Err(e) => match e.retry {
+            Retry::Permanent => {
+                tracing::error!(reason = %e.reason, "record failed permanently; reported failed, bound for the DLQ")
+            }
+            Retry::Retryable | Retry::InProgressElsewhere => {
+                tracing::warn!(retry = ?e.retry, reason = %e.reason, "record failed; reported failed for redelivery")
+            }
+        },
+    }
+}

@@ -1,0 +1,75 @@
+//! The DynamoDB Streams driver: records in order; the first failure's sequence number is
+//! reported and the rest of the batch left, so Lambda resumes from there (a checkpoint).
+
+use std::future::Future;
+use std::time::Duration;
+
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use lambda_runtime::LambdaEvent;
+use tracing::Instrument;
+
+use crate::metrics::Counts;
+use crate::{deadline_of, now_ms, Disposition, RecordError, RecordResult};
+
+/// Handles one stream record.
+pub trait Handler: Send + Sync {
+    /// Handles `record`; `deadline_ms` is the invocation's deadline, when known.
+    fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send;
+}
+
+/// Driver settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Which event names the handler sees (default: `INSERT` only); others are skipped.
+    pub event_names: Vec<String>,
+    /// No record is started with less than this before the deadline. Default 3 s.
+    pub deadline_margin: Duration,
+    /// The `Function` dimension of the metrics.
+    pub function: String,
+    /// Print the EMF metrics line after each batch. Default true.
+    pub metrics: bool,
+}
+
+impl Options {
+    /// Defaults for a function name.
+    pub fn new(function: impl Into<String>) -> Self {
+        Options {
+            event_names: vec!["INSERT".into()],
+            deadline_margin: Duration::from_secs(3),
+            function: function.into(),
+            metrics: true,
+        }
+    }
+}
+
+/// Processes a batch in order, stopping at the first failure and reporting its sequence number.
+/// Records after it are redelivered with it, so handlers must be idempotent: they are.
+pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options: &Options) -> DynamoDbEventResponse {
+    let deadline = deadline_of(&event.context);
+    let mut counts = Counts::default();
+    let mut response = DynamoDbEventResponse::default();
+    for record in &event.payload.records {
+        let sequence = record.change.sequence_number.clone();
+        let span = tracing::info_span!("record", event_name = %record.event_name, sequence = sequence.as_deref().unwrap_or(""), event_id = tracing::field::Empty);
+        let result = if !options.event_names.iter().any(|n| *n == record.event_name) {
+            Ok(Disposition::Skipped)
+        } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
+            Err(RecordError::retryable("not started: the invocation's deadline is near"))
+        } else {
+            handler.handle(record, deadline).instrument(span.clone()).await
+        };
+        counts.add(&result);
+        if let Err(e) = result {
+            span.in_scope(|| tracing::warn!(retry = ?e.retry, reason = %e.reason, "record failed; checkpoint here"));
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = sequence;
+            response.batch_item_failures.push(failure);
+            break;
+        }
+    }
+    if options.metrics {
+        counts.publish(&options.function);
+    }
+    response
+}

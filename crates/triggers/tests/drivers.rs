@@ -1,0 +1,139 @@
+//! The drivers with the sample events in `events/` and fake handlers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use lambda_runtime::{Context, LambdaEvent};
+use triggers::{sqs, streams, Disposition, RecordError, RecordResult};
+
+fn sqs_event(json: &[u8]) -> SqsEvent {
+    serde_json::from_slice(json).unwrap()
+}
+
+fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Vec<&str> {
+    response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect()
+}
+
+fn quiet(function: &str) -> sqs::Options {
+    sqs::Options { metrics: false, ..sqs::Options::new(function) }
+}
+
+/// Accepts JSON objects with a string `event_id` and an integer `amount_cents`; records the
+/// order it saw them in.
+#[derive(Default)]
+struct NeedsEventId {
+    seen: Mutex<Vec<String>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    delay: Option<Duration>,
+}
+
+impl sqs::Handler for NeedsEventId {
+    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        if let Some(delay) = self.delay {
+            tokio::time::sleep(delay).await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.seen.lock().unwrap().push(message.message_id.clone().unwrap());
+        let body: serde_json::Value = serde_json::from_str(message.body.as_deref().unwrap_or(""))
+            .map_err(|e| RecordError::permanent(e.to_string()))?;
+        body["event_id"].as_str().ok_or_else(|| RecordError::permanent("event_id: is required"))?;
+        body["amount_cents"].as_i64().ok_or_else(|| RecordError::permanent("amount_cents: must be an integer"))?;
+        Ok(Disposition::Applied)
+    }
+}
+
+#[tokio::test]
+async fn one_bad_body_fails_only_itself() {
+    let handler = NeedsEventId::default();
+    let event = sqs_event(include_bytes!("../../../events/sqs-bad-input.json"));
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert_eq!(failures(&response), ["bad-malformed-json", "bad-missing-event-id"]);
+    assert_eq!(handler.seen.lock().unwrap().len(), 6, "every record handled");
+}
+
+#[tokio::test]
+async fn fifo_keeps_group_order_and_fails_the_rest_of_a_failed_group() {
+    let handler = NeedsEventId::default();
+    let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert_eq!(failures(&response), ["fifo-b-2", "fifo-b-3"], "b-3 is not started after b-2 failed");
+    let seen = handler.seen.lock().unwrap().clone();
+    let group_a: Vec<_> = seen.iter().filter(|m| m.starts_with("fifo-a")).collect();
+    assert_eq!(group_a, ["fifo-a-1", "fifo-a-2", "fifo-a-3"]);
+    assert!(!seen.contains(&"fifo-b-3".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrency_is_bounded() {
+    let handler = NeedsEventId { delay: Some(Duration::from_millis(20)), ..Default::default() };
+    let mut event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let template = event.records[0].clone();
+    event.records = (0..25)
+        .map(|i| {
+            let mut m = template.clone();
+            m.message_id = Some(format!("m-{i}"));
+            m
+        })
+        .collect();
+    let options = sqs::Options { concurrency: 4, ..quiet("t") };
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &options).await;
+    assert!(response.batch_item_failures.is_empty());
+    let max = handler.max_in_flight.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&max), "max in flight {max}");
+}
+
+#[tokio::test]
+async fn records_not_started_before_the_deadline_are_reported_failed() {
+    let handler = NeedsEventId::default();
+    let event = sqs_event(include_bytes!("../../../events/sqs-batch-duplicates.json"));
+    let mut context = Context::default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    context.deadline = now + 1_000; // less than the 3 s margin
+    let response = sqs::process(&handler, LambdaEvent::new(event, context), &quiet("t")).await;
+    assert_eq!(failures(&response), ["dup-msg-1", "dup-msg-2", "dup-msg-3", "dup-msg-4"]);
+    assert!(handler.seen.lock().unwrap().is_empty(), "nothing started, nothing lost");
+}
+
+/// Fails the record with the given sequence number, succeeds on the others.
+struct FailAt(Option<&'static str>, Mutex<Vec<String>>);
+
+impl streams::Handler for FailAt {
+    async fn handle(&self, record: &EventRecord, _deadline: Option<u64>) -> RecordResult {
+        let seq = record.change.sequence_number.clone().unwrap();
+        self.1.lock().unwrap().push(seq.clone());
+        if Some(seq.as_str()) == self.0 {
+            return Err(RecordError::retryable("SES throttled"));
+        }
+        Ok(Disposition::Applied)
+    }
+}
+
+fn stream_event() -> Event {
+    let mut event: Event =
+        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+    let mut second_insert = event.records[0].clone();
+    second_insert.change.sequence_number = Some("111000000000000000000003".into());
+    event.records.push(second_insert);
+    event
+}
+
+#[tokio::test]
+async fn streams_handle_inserts_only_and_checkpoint_at_the_first_failure() {
+    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    let ok = FailAt(None, Mutex::default());
+    let response = streams::process(&ok, LambdaEvent::new(stream_event(), Context::default()), &options).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(*ok.1.lock().unwrap(), ["111000000000000000000001", "111000000000000000000003"], "MODIFY skipped");
+
+    let failing = FailAt(Some("111000000000000000000001"), Mutex::default());
+    let response = streams::process(&failing, LambdaEvent::new(stream_event(), Context::default()), &options).await;
+    let reported: Vec<_> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
+    assert_eq!(reported, [Some("111000000000000000000001".to_owned())]);
+    assert_eq!(failing.1.lock().unwrap().len(), 1, "nothing after the checkpoint");
+}

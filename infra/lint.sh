@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Offline lint of the deployment template with pinned cfn-lint.
+#
+#   infra/lint.sh            lint infra/template.json (exit non-zero on errors or warnings)
+#   infra/lint.sh ARGS...    extra arguments passed to cfn-lint (e.g. --format json)
+#
+# cfn-lint is installed once into the project-local venv .tools/venv; the stamp
+# .tools/cfn-lint.installed records the pin, so changing CFN_LINT_VERSION reinstalls.
+# Only that install touches the network (PyPI); the lint itself runs offline.
+set -euo pipefail
+
+CFN_LINT_VERSION="1.58.0"
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$ROOT/.tools"
+VENV="$TOOLS/venv"
+STAMP="$TOOLS/cfn-lint.installed"
+PYTHON="${PYTHON:-python3}"
+PIN="cfn-lint==$CFN_LINT_VERSION"
+
+log() { echo "lint-infra: $*" >&2; }
+
+install() {
+  if [[ -x "$VENV/bin/cfn-lint" && -f "$STAMP" && "$(cat "$STAMP")" == "$PIN" ]]; then
+    return
+  fi
+  log "installing $PIN into $VENV"
+  mkdir -p "$TOOLS"
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    "$PYTHON" -m venv "$VENV"
+  fi
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "$PIN"
+  echo "$PIN" >"$STAMP"
+}
+
+install
+cd "$ROOT"
+# cfn-lint exits non-zero on errors (2), warnings (4) and, with --include-checks I,
+# informational findings (8): all three fail the lint.
+"$VENV/bin/cfn-lint" --include-checks I "$@" -- infra/template.json
+log "infra/template.json: no findings"
