@@ -10,16 +10,47 @@ export AWS_REGION ?= us-east-1
 export AWS_ACCESS_KEY_ID ?= test
 export AWS_SECRET_ACCESS_KEY ?= test
 
-.PHONY: test lint unit demo local-aws-up local-aws-down local-aws-status doc clean-local-aws
+FUNCTION ?= payments-consumer
+EVENT ?= events/sqs-payment.json
+STACK ?= effectively-once
 
-## test: formatting, clippy, unit tests and the tests against the local AWS (installs and starts it)
-test: lint local-aws-up
+.PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
+	clean-local-aws watch invoke build deploy
+
+## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
+test: lint lint-infra local-aws-up
 	cargo test --workspace
 
 ## lint: cargo fmt --check and clippy with warnings denied
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+## lint-infra: cfn-lint (pinned, installed into .tools/venv) on infra/template.json, offline
+lint-infra:
+	infra/lint.sh
+
+## local-up: the local AWS, its tables (from infra/template.json) and .local-aws/lambda.env
+local-up: local-aws-up
+	cargo run -q -p local -- up
+
+## watch: both functions under `cargo lambda watch`, against the local AWS and its tables
+watch: local-up
+	infra/cargo-lambda.sh watch --env-file .local-aws/lambda.env
+
+## invoke: FUNCTION=payments-consumer|receipts-relay EVENT=events/... against `make watch`
+invoke:
+	infra/cargo-lambda.sh invoke $(FUNCTION) --data-file $(EVENT)
+
+## build: release bootstraps of both functions (cargo lambda, x86_64), and their sizes
+build:
+	infra/cargo-lambda.sh build --release --compiler cargo -p payments-consumer -p receipts-relay
+	@ls -l target/lambda/*/bootstrap | awk '{printf "%-40s %8.1f KiB\n", $$9, $$5/1024}'
+
+## deploy: SAM build (rust-cargolambda) and a guided deploy of infra/template.json
+deploy:
+	sam build --template-file infra/template.json
+	sam deploy --guided --stack-name $(STACK) --capabilities CAPABILITY_IAM
 
 ## unit: the tests that need no AWS at all
 unit:

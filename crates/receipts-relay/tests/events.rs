@@ -1,0 +1,71 @@
+//! The receipts relay end to end on the local AWS: a payment's outbox row, the stream event in
+//! `events/`, and the email the local SES recorded.
+
+use std::time::Duration;
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_sdk_dynamodb::types::AttributeValue;
+use effects::{Ledger, PaymentEvent, Policy, SesSender};
+use idempotency::{Config, Idempotency};
+use idempotency_dynamodb::testing::{fresh_store, sdk_config, unique_name};
+use lambda_runtime::{Context, LambdaEvent};
+use receipts_relay::Receipts;
+use triggers::streams::{process, Options};
+
+/// Emails the local SES accepted for `to` (`GET /_local-aws/ses/messages`).
+fn emails_to(to: &str) -> usize {
+    use std::io::{Read, Write};
+    let endpoint = idempotency_dynamodb::testing::endpoint();
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let mut stream = std::net::TcpStream::connect(&host).unwrap();
+    write!(stream, "GET /_local-aws/ses/messages HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response.matches(&format!("\"{to}\"")).count()
+}
+
+#[tokio::test]
+async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelivered() {
+    let (store, _) = fresh_store().await;
+    let client = store.client().clone();
+    let (ledger_table, outbox_table) = (unique_name("ledger"), unique_name("outbox"));
+    effects::tables::create_ledger_table(&client, &ledger_table).await.unwrap();
+    effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
+
+    // The sample stream event, for a recipient of this test's own.
+    let to = format!("{}@example.com", unique_name("alice"));
+    let sample = include_str!("../../../events/dynamodb-stream-outbox.json").replace("alice@example.com", &to);
+    let event: Event = serde_json::from_str(&sample).unwrap();
+
+    // The payment that wrote that row.
+    let ledger = Ledger::new(store.clone(), &ledger_table, Some(outbox_table.clone()));
+    let mut payment = PaymentEvent::parse(
+        r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}"#,
+    )
+    .unwrap();
+    payment.receipt_email = Some(to.clone());
+    ledger.post(&payment).await.unwrap();
+
+    let ses = aws_sdk_sesv2::Client::new(&sdk_config().await);
+    ses.create_email_identity().email_identity("receipts@example.com").send().await.unwrap();
+    let markers = Idempotency::new(store, Config::default().lease(Duration::from_secs(60)));
+    let relay = Receipts::new(markers, SesSender::new(ses, "receipts@example.com"), &outbox_table, Policy::default());
+    let options = Options { metrics: false, ..Options::new("test") };
+    for _ in 0..2 {
+        let response = process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;
+        assert!(response.batch_item_failures.is_empty());
+    }
+    assert_eq!(emails_to(&to), 1, "one receipt for two deliveries of the stream record");
+    let row = client
+        .get_item()
+        .table_name(&outbox_table)
+        .key("pk", AttributeValue::S("receipt#pay_0001".into()))
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+        .unwrap();
+    assert_eq!(row["status"].as_s().unwrap(), "SENT");
+    assert!(!row["message_id"].as_s().unwrap().is_empty());
+}
