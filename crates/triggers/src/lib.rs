@@ -76,14 +76,31 @@ impl std::error::Error for RecordError {}
 /// A handler's answer for one record.
 pub type RecordResult = Result<Disposition, RecordError>;
 
+/// 2001-09-09 in milliseconds since the epoch: no real deadline is earlier.
+const PLAUSIBLE_EPOCH_MS: u64 = 1_000_000_000_000;
+
 /// The invocation's deadline, in milliseconds since the epoch, or `None` when the context has
-/// none (`Context::default()` in tests carries 0). A deadline of 0 is never read as "plenty of
-/// time" for a lease: the idempotency layer bounds leases only by a real deadline, and falls
-/// back to its configured lease otherwise.
+/// none: `Context::default()` in tests carries 0, and `cargo lambda watch` sends the timeout as
+/// a duration (600000) rather than an epoch time. Such a value is not read as "the deadline has
+/// passed" (every record would be refused) nor as "no limit" for a lease: without a deadline,
+/// the idempotency layer uses its configured lease, so nothing is held forever.
 pub fn deadline_of(context: &lambda_runtime::Context) -> Option<u64> {
-    (context.deadline > 0).then_some(context.deadline)
+    (context.deadline >= PLAUSIBLE_EPOCH_MS).then_some(context.deadline)
 }
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn implausible_deadlines_are_unknown() {
+        let mut context = lambda_runtime::Context::default();
+        assert_eq!(super::deadline_of(&context), None);
+        context.deadline = 600_000;
+        assert_eq!(super::deadline_of(&context), None);
+        context.deadline = 1_795_000_000_000;
+        assert_eq!(super::deadline_of(&context), Some(1_795_000_000_000));
+    }
 }

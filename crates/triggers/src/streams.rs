@@ -23,7 +23,7 @@ pub trait Handler: Send + Sync {
 pub struct Options {
     /// Which event names the handler sees (default: `INSERT` only); others are skipped.
     pub event_names: Vec<String>,
-    /// No record is started with less than this before the deadline. Default 3 s.
+    /// No record is started with less than this before the deadline. Default 1 s.
     pub deadline_margin: Duration,
     /// The `Function` dimension of the metrics.
     pub function: String,
@@ -36,7 +36,7 @@ impl Options {
     pub fn new(function: impl Into<String>) -> Self {
         Options {
             event_names: vec!["INSERT".into()],
-            deadline_margin: Duration::from_secs(3),
+            deadline_margin: Duration::from_secs(1),
             function: function.into(),
             metrics: true,
         }
