@@ -52,7 +52,7 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
     for record in &event.payload.records {
         let sequence = record.change.sequence_number.clone();
         let span = tracing::info_span!("record", event_name = %record.event_name, sequence = sequence.as_deref().unwrap_or(""), event_id = tracing::field::Empty);
-        let result = if !options.event_names.iter().any(|n| *n == record.event_name) {
+        let result = if !options.event_names.contains(&record.event_name) {
             Ok(Disposition::Skipped)
         } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
             Err(RecordError::retryable("not started: the invocation's deadline is near"))
