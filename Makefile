@@ -15,7 +15,7 @@ EVENT ?= events/sqs-payment.json
 STACK ?= effectively-once
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
-	clean-local-aws watch invoke build deploy
+	clean-local-aws watch invoke build deploy local-down send run redrive duplicates
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
 test: lint lint-infra local-aws-up
@@ -30,9 +30,27 @@ lint:
 lint-infra:
 	infra/lint.sh
 
-## local-up: the local AWS, its tables (from infra/template.json) and .local-aws/lambda.env
+## local-up: the local AWS, its tables and queues (from infra/template.json), .local-aws/lambda.env
 local-up: local-aws-up
 	cargo run -q -p local -- up
+
+## local-down: delete the local resources and stop the local AWS
+local-down:
+	cargo run -q -p local -- down
+	infra/local/aws.sh down
+
+## send: EVENT=events/... (or SEND_ARGS="--events 500 --duplicates 30 --poison 5") to the queue
+send: local-up
+	cargo run -q -p local -- send $(if $(SEND_ARGS),$(SEND_ARGS),--file $(EVENT))
+
+## run: the event source mapping emulator until the queue and stream are drained
+##      (RUN_ARGS="--invoke-url http://127.0.0.1:9000" to invoke the binaries under `make watch`)
+run: local-up
+	cargo run -q -p local -- run $(RUN_ARGS)
+
+## redrive: move the DLQ back to the payments queue
+redrive: local-up
+	cargo run -q -p local -- redrive
 
 ## watch: both functions under `cargo lambda watch`, against the local AWS and its tables
 watch: local-up
@@ -56,8 +74,12 @@ deploy:
 unit:
 	cargo test -p idempotency
 
-## demo: one payment delivered three times through the idempotency layer on the local AWS
+## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
 demo: local-aws-up
+	cargo run -q -p local -- demo $(DEMO_ARGS)
+
+## duplicates: one payment delivered three times through the idempotency layer, with its cost
+duplicates: local-aws-up
 	cargo run -q -p idempotency-dynamodb --features test-util --example duplicates
 
 ## doc: API docs, broken intra-doc links denied

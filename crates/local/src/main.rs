@@ -1,31 +1,121 @@
-//! `local up`: the local AWS's resources from `infra/template.json`, and `.local-aws/lambda.env`
-//! for `cargo lambda watch`. `local env` prints that environment.
+//! `local`: the local pipeline from the command line.
+//!
+//! ```text
+//! local up                          tables, queues (with DLQ and redrive policy), stream, SES sender
+//! local down                        delete them
+//! local env                         the functions' environment, for cargo lambda watch
+//! local send --file events/sqs-batch-duplicates.json
+//! local send --events N [--duplicates P] [--poison K]
+//! local run [--pollers N] [--invoke-url http://127.0.0.1:9000]
+//! local redrive                     the DLQ back to the payments queue
+//! local demo [--events N] [--duplicates P] [--poison K] [--pollers N]
+//! ```
 
-use idempotency_dynamodb::testing::{endpoint, sdk_config};
+use idempotency_dynamodb::testing::endpoint;
+use local::esm::{self, SqsMapping, StreamMapping};
+use local::invoke::Http;
+use local::workload::{self, Workload};
+use local::{demo, resources, Clients};
+
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn number(args: &[String], name: &str, default: usize) -> Result<usize, String> {
+    flag(args, name).map(|v| v.parse().map_err(|_| format!("{name}: not a number: {v}"))).unwrap_or(Ok(default))
+}
 
 #[tokio::main]
 async fn main() {
-    let command = std::env::args().nth(1).unwrap_or_default();
-    let result = match command.as_str() {
-        "up" => up().await,
-        "env" => {
-            print!("{}", local::lambda_env(&endpoint()));
-            Ok(())
-        }
-        _ => Err("usage: local up | env".to_owned()),
-    };
-    if let Err(e) = result {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = run(&args).await {
         eprintln!("local: {e}");
         std::process::exit(1);
     }
 }
 
-async fn up() -> Result<(), String> {
-    let sdk = sdk_config().await;
-    let created = local::up(&aws_sdk_dynamodb::Client::new(&sdk), &aws_sdk_sesv2::Client::new(&sdk)).await?;
-    std::fs::create_dir_all(".local-aws").map_err(|e| e.to_string())?;
-    std::fs::write(".local-aws/lambda.env", local::lambda_env(&endpoint())).map_err(|e| e.to_string())?;
-    println!("local AWS at {}: tables created {created:?}; sender {} verified", endpoint(), local::RECEIPT_FROM);
-    println!("function environment written to .local-aws/lambda.env");
+async fn run(args: &[String]) -> Result<(), String> {
+    let clients = Clients::local().await;
+    let command = args.first().map(String::as_str).unwrap_or("");
+    if command == "env" {
+        let r = resources::up(&clients, "").await?;
+        print!("{}", resources::lambda_env(&r, &endpoint()));
+        return Ok(());
+    }
+    let r = resources::up(&clients, "").await?;
+    match command {
+        "up" => {
+            std::fs::create_dir_all(".local-aws").map_err(|e| e.to_string())?;
+            std::fs::write(".local-aws/lambda.env", resources::lambda_env(&r, &endpoint()))
+                .map_err(|e| e.to_string())?;
+            println!("local AWS at {}: resources from infra/template.json", endpoint());
+            println!(
+                "  tables  {}, {}, {} (stream on {})",
+                r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table
+            );
+            println!(
+                "  queues  {} (DLQ {} after {} receives), {}",
+                r.queue_url, r.dlq_url, r.max_receive_count, r.failures_url
+            );
+            println!("  sender  {} verified; function env in .local-aws/lambda.env", resources::RECEIPT_FROM);
+        }
+        "down" => {
+            resources::down(&clients, &r).await?;
+            println!("deleted the local tables and queues");
+        }
+        "send" => {
+            let bodies = match flag(args, "--file") {
+                Some(path) => workload::bodies_of_event_file(
+                    &std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?,
+                )?,
+                None => {
+                    let mut w = Workload::new(number(args, "--events", 100)?);
+                    w.duplicate_pct = number(args, "--duplicates", 30)? as u32;
+                    w.poison = number(args, "--poison", 0)?;
+                    workload::plan(&w).deliveries
+                }
+            };
+            let n = workload::send(&clients.sqs, &r.queue_url, &bodies).await?;
+            println!("sent {n} messages to {}", r.queue_url);
+        }
+        "run" => {
+            let pollers = number(args, "--pollers", 1)?;
+            let sqs = SqsMapping::new(&r.queue_url);
+            let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+            let report = |p: esm::Progress| {
+                eprint!("\rdeliveries {} failed {} stream records {}", p.deliveries, p.failed, p.stream_records)
+            };
+            let p = match flag(args, "--invoke-url") {
+                Some(url) => {
+                    let payments = Http { url: url.clone(), function: payments_consumer::FUNCTION.into() };
+                    let relay = Http { url, function: receipts_relay::FUNCTION.into() };
+                    esm::run_until_drained(&clients, &sqs, &mut stream, &payments, &relay, pollers, report).await?
+                }
+                None => {
+                    let (payments, relay) = (demo::payments(&clients, &r), demo::relay(&clients, &r));
+                    esm::run_until_drained(&clients, &sqs, &mut stream, &payments, &relay, pollers, report).await?
+                }
+            };
+            eprintln!();
+            println!("drained: {} deliveries, {} failed, {} stream records", p.deliveries, p.failed, p.stream_records);
+        }
+        "redrive" => {
+            let n = esm::redrive(&clients, &r.dlq_url, &r.queue_url).await?;
+            println!("moved {n} messages from the DLQ back to the payments queue");
+        }
+        "demo" => {
+            let mut w = Workload::new(number(args, "--events", 300)?);
+            w.duplicate_pct = number(args, "--duplicates", 30)? as u32;
+            w.poison = number(args, "--poison", 6)?;
+            let summary = demo::run(&clients, &r, &w, number(args, "--pollers", 2)?).await?;
+            println!("\n{}", summary.table());
+            println!("pipeline time {:.1} s", summary.elapsed.as_secs_f64());
+            if !summary.ok() {
+                return Err("an invariant failed".into());
+            }
+            println!("every invariant holds");
+        }
+        other => return Err(format!("unknown command {other:?}; see `local` in crates/local/src/main.rs")),
+    }
     Ok(())
 }

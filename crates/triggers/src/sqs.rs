@@ -80,11 +80,11 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, opti
         groups = records.iter().enumerate().map(|r| vec![r]).collect();
     }
 
-    let results: Vec<Vec<(usize, RecordResult)>> = stream::iter(groups)
-        .map(|group| run_group(handler, group, deadline, options))
-        .buffer_unordered(options.concurrency.max(1))
-        .collect()
-        .await;
+    // Futures made eagerly, not in a stream's `map` closure: a closure over borrowed records
+    // makes the batch future's `Send` unprovable for callers that spawn it.
+    let pending: Vec<_> = groups.into_iter().map(|group| run_group(handler, group, deadline, options)).collect();
+    let results: Vec<Vec<(usize, RecordResult)>> =
+        stream::iter(pending).buffer_unordered(options.concurrency.max(1)).collect().await;
     let mut results: Vec<(usize, RecordResult)> = results.into_iter().flatten().collect();
     results.sort_by_key(|(i, _)| *i);
 

@@ -1,0 +1,244 @@
+//! Resources from the deployment template: every `AWS::DynamoDB::Table` and `AWS::SQS::Queue`
+//! in `infra/template.json` is created locally with its key schema, stream, TTL, retention,
+//! visibility timeout and redrive policy (`maxReceiveCount`).
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification,
+    StreamViewType, TimeToLiveSpecification,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use serde_json::Value;
+
+/// The deployment template, compiled in.
+pub const TEMPLATE: &str = include_str!("../../../infra/template.json");
+
+/// The sender identity verified in the local SES.
+pub const RECEIPT_FROM: &str = "receipts@example.com";
+
+/// The SDK clients the local pipeline uses.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    /// DynamoDB.
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    /// DynamoDB Streams.
+    pub streams: aws_sdk_dynamodbstreams::Client,
+    /// SQS.
+    pub sqs: aws_sdk_sqs::Client,
+    /// SES v2.
+    pub ses: aws_sdk_sesv2::Client,
+}
+
+impl Clients {
+    /// Clients for the local AWS (or `AWS_ENDPOINT_URL`).
+    pub async fn local() -> Clients {
+        let sdk = idempotency_dynamodb::testing::sdk_config().await;
+        Clients {
+            dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
+            streams: aws_sdk_dynamodbstreams::Client::new(&sdk),
+            sqs: aws_sdk_sqs::Client::new(&sdk),
+            ses: aws_sdk_sesv2::Client::new(&sdk),
+        }
+    }
+}
+
+/// The names and addresses of one set of local resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resources {
+    /// `IDEMPOTENCY_TABLE`.
+    pub idempotency_table: String,
+    /// `LEDGER_TABLE`.
+    pub ledger_table: String,
+    /// `OUTBOX_TABLE`.
+    pub outbox_table: String,
+    /// The payments queue's URL.
+    pub queue_url: String,
+    /// Its dead-letter queue's URL.
+    pub dlq_url: String,
+    /// The receipts relay's on-failure destination.
+    pub failures_url: String,
+    /// The payments queue's `maxReceiveCount`, from the template.
+    pub max_receive_count: u32,
+}
+
+/// A local name from a logical id: `LedgerTable` is `ledger`, `PaymentsDeadLetterQueue` is
+/// `payments-dead-letter`, behind `prefix-` when a prefix is given (tests use their own).
+pub fn local_name(prefix: &str, logical_id: &str) -> String {
+    let base = logical_id.trim_end_matches("Table").trim_end_matches("Queue");
+    let mut name = String::new();
+    for (i, c) in base.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('-');
+        }
+        name.push(c.to_ascii_lowercase());
+    }
+    if prefix.is_empty() {
+        name
+    } else {
+        format!("{prefix}-{name}")
+    }
+}
+
+fn resources(kind: &str) -> Result<BTreeMap<String, Value>, String> {
+    let template: Value = serde_json::from_str(TEMPLATE).map_err(|e| format!("infra/template.json: {e}"))?;
+    let all = template["Resources"].as_object().ok_or("template has no Resources")?;
+    Ok(all.iter().filter(|(_, r)| r["Type"] == kind).map(|(id, r)| (id.clone(), r["Properties"].clone())).collect())
+}
+
+fn text<'a>(v: &'a Value, field: &str) -> Result<&'a str, String> {
+    v[field].as_str().ok_or_else(|| format!("template: {field} missing"))
+}
+
+/// Plain numbers, or a `Ref` to a parameter's default.
+fn number(template: &Value, v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        Value::Object(o) => {
+            let param = o.get("Ref")?.as_str()?;
+            number(template, &template["Parameters"][param]["Default"])
+        }
+        _ => None,
+    }
+}
+
+/// Creates every table and queue of the template (those that exist are kept), verifies the
+/// sender identity, and returns their names.
+pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources, String> {
+    for (id, props) in resources("AWS::DynamoDB::Table")? {
+        create_table(&clients.dynamodb, &local_name(prefix, &id), &props).await?;
+    }
+    let template: Value = serde_json::from_str(TEMPLATE).map_err(|e| e.to_string())?;
+    let queues = resources("AWS::SQS::Queue")?;
+    let mut urls = BTreeMap::new();
+    // Dead-letter queues first: a redrive policy names its target's ARN.
+    let mut ordered: Vec<_> = queues.iter().collect();
+    ordered.sort_by_key(|(_, p)| p.get("RedrivePolicy").is_some());
+    let mut max_receive_count = 0;
+    for (id, props) in ordered {
+        let name = local_name(prefix, id);
+        let mut request = clients.sqs.create_queue().queue_name(&name);
+        if let Some(n) = number(&template, &props["MessageRetentionPeriod"]) {
+            request = request.attributes(QueueAttributeName::MessageRetentionPeriod, n.to_string());
+        }
+        if let Some(n) = number(&template, &props["VisibilityTimeout"]) {
+            request = request.attributes(QueueAttributeName::VisibilityTimeout, n.to_string());
+        }
+        if let Some(policy) = props.get("RedrivePolicy") {
+            let target = policy["deadLetterTargetArn"]["Fn::GetAtt"][0].as_str().ok_or("redrive target missing")?;
+            let target_url: &String = urls.get(target).ok_or("redrive target not created")?;
+            let arn = queue_arn(&clients.sqs, target_url).await?;
+            max_receive_count = number(&template, &policy["maxReceiveCount"]).unwrap_or(5) as u32;
+            let redrive = serde_json::json!({"deadLetterTargetArn": arn, "maxReceiveCount": max_receive_count});
+            request = request.attributes(QueueAttributeName::RedrivePolicy, redrive.to_string());
+        }
+        let out = request.send().await.map_err(|e| format!("create queue {name}: {}", e.into_service_error()))?;
+        urls.insert(id.clone(), out.queue_url().unwrap_or_default().to_owned());
+    }
+    clients.ses.create_email_identity().email_identity(RECEIPT_FROM).send().await.ok();
+    let url = |id: &str| urls.get(id).cloned().ok_or(format!("template has no {id}"));
+    Ok(Resources {
+        idempotency_table: local_name(prefix, "IdempotencyTable"),
+        ledger_table: local_name(prefix, "LedgerTable"),
+        outbox_table: local_name(prefix, "OutboxTable"),
+        queue_url: url("PaymentsQueue")?,
+        dlq_url: url("PaymentsDeadLetterQueue")?,
+        failures_url: url("ReceiptsFailureQueue")?,
+        max_receive_count,
+    })
+}
+
+/// Deletes what [`up`] created.
+pub async fn down(clients: &Clients, resources: &Resources) -> Result<(), String> {
+    for table in [&resources.idempotency_table, &resources.ledger_table, &resources.outbox_table] {
+        clients.dynamodb.delete_table().table_name(table).send().await.ok();
+    }
+    for url in [&resources.queue_url, &resources.dlq_url, &resources.failures_url] {
+        clients.sqs.delete_queue().queue_url(url).send().await.ok();
+    }
+    Ok(())
+}
+
+/// A queue's ARN.
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, String> {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| format!("queue attributes: {}", e.into_service_error()))?;
+    out.attributes().and_then(|a| a.get(&QueueAttributeName::QueueArn)).cloned().ok_or_else(|| "no QueueArn".into())
+}
+
+async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &Value) -> Result<(), String> {
+    let mut request = dynamodb.create_table().table_name(name).billing_mode(BillingMode::PayPerRequest);
+    for def in props["AttributeDefinitions"].as_array().ok_or("AttributeDefinitions missing")? {
+        request = request.attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(text(def, "AttributeName")?)
+                .attribute_type(ScalarAttributeType::from(text(def, "AttributeType")?))
+                .build()
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    for key in props["KeySchema"].as_array().ok_or("KeySchema missing")? {
+        request = request.key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(text(key, "AttributeName")?)
+                .key_type(KeyType::from(text(key, "KeyType")?))
+                .build()
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    if let Some(view) = props["StreamSpecification"]["StreamViewType"].as_str() {
+        request = request.stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::from(view))
+                .build()
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    match request.send().await {
+        Ok(_) => {}
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => return Ok(()),
+        Err(e) => return Err(format!("create table {name}: {}", idempotency_dynamodb::classify("CreateTable", e))),
+    }
+    if let Some(attribute) = props["TimeToLiveSpecification"]["AttributeName"].as_str() {
+        dynamodb
+            .update_time_to_live()
+            .table_name(name)
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder()
+                    .enabled(true)
+                    .attribute_name(attribute)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            )
+            .send()
+            .await
+            .map_err(|e| format!("TTL on {name}: {}", idempotency_dynamodb::classify("UpdateTimeToLive", e)))?;
+    }
+    Ok(())
+}
+
+/// The functions' environment for these resources (`cargo lambda watch --env-file`).
+pub fn lambda_env(resources: &Resources, endpoint: &str) -> String {
+    format!(
+        "IDEMPOTENCY_TABLE={}\nLEDGER_TABLE={}\nOUTBOX_TABLE={}\nRECEIPT_FROM={RECEIPT_FROM}\n\
+         AWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\nAWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
+        resources.idempotency_table, resources.ledger_table, resources.outbox_table,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_follow_logical_ids() {
+        assert_eq!(super::local_name("", "LedgerTable"), "ledger");
+        assert_eq!(super::local_name("", "PaymentsDeadLetterQueue"), "payments-dead-letter");
+        assert_eq!(super::local_name("t1", "ReceiptsFailureQueue"), "t1-receipts-failure");
+    }
+}
