@@ -138,6 +138,9 @@ pub struct StreamMapping {
     pub max_retries: u32,
     /// The on-failure destination.
     pub failures_url: Option<String>,
+    /// Event names delivered; others are passed over, as the template's `FilterCriteria`
+    /// (`{"eventName": ["INSERT"]}`) has Lambda do.
+    pub event_names: Vec<String>,
     checkpoints: HashMap<String, Resume>,
     attempts: HashMap<String, u32>,
 }
@@ -156,6 +159,7 @@ impl StreamMapping {
             batch_size: 10,
             max_retries: 5,
             failures_url,
+            event_names: vec!["INSERT".into()],
             checkpoints: HashMap::new(),
             attempts: HashMap::new(),
         }
@@ -230,9 +234,17 @@ pub async fn poll_stream<F: StreamFunction>(
         for r in records {
             let value = record_json(r, &stream_arn);
             let record: EventRecord = serde_json::from_value(value).map_err(|e| format!("stream record: {e}"))?;
-            event.records.push(record);
+            if mapping.event_names.contains(&record.event_name) {
+                event.records.push(record);
+            }
         }
-        let last = event.records.last().and_then(|r| r.change.sequence_number.clone()).unwrap_or_default();
+        let last =
+            records.last().and_then(|r| r.dynamodb()).and_then(|c| c.sequence_number()).unwrap_or_default().to_owned();
+        if event.records.is_empty() {
+            // Everything filtered out: the checkpoint passes it without an invocation.
+            mapping.checkpoints.insert(shard, Resume::After(last));
+            continue;
+        }
         poll.delivered += event.records.len();
         let response = function.invoke(event.clone()).await?;
         match response.batch_item_failures.first().and_then(|f| f.item_identifier.clone()) {
@@ -382,9 +394,10 @@ pub async fn redrive(clients: &Clients, dlq_url: &str, queue_url: &str) -> Resul
     }
 }
 
-/// Every message body in a queue, left in place (received with a short visibility timeout).
+/// Every message body in a queue, left in place: received, then made visible again at once.
 pub async fn peek_bodies(clients: &Clients, queue_url: &str) -> Result<Vec<String>, String> {
     let mut bodies = Vec::new();
+    let mut handles = Vec::new();
     let mut seen = std::collections::HashSet::new();
     loop {
         let out = clients
@@ -392,7 +405,7 @@ pub async fn peek_bodies(clients: &Clients, queue_url: &str) -> Result<Vec<Strin
             .receive_message()
             .queue_url(queue_url)
             .max_number_of_messages(10)
-            .visibility_timeout(5)
+            .visibility_timeout(30)
             .send()
             .await
             .map_err(|e| format!("receive: {}", e.into_service_error()))?;
@@ -401,8 +414,21 @@ pub async fn peek_bodies(clients: &Clients, queue_url: &str) -> Result<Vec<Strin
         if fresh.is_empty() {
             break;
         }
-        bodies.extend(fresh.iter().map(|m| m.body().unwrap_or_default().to_owned()));
+        for m in fresh {
+            bodies.push(m.body().unwrap_or_default().to_owned());
+            handles.push(m.receipt_handle().unwrap_or_default().to_owned());
+        }
     }
-    // Put them back: visible again at once.
+    for handle in handles {
+        clients
+            .sqs
+            .change_message_visibility()
+            .queue_url(queue_url)
+            .receipt_handle(handle)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .map_err(|e| format!("change visibility: {}", e.into_service_error()))?;
+    }
     Ok(bodies)
 }

@@ -1,0 +1,179 @@
+//! The event source mapping emulator against the local AWS: redelivery, the DLQ, the stream
+//! checkpoint and the redrive, observed in the queues, the ledger and the local SES.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_lambda_events::event::sqs::SqsMessage;
+use effects::{Ledger, PaymentEvent};
+use idempotency_dynamodb::testing::unique_name;
+use idempotency_dynamodb::DynamoDbStore;
+use local::demo::{payments, relay, sent_emails};
+use local::esm::{self, SqsMapping, StreamMapping};
+use local::invoke::InProcess;
+use local::resources::{self, Clients, Resources};
+use local::workload;
+use triggers::{sqs, streams, RecordError, RecordResult};
+
+async fn setup() -> (Clients, Resources) {
+    let clients = Clients::local().await;
+    let r = resources::up(&clients, &unique_name("esm")).await.expect("local resources");
+    (clients, r)
+}
+
+fn ledger(clients: &Clients, r: &Resources) -> Ledger {
+    Ledger::new(DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table), &r.ledger_table, None)
+}
+
+fn payment(event_id: &str, account: &str, amount: i64) -> String {
+    format!(r#"{{"event_id": "{event_id}", "account_id": "{account}", "amount_cents": {amount}, "currency": "USD"}}"#)
+}
+
+fn fast(queue_url: &str) -> SqsMapping {
+    SqsMapping { visibility_timeout: 1, ..SqsMapping::new(queue_url) }
+}
+
+/// The real payments handler, which first fails every message whose body contains `needle`
+/// while `broken` is set, and counts deliveries per body.
+struct Flaky<H> {
+    inner: H,
+    needle: String,
+    broken: AtomicBool,
+    once: bool,
+    deliveries: Mutex<HashMap<String, usize>>,
+}
+
+impl<H> Flaky<H> {
+    fn new(inner: H, needle: &str, once: bool) -> Self {
+        Flaky { inner, needle: needle.into(), broken: AtomicBool::new(true), once, deliveries: Mutex::default() }
+    }
+
+    fn deliveries(&self, needle: &str) -> usize {
+        self.deliveries.lock().unwrap().iter().filter(|(k, _)| k.contains(needle)).map(|(_, v)| v).sum()
+    }
+
+    fn fail(&self, text: &str) -> bool {
+        *self.deliveries.lock().unwrap().entry(text.to_owned()).or_default() += 1;
+        if !text.contains(&self.needle) || !self.broken.load(Ordering::SeqCst) {
+            return false;
+        }
+        if self.once {
+            self.broken.store(false, Ordering::SeqCst);
+        }
+        true
+    }
+}
+
+impl<H: sqs::Handler> sqs::Handler for Flaky<H> {
+    async fn handle(&self, message: &SqsMessage, deadline: Option<u64>) -> RecordResult {
+        if self.fail(message.body.as_deref().unwrap_or("")) {
+            return Err(RecordError::retryable("injected: downstream unavailable"));
+        }
+        self.inner.handle(message, deadline).await
+    }
+}
+
+impl<H: streams::Handler> streams::Handler for Flaky<H> {
+    async fn handle(&self, record: &EventRecord, deadline: Option<u64>) -> RecordResult {
+        let text = serde_json::to_string(&record.change.new_image).unwrap();
+        if self.fail(&text) {
+            return Err(RecordError::retryable("injected: SES throttled"));
+        }
+        self.inner.handle(record, deadline).await
+    }
+}
+
+#[tokio::test]
+async fn a_failed_message_is_redelivered_and_applied_once() {
+    let (clients, r) = setup().await;
+    let bodies = vec![payment("pay-a", "acct-r", 100), payment("pay-b", "acct-r", 200)];
+    workload::send(&clients.sqs, &r.queue_url, &bodies).await.unwrap();
+    let inner = payments(&clients, &r);
+    let handler = InProcess::new(Flaky::new(inner.handler().clone(), "pay-b", true), "t");
+    let relay = relay(&clients, &r);
+    let mut stream = StreamMapping::new(&r.outbox_table, None);
+    let p =
+        esm::run_until_drained(&clients, &fast(&r.queue_url), &mut stream, &handler, &relay, 1, |_| {}).await.unwrap();
+    assert_eq!((p.deliveries, p.failed), (3, 1), "pay-b delivered twice");
+    assert_eq!(handler.handler().deliveries("pay-b"), 2);
+    let balance = ledger(&clients, &r).balance("acct-r").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (300, 2));
+    assert_eq!(esm::queue_depth(&clients, &r.queue_url).await.unwrap(), 0, "both acknowledged");
+    assert_eq!(esm::queue_depth(&clients, &r.dlq_url).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn poison_reaches_the_dlq_after_the_maximum_receive_count() {
+    let (clients, r) = setup().await;
+    let poison = r#"{"event_id": "pay-poison", "amount_cents": 0}"#.to_owned();
+    workload::send(&clients.sqs, &r.queue_url, &[poison.clone(), payment("pay-ok", "acct-p", 5)]).await.unwrap();
+    let (handler, relay) = (payments(&clients, &r), relay(&clients, &r));
+    let mut stream = StreamMapping::new(&r.outbox_table, None);
+    let p =
+        esm::run_until_drained(&clients, &fast(&r.queue_url), &mut stream, &handler, &relay, 1, |_| {}).await.unwrap();
+    assert_eq!(p.failed, r.max_receive_count as usize, "received {} times, then moved", r.max_receive_count);
+    assert_eq!(esm::peek_bodies(&clients, &r.dlq_url).await.unwrap(), vec![poison]);
+    assert_eq!(esm::queue_depth(&clients, &r.queue_url).await.unwrap(), 0);
+    assert_eq!(ledger(&clients, &r).balance("acct-p").await.unwrap().unwrap().balance_cents, 5);
+}
+
+#[tokio::test]
+async fn a_relay_failure_holds_the_stream_checkpoint_until_it_succeeds() {
+    let (clients, r) = setup().await;
+    let run = unique_name("ck");
+    let ledger = Ledger::new(
+        DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table),
+        &r.ledger_table,
+        Some(r.outbox_table.clone()),
+    );
+    let recipients: Vec<String> = (0..3).map(|i| format!("c{i}@{run}.example.com")).collect();
+    for (i, to) in recipients.iter().enumerate() {
+        let mut e = PaymentEvent::parse(&payment(&format!("pay-{run}-{i}"), "acct-s", 10)).unwrap();
+        e.receipt_email = Some(to.clone());
+        ledger.post(&e).await.unwrap();
+    }
+    let inner = relay(&clients, &r);
+    let relay = InProcess::new(Flaky::new(inner.handler().clone(), &recipients[1], true), "t");
+    let mut stream = StreamMapping::new(&r.outbox_table, None);
+    let first = esm::poll_stream(&clients, &mut stream, &relay).await.unwrap();
+    assert_eq!((first.delivered, first.failed_batches), (3, 1));
+    assert_eq!(relay.handler().deliveries(&recipients[2]), 0, "nothing after the failed record in that batch");
+    let second = esm::poll_stream(&clients, &mut stream, &relay).await.unwrap();
+    assert_eq!((second.delivered, second.failed_batches), (2, 0), "resumed at the failed record");
+    let third = esm::poll_stream(&clients, &mut stream, &relay).await.unwrap();
+    assert_eq!(third.delivered, 0, "checkpoint past the batch");
+    let emails = sent_emails().unwrap();
+    for to in &recipients {
+        assert_eq!(emails.iter().filter(|e| *e == to).count(), 1, "{to}");
+    }
+    assert_eq!(relay.handler().deliveries(&recipients[0]), 1);
+    assert_eq!(relay.handler().deliveries(&recipients[1]), 2);
+}
+
+#[tokio::test]
+async fn a_redrive_after_the_fix_applies_what_failed_and_nothing_twice() {
+    let (clients, r) = setup().await;
+    let (good, victim) = (payment("pay-good", "acct-d", 100), payment("pay-victim", "acct-d", 40));
+    workload::send(&clients.sqs, &r.queue_url, &[good.clone(), victim.clone()]).await.unwrap();
+    let inner = payments(&clients, &r);
+    // A bug rejects pay-victim until the fix: it ends in the DLQ.
+    let handler = InProcess::new(Flaky::new(inner.handler().clone(), "pay-victim", false), "t");
+    let relay = relay(&clients, &r);
+    let mut stream = StreamMapping::new(&r.outbox_table, None);
+    esm::run_until_drained(&clients, &fast(&r.queue_url), &mut stream, &handler, &relay, 1, |_| {}).await.unwrap();
+    assert_eq!(esm::peek_bodies(&clients, &r.dlq_url).await.unwrap(), vec![victim.clone()]);
+    // An operator also drops an already-applied message into the DLQ by mistake.
+    workload::send(&clients.sqs, &r.dlq_url, &[good]).await.unwrap();
+    handler.handler().broken.store(false, Ordering::SeqCst);
+    assert_eq!(esm::redrive(&clients, &r.dlq_url, &r.queue_url).await.unwrap(), 2);
+    esm::run_until_drained(&clients, &fast(&r.queue_url), &mut stream, &handler, &relay, 1, |_| {}).await.unwrap();
+    let balance = ledger(&clients, &r).balance("acct-d").await.unwrap().unwrap();
+    assert_eq!(
+        (balance.balance_cents, balance.entry_count),
+        (140, 2),
+        "the victim applied once; the good one not again"
+    );
+    assert_eq!(esm::queue_depth(&clients, &r.dlq_url).await.unwrap(), 0);
+}
