@@ -24,14 +24,16 @@ pub struct SqsMapping {
     pub batch_size: i32,
     /// How long a received message stays invisible; a failed one returns after it.
     pub visibility_timeout: i32,
-    /// Long-poll wait.
+    /// Long-poll wait. 0 against the local AWS: it serves one request at a time, so a long poll
+    /// would hold every other request back while it waits; the emulator sleeps between empty
+    /// polls instead.
     pub wait_seconds: i32,
 }
 
 impl SqsMapping {
-    /// Batches of 10, a 2 s visibility timeout (redelivery within the demo), 1 s long polls.
+    /// Batches of 10, a 2 s visibility timeout (redelivery within the demo), short polls.
     pub fn new(queue_url: impl Into<String>) -> Self {
-        SqsMapping { queue_url: queue_url.into(), batch_size: 10, visibility_timeout: 2, wait_seconds: 1 }
+        SqsMapping { queue_url: queue_url.into(), batch_size: 10, visibility_timeout: 2, wait_seconds: 0 }
     }
 }
 
@@ -351,6 +353,10 @@ pub async fn run_until_drained<P: SqsFunction, R: StreamFunction>(
         on_progress(progress);
         let busy = received > 0 || streamed.delivered > 0 || queue_depth(clients, &sqs.queue_url).await? > 0;
         idle = if busy { 0 } else { idle + 1 };
+        if received == 0 {
+            // Nothing visible: messages in flight come back after their visibility timeout.
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
     }
     Ok(progress)
 }
