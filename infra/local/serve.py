@@ -46,11 +46,31 @@ def sent_emails():
     return emails
 
 
-# The project's own read-only routes, beside moto's: moto's /moto-api/data.json serialises every
+# Requests served, by service and operation (`DynamoDB_20120810.PutItem` is `dynamodb:PutItem`),
+# for benchmarks that compare what two implementations cost against the same server.
+REQUESTS = {}
+
+
+def operation_of(environ):
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        service, _, op = target.partition(".")
+        return f"{service.split('_')[0].lower()}:{op}"
+    return f"http:{environ.get('REQUEST_METHOD', '')} {environ.get('PATH_INFO', '')}"
+
+
+def reset_requests():
+    REQUESTS.clear()
+    return {"reset": True}
+
+
+# The project's own routes, beside moto's: moto's /moto-api/data.json serialises every
 # model of every service (a megabyte after a test run), too slow to poll for one mailbox.
 LOCAL_ROUTES = {
     "/_local-aws/health": lambda: {"server": "moto", "serialized": True},
     "/_local-aws/ses/messages": lambda: {"messages": sent_emails()},
+    "/_local-aws/requests": lambda: {"requests": dict(sorted(REQUESTS.items()))},
+    "/_local-aws/requests/reset": reset_requests,
 }
 
 
@@ -139,10 +159,12 @@ class Serialized:
     def __call__(self, environ, start_response):
         route = LOCAL_ROUTES.get(environ.get("PATH_INFO", ""))
         with self.lock:
-            if route is not None and environ.get("REQUEST_METHOD") == "GET":
+            if route is not None and environ.get("REQUEST_METHOD") in ("GET", "POST"):
                 body = json.dumps(route()).encode()
                 start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
                 return [body]
+            op = operation_of(environ)
+            REQUESTS[op] = REQUESTS.get(op, 0) + 1
             body = self.app(environ, start_response)
             try:
                 # Materialise the body under the lock: a lazy iterator would
