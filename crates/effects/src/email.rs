@@ -6,6 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Mutex;
 
+use aws_sdk_sesv2::config::retry::RetryConfig;
 use aws_sdk_sesv2::error::SdkError;
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message};
@@ -41,7 +42,7 @@ pub struct EmailMessage {
 pub enum SendErrorKind {
     /// The provider shed load; the message was not accepted. Retryable.
     Throttled,
-    /// The request never reached the provider (connection failed). Retryable.
+    /// The provider answered that it is unavailable (a 5xx before accepting). Retryable.
     Unavailable,
     /// The request may have been accepted: it timed out, or its answer was lost. Retryable,
     /// under the [`Policy`] of the ambiguous window.
@@ -131,6 +132,10 @@ impl EmailSender for SesSender {
             .from_email_address(&self.from)
             .destination(Destination::builder().to_addresses(&message.to).build())
             .content(EmailContent::builder().simple(simple).build())
+            .customize()
+            // SendEmail is not idempotent: an SDK retry after a lost answer sends a second
+            // copy behind the marker's back. One attempt; `send_once` retries what is safe to.
+            .config_override(aws_sdk_sesv2::config::Builder::default().retry_config(RetryConfig::disabled()))
             .send()
             .await
             .map_err(classify_ses)?;
@@ -143,16 +148,19 @@ impl EmailSender for SesSender {
 /// SES errors into send errors, in one place.
 fn classify_ses<R: fmt::Debug>(err: SdkError<SendEmailError, R>) -> SendError {
     let kind = match &err {
-        // Never left this process: nothing was sent.
-        SdkError::DispatchFailure(d) if !d.is_timeout() => SendErrorKind::Unavailable,
         SdkError::ConstructionFailure(_) => SendErrorKind::Rejected,
-        // Sent, and then no answer: SES may have accepted it.
+        // A dispatch failure may be a refused connection (nothing sent) or a connection closed
+        // after the request went out (SES may have accepted it): the SDK does not tell them
+        // apart, so both are ambiguous, and the policy decides.
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) | SdkError::DispatchFailure(_) => {
             SendErrorKind::Ambiguous
         }
         SdkError::ServiceError(e) => match e.err() {
             SendEmailError::TooManyRequestsException(_) | SendEmailError::LimitExceededException(_) => {
                 SendErrorKind::Throttled
+            }
+            e if e.meta().code() == Some("ServiceUnavailable") || e.meta().code() == Some("InternalFailure") => {
+                SendErrorKind::Unavailable
             }
             SendEmailError::MessageRejected(_)
             | SendEmailError::MailFromDomainNotVerifiedException(_)

@@ -140,7 +140,12 @@ fn post(host: &str, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
     Ok(body)
 }
 
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
+fn dechunk(body: &[u8]) -> Vec<u8> {
+    dechunk_bytes(body)
+}
+
+/// Undoes HTTP/1.1 chunked transfer encoding.
+pub fn dechunk_bytes(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
         let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16).unwrap_or(0);

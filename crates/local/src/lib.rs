@@ -6,6 +6,7 @@
 pub mod demo;
 pub mod esm;
 pub mod invoke;
+pub mod proxy;
 pub mod resources;
 pub mod workload;
 
