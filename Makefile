@@ -15,11 +15,16 @@ EVENT ?= events/sqs-payment.json
 STACK ?= effectively-once
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
-	clean-local-aws watch invoke build deploy local-down send run redrive duplicates
+	clean-local-aws watch invoke build deploy chaos local-down send run redrive duplicates
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
 test: lint lint-infra local-aws-up
 	cargo test --workspace
+	cargo run -q -p local -- chaos --events 300 --poison 4
+
+## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more)
+chaos: local-aws-up
+	cargo run -q -p local -- chaos $(CHAOS_ARGS)
 
 ## lint: cargo fmt --check and clippy with warnings denied
 lint:

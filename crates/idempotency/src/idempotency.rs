@@ -62,6 +62,7 @@ pub struct Attempt {
     owner: String,
     lease_expires_at_ms: u64,
     replaced: Option<Record>,
+    replaced_unknown: bool,
 }
 
 impl Attempt {
@@ -86,10 +87,14 @@ impl Attempt {
         self.replaced.as_ref()
     }
 
-    /// Whether this attempt took the key over from an attempt that died (or timed out) while in
-    /// progress: its effect may or may not have happened.
+    /// Whether this attempt may have taken the key over from an attempt that died (or timed
+    /// out) while in progress, whose effect may or may not have happened. True when the claim
+    /// replaced such a record, and also when the claim's answer was lost and its retry met the
+    /// claim's own record: what that first write replaced is then unknown, and an effect that
+    /// must not repeat has to assume the worst (found by the chaos scenario: a lost claim answer
+    /// after a takeover hid the takeover and a receipt went out twice).
     pub fn took_over(&self) -> bool {
-        self.replaced.as_ref().is_some_and(|r| r.status == Status::InProgress)
+        self.replaced_unknown || self.replaced.as_ref().is_some_and(|r| r.status == Status::InProgress)
     }
 }
 
@@ -214,7 +219,13 @@ impl<S: Store> Idempotency<S> {
     }
 
     fn attempt(&self, record: Record, replaced: Option<Record>) -> Attempt {
-        Attempt { id: record.id, owner: record.owner, lease_expires_at_ms: record.lease_expires_at_ms, replaced }
+        Attempt {
+            id: record.id,
+            owner: record.owner,
+            lease_expires_at_ms: record.lease_expires_at_ms,
+            replaced,
+            replaced_unknown: false,
+        }
     }
 
     fn lease_end(&self, now_ms: u64) -> Result<u64, Error> {
@@ -236,8 +247,11 @@ impl<S: Store> Idempotency<S> {
     /// Tells apart what a failed claim found, from the record alone (no second read).
     fn classify<R: DeserializeOwned>(&self, mine: Record, existing: Record) -> Result<Begin<R>, Error> {
         if existing.owner == mine.owner && existing.status == Status::InProgress {
-            // Our own write landed and its answer was lost; the retried write met it.
-            return Ok(Begin::Claimed(self.attempt(existing, None)));
+            // Our own write landed and its answer was lost; the retried write met it. What that
+            // write replaced went with the lost answer.
+            let mut attempt = self.attempt(existing, None);
+            attempt.replaced_unknown = true;
+            return Ok(Begin::Claimed(attempt));
         }
         existing.replay(&mine.payload_hash).map(Begin::Replayed)
     }

@@ -3,6 +3,7 @@
 //! invokes the real handlers, workloads with duplicates and poison messages, DLQ redrive, and
 //! the demo that checks the invariants.
 
+pub mod chaos;
 pub mod demo;
 pub mod esm;
 pub mod invoke;

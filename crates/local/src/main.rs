@@ -9,6 +9,7 @@
 //! local run [--pollers N] [--invoke-url http://127.0.0.1:9000]
 //! local redrive                     the DLQ back to the payments queue
 //! local demo [--events N] [--duplicates P] [--poison K] [--pollers N]
+//! local chaos [--events N] [--duplicates P] [--poison K] [--pollers N] [--crash PER_MILLE] [--seed S]
 //! ```
 
 use idempotency_dynamodb::testing::endpoint;
@@ -40,6 +41,25 @@ async fn run(args: &[String]) -> Result<(), String> {
     if command == "env" {
         let r = resources::up(&clients, "").await?;
         print!("{}", resources::lambda_env(&r, &endpoint()));
+        return Ok(());
+    }
+    if command == "chaos" {
+        let d = local::chaos::Options::default();
+        let options = local::chaos::Options {
+            events: number(args, "--events", d.events)?,
+            duplicate_pct: number(args, "--duplicates", d.duplicate_pct as usize)? as u32,
+            poison: number(args, "--poison", d.poison)?,
+            pollers: number(args, "--pollers", d.pollers)?,
+            crash_per_mille: number(args, "--crash", d.crash_per_mille as usize)? as u64,
+            seed: number(args, "--seed", d.seed as usize)? as u64,
+        };
+        let report = local::chaos::run(&clients, &options).await?;
+        println!("\n{}", report.table());
+        println!("scenario time {:.1} s", report.elapsed.as_secs_f64());
+        if !report.ok() {
+            return Err("an invariant failed under faults".into());
+        }
+        println!("every invariant holds under faults");
         return Ok(());
     }
     let r = resources::up(&clients, "").await?;

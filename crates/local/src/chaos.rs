@@ -1,0 +1,384 @@
+//! The chaos scenario: a workload through the local pipeline with faults injected at every
+//! layer (lost responses, throttling and 500s from the fault proxy; invocations that die after
+//! the ledger commit and before the ack, or mid-batch; a relay that dies after SES accepted and
+//! before its marker completed), two consumers at once, and a redrive of the DLQ at the end;
+//! then the invariants, with counts.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use aws_sdk_dynamodb::config::{Credentials, Region};
+use effects::{EmailMessage, EmailSender, Ledger, Policy, Receipt, SesSender};
+use idempotency::{Config, Idempotency, Store};
+use idempotency_dynamodb::DynamoDbStore;
+use payments_consumer::Payments;
+use receipts_relay::Receipts;
+
+use crate::demo::{sent_emails, Check};
+use crate::esm::{self, SqsMapping, StreamMapping};
+use crate::invoke::{InProcess, SqsFunction, StreamFunction};
+use crate::proxy::{Fault, Proxy, RandomFaults};
+use crate::resources::{self, Clients, RECEIPT_FROM};
+use crate::workload::{self, Workload};
+
+/// Scenario settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Unique valid events.
+    pub events: usize,
+    /// Duplicate share of deliveries, percent.
+    pub duplicate_pct: u32,
+    /// Poison messages.
+    pub poison: usize,
+    /// Concurrent consumers.
+    pub pollers: usize,
+    /// Per mille of invocations that crash (each crash point separately).
+    pub crash_per_mille: u64,
+    /// Seed of faults and workload.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { events: 2000, duplicate_pct: 30, poison: 10, pollers: 2, crash_per_mille: 40, seed: 42 }
+    }
+}
+
+/// What the scenario did and whether the invariants held.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Unique valid events.
+    pub events: usize,
+    /// Messages sent.
+    pub sent: usize,
+    /// SQS deliveries, redeliveries included.
+    pub deliveries: usize,
+    /// Stream records delivered to the relay, redeliveries included.
+    pub stream_records: usize,
+    /// Receipts by the marker's final state.
+    pub receipts: BTreeMap<String, usize>,
+    /// The invariants.
+    pub checks: Vec<Check>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// Whether every invariant held.
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    /// The table `make chaos` prints.
+    pub fn table(&self) -> String {
+        let mut t = String::from("| fault injected | count |\n|---|---|\n");
+        for (k, v) in &self.faults {
+            t.push_str(&format!("| {k} | {v} |\n"));
+        }
+        t.push_str(&format!("| **total** | {} |\n", self.faults.values().sum::<u64>()));
+        t.push_str("\n| traffic | count |\n|---|---|\n");
+        t.push_str(&format!(
+            "| unique valid events | {} |\n| messages sent (with duplicates and poison) | {} |\n",
+            self.events, self.sent
+        ));
+        t.push_str(&format!(
+            "| SQS deliveries (with redeliveries) | {} |\n| stream records delivered | {} |\n",
+            self.deliveries, self.stream_records
+        ));
+        for (k, v) in &self.receipts {
+            t.push_str(&format!("| receipts: marker {k} | {v} |\n"));
+        }
+        t.push_str("\n| invariant | holds | figures |\n|---|---|---|\n");
+        for c in &self.checks {
+            t.push_str(&format!("| {} | {} | {} |\n", c.name, if c.ok { "yes" } else { "NO" }, c.detail));
+        }
+        t
+    }
+}
+
+/// Counts crash points hit.
+#[derive(Debug, Default)]
+struct Crashes {
+    counts: Mutex<BTreeMap<&'static str, u64>>,
+    state: AtomicU64,
+}
+
+impl Crashes {
+    fn roll(&self, per_mille: u64) -> bool {
+        let mut s = self.state.load(Ordering::SeqCst);
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        self.state.store(s, Ordering::SeqCst);
+        s % 1000 < per_mille
+    }
+
+    fn hit(&self, point: &'static str) {
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner()).entry(point).or_default() += 1;
+    }
+}
+
+/// The payments function with crash points around it.
+struct CrashingPayments<F> {
+    inner: F,
+    crashes: Arc<Crashes>,
+    per_mille: u64,
+}
+
+fn all_failed(event: &SqsEvent) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    for m in &event.records {
+        let mut f = BatchItemFailure::default();
+        f.item_identifier = m.message_id.clone().unwrap_or_default();
+        response.batch_item_failures.push(f);
+    }
+    response
+}
+
+impl<F: SqsFunction> SqsFunction for CrashingPayments<F> {
+    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, String> {
+        if self.crashes.roll(self.per_mille) {
+            // Dies mid-batch: the invocation's future is dropped wherever it is; some records
+            // committed, none acknowledged.
+            self.crashes.hit("invocation dies mid-batch (future dropped)");
+            let cut = Duration::from_millis(self.crashes.state.load(Ordering::SeqCst) % 40);
+            let _ = tokio::time::timeout(cut, self.inner.invoke(event.clone())).await;
+            return Ok(all_failed(&event));
+        }
+        let response = self.inner.invoke(event.clone()).await?;
+        if self.crashes.roll(self.per_mille) {
+            // Every effect committed, then the process died before Lambda deleted anything.
+            self.crashes.hit("crash after ledger commit, before ack");
+            return Ok(all_failed(&event));
+        }
+        Ok(response)
+    }
+}
+
+/// The relay function, bounded by a deadline: an invocation that hangs is dropped there.
+struct TimedRelay<F> {
+    inner: F,
+    crashes: Arc<Crashes>,
+}
+
+impl<F: StreamFunction> StreamFunction for TimedRelay<F> {
+    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, String> {
+        match tokio::time::timeout(Duration::from_secs(3), self.inner.invoke(event.clone())).await {
+            Ok(response) => response,
+            Err(_) => {
+                self.crashes.hit("relay invocation timed out (dropped)");
+                let mut response = DynamoDbEventResponse::default();
+                let mut f = DynamoDbBatchItemFailure::default();
+                f.item_identifier = event.records.first().and_then(|r| r.change.sequence_number.clone());
+                response.batch_item_failures.push(f);
+                Ok(response)
+            }
+        }
+    }
+}
+
+/// SES that sometimes accepts the message and then the attempt dies before the marker completes.
+struct AcceptThenDie {
+    inner: SesSender,
+    crashes: Arc<Crashes>,
+    per_mille: u64,
+}
+
+impl EmailSender for AcceptThenDie {
+    async fn send(&self, message: &EmailMessage) -> Result<String, effects::email::SendError> {
+        let id = self.inner.send(message).await?;
+        if self.crashes.roll(self.per_mille) {
+            self.crashes.hit("crash after SES accepted, before the marker completed");
+            std::future::pending::<()>().await;
+        }
+        Ok(id)
+    }
+}
+
+/// Runs the scenario on fresh resources.
+pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String> {
+    let started = Instant::now();
+    let mut w = Workload::new(options.events);
+    w.duplicate_pct = options.duplicate_pct;
+    w.poison = options.poison;
+    w.seed = options.seed;
+    let r = resources::up(clients, &format!("chaos-{}", w.run)).await?;
+    let endpoint = idempotency_dynamodb::testing::endpoint();
+    let upstream = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let rules = RandomFaults::new(options.seed)
+        .on(
+            "dynamodb:TransactWriteItems",
+            &[
+                (Fault::DropResponse, 30),
+                (Fault::Throttle, 20),
+                (Fault::ServerError, 10),
+                (Fault::Delay(Duration::from_millis(30)), 20),
+            ],
+        )
+        .on("dynamodb:PutItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
+        .on("dynamodb:UpdateItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
+        .on("dynamodb:DeleteItem", &[(Fault::DropResponse, 20)])
+        .on("ses:SendEmail", &[(Fault::Throttle, 30), (Fault::DropResponse, 10), (Fault::ServerError, 10)]);
+    let proxy = Proxy::start(&upstream, Arc::new(rules)).await.map_err(|e| e.to_string())?;
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(proxy.url())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "chaos"))
+        .load()
+        .await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let crashes = Arc::new(Crashes { state: AtomicU64::new(options.seed | 1), ..Default::default() });
+
+    let ledger = Ledger::new(
+        DynamoDbStore::new(dynamodb.clone(), &r.idempotency_table),
+        &r.ledger_table,
+        Some(r.outbox_table.clone()),
+    );
+    let payments = CrashingPayments {
+        inner: InProcess::new(Payments::new(ledger), payments_consumer::FUNCTION),
+        crashes: crashes.clone(),
+        per_mille: options.crash_per_mille,
+    };
+    // Short marker leases, so dead attempts are taken over within the run.
+    let markers = Idempotency::new(
+        DynamoDbStore::new(dynamodb.clone(), &r.idempotency_table),
+        Config::default().lease(Duration::from_secs(2)),
+    );
+    let sender = AcceptThenDie {
+        inner: SesSender::new(aws_sdk_sesv2::Client::new(&sdk), RECEIPT_FROM),
+        crashes: crashes.clone(),
+        per_mille: options.crash_per_mille / 2,
+    };
+    let relay = TimedRelay {
+        inner: InProcess::new(
+            Receipts::new(markers, sender, &r.outbox_table, Policy::AtMostOnce),
+            receipts_relay::FUNCTION,
+        ),
+        crashes: crashes.clone(),
+    };
+
+    let plan = workload::plan(&w);
+    workload::send(&clients.sqs, &r.queue_url, &plan.deliveries).await?;
+    let sqs = SqsMapping::new(&r.queue_url);
+    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    stream.max_retries = 1000; // the at-most-once takeover needs the lease to end, not a give-up
+    let expected = plan.deliveries.len();
+    let bar = |p: esm::Progress| {
+        eprint!(
+            "\rdeliveries {:>6} (sent {expected})  failed {:>5}  stream {:>5}",
+            p.deliveries, p.failed, p.stream_records
+        )
+    };
+    let first = esm::run_until_drained(clients, &sqs, &mut stream, &payments, &relay, options.pollers, bar).await?;
+    let redriven = esm::redrive(clients, &r.dlq_url, &r.queue_url).await?;
+    let second = esm::run_until_drained(clients, &sqs, &mut stream, &payments, &relay, options.pollers, bar).await?;
+    // Relay records still held by a dead attempt's lease: let it end and drain again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let third = esm::run_until_drained(clients, &sqs, &mut stream, &payments, &relay, options.pollers, bar).await?;
+    eprintln!();
+
+    let mut report = Report {
+        events: plan.events.len(),
+        sent: plan.deliveries.len(),
+        deliveries: first.deliveries + second.deliveries + third.deliveries,
+        stream_records: first.stream_records + second.stream_records + third.stream_records,
+        ..Report::default()
+    };
+    for (k, v) in proxy.injected() {
+        report.faults.insert(k, v);
+    }
+    for (k, v) in crashes.counts.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        report.faults.insert((*k).to_owned(), *v);
+    }
+    report.faults.insert("DLQ redrive (messages moved back)".into(), redriven as u64);
+
+    // The invariants, read from the tables and the local SES, not from the run's own counts.
+    let direct = Ledger::new(DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table), &r.ledger_table, None);
+    let (mut entries, mut wrong) = (0, 0);
+    let balances = plan.balances();
+    for (account, sum) in &balances {
+        let posted = direct.entries(account).await.map_err(|e| e.to_string())?;
+        let b = direct.balance(account).await.map_err(|e| e.to_string())?;
+        if b.map(|b| (b.balance_cents, b.entry_count as usize)) != Some((*sum, posted.len())) {
+            wrong += 1;
+        }
+        entries += posted.len();
+    }
+    let check = |name: &str, ok: bool, detail: String| Check { name: name.into(), ok, detail };
+    report.checks.push(check(
+        "ledger entries = unique valid events",
+        entries == plan.applied.len(),
+        format!("{entries} entries, {} expected", plan.applied.len()),
+    ));
+    report.checks.push(check("balances exact", wrong == 0, format!("{} accounts, {wrong} wrong", balances.len())));
+    let mut posted_rejections = 0;
+    for e in &plan.rejected {
+        if direct.balance(&e.account_id).await.map_err(|e| e.to_string())?.is_some() {
+            posted_rejections += 1;
+        }
+    }
+    let dlq = esm::peek_bodies(clients, &r.dlq_url).await?;
+    let valid_in_dlq = dlq.iter().filter(|b| effects::PaymentEvent::parse(b).is_ok()).count();
+    report.checks.push(check(
+        "nothing lost (applied + rejected + DLQ with reason = all)",
+        entries + plan.rejected.len() + dlq.len() == plan.events.len() + plan.poison.len()
+            && posted_rejections == 0
+            && valid_in_dlq == 0,
+        format!(
+            "{entries} applied + {} rejected + {} in the DLQ (all poison: {}) = {}",
+            plan.rejected.len(),
+            dlq.len(),
+            valid_in_dlq == 0,
+            plan.events.len() + plan.poison.len()
+        ),
+    ));
+
+    // Receipts: one per event whose marker completed Sent; ambiguous ones apart; no duplicates.
+    let store = DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table);
+    let emails = sent_emails()?;
+    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+    for to in &emails {
+        *per.entry(to.as_str()).or_default() += 1;
+    }
+    let (mut sent_ok, mut sent_bad, mut ambiguous_bad, mut missing) = (0, 0, 0, 0);
+    for e in plan.applied.iter().filter(|e| e.receipt_email.is_some()) {
+        let to = e.receipt_email.as_deref().unwrap_or_default();
+        let n = per.get(to).copied().unwrap_or(0);
+        let marker = store.get(&format!("email#{}", e.event_id)).await.map_err(|e| e.to_string())?;
+        let state = match marker.as_ref().and_then(|m| m.response.as_deref()).map(serde_json::from_str::<Receipt>) {
+            Some(Ok(Receipt::Sent { .. })) => "sent",
+            Some(Ok(Receipt::Ambiguous)) => "ambiguous (flagged, not resent)",
+            Some(Ok(Receipt::Failed { .. })) => "failed",
+            _ => "not completed",
+        };
+        *report.receipts.entry(state.to_owned()).or_default() += 1;
+        match state {
+            "sent" if n == 1 => sent_ok += 1,
+            "sent" => sent_bad += 1,
+            "ambiguous (flagged, not resent)" if n <= 1 => {}
+            "ambiguous (flagged, not resent)" => ambiguous_bad += 1,
+            _ => missing += 1,
+        }
+    }
+    let duplicates = per.iter().filter(|(to, n)| to.contains(&w.run) && **n > 1).count();
+    report.checks.push(check(
+        "exactly one email per event whose marker completed sent",
+        sent_bad == 0 && missing == 0,
+        format!("{sent_ok} sent once, {sent_bad} not exactly once, {missing} without a completed marker"),
+    ));
+    report.checks.push(check(
+        "zero duplicate emails (at most once)",
+        duplicates == 0 && ambiguous_bad == 0,
+        format!("{duplicates} recipients with two or more"),
+    ));
+    report.elapsed = started.elapsed();
+    resources::down(clients, &r).await.ok();
+    Ok(report)
+}
