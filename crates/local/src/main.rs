@@ -62,7 +62,9 @@ async fn run(args: &[String]) -> Result<(), String> {
         println!("every invariant holds under faults");
         return Ok(());
     }
-    let r = resources::up(&clients, "").await?;
+    // Tests use resources of their own: `--prefix P`.
+    let prefix = flag(args, "--prefix").unwrap_or_default();
+    let r = resources::up(&clients, &prefix).await?;
     match command {
         "up" => {
             std::fs::create_dir_all(".local-aws").map_err(|e| e.to_string())?;
@@ -112,7 +114,11 @@ async fn run(args: &[String]) -> Result<(), String> {
                     esm::run_until_drained(&clients, &sqs, &mut stream, &payments, &relay, pollers, report).await?
                 }
                 None => {
-                    let (payments, relay) = (demo::payments(&clients, &r), demo::relay(&clients, &r));
+                    let payments = AbortAfterCommit {
+                        inner: demo::payments(&clients, &r),
+                        armed: std::env::var_os("LOCAL_CRASH_AFTER_COMMIT").is_some(),
+                    };
+                    let relay = demo::relay(&clients, &r);
                     esm::run_until_drained(&clients, &sqs, &mut stream, &payments, &relay, pollers, report).await?
                 }
             };
@@ -138,4 +144,26 @@ async fn run(args: &[String]) -> Result<(), String> {
         other => return Err(format!("unknown command {other:?}; see `local` in crates/local/src/main.rs")),
     }
     Ok(())
+}
+
+/// A crash point for tests that kill a real process: with `LOCAL_CRASH_AFTER_COMMIT` set, the
+/// process aborts after its first invocation committed and before the emulator acknowledges
+/// (deletes) anything, as a Lambda whose sandbox dies right after the ledger commit.
+struct AbortAfterCommit<F> {
+    inner: F,
+    armed: bool,
+}
+
+impl<F: local::invoke::SqsFunction> local::invoke::SqsFunction for AbortAfterCommit<F> {
+    async fn invoke(
+        &self,
+        event: aws_lambda_events::event::sqs::SqsEvent,
+    ) -> Result<aws_lambda_events::event::sqs::SqsBatchResponse, String> {
+        let response = self.inner.invoke(event).await?;
+        if self.armed {
+            eprintln!("local: crash point reached: committed, not acknowledged; aborting");
+            std::process::abort();
+        }
+        Ok(response)
+    }
 }
