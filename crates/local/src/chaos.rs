@@ -265,7 +265,6 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
     };
 
     let plan = workload::plan(&w);
-    workload::send(&clients.sqs, &r.queue_url, &plan.deliveries).await?;
     let sqs = SqsMapping::new(&r.queue_url);
     let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
     stream.max_retries = 1000; // the at-most-once takeover needs the lease to end, not a give-up
@@ -276,7 +275,9 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
             p.deliveries, p.failed, p.stream_records
         )
     };
-    let first = esm::run_until_drained(clients, &sqs, &mut stream, &payments, &relay, options.pollers, bar).await?;
+    // The producer sends as the consumers run, a little faster than they drain.
+    let mut feed = esm::Feed::new(plan.deliveries.clone(), 12 * options.pollers.max(1));
+    let first = esm::run_fed(clients, &sqs, &mut stream, &payments, &relay, options.pollers, &mut feed, bar).await?;
     let redriven = esm::redrive(clients, &r.dlq_url, &r.queue_url).await?;
     let second = esm::run_until_drained(clients, &sqs, &mut stream, &payments, &relay, options.pollers, bar).await?;
     // Relay records still held by a dead attempt's lease: let it end and drain again.

@@ -120,9 +120,8 @@ pub async fn run(
     }
     let plan = workload::plan(workload);
     let started = Instant::now();
-    workload::send(&clients.sqs, &resources.queue_url, &plan.deliveries).await?;
     eprintln!(
-        "sent {} messages: {} events, {} duplicates, {} poison (run {})",
+        "sending {} messages as the consumers run: {} events, {} duplicates, {} poison (run {})",
         plan.deliveries.len(),
         plan.events.len(),
         plan.duplicates,

@@ -28,12 +28,19 @@ pub struct SqsMapping {
     /// would hold every other request back while it waits; the emulator sleeps between empty
     /// polls instead.
     pub wait_seconds: i32,
+    arn: std::sync::OnceLock<String>,
 }
 
 impl SqsMapping {
     /// Batches of 10, a 2 s visibility timeout (redelivery within the demo), short polls.
     pub fn new(queue_url: impl Into<String>) -> Self {
-        SqsMapping { queue_url: queue_url.into(), batch_size: 10, visibility_timeout: 2, wait_seconds: 0 }
+        SqsMapping {
+            queue_url: queue_url.into(),
+            batch_size: 10,
+            visibility_timeout: 2,
+            wait_seconds: 0,
+            arn: std::sync::OnceLock::new(),
+        }
     }
 }
 
@@ -67,7 +74,15 @@ pub async fn poll_sqs<F: SqsFunction>(
     if messages.is_empty() {
         return Ok(SqsPoll::default());
     }
-    let arn = crate::resources::queue_arn(&clients.sqs, &mapping.queue_url).await?;
+    // The ARN once per mapping: GetQueueAttributes costs time in proportion to the queue's depth
+    // on the local AWS.
+    let arn = match mapping.arn.get() {
+        Some(arn) => arn.clone(),
+        None => {
+            let arn = crate::resources::queue_arn(&clients.sqs, &mapping.queue_url).await?;
+            mapping.arn.get_or_init(|| arn).clone()
+        }
+    };
     let mut event = SqsEvent::default();
     for m in messages {
         let mut record = SqsMessage::default();
@@ -335,11 +350,51 @@ pub async fn run_until_drained<P: SqsFunction, R: StreamFunction>(
     payments: &P,
     relay: &R,
     pollers: usize,
+    on_progress: impl FnMut(Progress),
+) -> Result<Progress, String> {
+    run_fed(clients, sqs, stream, payments, relay, pollers, &mut Feed::default(), on_progress).await
+}
+
+/// Messages a producer sends while the consumers run, a few per round, so the queue holds what
+/// a live one would rather than the whole workload at once.
+#[derive(Debug, Clone, Default)]
+pub struct Feed {
+    bodies: Vec<String>,
+    next: usize,
+    per_round: usize,
+}
+
+impl Feed {
+    /// Sends `per_round` of `bodies` before each round.
+    pub fn new(bodies: Vec<String>, per_round: usize) -> Self {
+        Feed { bodies, next: 0, per_round: per_round.max(1) }
+    }
+
+    fn is_done(&self) -> bool {
+        self.next >= self.bodies.len()
+    }
+}
+
+/// [`run_until_drained`], with a producer sending `feed` as it goes.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_fed<P: SqsFunction, R: StreamFunction>(
+    clients: &Clients,
+    sqs: &SqsMapping,
+    stream: &mut StreamMapping,
+    payments: &P,
+    relay: &R,
+    pollers: usize,
+    feed: &mut Feed,
     mut on_progress: impl FnMut(Progress),
 ) -> Result<Progress, String> {
     let mut progress = Progress::default();
     let mut idle = 0;
     while idle < 2 {
+        if !feed.is_done() {
+            let end = (feed.next + feed.per_round).min(feed.bodies.len());
+            crate::workload::send(&clients.sqs, &sqs.queue_url, &feed.bodies[feed.next..end]).await?;
+            feed.next = end;
+        }
         let polls = futures_util::future::join_all((0..pollers.max(1)).map(|_| poll_sqs(clients, sqs, payments))).await;
         let mut received = 0;
         for poll in polls {
@@ -351,7 +406,12 @@ pub async fn run_until_drained<P: SqsFunction, R: StreamFunction>(
         let streamed = poll_stream(clients, stream, relay).await?;
         progress.stream_records += streamed.delivered;
         on_progress(progress);
-        let busy = received > 0 || streamed.delivered > 0 || queue_depth(clients, &sqs.queue_url).await? > 0;
+        // The depth is asked only when a round found nothing: on the local AWS it costs time in
+        // proportion to the queue.
+        let busy = received > 0
+            || streamed.delivered > 0
+            || !feed.is_done()
+            || queue_depth(clients, &sqs.queue_url).await? > 0;
         idle = if busy { 0 } else { idle + 1 };
         if received == 0 {
             // Nothing visible: messages in flight come back after their visibility timeout.
