@@ -32,7 +32,9 @@ fn payment(event_id: &str, account: &str, amount: i64) -> String {
 }
 
 fn fast(queue_url: &str) -> SqsMapping {
-    SqsMapping { visibility_timeout: 1, ..SqsMapping::new(queue_url) }
+    let mut mapping = SqsMapping::new(queue_url);
+    mapping.visibility_timeout = 1;
+    mapping
 }
 
 /// The real payments handler, which first fails every message whose body contains `needle`
