@@ -314,7 +314,7 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
     }
     let check = |name: &str, ok: bool, detail: String| Check { name: name.into(), ok, detail };
     report.checks.push(check(
-        "ledger entries = unique valid events",
+        "ledger entries = unique valid events not rejected",
         entries == plan.applied.len(),
         format!("{entries} entries, {} expected", plan.applied.len()),
     ));

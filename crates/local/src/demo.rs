@@ -201,7 +201,7 @@ async fn verify(clients: &Clients, resources: &Resources, plan: &Plan, summary: 
         }
     }
     check(
-        "ledger entries = unique valid events",
+        "ledger entries = unique valid events not rejected",
         entries == expected_entries && entries == plan.applied.len(),
         format!("{entries} entries, {} expected", plan.applied.len()),
     );
