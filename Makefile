@@ -15,7 +15,7 @@ EVENT ?= events/sqs-payment.json
 STACK ?= effectively-once
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
-	clean-local-aws watch invoke build deploy chaos local-down send run redrive duplicates
+	clean-local-aws watch invoke build deploy chaos bench local-down send run redrive duplicates
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
 test: lint lint-infra local-aws-up
@@ -25,6 +25,12 @@ test: lint lint-infra local-aws-up
 ## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more)
 chaos: local-aws-up
 	cargo run -q -p local -- chaos $(CHAOS_ARGS)
+
+## bench: payments-consumer against the Powertools pattern, same workload and local AWS;
+##        table on stdout and in target/bench/report.md, chart in target/bench/chart.svg
+##        (BENCH_ARGS="--rounds 7 --events 2000")
+bench:
+	bench/run.sh $(BENCH_ARGS)
 
 ## lint: cargo fmt --check and clippy with warnings denied
 lint:

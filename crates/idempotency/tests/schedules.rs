@@ -92,22 +92,27 @@ async fn deliver(idem: &Idempotency<InMemoryStore>, world: &Shared, e: usize, re
 }
 
 async fn check(idem: &Idempotency<InMemoryStore>, world: &Shared) {
-    let w = world.lock().unwrap();
-    assert!(w.max_in_flight <= 1, "two handler bodies ran at once for one key");
-    for e in 0..EVENTS {
-        let applied = w.effects.get(&e).copied().unwrap_or(0);
-        let crashes = w.crashes_after_effect.get(&e).copied().unwrap_or(0);
-        // Exactly once, but for the one window claim/complete cannot close: an attempt that
-        // died after its effect and before completing (commit-once closes it for DynamoDB writes).
-        assert!(applied <= 1 + crashes, "event {e}: applied {applied} times with {crashes} crashes after the effect");
-        if let Some(answers) = w.answers.get(&e) {
-            assert!(applied >= 1, "event {e}: answered without its effect");
-            // Every answer after the first is the stored one: replays never run the handler.
-            let first = answers[0];
-            assert!(answers.iter().all(|a| *a == first) || crashes > 0, "event {e}: answers {answers:?}");
+    {
+        let w = world.lock().unwrap();
+        assert!(w.max_in_flight <= 1, "two handler bodies ran at once for one key");
+        for e in 0..EVENTS {
+            let applied = w.effects.get(&e).copied().unwrap_or(0);
+            let crashes = w.crashes_after_effect.get(&e).copied().unwrap_or(0);
+            // Exactly once, but for the one window claim/complete cannot close: an attempt that
+            // died after its effect and before completing (commit-once closes it for DynamoDB
+            // writes).
+            assert!(
+                applied <= 1 + crashes,
+                "event {e}: applied {applied} times with {crashes} crashes after the effect"
+            );
+            if let Some(answers) = w.answers.get(&e) {
+                assert!(applied >= 1, "event {e}: answered without its effect");
+                // Every answer after the first is the stored one: replays never run the handler.
+                let first = answers[0];
+                assert!(answers.iter().all(|a| *a == first) || crashes > 0, "event {e}: answers {answers:?}");
+            }
         }
     }
-    drop(w);
     for e in 0..EVENTS {
         if let Some(record) = idem.store().get(key(e).as_str()).await.unwrap() {
             if record.status == Status::Completed {

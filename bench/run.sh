@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `make bench`: our payments-consumer against the Powertools pattern, one workload, one local AWS.
+#
+#   bench/run.sh [harness options]      e.g. bench/run.sh --rounds 7 --events 2000
+#
+# 1. installs the pinned moto (infra/local/aws.sh up) and serves it for the bench alone;
+# 2. creates or updates .tools/bench-venv from bench/peer/requirements.txt (Powertools, boto3);
+# 3. builds the release bootstrap of payments-consumer only if it is missing or older than its
+#    sources (a cold build takes several minutes);
+# 4. runs the in-process criterion benchmark (crates/idempotency/benches/overhead.rs);
+# 5. runs bench/harness.py: both functions under the same Lambda Runtime API, the same workload
+#    and the same local AWS; the table is printed and written to target/bench/report.md, the
+#    chart to target/bench/chart.svg.
+#
+# The local AWS counts requests server-wide, so by default the bench gets a server of its own
+# (the same pinned moto and infra/local/serve.py, on a free port, stopped at exit): tests running
+# meanwhile against the shared one would otherwise be counted as ours. BENCH_AWS_ENDPOINT=URL uses
+# an already running local AWS instead (it must have the /_local-aws/requests route, and nothing
+# else should use it during the run).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.tools/bench-venv"
+REQS="$ROOT/bench/peer/requirements.txt"
+STAMP="$ROOT/.tools/bench-venv.installed"
+OUT="$ROOT/target/bench"
+BOOTSTRAP="$ROOT/target/lambda/payments-consumer/bootstrap"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "bench: $*" >&2; }
+
+mkdir -p "$OUT" "$ROOT/.tools"
+
+# 1. The local AWS: pinned moto, installed by the project's script.
+infra/local/aws.sh up
+MOTO_PID=""
+stop_moto() {
+  if [[ -n "$MOTO_PID" ]] && kill -0 "$MOTO_PID" 2>/dev/null; then
+    kill "$MOTO_PID" 2>/dev/null || true
+    wait "$MOTO_PID" 2>/dev/null || true
+  fi
+}
+trap stop_moto EXIT
+if [[ -n "${BENCH_AWS_ENDPOINT:-}" ]]; then
+  ENDPOINT="$BENCH_AWS_ENDPOINT"
+  log "using the local AWS at $ENDPOINT"
+else
+  PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  ENDPOINT="http://127.0.0.1:$PORT"
+  log "starting a local AWS for the bench alone at $ENDPOINT (log: $OUT/moto.log)"
+  "$ROOT/.local-aws/venv/bin/python" "$ROOT/infra/local/serve.py" --host 127.0.0.1 --port "$PORT" \
+    >"$OUT/moto.log" 2>&1 &
+  MOTO_PID=$!
+  for _ in $(seq 1 150); do
+    curl -fsS -o /dev/null --max-time 2 "$ENDPOINT/_local-aws/health" 2>/dev/null && break
+    kill -0 "$MOTO_PID" 2>/dev/null || { tail -20 "$OUT/moto.log" >&2; exit 1; }
+    sleep 0.2
+  done
+  curl -fsS -o /dev/null --max-time 2 "$ENDPOINT/_local-aws/health" || { log "the local AWS did not start"; exit 1; }
+fi
+
+# 2. The bench venv: Powertools and boto3 for the peer, boto3 for the harness. A changed pin
+#    reinstalls. (pip compiles the bytecode at install, as a Lambda layer ships it.)
+if [[ ! -x "$VENV/bin/python" ]] || ! cmp -s "$REQS" "$STAMP"; then
+  log "installing bench/peer/requirements.txt into $VENV"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  cp "$REQS" "$STAMP"
+fi
+
+# 3. Our function, release build, only when missing or older than what it is built from.
+SOURCES=(Cargo.toml Cargo.lock .cargo/config.toml crates/payments-consumer crates/triggers crates/effects
+  crates/idempotency/src crates/idempotency/Cargo.toml crates/idempotency-dynamodb/src
+  crates/idempotency-dynamodb/Cargo.toml)
+if [[ ! -x "$BOOTSTRAP" ]] || [[ -n "$(find "${SOURCES[@]}" -type f -newer "$BOOTSTRAP" -print -quit 2>/dev/null)" ]]; then
+  log "building payments-consumer (release; several minutes when cold)"
+  infra/cargo-lambda.sh build --release --compiler cargo -p payments-consumer
+  touch "$BOOTSTRAP" # built from the sources as they are now
+else
+  log "payments-consumer bootstrap is up to date"
+fi
+
+# 4. In-process overhead of the library (criterion; short measurement).
+log "criterion: Idempotency::run with InMemoryStore against a bare handler"
+cargo bench -q -p idempotency --bench overhead
+
+# 5. Both functions, the same workload, the same local AWS.
+log "harness: payments-consumer against the Powertools peer"
+"$VENV/bin/python" bench/harness.py --endpoint "$ENDPOINT" --out "$OUT" "$@"
