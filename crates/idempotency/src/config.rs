@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind};
+use crate::record::Record;
 
 /// Fourteen days: SQS's longest retention, so a replay from a dead-letter queue is still
 /// recognised as a duplicate.
@@ -31,6 +32,19 @@ pub enum PayloadSelector {
     Ignore,
 }
 
+/// A function called with the stored record whenever a call is answered from it (a replay).
+#[derive(Clone)]
+pub struct ReplayHook(pub(crate) Arc<dyn Fn(&Record) + Send + Sync>);
+
+impl std::fmt::Debug for ReplayHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplayHook")
+    }
+}
+
+/// The environment variables that turn idempotency off (for local debugging only).
+pub const DISABLED_VARS: [&str; 2] = ["IDEMPOTENCY_DISABLED", "POWERTOOLS_IDEMPOTENCY_DISABLED"];
+
 /// Settings shared by every call of an [`Idempotency`](crate::Idempotency).
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -39,6 +53,8 @@ pub struct Config {
     pub(crate) payload: PayloadSelector,
     pub(crate) max_response_bytes: usize,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) replay_hook: Option<ReplayHook>,
+    pub(crate) disabled: bool,
 }
 
 impl Default for Config {
@@ -49,6 +65,8 @@ impl Default for Config {
             payload: PayloadSelector::Whole,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             clock: Arc::new(SystemClock),
+            replay_hook: None,
+            disabled: false,
         }
     }
 }
@@ -93,6 +111,34 @@ impl Config {
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// Calls `hook` with the stored record each time a call is answered from it, so a caller can
+    /// tell a replayed response from a fresh one where only the response travels (metrics, a
+    /// header). [`Outcome`](crate::Outcome) already says it to the caller of `run`.
+    pub fn on_replay(mut self, hook: impl Fn(&Record) + Send + Sync + 'static) -> Self {
+        self.replay_hook = Some(ReplayHook(Arc::new(hook)));
+        self
+    }
+
+    /// Turns idempotency off: handlers run on every delivery, nothing is stored. For local
+    /// debugging only; [`Idempotency::new`](crate::Idempotency::new) logs a warning.
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.disabled = disabled;
+        self
+    }
+
+    /// The defaults, turned off when `IDEMPOTENCY_DISABLED` (or Powertools'
+    /// `POWERTOOLS_IDEMPOTENCY_DISABLED`) is `1` or `true`.
+    pub fn from_env() -> Self {
+        let on = |v: String| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes");
+        let disabled = DISABLED_VARS.iter().any(|name| std::env::var(name).map(on).unwrap_or(false));
+        Config::default().disabled(disabled)
+    }
+
+    /// Whether idempotency is off.
+    pub fn is_disabled(&self) -> bool {
+        self.disabled
     }
 
     /// The dedup window.

@@ -117,6 +117,9 @@ impl<S> Clone for Idempotency<S> {
 impl<S: Store> Idempotency<S> {
     /// Wraps a store.
     pub fn new(store: S, config: Config) -> Self {
+        if config.disabled {
+            tracing::warn!("idempotency is DISABLED (IDEMPOTENCY_DISABLED): every delivery runs its handler");
+        }
         Idempotency { store: Arc::new(store), config: Arc::new(config), deadline_ms: None }
     }
 
@@ -151,6 +154,9 @@ impl<S: Store> Idempotency<S> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<R, E>>,
     {
+        if self.config.disabled {
+            return handler().await.map(Outcome::Fresh).map_err(RunError::Handler);
+        }
         let attempt = match self.begin::<P, R>(key, payload).await? {
             Begin::Replayed(response) => return Ok(Outcome::Replayed(response)),
             Begin::Claimed(attempt) => attempt,
@@ -253,7 +259,11 @@ impl<S: Store> Idempotency<S> {
             attempt.replaced_unknown = true;
             return Ok(Begin::Claimed(attempt));
         }
-        existing.replay(&mine.payload_hash).map(Begin::Replayed)
+        let response = existing.replay(&mine.payload_hash)?;
+        if let Some(hook) = &self.config.replay_hook {
+            (hook.0)(&existing);
+        }
+        Ok(Begin::Replayed(response))
     }
 }
 

@@ -34,6 +34,7 @@
 //! runs again. Only the attempt that claimed a record (its *owner*) may complete or release it.
 #![warn(missing_docs)]
 
+mod cache;
 mod clock;
 mod config;
 mod error;
@@ -46,8 +47,9 @@ mod store;
 #[cfg(any(test, feature = "contract"))]
 pub mod contract;
 
+pub use crate::cache::{CachedStore, DEFAULT_CAPACITY};
 pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
-pub use crate::config::{Config, PayloadSelector};
+pub use crate::config::{Config, PayloadSelector, ReplayHook, DISABLED_VARS};
 pub use crate::error::{Error, ErrorKind, RunError};
 pub use crate::idempotency::{Attempt, Begin, Idempotency, Outcome};
 pub use crate::key::{Key, KeyError, KeyErrorKind, KeyPart};
