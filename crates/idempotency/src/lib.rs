@@ -38,9 +38,13 @@ mod cache;
 mod clock;
 mod config;
 mod error;
+mod function;
 mod idempotency;
 mod key;
+#[cfg(feature = "tower")]
+pub mod layer;
 mod memory;
+pub mod outbound;
 mod record;
 mod store;
 
@@ -51,6 +55,7 @@ pub use crate::cache::{CachedStore, DEFAULT_CAPACITY};
 pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use crate::config::{Config, PayloadSelector, ReplayHook, DISABLED_VARS};
 pub use crate::error::{Error, ErrorKind, RunError};
+pub use crate::function::Idempotent;
 pub use crate::idempotency::{Attempt, Begin, Idempotency, Outcome};
 pub use crate::key::{Key, KeyError, KeyErrorKind, KeyPart};
 pub use crate::memory::InMemoryStore;
