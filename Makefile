@@ -15,7 +15,7 @@ EVENT ?= events/sqs-payment.json
 STACK ?= effectively-once
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
-	clean-local-aws watch invoke build deploy chaos bench local-down send run redrive duplicates
+	clean-local-aws watch invoke build deploy chaos bench package local-down send run redrive duplicates
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
 test: lint lint-infra local-aws-up
@@ -93,9 +93,14 @@ demo: local-aws-up
 duplicates: local-aws-up
 	cargo run -q -p idempotency-dynamodb --features test-util --example duplicates
 
-## doc: API docs, broken intra-doc links denied
+## doc: API docs, warnings and broken intra-doc links denied
 doc:
-	RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps
+	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --all-features
+
+## package: the library crates as they would go to crates.io
+package:
+	cargo package --allow-dirty -p idempotency
+	cargo package --allow-dirty --no-verify -p idempotency-dynamodb -p effects -p triggers
 
 ## local-aws-up: install pinned moto (once) and start it on 127.0.0.1, or reuse the running one
 local-aws-up:

@@ -32,6 +32,12 @@
 //! existing record, which tells replay, in progress and key reuse apart), the handler runs, and
 //! an owner-fenced write completes the record, or deletes it when the handler fails so a retry
 //! runs again. Only the attempt that claimed a record (its *owner*) may complete or release it.
+//!
+//! Also here: [`Idempotency::wrap`] makes any async function idempotent; `layer::IdempotencyLayer`
+//! (feature `tower`) does the same for any tower `Service`, a Lambda handler included;
+//! [`CachedStore`] answers duplicates from memory; [`Config::payload_fields`] validates selected
+//! fields only; [`Config::on_replay`] and [`Outcome::Replayed`] tell replays apart;
+//! [`Config::from_env`] honours `IDEMPOTENCY_DISABLED`; [`outbound`] keys downstream calls.
 #![warn(missing_docs)]
 
 mod cache;
