@@ -135,8 +135,10 @@ pub async fn run(
     // Skip what earlier runs left on the stream: this run's rows come after it.
     while esm::poll_stream(clients, &mut stream, &relay).await?.delivered > 0 {}
     let expected = plan.deliveries.len() + plan.poison.len() * (resources.max_receive_count as usize).saturating_sub(1);
+    // The producer sends as the consumers run, a little faster than they drain.
+    let mut feed = esm::Feed::new(plan.deliveries.clone(), 12 * pollers.max(1));
     let first =
-        esm::run_until_drained(clients, &sqs, &mut stream, &payments, &relay, pollers, |p| progress_bar(p, expected))
+        esm::run_fed(clients, &sqs, &mut stream, &payments, &relay, pollers, &mut feed, |p| progress_bar(p, expected))
             .await?;
     // After the bug fix: everything in the DLQ goes back. Poison is still poison; the rest is
     // harmless because every effect is keyed.
