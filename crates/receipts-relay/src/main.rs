@@ -8,7 +8,9 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 use receipts_relay::{Env, Receipts, FUNCTION};
 use triggers::streams::{process, Options};
 
-#[tokio::main]
+// One invocation at a time per sandbox: a single-threaded runtime does the batch's I/O
+// concurrency without cross-thread wake-ups.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let env = Env::from_env()?;
