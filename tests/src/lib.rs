@@ -147,31 +147,7 @@ impl Payments {
     }
 }
 
-/// Emails the local AWS recorded as sent to `recipient` (`GET /_local-aws/ses/messages`, the
-/// route `infra/local/serve.py` adds over moto's SES backends).
-pub fn emails_to(recipient: &str) -> Vec<serde_json::Value> {
-    use std::io::{Read, Write};
-    let endpoint = idempotency_dynamodb::testing::endpoint();
-    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
-    let mut stream = std::net::TcpStream::connect(host).expect("connect to the local AWS");
-    write!(stream, "GET /_local-aws/ses/messages HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    let data: serde_json::Value = serde_json::from_str(body).expect("sent emails as JSON");
-    data["messages"]
-        .as_array()
-        .map(|messages| {
-            messages
-                .iter()
-                .filter(|m| {
-                    m["destinations"]["ToAddresses"].as_array().is_some_and(|to| to.iter().any(|a| a == recipient))
-                })
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use idempotency_dynamodb::testing::emails_to;
 
 /// An SES v2 client for the test endpoint, with `from` verified as a sender.
 pub async fn ses_sender(from: &str) -> effects::SesSender {

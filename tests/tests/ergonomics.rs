@@ -99,9 +99,12 @@ async fn the_disable_switch_runs_every_delivery() {
     assert!(config.is_disabled());
     let idem = Idempotency::new(InMemoryStore::new(), config);
     let key = Key::new("off", "e1").unwrap();
-    for expected in [Outcome::Fresh(1), Outcome::Fresh(1)] {
-        assert_eq!(idem.run(&key, &json!(1), || async { Ok::<_, ()>(1) }).await.unwrap(), expected);
+    let runs = AtomicUsize::new(0);
+    for expected in [Outcome::Fresh(1), Outcome::Fresh(2)] {
+        let run = || async { Ok::<_, ()>(runs.fetch_add(1, Ordering::SeqCst) + 1) };
+        assert_eq!(idem.run(&key, &json!(1), run).await.unwrap(), expected);
     }
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the handler ran for both deliveries");
     assert_eq!(idem.store().requests(), 0, "nothing stored while disabled");
 }
 

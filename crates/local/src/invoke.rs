@@ -135,13 +135,9 @@ fn post(host: &str, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
     }
     let body = response[split + 4..].to_vec();
     if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        return Ok(dechunk(&body));
+        return Ok(dechunk_bytes(&body));
     }
     Ok(body)
-}
-
-fn dechunk(body: &[u8]) -> Vec<u8> {
-    dechunk_bytes(body)
 }
 
 /// Undoes HTTP/1.1 chunked transfer encoding.

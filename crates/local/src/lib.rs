@@ -4,6 +4,7 @@
 //! the demo that checks the invariants.
 
 pub mod chaos;
+pub mod cli;
 pub mod demo;
 pub mod esm;
 pub mod invoke;

@@ -7,22 +7,10 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_sdk_dynamodb::types::AttributeValue;
 use effects::{Ledger, PaymentEvent, Policy, SesSender};
 use idempotency::{Config, Idempotency};
-use idempotency_dynamodb::testing::{fresh_store, sdk_config, unique_name};
+use idempotency_dynamodb::testing::{emails_to, fresh_store, sdk_config, unique_name};
 use lambda_runtime::{Context, LambdaEvent};
 use receipts_relay::Receipts;
 use triggers::streams::{process, Options};
-
-/// Emails the local SES accepted for `to` (`GET /_local-aws/ses/messages`).
-fn emails_to(to: &str) -> usize {
-    use std::io::{Read, Write};
-    let endpoint = idempotency_dynamodb::testing::endpoint();
-    let host = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
-    let mut stream = std::net::TcpStream::connect(&host).unwrap();
-    write!(stream, "GET /_local-aws/ses/messages HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response.matches(&format!("\"{to}\"")).count()
-}
 
 #[tokio::test]
 async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelivered() {
@@ -55,7 +43,7 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
         let response = process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;
         assert!(response.batch_item_failures.is_empty());
     }
-    assert_eq!(emails_to(&to), 1, "one receipt for two deliveries of the stream record");
+    assert_eq!(emails_to(&to).len(), 1, "one receipt for two deliveries of the stream record");
     let row = client
         .get_item()
         .table_name(&outbox_table)
