@@ -29,7 +29,7 @@ async fn two_deliveries_of_one_payment_post_once_in_one_request_each() {
         "payment (credit, no receipt): requests first 1, duplicate 1; write units first {}, duplicate {}",
         units.committed, units.cancelled
     );
-    assert_eq!((units.committed, units.cancelled), (4, 2));
+    assert_eq!((units.committed, units.cancelled), (6, 3));
 }
 
 #[tokio::test]
@@ -40,9 +40,9 @@ async fn modelled_write_units_per_kind_of_payment() {
     let mut with_receipt = Payments::event("pay_r", "acct_1", 100, "USD");
     with_receipt.receipt_email = Some("r@example.com".into());
     let units = |e| p.ledger.write_units(e).map(|u| (u.committed, u.cancelled)).unwrap();
-    assert_eq!(units(&credit), (4, 2), "entry carrying the record + balance");
-    assert_eq!(units(&debit), (6, 3), "+ the guard on a recorded rejection");
-    assert_eq!(units(&with_receipt), (6, 3), "+ the outbox row");
+    assert_eq!(units(&credit), (6, 3), "record + entry + balance");
+    assert_eq!(units(&debit), (6, 3), "the record is also the guard on a recorded rejection");
+    assert_eq!(units(&with_receipt), (8, 4), "+ the outbox row");
     println!(
         "write units (first, duplicate): credit {:?}, debit {:?}, credit with receipt {:?}; Powertools pattern (6, 1)",
         units(&credit),
@@ -216,4 +216,132 @@ async fn transaction_limits_give_clear_errors() {
     let err = p.ledger.store().commit_once(&big, 0).await.unwrap_err();
     assert!(err.to_string().contains("DynamoDB allows 409600"), "{err}");
     assert_eq!(p.requests.total(), 0, "refused before sending");
+}
+
+/// Asserts `err` is key reuse: permanent, so the message ends in the DLQ.
+fn assert_key_reused(err: &Error) {
+    assert!(matches!(err, Error::Idempotency(e) if e.kind() == ErrorKind::KeyReused), "{err}");
+    assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn an_event_id_applied_for_one_account_is_key_reuse_for_another_and_posts_nothing() {
+    let p = Payments::new().await;
+    let mut first = Payments::event("pay_x", "acct_a", 500, "USD");
+    first.receipt_email = Some("alice@example.com".into());
+    p.ledger.post(&first).await.unwrap();
+    effects::outbox::mark(
+        p.ledger.client(),
+        &p.outbox_table,
+        "pay_x",
+        effects::outbox::RowStatus::Sent,
+        Some("m-first"),
+        "2026-11-29T00:00:00Z",
+    )
+    .await
+    .unwrap();
+    // A producer bug, or a DLQ message edited and redriven: the same id for another account.
+    let mut other = Payments::event("pay_x", "acct_b", 500, "USD");
+    other.receipt_email = Some("mallory@example.com".into());
+    p.requests.reset();
+    for _ in 0..2 {
+        assert_key_reused(&p.ledger.post(&other).await.unwrap_err());
+    }
+    assert_eq!(p.requests.total(), 2, "one request per delivery");
+    assert!(p.ledger.entries("acct_b").await.unwrap().is_empty());
+    assert_eq!(p.ledger.balance("acct_b").await.unwrap(), None);
+    let balance = p.ledger.balance("acct_a").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (500, 1));
+    // The receipt row still belongs to the first event, SENT with its message id.
+    let row = p.outbox_row("pay_x").await.unwrap();
+    assert_eq!(row["account_id"].as_s().unwrap(), "acct_a");
+    assert_eq!(row["status"].as_s().unwrap(), "SENT");
+    assert_eq!(row["message_id"].as_s().unwrap(), "m-first");
+    // The first event's duplicate is still a duplicate.
+    assert_eq!(p.ledger.post(&first).await.unwrap(), Outcome::Replayed(Posting::Applied));
+}
+
+#[tokio::test]
+async fn a_rejected_event_id_sent_for_another_account_is_key_reuse() {
+    let p = Payments::new().await;
+    let debit = Payments::event("pay_rx", "acct_poor", -500, "USD");
+    assert!(matches!(p.ledger.post(&debit).await.unwrap().into_inner(), Posting::Rejected { .. }));
+    p.ledger.post(&Payments::event("pay_fund_rich", "acct_rich", 1000, "USD")).await.unwrap();
+    // The same id for a funded account would apply if ids were per account.
+    assert_key_reused(&p.ledger.post(&Payments::event("pay_rx", "acct_rich", -500, "USD")).await.unwrap_err());
+    assert_eq!(p.ledger.balance("acct_rich").await.unwrap().unwrap().balance_cents, 1000);
+    assert_eq!(p.ledger.entries("acct_rich").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_same_event_id_with_another_currency_or_address_is_key_reuse() {
+    let p = Payments::new().await;
+    p.ledger.post(&Payments::event("pay_cur", "acct_c", 100, "USD")).await.unwrap();
+    assert_key_reused(&p.ledger.post(&Payments::event("pay_cur", "acct_c", 100, "EUR")).await.unwrap_err());
+    let mut addressed = Payments::event("pay_cur", "acct_c", 100, "USD");
+    addressed.receipt_email = Some("eve@example.com".into());
+    assert_key_reused(&p.ledger.post(&addressed).await.unwrap_err());
+    assert!(p.outbox_row("pay_cur").await.is_none(), "no receipt row for a reused key");
+    assert_eq!(p.ledger.balance("acct_c").await.unwrap().unwrap().balance_cents, 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_event_id_raced_for_two_accounts_applies_once() {
+    let p = Arc::new(Payments::new().await);
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let p = p.clone();
+            tokio::spawn(async move {
+                let account = if i % 2 == 0 { "acct_r0" } else { "acct_r1" };
+                p.ledger.post(&Payments::event("pay_race", account, 100, "USD")).await
+            })
+        })
+        .collect();
+    let mut fresh = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(Outcome::Fresh(Posting::Applied)) => fresh += 1,
+            Ok(Outcome::Replayed(Posting::Applied)) => {}
+            Err(e) => assert_key_reused(&e),
+            Ok(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(fresh, 1);
+    let entries = p.ledger.entries("acct_r0").await.unwrap().len() + p.ledger.entries("acct_r1").await.unwrap().len();
+    assert_eq!(entries, 1, "one entry across both accounts");
+}
+
+#[tokio::test]
+async fn an_entry_without_its_record_is_never_overwritten_and_answers_for_itself() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let p = Payments::new().await;
+    let event = Payments::event("pay_old", "acct_o", 300, "USD");
+    p.ledger.post(&event).await.unwrap();
+    // An entry whose record is gone (written before records had their own item, or deleted by
+    // hand): a redelivery must not post again.
+    p.ledger
+        .client()
+        .delete_item()
+        .table_name(p.ledger.store().table())
+        .key("id", AttributeValue::S("payments#pay_old".into()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(p.ledger.post(&event).await.unwrap(), Outcome::Replayed(Posting::Applied));
+    assert_key_reused(&p.ledger.post(&Payments::event("pay_old", "acct_o", 301, "USD")).await.unwrap_err());
+    let balance = p.ledger.balance("acct_o").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (300, 1));
+}
+
+#[tokio::test]
+async fn a_commit_with_the_default_expiration_is_not_born_expired() {
+    use idempotency_dynamodb::{Commit, Committed};
+    let p = Payments::new().await;
+    let now_ms = 1_800_000_000_000;
+    let commit = Commit::new("orders#o-1", "h", "{}");
+    assert_eq!(p.ledger.store().commit_once(&commit, now_ms).await.unwrap(), Committed::Fresh);
+    let Committed::Exists(record) = p.ledger.store().commit_once(&commit, now_ms + 1000).await.unwrap() else {
+        panic!("a second commit of the same key must find the first");
+    };
+    assert_eq!(record.expiration_s, now_ms / 1000 + 14 * 24 * 3600, "the default dedup window");
 }

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use idempotency::{Config, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
-use idempotency_dynamodb::{classify, Commit, Committed, DynamoDbStore, Placement, Write, WriteUnits};
+use idempotency_dynamodb::{
+    carried_from_item, classify, Commit, Committed, DynamoDbStore, Placement, Write, WriteUnits, NEVER_EXPIRES,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -62,19 +64,25 @@ pub struct Balance {
 
 /// Posts payments to the ledger table (contract: `pk`, `sk`; `entry#{event_id}` and `balance`).
 ///
-/// Where the records live, and what each item costs (write units, items under 1 KB):
+/// An event id takes effect at most once across the whole ledger, not per account: its record
+/// `payments#{event_id}` in the idempotency table is written in the same transaction as the
+/// entry and the balance, under the claim condition, so the same id sent for another account or
+/// with another amount finds it and is key reuse. Where the records live, and what each item
+/// costs (write units, items under 1 KB):
 ///
 /// | item | units | why it is needed |
 /// |---|---|---|
-/// | ledger entry, carrying the idempotency record | 2 | the effect itself; keyed by the event id, so its existence is the duplicate test and its `ALL_OLD` image the replay |
+/// | idempotency record `payments#{event_id}` | 2 | the duplicate test across all accounts; its `ALL_OLD` image is the replay, and a recorded rejection has the same key, so a rejected event stays rejected |
+/// | ledger entry | 2 | the effect itself; conditional on not existing, so no write can replace it |
 /// | balance update | 2 | the effect itself; its condition is the business rule (currency, overdraft) |
-/// | guard on a recorded rejection, debits only | 2 | a rejected debit's duplicate must stay rejected even after a credit arrives |
-/// | outbox row, with `receipt_email` only | 2 | the receipt must be sent if and only if the payment applied |
+/// | outbox row, with `receipt_email` only | 2 | the receipt must be sent if and only if the payment applied; conditional, never overwritten |
 ///
-/// So a credit's first delivery is 4 units, a debit's 6, plus 2 with a receipt; a duplicate is
-/// one cancelled transaction (modelled as 1 unit per item). The Powertools pattern spends 6 on
-/// a first delivery (claim 1, entry and balance 4, completion 1) in 3 requests, and leaves a
-/// window between the ledger commit and the completion in which a crash posts twice.
+/// So a first delivery is 6 units for a credit or a debit (8 with a receipt), in one request; a
+/// duplicate is one cancelled transaction, modelled as 1 unit per item (3, or 4 with a receipt).
+/// The Powertools pattern spends 6 on a first delivery (claim 1, entry and balance 4, completion
+/// 1) in 3 requests, and leaves a window between the ledger commit and the completion in which a
+/// crash posts twice. The records of a ledger never expire ([`NEVER_EXPIRES`]): the uniqueness of
+/// an event id lasts as long as its entry, at the price of one small item of storage per event.
 #[derive(Debug, Clone)]
 pub struct Ledger {
     store: DynamoDbStore,
@@ -107,7 +115,9 @@ impl Ledger {
     }
 
     /// Posts a payment once: `Fresh` when this call decided it, `Replayed` for a duplicate,
-    /// which gets the first call's answer, rejection included.
+    /// which gets the first call's answer, rejection included. The event id already applied or
+    /// rejected with another payload (another account, amount, currency or address) is
+    /// [`idempotency::ErrorKind::KeyReused`]: nothing is posted.
     pub async fn post(&self, event: &PaymentEvent) -> Result<Outcome<Posting>, Error> {
         let key = Key::new(PREFIX, &event.event_id)?;
         let hash = self.config.payload_hash(event)?;
@@ -120,6 +130,23 @@ impl Ledger {
                 let posting = Posting::Rejected { reason: rejection(event, item.as_ref()) };
                 self.record_rejection(event, &key, hash, posting, now_ms).await
             }
+            // The entry exists but no record does: written before records were kept apart from
+            // entries (a carried record), or the record was deleted by hand. The entry is the
+            // effect, so it answers: the same amount and currency is a duplicate, anything else
+            // reuses the key.
+            Committed::ConditionFailed { write: ENTRY, item: Some(item) } => {
+                let record = carried_from_item(&item).unwrap_or_else(|_| Record {
+                    id: key.as_str().to_owned(),
+                    status: Status::Completed,
+                    lease_expires_at_ms: 0,
+                    expiration_s: NEVER_EXPIRES,
+                    // Only the amount and the currency are known: they stand for the payload.
+                    payload_hash: if entry_matches(event, &item) { hash.clone() } else { String::new() },
+                    owner: String::new(),
+                    response: Some(serde_json::to_string(&Posting::Applied).expect("postings serialise")),
+                });
+                Ok(Outcome::Replayed(record.replay(&hash)?))
+            }
             Committed::ConditionFailed { write, .. } => Err(Error::Store(StoreError::new(
                 StoreErrorKind::Other,
                 format!("unexpected condition failure on {write} for {}", event.event_id),
@@ -128,7 +155,8 @@ impl Ledger {
     }
 
     /// Records a rejection so duplicates get it too, unless a concurrent duplicate applied the
-    /// payment meanwhile (a credit arrived between the two): then that answer stands.
+    /// payment meanwhile (a credit arrived between the two): its record has the same key, so the
+    /// claim condition finds it and that answer stands.
     async fn record_rejection(
         &self,
         event: &PaymentEvent,
@@ -142,13 +170,12 @@ impl Ledger {
             id: key.as_str().to_owned(),
             status: Status::Completed,
             lease_expires_at_ms: 0,
-            expiration_s: now_ms / 1000 + self.config.window().as_secs(),
+            expiration_s: NEVER_EXPIRES,
             payload_hash: payload_hash.clone(),
             owner: String::new(),
             response: Some(response),
         };
-        let entry = (self.table.clone(), entry_key(event), "pk");
-        match self.store.record_outcome(&record, now_ms, Some(entry)).await? {
+        match self.store.record_outcome(&record, now_ms, None).await? {
             None => Ok(Outcome::Fresh(posting)),
             Some(Committed::Exists(existing)) => Ok(Outcome::Replayed(existing.replay(&payload_hash)?)),
             Some(other) => Err(Error::Store(StoreError::new(
@@ -173,7 +200,15 @@ impl Ledger {
             ("event_id".to_owned(), s(&event.event_id)),
             ("posted_at".to_owned(), s(&posted_at)),
         ]);
-        let entry = Put::builder().table_name(&self.table).set_item(Some(entry_item)).build().map_err(built)?;
+        // An entry is never replaced: with the record in the same transaction this condition
+        // holds anyway, and where a record is missing it turns an overwrite into an answer.
+        let entry = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(entry_item))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(built)?;
 
         // Credits need only the account's currency to match (or no account yet); a debit also
         // needs the balance to cover it, and a new account has none to cover anything.
@@ -205,15 +240,21 @@ impl Ledger {
         let balance = balance.build().map_err(built)?;
 
         let response = serde_json::to_string(&Posting::Applied).expect("postings serialise");
+        // The record in its own item (not carried on the entry, which is keyed by the account):
+        // that is what makes the event id unique across accounts.
         let mut commit = Commit::new(key.as_str(), payload_hash, response)
-            .placement(Placement::Carried { write: ENTRY, key_attribute: "pk" })
-            .guard_recorded_outcome(event.amount_cents < 0)
+            .placement(Placement::Own)
+            .expiration_s(NEVER_EXPIRES)
             .write(Write::new(ENTRY, TransactWriteItem::builder().put(entry).build()))
             .write(Write::new(BALANCE, TransactWriteItem::builder().update(balance).build()));
         if let (Some(outbox), Some(email)) = (&self.outbox, &event.receipt_email) {
+            // Never overwritten: a row's SENT state and message id belong to the first event,
+            // and an overwrite would be a MODIFY, which the relay's INSERT filter drops.
             let row = Put::builder()
                 .table_name(outbox)
                 .set_item(Some(outbox::row_item(event, email, &posted_at)))
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", outbox::KEY)
                 .build()
                 .map_err(built)?;
             commit = commit.write(Write::new(OUTBOX, TransactWriteItem::builder().put(row).build()));
@@ -303,6 +344,13 @@ fn entry_key(event: &PaymentEvent) -> HashMap<String, AttributeValue> {
         ("pk".to_owned(), AttributeValue::S(account_pk(&event.account_id))),
         ("sk".to_owned(), AttributeValue::S(format!("entry#{}", event.event_id))),
     ])
+}
+
+/// Whether an existing entry posted this event's amount in its currency.
+fn entry_matches(event: &PaymentEvent, entry: &HashMap<String, AttributeValue>) -> bool {
+    let amount = matches!(entry.get("amount_cents"), Some(AttributeValue::N(n)) if n.parse() == Ok(event.amount_cents));
+    let currency = matches!(entry.get("currency"), Some(AttributeValue::S(c)) if *c == event.currency);
+    amount && currency
 }
 
 /// Which business rule rejected the payment, from the balance item as it stood.

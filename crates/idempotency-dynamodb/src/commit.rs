@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
-use idempotency::{Record, Status, StoreError, StoreErrorKind};
+use idempotency::{Config, Record, Status, StoreError, StoreErrorKind};
 
 use crate::error::classify;
 use crate::item::{attr, from_item, to_item};
@@ -71,18 +71,28 @@ pub enum Placement {
     },
 }
 
+/// The expiration of a record that never expires: DynamoDB's TTL deletes only items whose
+/// expiration has passed, and the claim condition's `expiration < now` never holds for it.
+pub const NEVER_EXPIRES: u64 = u64::MAX;
+
 /// One commit-once transaction.
 #[derive(Debug, Clone)]
 pub struct Commit {
     record: Record,
+    /// `None` until set: the record then lives the default dedup window from the time it is
+    /// sent, never 0, which would write a record born expired (claimable at once, so a second
+    /// commit of the same key would be `Fresh` again).
+    expiration_s: Option<u64>,
     placement: Placement,
     guard: bool,
     writes: Vec<Write>,
 }
 
 impl Commit {
-    /// A transaction completing `id` with `response` (JSON) for a payload with `payload_hash`,
-    /// its record staying until `expiration_s` (for [`Placement::Own`]).
+    /// A transaction completing `id` with `response` (JSON) for a payload with `payload_hash`.
+    /// An own record ([`Placement::Own`]) lives the default dedup window
+    /// (`Config::default().window()`, 14 days) from the time it is sent, unless
+    /// [`Commit::expiration_s`] says otherwise.
     pub fn new(id: impl Into<String>, payload_hash: impl Into<String>, response: impl Into<String>) -> Self {
         Commit {
             record: Record {
@@ -94,6 +104,7 @@ impl Commit {
                 owner: String::new(),
                 response: Some(response.into()),
             },
+            expiration_s: None,
             placement: Placement::Own,
             guard: false,
             writes: Vec::new(),
@@ -106,10 +117,18 @@ impl Commit {
         self
     }
 
-    /// End of the dedup window of an own record, in seconds since the epoch.
+    /// End of the dedup window of an own record, in seconds since the epoch
+    /// ([`NEVER_EXPIRES`] for a record as lasting as the effect it guards).
     pub fn expiration_s(mut self, expiration_s: u64) -> Self {
-        self.record.expiration_s = expiration_s;
+        self.expiration_s = Some(expiration_s);
         self
+    }
+
+    /// The record as written at `now_ms`.
+    fn record_at(&self, now_ms: u64) -> Record {
+        let expiration_s =
+            self.expiration_s.unwrap_or_else(|| now_ms / 1000 + Config::default().window().as_secs());
+        Record { expiration_s, ..self.record.clone() }
     }
 
     /// With a carried record, also check that the store's table holds no live record for the
@@ -170,7 +189,7 @@ impl Commit {
             // cancelled by this action and its ALL_OLD item is the record to replay.
             let put = Put::builder()
                 .table_name(store.table())
-                .set_item(Some(to_item(&self.record)))
+                .set_item(Some(to_item(&self.record_at(now_ms))))
                 .condition_expression(CLAIM_CONDITION)
                 .set_expression_attribute_names(Some(names))
                 .set_expression_attribute_values(Some(values))

@@ -29,7 +29,9 @@ mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
-pub use crate::commit::{carried, carried_from_item, item_size, Commit, Committed, Placement, Write, WriteUnits};
+pub use crate::commit::{
+    carried, carried_from_item, item_size, Commit, Committed, Placement, Write, WriteUnits, NEVER_EXPIRES,
+};
 pub use crate::counter::RequestCounter;
 pub use crate::error::classify;
 pub use crate::item::{attr, from_item, to_item};
