@@ -5,11 +5,16 @@
 //!   message group, deadline awareness.
 //! - [`streams`]: DynamoDB Streams in order, checkpointing at the first failure.
 //! - [`metrics`]: one CloudWatch Embedded Metric Format line per batch.
+//! - [`panics`]: a record whose handler panics fails alone; the rest of the batch goes on.
 #![warn(missing_docs)]
 
 pub mod metrics;
+pub mod panics;
+mod redact;
 pub mod sqs;
 pub mod streams;
+
+pub use crate::redact::redact_emails;
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -12,7 +12,7 @@ use lambda_runtime::LambdaEvent;
 use tracing::Instrument;
 
 use crate::metrics::Counts;
-use crate::{deadline_of, now_ms, RecordError, RecordResult, Retry};
+use crate::{deadline_of, now_ms, panics, RecordError, RecordResult, Retry};
 
 /// Handles one SQS message.
 pub trait Handler: Send + Sync {
@@ -61,7 +61,14 @@ fn is_fifo(message: &SqsMessage) -> bool {
 /// groups run concurrently, records within a group in order, and after a failure the rest of
 /// that group is reported failed too (processing them would break the group's order), while
 /// other groups go on.
+///
+/// A handler that panics fails its record alone, on either path: the record is reported
+/// failed with the panic's message (redacted) logged at error, a FIFO group holds back its
+/// rest as after any failure, and the other records go on. The first call replaces the
+/// process's panic hook with a redacting one ([`panics::install_hook`](crate::panics::install_hook)).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> SqsBatchResponse {
+    panics::install_hook();
+    panics::warn_if_aborting();
     let deadline = deadline_of(&event.context);
     let records = event.payload.records;
     let fifo = records.first().is_some_and(is_fifo);
@@ -115,6 +122,7 @@ async fn run_group<H: Handler>(
     for (i, message) in group {
         let message_id = message.message_id.as_deref().unwrap_or("");
         let span = tracing::info_span!("record", message_id, event_id = tracing::field::Empty);
+        let mut panicked = false;
         let result = if let Some(earlier) = &failed_before {
             Err(RecordError::retryable(format!("not started: message {earlier} before it in its group failed")))
         } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
@@ -122,9 +130,20 @@ async fn run_group<H: Handler>(
         } else if message.message_id.is_none() {
             Err(RecordError::permanent("message has no messageId"))
         } else {
-            handler.handle(message, deadline).instrument(span.clone()).await
+            match panics::catch(handler.handle(message, deadline)).instrument(span.clone()).await {
+                Ok(result) => result,
+                Err(panic) => {
+                    span.in_scope(
+                        || tracing::error!(message_id, panic = %panic, "record handler panicked; reported failed"),
+                    );
+                    panicked = true;
+                    Err(RecordError::retryable(format!("handler panicked: {panic}")))
+                }
+            }
         };
-        span.in_scope(|| log(&result));
+        if !panicked {
+            span.in_scope(|| log(&result));
+        }
         if result.is_err() && failed_before.is_none() {
             failed_before = Some(message_id.to_owned());
         }

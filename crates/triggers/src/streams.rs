@@ -10,7 +10,7 @@ use lambda_runtime::LambdaEvent;
 use tracing::Instrument;
 
 use crate::metrics::Counts;
-use crate::{deadline_of, now_ms, Disposition, RecordError, RecordResult};
+use crate::{deadline_of, now_ms, panics, Disposition, RecordError, RecordResult};
 
 /// Handles one stream record.
 pub trait Handler: Send + Sync {
@@ -45,23 +45,43 @@ impl Options {
 
 /// Processes a batch in order, stopping at the first failure and reporting its sequence number.
 /// Records after it are redelivered with it, so handlers must be idempotent: they are.
+///
+/// A handler that panics is a failure at its record: the checkpoint is there, with the panic's
+/// message (redacted) logged at error. The first call replaces the process's panic hook with a
+/// redacting one ([`panics::install_hook`](crate::panics::install_hook)).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options: &Options) -> DynamoDbEventResponse {
+    panics::install_hook();
+    panics::warn_if_aborting();
     let deadline = deadline_of(&event.context);
     let mut counts = Counts::default();
     let mut response = DynamoDbEventResponse::default();
     for record in &event.payload.records {
         let sequence = record.change.sequence_number.clone();
         let span = tracing::info_span!("record", event_name = %record.event_name, sequence = sequence.as_deref().unwrap_or(""), event_id = tracing::field::Empty);
+        let mut panicked = false;
         let result = if !options.event_names.contains(&record.event_name) {
             Ok(Disposition::Skipped)
         } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
             Err(RecordError::retryable("not started: the invocation's deadline is near"))
         } else {
-            handler.handle(record, deadline).instrument(span.clone()).await
+            match panics::catch(handler.handle(record, deadline)).instrument(span.clone()).await {
+                Ok(result) => result,
+                Err(panic) => {
+                    span.in_scope(|| {
+                        tracing::error!(sequence = sequence.as_deref().unwrap_or(""), panic = %panic, "record handler panicked; checkpoint here")
+                    });
+                    panicked = true;
+                    Err(RecordError::retryable(format!("handler panicked: {panic}")))
+                }
+            }
         };
         counts.add(&result);
         if let Err(e) = result {
-            span.in_scope(|| tracing::warn!(retry = ?e.retry, reason = %e.reason, "record failed; checkpoint here"));
+            if !panicked {
+                span.in_scope(
+                    || tracing::warn!(retry = ?e.retry, reason = %e.reason, "record failed; checkpoint here"),
+                );
+            }
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = sequence;
             response.batch_item_failures.push(failure);
