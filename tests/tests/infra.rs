@@ -291,3 +291,147 @@ fn the_queue_type_switches_the_payments_queue_its_dlq_and_the_mapping_together()
         }
     }
 }
+
+/// Every DynamoDB item request a client sends, as IAM authorises it: `(action, table name,
+/// partition key)`, a transaction split into its items (each is authorised as its own action).
+#[derive(Debug, Clone, Default)]
+struct Recorder {
+    requests: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<(String, String, String)> {
+        std::mem::take(&mut *self.requests.lock().unwrap())
+    }
+}
+
+/// The partition key attribute of each table the functions touch.
+const PARTITION_KEYS: [&str; 2] = ["id", "pk"];
+
+fn partition_key(item: &Value) -> String {
+    PARTITION_KEYS.iter().find_map(|k| item[*k]["S"].as_str()).unwrap_or_default().to_owned()
+}
+
+impl aws_sdk_dynamodb::config::Intercept for Recorder {
+    fn name(&self) -> &'static str {
+        "Recorder"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let request = context.request();
+        let operation = request.headers().get("x-amz-target").and_then(|t| t.rsplit('.').next()).unwrap_or("?");
+        let body: Value = serde_json::from_slice(request.body().bytes().unwrap_or(b"{}")).unwrap_or_default();
+        let mut out = self.requests.lock().unwrap();
+        let mut push = |action: &str, part: &Value, item: &Value| {
+            let table = part["TableName"].as_str().unwrap_or_default().to_owned();
+            out.push((format!("dynamodb:{action}"), table, partition_key(item)));
+        };
+        match operation {
+            "PutItem" => push("PutItem", &body, &body["Item"]),
+            "TransactWriteItems" => {
+                for item in list(&body["TransactItems"]) {
+                    for (kind, action, key) in [
+                        ("Put", "PutItem", "Item"),
+                        ("Update", "UpdateItem", "Key"),
+                        ("Delete", "DeleteItem", "Key"),
+                        ("ConditionCheck", "ConditionCheckItem", "Key"),
+                    ] {
+                        if !item[kind].is_null() {
+                            push(action, &item[kind], &item[kind][key]);
+                        }
+                    }
+                }
+            }
+            // Item actions by key; anything else (Query, Scan, batches) is recorded without a
+            // key, which no grant here matches: a new kind of request must be granted on purpose.
+            other => push(other, &body, &body["Key"]),
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
+    use aws_lambda_events::event::dynamodb::Event;
+    use aws_lambda_events::event::sqs::SqsMessage;
+    use effects::email::{SendError, SendErrorKind};
+    use idempotency_dynamodb::testing::{sdk_config, unique_name};
+    use idempotency_dynamodb::DynamoDbStore;
+    use lambda_runtime::{Context, LambdaEvent};
+    use triggers::{sqs as sqs_driver, streams};
+
+    let sdk = sdk_config().await;
+    let setup = aws_sdk_dynamodb::Client::new(&sdk);
+    let (idempotency, ledger_table, outbox_table) = (unique_name("idem"), unique_name("ledger"), unique_name("outbox"));
+    idempotency_dynamodb::create_table(&setup, &idempotency).await.unwrap();
+    effects::tables::create_ledger_table(&setup, &ledger_table).await.unwrap();
+    effects::tables::create_outbox_table(&setup, &outbox_table).await.unwrap();
+    let logical = |table: &str| match table {
+        t if t == idempotency => "IdempotencyTable",
+        t if t == ledger_table => "LedgerTable",
+        t if t == outbox_table => "OutboxTable",
+        _ => "unknown",
+    };
+    let recorded = || {
+        let recorder = Recorder::default();
+        let config = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(recorder.clone()).build();
+        (aws_sdk_dynamodb::Client::from_conf(config), recorder)
+    };
+
+    // The consumer: a credit with a receipt, its duplicate, an overdraft (a recorded rejection),
+    // its duplicate, and the credit's event id reused for another account.
+    let (client, consumer_requests) = recorded();
+    let store = DynamoDbStore::new(client, &idempotency);
+    let consumer =
+        payments_consumer::Payments::new(effects::Ledger::new(store, &ledger_table, Some(outbox_table.clone())));
+    let bodies = [
+        r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
+        r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
+        r#"{"event_id": "pay_0002", "account_id": "acct_7", "amount_cents": -500, "currency": "USD"}"#,
+        r#"{"event_id": "pay_0002", "account_id": "acct_7", "amount_cents": -500, "currency": "USD"}"#,
+        r#"{"event_id": "pay_0001", "account_id": "acct_9", "amount_cents": 1250, "currency": "USD"}"#,
+    ];
+    let options = sqs_driver::Options { metrics: false, ..sqs_driver::Options::new("t") };
+    for (i, body) in bodies.iter().enumerate() {
+        let mut message = SqsMessage::default();
+        message.message_id = Some(format!("m{i}"));
+        message.body = Some(body.to_string());
+        let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
+        event.records.push(message);
+        sqs_driver::process(&consumer, LambdaEvent::new(event, Context::default()), &options).await;
+    }
+
+    // The relay on that row: a throttled send (the marker is released), the send, a duplicate.
+    let (client, relay_requests) = recorded();
+    let markers = idempotency::Idempotency::new(DynamoDbStore::new(client, &idempotency), Default::default());
+    let sender = effects::RecordingSender::new();
+    sender.fail_next(SendError::new(SendErrorKind::Throttled, "injected"));
+    let relay = receipts_relay::Receipts::new(markers, sender, &outbox_table, effects::Policy::default());
+    let event: Event = serde_json::from_str(include_str!("../../events/dynamodb-stream-outbox.json")).unwrap();
+    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    for _ in 0..3 {
+        streams::process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;
+    }
+    assert_eq!(relay.sender().sent().len(), 1, "the scenario ran: one receipt sent");
+
+    let t = template();
+    for (role, requests) in [(CONSUMER, consumer_requests.take()), (RELAY, relay_requests.take())] {
+        assert!(!requests.is_empty());
+        let mut seen = std::collections::BTreeSet::new();
+        for (action, table, key) in &requests {
+            let request = Request { action, table: logical(table), key };
+            assert!(
+                allows(&t, role, request),
+                "{role} sends {action} on {} key {key:?}: its role denies it",
+                logical(table)
+            );
+            seen.insert(format!("{action} {} {}#", logical(table), key.split('#').next().unwrap_or_default()));
+        }
+        println!("{role}: {} requests, all allowed: {seen:?}", requests.len());
+    }
+}
