@@ -1,19 +1,30 @@
-//! An event source mapping emulator, as Lambda runs one: SQS is long-polled, each batch invokes
-//! the function, only the messages that succeeded are deleted, and failed ones come back after
-//! the visibility timeout until the redrive policy moves them to the DLQ; the outbox stream is
-//! read through shard iterators, and the checkpoint advances past a batch only when it
-//! succeeded, or to the first failed record otherwise.
+//! An event source mapping emulator that behaves as Lambda documents, not kinder: SQS is polled,
+//! each batch invokes the function, only the messages the answer lets through are deleted, and
+//! the rest come back after the visibility timeout until the redrive policy moves them to the
+//! DLQ; the outbox stream is read through shard iterators, retried, bisected, aged and discarded
+//! to the on-failure destination as the template's mapping says. The settings come from
+//! `infra/template.json` ([`crate::resources::mapping_settings`]), so local and cloud agree.
+//!
+//! The pages each behaviour follows:
+//! - SQS: <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>
+//!   (partial batch responses, their success and failure conditions, FIFO);
+//! - streams: <https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html>
+//!   (retries, record age, bisection, the on-failure destination and its record) and
+//!   <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>
+//!   (partial batch responses on a stream, the checkpoint).
 
 use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName};
 use serde_json::{json, Value};
 
 use crate::invoke::{SqsFunction, StreamFunction};
-use crate::resources::Clients;
+use crate::resources::{mapping_settings, Clients};
 
 /// An SQS event source mapping.
 #[derive(Debug, Clone)]
@@ -28,17 +39,23 @@ pub struct SqsMapping {
     /// would hold every other request back while it waits; the emulator sleeps between empty
     /// polls instead.
     pub wait_seconds: i32,
+    /// The template's `FunctionResponseTypes` holds `ReportBatchItemFailures`. Without it Lambda
+    /// ignores the answer's `batchItemFailures`: a batch succeeds or fails as a whole.
+    pub report_batch_item_failures: bool,
     arn: std::sync::OnceLock<String>,
 }
 
 impl SqsMapping {
-    /// Batches of 10, a 2 s visibility timeout (redelivery within the demo), short polls.
+    /// The template's payments mapping (batch size, response types), with a 2 s visibility
+    /// timeout (redelivery within the demo) and short polls.
     pub fn new(queue_url: impl Into<String>) -> Self {
+        let settings = mapping_settings("PaymentsQueue").expect("infra/template.json maps the payments queue");
         SqsMapping {
             queue_url: queue_url.into(),
-            batch_size: 10,
+            batch_size: settings.batch_size,
             visibility_timeout: 2,
             wait_seconds: 0,
+            report_batch_item_failures: settings.report_batch_item_failures,
             arn: std::sync::OnceLock::new(),
         }
     }
@@ -49,11 +66,50 @@ impl SqsMapping {
 pub struct SqsPoll {
     /// Messages received (deliveries).
     pub received: usize,
-    /// Messages the function reported failed: left for redelivery.
+    /// Messages left for redelivery: those reported failed, or the whole batch when it failed.
     pub failed: usize,
+    /// Invocations that failed as a whole (a function error, or an answer Lambda rejects).
+    pub failed_batches: usize,
 }
 
-/// One receive, one invocation, one delete of the successes.
+/// Which messages of a batch stay on the queue after an invocation, as Lambda decides it
+/// (<https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>, "Success
+/// and failure conditions"): `None` for the whole batch, else the reported ones.
+///
+/// - an invocation error (the function threw, crashed, timed out, or answered with invalid
+///   JSON) fails the whole batch: "If your function throws an exception, the entire batch is
+///   considered a complete failure";
+/// - without `ReportBatchItemFailures` the answer is not read: success is the whole batch;
+/// - an empty or null `batchItemFailures` list, or an empty or null answer, is complete success;
+/// - an empty or null `itemIdentifier`, a bad key name, or "an itemIdentifier value with a
+///   message ID that doesn't exist" in the batch is complete failure.
+fn sqs_failed(ids: &[&str], answer: &Result<SqsBatchResponse, String>, report: bool) -> Result<Vec<String>, String> {
+    let response = match answer {
+        Err(e) => return Err(format!("invocation failed: {e}")),
+        Ok(_) if !report => return Ok(Vec::new()),
+        Ok(response) => response,
+    };
+    let mut failed = Vec::new();
+    for f in &response.batch_item_failures {
+        let id = f.item_identifier.as_str();
+        if id.is_empty() {
+            return Err("batchItemFailures holds an empty itemIdentifier".into());
+        }
+        if !ids.contains(&id) {
+            return Err(format!("batchItemFailures names {id}, not a message of the batch"));
+        }
+        failed.push(id.to_owned());
+    }
+    Ok(failed)
+}
+
+/// One receive, one invocation, one delete of what the answer lets through.
+///
+/// FIFO queues take the same path: Lambda deletes what the answer does not name, so keeping a
+/// message group in order is the function's work ("your function should stop processing
+/// messages after the first failure and return all failed and unprocessed messages in
+/// batchItemFailures", services-sqs-errorhandling.html); the triggers crate's driver does it.
+/// Meanwhile SQS itself holds back a group's later messages while one of it is in flight.
 pub async fn poll_sqs<F: SqsFunction>(
     clients: &Clients,
     mapping: &SqsMapping,
@@ -99,8 +155,17 @@ pub async fn poll_sqs<F: SqsFunction>(
         record.aws_region = Some("us-east-1".into());
         event.records.push(record);
     }
-    let response = function.invoke(event).await?;
-    let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+    let ids: Vec<&str> = messages.iter().map(|m| m.message_id().unwrap_or("")).collect();
+    let answer = function.invoke(event).await;
+    let (failed, whole): (Vec<&str>, bool) = match sqs_failed(&ids, &answer, mapping.report_batch_item_failures) {
+        Ok(failed) => (ids.iter().copied().filter(|id| failed.iter().any(|f| f == id)).collect(), false),
+        Err(reason) => {
+            // Nothing is deleted: every message returns after the visibility timeout, its receive
+            // count raised, and may reach the DLQ. Message ids only: no payload in the log.
+            tracing::warn!(queue = %mapping.queue_url, messages = ids.len(), %reason, "the whole batch failed");
+            (ids.clone(), true)
+        }
+    };
     // Ack only what succeeded: the rest reappears after the visibility timeout.
     let entries: Vec<DeleteMessageBatchRequestEntry> = messages
         .iter()
@@ -124,7 +189,52 @@ pub async fn poll_sqs<F: SqsFunction>(
             .await
             .map_err(|e| format!("delete: {}", e.into_service_error()))?;
     }
-    Ok(SqsPoll { received: messages.len(), failed: failed.len() })
+    Ok(SqsPoll { received: messages.len(), failed: failed.len(), failed_batches: usize::from(whole) })
+}
+
+/// The `batchItemFailures` of a raw answer, as Lambda reads one: `null`, `{}` and a null list
+/// are success; an entry without a string `itemIdentifier` (null, or a bad key name) is kept as
+/// a null identifier, which fails the whole batch; anything but JSON `null` or an object is an
+/// invalid response, a complete failure
+/// (<https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>).
+fn item_failures(payload: &[u8]) -> Result<Vec<Option<String>>, String> {
+    let value: Value = serde_json::from_slice(payload).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    let list = match &value {
+        Value::Null => return Ok(Vec::new()),
+        Value::Object(o) => o.get("batchItemFailures").unwrap_or(&Value::Null),
+        _ => return Err("the answer is not a batch response object".into()),
+    };
+    match list {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(items) => {
+            Ok(items.iter().map(|i| i.get("itemIdentifier").and_then(Value::as_str).map(str::to_owned)).collect())
+        }
+        _ => Err("batchItemFailures is not a list".into()),
+    }
+}
+
+/// A raw SQS function answer (from an invoke endpoint) as the mapping reads it; `Err` is an
+/// invalid response, which fails the whole batch. A null identifier becomes an empty one, which
+/// fails it too.
+pub fn sqs_response(payload: &[u8]) -> Result<SqsBatchResponse, String> {
+    let mut response = SqsBatchResponse::default();
+    for id in item_failures(payload)? {
+        let mut f = BatchItemFailure::default();
+        f.item_identifier = id.unwrap_or_default();
+        response.batch_item_failures.push(f);
+    }
+    Ok(response)
+}
+
+/// A raw stream function answer as the mapping reads it; see [`sqs_response`].
+pub fn stream_response(payload: &[u8]) -> Result<DynamoDbEventResponse, String> {
+    let mut response = DynamoDbEventResponse::default();
+    for id in item_failures(payload)? {
+        let mut f = DynamoDbBatchItemFailure::default();
+        f.item_identifier = id;
+        response.batch_item_failures.push(f);
+    }
+    Ok(response)
 }
 
 /// Messages in a queue, visible and in flight.
@@ -149,17 +259,53 @@ pub async fn queue_depth(clients: &Clients, queue_url: &str) -> Result<u64, Stri
 pub struct StreamMapping {
     /// The table whose stream is read.
     pub table: String,
-    /// Records per invocation.
+    /// Records per invocation (`BatchSize`).
     pub batch_size: i32,
-    /// Retries of a failing record before it goes to `failures_url` and is passed.
+    /// `MaximumRetryAttempts`: failed invocations of a batch after the first, before it is
+    /// discarded; `u32::MAX` (the template's -1) retries until the record is too old.
     pub max_retries: u32,
-    /// The on-failure destination.
+    /// `MaximumRecordAgeInSeconds`: older records are discarded unseen; `None` for no limit.
+    pub max_record_age_seconds: Option<u64>,
+    /// `BisectBatchOnFunctionError`: a batch that fails as a whole is split in two.
+    pub bisect_on_error: bool,
+    /// `FunctionResponseTypes` holds `ReportBatchItemFailures`: the answer's failures are read.
+    pub report_batch_item_failures: bool,
+    /// The on-failure destination (an SQS queue): one invocation record per discarded batch.
+    /// `None` discards silently, as a mapping without a `DestinationConfig`.
     pub failures_url: Option<String>,
-    /// Event names delivered; others are passed over, as the template's `FilterCriteria`
-    /// (`{"eventName": ["INSERT"]}`) has Lambda do.
+    /// Event names delivered; others are passed over, as the template's `FilterCriteria` has
+    /// Lambda do. Empty: every name.
     pub event_names: Vec<String>,
-    checkpoints: HashMap<String, Resume>,
-    attempts: HashMap<String, u32>,
+    /// Named in the on-failure record's `requestContext.functionArn`.
+    pub function_arn: String,
+    /// The clock record ages are measured with; tests move it instead of waiting a day.
+    pub clock: fn() -> SystemTime,
+    shards: HashMap<String, Shard>,
+}
+
+/// Where a shard is read from next, and what its current batch has been through.
+#[derive(Debug, Clone, Default)]
+struct Shard {
+    resume: Option<Resume>,
+    /// Sizes of the sub-batches bisection left to deliver, the next one last. Empty: whole
+    /// batches of `batch_size`.
+    pending: Vec<usize>,
+    /// Failures counted against `MaximumRetryAttempts` at this checkpoint.
+    retries: u32,
+    /// Invocations at this checkpoint (the record's `approximateInvokeCount`).
+    invocations: u32,
+    /// The last invocation ended in a function error (the record's `functionError`).
+    function_error: bool,
+}
+
+impl Shard {
+    /// The checkpoint moved on: the next batch starts afresh.
+    fn advance(&mut self, resume: Resume) {
+        self.resume = Some(resume);
+        self.retries = 0;
+        self.invocations = 0;
+        self.function_error = false;
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,16 +315,23 @@ enum Resume {
 }
 
 impl StreamMapping {
-    /// Reads `table`'s stream from its start, 10 records a batch, 5 retries.
+    /// Reads `table`'s stream from its start with the template's outbox mapping (batch size,
+    /// retries, record age, bisection, response types, filter); discarded batches go to
+    /// `failures_url`.
     pub fn new(table: impl Into<String>, failures_url: Option<String>) -> Self {
+        let settings = mapping_settings("OutboxTable").expect("infra/template.json maps the outbox stream");
         StreamMapping {
             table: table.into(),
-            batch_size: 10,
-            max_retries: 5,
+            batch_size: settings.batch_size,
+            max_retries: settings.maximum_retry_attempts.unwrap_or(u32::MAX),
+            max_record_age_seconds: settings.maximum_record_age_seconds,
+            bisect_on_error: settings.bisect_batch_on_function_error,
+            report_batch_item_failures: settings.report_batch_item_failures,
             failures_url,
-            event_names: vec!["INSERT".into()],
-            checkpoints: HashMap::new(),
-            attempts: HashMap::new(),
+            event_names: settings.event_names,
+            function_arn: "arn:aws:lambda:us-east-1:000000000000:function:receipts-relay".into(),
+            clock: SystemTime::now,
+            shards: HashMap::new(),
         }
     }
 }
@@ -188,13 +341,67 @@ impl StreamMapping {
 pub struct StreamPoll {
     /// Records handed to the function.
     pub delivered: usize,
-    /// Batches that reported a failure (their checkpoint stays at it).
+    /// Invocations that reported a failure or failed (their checkpoint stays at it).
     pub failed_batches: usize,
-    /// Records given up after `max_retries` and sent to the on-failure destination.
+    /// Records discarded to the on-failure destination: retries exhausted, or too old.
     pub given_up: usize,
 }
 
+/// How an invocation of a stream batch ended, as Lambda reads the answer
+/// (<https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Every record succeeded: "an empty or null batchItemFailures list, an empty or null
+    /// EventResponse" is complete success.
+    Success,
+    /// Records before this index succeeded. "If the batchItemFailures array contains multiple
+    /// items, Lambda uses the record with the lowest sequence number as the checkpoint."
+    Partial(usize),
+    /// The batch failed as a whole: a function error, or an answer naming an empty, null or
+    /// badly keyed `itemIdentifier` ("Lambda treats a batch as a complete failure"), or one not
+    /// in the batch. `function_error` tells the two apart for bisection and the record.
+    Failed { function_error: bool },
+}
+
+fn stream_outcome(sequences: &[String], answer: &Result<DynamoDbEventResponse, String>, report: bool) -> Outcome {
+    let response = match answer {
+        Err(_) => return Outcome::Failed { function_error: true },
+        // Without ReportBatchItemFailures the answer is not read.
+        Ok(_) if !report => return Outcome::Success,
+        Ok(response) => response,
+    };
+    let mut lowest: Option<usize> = None;
+    for f in &response.batch_item_failures {
+        let Some(i) = f.item_identifier.as_deref().and_then(|id| sequences.iter().position(|s| s == id)) else {
+            return Outcome::Failed { function_error: false };
+        };
+        // Records are in sequence order within a shard: the lowest sequence number is the
+        // earliest position.
+        lowest = Some(lowest.map_or(i, |l| l.min(i)));
+    }
+    lowest.map_or(Outcome::Success, Outcome::Partial)
+}
+
+/// One record as read from the shard: Lambda's event shape and what the mapping needs of it.
+struct Read {
+    record: EventRecord,
+    sequence: String,
+    created_secs: Option<i64>,
+}
+
+/// Why records were discarded: the on-failure record's `requestContext.condition`.
+#[derive(Debug, Clone, Copy)]
+enum Condition {
+    RetryAttemptsExhausted,
+    RecordAgeExceeded,
+}
+
 /// One batch per shard from its checkpoint.
+///
+/// A failing batch is retried from the checkpoint until it succeeds, its records pass
+/// `MaximumRecordAgeInSeconds`, or it has failed `MaximumRetryAttempts` times after the first;
+/// then it is discarded to the on-failure destination and the shard moves on
+/// (<https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html>).
 pub async fn poll_stream<F: StreamFunction>(
     clients: &Clients,
     mapping: &mut StreamMapping,
@@ -222,71 +429,230 @@ pub async fn poll_stream<F: StreamFunction>(
         .map(|d| d.shards().iter().filter_map(|s| s.shard_id().map(str::to_owned)).collect())
         .unwrap_or_default();
     let mut poll = StreamPoll::default();
-    for shard in shards {
-        let mut iterator = clients.streams.get_shard_iterator().stream_arn(&stream_arn).shard_id(&shard);
-        iterator = match mapping.checkpoints.get(&shard) {
-            None => iterator.shard_iterator_type(ShardIteratorType::TrimHorizon),
-            Some(Resume::At(seq)) => {
-                iterator.shard_iterator_type(ShardIteratorType::AtSequenceNumber).sequence_number(seq)
-            }
-            Some(Resume::After(seq)) => {
-                iterator.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).sequence_number(seq)
-            }
-        };
-        let iterator = iterator.send().await.map_err(|e| format!("shard iterator: {}", e.into_service_error()))?;
-        let Some(iterator) = iterator.shard_iterator() else { continue };
-        let out = clients
-            .streams
-            .get_records()
-            .shard_iterator(iterator)
-            .limit(mapping.batch_size)
-            .send()
-            .await
-            .map_err(|e| format!("get records: {}", e.into_service_error()))?;
-        let records = out.records();
-        if records.is_empty() {
-            continue;
-        }
-        let mut event = Event::default();
-        for r in records {
-            let value = record_json(r, &stream_arn);
-            let record: EventRecord = serde_json::from_value(value).map_err(|e| format!("stream record: {e}"))?;
-            if mapping.event_names.contains(&record.event_name) {
-                event.records.push(record);
-            }
-        }
-        let last =
-            records.last().and_then(|r| r.dynamodb()).and_then(|c| c.sequence_number()).unwrap_or_default().to_owned();
-        if event.records.is_empty() {
-            // Everything filtered out: the checkpoint passes it without an invocation.
-            mapping.checkpoints.insert(shard, Resume::After(last));
-            continue;
-        }
-        poll.delivered += event.records.len();
-        let response = function.invoke(event.clone()).await?;
-        match response.batch_item_failures.first().and_then(|f| f.item_identifier.clone()) {
-            None => {
-                mapping.checkpoints.insert(shard, Resume::After(last));
-            }
-            Some(failed) => {
-                poll.failed_batches += 1;
-                let attempts = mapping.attempts.entry(failed.clone()).or_default();
-                *attempts += 1;
-                if *attempts > mapping.max_retries {
-                    // Lambda's on-failure destination: the record's description, then move on.
-                    if let Some(url) = &mapping.failures_url {
-                        let body = json!({"sequenceNumber": failed, "streamArn": stream_arn, "attempts": *attempts});
-                        clients.sqs.send_message().queue_url(url).message_body(body.to_string()).send().await.ok();
-                    }
-                    poll.given_up += 1;
-                    mapping.checkpoints.insert(shard, Resume::After(failed));
-                } else {
-                    mapping.checkpoints.insert(shard, Resume::At(failed));
-                }
-            }
-        }
+    for shard_id in shards {
+        let mut shard = mapping.shards.remove(&shard_id).unwrap_or_default();
+        let result = poll_shard(clients, mapping, function, &stream_arn, &shard_id, &mut shard, &mut poll).await;
+        mapping.shards.insert(shard_id, shard);
+        result?;
     }
     Ok(poll)
+}
+
+/// Reads from the shard's checkpoint until one invocation is made or the shard has nothing
+/// left: records the filter passes over and records too old are passed without one.
+#[allow(clippy::too_many_arguments)]
+async fn poll_shard<F: StreamFunction>(
+    clients: &Clients,
+    mapping: &StreamMapping,
+    function: &F,
+    stream_arn: &str,
+    shard_id: &str,
+    shard: &mut Shard,
+    poll: &mut StreamPoll,
+) -> Result<(), String> {
+    loop {
+        let records = read_shard(clients, mapping, stream_arn, shard_id, shard.resume.as_ref()).await?;
+        let Some(last) = records.last().map(|r| r.sequence.clone()) else { return Ok(()) };
+        let mut candidates: Vec<Read> = records
+            .into_iter()
+            .filter(|r| mapping.event_names.is_empty() || mapping.event_names.contains(&r.record.event_name))
+            .collect();
+        if candidates.is_empty() {
+            // Everything filtered out: the checkpoint passes it without an invocation.
+            shard.advance(Resume::After(last));
+            continue;
+        }
+        // A bisected batch delivers its halves one after the other before whole batches resume.
+        let size = shard.pending.last().copied().unwrap_or(mapping.batch_size.max(1) as usize);
+        candidates.truncate(size);
+        // "MaximumRecordAgeInSeconds: discard records older than the specified age": they are
+        // not sent to the function, and the destination hears of them
+        // (services-dynamodb-errors.html).
+        if let Some(max_age) = mapping.max_record_age_seconds {
+            let now = (mapping.clock)().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+            let expired =
+                candidates.iter().take_while(|r| r.created_secs.is_some_and(|c| now - c > max_age as i64)).count();
+            if expired > 0 {
+                discard(
+                    clients,
+                    mapping,
+                    stream_arn,
+                    shard_id,
+                    &candidates[..expired],
+                    shard,
+                    Condition::RecordAgeExceeded,
+                )
+                .await?;
+                poll.given_up += expired;
+                shard.pending.clear();
+                shard.advance(Resume::After(candidates[expired - 1].sequence.clone()));
+                continue;
+            }
+        }
+        let sequences: Vec<String> = candidates.iter().map(|r| r.sequence.clone()).collect();
+        let mut event = Event::default();
+        event.records = candidates.iter().map(|r| r.record.clone()).collect();
+        poll.delivered += candidates.len();
+        shard.invocations += 1;
+        let answer = function.invoke(event).await;
+        let outcome = stream_outcome(&sequences, &answer, mapping.report_batch_item_failures);
+        shard.function_error = matches!(outcome, Outcome::Failed { function_error: true });
+        let last_of_batch = sequences.last().cloned().unwrap_or_default();
+        match outcome {
+            Outcome::Success => {
+                shard.pending.pop();
+                shard.advance(Resume::After(last_of_batch));
+                return Ok(());
+            }
+            Outcome::Partial(i) => {
+                poll.failed_batches += 1;
+                // "Lambda retries all records starting from that checkpoint"; with bisection on,
+                // "the batch is bisected at the returned sequence number and Lambda retries
+                // only the remaining records" (services-ddb-batchfailurereporting.html).
+                let remaining = candidates.len() - i;
+                if mapping.bisect_on_error {
+                    match shard.pending.last_mut() {
+                        Some(top) => *top = remaining,
+                        None => shard.pending.push(remaining),
+                    }
+                }
+                if i > 0 {
+                    // The records before it are checkpointed; the failed one has failed once.
+                    shard.advance(Resume::At(sequences[i].clone()));
+                    shard.invocations = 1;
+                }
+                shard.retries += 1;
+                candidates.drain(..i);
+            }
+            Outcome::Failed { .. } => {
+                poll.failed_batches += 1;
+                // "If your invocation fails and BisectBatchOnFunctionError is turned on, the
+                // batch is bisected regardless of your ReportBatchItemFailures setting"; an
+                // answer Lambda rejects fails the batch the same way. "Splitting a batch does
+                // not count towards the retry quota" (services-dynamodb-errors.html).
+                if mapping.bisect_on_error && candidates.len() > 1 {
+                    let first = candidates.len().div_ceil(2);
+                    shard.pending.pop();
+                    shard.pending.push(candidates.len() - first);
+                    shard.pending.push(first);
+                    return Ok(());
+                }
+                shard.retries += 1;
+            }
+        }
+        // The first invocation is not a retry: MaximumRetryAttempts = 5 allows six.
+        if shard.retries > mapping.max_retries {
+            discard(clients, mapping, stream_arn, shard_id, &candidates, shard, Condition::RetryAttemptsExhausted)
+                .await?;
+            poll.given_up += candidates.len();
+            shard.pending.pop();
+            shard.advance(Resume::After(last_of_batch));
+        } else if shard.resume.is_none() {
+            // Nothing succeeded yet on a fresh shard: retry from its first record.
+            shard.resume = Some(Resume::At(sequences[0].clone()));
+        }
+        return Ok(());
+    }
+}
+
+/// Up to `batch_size` records from the checkpoint.
+async fn read_shard(
+    clients: &Clients,
+    mapping: &StreamMapping,
+    stream_arn: &str,
+    shard_id: &str,
+    resume: Option<&Resume>,
+) -> Result<Vec<Read>, String> {
+    let mut iterator = clients.streams.get_shard_iterator().stream_arn(stream_arn).shard_id(shard_id);
+    iterator = match resume {
+        None => iterator.shard_iterator_type(ShardIteratorType::TrimHorizon),
+        Some(Resume::At(seq)) => iterator.shard_iterator_type(ShardIteratorType::AtSequenceNumber).sequence_number(seq),
+        Some(Resume::After(seq)) => {
+            iterator.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).sequence_number(seq)
+        }
+    };
+    let iterator = iterator.send().await.map_err(|e| format!("shard iterator: {}", e.into_service_error()))?;
+    let Some(iterator) = iterator.shard_iterator() else { return Ok(Vec::new()) };
+    let out = clients
+        .streams
+        .get_records()
+        .shard_iterator(iterator)
+        .limit(mapping.batch_size)
+        .send()
+        .await
+        .map_err(|e| format!("get records: {}", e.into_service_error()))?;
+    out.records()
+        .iter()
+        .map(|r| {
+            let record: EventRecord =
+                serde_json::from_value(record_json(r, stream_arn)).map_err(|e| format!("stream record: {e}"))?;
+            let change = r.dynamodb();
+            Ok(Read {
+                record,
+                sequence: change.and_then(|c| c.sequence_number()).unwrap_or_default().to_owned(),
+                created_secs: change.and_then(|c| c.approximate_creation_date_time()).map(|t| t.secs()),
+            })
+        })
+        .collect()
+}
+
+/// Sends the on-failure destination the invocation record Lambda sends for a discarded stream
+/// batch: metadata, not the records, which a reader fetches from the stream by sequence number
+/// while they last (shape from services-dynamodb-errors.html, "Example invocation record").
+async fn discard(
+    clients: &Clients,
+    mapping: &StreamMapping,
+    stream_arn: &str,
+    shard_id: &str,
+    batch: &[Read],
+    shard: &Shard,
+    condition: Condition,
+) -> Result<(), String> {
+    let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return Ok(()) };
+    tracing::warn!(
+        shard = shard_id,
+        start = %first.sequence,
+        end = %last.sequence,
+        records = batch.len(),
+        ?condition,
+        "stream batch discarded to the on-failure destination"
+    );
+    let Some(url) = &mapping.failures_url else { return Ok(()) };
+    let now = (mapping.clock)().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let arrival = |r: &Read| r.created_secs.map(|s| effects::rfc3339(s as u64 * 1000));
+    let mut response_context = json!({"statusCode": 200, "executedVersion": "$LATEST"});
+    if shard.function_error {
+        response_context["functionError"] = json!("Unhandled");
+    }
+    let record = json!({
+        "requestContext": {
+            "requestId": format!("local-{}", now.as_nanos()),
+            "functionArn": mapping.function_arn,
+            "condition": format!("{condition:?}"),
+            "approximateInvokeCount": shard.invocations,
+        },
+        "responseContext": response_context,
+        "version": "1.0",
+        "timestamp": effects::rfc3339(now.as_millis() as u64),
+        "DDBStreamBatchInfo": {
+            "shardId": shard_id,
+            "startSequenceNumber": first.sequence,
+            "endSequenceNumber": last.sequence,
+            "approximateArrivalOfFirstRecord": arrival(first),
+            "approximateArrivalOfLastRecord": arrival(last),
+            "batchSize": batch.len(),
+            "streamArn": stream_arn,
+        },
+    });
+    clients
+        .sqs
+        .send_message()
+        .queue_url(url)
+        .message_body(record.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("on-failure destination: {}", e.into_service_error()))?;
+    Ok(())
 }
 
 /// A stream record in the shape Lambda hands to a function.

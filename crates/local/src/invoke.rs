@@ -105,13 +105,12 @@ pub struct Http {
 }
 
 impl Http {
-    async fn call<T: serde::Serialize, R: serde::de::DeserializeOwned>(&self, event: &T) -> Result<R, String> {
+    /// The function's raw answer; the mapping reads it as Lambda does ([`crate::esm::sqs_response`]).
+    async fn call<T: serde::Serialize>(&self, event: &T) -> Result<Vec<u8>, String> {
         let body = serde_json::to_vec(event).map_err(|e| e.to_string())?;
         let host = self.url.trim_start_matches("http://").trim_end_matches('/').to_owned();
         let path = format!("/2015-03-31/functions/{}/invocations", self.function);
-        let response =
-            tokio::task::spawn_blocking(move || post(&host, &path, &body)).await.map_err(|e| e.to_string())??;
-        serde_json::from_slice(&response).map_err(|e| format!("invoke answer is not the batch response: {e}"))
+        tokio::task::spawn_blocking(move || post(&host, &path, &body)).await.map_err(|e| e.to_string())?
     }
 }
 
@@ -157,12 +156,12 @@ pub fn dechunk_bytes(mut body: &[u8]) -> Vec<u8> {
 
 impl SqsFunction for Http {
     async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, String> {
-        self.call(&event).await
+        crate::esm::sqs_response(&self.call(&event).await?)
     }
 }
 
 impl StreamFunction for Http {
     async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, String> {
-        self.call(&event).await
+        crate::esm::stream_response(&self.call(&event).await?)
     }
 }

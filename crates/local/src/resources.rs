@@ -103,6 +103,67 @@ fn number(template: &Value, v: &Value) -> Option<i64> {
     }
 }
 
+/// An `AWS::Lambda::EventSourceMapping` of the template, read so the emulator applies the same
+/// numbers as the deployment. Absent properties take Lambda's documented defaults
+/// (<https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html>: `BatchSize` 100 for
+/// streams, `MaximumRetryAttempts` and `MaximumRecordAgeInSeconds` -1, bisect off;
+/// <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-parameters.html>: `BatchSize` 10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingSettings {
+    /// `BatchSize`.
+    pub batch_size: i32,
+    /// `FunctionResponseTypes` holds `ReportBatchItemFailures`: without it Lambda ignores a
+    /// partial batch response.
+    pub report_batch_item_failures: bool,
+    /// `BisectBatchOnFunctionError` (streams).
+    pub bisect_batch_on_function_error: bool,
+    /// `MaximumRetryAttempts` (streams); `None` is -1, retry until the record expires.
+    pub maximum_retry_attempts: Option<u32>,
+    /// `MaximumRecordAgeInSeconds` (streams); `None` is -1, no limit but the stream's retention.
+    pub maximum_record_age_seconds: Option<u64>,
+    /// The `eventName` values the `FilterCriteria` let through; empty when nothing is filtered.
+    pub event_names: Vec<String>,
+    /// The logical id of `DestinationConfig.OnFailure.Destination` (streams).
+    pub on_failure: Option<String>,
+}
+
+/// The settings of the template's mapping whose `EventSourceArn` is an attribute of the resource
+/// `source` (`PaymentsQueue`, `OutboxTable`).
+pub fn mapping_settings(source: &str) -> Result<MappingSettings, String> {
+    let template: Value = serde_json::from_str(TEMPLATE).map_err(|e| format!("infra/template.json: {e}"))?;
+    let mappings = resources("AWS::Lambda::EventSourceMapping")?;
+    let (_, props) = mappings
+        .iter()
+        .find(|(_, p)| p["EventSourceArn"]["Fn::GetAtt"][0] == source)
+        .ok_or_else(|| format!("template has no event source mapping on {source}"))?;
+    let is_queue = template["Resources"][source]["Type"] == "AWS::SQS::Queue";
+    let limit = |field: &str| number(&template, &props[field]).filter(|n| *n >= 0);
+    let mut event_names = Vec::new();
+    for filter in props["FilterCriteria"]["Filters"].as_array().into_iter().flatten() {
+        let pattern: Value = serde_json::from_str(filter["Pattern"].as_str().unwrap_or("{}"))
+            .map_err(|e| format!("FilterCriteria pattern: {e}"))?;
+        match pattern["eventName"].as_array() {
+            Some(names) => event_names.extend(names.iter().filter_map(|n| n.as_str().map(str::to_owned))),
+            // Filters are OR'ed: one without an eventName condition lets every name through.
+            None => {
+                event_names.clear();
+                break;
+            }
+        }
+    }
+    Ok(MappingSettings {
+        batch_size: number(&template, &props["BatchSize"]).unwrap_or(if is_queue { 10 } else { 100 }) as i32,
+        report_batch_item_failures: props["FunctionResponseTypes"]
+            .as_array()
+            .is_some_and(|types| types.iter().any(|t| t == "ReportBatchItemFailures")),
+        bisect_batch_on_function_error: props["BisectBatchOnFunctionError"].as_bool().unwrap_or(false),
+        maximum_retry_attempts: limit("MaximumRetryAttempts").map(|n| n as u32),
+        maximum_record_age_seconds: limit("MaximumRecordAgeInSeconds").map(|n| n as u64),
+        event_names,
+        on_failure: props["DestinationConfig"]["OnFailure"]["Destination"]["Fn::GetAtt"][0].as_str().map(str::to_owned),
+    })
+}
+
 /// Creates every table and queue of the template (those that exist are kept), verifies the
 /// sender identity, and returns their names.
 pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources, String> {
@@ -240,5 +301,19 @@ mod tests {
         assert_eq!(super::local_name("", "LedgerTable"), "ledger");
         assert_eq!(super::local_name("", "PaymentsDeadLetterQueue"), "payments-dead-letter");
         assert_eq!(super::local_name("t1", "ReceiptsFailureQueue"), "t1-receipts-failure");
+    }
+
+    #[test]
+    fn mappings_are_read_from_the_template() {
+        let stream = super::mapping_settings("OutboxTable").unwrap();
+        assert!(stream.report_batch_item_failures && stream.bisect_batch_on_function_error);
+        assert_eq!(stream.batch_size, 10);
+        assert_eq!(stream.maximum_retry_attempts, Some(5));
+        assert_eq!(stream.maximum_record_age_seconds, Some(86_400));
+        assert_eq!(stream.event_names, vec!["INSERT".to_owned()]);
+        assert_eq!(stream.on_failure.as_deref(), Some("ReceiptsFailureQueue"));
+        let queue = super::mapping_settings("PaymentsQueue").unwrap();
+        assert!(queue.report_batch_item_failures);
+        assert_eq!((queue.batch_size, queue.maximum_retry_attempts), (10, None));
     }
 }
