@@ -26,12 +26,17 @@ use crate::item::{attr, from_item, to_item};
 pub(crate) const CLAIM_CONDITION: &str =
     "attribute_not_exists(#id) OR #expiration < :now_s OR (#status = :in_progress AND #lease < :now_ms)";
 
-/// Completion and release are fenced by the owner token: an attempt whose lease ended and whose
-/// key another attempt took over must not overwrite or delete the newer record. The same
-/// owner passes, so a retried request whose first answer was lost succeeds.
-const COMPLETE_CONDITION: &str = "#owner = :owner";
-/// A missing record also passes: a retried release finds its first attempt's delete done.
-const RELEASE_CONDITION: &str = "attribute_not_exists(#id) OR #owner = :owner";
+/// Completion is fenced by the owner token and the lease: an attempt whose key another attempt
+/// took over must not overwrite the newer record, and an attempt whose lease has ended is dead
+/// to everyone else (they may take it over, or flag its effect as ambiguous), so it must not
+/// come back to complete, taken over yet or not. A retried request whose first answer was lost
+/// fails this condition on its own completed record; the ALL_OLD item tells that apart, and it
+/// counts as success.
+const COMPLETE_CONDITION: &str = "#owner = :owner AND #status = :in_progress AND #lease >= :now_ms";
+/// Release deletes only an in-progress record of its owner: deleting a completed one, its
+/// owner's included, would make the next delivery run the effect again. A missing record
+/// passes: a retried release finds its first attempt's delete done.
+const RELEASE_CONDITION: &str = "attribute_not_exists(#id) OR (#owner = :owner AND #status = :in_progress)";
 
 /// Idempotency records in a DynamoDB table keyed by `id` (S), with TTL on `expiration`.
 ///
@@ -100,7 +105,16 @@ impl Store for DynamoDbStore {
             .send()
             .await;
         match result {
-            Ok(out) => Ok(Claim::Acquired { replaced: out.attributes.as_ref().map(from_item).transpose()? }),
+            Ok(out) => match out.attributes.as_ref().map(from_item).transpose() {
+                Ok(replaced) => Ok(Claim::Acquired { replaced }),
+                // The write landed: this attempt holds the record whatever the old item was.
+                // Failing here would leave it believing it failed while its record blocks
+                // every retry until the lease ends (and a malformed item is permanent).
+                Err(e) => {
+                    tracing::warn!(id = %record.id, error = %e, "claimed over an unreadable item");
+                    Ok(Claim::AcquiredOverUnreadable)
+                }
+            },
             Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 let PutItemError::ConditionalCheckFailedException(failed) = e.err() else { unreachable!() };
                 match failed.item() {
@@ -129,25 +143,44 @@ impl Store for DynamoDbStore {
             .condition_expression(COMPLETE_CONDITION)
             .expression_attribute_names("#owner", attr::OWNER)
             .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease", attr::LEASE_EXPIRES_AT)
             .expression_attribute_names("#expiration", attr::EXPIRATION)
             .expression_attribute_names("#response", attr::RESPONSE)
             .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
+            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
+            .expression_attribute_values(":now_ms", AttributeValue::N(completion.now_ms.to_string()))
             .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
-            .expression_attribute_values(":exp", AttributeValue::N(completion.expiration_s.to_string()));
+            .expression_attribute_values(":exp", AttributeValue::N(completion.expiration_s.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         update = match completion.response {
             Some(response) => update
                 .update_expression("SET #status = :completed, #expiration = :exp, #response = :response")
                 .expression_attribute_values(":response", AttributeValue::S(response.to_owned())),
             None => update.update_expression("SET #status = :completed, #expiration = :exp REMOVE #response"),
         };
-        match update.send().await {
-            Ok(_) => Ok(()),
+        let failed = match update.send().await {
+            Ok(_) => return Ok(()),
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {
-                Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is owned by another attempt")))
+                let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else { unreachable!() };
+                failed
             }
-            Err(e) => Err(classify("UpdateItem", e)),
+            Err(e) => return Err(classify("UpdateItem", e)),
+        };
+        // Why the condition failed, from the item as it stood (or a read, from a server that
+        // does not return it; a missing record returns none either way).
+        let current = match failed.item() {
+            Some(item) => from_item(item).ok(),
+            None => self.read(id).await?,
+        };
+        match current {
+            Some(r) if r.owner == owner && r.status == Status::Completed => Ok(()),
+            Some(r) if r.owner == owner => Err(StoreError::new(
+                StoreErrorKind::Fenced,
+                format!("{id}: the lease ended at {} ms; not completed", r.lease_expires_at_ms),
+            )),
+            _ => Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is owned by another attempt"))),
         }
     }
 
@@ -160,7 +193,9 @@ impl Store for DynamoDbStore {
             .condition_expression(RELEASE_CONDITION)
             .expression_attribute_names("#id", attr::ID)
             .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
+            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
             .send()
             .await;
         match result {
@@ -168,7 +203,7 @@ impl Store for DynamoDbStore {
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), DeleteItemError::ConditionalCheckFailedException(_)) =>
             {
-                Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is owned by another attempt")))
+                Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is completed or owned by another attempt")))
             }
             Err(e) => Err(classify("DeleteItem", e)),
         }

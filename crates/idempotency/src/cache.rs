@@ -27,6 +27,11 @@ pub struct CachedStore<S> {
 #[derive(Debug, Default)]
 struct Lru {
     records: HashMap<String, (Record, u64)>,
+    /// Records claimed through this cache and not yet completed or released, kept so the
+    /// completion can cache the completed record. An attempt whose future was dropped never
+    /// comes back for its entry, so the map is bounded: entries whose lease has ended go (such
+    /// an attempt can no longer complete), and it never holds more than `capacity`. A missing
+    /// entry only costs a cache miss.
     claimed: HashMap<String, Record>,
     tick: u64,
 }
@@ -72,6 +77,20 @@ impl<S> CachedStore<S> {
     }
 }
 
+impl<S> CachedStore<S> {
+    fn hold(&self, record: &Record, now_ms: u64) {
+        let mut lru = self.lock();
+        lru.claimed.retain(|_, r| r.lease_expires_at_ms >= now_ms);
+        if lru.claimed.len() >= self.capacity && !lru.claimed.contains_key(&record.id) {
+            // Live attempts beyond the bound: the one whose lease ends first loses its entry.
+            if let Some(first) = lru.claimed.iter().min_by_key(|(_, r)| r.lease_expires_at_ms).map(|(k, _)| k.clone()) {
+                lru.claimed.remove(&first);
+            }
+        }
+        lru.claimed.insert(record.id.clone(), record.clone());
+    }
+}
+
 impl<S: Store> Store for CachedStore<S> {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
         let cached = {
@@ -96,9 +115,7 @@ impl<S: Store> Store for CachedStore<S> {
         let claim = self.inner.claim(record, now_ms).await?;
         match &claim {
             Claim::Exists(existing) => self.remember(existing.clone()),
-            Claim::Acquired { .. } => {
-                self.lock().claimed.insert(record.id.clone(), record.clone());
-            }
+            Claim::Acquired { .. } | Claim::AcquiredOverUnreadable => self.hold(record, now_ms),
         }
         Ok(claim)
     }
@@ -138,6 +155,46 @@ mod tests {
 
     use super::*;
     use crate::{Config, Idempotency, InMemoryStore, Key, ManualClock, Outcome};
+
+    use std::future::Future;
+
+    fn in_flight<S>(store: &CachedStore<S>) -> usize {
+        store.lock().claimed.len()
+    }
+
+    /// Attempts whose futures were dropped mid-handler (a cancelled task, a timed-out
+    /// invocation) never complete or release: their entries must not stay forever.
+    #[tokio::test]
+    async fn attempts_whose_futures_were_dropped_do_not_stay_in_flight() {
+        let clock = Arc::new(ManualClock::new());
+        let idem = Idempotency::new(
+            CachedStore::new(InMemoryStore::new(), 4),
+            Config::default().lease(Duration::from_secs(60)).clock(clock.clone()),
+        );
+        for n in 0..20 {
+            let key = Key::new("t", &format!("dropped-{n}")).unwrap();
+            let payload = json!(n);
+            let run = idem.run(&key, &payload, std::future::pending::<Result<u32, ()>>);
+            let mut run = std::pin::pin!(run);
+            // Claimed, then the handler waits: poll once, then drop the future.
+            std::future::poll_fn(|cx| {
+                assert!(run.as_mut().poll(cx).is_pending());
+                std::task::Poll::Ready(())
+            })
+            .await;
+        }
+        assert_eq!(idem.store().inner().records().len(), 20, "twenty records in progress");
+        assert_eq!(in_flight(idem.store()), 4, "bounded by the capacity, not by the dropped attempts");
+        // Once their leases end, the next claim sweeps them all out.
+        clock.advance(Duration::from_secs(61));
+        let key = Key::new("t", "live").unwrap();
+        assert_eq!(idem.run(&key, &json!(1), || async { Ok::<_, ()>(3u32) }).await.unwrap(), Outcome::Fresh(3));
+        assert_eq!(in_flight(idem.store()), 0);
+        // The completion through the cache still caches the record: the duplicate costs nothing.
+        let before = idem.store().inner().requests();
+        assert_eq!(idem.run(&key, &json!(1), || async { Ok::<_, ()>(4u32) }).await.unwrap(), Outcome::Replayed(3));
+        assert_eq!(idem.store().inner().requests(), before);
+    }
 
     #[tokio::test]
     async fn a_duplicate_answered_from_the_cache_costs_no_request() {

@@ -129,10 +129,26 @@ impl Config {
     }
 
     /// The defaults, turned off when `IDEMPOTENCY_DISABLED` (or Powertools'
-    /// `POWERTOOLS_IDEMPOTENCY_DISABLED`) is `1` or `true`.
+    /// `POWERTOOLS_IDEMPOTENCY_DISABLED`) is `1`, `true` or `yes`: [`from_env_with`]
+    /// reading the process environment.
+    ///
+    /// [`from_env_with`]: Self::from_env_with
     pub fn from_env() -> Self {
+        Self::from_env_with(|name| std::env::var(name).ok())
+    }
+
+    /// The same, with the variables read through `var` (`None` for unset). Tests pass a map
+    /// here instead of setting process variables, which other threads of the test binary
+    /// read at the same time (`std::env::set_var` is unsound there).
+    ///
+    /// ```
+    /// use idempotency::Config;
+    /// let config = Config::from_env_with(|name| (name == "IDEMPOTENCY_DISABLED").then(|| "true".into()));
+    /// assert!(config.is_disabled());
+    /// ```
+    pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Self {
         let on = |v: String| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes");
-        let disabled = DISABLED_VARS.iter().any(|name| std::env::var(name).map(on).unwrap_or(false));
+        let disabled = DISABLED_VARS.iter().any(|name| var(name).is_some_and(on));
         Config::default().disabled(disabled)
     }
 
@@ -215,6 +231,18 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, d);
         assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn the_disable_switch_reads_either_variable_and_only_true_values() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+        };
+        assert!(!Config::from_env_with(env(&[])).is_disabled());
+        assert!(Config::from_env_with(env(&[("IDEMPOTENCY_DISABLED", " TRUE ")])).is_disabled());
+        assert!(Config::from_env_with(env(&[("POWERTOOLS_IDEMPOTENCY_DISABLED", "1")])).is_disabled());
+        assert!(!Config::from_env_with(env(&[("IDEMPOTENCY_DISABLED", "0")])).is_disabled());
+        assert!(!Config::from_env_with(env(&[("IDEMPOTENCY_DISABLED", "false")])).is_disabled());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! through a [`ManualClock`], never by sleeping, so the suite runs as well against a store over
 //! the network as in memory.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +38,10 @@ macro_rules! store_contract_tests {
             concurrent_deliveries_run_the_handler_once,
             deadline_bounds_the_lease,
             response_too_large_completes_without_it,
+            release_deletes_only_an_in_progress_record_of_its_owner,
+            completion_after_the_lease_is_refused,
+            a_handler_that_outruns_its_lease_is_not_completed,
+            a_lost_completion_answer_is_retried,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -99,7 +103,7 @@ pub async fn get_returns_every_field<S: Store>(store: S) {
     let record = in_progress(&key, "a", now, 30_000);
     store.claim(&record, now).await.unwrap();
     assert_eq!(store.get(key.as_str()).await.unwrap().as_ref(), Some(&record));
-    let completion = Completion { response: Some(r#"{"ok":true}"#), expiration_s: now / 1000 + 7200 };
+    let completion = Completion { response: Some(r#"{"ok":true}"#), expiration_s: now / 1000 + 7200, now_ms: now };
     store.complete(key.as_str(), "a", completion).await.unwrap();
     let done = store.get(key.as_str()).await.unwrap().unwrap();
     assert_eq!(done.status, Status::Completed);
@@ -222,7 +226,7 @@ pub async fn dropped_attempt_blocks_until_its_lease_ends<S: Store + 'static>(sto
     let taken = idem.run(&key, &payload, || counted(runs.clone(), 2)).await.unwrap();
     assert_eq!(taken, Outcome::Fresh(2));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let completion = Completion { response: Some("3"), expiration_s: u64::MAX / 2 };
+    let completion = Completion { response: Some("3"), expiration_s: u64::MAX / 2, now_ms: clock.now_ms() };
     let err = idem.store().complete(key.as_str(), &dead.owner, completion).await.unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::Fenced);
     assert_eq!(idem.store().get(key.as_str()).await.unwrap().unwrap().response.as_deref(), Some("2"));
@@ -237,7 +241,7 @@ pub async fn stale_owner_is_fenced<S: Store>(store: S) {
     let old = store.get(key.as_str()).await.unwrap();
     let taken = store.claim(&in_progress(&key, "new", later, 1_000), later).await.unwrap();
     assert_eq!(taken, Claim::Acquired { replaced: old });
-    let completion = Completion { response: Some("1"), expiration_s: later / 1000 + 60 };
+    let completion = Completion { response: Some("1"), expiration_s: later / 1000 + 60, now_ms: later };
     assert_eq!(
         store.complete(key.as_str(), "old", completion.clone()).await.unwrap_err().kind(),
         StoreErrorKind::Fenced
@@ -254,7 +258,7 @@ pub async fn complete_and_release_are_idempotent_for_the_owner<S: Store>(store: 
     let key = unique("retry");
     let now = 1_800_000_000_000;
     store.claim(&in_progress(&key, "a", now, 30_000), now).await.unwrap();
-    let completion = Completion { response: Some("1"), expiration_s: now / 1000 + 60 };
+    let completion = Completion { response: Some("1"), expiration_s: now / 1000 + 60, now_ms: now };
     store.complete(key.as_str(), "a", completion.clone()).await.unwrap();
     store.complete(key.as_str(), "a", completion).await.unwrap();
     let other = unique("retry-release");
@@ -361,4 +365,162 @@ pub async fn response_too_large_completes_without_it<S: Store>(store: S) {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let record = idem.store().get(key.as_str()).await.unwrap().unwrap();
     assert_eq!((record.status, record.response), (Status::Completed, None));
+}
+
+/// A release deletes only an in-progress record of its owner: a completed record stays, even
+/// against its owner (deleting it would make the next delivery run the effect again), and
+/// another owner's record stays.
+pub async fn release_deletes_only_an_in_progress_record_of_its_owner<S: Store>(store: S) {
+    let now = 1_800_000_000_000;
+    let done = unique("release-completed");
+    store.claim(&in_progress(&done, "a", now, 30_000), now).await.unwrap();
+    let completion = Completion { response: Some("1"), expiration_s: now / 1000 + 60, now_ms: now };
+    store.complete(done.as_str(), "a", completion).await.unwrap();
+    for owner in ["a", "b"] {
+        let err = store.release(done.as_str(), owner).await.unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Fenced, "release of a completed record by {owner}");
+    }
+    let kept = store.get(done.as_str()).await.unwrap().expect("the completed record is kept");
+    assert_eq!((kept.status, kept.response.as_deref(), kept.owner.as_str()), (Status::Completed, Some("1"), "a"));
+
+    let live = unique("release-other");
+    let record = in_progress(&live, "a", now, 30_000);
+    store.claim(&record, now).await.unwrap();
+    assert_eq!(store.release(live.as_str(), "b").await.unwrap_err().kind(), StoreErrorKind::Fenced);
+    assert_eq!(store.get(live.as_str()).await.unwrap(), Some(record), "another owner's release changes nothing");
+    store.release(live.as_str(), "a").await.unwrap();
+    assert_eq!(store.get(live.as_str()).await.unwrap(), None, "its owner's release deletes it");
+}
+
+/// The store refuses a completion once the lease has ended, even with no takeover yet, and a
+/// retried completion that finds its own write landed succeeds, the record unchanged.
+pub async fn completion_after_the_lease_is_refused<S: Store>(store: S) {
+    let key = unique("late-completion");
+    let now = 1_800_000_000_000;
+    let record = in_progress(&key, "a", now, 1_000);
+    store.claim(&record, now).await.unwrap();
+    let late = Completion { response: Some("1"), expiration_s: now / 1000 + 60, now_ms: now + 1_001 };
+    assert_eq!(store.complete(key.as_str(), "a", late).await.unwrap_err().kind(), StoreErrorKind::Fenced);
+    assert_eq!(store.get(key.as_str()).await.unwrap(), Some(record), "not completed");
+
+    // Up to the lease's last millisecond the owner completes.
+    let on_time = Completion { response: Some("1"), expiration_s: now / 1000 + 60, now_ms: now + 1_000 };
+    store.complete(key.as_str(), "a", on_time).await.unwrap();
+    // Its retry, after the lease, finds its own completed record: success, nothing rewritten.
+    let retried = Completion { response: Some("2"), expiration_s: now / 1000 + 999, now_ms: now + 5_000 };
+    store.complete(key.as_str(), "a", retried.clone()).await.unwrap();
+    let done = store.get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(
+        (done.status, done.response.as_deref(), done.expiration_s),
+        (Status::Completed, Some("1"), now / 1000 + 60)
+    );
+    // Another owner is refused.
+    assert_eq!(store.complete(key.as_str(), "b", retried).await.unwrap_err().kind(), StoreErrorKind::Fenced);
+}
+
+/// A handler that outruns its lease (the clock moves on while it runs): cut off at its next
+/// `.await` before its effect; when it returns past the lease without yielding, its result is
+/// refused. Neither is reported fresh, and the next delivery takes the key over.
+pub async fn a_handler_that_outruns_its_lease_is_not_completed<S: Store>(store: S) {
+    let (idem, clock) = setup(store);
+    let key = unique("outrun");
+    let payload = json!({"n": 1});
+    let effects = Counted::default();
+    let lease_lost = |r: Result<Outcome<u64>, RunError<std::io::Error>>| match r {
+        Err(RunError::Idempotency(e)) => e.kind() == ErrorKind::LeaseLost && e.is_retryable(),
+        _ => false,
+    };
+
+    let cut_off = idem
+        .run(&key, &payload, || async {
+            clock.advance(Duration::from_secs(31));
+            tokio::task::yield_now().await;
+            effects.fetch_add(1, Ordering::SeqCst);
+            Ok(1)
+        })
+        .await;
+    assert!(lease_lost(cut_off), "cut off at the lease end");
+    assert_eq!(effects.load(Ordering::SeqCst), 0, "nothing ran after the lease ended");
+    let first = idem.store().get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(first.status, Status::InProgress);
+
+    let refused = idem
+        .run(&key, &payload, || async {
+            effects.fetch_add(1, Ordering::SeqCst);
+            clock.advance(Duration::from_secs(31));
+            Ok(2)
+        })
+        .await;
+    assert!(lease_lost(refused), "a result past the lease is refused");
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+    let second = idem.store().get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(second.status, Status::InProgress, "not completed");
+    assert_ne!(second.owner, first.owner, "the second delivery took the key over");
+
+    let crate::Begin::Claimed(attempt) = idem.begin::<_, u64>(&key, &payload).await.unwrap() else {
+        panic!("the lease has ended: the next delivery takes over")
+    };
+    assert!(attempt.took_over(), "and learns that an attempt may have done part of its work");
+    idem.complete(attempt, &3u64).await.unwrap();
+    assert_eq!(idem.run(&key, &payload, || counted(effects.clone(), 4)).await.unwrap(), Outcome::Replayed(3));
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+/// A completion whose answer is lost is sent again before the record is left to its lease:
+/// whether the first write landed (the retry finds its own completed record) or not.
+pub async fn a_lost_completion_answer_is_retried<S: Store>(store: S) {
+    let store = LoseCompletionAnswers {
+        store,
+        lost: AtomicUsize::new(0),
+        land: AtomicBool::new(false),
+        sent: AtomicUsize::new(0),
+    };
+    let (idem, _) = setup(store);
+    for landed in [true, false] {
+        let key = unique(if landed { "lost-answer-landed" } else { "lost-answer-not-landed" });
+        let runs = Counted::default();
+        idem.store().lost.store(1, Ordering::SeqCst);
+        idem.store().land.store(landed, Ordering::SeqCst);
+        idem.store().sent.store(0, Ordering::SeqCst);
+        let outcome = idem.run(&key, &json!({"n": 1}), || counted(runs.clone(), 7)).await.unwrap();
+        assert_eq!(outcome, Outcome::Fresh(7), "landed: {landed}");
+        assert_eq!(idem.store().sent.load(Ordering::SeqCst), 2, "one retry");
+        let record = idem.store().store.get(key.as_str()).await.unwrap().unwrap();
+        assert_eq!((record.status, record.response.as_deref()), (Status::Completed, Some("7")));
+        assert_eq!(idem.run(&key, &json!({"n": 1}), || counted(runs.clone(), 8)).await.unwrap(), Outcome::Replayed(7));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+}
+
+/// A store that loses the answers of the next `lost` completions, each after its write landed
+/// (`land`) or before.
+struct LoseCompletionAnswers<S> {
+    store: S,
+    lost: AtomicUsize,
+    land: AtomicBool,
+    sent: AtomicUsize,
+}
+
+impl<S: Store> Store for LoseCompletionAnswers<S> {
+    async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, crate::StoreError> {
+        self.store.claim(record, now_ms).await
+    }
+    async fn complete(&self, id: &str, owner: &str, c: Completion<'_>) -> Result<(), crate::StoreError> {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        let lost = self.lost.load(Ordering::SeqCst);
+        if lost == 0 {
+            return self.store.complete(id, owner, c).await;
+        }
+        self.lost.store(lost - 1, Ordering::SeqCst);
+        if self.land.load(Ordering::SeqCst) {
+            self.store.complete(id, owner, c).await?;
+        }
+        Err(crate::StoreError::new(StoreErrorKind::Unavailable, "connection reset: answer lost"))
+    }
+    async fn release(&self, id: &str, owner: &str) -> Result<(), crate::StoreError> {
+        self.store.release(id, owner).await
+    }
+    async fn get(&self, id: &str) -> Result<Option<Record>, crate::StoreError> {
+        self.store.get(id).await
+    }
 }

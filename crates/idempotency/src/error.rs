@@ -16,8 +16,9 @@ pub enum ErrorKind {
     Throttled,
     /// The store could not be reached or failed. Retryable.
     StoreUnavailable,
-    /// This attempt's lease ended and another attempt took the key over before this one could
-    /// complete or release it. Retryable: the next delivery meets the other attempt's record.
+    /// This attempt's lease ended before it could complete or release: the handler outran the
+    /// lease (its result is not recorded), or another attempt took the key over. Retryable: the
+    /// next delivery takes the key over, or meets the other attempt's record.
     LeaseLost,
     /// The invocation's deadline had passed before the call began. Retryable.
     DeadlineExceeded,

@@ -2,6 +2,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -10,7 +12,18 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, RunError};
 use crate::key::Key;
 use crate::record::{Record, Status};
-use crate::store::{Claim, Completion, Store};
+use crate::store::{Claim, Completion, Store, StoreErrorKind};
+
+/// Tries of a completion whose answer did not come back (throttled, or unavailable: the write
+/// may have landed). A retry that finds the record completed by its own owner succeeds, so
+/// retrying is safe; giving up leaves the record in progress until its lease ends, and the
+/// effect is run again by the takeover.
+const COMPLETE_TRIES: u32 = 3;
+/// Pause before the first retry of a completion; doubled for the next.
+const COMPLETE_BACKOFF: Duration = Duration::from_millis(25);
+/// The longest the lease timer sleeps before checking the clock again (keeps `Instant`
+/// arithmetic in range whatever the lease).
+const MAX_TIMER: Duration = Duration::from_secs(3600);
 
 /// What an idempotent call produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +160,40 @@ impl<S: Store> Idempotency<S> {
     /// If the handler fails, the record is released and the error returned as
     /// [`RunError::Handler`], so a retry runs it again. A business rejection that must answer
     /// duplicates the same way belongs in the `Ok` response.
+    ///
+    /// # What a handler may assume: it runs within its lease, and no longer
+    ///
+    /// The claim gives the attempt a lease ([`Config::lease`](crate::Config::lease), ended
+    /// sooner by [`with_deadline`](Self::with_deadline)).
+    ///
+    /// - While the lease lasts, no other attempt runs the handler for this key: other
+    ///   deliveries meet the record in progress and are refused with
+    ///   [`ErrorKind::InProgress`]. Attempts compare their own clocks with the stored lease, so
+    ///   leave a margin for clock skew.
+    /// - When the lease ends, the handler is cut off: its future is dropped at its next
+    ///   `.await` (the configured clock is read each time it is polled, and a timer wakes it
+    ///   at the lease end), exactly as if the process had crashed there. The record stays in
+    ///   progress, and the next delivery takes the key over ([`Attempt::took_over`]) and runs
+    ///   the handler again. So every side effect must survive being cut off anywhere, as it
+    ///   must survive a crash: key it, or write it in one transaction with its record (commit
+    ///   once, in `idempotency-dynamodb`: no lease there, nothing to outrun).
+    /// - A handler that returns after its lease ended (it blocked the thread past it) has its
+    ///   result refused: the record is not completed, and `run` returns
+    ///   [`ErrorKind::LeaseLost`] (retryable), never [`Outcome::Fresh`].
+    /// - So [`Outcome::Fresh`] means: the handler ran to its end, and its record was
+    ///   completed, within its lease, with no other attempt running it meanwhile.
+    ///
+    /// Set the lease above the slowest run you expect; in Lambda the invocation's deadline
+    /// sets it.
+    ///
+    /// Why bound the handler rather than renew the lease while it runs (a heartbeat)? In Lambda
+    /// the deadline caps the lease and cannot be extended, so renewal buys nothing there; a
+    /// heartbeat costs a write per interval on top of the two requests of a first delivery;
+    /// and it cannot speak for a process that is paused (a frozen sandbox, a stalled host, a
+    /// network partition), which resumes after its lease all the same, so the check at
+    /// completion would still be needed. Bounding keeps one rule, which the store enforces in
+    /// its completion condition: after `lease_expires_at` an attempt is dead, and it never
+    /// comes back to complete.
     pub async fn run<P, R, E, F, Fut>(&self, key: &Key, payload: &P, handler: F) -> Result<Outcome<R>, RunError<E>>
     where
         P: Serialize + ?Sized,
@@ -161,7 +208,15 @@ impl<S: Store> Idempotency<S> {
             Begin::Replayed(response) => return Ok(Outcome::Replayed(response)),
             Begin::Claimed(attempt) => attempt,
         };
-        match handler().await {
+        let lease_end_ms = attempt.lease_expires_at_ms;
+        let Some(result) = self.within_lease(lease_end_ms, handler()).await else {
+            // Left in progress, as a crash leaves it: its lease has ended, so the next delivery
+            // takes it over at once and learns (`took_over`) that this attempt may have done
+            // part of its work.
+            tracing::warn!(key = %key, lease_end_ms, "handler outran its lease: cut off, not completed");
+            return Err(outran_lease(&attempt, self.config.now_ms()).into());
+        };
+        match result {
             Ok(response) => {
                 self.complete(attempt, &response).await?;
                 Ok(Outcome::Fresh(response))
@@ -175,6 +230,36 @@ impl<S: Store> Idempotency<S> {
                 Err(RunError::Handler(e))
             }
         }
+    }
+
+    /// Polls `handler` until it finishes or the lease ends at `lease_end_ms`, whichever comes
+    /// first; `None` when the lease ended first (the handler is dropped, never polled again).
+    /// The configured clock decides, read before every poll, so a clock that moves by other
+    /// means than tokio's (a test's manual clock) bounds the handler too; the timer only wakes
+    /// a handler that waits on something slower than its lease.
+    async fn within_lease<T>(&self, lease_end_ms: u64, handler: impl Future<Output = T>) -> Option<T> {
+        let clock = &self.config.clock;
+        let until_end = |now_ms: u64| Duration::from_millis(lease_end_ms.saturating_sub(now_ms) + 1).min(MAX_TIMER);
+        let mut handler = std::pin::pin!(handler);
+        let mut timer = std::pin::pin!(tokio::time::sleep(until_end(clock.now_ms())));
+        std::future::poll_fn(|cx| {
+            if clock.now_ms() > lease_end_ms {
+                return Poll::Ready(None);
+            }
+            if let Poll::Ready(out) = handler.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            while timer.as_mut().poll(cx).is_ready() {
+                let now_ms = clock.now_ms();
+                if now_ms > lease_end_ms {
+                    return Poll::Ready(None);
+                }
+                // Woken early by the configured clock's measure: sleep the rest.
+                timer.as_mut().reset(tokio::time::Instant::now() + until_end(now_ms));
+            }
+            Poll::Pending
+        })
+        .await
     }
 
     /// Claims `key` for `payload`: the first half of [`run`](Self::run), for effects that must
@@ -198,20 +283,56 @@ impl<S: Store> Idempotency<S> {
         };
         match self.store.claim(&record, now_ms).await? {
             Claim::Acquired { replaced } => Ok(Begin::Claimed(self.attempt(record, replaced))),
+            Claim::AcquiredOverUnreadable => {
+                tracing::warn!(key = %key, "claimed over a record that could not be read; assuming a takeover");
+                let mut attempt = self.attempt(record, None);
+                attempt.replaced_unknown = true;
+                Ok(Begin::Claimed(attempt))
+            }
             Claim::Exists(existing) => self.classify(record, existing),
         }
     }
 
     /// Completes an attempt with its response, which duplicates will receive.
+    ///
+    /// Refused with [`ErrorKind::LeaseLost`] when the attempt's lease has ended (see
+    /// [`run`](Self::run)): checked here before sending, and by the store's condition. A
+    /// completion whose answer did not come back (throttled, unavailable) is sent again, up to
+    /// three tries, before the record is left to its lease: a retry that finds the record
+    /// already completed by this attempt succeeds.
     pub async fn complete<R: Serialize>(&self, attempt: Attempt, response: &R) -> Result<(), Error> {
         let json = serde_json::to_string(response)
             .map_err(|e| Error::new(ErrorKind::Serialization, "response is not serialisable").with_source(e))?;
         let too_large = json.len() > self.config.max_response_bytes;
-        let expiration_s = self.expiration_s(self.config.now_ms());
+        let now_ms = self.config.now_ms();
+        if now_ms > attempt.lease_expires_at_ms {
+            return Err(outran_lease(&attempt, now_ms));
+        }
         // A response too large to keep still completes the record: the effect happened, and a
         // duplicate must not repeat it; it gets ResponseTooLarge instead of a replay.
-        let completion = Completion { response: (!too_large).then_some(json.as_str()), expiration_s };
-        self.store.complete(&attempt.id, &attempt.owner, completion).await?;
+        let mut completion = Completion {
+            response: (!too_large).then_some(json.as_str()),
+            expiration_s: self.expiration_s(now_ms),
+            now_ms,
+        };
+        let mut tries = 1;
+        loop {
+            match self.store.complete(&attempt.id, &attempt.owner, completion.clone()).await {
+                Ok(()) => break,
+                Err(e)
+                    if tries < COMPLETE_TRIES
+                        && matches!(e.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
+                {
+                    tracing::warn!(key = %attempt.id, error = %e, tries, "completion unanswered; sending it again");
+                    tokio::time::sleep(COMPLETE_BACKOFF * 2u32.pow(tries - 1)).await;
+                    tries += 1;
+                    // The retry is judged on the clock as it is now: if the first write did
+                    // not land and the lease has ended meanwhile, the store refuses it.
+                    completion.now_ms = self.config.now_ms();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         if too_large {
             return Err(too_large_error(json.len(), self.config.max_response_bytes));
         }
@@ -265,6 +386,16 @@ impl<S: Store> Idempotency<S> {
         }
         Ok(Begin::Replayed(response))
     }
+}
+
+fn outran_lease(attempt: &Attempt, now_ms: u64) -> Error {
+    Error::new(
+        ErrorKind::LeaseLost,
+        format!(
+            "{}: the lease ended at {} ms, before the handler's result could be recorded (now {now_ms} ms); not completed",
+            attempt.id, attempt.lease_expires_at_ms
+        ),
+    )
 }
 
 fn too_large_error(len: usize, max: usize) -> Error {

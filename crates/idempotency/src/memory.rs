@@ -50,6 +50,14 @@ fn fenced(id: &str) -> StoreError {
     StoreError::new(StoreErrorKind::Fenced, format!("{id} is owned by another attempt"))
 }
 
+fn lease_ended(id: &str, lease_expires_at_ms: u64) -> StoreError {
+    StoreError::new(StoreErrorKind::Fenced, format!("{id}: the lease ended at {lease_expires_at_ms} ms; not completed"))
+}
+
+fn completed(id: &str) -> StoreError {
+    StoreError::new(StoreErrorKind::Fenced, format!("{id} is completed; a completed record is never released"))
+}
+
 impl Store for InMemoryStore {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
         self.count();
@@ -67,12 +75,15 @@ impl Store for InMemoryStore {
         self.count();
         let mut records = self.lock();
         match records.get_mut(id) {
-            Some(r) if r.owner == owner => {
+            // A retried completion that finds its own write landed.
+            Some(r) if r.owner == owner && r.status == Status::Completed => Ok(()),
+            Some(r) if r.owner == owner && r.lease_expires_at_ms >= completion.now_ms => {
                 r.status = Status::Completed;
                 r.response = completion.response.map(str::to_owned);
                 r.expiration_s = completion.expiration_s;
                 Ok(())
             }
+            Some(r) if r.owner == owner => Err(lease_ended(id, r.lease_expires_at_ms)),
             _ => Err(fenced(id)),
         }
     }
@@ -82,10 +93,11 @@ impl Store for InMemoryStore {
         let mut records = self.lock();
         match records.get(id) {
             None => Ok(()),
-            Some(r) if r.owner == owner => {
+            Some(r) if r.owner == owner && r.status == Status::InProgress => {
                 records.remove(id);
                 Ok(())
             }
+            Some(r) if r.status == Status::Completed => Err(completed(id)),
             Some(_) => Err(fenced(id)),
         }
     }

@@ -15,6 +15,12 @@ pub enum Claim {
         /// The overwritten record, if any.
         replaced: Option<Record>,
     },
+    /// The record was written, but the item it overwrote could not be read back (a malformed
+    /// item). The caller owns the key all the same: reporting an error here would leave an
+    /// attempt that holds the record believing it failed, its key blocked until the lease
+    /// ends. What it overwrote is unknown, so the caller must assume the worst: a takeover
+    /// from an attempt that died mid-effect.
+    AcquiredOverUnreadable,
     /// A record blocks the claim; here it is, as stored, for the caller to classify (replay,
     /// in progress, key reused, or the caller's own earlier write whose answer was lost).
     Exists(Record),
@@ -27,6 +33,9 @@ pub struct Completion<'a> {
     pub response: Option<&'a str>,
     /// End of the dedup window, counted from completion, in seconds since the Unix epoch.
     pub expiration_s: u64,
+    /// The completing attempt's clock, in milliseconds since the Unix epoch: a record whose
+    /// lease ended before it is not completed (see [`Store::complete`]).
+    pub now_ms: u64,
 }
 
 /// Where idempotency records live.
@@ -40,8 +49,15 @@ pub trait Store: Send + Sync {
     /// On success, returns the record it overwrote, if any, read in the same atomic step.
     fn claim(&self, record: &Record, now_ms: u64) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
-    /// Completes the record if `owner` still holds it. Completing twice with the same owner
-    /// succeeds (a retried request); a different owner is refused with [`StoreErrorKind::Fenced`].
+    /// Completes the record if `owner` holds it in progress and its lease has not ended at
+    /// `completion.now_ms` (`lease_expires_at_ms >= now_ms`). A lease that ended is refused
+    /// even when no other attempt took the key over yet: other attempts may already treat the
+    /// owner as dead (take it over, flag its effect as ambiguous), and a dead attempt that
+    /// comes back must not complete behind them.
+    ///
+    /// A record already completed by the same owner succeeds, unchanged: a retried request
+    /// whose first answer was lost finds its own write landed. Anything else (another owner,
+    /// no record, the lease ended) is refused with [`StoreErrorKind::Fenced`].
     fn complete(
         &self,
         id: &str,
@@ -49,8 +65,10 @@ pub trait Store: Send + Sync {
         completion: Completion<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Deletes the record if `owner` still holds it or it is already gone; a different owner is
-    /// refused with [`StoreErrorKind::Fenced`].
+    /// Deletes the record if `owner` holds it in progress, or succeeds if it is already gone (a
+    /// retried release). A completed record is never released, its owner's included: deleting
+    /// it would make the next delivery run the effect again. That, and a record of another
+    /// owner, are refused with [`StoreErrorKind::Fenced`] and left as they are.
     fn release(&self, id: &str, owner: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Reads the record, if any, expired or not.
@@ -85,8 +103,9 @@ pub enum StoreErrorKind {
     Throttled,
     /// The backend could not be reached or failed (timeout, connection, 5xx). Retryable.
     Unavailable,
-    /// Another attempt owns the record now: this attempt's lease ended and it was taken over.
-    /// Retryable: the next delivery finds the other attempt's record.
+    /// This attempt no longer holds the record in progress: its lease ended (and another
+    /// attempt may have taken it over), or the record is another's, or completed. Retryable:
+    /// the next delivery finds the record as it now stands.
     Fenced,
     /// The item exceeds the backend's size limit. Permanent.
     TooLarge,
