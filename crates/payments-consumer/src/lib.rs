@@ -13,7 +13,7 @@ pub const FUNCTION: &str = "payments-consumer";
 /// The environment contract: table names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Env {
-    /// `IDEMPOTENCY_TABLE`: recorded rejections.
+    /// `IDEMPOTENCY_TABLE`: the payments' records (applied and rejected).
     pub idempotency_table: String,
     /// `LEDGER_TABLE`: entries and balances.
     pub ledger_table: String,
