@@ -95,6 +95,39 @@ async fn an_attempt_that_dies_mid_handler_blocks_until_its_lease_ends() {
     assert_eq!(h.applied("pay_crash").await, 1);
 }
 
+/// A handler that outruns its lease (30 s here; the clock moves while it runs) while a second
+/// delivery arrives: today the second takes the key over and both apply the effect. Now the
+/// first is cut off at its next `.await`, before its effect, and is not reported fresh; the
+/// second applies the effect once, and a third delivery replays it.
+#[tokio::test]
+async fn a_handler_that_outruns_its_lease_is_cut_off_before_a_takeover_applies_twice() {
+    let h = Harness::new().await;
+    let key = Key::new("payments", "pay_slow").unwrap();
+    let event = payment("pay_slow", 9);
+    let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel();
+    let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
+    let slow = h.idem.run(&key, &event, || async {
+        h.clock.advance(Duration::from_secs(31));
+        stalled_tx.send(()).unwrap();
+        resume_rx.await.unwrap();
+        Ok::<_, ()>(h.apply("pay_slow").await)
+    });
+    let second = async {
+        stalled_rx.await.unwrap();
+        let taken = h.idem.run(&key, &event, || async { Ok::<_, ()>(h.apply("pay_slow").await) }).await;
+        // The slow one may be gone already: cut off while it waited, its lease having ended.
+        let _ = resume_tx.send(());
+        taken
+    };
+    let (slow, second) = tokio::join!(slow, second);
+    assert_eq!(second.unwrap(), Outcome::Fresh(1), "the second delivery took the key over");
+    assert_eq!(idempotency_kind(slow), ErrorKind::LeaseLost, "the slow one is cut off, not fresh");
+    assert_eq!(h.applied("pay_slow").await, 1, "the effect once");
+    let replay = h.idem.run(&key, &event, || async { Ok::<_, ()>(h.apply("pay_slow").await) }).await.unwrap();
+    assert_eq!(replay, Outcome::Replayed(1));
+    assert_eq!(h.applied("pay_slow").await, 1);
+}
+
 #[tokio::test]
 async fn same_key_with_a_different_payload_is_permanent_and_does_not_run() {
     let h = Harness::new().await;
