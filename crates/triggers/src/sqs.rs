@@ -65,7 +65,7 @@ fn is_fifo(message: &SqsMessage) -> bool {
 /// A handler that panics fails its record alone, on either path: the record is reported
 /// failed with the panic's message (redacted) logged at error, a FIFO group holds back its
 /// rest as after any failure, and the other records go on. The first call replaces the
-/// process's panic hook with a redacting one ([`panics::install_hook`](crate::panics::install_hook)).
+/// process's panic hook with a redacting one ([`panics::install_hook`]).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> SqsBatchResponse {
     panics::install_hook();
     panics::warn_if_aborting();

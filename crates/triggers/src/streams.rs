@@ -48,7 +48,7 @@ impl Options {
 ///
 /// A handler that panics is a failure at its record: the checkpoint is there, with the panic's
 /// message (redacted) logged at error. The first call replaces the process's panic hook with a
-/// redacting one ([`panics::install_hook`](crate::panics::install_hook)).
+/// redacting one ([`panics::install_hook`]).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options: &Options) -> DynamoDbEventResponse {
     panics::install_hook();
     panics::warn_if_aborting();
