@@ -108,7 +108,8 @@ fn sqs_failed(ids: &[&str], answer: &Result<SqsBatchResponse, String>, report: b
 /// FIFO queues take the same path: Lambda deletes what the answer does not name, so keeping a
 /// message group in order is the function's work ("your function should stop processing
 /// messages after the first failure and return all failed and unprocessed messages in
-/// batchItemFailures", services-sqs-errorhandling.html); the triggers crate's driver does it.
+/// batchItemFailures", <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>);
+/// the triggers crate's driver does it.
 /// Meanwhile SQS itself holds back a group's later messages while one of it is in flight.
 pub async fn poll_sqs<F: SqsFunction>(
     clients: &Clients,
@@ -467,7 +468,7 @@ async fn poll_shard<F: StreamFunction>(
         candidates.truncate(size);
         // "MaximumRecordAgeInSeconds: discard records older than the specified age": they are
         // not sent to the function, and the destination hears of them
-        // (services-dynamodb-errors.html).
+        // (<https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html>).
         if let Some(max_age) = mapping.max_record_age_seconds {
             let now = (mapping.clock)().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
             let expired =
@@ -508,7 +509,8 @@ async fn poll_shard<F: StreamFunction>(
                 poll.failed_batches += 1;
                 // "Lambda retries all records starting from that checkpoint"; with bisection on,
                 // "the batch is bisected at the returned sequence number and Lambda retries
-                // only the remaining records" (services-ddb-batchfailurereporting.html).
+                // only the remaining records"
+                // (<https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>).
                 let remaining = candidates.len() - i;
                 if mapping.bisect_on_error {
                     match shard.pending.last_mut() {
@@ -529,7 +531,8 @@ async fn poll_shard<F: StreamFunction>(
                 // "If your invocation fails and BisectBatchOnFunctionError is turned on, the
                 // batch is bisected regardless of your ReportBatchItemFailures setting"; an
                 // answer Lambda rejects fails the batch the same way. "Splitting a batch does
-                // not count towards the retry quota" (services-dynamodb-errors.html).
+                // not count towards the retry quota"
+                // (<https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html>).
                 if mapping.bisect_on_error && candidates.len() > 1 {
                     let first = candidates.len().div_ceil(2);
                     shard.pending.pop();
@@ -598,7 +601,8 @@ async fn read_shard(
 
 /// Sends the on-failure destination the invocation record Lambda sends for a discarded stream
 /// batch: metadata, not the records, which a reader fetches from the stream by sequence number
-/// while they last (shape from services-dynamodb-errors.html, "Example invocation record").
+/// while they last (shape from "Example invocation record",
+/// <https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html>).
 async fn discard(
     clients: &Clients,
     mapping: &StreamMapping,

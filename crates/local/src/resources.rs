@@ -205,7 +205,8 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources, String> {
         outbox_table: local_name(prefix, "OutboxTable"),
         queue_url: url("PaymentsQueue")?,
         dlq_url: url("PaymentsDeadLetterQueue")?,
-        failures_url: url("ReceiptsFailureQueue")?,
+        // The outbox mapping's on-failure destination, as the template names it.
+        failures_url: url(mapping_settings("OutboxTable")?.on_failure.as_deref().unwrap_or("ReceiptsFailureQueue"))?,
         max_receive_count,
     })
 }

@@ -172,6 +172,21 @@ async fn only_the_named_messages_return() {
 }
 
 #[tokio::test]
+async fn without_report_batch_item_failures_the_answer_is_not_read() {
+    // The template turns ReportBatchItemFailures on; a mapping without it deletes the whole batch
+    // on any answer that is not an error, failures named or not.
+    let clients = Clients::local().await;
+    let url = queue_with(&clients, &["m1", "m2", "m3"]).await;
+    let mut sqs = mapping(&url);
+    assert!(sqs.report_batch_item_failures, "the template's FunctionResponseTypes");
+    sqs.report_batch_item_failures = false;
+    let function = SqsScript::new(|event| Ok(failing(&[event.records[0].message_id.as_deref().unwrap()])));
+    let poll = esm::poll_sqs(&clients, &sqs, &function).await.unwrap();
+    assert_eq!((poll.received, poll.failed), (3, 0));
+    assert_eq!(remaining(&clients, &url).await, vec![]);
+}
+
+#[tokio::test]
 async fn a_bad_answer_every_time_sends_the_whole_batch_to_the_dlq() {
     let clients = Clients::local().await;
     let r = resources::up(&clients, &unique_name("esm-dlq")).await.expect("local resources");
