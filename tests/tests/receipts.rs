@@ -6,7 +6,7 @@ use std::time::Duration;
 use effects::email::{email_key, SendError, SendErrorKind};
 use effects::{send_once, EmailMessage, EmailSender, Policy, Receipt};
 use end_to_end::{emails_to, ses_sender};
-use idempotency::{Config, Idempotency, ManualClock, Outcome};
+use idempotency::{Config, Idempotency, ManualClock, Outcome, Store};
 use idempotency_dynamodb::testing::{fresh_store, unique_name};
 use idempotency_dynamodb::DynamoDbStore;
 
@@ -68,19 +68,41 @@ async fn a_throttled_send_then_a_retry_delivers_one_email() {
     assert_eq!(emails_to(&to).len(), 1);
 }
 
+/// A sender never verified is the configuration's fault, not this message's: nothing is
+/// recorded, the marker is released, and once the identity is verified the retry sends one.
 #[tokio::test]
-async fn a_refused_message_is_recorded_and_a_duplicate_does_not_resend() {
+async fn an_unverified_sender_is_retried_not_recorded_as_the_messages_fate() {
     let (idem, _) = markers().await;
-    // Never verified: SES answers MessageRejected, a permanent refusal.
+    // Never verified: SES answers MessageRejected naming the sender.
+    let from = format!("{}@unverified.example.com", unique_name("nobody"));
     let client = aws_sdk_sesv2::Client::new(&idempotency_dynamodb::testing::sdk_config().await);
-    let ses = effects::SesSender::new(client, format!("{}@unverified.example.com", unique_name("nobody")));
+    let ses = effects::SesSender::new(client.clone(), &from);
     let to = recipient();
     let key = email_key(&unique_name("pay")).unwrap();
+    let err = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap_err();
+    assert!(matches!(&err, effects::Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
+    assert!(err.is_retryable());
+    let local = from.split('@').next().unwrap();
+    assert!(!err.to_string().contains(local), "the echoed address is redacted: {err}");
+    assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released");
+    assert!(emails_to(&to).is_empty());
+
+    client.create_email_identity().email_identity(&from).send().await.unwrap();
+    let retry = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
+    assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })), "{retry:?}");
+    assert_eq!(emails_to(&to).len(), 1);
+}
+
+/// A recipient SES refuses (here an address without a domain, which the local SES answers with
+/// a 400) is this message's fate: recorded, and a duplicate does not resend.
+#[tokio::test]
+async fn a_refused_recipient_is_recorded_and_a_duplicate_does_not_resend() {
+    let (idem, _) = markers().await;
+    let ses = ses_sender("receipts@example.com").await;
+    let to = unique_name("no-domain");
+    let key = email_key(&unique_name("pay")).unwrap();
     let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
-    assert!(
-        matches!(&first, Outcome::Fresh(Receipt::Failed { reason }) if reason.contains("not verified")),
-        "{first:?}"
-    );
+    assert!(matches!(&first, Outcome::Fresh(Receipt::Failed { .. })), "{first:?}");
     let again = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     assert!(again.is_replay());
     assert!(emails_to(&to).is_empty());

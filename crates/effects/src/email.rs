@@ -6,6 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Mutex;
 
+use aws_sdk_sesv2::config::http::HttpResponse;
 use aws_sdk_sesv2::config::retry::RetryConfig;
 use aws_sdk_sesv2::error::SdkError;
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
@@ -26,7 +27,7 @@ pub fn email_key(event_id: &str) -> Result<Key, idempotency::KeyError> {
 }
 
 /// A plain-text email.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EmailMessage {
     /// The recipient.
     pub to: String,
@@ -36,35 +37,62 @@ pub struct EmailMessage {
     pub text: String,
 }
 
+// By hand, so that `{:?}` in a log line or a panic message never shows the address.
+impl fmt::Debug for EmailMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmailMessage")
+            .field("to", &redact_email(&self.to))
+            .field("subject", &redact_emails(&self.subject))
+            .field("text", &redact_emails(&self.text))
+            .finish()
+    }
+}
+
 /// How a provider's failure bears on a retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SendErrorKind {
     /// The provider shed load; the message was not accepted. Retryable.
     Throttled,
-    /// The provider answered that it is unavailable (a 5xx before accepting). Retryable.
+    /// The provider was not reached, so nothing was sent. Retryable. (SES's own 5xx answers are
+    /// [`Ambiguous`](Self::Ambiguous): a server error says nothing of whether the message left.)
     Unavailable,
-    /// The request may have been accepted: it timed out, or its answer was lost. Retryable,
-    /// under the [`Policy`] of the ambiguous window.
+    /// The request may have been accepted: it timed out, its answer was lost, or the provider
+    /// failed on its side (a 5xx). Under [`Policy::AtMostOnce`] never resent.
     Ambiguous,
-    /// The provider refused the message for good (unverified sender, rejected content or
-    /// address). Permanent.
+    /// The provider refused this message for good (rejected content or recipient, invalid
+    /// input). Permanent: recorded, not retried.
     Rejected,
+    /// The provider refused to send anything for this account or configuration: sending paused,
+    /// account suspended, sender or mail-from domain not verified, configuration set or identity
+    /// not found, sending quota spent, credentials or permissions refused. No verdict on this
+    /// message: retryable, once an operator (or time) clears the condition, which is raised
+    /// for them.
+    Blocked,
 }
 
 /// An email provider's failure.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SendError {
     /// How it bears on a retry.
     pub kind: SendErrorKind,
-    /// What the provider said.
+    /// What the provider said, with any email address in it redacted (providers echo the
+    /// refused address: "Email address not verified alice@example.com").
     pub message: String,
 }
 
 impl SendError {
-    /// A failure of the given kind.
+    /// A failure of the given kind. Addresses in `message` are redacted here, once, so neither
+    /// a log line, an error passed up, nor a stored failure reason carries one.
     pub fn new(kind: SendErrorKind, message: impl Into<String>) -> Self {
-        SendError { kind, message: message.into() }
+        SendError { kind, message: redact_emails(&message.into()) }
+    }
+
+    /// An SES v2 `SendEmail` failure for a send from `from`, classified: the one place SES's
+    /// errors are read, public for senders that call SES their own way (and for tests, which
+    /// build the SDK's errors).
+    pub fn from_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str) -> Self {
+        classify_ses(err, from)
     }
 
     /// Whether a retry may succeed.
@@ -73,9 +101,17 @@ impl SendError {
     }
 }
 
+// Display and Debug redact again: the fields are public, so a `SendError { .. }` literal
+// skips `new`.
 impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "email {:?}: {}", self.kind, self.message)
+        write!(f, "email {:?}: {}", self.kind, redact_emails(&self.message))
+    }
+}
+
+impl fmt::Debug for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendError").field("kind", &self.kind).field("message", &redact_emails(&self.message)).finish()
     }
 }
 
@@ -138,15 +174,16 @@ impl EmailSender for SesSender {
             .config_override(aws_sdk_sesv2::config::Builder::default().retry_config(RetryConfig::disabled()))
             .send()
             .await
-            .map_err(classify_ses)?;
+            .map_err(|e| classify_ses(e, &self.from))?;
         out.message_id()
             .map(str::to_owned)
             .ok_or_else(|| SendError::new(SendErrorKind::Ambiguous, "SES returned no message id"))
     }
 }
 
-/// SES errors into send errors, in one place.
-fn classify_ses<R: fmt::Debug>(err: SdkError<SendEmailError, R>) -> SendError {
+/// SES errors into send errors, in one place. `from` is the sender, to tell a refusal of the
+/// sender (configuration) from a refusal of the recipient (this message).
+fn classify_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str) -> SendError {
     let kind = match &err {
         SdkError::ConstructionFailure(_) => SendErrorKind::Rejected,
         // A dispatch failure may be a refused connection (nothing sent) or a connection closed
@@ -155,28 +192,124 @@ fn classify_ses<R: fmt::Debug>(err: SdkError<SendEmailError, R>) -> SendError {
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) | SdkError::DispatchFailure(_) => {
             SendErrorKind::Ambiguous
         }
-        SdkError::ServiceError(e) => match e.err() {
-            SendEmailError::TooManyRequestsException(_) | SendEmailError::LimitExceededException(_) => {
-                SendErrorKind::Throttled
-            }
-            e if e.meta().code() == Some("ServiceUnavailable") || e.meta().code() == Some("InternalFailure") => {
-                SendErrorKind::Unavailable
-            }
-            SendEmailError::MessageRejected(_)
-            | SendEmailError::MailFromDomainNotVerifiedException(_)
-            | SendEmailError::AccountSuspendedException(_)
-            | SendEmailError::SendingPausedException(_)
-            | SendEmailError::BadRequestException(_)
-            | SendEmailError::NotFoundException(_) => SendErrorKind::Rejected,
-            _ => SendErrorKind::Ambiguous,
-        },
+        SdkError::ServiceError(e) => classify_answer(e.err(), e.raw().status().as_u16(), from),
         _ => SendErrorKind::Ambiguous,
     };
     let message = match &err {
-        SdkError::ServiceError(e) => format!("{}", e.err()),
+        SdkError::ServiceError(e) => {
+            let (text, status) = (e.err().to_string(), e.raw().status().as_u16());
+            match e.err().meta().code() {
+                // An unmodeled error's text may not name its code.
+                Some(code) if !text.contains(code) => format!("{code}: {text} (HTTP {status})"),
+                _ => format!("{text} (HTTP {status})"),
+            }
+        }
         other => other.to_string(),
     };
     SendError::new(kind, message)
+}
+
+/// An answer SES gave to SendEmail. Account- and configuration-level refusals are told from
+/// refusals of one message, because a refusal recorded as the message's fate is never retried:
+/// a paused account would otherwise lose every receipt sent while it is paused.
+fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKind {
+    match err {
+        SendEmailError::TooManyRequestsException(_) => SendErrorKind::Throttled,
+        SendEmailError::AccountSuspendedException(_)
+        | SendEmailError::SendingPausedException(_)
+        | SendEmailError::MailFromDomainNotVerifiedException(_)
+        // The sending quota: the account's, for the day.
+        | SendEmailError::LimitExceededException(_)
+        // SendEmail names no resource of the message's own: what is not found is the sender
+        // identity, the configuration set, a template or contact list of the configuration.
+        | SendEmailError::NotFoundException(_) => SendErrorKind::Blocked,
+        // "Email address is not verified. The following identities failed the check ...: x":
+        // the same code for an unverified sender (every message fails) and an unverified
+        // recipient in the sandbox (this one does). SES gives no structured field, so the
+        // identities it lists are read: the sender among them is a configuration fault.
+        SendEmailError::MessageRejected(e) if names_address(e.message().unwrap_or_default(), from) => {
+            SendErrorKind::Blocked
+        }
+        SendEmailError::MessageRejected(_) | SendEmailError::BadRequestException(_) => SendErrorKind::Rejected,
+        // A server error may come after SES queued the message: ambiguous, never resent at most
+        // once (a 503 that shed the request is indistinguishable from a 500 after it).
+        _ if status >= 500 => SendErrorKind::Ambiguous,
+        other => match other.meta().code() {
+            Some("Throttling" | "ThrottlingException" | "RequestLimitExceeded") => SendErrorKind::Throttled,
+            // Credentials or IAM refused the call: the function's configuration, not the message.
+            Some(
+                "AccessDenied"
+                | "AccessDeniedException"
+                | "UnrecognizedClientException"
+                | "InvalidClientTokenId"
+                | "ExpiredToken"
+                | "ExpiredTokenException"
+                | "SignatureDoesNotMatch"
+                | "InvalidSignatureException"
+                | "IncompleteSignature"
+                | "MissingAuthenticationToken",
+            ) => SendErrorKind::Blocked,
+            _ if status == 429 => SendErrorKind::Throttled,
+            _ if status == 401 || status == 403 => SendErrorKind::Blocked,
+            // Any other 4xx is SES refusing this request, and nothing was sent.
+            _ if (400..500).contains(&status) => SendErrorKind::Rejected,
+            _ => SendErrorKind::Ambiguous,
+        },
+    }
+}
+
+/// Whether `text` lists `from`'s address as one of its words (compared whole, so
+/// `xreceipts@example.com` is not `receipts@example.com`). `from` may be `Name <address>`.
+fn names_address(text: &str, from: &str) -> bool {
+    let address = from.rsplit_once('<').map_or(from, |(_, a)| a.trim_end_matches('>')).trim();
+    !address.is_empty()
+        && text
+            .split(|c: char| {
+                c.is_whitespace() || matches!(c, ',' | ';' | '<' | '>' | '"' | '\'' | '(' | ')' | '[' | ']')
+            })
+            .map(|w| w.trim_end_matches(['.', ':']))
+            .any(|w| w.eq_ignore_ascii_case(address))
+}
+
+/// `text` with the local part of every email address in it cut to its first character
+/// (`alice@example.com` becomes `a***@example.com`, as [`redact_email`] does for one address).
+/// For free text that may hold addresses: a provider's error message, a stored failure reason.
+/// Anything that looks like an address is redacted: a false positive costs a few characters of
+/// a log line, a false negative leaks personal data.
+///
+/// ```
+/// use effects::email::redact_emails;
+/// assert_eq!(
+///     redact_emails("Email address not verified alice.b+x@example.com"),
+///     "Email address not verified a***@example.com"
+/// );
+/// ```
+// The same scan as `triggers::redact_emails` (for the drivers' panic messages); `effects`
+// does not depend on the trigger drivers, so it keeps its own.
+pub fn redact_emails(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('@') {
+        let (before, after) = rest.split_at(at);
+        let after = &after[1..];
+        let local_start = before
+            .char_indices()
+            .rev()
+            .take_while(|&(_, c)| c.is_alphanumeric() || "._%+-!#$&*/=?^~".contains(c))
+            .last()
+            .map_or(before.len(), |(i, _)| i);
+        let domain_end = after.find(|c: char| !(c.is_alphanumeric() || c == '.' || c == '-')).unwrap_or(after.len());
+        out.push_str(&before[..local_start]);
+        if let Some(first) = before[local_start..].chars().next() {
+            out.push(first);
+            out.push_str("***");
+        }
+        out.push('@');
+        out.push_str(&after[..domain_end]);
+        rest = &after[domain_end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A fake for unit tests: records what it sends, and fails as scripted.
@@ -232,9 +365,10 @@ pub enum Receipt {
         /// What the provider said.
         reason: String,
     },
-    /// An earlier attempt died between claiming the marker and completing it, maybe after the
-    /// provider accepted the message. Under [`Policy::AtMostOnce`] it is not resent; an
-    /// operator checks the provider's sending records.
+    /// The provider may or may not have accepted the message: its answer was lost or was a
+    /// server error, or an earlier attempt died between claiming the marker and completing it.
+    /// Under [`Policy::AtMostOnce`] it is not resent; an operator checks the provider's sending
+    /// records.
     Ambiguous,
 }
 
@@ -260,10 +394,13 @@ pub enum Policy {
 /// Sends `message` once for `effect_key` (see [`email_key`]).
 ///
 /// Claims the marker, sends, completes the marker with the provider's message id. A definite
-/// failure that may pass later (throttling, unreachable) releases the marker, so the retry sends;
-/// a permanent refusal is recorded as [`Receipt::Failed`]; an ambiguous failure (timeout) leaves
-/// the marker in progress, and when a later attempt takes it over after the lease the policy
-/// decides: [`Receipt::Ambiguous`] without sending, or a resend.
+/// failure that may pass later (throttling, unreachable, the account or configuration blocked:
+/// [`SendErrorKind::Blocked`], logged at error level) releases the marker, so the retry sends;
+/// a refusal of this message is recorded as [`Receipt::Failed`]; an ambiguous failure (timeout,
+/// lost answer, a 5xx) follows the policy: at most once records [`Receipt::Ambiguous`] at once,
+/// without sending again (waiting for nothing: no retry will send it), at least once releases
+/// the marker so the retry resends. An attempt that died after claiming leaves the marker in
+/// progress, and the attempt that takes it over after the lease follows the policy the same way.
 pub async fn send_once<S: Store, E: EmailSender>(
     idempotency: &Idempotency<S>,
     sender: &E,
@@ -274,7 +411,9 @@ pub async fn send_once<S: Store, E: EmailSender>(
     let to = redact_email(&message.to);
     let attempt = match idempotency.begin::<_, Receipt>(effect_key, message).await? {
         Begin::Replayed(receipt) => {
-            tracing::info!(key = %effect_key, to = %to, ?receipt, "email already handled; not sending");
+            // Redacted: a reason stored before reasons were redacted may hold an address.
+            let receipt_text = redact_emails(&format!("{receipt:?}"));
+            tracing::info!(key = %effect_key, to = %to, receipt = %receipt_text, "email already handled; not sending");
             return Ok(Outcome::Replayed(receipt));
         }
         Begin::Claimed(attempt) => attempt,
@@ -297,19 +436,30 @@ pub async fn send_once<S: Store, E: EmailSender>(
         }
         Err(e) if e.kind == SendErrorKind::Rejected => {
             tracing::warn!(key = %effect_key, to = %to, error = %e, "email refused for good");
-            let receipt = Receipt::Failed { reason: e.message };
+            let receipt = Receipt::Failed { reason: redact_emails(&e.message) };
             idempotency.complete(attempt, &receipt).await?;
             Ok(Outcome::Fresh(receipt))
         }
         Err(e) if e.kind == SendErrorKind::Ambiguous && policy == Policy::AtMostOnce => {
-            // Keep the marker: releasing it would let the retry send a second copy of a
-            // message that may have gone out. The takeover after the lease flags it.
-            tracing::warn!(key = %effect_key, to = %to, error = %e, "email may have been sent; marker kept");
-            drop(attempt);
-            Err(Error::Email(e))
+            // Never released: the retry would send a second copy of a message that may have
+            // gone out. Nor left in progress: every retry until the lease ends would find it
+            // busy and spend the trigger's retries on it (a stream gives up after a few), while
+            // its fate is already known: ambiguous, for an operator.
+            tracing::error!(
+                key = %effect_key,
+                to = %to,
+                error = %e,
+                "email may have been sent; not resending (at most once): operator check"
+            );
+            idempotency.complete(attempt, &Receipt::Ambiguous).await?;
+            Ok(Outcome::Fresh(Receipt::Ambiguous))
         }
         Err(e) => {
-            tracing::warn!(key = %effect_key, to = %to, error = %e, "email not sent; marker released for the retry");
+            if e.kind == SendErrorKind::Blocked {
+                tracing::error!(key = %effect_key, error = %e, "the email provider refuses this account or configuration; marker released for the retry: operator check");
+            } else {
+                tracing::warn!(key = %effect_key, to = %to, error = %e, "email not sent; marker released for the retry");
+            }
             if let Err(release) = idempotency.release(attempt).await {
                 tracing::warn!(key = %effect_key, error = %release, "could not release the marker; the retry waits for its lease");
             }
@@ -410,18 +560,212 @@ mod tests {
         }
     }
 
+    /// An ambiguous answer under at most once is recorded ambiguous at once: its fate is known,
+    /// so no retry has to wait for the lease (a stream's few retries would run out first).
     #[tokio::test]
-    async fn an_ambiguous_error_keeps_the_marker_under_at_most_once() {
-        let (idem, clock) = setup();
+    async fn an_ambiguous_error_is_recorded_at_once_under_at_most_once() {
+        let (idem, _) = setup();
         let sender = RecordingSender::new();
         sender.fail_next(SendError::new(SendErrorKind::Ambiguous, "timed out"));
         let key = email_key("pay_5").unwrap();
         let message = receipt("e@example.com");
-        assert!(send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.is_err());
-        assert!(send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.is_err());
-        clock.advance(Duration::from_secs(61));
-        let later = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
-        assert_eq!(later, Outcome::Fresh(Receipt::Ambiguous));
+        let first = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
+        assert_eq!(first, Outcome::Fresh(Receipt::Ambiguous));
+        let again = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
+        assert_eq!(again, Outcome::Replayed(Receipt::Ambiguous), "no lease to wait for");
         assert_eq!(sender.sent().len(), 1, "never a second copy");
+    }
+
+    #[tokio::test]
+    async fn an_ambiguous_error_is_resent_under_at_least_once() {
+        let (idem, _) = setup();
+        let sender = RecordingSender::new();
+        sender.fail_next(SendError::new(SendErrorKind::Ambiguous, "timed out"));
+        let key = email_key("pay_6").unwrap();
+        let message = receipt("f@example.com");
+        let err = send_once(&idem, &sender, &key, &message, Policy::AtLeastOnce).await.unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        let retry = send_once(&idem, &sender, &key, &message, Policy::AtLeastOnce).await.unwrap();
+        assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })), "{retry:?}");
+        assert_eq!(sender.sent().len(), 2, "the possible copy, then the resend");
+    }
+
+    mod ses_errors {
+        use aws_sdk_sesv2::error::ErrorMetadata;
+        use aws_sdk_sesv2::types::error::{
+            AccountSuspendedException, BadRequestException, LimitExceededException, MailFromDomainNotVerifiedException,
+            MessageRejected, NotFoundException, SendingPausedException, TooManyRequestsException,
+        };
+
+        use super::*;
+
+        const FROM: &str = "receipts@example.com";
+
+        fn answer(status: u16, err: SendEmailError) -> SdkError<SendEmailError, HttpResponse> {
+            SdkError::service_error(err, HttpResponse::new(status.try_into().unwrap(), "".into()))
+        }
+
+        fn unmodeled(status: u16, code: &str) -> SdkError<SendEmailError, HttpResponse> {
+            answer(status, SendEmailError::generic(ErrorMetadata::builder().code(code).message("m").build()))
+        }
+
+        fn kind(err: SdkError<SendEmailError, HttpResponse>) -> SendErrorKind {
+            SendError::from_ses(err, FROM).kind
+        }
+
+        fn rejected(message: &str) -> SdkError<SendEmailError, HttpResponse> {
+            answer(400, SendEmailError::MessageRejected(MessageRejected::builder().message(message).build()))
+        }
+
+        /// A fake SES: each send fails with the next scripted SDK error, classified as SES's
+        /// would be; then it accepts.
+        struct ScriptedSes {
+            errors: Mutex<VecDeque<SdkError<SendEmailError, HttpResponse>>>,
+            inner: RecordingSender,
+        }
+
+        impl EmailSender for ScriptedSes {
+            async fn send(&self, message: &EmailMessage) -> Result<String, SendError> {
+                let next = self.errors.lock().unwrap().pop_front();
+                match next {
+                    Some(err) => Err(SendError::from_ses(err, FROM)),
+                    None => self.inner.send(message).await,
+                }
+            }
+        }
+
+        #[test]
+        fn account_and_configuration_refusals_are_blocked_not_a_verdict_on_the_message() {
+            let cases = [
+                answer(400, SendEmailError::SendingPausedException(SendingPausedException::builder().build())),
+                answer(400, SendEmailError::AccountSuspendedException(AccountSuspendedException::builder().build())),
+                answer(
+                    400,
+                    SendEmailError::MailFromDomainNotVerifiedException(
+                        MailFromDomainNotVerifiedException::builder().build(),
+                    ),
+                ),
+                answer(404, SendEmailError::NotFoundException(NotFoundException::builder().build())),
+                answer(400, SendEmailError::LimitExceededException(LimitExceededException::builder().build())),
+                rejected(&format!("Email address is not verified. The following identities failed the check in region US-EAST-1: {FROM}")),
+                rejected(&format!("Email address not verified {FROM}")),
+                unmodeled(403, "AccessDeniedException"),
+                unmodeled(400, "UnrecognizedClientException"),
+                unmodeled(403, "SomethingNew"),
+            ];
+            for err in cases {
+                let debug = format!("{err:?}");
+                assert_eq!(kind(err), SendErrorKind::Blocked, "{debug}");
+            }
+        }
+
+        #[test]
+        fn refusals_of_one_message_are_rejected() {
+            let cases = [
+                rejected("Email address is not verified. The following identities failed the check in region US-EAST-1: bob@example.com"),
+                // The sender's address inside another word is not the sender.
+                rejected(&format!("Email address not verified x{FROM}")),
+                rejected("Message rejected: content"),
+                answer(400, SendEmailError::BadRequestException(BadRequestException::builder().build())),
+                unmodeled(400, "InvalidParameterValue"),
+            ];
+            for err in cases {
+                let debug = format!("{err:?}");
+                assert_eq!(kind(err), SendErrorKind::Rejected, "{debug}");
+            }
+        }
+
+        #[test]
+        fn server_errors_and_lost_answers_are_ambiguous_throttling_is_not() {
+            for code in ["InternalFailure", "ServiceUnavailable", "InternalServerError"] {
+                for status in [500, 503] {
+                    assert_eq!(kind(unmodeled(status, code)), SendErrorKind::Ambiguous, "{code} {status}");
+                }
+            }
+            let lost = SdkError::dispatch_failure(aws_sdk_sesv2::error::ConnectorError::io("connection reset".into()));
+            assert_eq!(kind(lost), SendErrorKind::Ambiguous);
+            let throttled =
+                answer(429, SendEmailError::TooManyRequestsException(TooManyRequestsException::builder().build()));
+            assert_eq!(kind(throttled), SendErrorKind::Throttled);
+            assert_eq!(kind(unmodeled(400, "ThrottlingException")), SendErrorKind::Throttled);
+            assert_eq!(kind(unmodeled(429, "SlowDown")), SendErrorKind::Throttled);
+        }
+
+        #[test]
+        fn addresses_ses_echoes_are_redacted() {
+            let err = SendError::from_ses(
+                rejected("Email address is not verified. The following identities failed the check: bob.smith@example.com, receipts@example.com."),
+                FROM,
+            );
+            for text in [err.message.clone(), err.to_string(), format!("{err:?}")] {
+                assert!(!text.contains("bob.smith") && !text.contains("receipts@"), "{text}");
+                assert!(text.contains("b***@example.com"), "{text}");
+            }
+            eprintln!("MSG {}", err.message);
+            eprintln!("MSG {}", SendError::from_ses(unmodeled(500, "InternalFailure"), FROM).message);
+            let literal = SendError { kind: SendErrorKind::Rejected, message: "refused carol@example.com".into() };
+            assert!(!literal.to_string().contains("carol") && !format!("{literal:?}").contains("carol"));
+            let message = receipt("dave@example.com");
+            assert!(!format!("{message:?}").contains("dave"), "{message:?}");
+        }
+
+        /// Sending paused: not recorded as the message's fate. The marker is released and the
+        /// send retried once the account sends again: one email, never a `Failed` receipt.
+        #[tokio::test]
+        async fn a_paused_account_releases_the_marker_and_the_retry_sends() {
+            for blocked in [
+                answer(400, SendEmailError::SendingPausedException(SendingPausedException::builder().build())),
+                answer(400, SendEmailError::AccountSuspendedException(AccountSuspendedException::builder().build())),
+                answer(404, SendEmailError::NotFoundException(NotFoundException::builder().build())),
+                rejected(&format!("Email address not verified {FROM}")),
+            ] {
+                let (idem, _) = setup();
+                let ses = ScriptedSes { errors: Mutex::new(VecDeque::from([blocked])), inner: RecordingSender::new() };
+                let key = email_key("pay_7").unwrap();
+                let message = receipt("g@example.com");
+                let err = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap_err();
+                assert!(err.is_retryable(), "{err}");
+                assert!(matches!(&err, Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
+                assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released");
+                let retry = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
+                assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })), "{retry:?}");
+                assert_eq!(ses.inner.sent().len(), 1);
+            }
+        }
+
+        /// A refusal of the recipient stays the message's recorded fate, reason redacted.
+        #[tokio::test]
+        async fn a_refused_recipient_is_recorded_redacted() {
+            let (idem, _) = setup();
+            let refused = rejected("Email address is not verified. The following identities failed the check in region US-EAST-1: hank@example.com");
+            let ses = ScriptedSes { errors: Mutex::new(VecDeque::from([refused])), inner: RecordingSender::new() };
+            let key = email_key("pay_8").unwrap();
+            let first = send_once(&idem, &ses, &key, &receipt("hank@example.com"), Policy::AtMostOnce).await.unwrap();
+            let Outcome::Fresh(Receipt::Failed { reason }) = &first else { panic!("{first:?}") };
+            assert!(reason.contains("h***@example.com") && !reason.contains("hank"), "{reason}");
+            let stored = idem.store().get(key.as_str()).await.unwrap().unwrap();
+            assert!(!stored.response.unwrap_or_default().contains("hank"), "the stored reason is redacted");
+            let again = send_once(&idem, &ses, &key, &receipt("hank@example.com"), Policy::AtMostOnce).await.unwrap();
+            assert!(again.is_replay());
+            assert!(ses.inner.sent().is_empty());
+        }
+
+        /// A 5xx under at most once: ambiguous, never resent.
+        #[tokio::test]
+        async fn a_server_error_is_never_resent_at_most_once() {
+            let (idem, clock) = setup();
+            let ses = ScriptedSes {
+                errors: Mutex::new(VecDeque::from([unmodeled(500, "InternalFailure")])),
+                inner: RecordingSender::new(),
+            };
+            let key = email_key("pay_9").unwrap();
+            let message = receipt("i@example.com");
+            let first = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
+            assert_eq!(first, Outcome::Fresh(Receipt::Ambiguous));
+            clock.advance(Duration::from_secs(3600));
+            let later = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
+            assert_eq!(later, Outcome::Replayed(Receipt::Ambiguous));
+            assert!(ses.inner.sent().is_empty(), "not sent again");
+        }
     }
 }

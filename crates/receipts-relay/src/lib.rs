@@ -1,17 +1,35 @@
 //! The receipts relay: a DynamoDB Streams record handler that sends each outbox row's receipt
 //! email once (fenced by `email#{event_id}`) and marks the row. `main.rs` only wires it.
+#![warn(missing_docs)]
+
+pub mod alerts;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
-use effects::email::email_key;
+use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
+use effects::email::{email_key, SendErrorKind};
 use effects::outbox::{self, ReceiptRow, RowStatus};
 use effects::{rfc3339, send_once, EmailSender, Policy, Receipt};
-use idempotency::{Config, ErrorKind, Idempotency};
+use idempotency::{Config, ErrorKind, Idempotency, Key, Outcome, Status, Store};
 use idempotency_dynamodb::DynamoDbStore;
 use triggers::{Disposition, RecordError, RecordResult};
+
+pub use crate::alerts::{Alert, Alerts};
+
+/// The email markers' lease in [`Receipts::from_env`]; without a known deadline, no longer a
+/// wait than this.
+pub const MARKER_LEASE: Duration = Duration::from_secs(60);
+
+/// Time kept after waiting out a dead attempt's lease, to take the marker over, complete it and
+/// mark the row before the invocation's deadline.
+const AFTER_WAIT_MARGIN: Duration = Duration::from_secs(2);
+
+/// How many leases one record waits out before it is left to the stream's retry: more than one
+/// only when the attempt waited for was itself taken over by another live one.
+const MAX_WAITS: usize = 2;
 
 /// The function's name in metrics.
 pub const FUNCTION: &str = "receipts-relay";
@@ -46,6 +64,18 @@ pub struct Receipts<E> {
     sender: E,
     outbox_table: String,
     policy: Policy,
+    sleep: SharedAsyncSleep,
+    alerts: Alerts,
+}
+
+/// Tokio's timer, the relay's default way to wait out a lease.
+#[derive(Debug, Default)]
+struct TokioSleep;
+
+impl AsyncSleep for TokioSleep {
+    fn sleep(&self, duration: Duration) -> Sleep {
+        Sleep::new(tokio::time::sleep(duration))
+    }
 }
 
 impl<E: EmailSender> Receipts<E> {
@@ -57,12 +87,67 @@ impl<E: EmailSender> Receipts<E> {
         outbox_table: impl Into<String>,
         policy: Policy,
     ) -> Self {
-        Receipts { markers, sender, outbox_table: outbox_table.into(), policy }
+        Receipts {
+            markers,
+            sender,
+            outbox_table: outbox_table.into(),
+            policy,
+            sleep: SharedAsyncSleep::new(TokioSleep),
+            alerts: Alerts::new(FUNCTION),
+        }
+    }
+
+    /// Waits out leases with `sleep` instead of tokio's timer (tests pass one that moves their
+    /// manual clock).
+    pub fn with_sleep(mut self, sleep: impl AsyncSleep + 'static) -> Self {
+        self.sleep = SharedAsyncSleep::new(sleep);
+        self
     }
 
     /// The email sender.
     pub fn sender(&self) -> &E {
         &self.sender
+    }
+
+    /// The conditions raised for an operator so far.
+    pub fn alerts(&self) -> &Alerts {
+        &self.alerts
+    }
+
+    /// How long to wait for the attempt holding `key` before claiming it again, or `None` when
+    /// the wait does not fit in this invocation: its lease must end, with a margin to finish,
+    /// before the deadline (without one, within [`MARKER_LEASE`]).
+    ///
+    /// A stream record is handled by one invocation at a time, so the holder is most likely an
+    /// attempt that died (its sandbox crashed) after claiming, whose lease (bounded by its own
+    /// deadline, earlier than ours) still runs: failing the record now would spend the stream's
+    /// few retries in the lease's first seconds and leave the row `PENDING` for good. Waiting
+    /// ends it in this invocation; if the holder is alive after all, it finishes meanwhile and
+    /// the claim that follows replays its outcome.
+    async fn lease_wait(
+        &self,
+        markers: &Idempotency<DynamoDbStore>,
+        key: &Key,
+        deadline_ms: Option<u64>,
+    ) -> Result<Option<Duration>, RecordError> {
+        let record = markers
+            .store()
+            .get(key.as_str())
+            .await
+            .map_err(|e| RecordError::retryable(format!("reading the email marker: {e}")))?;
+        let now = markers.config().now_ms();
+        let lease_end = match record {
+            // Completed or released since: claim again at once.
+            Some(r) if r.status == Status::InProgress => r.lease_expires_at_ms,
+            _ => return Ok(Some(Duration::ZERO)),
+        };
+        // A claim takes over only once `lease_expires_at < now`.
+        let wait = Duration::from_millis((lease_end + 1).saturating_sub(now));
+        let fits = match deadline_ms {
+            Some(deadline) => now + (wait + AFTER_WAIT_MARGIN).as_millis() as u64 <= deadline,
+            None => lease_end <= now + MARKER_LEASE.as_millis() as u64,
+        };
+        Ok(fits.then_some(wait))
     }
 }
 
@@ -71,7 +156,7 @@ impl Receipts<effects::SesSender> {
     /// the invocation's deadline).
     pub fn from_env(dynamodb: aws_sdk_dynamodb::Client, ses: aws_sdk_sesv2::Client, env: &Env) -> Self {
         let store = DynamoDbStore::new(dynamodb, &env.idempotency_table);
-        let markers = Idempotency::new(store, Config::default().lease(Duration::from_secs(60)));
+        let markers = Idempotency::new(store, Config::default().lease(MARKER_LEASE));
         Receipts::new(markers, effects::SesSender::new(ses, &env.receipt_from), &env.outbox_table, Policy::default())
     }
 }
@@ -91,14 +176,41 @@ impl<E: EmailSender> triggers::streams::Handler for Receipts<E> {
             Some(deadline) => self.markers.with_deadline(deadline),
             None => self.markers.clone(),
         };
-        let outcome = match send_once(&markers, &self.sender, &key, &row.message(), self.policy).await {
-            Ok(outcome) => outcome,
-            Err(effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
-                return Err(RecordError::in_progress_elsewhere(e.to_string()))
+        let message = row.message();
+        let mut waits = 0;
+        let outcome = loop {
+            match send_once(&markers, &self.sender, &key, &message, self.policy).await {
+                Ok(outcome) => break outcome,
+                Err(effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
+                    match self.lease_wait(&markers, &key, deadline_ms).await? {
+                        Some(wait) if waits < MAX_WAITS => {
+                            waits += 1;
+                            tracing::warn!(
+                                wait_ms = wait.as_millis() as u64,
+                                "email marker held by another attempt (likely dead); waiting out its lease"
+                            );
+                            self.sleep.sleep(wait).await;
+                        }
+                        _ => return Err(RecordError::in_progress_elsewhere(e.to_string())),
+                    }
+                }
+                Err(effects::Error::Email(e)) if e.kind == SendErrorKind::Blocked => {
+                    // Not this message's fate: the marker is released and the stream retries.
+                    self.alerts.raise(Alert::EmailBlocked, &e.to_string());
+                    return Err(RecordError::retryable(e.to_string()));
+                }
+                Err(e) if e.is_retryable() => return Err(RecordError::retryable(e.to_string())),
+                Err(e) => return Err(RecordError::permanent(e.to_string())),
             }
-            Err(e) if e.is_retryable() => return Err(RecordError::retryable(e.to_string())),
-            Err(e) => return Err(RecordError::permanent(e.to_string())),
         };
+        if let Outcome::Fresh(Receipt::Ambiguous) = &outcome {
+            // Raised before the row is marked: if marking fails, the retry replays the marker
+            // and would not raise it again.
+            self.alerts.raise(
+                Alert::EmailAmbiguous,
+                "receipt may or may not have been sent; not resent (at most once); row marked AMBIGUOUS",
+            );
+        }
         let replayed = outcome.is_replay();
         let (status, message_id, disposition) = match outcome.into_inner() {
             Receipt::Sent { message_id } => (RowStatus::Sent, Some(message_id), Disposition::Applied),
