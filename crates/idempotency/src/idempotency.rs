@@ -184,7 +184,8 @@ impl<S: Store> Idempotency<S> {
     ///   completed, within its lease, with no other attempt running it meanwhile.
     ///
     /// Set the lease above the slowest run you expect; in Lambda the invocation's deadline
-    /// sets it.
+    /// sets it. The timer is tokio's: run on a runtime with time enabled (`#[tokio::main]`
+    /// and the Lambda runtime have it).
     ///
     /// Why bound the handler rather than renew the lease while it runs (a heartbeat)? In Lambda
     /// the deadline caps the lease and cannot be extended, so renewal buys nothing there; a

@@ -31,7 +31,10 @@
 //! The protocol is *claim, run, complete*: one conditional write claims the key (or reports the
 //! existing record, which tells replay, in progress and key reuse apart), the handler runs, and
 //! an owner-fenced write completes the record, or deletes it when the handler fails so a retry
-//! runs again. Only the attempt that claimed a record (its *owner*) may complete or release it.
+//! runs again. Only the attempt that claimed a record (its *owner*) may complete or release it,
+//! and it completes only within its lease: a handler that outruns its lease is cut off and its
+//! result is not recorded, as if it had crashed (what a handler may assume is under
+//! [`Idempotency::run`]).
 //!
 //! Also here: [`Idempotency::wrap`] makes any async function idempotent; `layer::IdempotencyLayer`
 //! (feature `tower`) does the same for any tower `Service`, a Lambda handler included;
