@@ -10,6 +10,7 @@ process-wide lock, and drains the response body inside it.
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -149,6 +150,200 @@ def install_item_level_rollback():
     DynamoDBBackend.transact_write_items = transact_write_items
 
 
+def install_query_by_partition():
+    """Make a Query on a table's key cost what its partition holds, not what the table holds.
+
+    moto 5.2.5 answers every Query by sorting every item of the table, then keeping those of the
+    asked partition: reading back the ledger account by account costs O(accounts x items log
+    items). Without an index name, only the partition's items are handed to moto's own query
+    code, which filters, sorts, pages and projects them as before.
+    """
+    from moto.dynamodb.models.table import Table
+
+    original = Table.query
+
+    def query(self, hash_key, *args, **kwargs):
+        index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+        if index_name or hash_key is None:
+            return original(self, hash_key, *args, **kwargs)
+        partition = self.items.get(hash_key)
+
+        def one_partition():
+            if partition is None:
+                return []
+            return list(partition.values()) if self.range_key_attr else [partition]
+
+        # Requests are served one at a time, so shadowing the method for this call is safe.
+        self.all_items = one_partition
+        try:
+            return original(self, hash_key, *args, **kwargs)
+        finally:
+            del self.all_items
+
+    Table.query = query
+
+
+def install_sqs_costs_by_batch():
+    """Make SQS calls cost what they receive or delete, not what the queue holds.
+
+    moto 5.2.5 makes a workload of n messages cost O(n^2) once a backlog builds up (the chaos
+    scenario's producer runs a little ahead of its consumers, so the queue holds thousands):
+
+    - ReceiveMessage builds the list of every visible message, then, for each message it hands
+      out, asks `get_queue_attributes(["MessageRetentionPeriod"])`, which computes every attribute
+      of the queue (the approximate counts walk all messages, with two clock reads each) three
+      times: 30 walks of the queue per batch of ten;
+    - DeleteMessage walks the queue twice per receipt handle, comparing it with every handle each
+      message ever had;
+    - GetQueueAttributes with named attributes computes all of them once per name, three times,
+      and SendMessage computes all of them to read one (`ContentBasedDeduplication`).
+
+    The replacements below give the same answers: a receive walks the queue from its head only
+    until it has its batch (in-flight messages are skipped, as before), with one clock read; a
+    receipt handle is found through an index; an attribute is computed when it is read.
+    """
+    from collections.abc import Mapping
+
+    from moto.core.utils import camelcase_to_underscores, unix_time, unix_time_millis
+    from moto.sqs import models
+    from moto.sqs.exceptions import ReceiptHandleIsInvalid
+
+    by_handle = {}
+    original_mark_received = models.Message.mark_received
+
+    def mark_received(self, visibility_timeout=None):
+        original_mark_received(self, visibility_timeout)
+        by_handle[self.receipt_handle] = self
+
+    models.Message.mark_received = mark_received
+
+    def delete_message(self, receipt_handle):
+        if receipt_handle in self.deleted_messages:
+            # Already deleted: SQS accepts a second delete.
+            return
+        message = by_handle.get(receipt_handle)
+        # `in` on a list of plain objects compares identities, in C.
+        if message is None or message not in self._messages:
+            raise ReceiptHandleIsInvalid()
+        self._messages.remove(message)
+        self.pending_messages.discard(message)
+        handles = message.all_receipt_handles
+        self.deleted_messages.update(handles)
+        for handle in handles:
+            by_handle.pop(handle, None)
+
+    models.Queue.delete_message = delete_message
+
+    class QueueAttributes(Mapping):
+        """`Queue.attributes`, each value computed when asked for: a send asks whether the queue
+        deduplicates by content, and used to count every message in it to find out."""
+
+        def __init__(self, queue):
+            self.queue = queue
+            names = list(queue.BASE_ATTRIBUTES)
+            if queue.fifo_queue:
+                names += queue.FIFO_ATTRIBUTES
+            if queue.kms_master_key_id:
+                names += queue.KMS_ATTRIBUTES
+            self.names = list(dict.fromkeys(names))
+
+        def __getitem__(self, name):
+            # The value moto 5.2.5's `Queue.attributes` holds under `name`.
+            if name not in self.names:
+                raise KeyError(name)
+            queue = self.queue
+            if name == "Policy" and queue.policy:
+                value = queue.policy
+            elif name == "RedrivePolicy" and queue.redrive_policy:
+                value = json.dumps(queue.redrive_policy)
+            else:
+                value = getattr(queue, camelcase_to_underscores(name))
+            return str(value).lower() if isinstance(value, bool) else value
+
+        def __iter__(self):
+            return iter(self.names)
+
+        def __len__(self):
+            return len(self.names)
+
+    models.Queue.attributes = property(QueueAttributes)
+
+    def get_queue_attributes(self, queue_name, attribute_names):
+        queue = self.get_queue(queue_name)
+        if not attribute_names:
+            return {}
+        valid_names = ["All"] + queue.BASE_ATTRIBUTES + queue.FIFO_ATTRIBUTES + queue.KMS_ATTRIBUTES
+        invalid_name = next((name for name in attribute_names if name not in valid_names), None)
+        if invalid_name or invalid_name == "":
+            raise models.InvalidAttributeName(invalid_name)
+        attributes = queue.attributes
+        if "All" in attribute_names:
+            return dict(attributes)
+        # Only the names asked for: the approximate counts walk the queue.
+        named = (name for name in attribute_names if name in attributes)
+        return {name: value for name in named if (value := attributes[name]) is not None}
+
+    models.SQSBackend.get_queue_attributes = get_queue_attributes
+
+    def receive_message(
+        self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None
+    ):
+        # moto 5.2.5's receive_message, walking lazily and reading the clock once per pass.
+        if message_attribute_names is None:
+            message_attribute_names = []
+        queue = self.get_queue(queue_name)
+        retention_ms = int(queue.message_retention_period) * 1000
+        result = []
+        previous_result_count = len(result)
+        polling_end = unix_time() + wait_seconds_timeout
+        currently_pending_groups = models.deepcopy(queue.pending_message_groups)
+        while True:
+            if result or (wait_seconds_timeout and unix_time() > polling_end):
+                break
+            messages_to_dlq = []
+            now = unix_time_millis()
+            for message in queue._messages:
+                # `Message.visible` and `Message.delayed`, against one clock read.
+                if not now > message.visible_at or now < message.delayed_until:
+                    continue
+                if message in queue.pending_messages:
+                    # Pending but visible again: the consumer timed out.
+                    queue.pending_messages.remove(message)
+                    currently_pending_groups = models.deepcopy(queue.pending_message_groups)
+                if message.group_id and queue.fifo_queue:
+                    if message.group_id in currently_pending_groups:
+                        continue
+                if (
+                    queue.dead_letter_queue is not None
+                    and queue.redrive_policy
+                    and message.approximate_receive_count >= queue.redrive_policy["maxReceiveCount"]
+                ):
+                    messages_to_dlq.append(message)
+                    continue
+                queue.pending_messages.add(message)
+                message.mark_received(visibility_timeout=visibility_timeout)
+                message_copy = models.deepcopy(message)
+                models._filter_message_attributes(message_copy, message_attribute_names)
+                if message.sent_timestamp + retention_ms <= now:
+                    # Past the retention period (moto's check, without the attribute walk).
+                    break
+                result.append(message_copy)
+                if len(result) >= count:
+                    break
+            for message in messages_to_dlq:
+                queue._messages.remove(message)
+                queue.dead_letter_queue.add_message(message)
+            if previous_result_count == len(result):
+                if wait_seconds_timeout == 0:
+                    break
+                queue.wait_for_messages(1)
+                continue
+            previous_result_count = len(result)
+        return result
+
+    models.SQSBackend.receive_message = receive_message
+
+
 class Serialized:
     """WSGI middleware: one request inside the application at any time."""
 
@@ -186,6 +381,10 @@ def main():
     os.environ.setdefault("MOTO_PORT", str(args.port))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     install_item_level_rollback()
+    install_sqs_costs_by_batch()
+    install_query_by_partition()
+    # One log line per request is a tenth of the server's time under load; errors still log.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,

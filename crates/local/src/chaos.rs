@@ -1,8 +1,10 @@
-//! The chaos scenario: a workload through the local pipeline with faults injected at every
-//! layer (lost responses, throttling and 500s from the fault proxy; invocations that die after
-//! the ledger commit and before the ack, or mid-batch; a relay that dies after SES accepted and
-//! before its marker completed), two consumers at once, and a redrive of the DLQ at the end;
-//! then the invariants, with counts.
+//! The chaos scenario: a hostile workload ([`crate::workload`]: racing debits, overdrafts,
+//! currency mismatches, reused event ids, panicking records, bodies at the SQS limit, refused
+//! receipt addresses) through the local pipeline with faults injected at every layer (lost
+//! responses, throttling and 500s from the fault proxy; invocations that die after the ledger
+//! commit and before the ack, or mid-batch; a relay that dies after SES accepted and before its
+//! marker completed), two consumers at once, and a redrive of the DLQ at the end; then the
+//! invariants, read back from the tables ([`crate::audit`]), with counts.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,18 +15,18 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use effects::{EmailMessage, EmailSender, Ledger, Policy, Receipt, SesSender};
-use idempotency::{Config, Idempotency, Store};
+use effects::{EmailMessage, EmailSender, Ledger, Policy, SesSender};
+use idempotency::{Config, Idempotency};
 use idempotency_dynamodb::DynamoDbStore;
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
 
-use crate::demo::{sent_emails, Check};
+use crate::audit::Audit;
 use crate::esm::{self, SqsMapping, StreamMapping};
-use crate::invoke::{InProcess, SqsFunction, StreamFunction};
-use crate::proxy::{Fault, Proxy, RandomFaults};
+use crate::invoke::{InProcess, Panicking, SqsFunction, StreamFunction};
+use crate::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
 use crate::resources::{self, Clients, RECEIPT_FROM};
-use crate::workload::{self, Workload};
+use crate::workload::{self, Workload, REFUSED_PREFIX};
 
 /// Scenario settings.
 #[derive(Debug, Clone)]
@@ -62,10 +64,8 @@ pub struct Report {
     pub deliveries: usize,
     /// Stream records delivered to the relay, redeliveries included.
     pub stream_records: usize,
-    /// Receipts by the marker's final state.
-    pub receipts: BTreeMap<String, usize>,
-    /// The invariants.
-    pub checks: Vec<Check>,
+    /// What the tables, the DLQ and the local SES hold, and the invariants.
+    pub audit: Audit,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -73,7 +73,7 @@ pub struct Report {
 impl Report {
     /// Whether every invariant held.
     pub fn ok(&self) -> bool {
-        self.checks.iter().all(|c| c.ok)
+        self.audit.ok()
     }
 
     /// The table `make chaos` prints.
@@ -85,20 +85,15 @@ impl Report {
         t.push_str(&format!("| **total** | {} |\n", self.faults.values().sum::<u64>()));
         t.push_str("\n| traffic | count |\n|---|---|\n");
         t.push_str(&format!(
-            "| unique valid events | {} |\n| messages sent (with duplicates and poison) | {} |\n",
+            "| unique event ids | {} |\n| messages sent (key-reuse copies, duplicates and poison included) | {} |\n",
             self.events, self.sent
         ));
         t.push_str(&format!(
             "| SQS deliveries (with redeliveries) | {} |\n| stream records delivered | {} |\n",
             self.deliveries, self.stream_records
         ));
-        for (k, v) in &self.receipts {
-            t.push_str(&format!("| receipts: marker {k} | {v} |\n"));
-        }
-        t.push_str("\n| invariant | holds | figures |\n|---|---|---|\n");
-        for c in &self.checks {
-            t.push_str(&format!("| {} | {} | {} |\n", c.name, if c.ok { "yes" } else { "NO" }, c.detail));
-        }
+        t.push('\n');
+        t.push_str(&self.audit.table());
         t
     }
 }
@@ -212,20 +207,24 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
     let r = resources::up(clients, &format!("chaos-{}", w.run)).await?;
     let endpoint = idempotency_dynamodb::testing::endpoint();
     let upstream = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
-    let rules = RandomFaults::new(options.seed)
-        .on(
-            "dynamodb:TransactWriteItems",
-            &[
-                (Fault::DropResponse, 30),
-                (Fault::Throttle, 20),
-                (Fault::ServerError, 10),
-                (Fault::Delay(Duration::from_millis(30)), 20),
-            ],
-        )
-        .on("dynamodb:PutItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
-        .on("dynamodb:UpdateItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
-        .on("dynamodb:DeleteItem", &[(Fault::DropResponse, 20)])
-        .on("ses:SendEmail", &[(Fault::Throttle, 30), (Fault::DropResponse, 10), (Fault::ServerError, 10)]);
+    // Receipt addresses the provider refuses: the proxy answers SES's MessageRejected for them.
+    let rules = RefuseRecipients::new(
+        REFUSED_PREFIX,
+        RandomFaults::new(options.seed)
+            .on(
+                "dynamodb:TransactWriteItems",
+                &[
+                    (Fault::DropResponse, 30),
+                    (Fault::Throttle, 20),
+                    (Fault::ServerError, 10),
+                    (Fault::Delay(Duration::from_millis(30)), 20),
+                ],
+            )
+            .on("dynamodb:PutItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
+            .on("dynamodb:UpdateItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
+            .on("dynamodb:DeleteItem", &[(Fault::DropResponse, 20)])
+            .on("ses:SendEmail", &[(Fault::Throttle, 30), (Fault::DropResponse, 10), (Fault::ServerError, 10)]),
+    );
     let proxy = Proxy::start(&upstream, Arc::new(rules)).await.map_err(|e| e.to_string())?;
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(proxy.url())
@@ -242,7 +241,7 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
         Some(r.outbox_table.clone()),
     );
     let payments = CrashingPayments {
-        inner: InProcess::new(Payments::new(ledger), payments_consumer::FUNCTION),
+        inner: InProcess::new(Panicking::new(Payments::new(ledger)), payments_consumer::FUNCTION),
         crashes: crashes.clone(),
         per_mille: options.crash_per_mille,
     };
@@ -286,7 +285,7 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
     eprintln!();
 
     let mut report = Report {
-        events: plan.events.len(),
+        events: plan.event_ids().len(),
         sent: plan.deliveries.len(),
         deliveries: first.deliveries + second.deliveries + third.deliveries,
         stream_records: first.stream_records + second.stream_records + third.stream_records,
@@ -299,72 +298,8 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
         report.faults.insert((*k).to_owned(), *v);
     }
     report.faults.insert("DLQ redrive (messages moved back)".into(), redriven as u64);
-
-    // The invariants, read from the tables and the local SES, not from the run's own counts.
-    let crate::demo::LedgerState { entries, wrong_balances: wrong, posted_rejections } =
-        crate::demo::ledger_state(clients, &r, &plan).await?;
-    let balances = plan.balances();
-    let check = |name: &str, ok: bool, detail: String| Check { name: name.into(), ok, detail };
-    report.checks.push(check(
-        "ledger entries = unique valid events not rejected",
-        entries == plan.applied.len(),
-        format!("{entries} entries, {} expected", plan.applied.len()),
-    ));
-    report.checks.push(check("balances exact", wrong == 0, format!("{} accounts, {wrong} wrong", balances.len())));
-    let dlq = esm::peek_bodies(clients, &r.dlq_url).await?;
-    let valid_in_dlq = dlq.iter().filter(|b| effects::PaymentEvent::parse(b).is_ok()).count();
-    report.checks.push(check(
-        "nothing lost (applied + rejected + DLQ with reason = all)",
-        entries + plan.rejected.len() + dlq.len() == plan.events.len() + plan.poison.len()
-            && posted_rejections == 0
-            && valid_in_dlq == 0,
-        format!(
-            "{entries} applied + {} rejected + {} in the DLQ (all poison: {}) = {}",
-            plan.rejected.len(),
-            dlq.len(),
-            valid_in_dlq == 0,
-            plan.events.len() + plan.poison.len()
-        ),
-    ));
-
-    // Receipts: one per event whose marker completed Sent; ambiguous ones apart; no duplicates.
-    let store = DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table);
-    let emails = sent_emails()?;
-    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
-    for to in &emails {
-        *per.entry(to.as_str()).or_default() += 1;
-    }
-    let (mut sent_ok, mut sent_bad, mut ambiguous_bad, mut missing) = (0, 0, 0, 0);
-    for e in plan.applied.iter().filter(|e| e.receipt_email.is_some()) {
-        let to = e.receipt_email.as_deref().unwrap_or_default();
-        let n = per.get(to).copied().unwrap_or(0);
-        let marker = store.get(&format!("email#{}", e.event_id)).await.map_err(|e| e.to_string())?;
-        let state = match marker.as_ref().and_then(|m| m.response.as_deref()).map(serde_json::from_str::<Receipt>) {
-            Some(Ok(Receipt::Sent { .. })) => "sent",
-            Some(Ok(Receipt::Ambiguous)) => "ambiguous (flagged, not resent)",
-            Some(Ok(Receipt::Failed { .. })) => "failed",
-            _ => "not completed",
-        };
-        *report.receipts.entry(state.to_owned()).or_default() += 1;
-        match state {
-            "sent" if n == 1 => sent_ok += 1,
-            "sent" => sent_bad += 1,
-            "ambiguous (flagged, not resent)" if n <= 1 => {}
-            "ambiguous (flagged, not resent)" => ambiguous_bad += 1,
-            _ => missing += 1,
-        }
-    }
-    let duplicates = per.iter().filter(|(to, n)| to.contains(&w.run) && **n > 1).count();
-    report.checks.push(check(
-        "exactly one email per event whose marker completed sent",
-        sent_bad == 0 && missing == 0,
-        format!("{sent_ok} sent once, {sent_bad} not exactly once, {missing} without a completed marker"),
-    ));
-    report.checks.push(check(
-        "zero duplicate emails (at most once)",
-        duplicates == 0 && ambiguous_bad == 0,
-        format!("{duplicates} recipients with two or more"),
-    ));
+    // The invariants, read from the tables, the DLQ and the local SES, not from the plan.
+    report.audit = crate::audit::audit(clients, &r, &plan, &w.run, true).await?;
     report.elapsed = started.elapsed();
     resources::down(clients, &r).await.ok();
     Ok(report)

@@ -165,3 +165,46 @@ impl StreamFunction for Http {
         crate::esm::stream_response(&self.call(&event).await?)
     }
 }
+
+/// The payments handler with panics injected where the workload marks them: an event id holding
+/// [`PANIC_ALWAYS`](crate::workload::PANIC_ALWAYS) panics on every delivery, one holding
+/// [`PANIC_ONCE`](crate::workload::PANIC_ONCE) on its first. The real handler stays untouched;
+/// the drivers must catch the panic and fail that record alone.
+#[derive(Debug, Default)]
+pub struct Panicking<H> {
+    inner: H,
+    panicked_once: Mutex<std::collections::HashSet<String>>,
+}
+
+impl<H> Panicking<H> {
+    /// Wraps a handler.
+    pub fn new(inner: H) -> Self {
+        Panicking { inner, panicked_once: Mutex::default() }
+    }
+
+    /// The handler.
+    pub fn inner(&self) -> &H {
+        &self.inner
+    }
+
+    fn should_panic(&self, message: &SqsMessage) -> bool {
+        let id = message
+            .body
+            .as_deref()
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+            .and_then(|v| v["event_id"].as_str().map(str::to_owned));
+        let Some(id) = id else { return false };
+        id.contains(crate::workload::PANIC_ALWAYS)
+            || (id.contains(crate::workload::PANIC_ONCE)
+                && self.panicked_once.lock().unwrap_or_else(|p| p.into_inner()).insert(id))
+    }
+}
+
+impl<H: sqs::Handler> sqs::Handler for Panicking<H> {
+    async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
+        if self.should_panic(message) {
+            panic!("injected panic: the workload marks this record's event id");
+        }
+        self.inner.handle(message, deadline_ms).await
+    }
+}

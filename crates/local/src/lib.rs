@@ -3,6 +3,7 @@
 //! invokes the real handlers, workloads with duplicates and poison messages, DLQ redrive, and
 //! the demo that checks the invariants.
 
+pub mod audit;
 pub mod chaos;
 pub mod cli;
 pub mod demo;

@@ -24,6 +24,9 @@ pub enum Fault {
     ServerError,
     /// Not forwarded: the service's throttling error.
     Throttle,
+    /// Not forwarded: the provider refuses the message for good (SES's `MessageRejected`, as
+    /// for a recipient its sandbox has not verified).
+    Refuse,
 }
 
 impl Fault {
@@ -34,6 +37,7 @@ impl Fault {
             Fault::DropResponse => "lost response",
             Fault::ServerError => "500",
             Fault::Throttle => "throttled",
+            Fault::Refuse => "refused",
         }
     }
 }
@@ -42,6 +46,60 @@ impl Fault {
 pub trait Rules: Send + Sync + 'static {
     /// The fault for this request.
     fn decide(&self, operation: &str) -> Fault;
+
+    /// The fault for this request, seeing its body too; by default, by its operation alone.
+    fn decide_request(&self, operation: &str, _body: &[u8]) -> Fault {
+        self.decide(operation)
+    }
+}
+
+/// No faults: every request passes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFaults;
+
+impl Rules for NoFaults {
+    fn decide(&self, _operation: &str) -> Fault {
+        Fault::Pass
+    }
+}
+
+/// SES refuses recipients whose address starts with a prefix, as its sandbox refuses
+/// unverified ones; every other request is left to the inner rules. The local SES (moto) checks
+/// only the sender's identity and that an address has a domain, so it cannot refuse a
+/// recipient itself.
+#[derive(Debug)]
+pub struct RefuseRecipients<R> {
+    prefix: String,
+    inner: R,
+}
+
+impl<R: Rules> RefuseRecipients<R> {
+    /// Refuses sends to addresses starting with `prefix`, then asks `inner`.
+    pub fn new(prefix: impl Into<String>, inner: R) -> Self {
+        RefuseRecipients { prefix: prefix.into(), inner }
+    }
+}
+
+impl<R: Rules> Rules for RefuseRecipients<R> {
+    fn decide(&self, operation: &str) -> Fault {
+        self.inner.decide(operation)
+    }
+
+    fn decide_request(&self, operation: &str, body: &[u8]) -> Fault {
+        if operation == "ses:SendEmail" && recipients(body).iter().any(|to| to.starts_with(&self.prefix)) {
+            return Fault::Refuse;
+        }
+        self.inner.decide_request(operation, body)
+    }
+}
+
+/// The `To` addresses of an SES v2 `SendEmail` body.
+fn recipients(body: &[u8]) -> Vec<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    value["Destination"]["ToAddresses"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
 }
 
 /// Faults at random, per operation prefix, from a seed.
@@ -190,7 +248,7 @@ async fn serve(
     let mut buf = Vec::new();
     while let Some((head, body)) = read_message(&mut client, &mut buf).await? {
         let op = operation(&head);
-        let fault = rules.decide(&op);
+        let fault = rules.decide_request(&op, &body);
         if fault != Fault::Pass {
             *injected
                 .lock()
@@ -200,6 +258,16 @@ async fn serve(
         }
         let response = match fault {
             Fault::ServerError => error(500, "InternalServerError", &op),
+            // SES's own wording, address included, as a provider's message would carry it.
+            Fault::Refuse => error_with(
+                400,
+                "MessageRejected",
+                &op,
+                &format!(
+                    "Email address is not verified. The following identities failed the check in region US-EAST-1: {}",
+                    recipients(&body).join(", ")
+                ),
+            ),
             Fault::Throttle if op.starts_with("ses:") => error(429, "TooManyRequestsException", &op),
             Fault::Throttle => error(400, "ThrottlingException", &op),
             Fault::Pass | Fault::Delay(_) | Fault::DropResponse => {
@@ -263,13 +331,17 @@ async fn forward(upstream: SocketAddr, head: &str, body: &[u8]) -> std::io::Resu
 }
 
 fn error(status: u16, code: &str, op: &str) -> Vec<u8> {
+    error_with(status, code, op, "injected by the fault proxy")
+}
+
+fn error_with(status: u16, code: &str, op: &str, message: &str) -> Vec<u8> {
     let reason = match status {
         500 => "Internal Server Error",
         429 => "Too Many Requests",
         _ => "Bad Request",
     };
     let prefix = if op.starts_with("dynamodb") { "com.amazonaws.dynamodb.v20120810#" } else { "" };
-    let body = format!(r#"{{"__type":"{prefix}{code}","message":"injected by the fault proxy"}}"#);
+    let body = serde_json::json!({"__type": format!("{prefix}{code}"), "message": message}).to_string();
     format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: application/x-amz-json-1.0\r\nx-amzn-ErrorType: {code}\r\nx-amzn-RequestId: fault-proxy\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n{body}",
         body.len()

@@ -1,28 +1,52 @@
-//! Workloads: payment events with producer retries (same business id, new message id), poison
-//! messages and rejections, with what the pipeline must end with.
+//! Workloads as a hostile producer sends them: producer retries (same business id, new message
+//! id), poison messages, debits that race their funding credits, overdrafts, currency
+//! mismatches, one event id reused for another account or another amount, records whose handler
+//! panics, bodies at the SQS size limit and receipt addresses the email provider refuses.
+//!
+//! A plan says what was sent, never what must come of it: on a standard queue a racing debit
+//! applies or is rejected by the order it arrives in, so the checks read every outcome back from
+//! the tables (`crate::audit`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use effects::PaymentEvent;
 use serde_json::json;
 
+/// The largest SQS message body the chaos bodies reach: 256 KiB, the limit queues had for years
+/// (and still the limit of a queue whose `MaximumMessageSize` is left at it). Also the most one
+/// `SendMessageBatch` may carry in total.
+pub const SQS_BODY_LIMIT: usize = 262_144;
+
+/// Event ids with this marker make the chaos and demo handler panic on every delivery.
+pub const PANIC_ALWAYS: &str = "panic-always";
+
+/// Event ids with this marker make the chaos and demo handler panic on their first delivery.
+pub const PANIC_ONCE: &str = "panic-once";
+
+/// Receipt addresses starting with this are refused by the email provider (the fault proxy
+/// answers SES's `MessageRejected`, as SES does for an unverified recipient in its sandbox).
+pub const REFUSED_PREFIX: &str = "refused-";
+
 /// What to send.
 #[derive(Debug, Clone)]
 pub struct Workload {
-    /// Unique valid events.
+    /// Unique event ids (valid events).
     pub events: usize,
     /// Share of deliveries that are duplicates, in percent (producer retries and redeliveries).
     pub duplicate_pct: u32,
     /// Malformed messages: they must end in the DLQ, alone.
     pub poison: usize,
-    /// Seed of the shuffle and the amounts.
+    /// Seed of the shuffle, the mix and the amounts.
     pub seed: u64,
     /// Namespaces accounts, event ids and recipients, so runs never meet.
     pub run: String,
+    /// The hostile kinds beside plain credits (see [`Kind`]); off, every event is a credit or
+    /// an overdraft on an empty account.
+    pub hostile: bool,
 }
 
 impl Workload {
-    /// `events` events, 30 % duplicates, 5 poison messages, under a fresh run id.
+    /// `events` events, 30 % duplicates, 5 poison messages, hostile, under a fresh run id.
     pub fn new(events: usize) -> Self {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         Workload {
@@ -31,21 +55,104 @@ impl Workload {
             poison: 5,
             seed: nanos as u64 | 1,
             run: format!("r{}", nanos % 10_000_000_000),
+            hostile: true,
         }
     }
 }
 
-/// The messages to send and the end state they must produce.
+/// What a sent body is meant to exercise. The outcome is read from the tables; [`Kind::allows`]
+/// says which outcomes the contract allows for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A credit on a shared account, one in four with a receipt address.
+    Credit,
+    /// The credit a racing debit or a currency mismatch needs, sent next to it.
+    FundingCredit,
+    /// A debit sent next to its funding credit: applied if the credit is in first, rejected
+    /// (insufficient funds) otherwise; on a standard queue either may happen.
+    RacingDebit,
+    /// A debit larger than its account ever holds, or on an account that never gets credit.
+    Overdraft,
+    /// A credit in another currency, sent next to its account's first credit: whichever applies
+    /// first sets the account's currency and the other is rejected.
+    CurrencyMismatch,
+    /// A credit whose receipt address the provider refuses: the row ends `FAILED`, no email.
+    RefusedAddress,
+    /// A credit padded with an unknown field to the SQS body limit.
+    Oversized,
+    /// The handler panics on its first delivery; the redelivery applies.
+    PanicOnce,
+    /// The handler panics on every delivery: the message ends in the DLQ.
+    PanicAlways,
+    /// Another event's id on another account: key reuse, to the DLQ, nothing moved.
+    ReusedForAccount,
+    /// Another event's id with another amount: key reuse, to the DLQ, nothing moved.
+    ReusedForAmount,
+}
+
+/// Where a sent body ended, read back from the tables and the DLQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fate {
+    /// Its ledger entry exists.
+    Applied,
+    /// Its rejection is recorded in the idempotency table.
+    Rejected,
+    /// It is in the DLQ.
+    Dlq,
+}
+
+impl Kind {
+    /// The name in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Credit => "credit",
+            Kind::FundingCredit => "funding credit (raced)",
+            Kind::RacingDebit => "debit racing its funding credit",
+            Kind::Overdraft => "overdraft",
+            Kind::CurrencyMismatch => "currency mismatch (raced)",
+            Kind::RefusedAddress => "receipt address refused by SES",
+            Kind::Oversized => "body at the 256 KiB SQS limit",
+            Kind::PanicOnce => "handler panics once",
+            Kind::PanicAlways => "handler panics every time",
+            Kind::ReusedForAccount => "event id reused: another account",
+            Kind::ReusedForAmount => "event id reused: another amount",
+        }
+    }
+
+    /// Whether the contract allows `fate` for a body of this kind. A reused id's copy may take
+    /// effect when it arrives before the original, which then goes to the DLQ instead.
+    pub fn allows(self, fate: Fate) -> bool {
+        use Fate::*;
+        match self {
+            Kind::Credit | Kind::RefusedAddress | Kind::Oversized | Kind::PanicOnce => fate == Applied,
+            Kind::FundingCredit | Kind::RacingDebit | Kind::CurrencyMismatch => fate != Dlq,
+            Kind::Overdraft => fate == Rejected,
+            Kind::PanicAlways => fate == Dlq,
+            Kind::ReusedForAccount | Kind::ReusedForAmount => true,
+        }
+    }
+}
+
+/// One distinct body the producer sent (duplicates send it again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// The event as the consumer parses it.
+    pub event: PaymentEvent,
+    /// What it exercises.
+    pub kind: Kind,
+    /// The body, byte for byte (with padding, for the oversized ones).
+    pub body: String,
+    /// Whether it reuses another sent body's event id (the original is sent too).
+    pub reuses: bool,
+}
+
+/// The messages to send.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
     /// Message bodies in sending order.
     pub deliveries: Vec<String>,
-    /// Every unique valid event.
-    pub events: Vec<PaymentEvent>,
-    /// Those that must apply.
-    pub applied: Vec<PaymentEvent>,
-    /// Those that must be rejected (debits on accounts that never get credit).
-    pub rejected: Vec<PaymentEvent>,
+    /// Every distinct valid body, once.
+    pub sent: Vec<Sent>,
     /// The poison bodies.
     pub poison: Vec<String>,
     /// Duplicate deliveries among `deliveries`.
@@ -53,18 +160,23 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The balance each account must end with.
-    pub fn balances(&self) -> BTreeMap<String, i64> {
-        let mut balances = BTreeMap::new();
-        for e in &self.applied {
-            *balances.entry(e.account_id.clone()).or_default() += e.amount_cents;
-        }
-        balances
+    /// Unique event ids sent.
+    pub fn event_ids(&self) -> BTreeSet<&str> {
+        self.sent.iter().map(|s| s.event.event_id.as_str()).collect()
     }
 
-    /// The recipients that must get exactly one receipt.
-    pub fn receipts(&self) -> Vec<String> {
-        self.applied.iter().filter_map(|e| e.receipt_email.clone()).collect()
+    /// Every account any body names.
+    pub fn accounts(&self) -> BTreeSet<&str> {
+        self.sent.iter().map(|s| s.event.account_id.as_str()).collect()
+    }
+
+    /// Distinct bodies by kind.
+    pub fn kinds(&self) -> BTreeMap<Kind, usize> {
+        let mut kinds = BTreeMap::new();
+        for s in &self.sent {
+            *kinds.entry(s.kind).or_default() += 1;
+        }
+        kinds
     }
 }
 
@@ -84,49 +196,158 @@ impl Rng {
     }
 }
 
-/// Plans a workload: credits on `events / 10` accounts (one in four with a receipt email), one
-/// debit in 25 on an account that never gets credit (rejected, whatever the order), duplicates
-/// as extra deliveries of random events, poison of four kinds, all shuffled.
+/// How many of `events` a hostile kind gets: `per_mille`, at least one once the workload has 50
+/// events (so `make test`'s 300 events carry every kind), none below.
+fn share(events: usize, per_mille: usize) -> usize {
+    if events < 50 {
+        0
+    } else {
+        (events * per_mille / 1000).max(1)
+    }
+}
+
+/// The body of an event padded with an unknown field (`note`, ignored by the contract) to
+/// exactly `size` bytes.
+pub fn padded_body(event: &PaymentEvent, size: usize) -> String {
+    let mut value = serde_json::to_value(event).expect("events serialise");
+    value["note"] = json!("");
+    let bare = value.to_string().len();
+    value["note"] = json!("x".repeat(size.saturating_sub(bare)));
+    value.to_string()
+}
+
+/// Plans a workload. Per 1,000 events: 40 debits racing their funding credits (80 events), 10
+/// currency mismatches racing theirs (20), 20 overdrafts, 5 refused receipt addresses, 2 bodies
+/// at the SQS limit, 5 handler panics once and 1 every time, and, beside the events, 5 copies
+/// of an event id for another account and 5 for another amount; the rest are credits on shared
+/// accounts (`events / 10` of them). Duplicates are extra deliveries of random bodies; poison
+/// is of four kinds. A race's two bodies are sent side by side, so they meet in one batch or
+/// two concurrent ones; reused ids' copies go out in the last tenth, after their originals.
 pub fn plan(w: &Workload) -> Plan {
     let mut rng = Rng(w.seed.max(1));
-    let accounts = (w.events / 10).max(1);
-    let rejected_n = if w.events >= 2 { (w.events / 25).max(1) } else { 0 };
-    let mut plan = Plan::default();
-    for i in 0..w.events {
-        let event = if i < rejected_n {
-            PaymentEvent {
-                event_id: format!("pay-{}-{i}", w.run),
-                account_id: format!("acct-{}-empty-{i}", w.run),
-                amount_cents: -(100 + rng.below(900) as i64),
-                currency: "USD".into(),
-                receipt_email: None,
-            }
+    let run = &w.run;
+    let n = w.events;
+    let hostile = |per_mille| if w.hostile { share(n, per_mille) } else { 0 };
+    let (races, fx, overdrafts) = (hostile(40), hostile(10), if w.hostile { share(n, 20) } else { n / 25 });
+    let (refused, oversized, panic_once, panic_always) = (hostile(5), hostile(2), hostile(5), hostile(1));
+    let (reuse_account, reuse_amount) = (hostile(5), hostile(5));
+    let shared_accounts = (n / 10).max(1);
+    let event = |id: String, account: String, amount: i64, currency: &str, email: Option<String>| PaymentEvent {
+        event_id: id,
+        account_id: account,
+        amount_cents: amount,
+        currency: currency.into(),
+        receipt_email: email,
+    };
+    let sent = |event: PaymentEvent, kind: Kind| {
+        let body = serde_json::to_string(&event).expect("events serialise");
+        Sent { event, kind, body, reuses: false }
+    };
+
+    // Groups: bodies sent side by side (a race), in sending order.
+    let mut groups: Vec<Vec<Sent>> = Vec::new();
+    let mut i = 0;
+    let mut next_id = |tag: &str| {
+        i += 1;
+        if tag.is_empty() {
+            format!("pay-{run}-{i}")
         } else {
-            PaymentEvent {
-                event_id: format!("pay-{}-{i}", w.run),
-                account_id: format!("acct-{}-{}", w.run, i % accounts),
-                amount_cents: 100 + rng.below(100_000) as i64,
-                currency: "USD".into(),
-                receipt_email: (i % 4 == 0).then(|| format!("customer-{i}@{}.example.com", w.run)),
-            }
-        };
-        if i < rejected_n {
-            plan.rejected.push(event.clone());
-        } else {
-            plan.applied.push(event.clone());
+            format!("pay-{run}-{tag}-{i}")
         }
-        plan.events.push(event);
+    };
+    for r in 0..races {
+        let account = format!("acct-{run}-race-{r}");
+        let credit = 1_000 + rng.below(9_000) as i64;
+        let debit = -(100 + rng.below(credit as usize - 100) as i64);
+        let mut pair = vec![
+            sent(event(next_id(""), account.clone(), credit, "USD", None), Kind::FundingCredit),
+            sent(event(next_id(""), account, debit, "USD", None), Kind::RacingDebit),
+        ];
+        if rng.below(2) == 0 {
+            pair.reverse();
+        }
+        groups.push(pair);
     }
-    let body = |e: &PaymentEvent| serde_json::to_string(e).expect("events serialise");
-    plan.deliveries = plan.events.iter().map(body).collect();
+    for f in 0..fx {
+        let account = format!("acct-{run}-fx-{f}");
+        let mut pair = vec![
+            sent(event(next_id(""), account.clone(), 2_000, "USD", None), Kind::FundingCredit),
+            sent(event(next_id(""), account, 3_000, "EUR", None), Kind::CurrencyMismatch),
+        ];
+        if rng.below(2) == 0 {
+            pair.reverse();
+        }
+        groups.push(pair);
+    }
+    let shared = |k: usize| format!("acct-{run}-{}", k % shared_accounts);
+    for o in 0..overdrafts {
+        // Half on an account that never gets credit, half far beyond what a shared one holds.
+        let e = if o % 2 == 0 || !w.hostile {
+            event(next_id(""), format!("acct-{run}-empty-{o}"), -(100 + rng.below(900) as i64), "USD", None)
+        } else {
+            event(next_id(""), shared(o), -10_000_000_000, "USD", None)
+        };
+        groups.push(vec![sent(e, Kind::Overdraft)]);
+    }
+    let special = races * 2 + fx * 2 + overdrafts;
+    let mut specials: Vec<Kind> = Vec::new();
+    specials.extend(std::iter::repeat_n(Kind::RefusedAddress, refused));
+    specials.extend(std::iter::repeat_n(Kind::Oversized, oversized));
+    specials.extend(std::iter::repeat_n(Kind::PanicOnce, panic_once));
+    specials.extend(std::iter::repeat_n(Kind::PanicAlways, panic_always));
+    let credits = n.saturating_sub(special);
+    for c in 0..credits {
+        let kind = specials.get(c).copied().unwrap_or(Kind::Credit);
+        let id = match kind {
+            Kind::PanicOnce => next_id(PANIC_ONCE),
+            Kind::PanicAlways => next_id(PANIC_ALWAYS),
+            _ => next_id(""),
+        };
+        let email = match kind {
+            Kind::RefusedAddress => Some(format!("{REFUSED_PREFIX}{c}@{run}.example.com")),
+            _ if c % 4 == 0 => Some(format!("customer-{c}@{run}.example.com")),
+            _ => None,
+        };
+        let e = event(id, shared(c), 100 + rng.below(100_000) as i64, "USD", email);
+        let s = match kind {
+            Kind::Oversized => Sent { body: padded_body(&e, SQS_BODY_LIMIT), event: e, kind, reuses: false },
+            _ => sent(e, kind),
+        };
+        groups.push(vec![s]);
+    }
+    for i in (1..groups.len()).rev() {
+        groups.swap(i, rng.below(i + 1));
+    }
+
+    // Reused ids: copies of plain credits, each with an address of its own, so a receipt sent
+    // for a copy is told apart from the original's.
+    let originals: Vec<PaymentEvent> =
+        groups.iter().flatten().filter(|s| s.kind == Kind::Credit).map(|s| s.event.clone()).collect();
+    let mut late: Vec<Sent> = Vec::new();
+    for k in 0..(reuse_account + reuse_amount).min(originals.len()) {
+        let original = &originals[(k * 7919) % originals.len()];
+        let mut copy = original.clone();
+        copy.receipt_email = Some(format!("reuse-{k}@{run}.example.com"));
+        let kind = if k < reuse_account {
+            copy.account_id = format!("acct-{run}-reuse-{k}");
+            Kind::ReusedForAccount
+        } else {
+            copy.amount_cents += 1 + rng.below(1_000) as i64;
+            Kind::ReusedForAmount
+        };
+        late.push(Sent { reuses: true, ..sent(copy, kind) });
+    }
+
+    let mut plan = Plan::default();
+    plan.sent = groups.iter().flatten().cloned().collect();
     let pct = w.duplicate_pct.min(95) as usize;
-    plan.duplicates = if plan.events.is_empty() { 0 } else { (plan.events.len() * pct).div_ceil(100 - pct) };
-    for _ in 0..plan.duplicates {
-        let e = &plan.events[rng.below(plan.events.len())];
-        plan.deliveries.push(body(e));
-    }
+    plan.duplicates = if plan.sent.is_empty() { 0 } else { (plan.sent.len() * pct).div_ceil(100 - pct) };
+    // Duplicates and poison go between groups (a race stays side by side) in the first nine
+    // tenths; copies of reused ids after everything else.
+    let mut extra: Vec<String> =
+        (0..plan.duplicates).map(|_| plan.sent[rng.below(plan.sent.len())].body.clone()).collect();
     for k in 0..w.poison {
-        let id = format!("pay-{}-poison-{k}", w.run);
+        let id = format!("pay-{run}-poison-{k}");
         let poison = match k % 4 {
             0 => format!("{{\"event_id\": \"{id}\", \"account_id\": "),
             1 => json!({"account_id": "acct-x", "amount_cents": 100, "currency": "USD"}).to_string(),
@@ -134,10 +355,24 @@ pub fn plan(w: &Workload) -> Plan {
             _ => json!({"event_id": id, "account_id": "acct-x", "amount_cents": 100, "currency": "usd"}).to_string(),
         };
         plan.poison.push(poison.clone());
-        plan.deliveries.push(poison);
+        extra.push(poison);
     }
-    for i in (1..plan.deliveries.len()).rev() {
-        plan.deliveries.swap(i, rng.below(i + 1));
+    let mut before: Vec<Vec<String>> = vec![Vec::new(); groups.len() + 1];
+    let head = groups.len() * 9 / 10;
+    for body in extra {
+        before[rng.below(head + 1)].push(body);
+    }
+    for (group, extra) in groups.iter().zip(&mut before) {
+        plan.deliveries.append(extra);
+        plan.deliveries.extend(group.iter().map(|s| s.body.clone()));
+    }
+    plan.deliveries.extend(before.into_iter().flatten());
+    for i in (1..late.len()).rev() {
+        late.swap(i, rng.below(i + 1));
+    }
+    for s in late {
+        plan.deliveries.push(s.body.clone());
+        plan.sent.push(s);
     }
     plan
 }
@@ -149,10 +384,28 @@ pub fn bodies_of_event_file(json: &str) -> Result<Vec<String>, String> {
     Ok(records.iter().filter_map(|r| r["body"].as_str().map(str::to_owned)).collect())
 }
 
-/// Sends bodies, ten per request; each gets a new message id, as a producer's retry does.
+/// Splits bodies into `SendMessageBatch` requests: ten at most, and at most [`SQS_BODY_LIMIT`]
+/// bytes in all (a body at the limit goes alone).
+pub fn batches(bodies: &[String]) -> Vec<&[String]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, body) in bodies.iter().enumerate() {
+        if i > start && (i - start == 10 || bytes + body.len() > SQS_BODY_LIMIT) {
+            out.push(&bodies[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += body.len();
+    }
+    if start < bodies.len() {
+        out.push(&bodies[start..]);
+    }
+    out
+}
+
+/// Sends bodies in batches; each gets a new message id, as a producer's retry does.
 pub async fn send(sqs: &aws_sdk_sqs::Client, queue_url: &str, bodies: &[String]) -> Result<usize, String> {
     use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-    for chunk in bodies.chunks(10) {
+    for chunk in batches(bodies) {
         let entries = chunk
             .iter()
             .enumerate()
@@ -177,19 +430,97 @@ pub async fn send(sqs: &aws_sdk_sqs::Client, queue_url: &str, bodies: &[String])
 mod tests {
     use super::*;
 
+    fn workload(events: usize) -> Workload {
+        Workload { events, duplicate_pct: 30, poison: 5, seed: 7, run: "t".into(), hostile: true }
+    }
+
     #[test]
     fn a_plan_has_the_asked_shape() {
-        let w = Workload { events: 200, duplicate_pct: 30, poison: 5, seed: 7, run: "t".into() };
-        let p = plan(&w);
-        assert_eq!(p.events.len(), 200);
-        assert_eq!(p.rejected.len(), 8);
-        assert_eq!(p.applied.len(), 192);
-        assert_eq!(p.deliveries.len(), 200 + p.duplicates + 5);
-        let share = p.duplicates as f64 / (200 + p.duplicates) as f64;
+        let p = plan(&workload(1000));
+        assert_eq!(p.event_ids().len(), 1000, "unique ids: the events; copies reuse ids");
+        let kinds = p.kinds();
+        assert_eq!(kinds[&Kind::RacingDebit], 40);
+        assert_eq!(kinds[&Kind::CurrencyMismatch], 10);
+        assert_eq!(kinds[&Kind::FundingCredit], 50);
+        assert_eq!(kinds[&Kind::Overdraft], 20);
+        assert_eq!(kinds[&Kind::ReusedForAccount] + kinds[&Kind::ReusedForAmount], 10);
+        assert_eq!(p.sent.len(), 1010);
+        assert_eq!(p.deliveries.len(), 1010 + p.duplicates + 5);
+        let share = p.duplicates as f64 / (1010 + p.duplicates) as f64;
         assert!((0.29..0.32).contains(&share), "{share}");
-        assert_eq!(p.receipts().len(), p.applied.iter().filter(|e| e.receipt_email.is_some()).count());
         for poison in &p.poison {
             assert!(PaymentEvent::parse(poison).is_err());
         }
+    }
+
+    #[test]
+    fn every_hostile_kind_is_in_make_tests_300_events() {
+        let kinds = plan(&workload(300)).kinds();
+        for kind in [
+            Kind::RacingDebit,
+            Kind::Overdraft,
+            Kind::CurrencyMismatch,
+            Kind::RefusedAddress,
+            Kind::Oversized,
+            Kind::PanicOnce,
+            Kind::PanicAlways,
+            Kind::ReusedForAccount,
+            Kind::ReusedForAmount,
+        ] {
+            assert!(kinds.get(&kind).copied().unwrap_or(0) >= 1, "{kind:?} missing: {kinds:?}");
+        }
+    }
+
+    #[test]
+    fn every_body_parses_as_the_event_it_stands_for() {
+        for s in plan(&workload(300)).sent {
+            assert_eq!(PaymentEvent::parse(&s.body).unwrap(), s.event, "{:?}", s.kind);
+            if s.kind == Kind::Oversized {
+                assert_eq!(s.body.len(), SQS_BODY_LIMIT);
+            }
+        }
+    }
+
+    #[test]
+    fn races_go_side_by_side_and_reused_ids_after_their_originals() {
+        let p = plan(&workload(1000));
+        // Duplicates send a body again anywhere: the closest two sendings count.
+        let positions = |body: &str| -> Vec<usize> {
+            p.deliveries.iter().enumerate().filter(|(_, d)| *d == body).map(|(i, _)| i).collect()
+        };
+        let position = |body: &str| positions(body)[0];
+        for (i, s) in p.sent.iter().enumerate() {
+            match s.kind {
+                Kind::RacingDebit | Kind::CurrencyMismatch => {
+                    let partner = if i > 0 && p.sent[i - 1].event.account_id == s.event.account_id {
+                        &p.sent[i - 1]
+                    } else {
+                        &p.sent[i + 1]
+                    };
+                    assert_eq!(partner.kind, Kind::FundingCredit);
+                    let theirs = positions(&partner.body);
+                    let closest =
+                        positions(&s.body).iter().flat_map(|a| theirs.iter().map(|b| a.abs_diff(*b))).min().unwrap();
+                    assert!(closest <= 3, "{closest}");
+                }
+                Kind::ReusedForAccount | Kind::ReusedForAmount => {
+                    let original = p.sent.iter().find(|o| !o.reuses && o.event.event_id == s.event.event_id).unwrap();
+                    assert_ne!(original.event, s.event);
+                    assert!(position(&original.body) < position(&s.body));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn batches_hold_ten_bodies_and_256_kib_at_most() {
+        let small = vec!["x".repeat(100); 25];
+        assert_eq!(batches(&small).iter().map(|b| b.len()).collect::<Vec<_>>(), vec![10, 10, 5]);
+        let mut mixed = vec!["x".repeat(100); 3];
+        mixed.insert(1, "y".repeat(SQS_BODY_LIMIT));
+        let sizes: Vec<usize> = batches(&mixed).iter().map(|b| b.len()).collect();
+        assert_eq!(sizes, vec![1, 1, 2]);
+        assert!(batches(&mixed).iter().all(|b| b.iter().map(String::len).sum::<usize>() <= SQS_BODY_LIMIT));
     }
 }

@@ -1,8 +1,9 @@
-//! The demo itself, small: a workload through the pipeline with every invariant checked.
+//! The demo itself, small: a hostile workload through the pipeline with every invariant checked
+//! from the tables.
 
 use idempotency_dynamodb::testing::unique_name;
 use local::resources::{self, Clients};
-use local::workload::Workload;
+use local::workload::{Kind, Workload};
 
 #[tokio::test]
 async fn the_demo_holds_every_invariant() {
@@ -14,7 +15,14 @@ async fn the_demo_holds_every_invariant() {
     assert!(summary.ok(), "{}", summary.table());
     assert_eq!(summary.events, 60);
     assert!(summary.deliveries >= summary.sent, "every message was delivered");
-    assert_eq!(summary.applied + summary.rejected, 60);
-    assert_eq!(summary.dlq.values().sum::<usize>(), 2);
+    let outcomes = &summary.audit.outcomes;
+    // Read back from the DLQ: the poison, the record that always panics, the reused ids' copies.
+    let dlq = summary.dlq();
+    assert_eq!(dlq.iter().filter(|(reason, _)| reason.starts_with("poison")).map(|(_, n)| n).sum::<usize>(), 2);
+    assert_eq!(dlq.get("handler panicked on every delivery"), Some(&1));
+    assert_eq!(outcomes[&Kind::PanicOnce].get("applied"), Some(&1), "a record that panicked once applied");
+    assert_eq!(outcomes[&Kind::RefusedAddress].get("applied"), Some(&1));
+    assert_eq!(summary.audit.rows.get("FAILED"), Some(&1), "the refused address's row failed, not sent");
+    assert_eq!(outcomes[&Kind::Overdraft].get("rejected: insufficient funds"), Some(&1));
     resources::down(&clients, &r).await.unwrap();
 }

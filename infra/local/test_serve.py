@@ -1,0 +1,171 @@
+"""serve.py's replacements of moto code: the same answers as moto's, at a cost that does not grow
+with the queue or the table (counted in walks of the queue and reads of the whole table, not
+timed).
+
+    .local-aws/venv/bin/python -m unittest discover -s infra/local -p 'test_*.py'
+"""
+
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+
+import boto3  # noqa: E402
+from moto import mock_aws  # noqa: E402
+from moto.dynamodb.models.table import Table  # noqa: E402
+from moto.sqs import models as sqs_models  # noqa: E402
+
+import serve  # noqa: E402
+
+serve.install_item_level_rollback()
+serve.install_sqs_costs_by_batch()
+serve.install_query_by_partition()
+
+WALKS = {"queue": 0, "table": 0}
+
+
+def counting_walk(prop):
+    def get(self):
+        WALKS["queue"] += 1
+        return prop.fget(self)
+
+    return property(get)
+
+
+# Each approximate count walks every message of the queue: count the walks.
+for _name in (
+    "approximate_number_of_messages",
+    "approximate_number_of_messages_not_visible",
+    "approximate_number_of_messages_delayed",
+):
+    setattr(sqs_models.Queue, _name, counting_walk(getattr(sqs_models.Queue, _name)))
+
+_all_items = Table.all_items
+
+
+def counting_all_items(self):
+    WALKS["table"] += 1
+    return _all_items(self)
+
+
+Table.all_items = counting_all_items
+
+
+@mock_aws
+class Sqs(unittest.TestCase):
+    def setUp(self):
+        self.sqs = boto3.client("sqs", region_name="us-east-1")
+        dlq = self.sqs.create_queue(QueueName="dlq")["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        redrive = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 2})
+        self.dlq = dlq
+        self.url = self.sqs.create_queue(QueueName="q", Attributes={"RedrivePolicy": redrive})["QueueUrl"]
+
+    def send(self, n, prefix="m"):
+        for start in range(0, n, 10):
+            entries = [{"Id": str(i), "MessageBody": f"{prefix}{start + i}"} for i in range(min(10, n - start))]
+            self.sqs.send_message_batch(QueueUrl=self.url, Entries=entries)
+
+    def receive(self, url=None, n=10, visibility=30):
+        out = self.sqs.receive_message(QueueUrl=url or self.url, MaxNumberOfMessages=n, VisibilityTimeout=visibility)
+        return out.get("Messages", [])
+
+    def test_send_receive_and_delete_never_walk_the_queue(self):
+        self.send(300)
+        WALKS["queue"] = 0
+        self.send(10, prefix="late")
+        got = self.receive()
+        self.sqs.delete_message_batch(
+            QueueUrl=self.url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
+        )
+        arn = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])["Attributes"]
+        self.assertEqual(len(got), 10)
+        self.assertTrue(arn["QueueArn"].endswith(":q"))
+        self.assertEqual(WALKS["queue"], 0)
+        # Asked for, the counts still walk, and are right.
+        counts = self.sqs.get_queue_attributes(
+            QueueUrl=self.url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        )["Attributes"]
+        self.assertEqual(counts, {"ApproximateNumberOfMessages": "300", "ApproximateNumberOfMessagesNotVisible": "0"})
+
+    def test_receive_hands_out_visible_messages_in_order_and_skips_those_in_flight(self):
+        self.send(3)
+        first = [m["Body"] for m in self.receive(n=2)]
+        second = [m["Body"] for m in self.receive(n=2)]
+        self.assertEqual((first, second), (["m0", "m1"], ["m2"]))
+        self.assertEqual(self.receive(), [])
+
+    def test_delete_by_any_handle_the_message_had_once_and_refuse_unknown_handles(self):
+        self.send(2)
+        old = self.receive(n=1, visibility=0)[0]["ReceiptHandle"]
+        current = self.receive(n=1, visibility=30)[0]
+        self.assertEqual(current["Body"], "m0")
+        self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=old)
+        self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=current["ReceiptHandle"])  # a second delete is fine
+        with self.assertRaises(self.sqs.exceptions.ReceiptHandleIsInvalid):
+            self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle="not-a-handle")
+        self.assertEqual([m["Body"] for m in self.receive()], ["m1"])
+
+    def test_a_message_received_max_receive_count_times_moves_to_the_dlq(self):
+        self.send(1)
+        for _ in range(2):
+            self.assertEqual(len(self.receive(visibility=0)), 1)
+        self.assertEqual(self.receive(), [])
+        self.assertEqual([m["Body"] for m in self.receive(url=self.dlq)], ["m0"])
+
+    def test_named_attributes_only_and_all(self):
+        named = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["VisibilityTimeout", "FifoQueue"])
+        self.assertEqual(named["Attributes"], {"VisibilityTimeout": "30"})
+        every = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["All"])["Attributes"]
+        self.assertEqual(json.loads(every["RedrivePolicy"])["maxReceiveCount"], 2)
+        self.assertIn("ApproximateNumberOfMessages", every)
+
+
+@mock_aws
+class Query(unittest.TestCase):
+    def test_a_query_reads_its_partition_only(self):
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        ddb.create_table(
+            TableName="t",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        for pk in ("a", "b", "c"):
+            for sk in ("3", "1", "2"):
+                ddb.put_item(TableName="t", Item={"pk": {"S": pk}, "sk": {"S": sk}})
+        WALKS["table"] = 0
+        out = ddb.query(
+            TableName="t",
+            KeyConditionExpression="pk = :pk AND sk > :sk",
+            ExpressionAttributeValues={":pk": {"S": "b"}, ":sk": {"S": "1"}},
+        )
+        self.assertEqual([(i["pk"]["S"], i["sk"]["S"]) for i in out["Items"]], [("b", "2"), ("b", "3")])
+        page = ddb.query(
+            TableName="t",
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": "c"}},
+            Limit=2,
+        )
+        rest = ddb.query(
+            TableName="t",
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": "c"}},
+            ExclusiveStartKey=page["LastEvaluatedKey"],
+        )
+        self.assertEqual([i["sk"]["S"] for i in page["Items"] + rest["Items"]], ["1", "2", "3"])
+        self.assertEqual(WALKS["table"], 0)
+        none = ddb.query(TableName="t", KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": "z"}})
+        self.assertEqual(none["Items"], [])
+
+
+if __name__ == "__main__":
+    unittest.main()
