@@ -55,13 +55,21 @@ impl Alert {
 #[derive(Debug, Clone)]
 pub struct Alerts {
     function: String,
+    publish: bool,
     counts: Arc<[AtomicU64; Alert::ALL.len()]>,
 }
 
 impl Alerts {
-    /// Alerts under a function's name (the metrics' `Function` dimension).
+    /// Alerts under a function's name (the metrics' `Function` dimension), published.
     pub fn new(function: impl Into<String>) -> Self {
-        Alerts { function: function.into(), counts: Arc::default() }
+        Alerts { function: function.into(), publish: true, counts: Arc::default() }
+    }
+
+    /// Whether to print the EMF lines (default true); the local tools, which run thousands of
+    /// records in one process, count without printing, as they do for the batch metrics.
+    pub fn published(mut self, publish: bool) -> Self {
+        self.publish = publish;
+        self
     }
 
     /// How many times `alert` was raised.
@@ -74,6 +82,9 @@ impl Alerts {
     pub fn raise(&self, alert: Alert, detail: &str) {
         self.counts[alert as usize].fetch_add(1, Ordering::Relaxed);
         tracing::error!(alert = alert.metric(), detail, "operator check");
+        if !self.publish {
+            return;
+        }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         println!("{}", alert.emf(&self.function, now));
     }
@@ -97,8 +108,8 @@ mod tests {
     }
 
     #[test]
-    fn counts_are_shared_by_clones() {
-        let alerts = Alerts::new("f");
+    fn counts_are_shared_by_clones_published_or_not() {
+        let alerts = Alerts::new("f").published(false);
         alerts.clone().raise(Alert::EmailBlocked, "paused");
         assert_eq!((alerts.count(Alert::EmailBlocked), alerts.count(Alert::EmailAmbiguous)), (1, 0));
     }

@@ -104,6 +104,13 @@ impl<E: EmailSender> Receipts<E> {
         self
     }
 
+    /// Raises operator alerts through `alerts` (say, [`Alerts::published`]`(false)` in a local
+    /// tool) instead of published ones named [`FUNCTION`].
+    pub fn with_alerts(mut self, alerts: Alerts) -> Self {
+        self.alerts = alerts;
+        self
+    }
+
     /// The email sender.
     pub fn sender(&self) -> &E {
         &self.sender
@@ -114,22 +121,23 @@ impl<E: EmailSender> Receipts<E> {
         &self.alerts
     }
 
-    /// How long to wait for the attempt holding `key` before claiming it again, or `None` when
-    /// the wait does not fit in this invocation: its lease must end, with a margin to finish,
-    /// before the deadline (without one, within [`MARKER_LEASE`]).
+    /// What to do about the attempt holding `key`'s marker: wait its lease out and claim again,
+    /// when the lease ends (with a margin to finish) before this invocation's deadline (without a
+    /// known deadline, within [`MARKER_LEASE`]); otherwise wait what this invocation has left and
+    /// leave the record to the stream's retry.
     ///
     /// A stream record is handled by one invocation at a time, so the holder is most likely an
     /// attempt that died (its sandbox crashed) after claiming, whose lease (bounded by its own
-    /// deadline, earlier than ours) still runs: failing the record now would spend the stream's
-    /// few retries in the lease's first seconds and leave the row `PENDING` for good. Waiting
-    /// ends it in this invocation; if the holder is alive after all, it finishes meanwhile and
-    /// the claim that follows replays its outcome.
+    /// deadline, earlier than ours) still runs: failing the record at once would spend the
+    /// stream's few retries in the lease's first seconds and leave the row `PENDING` for good.
+    /// Waiting ends it in this invocation, or spreads the retries over the lease; if the holder
+    /// is alive after all, it finishes meanwhile and the claim that follows replays its outcome.
     async fn lease_wait(
         &self,
         markers: &Idempotency<DynamoDbStore>,
         key: &Key,
         deadline_ms: Option<u64>,
-    ) -> Result<Option<Duration>, RecordError> {
+    ) -> Result<LeaseWait, RecordError> {
         let record = markers
             .store()
             .get(key.as_str())
@@ -139,16 +147,31 @@ impl<E: EmailSender> Receipts<E> {
         let lease_end = match record {
             // Completed or released since: claim again at once.
             Some(r) if r.status == Status::InProgress => r.lease_expires_at_ms,
-            _ => return Ok(Some(Duration::ZERO)),
+            _ => return Ok(LeaseWait::ThenClaim(Duration::ZERO)),
         };
         // A claim takes over only once `lease_expires_at < now`.
         let wait = Duration::from_millis((lease_end + 1).saturating_sub(now));
-        let fits = match deadline_ms {
-            Some(deadline) => now + (wait + AFTER_WAIT_MARGIN).as_millis() as u64 <= deadline,
-            None => lease_end <= now + MARKER_LEASE.as_millis() as u64,
-        };
-        Ok(fits.then_some(wait))
+        Ok(match deadline_ms {
+            Some(deadline) => {
+                let budget = Duration::from_millis(deadline.saturating_sub(now)).saturating_sub(AFTER_WAIT_MARGIN);
+                if wait <= budget {
+                    LeaseWait::ThenClaim(wait)
+                } else {
+                    LeaseWait::ThenFail(budget)
+                }
+            }
+            None if lease_end <= now + MARKER_LEASE.as_millis() as u64 => LeaseWait::ThenClaim(wait),
+            None => LeaseWait::ThenFail(Duration::ZERO),
+        })
     }
+}
+
+/// What [`Receipts::lease_wait`] decided.
+enum LeaseWait {
+    /// Sleep this long, then claim the marker again.
+    ThenClaim(Duration),
+    /// The lease outlives this invocation: sleep this long, then fail the record (in progress).
+    ThenFail(Duration),
 }
 
 impl Receipts<effects::SesSender> {
@@ -183,7 +206,7 @@ impl<E: EmailSender> triggers::streams::Handler for Receipts<E> {
                 Ok(outcome) => break outcome,
                 Err(effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
                     match self.lease_wait(&markers, &key, deadline_ms).await? {
-                        Some(wait) if waits < MAX_WAITS => {
+                        LeaseWait::ThenClaim(wait) if waits < MAX_WAITS => {
                             waits += 1;
                             tracing::warn!(
                                 wait_ms = wait.as_millis() as u64,
@@ -191,7 +214,15 @@ impl<E: EmailSender> triggers::streams::Handler for Receipts<E> {
                             );
                             self.sleep.sleep(wait).await;
                         }
-                        _ => return Err(RecordError::in_progress_elsewhere(e.to_string())),
+                        LeaseWait::ThenFail(wait) => {
+                            tracing::warn!(
+                                wait_ms = wait.as_millis() as u64,
+                                "email marker held past this invocation's deadline; waiting what is left, then retried"
+                            );
+                            self.sleep.sleep(wait).await;
+                            return Err(RecordError::in_progress_elsewhere(e.to_string()));
+                        }
+                        LeaseWait::ThenClaim(_) => return Err(RecordError::in_progress_elsewhere(e.to_string())),
                     }
                 }
                 Err(effects::Error::Email(e)) if e.kind == SendErrorKind::Blocked => {
