@@ -180,7 +180,7 @@ impl Store for DynamoDbStore {
                 StoreErrorKind::Fenced,
                 format!("{id}: the lease ended at {} ms; not completed", r.lease_expires_at_ms),
             )),
-            _ => Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is owned by another attempt"))),
+            _ => Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is gone or owned by another attempt"))),
         }
     }
 
