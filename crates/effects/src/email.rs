@@ -54,7 +54,8 @@ impl fmt::Debug for EmailMessage {
 pub enum SendErrorKind {
     /// The provider shed load; the message was not accepted. Retryable.
     Throttled,
-    /// The provider was not reached, so nothing was sent. Retryable. (SES's own 5xx answers are
+    /// The provider did not process the request (it gave up reading it, or a sender knows it
+    /// was never reached): nothing was sent. Retryable. (SES's own 5xx answers are
     /// [`Ambiguous`](Self::Ambiguous): a server error says nothing of whether the message left.)
     Unavailable,
     /// The request may have been accepted: it timed out, its answer was lost, or the provider
@@ -227,7 +228,7 @@ fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKi
         // the same code for an unverified sender (every message fails) and an unverified
         // recipient in the sandbox (this one does). SES gives no structured field, so the
         // identities it lists are read: the sender among them is a configuration fault.
-        SendEmailError::MessageRejected(e) if names_address(e.message().unwrap_or_default(), from) => {
+        SendEmailError::MessageRejected(e) if names_sender(e.message().unwrap_or_default(), from) => {
             SendErrorKind::Blocked
         }
         SendEmailError::MessageRejected(_) | SendEmailError::BadRequestException(_) => SendErrorKind::Rejected,
@@ -249,6 +250,9 @@ fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKi
                 | "IncompleteSignature"
                 | "MissingAuthenticationToken",
             ) => SendErrorKind::Blocked,
+            // The server gave up reading the request: it was not processed.
+            Some("RequestTimeout" | "RequestTimeoutException") => SendErrorKind::Unavailable,
+            _ if status == 408 => SendErrorKind::Unavailable,
             _ if status == 429 => SendErrorKind::Throttled,
             _ if status == 401 || status == 403 => SendErrorKind::Blocked,
             // Any other 4xx is SES refusing this request, and nothing was sent.
@@ -258,17 +262,20 @@ fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKi
     }
 }
 
-/// Whether `text` lists `from`'s address as one of its words (compared whole, so
-/// `xreceipts@example.com` is not `receipts@example.com`). `from` may be `Name <address>`.
-fn names_address(text: &str, from: &str) -> bool {
+/// Whether `text` lists the sender identity: `from`'s address, or its domain alone (a domain
+/// identity), as one of its words, compared whole (`xreceipts@example.com` is not
+/// `receipts@example.com`, and a recipient at the sender's domain is not the domain).
+/// `from` may be `Name <address>`.
+fn names_sender(text: &str, from: &str) -> bool {
     let address = from.rsplit_once('<').map_or(from, |(_, a)| a.trim_end_matches('>')).trim();
+    let domain = address.rsplit_once('@').map_or("", |(_, d)| d);
     !address.is_empty()
         && text
             .split(|c: char| {
                 c.is_whitespace() || matches!(c, ',' | ';' | '<' | '>' | '"' | '\'' | '(' | ')' | '[' | ']')
             })
             .map(|w| w.trim_end_matches(['.', ':']))
-            .any(|w| w.eq_ignore_ascii_case(address))
+            .any(|w| w.eq_ignore_ascii_case(address) || (!domain.is_empty() && w.eq_ignore_ascii_case(domain)))
 }
 
 /// `text` with the local part of every email address in it cut to its first character
@@ -649,6 +656,7 @@ mod tests {
                 answer(400, SendEmailError::LimitExceededException(LimitExceededException::builder().build())),
                 rejected(&format!("Email address is not verified. The following identities failed the check in region US-EAST-1: {FROM}")),
                 rejected(&format!("Email address not verified {FROM}")),
+                rejected("Email address is not verified. The following identities failed the check: example.com"),
                 unmodeled(403, "AccessDeniedException"),
                 unmodeled(400, "UnrecognizedClientException"),
                 unmodeled(403, "SomethingNew"),
@@ -665,6 +673,8 @@ mod tests {
                 rejected("Email address is not verified. The following identities failed the check in region US-EAST-1: bob@example.com"),
                 // The sender's address inside another word is not the sender.
                 rejected(&format!("Email address not verified x{FROM}")),
+                // A recipient at the sender's domain is not the sender.
+                rejected("Email address is not verified. The following identities failed the check: bob@example.com"),
                 rejected("Message rejected: content"),
                 answer(400, SendEmailError::BadRequestException(BadRequestException::builder().build())),
                 unmodeled(400, "InvalidParameterValue"),
@@ -689,6 +699,7 @@ mod tests {
             assert_eq!(kind(throttled), SendErrorKind::Throttled);
             assert_eq!(kind(unmodeled(400, "ThrottlingException")), SendErrorKind::Throttled);
             assert_eq!(kind(unmodeled(429, "SlowDown")), SendErrorKind::Throttled);
+            assert_eq!(kind(unmodeled(408, "RequestTimeout")), SendErrorKind::Unavailable);
         }
 
         #[test]
