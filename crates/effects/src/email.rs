@@ -214,12 +214,18 @@ fn classify_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str) -> Send
 /// refusals of one message, because a refusal recorded as the message's fate is never retried:
 /// a paused account would otherwise lose every receipt sent while it is paused.
 fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKind {
+    // Both of the account's sending limits come back as throttling, "Daily message quota
+    // exceeded" or "Maximum sending rate exceeded" (SES developer guide, "Errors related to the
+    // sending quotas for your Amazon SES account"): the rate passes in a second, the day's quota
+    // lasts up to a day and is raised for an operator.
+    let daily_quota = || err.meta().message().is_some_and(|m| m.to_ascii_lowercase().contains("daily message quota"));
     match err {
+        SendEmailError::TooManyRequestsException(_) if daily_quota() => SendErrorKind::Blocked,
         SendEmailError::TooManyRequestsException(_) => SendErrorKind::Throttled,
         SendEmailError::AccountSuspendedException(_)
         | SendEmailError::SendingPausedException(_)
         | SendEmailError::MailFromDomainNotVerifiedException(_)
-        // The sending quota: the account's, for the day.
+        // "Too many instances of the specified resource type": the account's limits.
         | SendEmailError::LimitExceededException(_)
         // SendEmail names no resource of the message's own: what is not found is the sender
         // identity, the configuration set, a template or contact list of the configuration.
@@ -236,6 +242,7 @@ fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKi
         // once (a 503 that shed the request is indistinguishable from a 500 after it).
         _ if status >= 500 => SendErrorKind::Ambiguous,
         other => match other.meta().code() {
+            Some("Throttling" | "ThrottlingException") if daily_quota() => SendErrorKind::Blocked,
             Some("Throttling" | "ThrottlingException" | "RequestLimitExceeded") => SendErrorKind::Throttled,
             // Credentials or IAM refused the call: the function's configuration, not the message.
             Some(
@@ -657,6 +664,9 @@ mod tests {
                 rejected(&format!("Email address is not verified. The following identities failed the check in region US-EAST-1: {FROM}")),
                 rejected(&format!("Email address not verified {FROM}")),
                 rejected("Email address is not verified. The following identities failed the check: example.com"),
+                answer(400, SendEmailError::generic(
+                    ErrorMetadata::builder().code("ThrottlingException").message("Daily message quota exceeded.").build(),
+                )),
                 unmodeled(403, "AccessDeniedException"),
                 unmodeled(400, "UnrecognizedClientException"),
                 unmodeled(403, "SomethingNew"),
@@ -698,6 +708,8 @@ mod tests {
                 answer(429, SendEmailError::TooManyRequestsException(TooManyRequestsException::builder().build()));
             assert_eq!(kind(throttled), SendErrorKind::Throttled);
             assert_eq!(kind(unmodeled(400, "ThrottlingException")), SendErrorKind::Throttled);
+            let rate = ErrorMetadata::builder().code("ThrottlingException").message("Maximum sending rate exceeded.");
+            assert_eq!(kind(answer(400, SendEmailError::generic(rate.build()))), SendErrorKind::Throttled);
             assert_eq!(kind(unmodeled(429, "SlowDown")), SendErrorKind::Throttled);
             assert_eq!(kind(unmodeled(408, "RequestTimeout")), SendErrorKind::Unavailable);
         }
