@@ -27,11 +27,11 @@ pub(crate) const CLAIM_CONDITION: &str =
     "attribute_not_exists(#id) OR #expiration < :now_s OR (#status = :in_progress AND #lease < :now_ms)";
 
 /// Completion is fenced by the owner token and the lease: an attempt whose key another attempt
-/// took over must not overwrite the newer record, and an attempt whose lease has ended is dead
-/// to everyone else (they may take it over, or flag its effect as ambiguous), so it must not
-/// come back to complete, taken over yet or not. A retried request whose first answer was lost
-/// fails this condition on its own completed record; the ALL_OLD item tells that apart, and it
-/// counts as success.
+/// took over must not overwrite the newer record, and an attempt whose lease has ended must
+/// not complete, taken over yet or not, so a record past its lease stays as it is until a new
+/// claim (see `Store::complete`). A retried request whose first answer was lost fails this
+/// condition on its own completed record; the ALL_OLD item tells that apart, and it counts as
+/// success.
 const COMPLETE_CONDITION: &str = "#owner = :owner AND #status = :in_progress AND #lease >= :now_ms";
 /// Release deletes only an in-progress record of its owner: deleting a completed one, its
 /// owner's included, would make the next delivery run the effect again. A missing record

@@ -183,9 +183,9 @@ impl<S: Store> Idempotency<S> {
     /// - So [`Outcome::Fresh`] means: the handler ran to its end, and its record was
     ///   completed, within its lease, with no other attempt running it meanwhile.
     ///
-    /// Set the lease above the slowest run you expect; in Lambda the invocation's deadline
-    /// sets it. The timer is tokio's: run on a runtime with time enabled (`#[tokio::main]`
-    /// and the Lambda runtime have it).
+    /// Set the lease well above the slowest run you expect; in Lambda the invocation's deadline
+    /// sets it. The timer is tokio's: run on a runtime with time enabled (`#[tokio::main]` and
+    /// the Lambda runtime have it).
     ///
     /// Why bound the handler rather than renew the lease while it runs (a heartbeat)? In Lambda
     /// the deadline caps the lease and cannot be extended, so renewal buys nothing there; a
@@ -194,7 +194,9 @@ impl<S: Store> Idempotency<S> {
     /// network partition), which resumes after its lease all the same, so the check at
     /// completion would still be needed. Bounding keeps one rule, which the store enforces in
     /// its completion condition: after `lease_expires_at` an attempt is dead, and it never
-    /// comes back to complete.
+    /// comes back to complete, so a record seen in progress past its lease is settled until a
+    /// new claim. The price: a handler that finishes just after its lease, even with no other
+    /// delivery waiting, is run again by the next delivery, as after a crash.
     pub async fn run<P, R, E, F, Fut>(&self, key: &Key, payload: &P, handler: F) -> Result<Outcome<R>, RunError<E>>
     where
         P: Serialize + ?Sized,

@@ -51,9 +51,11 @@ pub trait Store: Send + Sync {
 
     /// Completes the record if `owner` holds it in progress and its lease has not ended at
     /// `completion.now_ms` (`lease_expires_at_ms >= now_ms`). A lease that ended is refused
-    /// even when no other attempt took the key over yet: other attempts may already treat the
-    /// owner as dead (take it over, flag its effect as ambiguous), and a dead attempt that
-    /// comes back must not complete behind them.
+    /// even when no other attempt took the key over yet. Owner fencing alone would keep the
+    /// record consistent, but then a record seen in progress past its lease could still turn
+    /// completed at any moment; with this rule it is settled: only a new claim changes it, so
+    /// a reader that finds it so (an audit, an effect flagging its outcome as ambiguous) may
+    /// treat its attempt as dead without racing it.
     ///
     /// A record already completed by the same owner succeeds, unchanged: a retried request
     /// whose first answer was lost finds its own write landed. Anything else (another owner,
