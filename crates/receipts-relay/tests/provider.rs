@@ -24,7 +24,8 @@ use idempotency_dynamodb::testing::{emails_to, fresh_store, sdk_config, unique_n
 use idempotency_dynamodb::DynamoDbStore;
 use lambda_runtime::{Context, LambdaEvent};
 use receipts_relay::{Alert, Receipts, MARKER_LEASE};
-use triggers::streams::{process, Options};
+use triggers::streams::{process, Handler, Options};
+use triggers::Retry;
 
 /// A payment's outbox row on fresh tables, its stream record, and a relay's parts.
 struct Setup {
@@ -190,11 +191,16 @@ async fn an_unverified_sender_holds_receipts_back_until_it_is_verified() {
     let client = aws_sdk_sesv2::Client::new(&sdk_config().await);
     let relay = s.relay(SesSender::new(client.clone(), &from), Policy::AtMostOnce);
 
+    // The record's failure, as the driver logs it: SES's message names the sender, redacted.
+    let err = relay.handle(&s.event.records[0], None).await.unwrap_err();
+    assert_eq!(err.retry, Retry::Retryable, "{err}");
+    assert!(err.reason.contains("r***@") && !err.reason.contains("receipts@"), "{err}");
+
     let failed = s.deliver(&relay, Context::default()).await;
     assert_eq!(failed.len(), 1, "the record is retried, not acked as the message's fate");
     assert_eq!(s.row_status().await, "PENDING");
     assert!(s.marker().await.is_none(), "marker released for the retry");
-    assert_eq!(relay.alerts().count(Alert::EmailBlocked), 1);
+    assert_eq!(relay.alerts().count(Alert::EmailBlocked), 2);
     assert!(emails_to(&s.to).is_empty());
 
     client.create_email_identity().email_identity(&from).send().await.unwrap();
