@@ -1,13 +1,16 @@
 //! Property tests: generated schedules of deliveries, duplicates, reorderings, concurrent
-//! consumers, lease expiries, crashes and handlers that outrun their lease (the clock moves
-//! while they run) against the in-memory store, with the invariants checked after every step.
+//! consumers, lease expiries, crashes, handlers that outrun their lease (the clock moves while
+//! they run) and lost completion answers against the in-memory store, with the invariants
+//! checked after every step.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idempotency::{
-    Begin, Clock, Config, ErrorKind, Idempotency, InMemoryStore, Key, ManualClock, Outcome, RunError, Status, Store,
+    Begin, Claim, Clock, Completion, Config, ErrorKind, Idempotency, InMemoryStore, Key, ManualClock, Outcome, Record,
+    RunError, Status, Store, StoreError, StoreErrorKind,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -32,6 +35,9 @@ enum Step {
     /// A slow delivery: time passes inside its handler (before or after its effect), raced by
     /// a plain delivery of the same event that may take the key over once the lease has ended.
     Slow { event: usize, advance_ms: u64, before_effect: bool },
+    /// A delivery whose completion answers are lost, each after its write landed or before;
+    /// three lost answers exhaust the retries.
+    LostCompletions { event: usize, lost: u32, landed: bool },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -44,6 +50,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0..3 * LEASE_MS).prop_map(Step::Advance),
         2 => (0..EVENTS, 0..3 * LEASE_MS, any::<bool>())
             .prop_map(|(event, advance_ms, before_effect)| Step::Slow { event, advance_ms, before_effect }),
+        1 => (0..EVENTS, 1..=3u32, any::<bool>()).prop_map(|(event, lost, landed)| Step::LostCompletions { event, lost, landed }),
     ]
 }
 
@@ -59,6 +66,40 @@ struct World {
 }
 
 type Shared = Arc<Mutex<World>>;
+
+/// The in-memory store, losing the answers of as many completions as it is told to.
+#[derive(Default)]
+struct Lossy {
+    store: InMemoryStore,
+    lose: AtomicU32,
+    land: AtomicBool,
+}
+
+impl Store for Lossy {
+    async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
+        self.store.claim(record, now_ms).await
+    }
+    async fn complete(&self, id: &str, owner: &str, c: Completion<'_>) -> Result<(), StoreError> {
+        let lose = self.lose.load(Ordering::SeqCst);
+        if lose == 0 {
+            return self.store.complete(id, owner, c).await;
+        }
+        self.lose.store(lose - 1, Ordering::SeqCst);
+        if self.land.load(Ordering::SeqCst) {
+            self.store.complete(id, owner, c).await?;
+        }
+        Err(StoreError::new(StoreErrorKind::Unavailable, "answer lost"))
+    }
+    async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
+        self.store.release(id, owner).await
+    }
+    async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        self.store.get(id).await
+    }
+}
+
+/// Tries `Idempotency::complete` makes before giving up.
+const COMPLETE_TRIES: u32 = 3;
 
 fn key(e: usize) -> Key {
     Key::new("prop", &format!("event-{e}")).unwrap()
@@ -139,7 +180,7 @@ async fn handler(
 }
 
 struct Env<'a> {
-    idem: &'a Idempotency<InMemoryStore>,
+    idem: &'a Idempotency<Lossy>,
     world: &'a Shared,
     clock: &'a Arc<ManualClock>,
     reused: &'a HashMap<usize, bool>,
@@ -148,6 +189,7 @@ struct Env<'a> {
 async fn deliver(env: &Env<'_>, e: usize, slow: Option<Slowness>) {
     let applied = Arc::new(Mutex::new(false));
     let run = || handler(env.world.clone(), e, env.clock.clone(), slow, applied.clone());
+    let lost_all = env.idem.store().lose.load(Ordering::SeqCst) >= COMPLETE_TRIES;
     let outcome = env.idem.run(&key(e), &payload(e, env.reused), run).await;
     if let (Some(s), Ok(Outcome::Fresh(_))) = (slow, &outcome) {
         // A handler that ran longer than its whole lease outran it: its result must not be
@@ -166,6 +208,16 @@ async fn deliver(env: &Env<'_>, e: usize, slow: Option<Slowness>) {
                 *env.world.lock().unwrap().crashes_after_effect.entry(e).or_default() += 1;
             }
         }
+        Err(RunError::Idempotency(err)) if err.kind() == ErrorKind::StoreUnavailable => {
+            // Only when every try of the completion lost its answer. The effect happened; the
+            // record is completed if a try landed, else left in progress: an attempt that died
+            // after its effect.
+            assert!(lost_all, "event {e}: completion gave up before its tries ran out: {err}");
+            let record = env.idem.store().get(key(e).as_str()).await.unwrap().unwrap();
+            if record.status == Status::InProgress {
+                *env.world.lock().unwrap().crashes_after_effect.entry(e).or_default() += 1;
+            }
+        }
         Err(RunError::Idempotency(err)) => {
             assert_eq!(err.kind(), ErrorKind::InProgress, "only a live lease may refuse: {err}")
         }
@@ -173,7 +225,7 @@ async fn deliver(env: &Env<'_>, e: usize, slow: Option<Slowness>) {
     }
 }
 
-async fn check(idem: &Idempotency<InMemoryStore>, world: &Shared) {
+async fn check(idem: &Idempotency<Lossy>, world: &Shared) {
     {
         let w = world.lock().unwrap();
         for e in 0..EVENTS {
@@ -204,14 +256,14 @@ async fn check(idem: &Idempotency<InMemoryStore>, world: &Shared) {
 }
 
 fn run_schedule(steps: Vec<Step>) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     rt.block_on(async {
         let clock = Arc::new(ManualClock::at(1_800_000_000_000));
         let config = Config::default()
             .lease(Duration::from_millis(LEASE_MS))
             .dedup_window(Duration::from_secs(365 * 24 * 3600))
             .clock(clock.clone());
-        let idem = Idempotency::new(InMemoryStore::new(), config);
+        let idem = Idempotency::new(Lossy::default(), config);
         let world: Shared = Arc::default();
         let mut reused = HashMap::new();
         for step in steps {
@@ -225,6 +277,13 @@ fn run_schedule(steps: Vec<Step>) {
                 Step::Slow { event, advance_ms, before_effect } => {
                     let slow = Slowness { advance_ms, before_effect };
                     tokio::join!(deliver(&env, event, Some(slow)), deliver(&env, event, None));
+                }
+                Step::LostCompletions { event, lost, landed } => {
+                    idem.store().lose.store(lost, Ordering::SeqCst);
+                    idem.store().land.store(landed, Ordering::SeqCst);
+                    deliver(&env, event, None).await;
+                    // A replay sent no completion: no lost answer may leak into later steps.
+                    idem.store().lose.store(0, Ordering::SeqCst);
                 }
                 Step::CrashAfterClaim(e) => {
                     if let Ok(Begin::Claimed(attempt)) = idem.begin::<_, u64>(&key(e), &payload(e, &reused)).await {
@@ -287,11 +346,11 @@ fn a_handler_that_outruns_its_lease_after_its_effect_is_not_completed() {
 /// Alone, with no other delivery racing it: still not reported fresh.
 #[test]
 fn a_handler_that_outruns_its_lease_alone_is_not_reported_fresh() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     rt.block_on(async {
         let clock = Arc::new(ManualClock::at(1_800_000_000_000));
         let config = Config::default().lease(Duration::from_millis(LEASE_MS)).clock(clock.clone());
-        let idem = Idempotency::new(InMemoryStore::new(), config);
+        let idem = Idempotency::new(Lossy::default(), config);
         let (world, reused) = (Shared::default(), HashMap::new());
         let env = Env { idem: &idem, world: &world, clock: &clock, reused: &reused };
         deliver(&env, 2, Some(Slowness { advance_ms: 2 * LEASE_MS, before_effect: false })).await;
