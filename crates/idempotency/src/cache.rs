@@ -75,9 +75,7 @@ impl<S> CachedStore<S> {
             }
         }
     }
-}
 
-impl<S> CachedStore<S> {
     fn hold(&self, record: &Record, now_ms: u64) {
         let mut lru = self.lock();
         lru.claimed.retain(|_, r| r.lease_expires_at_ms >= now_ms);
@@ -148,6 +146,7 @@ impl<S: Store> Store for CachedStore<S> {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -155,8 +154,6 @@ mod tests {
 
     use super::*;
     use crate::{Config, Idempotency, InMemoryStore, Key, ManualClock, Outcome};
-
-    use std::future::Future;
 
     fn in_flight<S>(store: &CachedStore<S>) -> usize {
         store.lock().claimed.len()
