@@ -79,9 +79,9 @@ pub struct Balance {
 ///
 /// So a first delivery is 6 units for a credit or a debit (8 with a receipt), in one request; a
 /// duplicate is one cancelled transaction, modelled as 1 unit per item (3, or 4 with a receipt).
-/// The Powertools pattern spends 6 on a first delivery (claim 1, entry and balance 4, completion
-/// 1) in 3 requests, and leaves a window between the ledger commit and the completion in which a
-/// crash posts twice. The records of a ledger never expire ([`NEVER_EXPIRES`]): the uniqueness of
+/// The Powertools pattern spends 6 on a first delivery (a claim of 1, entry and balance 4, a
+/// completion of 1) in 3 requests, and leaves a window between the ledger commit and the
+/// completion in which a crash posts twice. The records of a ledger never expire ([`NEVER_EXPIRES`]): the uniqueness of
 /// an event id lasts as long as its entry, at the price of one small item of storage per event.
 #[derive(Debug, Clone)]
 pub struct Ledger {
