@@ -238,6 +238,14 @@ pub async fn audit(
     }
     audit.emails = emails_to.values().sum();
 
+    // Bodies by event id and by text: the lookups below stay linear in what was sent.
+    let mut by_id: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut by_body: HashMap<&str, usize> = HashMap::new();
+    for (i, sent) in plan.sent.iter().enumerate() {
+        by_id.entry(sent.event.event_id.as_str()).or_default().push(i);
+        by_body.insert(sent.body.as_str(), i);
+    }
+
     // Each distinct body: applied (its entry, on its account, with its amount and currency),
     // rejected (a recorded rejection of its payload), or in the DLQ; exactly one.
     let hasher = idempotency::Config::default();
@@ -362,7 +370,7 @@ pub async fn audit(
     let (mut copies_in_dlq, mut displaced, mut reuse_bad) = (0, 0, 0);
     for (i, sent) in plan.sent.iter().enumerate().filter(|(_, s)| s.reuses) {
         let id = sent.event.event_id.as_str();
-        let original = plan.sent.iter().position(|o| !o.reuses && o.event.event_id == id);
+        let original = by_id.get(id).into_iter().flatten().copied().find(|o| !plan.sent[*o].reuses);
         match (fate_of[i], original.and_then(|o| fate_of[o])) {
             (Some(Fate::Dlq), Some(Fate::Applied | Fate::Rejected)) => copies_in_dlq += 1,
             (Some(Fate::Applied | Fate::Rejected), Some(Fate::Dlq)) => displaced += 1,
@@ -381,7 +389,7 @@ pub async fn audit(
     for body in &dlq_bodies {
         let reason = match PaymentEvent::parse(body) {
             Err(e) => format!("poison: {e}"),
-            Ok(event) => match plan.sent.iter().find(|s| s.body == *body) {
+            Ok(event) => match by_body.get(body.as_str()).map(|i| &plan.sent[*i]) {
                 Some(s) if s.kind == Kind::PanicAlways => "handler panicked on every delivery".to_owned(),
                 Some(_) if took_effect.get(event.event_id.as_str()).is_some_and(|n| *n > 0) => {
                     "event id reused with another payload (key reuse)".to_owned()
@@ -440,9 +448,11 @@ pub async fn audit(
     // A row for an event whose applied body has no address would be a copy's write.
     for (id, row) in &rows {
         let event_id = id.trim_start_matches("receipt#");
-        let owner = plan.sent.iter().enumerate().find(|(i, s)| {
-            s.event.event_id == event_id && fate_of[*i] == Some(Fate::Applied) && s.event.receipt_email.is_some()
-        });
+        let owner = by_id
+            .get(event_id)
+            .into_iter()
+            .flatten()
+            .find(|i| fate_of[**i] == Some(Fate::Applied) && plan.sent[**i].event.receipt_email.is_some());
         if owner.is_none() {
             row_bad += 1;
             *audit

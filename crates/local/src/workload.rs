@@ -338,8 +338,7 @@ pub fn plan(w: &Workload) -> Plan {
         late.push(Sent { reuses: true, ..sent(copy, kind) });
     }
 
-    let mut plan = Plan::default();
-    plan.sent = groups.iter().flatten().cloned().collect();
+    let mut plan = Plan { sent: groups.iter().flatten().cloned().collect(), ..Plan::default() };
     let pct = w.duplicate_pct.min(95) as usize;
     plan.duplicates = if plan.sent.is_empty() { 0 } else { (plan.sent.len() * pct).div_ceil(100 - pct) };
     // Duplicates and poison go between groups (a race stays side by side) in the first nine
