@@ -12,10 +12,10 @@ use aws_sdk_sesv2::error::SdkError;
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message};
 use idempotency::{Begin, Idempotency, Key, Outcome, Store};
+use redact::redact_email;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::payment::redact_email;
 
 /// The key prefix of email markers: `email#{event_id}`.
 pub const PREFIX: &str = "email";
@@ -285,46 +285,9 @@ fn names_sender(text: &str, from: &str) -> bool {
             .any(|w| w.eq_ignore_ascii_case(address) || (!domain.is_empty() && w.eq_ignore_ascii_case(domain)))
 }
 
-/// `text` with the local part of every email address in it cut to its first character
-/// (`alice@example.com` becomes `a***@example.com`, as [`redact_email`] does for one address).
-/// For free text that may hold addresses: a provider's error message, a stored failure reason.
-/// Anything that looks like an address is redacted: a false positive costs a few characters of
-/// a log line, a false negative leaks personal data.
-///
-/// ```
-/// use effects::email::redact_emails;
-/// assert_eq!(
-///     redact_emails("Email address not verified alice.b+x@example.com"),
-///     "Email address not verified a***@example.com"
-/// );
-/// ```
-// The same scan as `triggers::redact_emails` (for the drivers' panic messages); `effects`
-// does not depend on the trigger drivers, so it keeps its own.
-pub fn redact_emails(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find('@') {
-        let (before, after) = rest.split_at(at);
-        let after = &after[1..];
-        let local_start = before
-            .char_indices()
-            .rev()
-            .take_while(|&(_, c)| c.is_alphanumeric() || "._%+-!#$&*/=?^~".contains(c))
-            .last()
-            .map_or(before.len(), |(i, _)| i);
-        let domain_end = after.find(|c: char| !(c.is_alphanumeric() || c == '.' || c == '-')).unwrap_or(after.len());
-        out.push_str(&before[..local_start]);
-        if let Some(first) = before[local_start..].chars().next() {
-            out.push(first);
-            out.push_str("***");
-        }
-        out.push('@');
-        out.push_str(&after[..domain_end]);
-        rest = &after[domain_end..];
-    }
-    out.push_str(rest);
-    out
-}
+/// Every email address in free text redacted (`a***@example.com`): a provider's error message,
+/// a stored failure reason. Re-exported from the `redact` crate, which the trigger drivers share.
+pub use redact::redact_emails;
 
 /// A fake for unit tests: records what it sends, and fails as scripted.
 #[derive(Debug, Default)]

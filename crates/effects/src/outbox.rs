@@ -2,11 +2,13 @@
 //! images) to the receipts relay, which sends the email once and marks the row.
 
 use std::collections::HashMap;
+use std::fmt;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use idempotency::{StoreError, StoreErrorKind};
 use idempotency_dynamodb::classify;
+use redact::redact_email;
 
 use crate::payment::PaymentEvent;
 
@@ -39,7 +41,7 @@ impl RowStatus {
 }
 
 /// What the receipt needs, as the outbox row carries it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ReceiptRow {
     /// The payment's event id.
     pub event_id: String,
@@ -53,6 +55,20 @@ pub struct ReceiptRow {
     pub receipt_email: String,
     /// When the payment was posted (RFC 3339).
     pub created_at: String,
+}
+
+// By hand, so that `{:?}` in a log line, an error or a panic message never shows the address.
+impl fmt::Debug for ReceiptRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReceiptRow")
+            .field("event_id", &self.event_id)
+            .field("account_id", &self.account_id)
+            .field("amount_cents", &self.amount_cents)
+            .field("currency", &self.currency)
+            .field("receipt_email", &redact_email(&self.receipt_email))
+            .field("created_at", &self.created_at)
+            .finish()
+    }
 }
 
 /// The row key of an event's receipt.
@@ -150,5 +166,27 @@ pub async fn mark(
             Err(StoreError::new(StoreErrorKind::Malformed, format!("no outbox row for {event_id}")))
         }
         Err(e) => Err(classify("UpdateItem", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_no_address() {
+        let event = PaymentEvent::parse(
+            r#"{"event_id": "pay_1", "account_id": "acct_1", "amount_cents": 5, "currency": "USD"}"#,
+        )
+        .unwrap();
+        let row = ReceiptRow::from_item(&row_item(&event, "alice.smith@example.com", "2026-11-30T10:00:00Z")).unwrap();
+        assert_eq!(row.receipt_email, "alice.smith@example.com", "the row itself keeps the address");
+        for text in [format!("{row:?}"), format!("{row:#?}"), format!("{:?}", Ok::<_, ()>(&row))] {
+            assert!(!text.contains("alice.smith"), "{text}");
+            assert!(
+                text.contains("a***@example.com") && text.contains("pay_1") && text.contains("2026-11-30"),
+                "{text}"
+            );
+        }
     }
 }

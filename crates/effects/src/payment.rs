@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use redact::redact_email;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -9,7 +10,7 @@ use serde_json::Value;
 pub const MAX_AMOUNT_CENTS: i64 = 1_000_000_000_000;
 
 /// A validated payment event, the SQS message body. Unknown fields are ignored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PaymentEvent {
     /// The producer's business id: the idempotency key.
     pub event_id: String,
@@ -22,6 +23,19 @@ pub struct PaymentEvent {
     /// Where the receipt goes, if anywhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receipt_email: Option<String>,
+}
+
+// By hand, so that `{:?}` in a log line, an error or a panic message never shows the address.
+impl fmt::Debug for PaymentEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PaymentEvent")
+            .field("event_id", &self.event_id)
+            .field("account_id", &self.account_id)
+            .field("amount_cents", &self.amount_cents)
+            .field("currency", &self.currency)
+            .field("receipt_email", &self.receipt_email.as_deref().map(redact_email))
+            .finish()
+    }
 }
 
 /// Why a body is not a valid payment event: a permanent error for that message alone.
@@ -130,18 +144,6 @@ fn valid_email(s: &str) -> bool {
         && !s.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
-/// An address as logs may show it: the first character of the local part and the domain
-/// (`a***@example.com`). Addresses are personal data and stay out of info-level logs.
-pub fn redact_email(address: &str) -> String {
-    match address.split_once('@') {
-        Some((local, domain)) => {
-            let first: String = local.chars().take(1).collect();
-            format!("{first}***@{domain}")
-        }
-        None => "***".into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,8 +194,17 @@ mod tests {
     }
 
     #[test]
-    fn redacts_addresses() {
-        assert_eq!(redact_email("alice@example.com"), "a***@example.com");
-        assert_eq!(redact_email("garbage"), "***");
+    fn debug_shows_no_address() {
+        let event = PaymentEvent::parse(
+            r#"{"event_id": "pay_1", "account_id": "acct_1", "amount_cents": 5, "currency": "USD",
+                "receipt_email": "alice.smith@example.com"}"#,
+        )
+        .unwrap();
+        for text in [format!("{event:?}"), format!("{event:#?}"), format!("{:?}", Some(&event))] {
+            assert!(!text.contains("alice.smith"), "{text}");
+            assert!(text.contains("a***@example.com") && text.contains("pay_1") && text.contains("acct_1"), "{text}");
+        }
+        let without = PaymentEvent { receipt_email: None, ..event };
+        assert!(format!("{without:?}").contains("receipt_email: None"), "{without:?}");
     }
 }

@@ -10,11 +10,12 @@
 
 pub mod metrics;
 pub mod panics;
-mod redact;
 pub mod sqs;
 pub mod streams;
 
-pub use crate::redact::redact_emails;
+/// Every email address in free text redacted (`a***@example.com`): the drivers run it over panic
+/// messages. Re-exported from the `redact` crate, which `effects` shares, so one scan serves both.
+pub use redact::redact_emails;
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
