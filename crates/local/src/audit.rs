@@ -429,15 +429,17 @@ pub async fn audit(
                 && s(r, "receipt_email").as_deref() == Some(to)
         });
         let refused = to.starts_with(REFUSED_PREFIX);
+        // Under at most once a claim whose answer was lost counts as a possible takeover and is
+        // flagged AMBIGUOUS without a send, refused address or not.
         let status_ok = match status.as_str() {
             "FAILED" => refused,
             "SENT" => !refused && got == 1,
-            "AMBIGUOUS" => ambiguous_allowed && !refused && got <= 1,
+            "AMBIGUOUS" => ambiguous_allowed && got <= usize::from(!refused),
             _ => false,
         };
         row_bad += usize::from(!mine || !status_ok);
         email_bad += usize::from(got > 1 || (refused && got > 0));
-        if refused {
+        if status == "FAILED" {
             let reason = markers.get(&format!("email#{}", e.event_id)).and_then(|m| s(m, "response"));
             match reason.and_then(|r| serde_json::from_str::<Receipt>(&r).ok()) {
                 Some(Receipt::Failed { reason }) => reason_leaks += usize::from(reason.contains(to)),
