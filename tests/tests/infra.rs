@@ -4,6 +4,7 @@
 //! This reads `infra/template.json` with a small evaluator of the IAM forms the template uses.
 
 use effects::{email, ledger, outbox};
+use receipts_relay::Alert;
 use serde_json::{json, Value};
 
 const TEMPLATE: &str = include_str!("../../infra/template.json");
@@ -291,6 +292,64 @@ fn the_queue_type_switches_the_payments_queue_its_dlq_and_the_mapping_together()
             assert_eq!(mapping["MaximumBatchingWindowInSeconds"], 1);
         }
     }
+}
+
+/// The alarms of the template: their `Properties`.
+fn alarms(t: &Value) -> Vec<&Value> {
+    let resources = t["Resources"].as_object().expect("template has resources");
+    resources.values().filter(|r| r["Type"] == "AWS::CloudWatch::Alarm").map(|r| &r["Properties"]).collect()
+}
+
+/// A blocked SES account is retryable (the marker is released), so the outbox stream holds the
+/// batch until the condition clears: with 5 retries it was spent in seconds and the receipts went
+/// to the failure queue with their rows PENDING. -1 retries until `MaximumRecordAgeInSeconds`
+/// (Lambda: "When MaximumRetryAttempts is infinite, Lambda retries failed records until the record
+/// expires in the event source", <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html>).
+/// A held shard is seen by an operator through the relay's alerts and the iterator age.
+#[test]
+fn the_receipts_stream_retries_until_the_record_age_limit_and_every_hold_is_alarmed() {
+    let t = template();
+    let mapping = &t["Resources"]["ReceiptsEventSourceMapping"]["Properties"];
+    assert_eq!(mapping["MaximumRetryAttempts"], -1, "retry until the record age limit");
+    assert_eq!(mapping["MaximumRecordAgeInSeconds"], 86_400, "the stream's 24 h retention");
+    assert_eq!(mapping["BisectBatchOnFunctionError"], true, "a failing record is isolated from its batch");
+    let actions = json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
+    for alert in [Alert::EmailBlocked, Alert::EmailAmbiguous] {
+        // The metric exactly as the relay prints it: namespace, name and dimension values.
+        let line: Value = serde_json::from_str(&alert.emf(receipts_relay::FUNCTION, 0)).unwrap();
+        let directive = &line["_aws"]["CloudWatchMetrics"][0];
+        let dimensions: Vec<Value> = list(&directive["Dimensions"][0])
+            .iter()
+            .map(|d| json!({"Name": d, "Value": line[d.as_str().unwrap()]}))
+            .collect();
+        let alarm = alarms(&t)
+            .into_iter()
+            .find(|a| {
+                a["Namespace"] == directive["Namespace"]
+                    && a["MetricName"] == alert.metric()
+                    && a["Dimensions"] == Value::Array(dimensions.clone())
+            })
+            .unwrap_or_else(|| panic!("no alarm on {} {dimensions:?}", alert.metric()));
+        // One occurrence in a minute is enough: each is a receipt held or in doubt.
+        assert_eq!((&alarm["Statistic"], &alarm["Threshold"]), (&json!("Sum"), &json!(0)), "{}", alert.metric());
+        assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
+        assert_eq!(alarm["TreatMissingData"], "notBreaching", "no alert printed is no alert");
+        assert_eq!(alarm["AlarmActions"], actions);
+    }
+    let iterator_age = alarms(&t)
+        .into_iter()
+        .find(|a| a["Namespace"] == "AWS/Lambda" && a["MetricName"] == "IteratorAge")
+        .expect("an alarm on the relay's iterator age");
+    assert_eq!(
+        iterator_age["Dimensions"],
+        json!([{"Name": "FunctionName", "Value": {"Ref": "ReceiptsRelayFunction"}}])
+    );
+    assert_eq!(iterator_age["Statistic"], "Maximum");
+    // It fires long before records age out: the operator has most of the day to clear the hold.
+    let fires_after_ms = iterator_age["Threshold"].as_u64().unwrap()
+        + iterator_age["Period"].as_u64().unwrap() * iterator_age["EvaluationPeriods"].as_u64().unwrap() * 1000;
+    assert!(fires_after_ms <= 3_600_000, "alarmed within the hour, not {fires_after_ms} ms");
+    assert_eq!(iterator_age["AlarmActions"], actions);
 }
 
 /// Every DynamoDB item request a client sends, as IAM authorises it: `(action, table name,

@@ -309,7 +309,8 @@ mod tests {
         let stream = super::mapping_settings("OutboxTable").unwrap();
         assert!(stream.report_batch_item_failures && stream.bisect_batch_on_function_error);
         assert_eq!(stream.batch_size, 10);
-        assert_eq!(stream.maximum_retry_attempts, Some(5));
+        // -1 in the template: retried until the record age limit.
+        assert_eq!(stream.maximum_retry_attempts, None);
         assert_eq!(stream.maximum_record_age_seconds, Some(86_400));
         assert_eq!(stream.event_names, vec!["INSERT".to_owned()]);
         assert_eq!(stream.on_failure.as_deref(), Some("ReceiptsFailureQueue"));

@@ -466,7 +466,9 @@ async fn stream_retries_stop_at_the_maximum_and_the_rest_of_the_batch_goes_to_th
         Ok(stream_failing(&[Some(seqs.get("r2").unwrap().as_str())]))
     });
     let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    assert_eq!(stream.max_retries, 5, "the template's MaximumRetryAttempts");
+    // The template retries until the record age limit (-1); a finite MaximumRetryAttempts, as
+    // another mapping may set, is what this test is about.
+    stream.max_retries = 5;
     drain(&clients, &mut stream, &function).await;
     let calls = function.calls();
     // The first invocation, then five retries of what remains from the checkpoint at r2.
@@ -516,6 +518,55 @@ async fn stream_records_older_than_the_maximum_age_are_discarded_unseen() {
     assert_eq!(function.calls(), keys(&[&["new"]]));
 }
 
+/// The template's `MaximumRetryAttempts` is -1: "The default value is -1, which sets the maximum
+/// number of retries to infinite. When MaximumRetryAttempts is infinite, Lambda retries failed
+/// records until the record expires in the event source"
+/// (<https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html>). A record that keeps
+/// failing (SES paused) holds the shard past any count and is delivered once the fault clears;
+/// one that never clears is discarded when older than `MaximumRecordAgeInSeconds`, not before.
+#[tokio::test]
+async fn stream_retries_without_limit_hold_the_shard_until_the_fault_clears_or_the_record_ages_out() {
+    let (clients, r) = stream_setup().await;
+    insert(&clients, &r, &["r1", "r2"]).await;
+    let held = std::sync::Arc::new(Mutex::new(vec!["r1".to_string()]));
+    let failing = held.clone();
+    // Each batch fails at its first held record, as the relay does while SES is paused.
+    let function = StreamScript::new(move |_, batch| {
+        let held = failing.lock().unwrap();
+        Ok(match batch.iter().find(|(k, _)| held.contains(k)) {
+            Some((_, seq)) => stream_failing(&[Some(seq.as_str())]),
+            None => DynamoDbEventResponse::default(),
+        })
+    });
+    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    assert_eq!(stream.max_retries, u32::MAX, "the template's -1");
+    for _ in 0..20 {
+        esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
+    }
+    assert_eq!(function.calls(), vec![vec!["r1".to_string(), "r2".to_string()]; 20], "held at r1, 20 times");
+    assert!(failure_records(&clients, &r).await.is_empty(), "nothing given up while the records are young");
+    // The fault clears: both are delivered, nothing was lost.
+    held.lock().unwrap().clear();
+    drain(&clients, &mut stream, &function).await;
+    assert_eq!(function.calls()[20], vec!["r1".to_string(), "r2".to_string()]);
+    assert!(failure_records(&clients, &r).await.is_empty());
+    // A fault that never clears: held until the record is older than the limit, then discarded.
+    held.lock().unwrap().push("r3".into());
+    insert(&clients, &r, &["r3"]).await;
+    for _ in 0..10 {
+        esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
+    }
+    assert!(failure_records(&clients, &r).await.is_empty());
+    stream.clock = || SystemTime::now() + Duration::from_secs(86_400 + 60);
+    let poll = esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
+    assert_eq!((poll.delivered, poll.given_up), (0, 1));
+    let records = failure_records(&clients, &r).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["requestContext"]["condition"], "RecordAgeExceeded");
+    assert_eq!(records[0]["requestContext"]["approximateInvokeCount"], 10);
+    assert_eq!(records[0]["DDBStreamBatchInfo"]["batchSize"], 1);
+}
+
 #[tokio::test]
 async fn stream_bisection_isolates_the_failing_record_without_spending_retries() {
     let (clients, r) = stream_setup().await;
@@ -530,6 +581,7 @@ async fn stream_bisection_isolates_the_failing_record_without_spending_retries()
     });
     let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
     assert!(stream.bisect_on_error, "the template's BisectBatchOnFunctionError");
+    stream.max_retries = 5; // finite, so that the retries are seen to be spared
     drain(&clients, &mut stream, &function).await;
     let mut expected = keys(&[&["r1", "r2", "r3", "r4"], &["r1", "r2"], &["r3", "r4"]]);
     // Alone, r3 still has its first attempt and all five retries: the splits cost none.
