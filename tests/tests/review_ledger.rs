@@ -130,4 +130,3 @@ async fn review_a_debit_rejected_by_0_1_0_stays_rejected_after_fourteen_days() {
     assert_eq!(balance, 1000, "the rejected debit was applied: {later:?}");
     assert_eq!(later, Outcome::Replayed(rejected));
 }
-
