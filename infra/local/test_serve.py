@@ -118,6 +118,19 @@ class Sqs(unittest.TestCase):
         self.assertEqual(self.receive(), [])
         self.assertEqual([m["Body"] for m in self.receive(url=self.dlq)], ["m0"])
 
+    def test_a_fifo_queue_still_deduplicates_by_content_and_holds_a_group_back(self):
+        url = self.sqs.create_queue(
+            QueueName="f.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+        )["QueueUrl"]
+        for body, group in (("a1", "a"), ("a1", "a"), ("a2", "a"), ("b1", "b")):
+            self.sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group)
+        first = self.receive(url=url, n=1)
+        self.assertEqual([m["Body"] for m in first], ["a1"])
+        # Group a is in flight: only group b is handed out, and the duplicate a1 was dropped.
+        self.assertEqual([m["Body"] for m in self.receive(url=url)], ["b1"])
+        attributes = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ContentBasedDeduplication"])
+        self.assertEqual(attributes["Attributes"], {"ContentBasedDeduplication": "true"})
+
     def test_named_attributes_only_and_all(self):
         named = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["VisibilityTimeout", "FifoQueue"])
         self.assertEqual(named["Attributes"], {"VisibilityTimeout": "30"})
