@@ -47,8 +47,9 @@ pub struct Check {
     pub detail: String,
 }
 
-/// The payments function as the demo and the chaos scenario run it: the real handler behind
-/// [`Panicking`], which panics where the workload marks an event id.
+/// The payments function as the demo runs it: the real handler behind [`Panicking`], which
+/// panics where the workload marks an event id (the chaos scenario wraps it the same way,
+/// behind its fault proxy).
 pub fn hostile_payments(clients: &Clients, resources: &Resources) -> InProcess<Panicking<Payments>> {
     let store = DynamoDbStore::new(clients.dynamodb.clone(), &resources.idempotency_table);
     let ledger = Ledger::new(store, &resources.ledger_table, Some(resources.outbox_table.clone()));
