@@ -1,18 +1,14 @@
-//! Review findings (issue 11): receipts the outbox stream gives up on, through the event source
-//! mapping emulator (the template's 5 retries, bisection, on-failure queue) and the real relay.
-//! Each leaves rows PENDING that nothing will ever retry: the on-failure record holds only
-//! shard and sequence numbers, and no tool redrives it.
+//! Review finding (issue 11): receipts the outbox stream gives up on, through the event source
+//! mapping emulator (the template's mapping: retries until the 24 h record age, bisection,
+//! on-failure queue) and the real relay. The rows are left PENDING with nothing to retry them:
+//! the on-failure record holds only shard and sequence numbers, and no tool redrives it.
+//! (A sibling test of a paused SES account outlasting six deliveries was dropped: af5f391 set
+//! MaximumRetryAttempts to -1 during the review, and it passes since.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_sesv2::config::http::HttpResponse;
-use aws_sdk_sesv2::error::SdkError;
-use aws_sdk_sesv2::operation::send_email::SendEmailError;
-use aws_sdk_sesv2::types::error::SendingPausedException;
-use effects::{EmailMessage, EmailSender, Ledger, PaymentEvent, Policy, SesSender};
-use effects::email::SendError;
+use effects::{EmailSender, Ledger, PaymentEvent, Policy, SesSender};
 use idempotency::{Config, Idempotency};
 use idempotency_dynamodb::testing::unique_name;
 use idempotency_dynamodb::DynamoDbStore;
@@ -90,11 +86,13 @@ async fn verified_ses(clients: &Clients) -> SesSender {
 /// An outbox row deleted before the relay reaches its INSERT (an erasure request, a manual
 /// cleanup, a TTL): the relay still emails the stream image's address, then `outbox::mark`
 /// finds no row and the record fails *permanently*. The stream driver reports a permanent
-/// failure exactly like a retryable one, so the mapping retries it five more times and then
-/// discards it together with every record behind it in the batch: the other payments'
-/// receipts are never sent and their rows stay PENDING for good.
+/// failure exactly like a retryable one, so the mapping retries it on every delivery; with
+/// MaximumRetryAttempts -1 the shard is held until the record is 24 h old, then the batch is
+/// discarded together with every record behind it: the other payments' receipts wait a day,
+/// are never sent, and their rows stay PENDING for good. (With the earlier 5 retries the same
+/// batch was discarded after six deliveries.)
 #[tokio::test]
-#[ignore = "review finding: one deleted outbox row makes the stream discard the innocent receipts behind it (rows left PENDING, never sent)"]
+#[ignore = "review finding: one deleted outbox row (a permanent relay error) holds the shard 24 h, then the stream discards the innocent receipts behind it (rows left PENDING, never sent)"]
 async fn review_a_deleted_row_does_not_take_the_receipts_behind_it_down() {
     let (clients, r) = setup().await;
     let run = unique_name("del");
@@ -110,6 +108,16 @@ async fn review_a_deleted_row_does_not_take_the_receipts_behind_it_down() {
         .unwrap();
     let function = relay(&clients, &r, verified_ses(&clients).await);
     let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    // Twenty deliveries: the permanent failure is retried every time and holds the shard.
+    for _ in 0..20 {
+        esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
+    }
+    let mut held = Vec::new();
+    for (event_id, _) in &posted[1..] {
+        held.push(row_status(&clients, &r, event_id).await);
+    }
+    // A day later by the mapping's clock: the held batch is past MaximumRecordAgeInSeconds.
+    stream.clock = || SystemTime::now() + Duration::from_secs(86_400 + 60);
     drain(&clients, &mut stream, &function).await;
     let sent = sent_emails().unwrap();
     let discarded = esm::peek_bodies(&clients, &r.failures_url).await.unwrap();
@@ -118,61 +126,10 @@ async fn review_a_deleted_row_does_not_take_the_receipts_behind_it_down() {
         assert_eq!(
             row_status(&clients, &r, event_id).await.as_deref(),
             Some("SENT"),
-            "{event_id}: an innocent receipt behind the deleted row; on-failure records: {discarded:?}; \
-             emails sent to the deleted row's address: {erased}"
+            "{event_id}: an innocent receipt behind the deleted row; after 20 deliveries: {held:?}; \
+             on-failure records: {discarded:?}; emails sent to the deleted row's address: {erased}"
         );
         assert_eq!(sent.iter().filter(|e| *e == to).count(), 1, "{event_id}");
     }
 }
 
-/// SES holds the account back (sending paused) for longer than the stream's six deliveries
-/// take; the relay releases the marker and fails the record at once each time (no backoff,
-/// unlike an in-progress marker's lease), so the six deliveries are spent in moments and the
-/// batch goes to the on-failure queue. Once the account sends again, nothing retries: the
-/// receipts are lost, rows PENDING.
-#[tokio::test]
-#[ignore = "review finding: a paused SES account outlasting six fast stream deliveries loses every receipt of the batch (rows PENDING for good)"]
-async fn review_a_paused_account_does_not_lose_the_receipts_once_it_resumes() {
-    let (clients, r) = setup().await;
-    let run = unique_name("pause");
-    let posted = post(&clients, &r, &run, 2).await;
-    let paused = Paused { paused: AtomicBool::new(true), inner: verified_ses(&clients).await };
-    let function = relay(&clients, &r, paused);
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    // Six deliveries while the account is paused: the template's MaximumRetryAttempts (5) + 1.
-    for _ in 0..6 {
-        esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
-    }
-    // The operator clears the condition (the EmailBlocked alarm did its job).
-    function.handler().sender().paused.store(false, Ordering::SeqCst);
-    drain(&clients, &mut stream, &function).await;
-    let sent = sent_emails().unwrap();
-    let discarded = esm::peek_bodies(&clients, &r.failures_url).await.unwrap();
-    for (event_id, to) in &posted {
-        assert_eq!(
-            row_status(&clients, &r, event_id).await.as_deref(),
-            Some("SENT"),
-            "{event_id}; on-failure records: {discarded:?}"
-        );
-        assert_eq!(sent.iter().filter(|e| *e == to).count(), 1, "{event_id}");
-    }
-}
-
-/// SES answering SendingPausedException while `paused` is set.
-struct Paused {
-    paused: AtomicBool,
-    inner: SesSender,
-}
-
-impl EmailSender for Paused {
-    async fn send(&self, message: &EmailMessage) -> Result<String, SendError> {
-        if self.paused.load(Ordering::SeqCst) {
-            let err: SdkError<SendEmailError, HttpResponse> = SdkError::service_error(
-                SendEmailError::SendingPausedException(SendingPausedException::builder().build()),
-                HttpResponse::new(400.try_into().unwrap(), "".into()),
-            );
-            return Err(SendError::from_ses(err, FROM));
-        }
-        self.inner.send(message).await
-    }
-}
