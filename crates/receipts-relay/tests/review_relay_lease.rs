@@ -91,7 +91,8 @@ async fn review_a_send_accepted_after_the_lease_is_recorded_sent_once() {
         outcomes.push((policy, row["status"].as_s().unwrap().clone(), emails_to(&to).len()));
     }
     // Today: [(AtMostOnce, "AMBIGUOUS", 1), (AtLeastOnce, "PENDING", 3)]: at least once sends a
-    // copy on every delivery (six before the stream gives up) and never marks the row.
+    // copy on every delivery (with MaximumRetryAttempts -1, one a delivery for up to 24 h) and
+    // never marks the row.
     let expected = vec![(Policy::AtMostOnce, "SENT".to_owned(), 1), (Policy::AtLeastOnce, "SENT".to_owned(), 1)];
     assert_eq!(outcomes, expected, "SES accepted the first send (its message id was in hand)");
 }
