@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValuesOnConditionCheckF
 use aws_sdk_dynamodb::Client;
 use idempotency::{Config, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
 use idempotency_dynamodb::{
-    carried_from_item, classify, Commit, Committed, DynamoDbStore, Placement, Write, WriteUnits, NEVER_EXPIRES,
+    attr, carried, carried_from_item, classify, Commit, Committed, DynamoDbStore, Placement, Write, WriteUnits, NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +49,17 @@ pub enum Rejection {
         /// The balance when the debit was rejected.
         balance_cents: i64,
     },
+}
+
+/// What [`Ledger::migrate`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Migration {
+    /// Entries found carrying a record.
+    pub carried_entries: u64,
+    /// Own records written for them (the rest had one).
+    pub records_written: u64,
+    /// Recorded outcomes whose finite expiration was made permanent.
+    pub records_made_permanent: u64,
 }
 
 /// An account's balance item.
@@ -268,6 +279,91 @@ impl Ledger {
         let hash = self.config.payload_hash(event)?;
         let commit = self.commit(event, &key, &hash, self.config.now_ms())?;
         Ok(commit.write_units(&self.store)?)
+    }
+
+    /// Brings a ledger written by a build that carried each applied event's record on its entry
+    /// up to the global layout, once, before the new consumer takes traffic: every entry that
+    /// carries a record gets its own never-expiring record `payments#{event_id}` (unless one is
+    /// there), and every recorded payment outcome with a finite expiration is made permanent.
+    /// Without it, an event applied under the old layout could be posted again for another
+    /// account, and a rejection recorded with the 14-day window could lapse. Idempotent: run it
+    /// again and it writes nothing new. Scans both tables (read units: their sizes).
+    pub async fn migrate(&self) -> Result<Migration, Error> {
+        let mut report = Migration::default();
+        let now_ms = self.config.now_ms();
+        let mut start = None;
+        loop {
+            let out = self
+                .client()
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("attribute_exists(#key)")
+                .expression_attribute_names("#key", carried::KEY)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| classify("Scan", e))?;
+            for item in out.items() {
+                let record = Record { expiration_s: NEVER_EXPIRES, ..carried_from_item(item)? };
+                report.carried_entries += 1;
+                if self.store.record_outcome(&record, now_ms, None).await?.is_none() {
+                    report.records_written += 1;
+                }
+            }
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        let never = AttributeValue::N(NEVER_EXPIRES.to_string());
+        let mut start = None;
+        loop {
+            let out = self
+                .client()
+                .scan()
+                .table_name(self.store.table())
+                .filter_expression("begins_with(#id, :prefix) AND #status = :completed AND #expiration < :never")
+                .expression_attribute_names("#id", attr::ID)
+                .expression_attribute_names("#status", attr::STATUS)
+                .expression_attribute_names("#expiration", attr::EXPIRATION)
+                .expression_attribute_values(":prefix", AttributeValue::S(format!("{PREFIX}#")))
+                .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
+                .expression_attribute_values(":never", never.clone())
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| classify("Scan", e))?;
+            for item in out.items() {
+                let Some(id) = item.get(attr::ID).cloned() else { continue };
+                // Only a record still live: one that lapsed already answers nothing, and
+                // reviving it could contradict what happened since.
+                let updated = self
+                    .client()
+                    .update_item()
+                    .table_name(self.store.table())
+                    .key(attr::ID, id)
+                    .update_expression("SET #expiration = :never")
+                    .condition_expression("#status = :completed AND #expiration >= :now_s")
+                    .expression_attribute_names("#status", attr::STATUS)
+                    .expression_attribute_names("#expiration", attr::EXPIRATION)
+                    .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
+                    .expression_attribute_values(":never", never.clone())
+                    .expression_attribute_values(":now_s", AttributeValue::N((now_ms / 1000).to_string()))
+                    .send()
+                    .await;
+                match updated {
+                    Ok(_) => report.records_made_permanent += 1,
+                    Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                    Err(e) => return Err(classify("UpdateItem", e).into()),
+                }
+            }
+            start = out.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(report);
+            }
+        }
     }
 
     /// An account's balance item, read strongly consistent.

@@ -25,7 +25,7 @@ mod time;
 
 pub use crate::email::{send_once, EmailMessage, EmailSender, Policy, Receipt, RecordingSender, SesSender};
 pub use crate::error::Error;
-pub use crate::ledger::{Balance, Ledger, Posting, Rejection};
+pub use crate::ledger::{Balance, Ledger, Migration, Posting, Rejection};
 pub use crate::payment::{InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
 pub use crate::time::rfc3339;
 /// An address as logs may show it (`a***@example.com`). Re-exported from the `redact` crate.

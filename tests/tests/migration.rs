@@ -1,7 +1,6 @@
-//! Review findings on the ledger's commit-once path (issue 11), against the local AWS.
-//!
-//! Each test is ignored until its finding is fixed: it fails today for the reason its ignore
-//! message gives.
+//! A ledger written by a build that carried each applied event's record on its entry (0.1.0's
+//! layout, found by the adversarial review of issue 11): without `Ledger::migrate` its events
+//! could post again for another account, and its rejections lapse after 14 days.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -80,11 +79,13 @@ fn assert_key_reused(result: &Result<Outcome<Posting>, Error>) {
 /// (ledger.rs:137). The same event id sent for another account (a DLQ message edited and
 /// redriven, a producer bug) finds neither and is posted a second time.
 #[tokio::test]
-#[ignore = "review finding: a 0.1.0 entry (carried record) does not stop its event id for another account: posted twice"]
-async fn review_an_event_applied_by_0_1_0_is_key_reuse_for_another_account() {
+async fn after_the_migration_an_event_applied_by_0_1_0_is_key_reuse_for_another_account() {
     let l = legacy().await;
     let old = Payments::event("pay_legacy", "acct_old", 500, "USD");
     write_as_0_1_0(&l, &old).await;
+    let report = l.ledger.migrate().await.unwrap();
+    assert_eq!((report.carried_entries, report.records_written), (1, 1));
+    assert_eq!(l.ledger.migrate().await.unwrap().records_written, 0, "a second run writes nothing");
     // Sanity: the same account's duplicate is answered from the carried record.
     assert_eq!(l.ledger.post(&old).await.unwrap(), Outcome::Replayed(Posting::Applied));
 
@@ -104,8 +105,7 @@ async fn review_an_event_applied_by_0_1_0_is_key_reuse_for_another_account() {
 /// message, an edited redrive), when the code now promises rejections last as long as the
 /// ledger.
 #[tokio::test]
-#[ignore = "review finding: a rejection recorded by 0.1.0 (14-day expiration) stops answering and the rejected debit applies"]
-async fn review_a_debit_rejected_by_0_1_0_stays_rejected_after_fourteen_days() {
+async fn after_the_migration_a_debit_rejected_by_0_1_0_stays_rejected_after_fourteen_days() {
     let p = legacy().await;
     let debit = Payments::event("pay_old_rej", "acct_r", -500, "USD");
     let hash = Config::default().payload_hash(&debit).unwrap();
@@ -124,6 +124,7 @@ async fn review_a_debit_rejected_by_0_1_0_stays_rejected_after_fourteen_days() {
     p.ledger.store().record_outcome(&record, now_ms, None).await.unwrap();
     assert_eq!(p.ledger.post(&debit).await.unwrap(), Outcome::Replayed(rejected.clone()));
     p.ledger.post(&Payments::event("pay_fund_r", "acct_r", 1000, "USD")).await.unwrap();
+    assert_eq!(p.ledger.migrate().await.unwrap().records_made_permanent, 1, "the rejection, not the applied credit");
     p.clock.advance(Duration::from_secs(15 * 24 * 3600));
     let later = p.ledger.post(&debit).await.unwrap();
     let balance = p.ledger.balance("acct_r").await.unwrap().unwrap().balance_cents;
