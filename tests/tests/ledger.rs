@@ -345,3 +345,17 @@ async fn a_commit_with_the_default_expiration_is_not_born_expired() {
     };
     assert_eq!(record.expiration_s, now_ms / 1000 + 14 * 24 * 3600, "the default dedup window");
 }
+
+#[tokio::test]
+async fn a_receipt_is_not_dropped_by_a_ledger_without_an_outbox() {
+    let p = Payments::new().await;
+    let ledger = effects::Ledger::new(p.ledger.store().clone(), p.ledger.table(), None);
+    let mut event = Payments::event("pay_no_outbox", "acct_n", 100, "USD");
+    event.receipt_email = Some("nobody@example.com".into());
+    let err = ledger.post(&event).await.unwrap_err();
+    assert!(!err.is_retryable(), "permanent, so the message ends in the DLQ: {err}");
+    assert!(err.to_string().contains("no outbox table"), "{err}");
+    assert!(ledger.entries("acct_n").await.unwrap().is_empty(), "nothing posted");
+    event.receipt_email = None;
+    assert_eq!(ledger.post(&event).await.unwrap(), Outcome::Fresh(Posting::Applied));
+}

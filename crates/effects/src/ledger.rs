@@ -115,6 +115,11 @@ impl Ledger {
         self
     }
 
+    /// The ledger table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
     /// The idempotency store.
     pub fn store(&self) -> &DynamoDbStore {
         &self.store
@@ -258,6 +263,14 @@ impl Ledger {
             .expiration_s(NEVER_EXPIRES)
             .write(Write::new(ENTRY, TransactWriteItem::builder().put(entry).build()))
             .write(Write::new(BALANCE, TransactWriteItem::builder().update(balance).build()));
+        if event.receipt_email.is_some() && self.outbox.is_none() {
+            // Applying it would ack a payment whose receipt nobody can ever send: refuse it, so
+            // the message reaches the DLQ with the reason instead of losing the receipt.
+            return Err(Error::Store(StoreError::new(
+                StoreErrorKind::Other,
+                format!("payment {} asks for a receipt, but this ledger has no outbox table", event.event_id),
+            )));
+        }
         if let (Some(outbox), Some(email)) = (&self.outbox, &event.receipt_email) {
             // Never overwritten: a row's SENT state and message id belong to the first event,
             // and an overwrite would be a MODIFY, which the relay's INSERT filter drops.
