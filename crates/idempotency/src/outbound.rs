@@ -1,10 +1,21 @@
 //! Keyed outbound calls: a deterministic `Idempotency-Key` for a downstream API that
 //! deduplicates on it, so every retry of an event reuses one server-side result.
 
+use sha2::{Digest, Sha256};
+
 use crate::key::{Key, KeyError};
 
 /// The header most APIs that deduplicate read (Stripe, Adyen, the IETF draft).
 pub const HEADER: &str = "Idempotency-Key";
+
+/// The longest key [`key`] returns: Stripe takes idempotency keys "up to 255 characters long"
+/// (<https://docs.stripe.com/idempotency>), while a 64-character kind and a 200-character event
+/// id, both valid, join to 265.
+pub const MAX_LEN: usize = 255;
+
+/// What marks a shortened key: a character no kind or event id holds, so a shortened key never
+/// equals a plain one.
+const DIGEST_MARK: char = '~';
 
 /// The key for the `kind` of call an event makes downstream: `{kind}-{event_id}`
 /// (`invoice-pay_0001`). Deterministic, never random: a retry after a lost response, a
@@ -15,6 +26,11 @@ pub const HEADER: &str = "Idempotency-Key";
 /// the kind is written `:` (a character no kind holds): the first `-` of the key then always
 /// ends the kind. A kind without `-`, the common case, keeps the plain form, and so the keys it
 /// sent before this encoding existed.
+///
+/// A key longer than [`MAX_LEN`] keeps its first 190 characters and ends in `~` and the
+/// SHA-256 of the whole key in hex (255 in all): still deterministic, and two pairs share it
+/// only if SHA-256 collides. `~` appears in no plain key, so a shortened key never meets a plain
+/// one; keys of [`MAX_LEN`] or fewer characters, every key sent before, are unchanged.
 ///
 /// ```
 /// use idempotency::outbound::key;
@@ -28,7 +44,14 @@ pub fn key(kind: &str, event_id: &str) -> Result<String, KeyError> {
     // Validated like any key: the kind is `[A-Za-z0-9._-]` (no `:`, which the encoding relies
     // on), the event id `[A-Za-z0-9._:#-]`, so the key is safe in a header.
     Key::new(kind, event_id)?;
-    Ok(format!("{}-{event_id}", kind.replace('-', ":")))
+    let plain = format!("{}-{event_id}", kind.replace('-', ":"));
+    if plain.len() <= MAX_LEN {
+        return Ok(plain);
+    }
+    let digest: String = Sha256::digest(plain.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    // ASCII only (validated above), so the byte cut is a character cut.
+    let keep = MAX_LEN - 1 - digest.len();
+    Ok(format!("{}{DIGEST_MARK}{digest}", &plain[..keep]))
 }
 
 /// The header to add to the request: `(HEADER, key(kind, event_id))`.
@@ -47,6 +70,21 @@ mod tests {
     fn decode(key: &str) -> (String, String) {
         let (kind, event_id) = key.split_once('-').expect("a key holds a '-'");
         (kind.replace(':', "-"), event_id.to_owned())
+    }
+
+    #[test]
+    fn keys_past_255_characters_are_shortened_deterministically() {
+        let (kind, id) = ("k".repeat(64), "p".repeat(200));
+        let long = key(&kind, &id).unwrap();
+        assert_eq!(long.len(), super::MAX_LEN);
+        assert_eq!(long, key(&kind, &id).unwrap(), "deterministic");
+        assert!(long.starts_with(&format!("{kind}-ppp")), "{long}");
+        // Two pairs that agree on the kept prefix still get different keys.
+        let other = format!("{}q", "p".repeat(199));
+        assert_ne!(long, key(&kind, &other).unwrap());
+        // 255 characters exactly: unchanged.
+        let edge = key(&"k".repeat(54), &"p".repeat(200)).unwrap();
+        assert_eq!(edge, format!("{}-{}", "k".repeat(54), "p".repeat(200)));
     }
 
     #[test]
@@ -94,8 +132,17 @@ mod tests {
         #[test]
         fn every_key_decodes_to_its_pair(pair in (kind(), event_id())) {
             let k = key(&pair.0, &pair.1).unwrap();
-            prop_assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || "._:#-".contains(c)), "{}", k);
-            prop_assert_eq!(decode(&k), pair);
+            prop_assert!(k.len() <= super::MAX_LEN, "{} characters", k.len());
+            prop_assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || "._:#-~".contains(c)), "{}", k);
+            match k.split_once('~') {
+                // Shortened: the kept prefix is the plain key's.
+                Some((prefix, digest)) => {
+                    let plain = format!("{}-{}", pair.0.replace('-', ":"), pair.1);
+                    prop_assert!(plain.len() > super::MAX_LEN && plain.starts_with(prefix), "{}", k);
+                    prop_assert_eq!(digest.len(), 64);
+                }
+                None => prop_assert_eq!(decode(&k), pair),
+            }
         }
     }
 }
