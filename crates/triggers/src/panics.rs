@@ -19,12 +19,23 @@ use crate::{redact_emails, RecordResult};
 /// 256 KB on SQS), which belongs in no log line.
 const MAX_MESSAGE: usize = 1024;
 
-/// Runs a record's handler future; `Err` holds the panic's message, redacted, when it panicked.
+/// Makes a record's handler future with `make` and runs it; `Err` holds the panic's message,
+/// redacted, when either panicked.
+///
+/// It takes the call that makes the future, not the future: `Handler::handle` is a plain `fn`
+/// returning `impl Future`, so an implementation may do work (parse, look up) before it returns
+/// its future and panic there. Evaluated as an argument, that panic would escape the catch and
+/// fail the whole batch.
 ///
 /// `AssertUnwindSafe`: after a panic the driver drops the future and reads nothing it touched.
 /// What the handler shares across records (`&self`) must stay consistent if a record's future
 /// stops at any point, which it must anyway: Lambda can end an invocation at any await.
-pub(crate) async fn catch<F: Future<Output = RecordResult>>(future: F) -> Result<RecordResult, String> {
+pub(crate) async fn catch<M, F>(make: M) -> Result<RecordResult, String>
+where
+    M: FnOnce() -> F,
+    F: Future<Output = RecordResult>,
+{
+    let future = std::panic::catch_unwind(AssertUnwindSafe(make)).map_err(|payload| message(&*payload))?;
     AssertUnwindSafe(future).catch_unwind().await.map_err(|payload| message(&*payload))
 }
 
@@ -95,12 +106,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_becomes_its_redacted_message() {
-        let caught = catch(async { panic!("cannot post for alice@example.com") }).await;
+        let caught = catch(|| async { panic!("cannot post for alice@example.com") }).await;
         assert_eq!(caught, Err("cannot post for a***@example.com".to_owned()));
-        let caught = catch(async { std::panic::panic_any(42_u8) }).await;
+        let caught = catch(|| async { std::panic::panic_any(42_u8) }).await;
         assert_eq!(caught, Err("a panic payload that is not a string".to_owned()));
-        let caught = catch(async { Ok(crate::Disposition::Applied) }).await;
+        let caught = catch(|| async { Ok(crate::Disposition::Applied) }).await;
         assert_eq!(caught, Ok(Ok(crate::Disposition::Applied)));
+    }
+
+    /// A panic while the future is made, before there is a future to poll, is caught too.
+    #[tokio::test]
+    async fn a_panic_while_making_the_future_is_caught() {
+        fn make() -> std::future::Ready<RecordResult> {
+            panic!("cannot parse the body for alice@example.com")
+        }
+        assert_eq!(catch(make).await, Err("cannot parse the body for a***@example.com".to_owned()));
     }
 
     #[test]

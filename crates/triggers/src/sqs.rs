@@ -58,14 +58,27 @@ fn is_fifo(message: &SqsMessage) -> bool {
 /// Processes a batch; returns the messages to redeliver.
 ///
 /// Standard queues: records run concurrently, at most `concurrency` at once. FIFO queues:
-/// groups run concurrently, records within a group in order, and after a failure the rest of
-/// that group is reported failed too (processing them would break the group's order), while
-/// other groups go on.
+/// groups run concurrently, records within a group in order, and other groups go on whatever
+/// one group does. Within a group:
 ///
-/// A handler that panics fails its record alone, on either path: the record is reported
-/// failed with the panic's message (redacted) logged at error, a FIFO group holds back its
-/// rest as after any failure, and the other records go on. The first call replaces the
-/// process's panic hook with a redacting one ([`panics::install_hook`]).
+/// - after a failure that a later delivery may undo (retryable, in progress elsewhere, a panic,
+///   not started for the deadline), the rest of the group is reported failed, not started: the
+///   failed record may yet take effect, and running the later ones first would break the
+///   group's order (a debit would overtake the credit it needs);
+/// - after a [`Retry::Permanent`] failure (malformed, key reused) the group goes on, and that
+///   record alone is reported failed, bound for the dead-letter queue. It never takes effect,
+///   so no later record can depend on it having taken effect, and order is kept for every
+///   record that does. Holding the group back would not make it succeed: SQS hands a group's
+///   messages out together, so the held back records would be received as often as it is and
+///   reach `maxReceiveCount`, and the DLQ, with it. (If a fixed consumer later applies it from
+///   a DLQ redrive, it takes effect after the group's later records, as any dead-lettered
+///   message does: see docs/ordering.md.)
+///
+/// A handler that panics fails its record alone, on either path, whether it panics while its
+/// future runs or while `handle` makes it: the record is reported failed with the panic's
+/// message (redacted) logged at error, a FIFO group holds back its rest (a panic may be
+/// transient), and the other records go on. The first call replaces the process's panic hook
+/// with a redacting one ([`panics::install_hook`]).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> SqsBatchResponse {
     panics::install_hook();
     panics::warn_if_aborting();
@@ -118,19 +131,21 @@ async fn run_group<H: Handler>(
     options: &Options,
 ) -> Vec<(usize, RecordResult)> {
     let mut out = Vec::with_capacity(group.len());
-    let mut failed_before: Option<String> = None;
+    // The first record of the group that failed in a way a later delivery may undo; the records
+    // after it wait for it (see `process`). A permanent failure holds nothing back.
+    let mut held_back_by: Option<String> = None;
     for (i, message) in group {
         let message_id = message.message_id.as_deref().unwrap_or("");
         let span = tracing::info_span!("record", message_id, event_id = tracing::field::Empty);
         let mut panicked = false;
-        let result = if let Some(earlier) = &failed_before {
+        let result = if let Some(earlier) = &held_back_by {
             Err(RecordError::retryable(format!("not started: message {earlier} before it in its group failed")))
         } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
             Err(RecordError::retryable("not started: the invocation's deadline is near"))
         } else if message.message_id.is_none() {
             Err(RecordError::permanent("message has no messageId"))
         } else {
-            match panics::catch(handler.handle(message, deadline)).instrument(span.clone()).await {
+            match panics::catch(|| handler.handle(message, deadline)).instrument(span.clone()).await {
                 Ok(result) => result,
                 Err(panic) => {
                     span.in_scope(
@@ -144,8 +159,9 @@ async fn run_group<H: Handler>(
         if !panicked {
             span.in_scope(|| log(&result));
         }
-        if result.is_err() && failed_before.is_none() {
-            failed_before = Some(message_id.to_owned());
+        let may_take_effect_later = result.as_ref().is_err_and(|e| e.retry != Retry::Permanent);
+        if may_take_effect_later && held_back_by.is_none() {
+            held_back_by = Some(message_id.to_owned());
         }
         out.push((i, result));
     }

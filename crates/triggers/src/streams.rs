@@ -64,7 +64,7 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
         } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
             Err(RecordError::retryable("not started: the invocation's deadline is near"))
         } else {
-            match panics::catch(handler.handle(record, deadline)).instrument(span.clone()).await {
+            match panics::catch(|| handler.handle(record, deadline)).instrument(span.clone()).await {
                 Ok(result) => result,
                 Err(panic) => {
                     span.in_scope(|| {

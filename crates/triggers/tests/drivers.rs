@@ -58,15 +58,62 @@ async fn one_bad_body_fails_only_itself() {
 }
 
 #[tokio::test]
-async fn fifo_keeps_group_order_and_fails_the_rest_of_a_failed_group() {
+async fn fifo_keeps_group_order_and_goes_on_past_a_permanent_failure() {
     let handler = NeedsEventId::default();
     let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
     let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
-    assert_eq!(failures(&response), ["fifo-b-2", "fifo-b-3"], "b-3 is not started after b-2 failed");
+    // b-2's amount is not a number: it never takes effect, so b-3 cannot depend on it and runs.
+    assert_eq!(failures(&response), ["fifo-b-2"], "the malformed record alone is reported failed");
     let seen = handler.seen.lock().unwrap().clone();
     let group_a: Vec<_> = seen.iter().filter(|m| m.starts_with("fifo-a")).collect();
+    let group_b: Vec<_> = seen.iter().filter(|m| m.starts_with("fifo-b")).collect();
     assert_eq!(group_a, ["fifo-a-1", "fifo-a-2", "fifo-a-3"]);
-    assert!(!seen.contains(&"fifo-b-3".to_owned()));
+    assert_eq!(group_b, ["fifo-b-1", "fifo-b-2", "fifo-b-3"], "in order, past the malformed record");
+}
+
+/// Fails the given message with the given kind of failure, applies the others; records the order.
+struct FailsOne {
+    message_id: &'static str,
+    error: RecordError,
+    applied: Mutex<Vec<String>>,
+}
+
+impl sqs::Handler for FailsOne {
+    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+        let id = message.message_id.clone().unwrap();
+        if id == self.message_id {
+            return Err(self.error.clone());
+        }
+        self.applied.lock().unwrap().push(id);
+        Ok(Disposition::Applied)
+    }
+}
+
+#[tokio::test]
+async fn fifo_holds_back_the_rest_of_a_group_only_after_a_failure_a_retry_may_undo() {
+    let retry_may_undo =
+        [RecordError::retryable("ledger throttled"), RecordError::in_progress_elsewhere("pay_3002 in progress")];
+    for error in retry_may_undo {
+        let handler = FailsOne { message_id: "fifo-a-2", error: error.clone(), applied: Mutex::default() };
+        let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+        let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+        // a-2 may still take effect, so a-3 must wait for it: not started, redelivered after it.
+        assert_eq!(failures(&response), ["fifo-a-2", "fifo-a-3"], "{error}");
+        let applied = handler.applied.lock().unwrap().clone();
+        let group_a: Vec<_> = applied.iter().filter(|m| m.starts_with("fifo-a")).collect();
+        let group_b: Vec<_> = applied.iter().filter(|m| m.starts_with("fifo-b")).collect();
+        assert_eq!(group_a, ["fifo-a-1"], "{error}: a-3 not started");
+        assert_eq!(group_b, ["fifo-b-1", "fifo-b-2", "fifo-b-3"], "{error}: the other group goes on");
+    }
+
+    let handler =
+        FailsOne { message_id: "fifo-a-2", error: RecordError::permanent("key reused"), applied: Mutex::default() };
+    let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert_eq!(failures(&response), ["fifo-a-2"]);
+    let applied = handler.applied.lock().unwrap().clone();
+    let group_a: Vec<_> = applied.iter().filter(|m| m.starts_with("fifo-a")).collect();
+    assert_eq!(group_a, ["fifo-a-1", "fifo-a-3"], "a permanent failure holds nothing back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
