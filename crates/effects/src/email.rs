@@ -4,11 +4,14 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use aws_sdk_sesv2::config::http::HttpResponse;
+use aws_sdk_sesv2::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_sesv2::config::retry::RetryConfig;
-use aws_sdk_sesv2::error::SdkError;
+use aws_sdk_sesv2::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_sesv2::error::{BoxError, ConnectorError, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message};
 use idempotency::{Begin, Idempotency, Key, Outcome, Store};
@@ -92,8 +95,16 @@ impl SendError {
     /// An SES v2 `SendEmail` failure for a send from `from`, classified: the one place SES's
     /// errors are read, public for senders that call SES their own way (and for tests, which
     /// build the SDK's errors).
+    ///
+    /// A dispatch failure is read down its source chain: a failed connection (DNS, TCP refused
+    /// or unreachable, TLS, connect timeout) sent nothing and is
+    /// [`Unavailable`](SendErrorKind::Unavailable); any other (a reset or timeout after the
+    /// request was written, a lost answer) is [`Ambiguous`](SendErrorKind::Ambiguous).
+    /// [`SesSender`] knows one thing more, whether the SDK ever handed the request to its HTTP
+    /// client, and so also tells a credentials, auth scheme or endpoint failure (nothing sent:
+    /// [`Blocked`](SendErrorKind::Blocked)) from a lost answer.
     pub fn from_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str) -> Self {
-        classify_ses(err, from)
+        classify_ses(err, from, Transmit::Unknown)
     }
 
     /// Whether a retry may succeed.
@@ -163,6 +174,7 @@ impl EmailSender for SesSender {
             .subject(content(&message.subject)?)
             .body(Body::builder().text(content(&message.text)?).build())
             .build();
+        let transmitted = Transmitted::default();
         let out = self
             .client
             .send_email()
@@ -173,26 +185,71 @@ impl EmailSender for SesSender {
             // SendEmail is not idempotent: an SDK retry after a lost answer sends a second
             // copy behind the marker's back. One attempt; `send_once` retries what is safe to.
             .config_override(aws_sdk_sesv2::config::Builder::default().retry_config(RetryConfig::disabled()))
+            .interceptor(transmitted.clone())
             .send()
             .await
-            .map_err(|e| classify_ses(e, &self.from))?;
+            .map_err(|e| {
+                let transmit = if transmitted.0.load(Ordering::SeqCst) { Transmit::Reached } else { Transmit::Never };
+                classify_ses(e, &self.from, transmit)
+            })?;
         out.message_id()
             .map(str::to_owned)
             .ok_or_else(|| SendError::new(SendErrorKind::Ambiguous, "SES returned no message id"))
     }
 }
 
+/// Whether the SDK handed a send's request to its HTTP client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transmit {
+    /// It did (or may have: a later interceptor may still have failed it).
+    Reached,
+    /// It never did: the attempt failed resolving credentials, the auth scheme or the endpoint,
+    /// or signing. Not a byte left the host.
+    Never,
+    /// Not known (an error built elsewhere).
+    Unknown,
+}
+
+/// An interceptor that records that the request reached the transmit phase: the one signal
+/// the SDK gives of whether an error that carries no answer came before anything was sent
+/// (its pre-transmit failures arrive as dispatch failures too, `ConnectorError::other`).
+#[derive(Debug, Clone, Default)]
+struct Transmitted(Arc<AtomicBool>);
+
+impl Intercept for Transmitted {
+    fn name(&self) -> &'static str {
+        "EmailTransmitted"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
 /// SES errors into send errors, in one place. `from` is the sender, to tell a refusal of the
-/// sender (configuration) from a refusal of the recipient (this message).
-fn classify_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str) -> SendError {
+/// sender (configuration) from a refusal of the recipient (this message); `transmit`, whether
+/// the request reached the HTTP client.
+fn classify_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str, transmit: Transmit) -> SendError {
     let kind = match &err {
         SdkError::ConstructionFailure(_) => SendErrorKind::Rejected,
-        // A dispatch failure may be a refused connection (nothing sent) or a connection closed
-        // after the request went out (SES may have accepted it): the SDK does not tell them
-        // apart, so both are ambiguous, and the policy decides.
-        SdkError::TimeoutError(_) | SdkError::ResponseError(_) | SdkError::DispatchFailure(_) => {
-            SendErrorKind::Ambiguous
-        }
+        // Failed before the HTTP client had it (credentials, auth scheme, endpoint, signing):
+        // nothing was sent, and it is the function's configuration, not this message, at fault.
+        SdkError::DispatchFailure(_) if transmit == Transmit::Never => SendErrorKind::Blocked,
+        // The operation timed out before transmitting (a credentials provider that hangs).
+        SdkError::TimeoutError(_) if transmit == Transmit::Never => SendErrorKind::Unavailable,
+        SdkError::DispatchFailure(e) => match e.as_connector_error() {
+            Some(connector) => classify_dispatch(connector),
+            None => SendErrorKind::Ambiguous,
+        },
+        // Timed out or lost after the request went out: SES may have accepted it; the policy
+        // decides.
+        SdkError::TimeoutError(_) | SdkError::ResponseError(_) => SendErrorKind::Ambiguous,
         SdkError::ServiceError(e) => classify_answer(e.err(), e.raw().status().as_u16(), from),
         _ => SendErrorKind::Ambiguous,
     };
@@ -208,6 +265,31 @@ fn classify_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str) -> Send
         other => other.to_string(),
     };
     SendError::new(kind, message)
+}
+
+/// A failure of the HTTP exchange, read down its source chain. Only a failed connection is
+/// known to have sent nothing: the SDK's client reports DNS, TCP, TLS and connect-timeout
+/// failures as `hyper_util`'s `Connect` errors, and another client's refused or unreachable
+/// connection shows as the OS error. Anything else (a reset, a read timeout, a closed
+/// connection, an unreadable answer) may follow the request's last byte: ambiguous.
+fn classify_dispatch(err: &ConnectorError) -> SendErrorKind {
+    use std::io::ErrorKind as Io;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = next {
+        if e.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(|e| e.is_connect()) {
+            return SendErrorKind::Unavailable;
+        }
+        if e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+            matches!(
+                e.kind(),
+                Io::ConnectionRefused | Io::HostUnreachable | Io::NetworkUnreachable | Io::AddrNotAvailable
+            )
+        }) {
+            return SendErrorKind::Unavailable;
+        }
+        next = e.source();
+    }
+    SendErrorKind::Ambiguous
 }
 
 /// An answer SES gave to SendEmail. Account- and configuration-level refusals are told from
@@ -368,6 +450,39 @@ pub enum Policy {
     AtLeastOnce,
 }
 
+/// What an email marker's payload hash covers: the receipt's identity, its key (the event)
+/// and its recipient, never its wording. A release that rewords the receipt then meets an
+/// earlier release's marker as a replay, while the same key sent to another recipient is
+/// still `KeyReused`.
+#[derive(Serialize)]
+struct MarkerIdentity<'a> {
+    key: &'a str,
+    to: &'a str,
+}
+
+/// Claims `message`'s marker under its identity ([`MarkerIdentity`]). A marker written before
+/// markers hashed the identity carries the hash of the whole message: a `KeyReused` is asked
+/// again under that hash, so such a marker replays for the same message (the same wording).
+async fn begin_marker<S: Store>(
+    idempotency: &Idempotency<S>,
+    key: &Key,
+    message: &EmailMessage,
+) -> Result<Begin<Receipt>, idempotency::Error> {
+    let identity = MarkerIdentity { key: key.as_str(), to: &message.to };
+    match idempotency.begin(key, &identity).await {
+        Err(e) if e.kind() == idempotency::ErrorKind::KeyReused => match idempotency.begin(key, message).await {
+            // The marker blocking both claims may have ended meanwhile, and this second claim
+            // won: it holds the marker all the same (its replays find it through this path).
+            Ok(begin) => Ok(begin),
+            // Under the whole message's hash too: key reuse indeed (another recipient).
+            Err(legacy) if legacy.kind() == idempotency::ErrorKind::KeyReused => Err(e),
+            // The marker is the message's, in the earlier form (in progress, say).
+            Err(legacy) => Err(legacy),
+        },
+        other => other,
+    }
+}
+
 /// Sends `message` once for `effect_key` (see [`email_key`]).
 ///
 /// Claims the marker, sends, completes the marker with the provider's message id. A definite
@@ -378,6 +493,11 @@ pub enum Policy {
 /// without sending again (waiting for nothing: no retry will send it), at least once releases
 /// the marker so the retry resends. An attempt that died after claiming leaves the marker in
 /// progress, and the attempt that takes it over after the lease follows the policy the same way.
+///
+/// The marker's payload is the receipt's identity (its key and recipient), not its wording: a
+/// reworded receipt replays, another recipient under the same key is `KeyReused`. An outcome
+/// in hand is recorded even after the marker's lease ended, as long as no other attempt took
+/// the marker over (`Idempotency::complete_while_owned`).
 pub async fn send_once<S: Store, E: EmailSender>(
     idempotency: &Idempotency<S>,
     sender: &E,
@@ -386,7 +506,7 @@ pub async fn send_once<S: Store, E: EmailSender>(
     policy: Policy,
 ) -> Result<Outcome<Receipt>, Error> {
     let to = redact_email(&message.to);
-    let attempt = match idempotency.begin::<_, Receipt>(effect_key, message).await? {
+    let attempt = match begin_marker(idempotency, effect_key, message).await? {
         Begin::Replayed(receipt) => {
             // Redacted: a reason stored before reasons were redacted may hold an address.
             let receipt_text = redact_emails(&format!("{receipt:?}"));
@@ -401,20 +521,23 @@ pub async fn send_once<S: Store, E: EmailSender>(
             to = %to,
             "an earlier attempt died after claiming this email; it may have been sent; not resending (at most once): operator check"
         );
-        idempotency.complete(attempt, &Receipt::Ambiguous).await?;
+        idempotency.complete_while_owned(attempt, &Receipt::Ambiguous).await?;
         return Ok(Outcome::Fresh(Receipt::Ambiguous));
     }
     match sender.send(message).await {
         Ok(message_id) => {
             let receipt = Receipt::Sent { message_id };
-            idempotency.complete(attempt, &receipt).await?;
+            // Past the lease too, while this attempt still holds the marker: the email is out,
+            // and refusing to record it would only leave the marker to a retry that flags it
+            // ambiguous or sends it again (see `Idempotency::complete_while_owned`).
+            idempotency.complete_while_owned(attempt, &receipt).await?;
             tracing::info!(key = %effect_key, to = %to, "email sent");
             Ok(Outcome::Fresh(receipt))
         }
         Err(e) if e.kind == SendErrorKind::Rejected => {
             tracing::warn!(key = %effect_key, to = %to, error = %e, "email refused for good");
             let receipt = Receipt::Failed { reason: redact_emails(&e.message) };
-            idempotency.complete(attempt, &receipt).await?;
+            idempotency.complete_while_owned(attempt, &receipt).await?;
             Ok(Outcome::Fresh(receipt))
         }
         Err(e) if e.kind == SendErrorKind::Ambiguous && policy == Policy::AtMostOnce => {
@@ -428,7 +551,7 @@ pub async fn send_once<S: Store, E: EmailSender>(
                 error = %e,
                 "email may have been sent; not resending (at most once): operator check"
             );
-            idempotency.complete(attempt, &Receipt::Ambiguous).await?;
+            idempotency.complete_while_owned(attempt, &Receipt::Ambiguous).await?;
             Ok(Outcome::Fresh(Receipt::Ambiguous))
         }
         Err(e) => {
@@ -567,6 +690,83 @@ mod tests {
         assert_eq!(sender.sent().len(), 2, "the possible copy, then the resend");
     }
 
+    /// The marker hashes the receipt's identity: a reworded receipt (a later release) replays,
+    /// another recipient under the same key is key reuse, as before.
+    #[tokio::test]
+    async fn a_reworded_receipt_replays_another_recipient_is_key_reuse() {
+        let (idem, _) = setup();
+        let sender = RecordingSender::new();
+        let key = email_key("pay_10").unwrap();
+        let first = send_once(&idem, &sender, &key, &receipt("j@example.com"), Policy::AtMostOnce).await.unwrap();
+        let mut reworded = receipt("j@example.com");
+        reworded.text = "Your payment has been received.".into();
+        let again = send_once(&idem, &sender, &key, &reworded, Policy::AtMostOnce).await.unwrap();
+        assert_eq!(again, Outcome::Replayed(first.into_inner()));
+        let other = send_once(&idem, &sender, &key, &receipt("k@example.com"), Policy::AtMostOnce).await.unwrap_err();
+        assert!(matches!(&other, Error::Idempotency(e) if e.kind() == idempotency::ErrorKind::KeyReused), "{other}");
+        assert_eq!(sender.sent().len(), 1);
+    }
+
+    /// A marker an earlier release wrote, hashing the whole message, still replays for the same
+    /// message.
+    #[tokio::test]
+    async fn a_marker_hashing_the_whole_message_still_replays() {
+        let (idem, _) = setup();
+        let sender = RecordingSender::new();
+        let key = email_key("pay_11").unwrap();
+        let message = receipt("l@example.com");
+        let Begin::Claimed(old) = idem.begin::<_, Receipt>(&key, &message).await.unwrap() else { panic!("claimed") };
+        let sent = Receipt::Sent { message_id: "old-1".into() };
+        idem.complete(old, &sent).await.unwrap();
+        let again = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
+        assert_eq!(again, Outcome::Replayed(sent));
+        assert!(sender.sent().is_empty());
+    }
+
+    /// The provider's answer comes after the marker's lease, and nobody took the marker over:
+    /// the message id is recorded, and a duplicate replays it.
+    #[tokio::test]
+    async fn a_send_answered_after_the_lease_is_recorded_sent() {
+        for policy in [Policy::AtMostOnce, Policy::AtLeastOnce] {
+            let (idem, clock) = setup();
+            struct Slow<'a>(&'a RecordingSender, &'a ManualClock);
+            impl EmailSender for Slow<'_> {
+                async fn send(&self, message: &EmailMessage) -> Result<String, SendError> {
+                    let id = self.0.send(message).await?;
+                    self.1.advance(Duration::from_secs(61));
+                    Ok(id)
+                }
+            }
+            let sender = RecordingSender::new();
+            let key = email_key("pay_12").unwrap();
+            let message = receipt("m@example.com");
+            let first = send_once(&idem, &Slow(&sender, &clock), &key, &message, policy).await.unwrap();
+            let sent = Receipt::Sent { message_id: "fake-1".into() };
+            assert_eq!(first, Outcome::Fresh(sent.clone()), "{policy:?}");
+            let again = send_once(&idem, &sender, &key, &message, policy).await.unwrap();
+            assert_eq!(again, Outcome::Replayed(sent), "{policy:?}");
+            assert_eq!(sender.sent().len(), 1, "{policy:?}");
+        }
+    }
+
+    /// Past its lease, a marker another attempt took over is not completed by the first: its
+    /// late answer is refused, and the marker keeps the taker's outcome.
+    #[tokio::test]
+    async fn a_late_answer_after_a_takeover_is_refused() {
+        let (idem, clock) = setup();
+        let key = email_key("pay_13").unwrap();
+        let message = receipt("n@example.com");
+        let Begin::Claimed(first) = begin_marker(&idem, &key, &message).await.unwrap() else { panic!("claimed") };
+        clock.advance(Duration::from_secs(61));
+        let taker = RecordingSender::new();
+        let taken = send_once(&idem, &taker, &key, &message, Policy::AtMostOnce).await.unwrap();
+        assert_eq!(taken, Outcome::Fresh(Receipt::Ambiguous));
+        let late = idem.complete_while_owned(first, &Receipt::Sent { message_id: "late".into() }).await.unwrap_err();
+        assert!(late.is_retryable(), "{late}");
+        let stored = idem.store().get(key.as_str()).await.unwrap().unwrap();
+        assert!(!stored.response.unwrap_or_default().contains("late"));
+    }
+
     mod ses_errors {
         use aws_sdk_sesv2::error::ErrorMetadata;
         use aws_sdk_sesv2::types::error::{
@@ -667,6 +867,12 @@ mod tests {
             }
             let lost = SdkError::dispatch_failure(aws_sdk_sesv2::error::ConnectorError::io("connection reset".into()));
             assert_eq!(kind(lost), SendErrorKind::Ambiguous);
+            let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+            let reset = SdkError::dispatch_failure(aws_sdk_sesv2::error::ConnectorError::io(reset.into()));
+            assert_eq!(kind(reset), SendErrorKind::Ambiguous, "a reset may follow the request");
+            let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+            let refused = SdkError::dispatch_failure(aws_sdk_sesv2::error::ConnectorError::io(refused.into()));
+            assert_eq!(kind(refused), SendErrorKind::Unavailable, "a refused connection sent nothing");
             let throttled =
                 answer(429, SendEmailError::TooManyRequestsException(TooManyRequestsException::builder().build()));
             assert_eq!(kind(throttled), SendErrorKind::Throttled);

@@ -34,7 +34,6 @@ fn ses(endpoint: &str, credentials: bool) -> SesSender {
 /// once and never sent: an SES endpoint that is unreachable for a minute (VPC without a route,
 /// DNS failure, connect timeout) turns every receipt of that minute into a lost one.
 #[tokio::test]
-#[ignore = "review finding: a refused connection (nothing sent) is recorded Ambiguous and never retried under at most once"]
 async fn review_a_refused_connection_is_not_ambiguous() {
     let idem = markers();
     let key = email_key("pay_refused").unwrap();
@@ -53,7 +52,6 @@ async fn review_a_refused_connection_is_not_ambiguous() {
 /// endpoint) are a configuration fault, `Blocked` by the crate's own rules (AccessDenied,
 /// ExpiredToken... are Blocked): retried and raised, never the message's recorded fate.
 #[tokio::test]
-#[ignore = "review finding: unresolvable credentials (nothing sent) end the receipt Ambiguous or Failed instead of Blocked"]
 async fn review_missing_credentials_are_blocked_not_the_messages_fate() {
     let idem = markers();
     let key = email_key("pay_nocreds").unwrap();

@@ -304,19 +304,49 @@ impl<S: Store> Idempotency<S> {
     /// three tries, before the record is left to its lease: a retry that finds the record
     /// already completed by this attempt succeeds.
     pub async fn complete<R: Serialize>(&self, attempt: Attempt, response: &R) -> Result<(), Error> {
+        self.complete_fenced(attempt, response, Fence::OwnerAndLease).await
+    }
+
+    /// Completes an attempt whose effect has already happened, even after its lease ended,
+    /// provided the attempt still holds its record in progress: the owner fence alone decides.
+    ///
+    /// Only for an effect that is over, with a result in hand, when it is recorded, and whose
+    /// record nobody settles by its lease alone: keyed email (`effects::send_once`), completing
+    /// a marker with the message id the provider returned. Why it is safe there: every claim
+    /// writes its own owner token, so a record still in progress under this attempt's owner
+    /// proves no other attempt took the key over (nor sent, nor recorded another outcome), and
+    /// none can complete it after this write; readers that find an email marker past its lease
+    /// claim it before acting on it, and that claim fences this completion. What refusing would
+    /// cost: the send is not undone, and the marker is left to a later attempt, which records
+    /// the email ambiguous (at most once) or sends a second copy (at least once).
+    ///
+    /// Not for [`run`](Self::run), whose handlers are cut off at their lease and whose records
+    /// are settled by it (see [`Store::complete`]); use [`complete`](Self::complete) elsewhere.
+    pub async fn complete_while_owned<R: Serialize>(&self, attempt: Attempt, response: &R) -> Result<(), Error> {
+        self.complete_fenced(attempt, response, Fence::Owner).await
+    }
+
+    async fn complete_fenced<R: Serialize>(&self, attempt: Attempt, response: &R, fence: Fence) -> Result<(), Error> {
         let json = serde_json::to_string(response)
             .map_err(|e| Error::new(ErrorKind::Serialization, "response is not serialisable").with_source(e))?;
         let too_large = json.len() > self.config.max_response_bytes;
         let now_ms = self.config.now_ms();
-        if now_ms > attempt.lease_expires_at_ms {
+        if fence == Fence::OwnerAndLease && now_ms > attempt.lease_expires_at_ms {
             return Err(outran_lease(&attempt, now_ms));
         }
+        // Owner only: the store's lease condition is judged at the attempt's own lease end,
+        // which the record carries unchanged while this attempt holds it, so only the owner and
+        // in-progress conditions can refuse.
+        let judged_at = |now_ms: u64| match fence {
+            Fence::OwnerAndLease => now_ms,
+            Fence::Owner => now_ms.min(attempt.lease_expires_at_ms),
+        };
         // A response too large to keep still completes the record: the effect happened, and a
         // duplicate must not repeat it; it gets ResponseTooLarge instead of a replay.
         let mut completion = Completion {
             response: (!too_large).then_some(json.as_str()),
             expiration_s: self.expiration_s(now_ms),
-            now_ms,
+            now_ms: judged_at(now_ms),
         };
         let mut tries = 1;
         loop {
@@ -331,7 +361,7 @@ impl<S: Store> Idempotency<S> {
                     tries += 1;
                     // The retry is judged on the clock as it is now: if the first write did
                     // not land and the lease has ended meanwhile, the store refuses it.
-                    completion.now_ms = self.config.now_ms();
+                    completion.now_ms = judged_at(self.config.now_ms());
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -389,6 +419,15 @@ impl<S: Store> Idempotency<S> {
         }
         Ok(Begin::Replayed(response))
     }
+}
+
+/// What a completion is fenced by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fence {
+    /// The owner, and the lease not ended: [`Idempotency::complete`].
+    OwnerAndLease,
+    /// The owner alone: [`Idempotency::complete_while_owned`].
+    Owner,
 }
 
 fn outran_lease(attempt: &Attempt, now_ms: u64) -> Error {

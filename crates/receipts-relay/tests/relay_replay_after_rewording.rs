@@ -1,4 +1,5 @@
-//! Review finding (issue 11): the email marker's payload hash covers the whole rendered
+//! Review finding (issue 11; fixed: the marker hashes the receipt's identity, not its
+//! wording): the email marker's payload hash covers the whole rendered
 //! message (subject and body wording included). A relay release that changes the receipt's
 //! wording, meeting a record an older release already sent (a batch retried whole after a
 //! timeout or crash, or a stream replayed from TRIM_HORIZON by a replaced mapping), gets
@@ -19,8 +20,7 @@ use receipts_relay::{Alerts, Receipts, MARKER_LEASE};
 use triggers::streams::{process, Options};
 
 #[tokio::test]
-#[ignore = "review finding: a receipt sent by an earlier relay release with other wording fails permanently (KeyReused) on replay and holds the stream"]
-async fn review_a_replay_after_a_wording_change_is_a_duplicate() {
+async fn a_replay_after_a_wording_change_is_a_duplicate() {
     let (store, _) = fresh_store().await;
     let client = store.client().clone();
     let outbox_table = unique_name("outbox");
