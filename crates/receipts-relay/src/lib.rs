@@ -10,12 +10,12 @@ use std::time::Duration;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
-use effects::email::{email_key, SendErrorKind};
+use effects::email::{email_key, redact_emails, SendErrorKind};
 use effects::outbox::{self, ReceiptRow, RowStatus};
 use effects::{rfc3339, send_once, EmailSender, Policy, Receipt};
 use idempotency::{Config, ErrorKind, Idempotency, Key, Outcome, Status, Store};
 use idempotency_dynamodb::DynamoDbStore;
-use triggers::{Disposition, RecordError, RecordResult};
+use triggers::{Disposition, RecordError, RecordResult, Retry};
 
 pub use crate::alerts::{Alert, Alerts};
 
@@ -194,6 +194,21 @@ impl<E: EmailSender> triggers::streams::Handler for Receipts<E> {
         }
         let row = ReceiptRow::from_item(&item).map_err(|e| RecordError::permanent(e.to_string()))?;
         tracing::Span::current().record("event_id", row.event_id.as_str());
+        let result = self.relay(&row, deadline_ms).await;
+        if let Err(e) = &result {
+            if e.retry == Retry::Permanent {
+                // No retry changes a permanent answer, and the stream driver goes past it: the
+                // row is where its fate stays visible (FAILED, with the reason).
+                self.record_failure(&row.event_id, &e.reason).await;
+            }
+        }
+        result
+    }
+}
+
+impl<E: EmailSender> Receipts<E> {
+    /// Sends `row`'s receipt once and marks the row.
+    async fn relay(&self, row: &ReceiptRow, deadline_ms: Option<u64>) -> RecordResult {
         let key = email_key(&row.event_id).map_err(|e| RecordError::permanent(e.to_string()))?;
         let markers = match deadline_ms {
             Some(deadline) => self.markers.with_deadline(deadline),
@@ -249,16 +264,75 @@ impl<E: EmailSender> triggers::streams::Handler for Receipts<E> {
             Receipt::Ambiguous => (RowStatus::Ambiguous, None, Disposition::Rejected),
         };
         let now = rfc3339(markers.config().now_ms());
-        outbox::mark(markers.store().client(), &self.outbox_table, &row.event_id, status, message_id.as_deref(), &now)
-            .await
-            .map_err(|e| {
-                if e.is_retryable() {
-                    RecordError::retryable(e.to_string())
-                } else {
-                    RecordError::permanent(e.to_string())
-                }
-            })?;
-        Ok(if replayed { Disposition::Duplicate } else { disposition })
+        let marked = outbox::mark(
+            markers.store().client(),
+            &self.outbox_table,
+            &row.event_id,
+            status,
+            message_id.as_deref(),
+            &now,
+        )
+        .await;
+        match marked {
+            Ok(()) => Ok(if replayed { Disposition::Duplicate } else { disposition }),
+            Err(e) if e.is_retryable() => Err(RecordError::retryable(e.to_string())),
+            // The row was deleted after the stream captured it (an erasure, a cleanup, its
+            // TTL): there is nothing left to mark, and failing would hold the records behind it.
+            Err(e) if self.row_is_gone(&row.event_id).await => {
+                tracing::warn!(error = %e, status = status.as_str(), "outbox row deleted before its receipt was marked; skipped");
+                Ok(Disposition::Skipped)
+            }
+            Err(e) => Err(RecordError::permanent(e.to_string())),
+        }
+    }
+
+    /// Whether the outbox row of `event_id` no longer exists (a consistent read; `false` when it
+    /// cannot be read, so the failure stays a failure).
+    async fn row_is_gone(&self, event_id: &str) -> bool {
+        let read = self
+            .markers
+            .store()
+            .client()
+            .get_item()
+            .table_name(&self.outbox_table)
+            .key(outbox::KEY, AttributeValue::S(outbox::row_key(event_id)))
+            .projection_expression("#pk")
+            .expression_attribute_names("#pk", outbox::KEY)
+            .consistent_read(true)
+            .send()
+            .await;
+        matches!(read, Ok(out) if out.item().is_none())
+    }
+
+    /// Marks a still-pending row FAILED with `reason` (addresses redacted), for a permanent
+    /// failure no retry will change. A row already marked, or gone, is left as it is; a write
+    /// that fails is logged, and the failure stays in the stream driver's error log.
+    async fn record_failure(&self, event_id: &str, reason: &str) {
+        let now = rfc3339(self.markers.config().now_ms());
+        let written = self
+            .markers
+            .store()
+            .client()
+            .update_item()
+            .table_name(&self.outbox_table)
+            .key(outbox::KEY, AttributeValue::S(outbox::row_key(event_id)))
+            // Never over a receipt's recorded fate (SENT, AMBIGUOUS): only a row still waiting.
+            .condition_expression("#status = :pending")
+            .update_expression("SET #status = :failed, marked_at = :at, failure_reason = :reason")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":pending", AttributeValue::S(RowStatus::Pending.as_str().into()))
+            .expression_attribute_values(":failed", AttributeValue::S(RowStatus::Failed.as_str().into()))
+            .expression_attribute_values(":at", AttributeValue::S(now))
+            .expression_attribute_values(":reason", AttributeValue::S(redact_emails(reason)))
+            .send()
+            .await;
+        match written {
+            Ok(_) => tracing::warn!(reason = %redact_emails(reason), "receipt failed permanently; row marked FAILED"),
+            Err(e) => tracing::warn!(
+                error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e),
+                "receipt failed permanently; its row could not be marked FAILED (already marked, gone, or unreachable)"
+            ),
+        }
     }
 }
 

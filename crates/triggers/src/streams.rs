@@ -1,5 +1,6 @@
-//! The DynamoDB Streams driver: records in order; the first failure's sequence number is
-//! reported and the rest of the batch left, so Lambda resumes from there (a checkpoint).
+//! The DynamoDB Streams driver: records in order; the first retryable failure's sequence
+//! number is reported and the rest of the batch left, so Lambda resumes from there (a
+//! checkpoint). A permanent failure is logged and counted, never the checkpoint.
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use lambda_runtime::LambdaEvent;
 use tracing::Instrument;
 
 use crate::metrics::Counts;
-use crate::{deadline_of, now_ms, panics, Disposition, RecordError, RecordResult};
+use crate::{deadline_of, now_ms, panics, redact_emails, Disposition, RecordError, RecordResult, Retry};
 
 /// Handles one stream record.
 pub trait Handler: Send + Sync {
@@ -46,6 +47,14 @@ impl Options {
 /// Processes a batch in order, stopping at the first failure and reporting its sequence number.
 /// Records after it are redelivered with it, so handlers must be idempotent: they are.
 ///
+/// A [`Retry::Permanent`] failure is not the checkpoint: it is logged at error with its sequence
+/// number and reason (redacted), counted (`Failed`, and `PermanentFailures` on its own EMF
+/// line), and the batch goes on. A retry cannot change a permanent answer, and a shard's
+/// checkpoint holds every record behind it: under `MaximumRetryAttempts` -1 for up to the
+/// record age limit (24 h), after which the mapping discards the batch, innocent records
+/// included. The handler records the record's fate where it can (the receipts relay marks its
+/// row FAILED); the log line is the trace of the rest.
+///
 /// A handler that panics is a failure at its record: the checkpoint is there, with the panic's
 /// message (redacted) logged at error. The first call replaces the process's panic hook with a
 /// redacting one ([`panics::install_hook`]).
@@ -54,6 +63,7 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
     panics::warn_if_aborting();
     let deadline = deadline_of(&event.context);
     let mut counts = Counts::default();
+    let mut permanent = 0u64;
     let mut response = DynamoDbEventResponse::default();
     for record in &event.payload.records {
         let sequence = record.change.sequence_number.clone();
@@ -77,6 +87,17 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
         };
         counts.add(&result);
         if let Err(e) = result {
+            if e.retry == Retry::Permanent && !panicked {
+                span.in_scope(|| {
+                    tracing::error!(
+                        sequence = sequence.as_deref().unwrap_or(""),
+                        reason = %redact_emails(&e.reason),
+                        "record failed permanently; not retried (a retry cannot change a permanent answer), the batch goes on"
+                    )
+                });
+                permanent += 1;
+                continue;
+            }
             if !panicked {
                 span.in_scope(
                     || tracing::warn!(retry = ?e.retry, reason = %e.reason, "record failed; checkpoint here"),
@@ -90,6 +111,27 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
     }
     if options.metrics {
         counts.publish(&options.function);
+        if permanent > 0 {
+            println!("{}", permanent_emf(&options.function, permanent, now_ms()));
+        }
     }
     response
+}
+
+/// The EMF line for the permanent failures a batch went past (`PermanentFailures`), apart from
+/// `Failed` so an alarm can tell a record given up on from one being retried.
+fn permanent_emf(function: &str, count: u64, timestamp_ms: u64) -> String {
+    serde_json::json!({
+        "_aws": {
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": crate::metrics::NAMESPACE,
+                "Dimensions": [["Function"]],
+                "Metrics": [{"Name": "PermanentFailures", "Unit": "Count"}],
+            }],
+        },
+        "Function": function,
+        "PermanentFailures": count,
+    })
+    .to_string()
 }

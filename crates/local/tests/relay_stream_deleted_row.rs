@@ -1,6 +1,7 @@
-//! Review finding (issue 11): receipts the outbox stream gives up on, through the event source
-//! mapping emulator (the template's mapping: retries until the 24 h record age, bisection,
-//! on-failure queue) and the real relay. The rows are left PENDING with nothing to retry them:
+//! Review finding (issue 11; fixed: the Streams driver goes past a permanent failure, and the
+//! relay skips a receipt whose row is gone): receipts the outbox stream gave up on, through
+//! the event source mapping emulator (the template's mapping: retries until the 24 h record
+//! age, bisection, on-failure queue) and the real relay. The rows are left PENDING with nothing to retry them:
 //! the on-failure record holds only shard and sequence numbers, and no tool redrives it.
 //! (A sibling test of a paused SES account outlasting six deliveries was dropped: af5f391 set
 //! MaximumRetryAttempts to -1 during the review, and it passes since.)
@@ -92,8 +93,7 @@ async fn verified_ses(clients: &Clients) -> SesSender {
 /// are never sent, and their rows stay PENDING for good. (With the earlier 5 retries the same
 /// batch was discarded after six deliveries.)
 #[tokio::test]
-#[ignore = "review finding: one deleted outbox row (a permanent relay error) holds the shard 24 h, then the stream discards the innocent receipts behind it (rows left PENDING, never sent)"]
-async fn review_a_deleted_row_does_not_take_the_receipts_behind_it_down() {
+async fn a_deleted_row_does_not_take_the_receipts_behind_it_down() {
     let (clients, r) = setup().await;
     let run = unique_name("del");
     let posted = post(&clients, &r, &run, 3).await;
@@ -108,7 +108,8 @@ async fn review_a_deleted_row_does_not_take_the_receipts_behind_it_down() {
         .unwrap();
     let function = relay(&clients, &r, verified_ses(&clients).await);
     let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    // Twenty deliveries: the permanent failure is retried every time and holds the shard.
+    // Twenty deliveries: before the fix, the permanent failure was retried every time and held
+    // the shard.
     for _ in 0..20 {
         esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
     }
@@ -132,4 +133,3 @@ async fn review_a_deleted_row_does_not_take_the_receipts_behind_it_down() {
         assert_eq!(sent.iter().filter(|e| *e == to).count(), 1, "{event_id}");
     }
 }
-
