@@ -44,8 +44,8 @@ impl Options {
     }
 }
 
-/// Processes a batch in order, stopping at the first failure and reporting its sequence number.
-/// Records after it are redelivered with it, so handlers must be idempotent: they are.
+/// Processes a batch in order, stopping at the first retryable failure and reporting its sequence
+/// number. Records after it are redelivered with it, so handlers must be idempotent: they are.
 ///
 /// A [`Retry::Permanent`] failure is not the checkpoint: it is logged at error with its sequence
 /// number and reason (redacted), counted (`Failed`, and `PermanentFailures` on its own EMF
