@@ -13,7 +13,7 @@ use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
 use effects::email::{email_key, redact_emails, SendErrorKind};
 use effects::outbox::{self, ReceiptRow, RowStatus};
 use effects::{rfc3339, send_once, EmailSender, Policy, Receipt};
-use idempotency::{Config, ErrorKind, Idempotency, Key, Outcome, Status, Store};
+use idempotency::{Config, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
 use idempotency_dynamodb::DynamoDbStore;
 use triggers::{Disposition, RecordError, RecordResult, Retry};
 
@@ -278,30 +278,14 @@ impl<E: EmailSender> Receipts<E> {
             Err(e) if e.is_retryable() => Err(RecordError::retryable(e.to_string())),
             // The row was deleted after the stream captured it (an erasure, a cleanup, its
             // TTL): there is nothing left to mark, and failing would hold the records behind it.
-            Err(e) if self.row_is_gone(&row.event_id).await => {
+            // `mark` reports a missing row, and only that, as `Malformed` (its condition is the
+            // row's existence): no read needed, and the relay's role may not read the outbox.
+            Err(e) if e.kind() == StoreErrorKind::Malformed => {
                 tracing::warn!(error = %e, status = status.as_str(), "outbox row deleted before its receipt was marked; skipped");
                 Ok(Disposition::Skipped)
             }
             Err(e) => Err(RecordError::permanent(e.to_string())),
         }
-    }
-
-    /// Whether the outbox row of `event_id` no longer exists (a consistent read; `false` when it
-    /// cannot be read, so the failure stays a failure).
-    async fn row_is_gone(&self, event_id: &str) -> bool {
-        let read = self
-            .markers
-            .store()
-            .client()
-            .get_item()
-            .table_name(&self.outbox_table)
-            .key(outbox::KEY, AttributeValue::S(outbox::row_key(event_id)))
-            .projection_expression("#pk")
-            .expression_attribute_names("#pk", outbox::KEY)
-            .consistent_read(true)
-            .send()
-            .await;
-        matches!(read, Ok(out) if out.item().is_none())
     }
 
     /// Marks a still-pending row FAILED with `reason` (addresses redacted), for a permanent

@@ -63,3 +63,34 @@ async fn key_reuse_marks_the_row_failed_redacted_and_the_stream_goes_on() {
     assert!(reason.contains("different payload"), "{reason}");
     assert!(!reason.contains(to.split('@').next().unwrap()) && !reason.contains("first.recipient"), "{reason}");
 }
+
+/// The outbox row was deleted after the stream captured its insert (an erasure, a cleanup):
+/// nothing is left to mark, and the receipt is acked as skipped, no row written back.
+#[tokio::test]
+async fn a_deleted_row_is_skipped_not_failed() {
+    let (store, _) = fresh_store().await;
+    let client = store.client().clone();
+    let outbox_table = unique_name("outbox");
+    effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
+    let event_id = unique_name("pay");
+    let to = format!("{}@example.com", unique_name("erased"));
+    let sample = include_str!("../../../events/dynamodb-stream-outbox.json")
+        .replace("alice@example.com", &to)
+        .replace("pay_0001", &event_id);
+    let event: Event = serde_json::from_str(&sample).unwrap();
+    let markers = Idempotency::new(store, Config::default().lease(MARKER_LEASE));
+    let sender = RecordingSender::new();
+    let relay = Receipts::new(markers, &sender, &outbox_table, Policy::AtMostOnce)
+        .with_alerts(Alerts::new("test").published(false));
+    let result = triggers::streams::Handler::handle(&relay, &event.records[0], None).await;
+    assert_eq!(result, Ok(triggers::Disposition::Skipped));
+    let row = client
+        .get_item()
+        .table_name(&outbox_table)
+        .key("pk", AttributeValue::S(effects::outbox::row_key(&event_id)))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert!(row.item().is_none(), "no row written back");
+}
