@@ -1,8 +1,8 @@
-//! Review finding: the redaction the drivers run over panic messages (and `effects` over SES's
-//! echoed errors and stored failure reasons) keeps part or all of an address's local part when
-//! the character before the `@` is one `in_local_part` leaves out, though the payment contract
-//! accepts such addresses (`valid_email` refuses only whitespace, control characters, a second
-//! `@` and an undotted domain).
+//! Review finding (fixed in `redact`): the redaction the drivers run over panic messages (and
+//! `effects` over SES's echoed errors and stored failure reasons) kept part or all of an
+//! address's local part when the character before the `@` was one `in_local_part` left out,
+//! though the payment contract accepts such addresses (`valid_email` refuses only whitespace,
+//! control characters, a second `@` and an undotted domain).
 
 /// Addresses `PaymentEvent::parse` accepts as `receipt_email`, and the local part each must lose.
 const ACCEPTED: [(&str, &str); 4] = [
