@@ -179,7 +179,8 @@ fn rejection_label(reason: &Rejection) -> &'static str {
     }
 }
 
-/// Reads back everything `plan` could have touched and checks the invariants. Ambiguous
+/// Reads back everything `plan` could have touched and checks the invariants; `run` is the
+/// workload's run id, whose `@{run}.example.com` addresses the emails are counted for. Ambiguous
 /// receipts (at most once, after a crash between the send and its marker) are allowed only
 /// when `ambiguous_allowed`: a run without crashes has none.
 pub async fn audit(
@@ -233,7 +234,10 @@ pub async fn audit(
         *in_dlq.entry(b.as_str()).or_default() += 1;
     }
     let mut emails_to: HashMap<String, usize> = HashMap::new();
-    for to in sent_emails()?.into_iter().filter(|to| to.contains(run)) {
+    // The workload's addresses are all at `{run}.example.com`: an exact domain, so another run's
+    // mail (the local SES keeps it all) never counts here.
+    let domain = format!("@{run}.example.com");
+    for to in sent_emails()?.into_iter().filter(|to| to.ends_with(&domain)) {
         *emails_to.entry(to).or_default() += 1;
     }
     audit.emails = emails_to.values().sum();
