@@ -7,7 +7,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValuesOnConditionCheckF
 use aws_sdk_dynamodb::Client;
 use idempotency::{Config, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
 use idempotency_dynamodb::{
-    attr, carried, carried_from_item, classify, Commit, Committed, DynamoDbStore, Placement, Write, WriteUnits, NEVER_EXPIRES,
+    attr, carried, carried_from_item, classify, Commit, Committed, DynamoDbStore, Placement, Write, WriteUnits,
+    NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
 

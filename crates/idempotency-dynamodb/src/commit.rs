@@ -126,8 +126,7 @@ impl Commit {
 
     /// The record as written at `now_ms`.
     fn record_at(&self, now_ms: u64) -> Record {
-        let expiration_s =
-            self.expiration_s.unwrap_or_else(|| now_ms / 1000 + Config::default().window().as_secs());
+        let expiration_s = self.expiration_s.unwrap_or_else(|| now_ms / 1000 + Config::default().window().as_secs());
         Record { expiration_s, ..self.record.clone() }
     }
 
