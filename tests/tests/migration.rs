@@ -86,6 +86,9 @@ async fn after_the_migration_an_event_applied_by_0_1_0_is_key_reuse_for_another_
     let report = l.ledger.migrate().await.unwrap();
     assert_eq!((report.carried_entries, report.records_written), (1, 1));
     assert_eq!(l.ledger.migrate().await.unwrap().records_written, 0, "a second run writes nothing");
+    // The same id applied for a second account under the old layout: reported, not hidden.
+    write_as_0_1_0(&l, &Payments::event("pay_legacy", "acct_twice", 500, "USD")).await;
+    assert_eq!(l.ledger.migrate().await.unwrap().conflicts, 1);
     // Sanity: the same account's duplicate is answered from the carried record.
     assert_eq!(l.ledger.post(&old).await.unwrap(), Outcome::Replayed(Posting::Applied));
 

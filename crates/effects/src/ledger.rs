@@ -61,6 +61,9 @@ pub struct Migration {
     pub records_written: u64,
     /// Recorded outcomes whose finite expiration was made permanent.
     pub records_made_permanent: u64,
+    /// Entries whose event id already had a record of another payload (the id was used twice
+    /// before the migration); logged at warn, left for an operator.
+    pub conflicts: u64,
 }
 
 /// An account's balance item.
@@ -321,8 +324,16 @@ impl Ledger {
             for item in out.items() {
                 let record = Record { expiration_s: NEVER_EXPIRES, ..carried_from_item(item)? };
                 report.carried_entries += 1;
-                if self.store.record_outcome(&record, now_ms, None).await?.is_none() {
-                    report.records_written += 1;
+                match self.store.record_outcome(&record, now_ms, None).await? {
+                    None => report.records_written += 1,
+                    // The id already has a record of another payload: the same event id was
+                    // used twice (for another account) before the migration. Both stand; an
+                    // operator decides.
+                    Some(Committed::Exists(existing)) if existing.payload_hash != record.payload_hash => {
+                        tracing::warn!(id = %record.id, "migrate: an entry and the record of its event id disagree");
+                        report.conflicts += 1;
+                    }
+                    Some(_) => {}
                 }
             }
             start = out.last_evaluated_key().cloned();
@@ -351,20 +362,20 @@ impl Ledger {
                 .map_err(|e| classify("Scan", e))?;
             for item in out.items() {
                 let Some(id) = item.get(attr::ID).cloned() else { continue };
-                // Only a record still live: one that lapsed already answers nothing, and
-                // reviving it could contradict what happened since.
+                // A lapsed record still in the table (TTL deletes within days, not at once) is
+                // made permanent too: while it is there nothing else can have claimed its key,
+                // so its answer is still the only one the event id ever got.
                 let updated = self
                     .client()
                     .update_item()
                     .table_name(self.store.table())
                     .key(attr::ID, id)
                     .update_expression("SET #expiration = :never")
-                    .condition_expression("#status = :completed AND #expiration >= :now_s")
+                    .condition_expression("#status = :completed")
                     .expression_attribute_names("#status", attr::STATUS)
                     .expression_attribute_names("#expiration", attr::EXPIRATION)
                     .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
                     .expression_attribute_values(":never", never.clone())
-                    .expression_attribute_values(":now_s", AttributeValue::N((now_ms / 1000).to_string()))
                     .send()
                     .await;
                 match updated {
