@@ -1,4 +1,4 @@
-//! Review round 2: `classify` reads only the error code, never the HTTP status. A 5xx answer
+//! Review round 2 (fixed): `classify` read only the error code, never the HTTP status. A 5xx answer
 //! whose body names no code DynamoDB's classifier knows (an empty or proxy-written body from
 //! a 502/503/504, after the SDK's own retries ran out) is `StoreErrorKind::Other`, which is
 //! permanent. Callers act on that: the receipts relay marks the row FAILED and the Streams
@@ -15,11 +15,13 @@ fn answer(status: u16, code: Option<&str>) -> SdkError<PutItemError, HttpRespons
     if let Some(code) = code {
         meta = meta.code(code);
     }
-    SdkError::service_error(PutItemError::generic(meta.build()), HttpResponse::new(status.try_into().unwrap(), "".into()))
+    SdkError::service_error(
+        PutItemError::generic(meta.build()),
+        HttpResponse::new(status.try_into().unwrap(), "".into()),
+    )
 }
 
 #[test]
-#[ignore = "review finding: a DynamoDB 5xx whose code classify does not list is classified Other (permanent)"]
 fn server_errors_without_a_known_code_are_retryable() {
     let mut wrong = Vec::new();
     for status in [500u16, 502, 503, 504] {
@@ -34,7 +36,6 @@ fn server_errors_without_a_known_code_are_retryable() {
 }
 
 #[test]
-#[ignore = "review finding: transient or operator-fixable DynamoDB errors are classified Other (permanent)"]
 fn transient_and_operator_fixable_codes_are_not_permanent() {
     // A single-item write that meets an in-flight transaction (documented as retryable),
     // expired session credentials (refreshed by the runtime), a request the server timed out.

@@ -105,7 +105,8 @@ impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         let kind = match e.kind() {
             StoreErrorKind::Throttled => ErrorKind::Throttled,
-            StoreErrorKind::Unavailable => ErrorKind::StoreUnavailable,
+            // A misconfigured store is unavailable to this deployment until an operator acts.
+            StoreErrorKind::Unavailable | StoreErrorKind::Misconfigured => ErrorKind::StoreUnavailable,
             StoreErrorKind::Fenced => ErrorKind::LeaseLost,
             StoreErrorKind::TooLarge => ErrorKind::ResponseTooLarge,
             StoreErrorKind::Malformed | StoreErrorKind::Other => ErrorKind::Store,

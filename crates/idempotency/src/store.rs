@@ -113,14 +113,25 @@ pub enum StoreErrorKind {
     TooLarge,
     /// A stored record could not be read back (missing or malformed attribute). Permanent.
     Malformed,
-    /// Any other failure (bad request, missing table, access denied). Permanent.
+    /// The backend or this deployment is set up wrong in a way an operator fixes: a missing
+    /// table, access denied, unknown credentials, a table the caller was configured without.
+    /// Retryable: it is no verdict on the message, so the message waits for the fix (in its
+    /// queue, stream or DLQ) instead of being given up on, and a FIFO group keeps its order.
+    Misconfigured,
+    /// Any other failure (a bad request). Permanent.
     Other,
 }
 
 impl StoreErrorKind {
     /// Whether the same call may succeed later.
     pub fn is_retryable(self) -> bool {
-        matches!(self, StoreErrorKind::Throttled | StoreErrorKind::Unavailable | StoreErrorKind::Fenced)
+        matches!(
+            self,
+            StoreErrorKind::Throttled
+                | StoreErrorKind::Unavailable
+                | StoreErrorKind::Fenced
+                | StoreErrorKind::Misconfigured
+        )
     }
 }
 
