@@ -245,8 +245,11 @@ impl<E: EmailSender> Receipts<E> {
                     self.alerts.raise(Alert::EmailBlocked, &e.to_string());
                     return Err(RecordError::retryable(e.to_string()));
                 }
-                Err(e) if e.is_retryable() => return Err(RecordError::retryable(e.to_string())),
-                Err(e) => return Err(RecordError::permanent(e.to_string())),
+                Err(e) if is_verdict_on_the_receipt(&e) => return Err(RecordError::permanent(e.to_string())),
+                // Anything else is a fault of the store, the provider or the deployment, which
+                // a moment or an operator fixes: a permanent answer would mark the row FAILED
+                // and the stream would go past the receipt for good.
+                Err(e) => return Err(RecordError::retryable(e.to_string())),
             }
         };
         if let Outcome::Fresh(Receipt::Ambiguous) = &outcome {
@@ -275,7 +278,6 @@ impl<E: EmailSender> Receipts<E> {
         .await;
         match marked {
             Ok(()) => Ok(if replayed { Disposition::Duplicate } else { disposition }),
-            Err(e) if e.is_retryable() => Err(RecordError::retryable(e.to_string())),
             // The row was deleted after the stream captured it (an erasure, a cleanup, its
             // TTL): there is nothing left to mark, and failing would hold the records behind it.
             // `mark` reports a missing row, and only that, as `Malformed` (its condition is the
@@ -284,7 +286,10 @@ impl<E: EmailSender> Receipts<E> {
                 tracing::warn!(error = %e, status = status.as_str(), "outbox row deleted before its receipt was marked; skipped");
                 Ok(Disposition::Skipped)
             }
-            Err(e) => Err(RecordError::permanent(e.to_string())),
+            // Never permanent, whatever failed: the receipt's fate is known and kept in its
+            // marker, and a permanent answer would have `handle` mark the row FAILED ("not
+            // sent") over an email that went out. The retry replays the marker and marks again.
+            Err(e) => Err(RecordError::retryable(format!("marking the row {}: {e}", status.as_str()))),
         }
     }
 
@@ -317,6 +322,18 @@ impl<E: EmailSender> Receipts<E> {
                 "receipt failed permanently; its row could not be marked FAILED (already marked, gone, or unreachable)"
             ),
         }
+    }
+}
+
+/// Whether `e`, from sending a receipt once, is a verdict on the receipt itself, which no retry
+/// changes: its event id reused for another recipient, or an invalid key. Only these may fail
+/// the record permanently; the store's faults (a missing table, a 5xx, a marker it cannot read
+/// back) are not the receipt's.
+fn is_verdict_on_the_receipt(e: &effects::Error) -> bool {
+    match e {
+        effects::Error::InvalidPayment(_) => true,
+        effects::Error::Idempotency(e) => matches!(e.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey),
+        _ => false,
     }
 }
 

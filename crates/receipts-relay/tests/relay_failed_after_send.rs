@@ -1,4 +1,4 @@
-//! Review round 2: the relay's permanent path marks a still-pending row FAILED whatever failed,
+//! Review round 2 (fixed): the relay's permanent path marks a still-pending row FAILED whatever failed,
 //! including the `mark` that follows a send SES accepted. A 503 without a listed error code on
 //! that UpdateItem (after the SDK's own retries) is `StoreErrorKind::Other`, permanent: the row
 //! is marked FAILED ("not sent", for the operator who resends FAILED receipts) while the email
@@ -46,9 +46,12 @@ fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     }
 }
 
-/// A proxy to the local AWS that answers `503` with an empty body to every UpdateItem whose
-/// body contains `needle`, and forwards the rest.
-fn proxy(upstream: String, needle: String) -> u16 {
+/// An empty-bodied 503, as a load balancer answers.
+const UNAVAILABLE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n";
+
+/// A proxy to the local AWS that answers `answer` to every UpdateItem whose body contains
+/// `needle`, and forwards the rest.
+fn proxy(upstream: String, needle: String, answer: &'static [u8]) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let upstream = upstream.trim_start_matches("http://").to_owned();
@@ -60,7 +63,7 @@ fn proxy(upstream: String, needle: String) -> u16 {
                 while let Some((head, body)) = read_request(&mut client) {
                     let text = String::from_utf8_lossy(&body);
                     if head.contains("UpdateItem") && text.contains(&needle) {
-                        let _ = client.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
+                        let _ = client.write_all(answer);
                         continue;
                     }
                     let head: Vec<&str> =
@@ -83,8 +86,27 @@ fn proxy(upstream: String, needle: String) -> u16 {
 }
 
 #[tokio::test]
-#[ignore = "review finding: a codeless 503 on marking the row after a send is permanent; the row is marked FAILED though the email went out"]
 async fn a_server_error_on_mark_after_a_send_does_not_mark_the_row_failed() {
+    mark_meets(UNAVAILABLE).await;
+}
+
+/// Not only a transient fault: any failed `mark` after an outcome is retryable, even one the
+/// store calls permanent (a request it refuses as invalid), since the receipt's fate is in its
+/// marker and a FAILED row would say "not sent" over a sent email.
+#[tokio::test]
+async fn a_refused_mark_after_a_send_does_not_mark_the_row_failed() {
+    let body = r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"One or more parameter values were invalid"}"#;
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    mark_meets(Box::leak(answer.into_bytes().into_boxed_slice())).await;
+}
+
+/// A receipt sent through a relay whose `mark` meets `answer`: the email goes out once, the
+/// row is not FAILED, the record is retryable, and the retry (through the real table) replays
+/// the marker and marks the row SENT without a second email.
+async fn mark_meets(answer: &'static [u8]) {
     let (store, _) = fresh_store().await;
     let client = store.client().clone();
     let outbox_table = unique_name("outbox");
@@ -104,12 +126,13 @@ async fn a_server_error_on_mark_after_a_send_does_not_mark_the_row_failed() {
     let event: aws_lambda_events::event::dynamodb::Event = serde_json::from_str(&sample).unwrap();
 
     // `mark`'s UpdateItem (its condition is the row's existence) meets 503s; all else passes.
-    let port = proxy(endpoint(), "attribute_exists(#pk)".into());
+    let port = proxy(endpoint(), "attribute_exists(#pk)".into(), answer);
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
         .endpoint_url(format!("http://127.0.0.1:{port}"))
         .build();
     let proxied = aws_sdk_dynamodb::Client::from_conf(conf);
     let markers = Idempotency::new(DynamoDbStore::new(proxied, store.table()), Config::default().lease(MARKER_LEASE));
+    let direct = Idempotency::new(store.clone(), Config::default().lease(MARKER_LEASE));
     let sender = RecordingSender::new();
     let relay = Receipts::new(markers, &sender, &outbox_table, Policy::AtMostOnce)
         .with_alerts(Alerts::new("test").published(false));
@@ -130,8 +153,30 @@ async fn a_server_error_on_mark_after_a_send_does_not_mark_the_row_failed() {
         .unwrap();
     let status = row["status"].as_s().unwrap().clone();
     assert_ne!(
-        status, "FAILED",
+        status,
+        "FAILED",
         "the row says FAILED ({:?}) for a receipt SES accepted; relay result {result:?}",
         row.get("failure_reason")
     );
+    let err = result.unwrap_err();
+    assert_ne!(err.retry, triggers::Retry::Permanent, "{}", err.reason);
+
+    // The stream's retry, with the store reachable again.
+    let retry = Receipts::new(direct, &sender, &outbox_table, Policy::AtMostOnce)
+        .with_alerts(Alerts::new("test").published(false));
+    let again = triggers::streams::Handler::handle(&retry, &event.records[0], None).await;
+    assert_eq!(again.unwrap(), triggers::Disposition::Duplicate, "the marker's outcome replayed");
+    assert_eq!(sender.sent().len(), 1, "not sent twice");
+    let row = client
+        .get_item()
+        .table_name(&outbox_table)
+        .key("pk", AttributeValue::S(effects::outbox::row_key(&event_id)))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+        .unwrap();
+    assert_eq!(row["status"].as_s().unwrap(), "SENT");
 }

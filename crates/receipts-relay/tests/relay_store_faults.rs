@@ -1,4 +1,4 @@
-//! Review round 2: since a permanent relay failure is no longer the Streams checkpoint, every
+//! Review round 2 (fixed): since a permanent relay failure is no longer the Streams checkpoint, every
 //! DynamoDB error `classify` calls `Other` is a receipt given up on for good: the row is
 //! marked FAILED, the stream goes past it, and no retry ever sends it. `Other` includes
 //! conditions an operator or a moment fixes: a marker table not there yet (a deploy order, a
@@ -54,7 +54,6 @@ async fn pending_row(client: &aws_sdk_dynamodb::Client) -> (String, String, Even
 /// The marker table is missing (ResourceNotFoundException, `Other`): the receipt's row is
 /// marked FAILED and the stream goes on. Once the table exists, nothing sends that receipt.
 #[tokio::test]
-#[ignore = "review finding: a missing marker table (ResourceNotFoundException) fails the receipt permanently; the row is FAILED and the stream goes past it"]
 async fn a_missing_marker_table_is_not_a_receipt_given_up_on() {
     let (store, _) = fresh_store().await;
     let client = store.client().clone();
@@ -79,8 +78,26 @@ async fn a_missing_marker_table_is_not_a_receipt_given_up_on() {
 /// A DynamoDB endpoint that answers every request `503` with an empty body (a load balancer's
 /// answer, after the SDK's own retries): `Other`, permanent; the row is marked FAILED.
 #[tokio::test]
-#[ignore = "review finding: a 503 without a listed error code on the marker claim fails the receipt permanently; the row is FAILED and the stream goes past it"]
 async fn a_server_error_on_the_marker_claim_is_not_a_receipt_given_up_on() {
+    claim_meets(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n").await;
+}
+
+/// Even a store error the store itself calls permanent (a request refused as invalid: a bug or
+/// a schema drift, fixed by a deploy) is no verdict on the receipt: retried, the row stays
+/// PENDING. Only key reuse on the marker or an unreadable row fails a receipt for good.
+#[tokio::test]
+async fn a_refused_marker_claim_is_not_a_receipt_given_up_on() {
+    let body = r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"One or more parameter values were invalid"}"#;
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    claim_meets(Box::leak(answer.into_bytes().into_boxed_slice())).await;
+}
+
+/// A relay whose marker table answers every request with `answer`: nothing is sent, the record
+/// is not failed permanently and the row stays PENDING.
+async fn claim_meets(answer: &'static [u8]) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -92,7 +109,7 @@ async fn a_server_error_on_the_marker_claim_is_not_a_receipt_given_up_on() {
                     match stream.read(&mut buf) {
                         Ok(0) | Err(_) => return,
                         Ok(_) => {
-                            let _ = stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
+                            let _ = stream.write_all(answer);
                         }
                     }
                 }
@@ -123,4 +140,5 @@ async fn a_server_error_on_the_marker_claim_is_not_a_receipt_given_up_on() {
         "a 503 is classified permanent ({}), so the Streams driver goes past the receipt for good (row {status})",
         err.reason
     );
+    assert_eq!(status, "PENDING", "{}", err.reason);
 }
