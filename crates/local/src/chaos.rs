@@ -180,7 +180,7 @@ impl<F: StreamFunction> StreamFunction for TimedRelay<F> {
         match tokio::time::timeout(Duration::from_secs(3), self.inner.invoke(event.clone())).await {
             Ok(response) => response,
             Err(_) => {
-                self.crashes.hit("relay invocation timed out (dropped)");
+                self.crashes.hit(RELAY_TIMED_OUT);
                 let mut response = DynamoDbEventResponse::default();
                 let mut f = DynamoDbBatchItemFailure::default();
                 f.item_identifier = event.records.first().and_then(|r| r.change.sequence_number.clone());
@@ -207,6 +207,35 @@ impl EmailSender for AcceptThenDie {
         }
         Ok(id)
     }
+}
+
+/// The relay's invocations dropped at their deadline, as [`TimedRelay`] counts them.
+const RELAY_TIMED_OUT: &str = "relay invocation timed out (dropped)";
+
+/// How many receipts the faults counted in `faults` (by `fault operation`, as the proxy and the
+/// crash points count them) can leave `AMBIGUOUS` under at most once; each of these does so to
+/// one receipt at most:
+///
+/// - a lost answer or a 500 from `ses:SendEmail`: the message may have gone out, so it is flagged;
+/// - a relay invocation dropped at its deadline: the marker it held is taken over after its lease
+///   and flagged. Every crash after SES accepted ends so (the attempt hangs until the deadline),
+///   so those crashes are counted here, once;
+/// - a lost answer to a marker's claim (`PutItem`): what the claim replaced is unknown, so it is
+///   taken for a takeover;
+/// - a completion or release of a marker (`UpdateItem`, `DeleteItem`) lost, throttled or
+///   failed past the retries: the marker stays held and is taken over after its lease.
+///
+/// An upper bound: the same faults hit the outbox rows' updates and the rejection records too,
+/// and most are absorbed by a retry. Delays, throttled or refused sends (definite: the marker
+/// is released or records the refusal) and throttled claims (nothing written) explain none.
+pub fn ambiguous_receipts_explained(faults: &BTreeMap<String, u64>) -> usize {
+    let explains = |key: &str| match key.rsplit_once(' ') {
+        Some(("lost response" | "500", "ses:SendEmail")) => true,
+        Some(("lost response", "dynamodb:PutItem")) => true,
+        Some(("lost response" | "throttled" | "500", "dynamodb:UpdateItem" | "dynamodb:DeleteItem")) => true,
+        _ => key == RELAY_TIMED_OUT,
+    };
+    faults.iter().filter(|(key, _)| explains(key)).map(|(_, n)| *n as usize).sum()
 }
 
 /// Runs the scenario on fresh resources.
@@ -324,11 +353,50 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
         report.faults.insert((*k).to_owned(), *v);
     }
     report.faults.insert("DLQ redrive (messages moved back)".into(), redriven as u64);
-    // The invariants, read from the tables, the DLQ and the local SES, not from the plan.
-    report.audit = crate::audit::audit(clients, &r, &plan, &w.run, true).await?;
+    // The invariants, read from the tables, the DLQ and the local SES, not from the plan; no more
+    // AMBIGUOUS receipts than the faults counted above can explain.
+    let explained = ambiguous_receipts_explained(&report.faults);
+    report.audit = crate::audit::audit(clients, &r, &plan, &w.run, explained).await?;
     lap("audit (tables, DLQ, SES read back)");
     report.phases = phases;
     report.elapsed = started.elapsed();
     resources::down(clients, &r).await.ok();
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ambiguous_receipts_are_explained_by_the_faults_on_the_receipts_path_only() {
+        // The 20,000-event run's counts (docs/chaos.md).
+        let faults: BTreeMap<String, u64> = [
+            ("500 dynamodb:TransactWriteItems", 350),
+            ("500 ses:SendEmail", 38),
+            ("DLQ redrive (messages moved back)", 240),
+            ("crash after SES accepted, before the marker completed", 97),
+            ("crash after ledger commit, before ack", 138),
+            ("delay dynamodb:TransactWriteItems", 745),
+            ("invocation dies mid-batch (future dropped)", 138),
+            ("lost response dynamodb:DeleteItem", 5),
+            ("lost response dynamodb:PutItem", 125),
+            ("lost response dynamodb:TransactWriteItems", 1081),
+            ("lost response dynamodb:UpdateItem", 177),
+            ("lost response ses:SendEmail", 48),
+            ("refused ses:SendEmail", 96),
+            (RELAY_TIMED_OUT, 97),
+            ("throttled dynamodb:PutItem", 117),
+            ("throttled dynamodb:TransactWriteItems", 728),
+            ("throttled dynamodb:UpdateItem", 194),
+            ("throttled ses:SendEmail", 126),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        // SES 500s and lost answers, dropped relays (each crash after SES accepted is one of
+        // them, counted once), lost claims, and marker completions or releases that failed.
+        assert_eq!(ambiguous_receipts_explained(&faults), 38 + 48 + 97 + 125 + 5 + 177 + 194);
+        assert_eq!(ambiguous_receipts_explained(&BTreeMap::new()), 0, "no faults, nothing ambiguous");
+    }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use effects::PaymentEvent;
+use effects::{PaymentEvent, Rejection};
 use serde_json::json;
 
 /// The largest SQS message body the chaos bodies reach: 256 KiB, the limit queues had for years
@@ -66,8 +66,14 @@ impl Workload {
 pub enum Kind {
     /// A credit on a shared account, one in four with a receipt address.
     Credit,
-    /// The credit a racing debit or a currency mismatch needs, sent next to it.
+    /// The credit a racing debit needs, sent next to it, on a fresh account: nothing in the
+    /// contract can reject it (a credit never lacks funds; the account has no currency yet, or
+    /// its own), so it applies.
     FundingCredit,
+    /// An account's first credit in its own currency, sent next to a credit in another
+    /// ([`Kind::CurrencyMismatch`]): whichever applies first sets the account's currency and the
+    /// other is rejected (currency mismatch).
+    RacedCredit,
     /// A debit sent next to its funding credit: applied if the credit is in first, rejected
     /// (insufficient funds) otherwise; on a standard queue either may happen.
     RacingDebit,
@@ -106,7 +112,8 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Credit => "credit",
-            Kind::FundingCredit => "funding credit (raced)",
+            Kind::FundingCredit => "funding credit of a racing debit",
+            Kind::RacedCredit => "credit racing another currency",
             Kind::RacingDebit => "debit racing its funding credit",
             Kind::Overdraft => "overdraft",
             Kind::CurrencyMismatch => "currency mismatch (raced)",
@@ -120,15 +127,35 @@ impl Kind {
     }
 
     /// Whether the contract allows `fate` for a body of this kind. A reused id's copy may take
-    /// effect when it arrives before the original, which then goes to the DLQ instead.
+    /// effect when it arrives before the original, which then goes to the DLQ instead. A
+    /// rejection must also have a reason the contract gives this body
+    /// ([`Kind::may_be_rejected_for`]).
     pub fn allows(self, fate: Fate) -> bool {
         use Fate::*;
         match self {
-            Kind::Credit | Kind::RefusedAddress | Kind::Oversized | Kind::PanicOnce => fate == Applied,
-            Kind::FundingCredit | Kind::RacingDebit | Kind::CurrencyMismatch => fate != Dlq,
+            Kind::Credit | Kind::FundingCredit | Kind::RefusedAddress | Kind::Oversized | Kind::PanicOnce => {
+                fate == Applied
+            }
+            Kind::RacingDebit | Kind::RacedCredit | Kind::CurrencyMismatch => fate != Dlq,
             Kind::Overdraft => fate == Rejected,
             Kind::PanicAlways => fate == Dlq,
             Kind::ReusedForAccount | Kind::ReusedForAmount => true,
+        }
+    }
+
+    /// Whether the contract can reject `event`, a body of this kind, for `reason`: insufficient
+    /// funds only for a debit larger than the balance it met (never for a credit); a currency
+    /// mismatch only in a currency race (the one kind whose account another currency can claim
+    /// first), and only against another currency. A reason outside these is a ledger's bug, even
+    /// on a body that may be rejected.
+    pub fn may_be_rejected_for(self, event: &PaymentEvent, reason: &Rejection) -> bool {
+        match reason {
+            Rejection::InsufficientFunds { balance_cents } => {
+                event.amount_cents < 0 && balance_cents.saturating_add(event.amount_cents) < 0
+            }
+            Rejection::CurrencyMismatch { account_currency } => {
+                matches!(self, Kind::RacedCredit | Kind::CurrencyMismatch) && *account_currency != event.currency
+            }
         }
     }
 }
@@ -271,7 +298,7 @@ pub fn plan(w: &Workload) -> Plan {
     for f in 0..fx {
         let account = format!("acct-{run}-fx-{f}");
         let mut pair = vec![
-            sent(event(next_id(""), account.clone(), 2_000, "USD", None), Kind::FundingCredit),
+            sent(event(next_id(""), account.clone(), 2_000, "USD", None), Kind::RacedCredit),
             sent(event(next_id(""), account, 3_000, "EUR", None), Kind::CurrencyMismatch),
         ];
         if rng.below(2) == 0 {
@@ -440,7 +467,8 @@ mod tests {
         let kinds = p.kinds();
         assert_eq!(kinds[&Kind::RacingDebit], 40);
         assert_eq!(kinds[&Kind::CurrencyMismatch], 10);
-        assert_eq!(kinds[&Kind::FundingCredit], 50);
+        assert_eq!(kinds[&Kind::FundingCredit], 40);
+        assert_eq!(kinds[&Kind::RacedCredit], 10);
         assert_eq!(kinds[&Kind::Overdraft], 20);
         assert_eq!(kinds[&Kind::ReusedForAccount] + kinds[&Kind::ReusedForAmount], 10);
         assert_eq!(p.sent.len(), 1010);
@@ -496,7 +524,8 @@ mod tests {
                     } else {
                         &p.sent[i + 1]
                     };
-                    assert_eq!(partner.kind, Kind::FundingCredit);
+                    let funding = if s.kind == Kind::RacingDebit { Kind::FundingCredit } else { Kind::RacedCredit };
+                    assert_eq!(partner.kind, funding);
                     let theirs = positions(&partner.body);
                     let closest =
                         positions(&s.body).iter().flat_map(|a| theirs.iter().map(|b| a.abs_diff(*b))).min().unwrap();
@@ -510,6 +539,32 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    #[test]
+    fn each_kind_may_be_rejected_only_for_a_reason_the_contract_gives_it() {
+        let p = plan(&workload(300));
+        let of = |kind: Kind| p.sent.iter().find(|s| s.kind == kind).unwrap().event.clone();
+        let (funding, debit, raced, other) =
+            (of(Kind::FundingCredit), of(Kind::RacingDebit), of(Kind::RacedCredit), of(Kind::CurrencyMismatch));
+        let broke = Rejection::InsufficientFunds { balance_cents: 0 };
+        let in_eur = Rejection::CurrencyMismatch { account_currency: "EUR".into() };
+        let in_usd = Rejection::CurrencyMismatch { account_currency: "USD".into() };
+        // The debit race: the credit applies; the debit may find the account empty.
+        assert!(Kind::FundingCredit.allows(Fate::Applied) && !Kind::FundingCredit.allows(Fate::Rejected));
+        assert!(Kind::RacingDebit.allows(Fate::Rejected) && Kind::RacingDebit.allows(Fate::Applied));
+        assert!(!Kind::FundingCredit.may_be_rejected_for(&funding, &broke), "a credit never lacks funds");
+        assert!(Kind::RacingDebit.may_be_rejected_for(&debit, &broke));
+        let covered = Rejection::InsufficientFunds { balance_cents: -debit.amount_cents };
+        assert!(!Kind::RacingDebit.may_be_rejected_for(&debit, &covered), "the balance covered it");
+        assert!(!Kind::RacingDebit.may_be_rejected_for(&debit, &in_eur), "only a currency race meets a currency");
+        // The currency race: either credit may lose, to the other currency only.
+        assert!(Kind::RacedCredit.allows(Fate::Rejected) && Kind::CurrencyMismatch.allows(Fate::Rejected));
+        assert!(Kind::RacedCredit.may_be_rejected_for(&raced, &in_eur));
+        assert!(!Kind::RacedCredit.may_be_rejected_for(&raced, &in_usd), "not against its own currency");
+        assert!(Kind::CurrencyMismatch.may_be_rejected_for(&other, &in_usd));
+        assert!(!Kind::RacedCredit.may_be_rejected_for(&raced, &broke));
+        assert!(!Kind::Credit.may_be_rejected_for(&of(Kind::Credit), &in_eur));
     }
 
     #[test]

@@ -42,7 +42,7 @@ async fn what_the_tables_hold_decides_not_the_plan() {
     ledger.post(&overdraft.event).await.unwrap();
     let mut plan = Plan { sent: vec![credit.clone(), overdraft], ..Plan::default() };
 
-    let clean = audit(&clients, &r, &plan, &run, false).await.unwrap();
+    let clean = audit(&clients, &r, &plan, &run, 0).await.unwrap();
     assert!(clean.ok(), "{}", clean.table());
     assert_eq!(clean.outcomes[&Kind::Overdraft].get("rejected: insufficient funds"), Some(&1), "read back");
 
@@ -62,7 +62,7 @@ async fn what_the_tables_hold_decides_not_the_plan() {
             .send()
     };
     entry(&b).await.unwrap();
-    let broken = audit(&clients, &r, &plan, &run, false).await.unwrap();
+    let broken = audit(&clients, &r, &plan, &run, 0).await.unwrap();
     assert!(!holds(&broken, "nothing lost"), "{}", broken.table());
     assert!(!holds(&broken, "an event id takes effect once"), "{}", broken.table());
     assert!(!holds(&broken, "balances"), "{}", broken.table());

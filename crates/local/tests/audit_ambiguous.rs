@@ -1,55 +1,88 @@
-//! Review round 2: the chaos audit (`ambiguous_allowed = true`) accepts any number of
-//! `AMBIGUOUS` receipt rows with no email at all, so its invariant "one receipt per applied
-//! event with an address" holds for a run in which no receipt was ever sent. Nothing ties the
-//! ambiguous rows to the faults that may cause one (crashes after SES accepted, lost claim or
-//! SES answers, SES 5xx): a relay that flagged every receipt ambiguous without sending (a
-//! `took_over` that is always true, say) passes the audit. The 20,000-event run in
-//! docs/chaos.md has 156 receipts never sent among its 301 `AMBIGUOUS` rows, unchecked.
+//! Review round 2: the chaos audit accepted any number of `AMBIGUOUS` receipt rows with no
+//! email at all, so its invariant "one receipt per applied event with an address" held for a
+//! run in which no receipt was ever sent, and nothing tied the ambiguous rows to the faults
+//! that may cause one (crashes after SES accepted, lost claim or SES answers, SES 5xx). Now an
+//! `AMBIGUOUS` row needs its email marker recorded `Ambiguous`, no more of them than the run's
+//! faults explain, and some email where receipts were due.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effects::{Ledger, PaymentEvent};
+use effects::{EmailMessage, EmailSender, Ledger, PaymentEvent, Receipt, SesSender};
+use idempotency::{Record, Status};
 use idempotency_dynamodb::testing::unique_name;
-use idempotency_dynamodb::DynamoDbStore;
-use local::audit::audit;
-use local::resources::{self, Clients};
+use idempotency_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
+use local::audit::{audit, Audit};
+use local::resources::{self, Clients, Resources, RECEIPT_FROM};
 use local::workload::{Kind, Plan, Sent};
 
-#[tokio::test]
-#[ignore = "review finding: the chaos audit's receipt invariant holds when every receipt is AMBIGUOUS and no email was sent"]
-async fn no_email_sent_at_all_fails_the_receipt_invariant() {
-    let clients = Clients::local().await;
-    let run = unique_name("aud2");
-    let r = resources::up(&clients, &run).await.unwrap();
+fn receipts_hold(found: &Audit) -> bool {
+    found.checks.iter().find(|c| c.name.starts_with("one receipt per applied event")).unwrap().ok
+}
+
+/// Posts `count` credits with an address at `@{domain}.example.com` and returns their plan.
+async fn post(clients: &Clients, r: &Resources, domain: &str, count: usize) -> Plan {
     let ledger = Ledger::new(
         DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table),
         &r.ledger_table,
         Some(r.outbox_table.clone()),
     );
     let mut plan = Plan::default();
-    for i in 0..5 {
+    for i in 0..count {
         let event = PaymentEvent {
-            event_id: format!("{run}-{i}"),
-            account_id: format!("{run}-acct-{i}"),
+            event_id: format!("{domain}-{i}"),
+            account_id: format!("{domain}-acct-{i}"),
             amount_cents: 500,
             currency: "USD".into(),
-            receipt_email: Some(format!("cust{i}@{run}.example.com")),
+            receipt_email: Some(format!("cust{i}@{domain}.example.com")),
         };
         ledger.post(&event).await.unwrap();
-        // A relay that never sends and flags every row AMBIGUOUS.
-        clients
-            .dynamodb
-            .update_item()
-            .table_name(&r.outbox_table)
-            .key("pk", AttributeValue::S(effects::outbox::row_key(&event.event_id)))
-            .update_expression("SET #s = :a")
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":a", AttributeValue::S("AMBIGUOUS".into()))
-            .send()
-            .await
-            .unwrap();
         plan.sent.push(Sent { body: serde_json::to_string(&event).unwrap(), event, kind: Kind::Credit, reuses: false });
     }
-    let found = audit(&clients, &r, &plan, &run, true).await.unwrap();
+    plan
+}
+
+/// Sets the receipt row's status, as the relay's `outbox::mark` would.
+async fn mark_row(clients: &Clients, r: &Resources, event_id: &str, status: &str) {
+    clients
+        .dynamodb
+        .update_item()
+        .table_name(&r.outbox_table)
+        .key("pk", AttributeValue::S(effects::outbox::row_key(event_id)))
+        .update_expression("SET #s = :a")
+        .expression_attribute_names("#s", "status")
+        .expression_attribute_values(":a", AttributeValue::S(status.into()))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Records the email marker `email#{event_id}` completed with `receipt`, as `send_once` leaves it.
+async fn record_marker(clients: &Clients, r: &Resources, event_id: &str, receipt: &Receipt) {
+    let store = DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let record = Record {
+        id: format!("email#{event_id}"),
+        status: Status::Completed,
+        lease_expires_at_ms: 0,
+        expiration_s: NEVER_EXPIRES,
+        payload_hash: idempotency::Config::default().payload_hash(event_id).unwrap(),
+        owner: String::new(),
+        response: Some(serde_json::to_string(receipt).unwrap()),
+    };
+    assert!(store.record_outcome(&record, now_ms, None).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn no_email_sent_at_all_fails_the_receipt_invariant() {
+    let clients = Clients::local().await;
+    let run = unique_name("aud2");
+    let r = resources::up(&clients, &run).await.unwrap();
+    let plan = post(&clients, &r, &run, 5).await;
+    for s in &plan.sent {
+        // A relay that never sends and flags every row AMBIGUOUS.
+        mark_row(&clients, &r, &s.event.event_id, "AMBIGUOUS").await;
+    }
+    // Even with faults enough to explain every row.
+    let found = audit(&clients, &r, &plan, &run, 5).await.unwrap();
     resources::down(&clients, &r).await.ok();
     assert_eq!(found.emails, 0, "no email was sent");
     let receipts = found.checks.iter().find(|c| c.name.starts_with("one receipt per applied event")).unwrap();
@@ -59,4 +92,63 @@ async fn no_email_sent_at_all_fails_the_receipt_invariant() {
         receipts.name,
         found.table()
     );
+}
+
+#[tokio::test]
+async fn ambiguous_rows_need_their_marker_the_faults_to_explain_them_and_some_email_sent() {
+    let clients = Clients::local().await;
+    let run = unique_name("aud4");
+    let r = resources::up(&clients, &run).await.unwrap();
+
+    // One receipt sent (to the local SES, row SENT, marker Sent); three flagged ambiguous by the
+    // at-most-once path (marker Ambiguous, row AMBIGUOUS).
+    let plan = post(&clients, &r, &run, 4).await;
+    let first = &plan.sent[0].event;
+    let message = EmailMessage {
+        to: first.receipt_email.clone().unwrap(),
+        subject: "Payment received".into(),
+        text: "500 USD".into(),
+    };
+    let message_id = SesSender::new(clients.ses.clone(), RECEIPT_FROM).send(&message).await.unwrap();
+    record_marker(&clients, &r, &first.event_id, &Receipt::Sent { message_id }).await;
+    mark_row(&clients, &r, &first.event_id, "SENT").await;
+    for s in &plan.sent[1..] {
+        record_marker(&clients, &r, &s.event.event_id, &Receipt::Ambiguous).await;
+        mark_row(&clients, &r, &s.event.event_id, "AMBIGUOUS").await;
+    }
+    let explained = audit(&clients, &r, &plan, &run, 3).await.unwrap();
+    assert_eq!(explained.emails, 1);
+    assert!(
+        explained.ok(),
+        "three ambiguous rows, each with its marker, three faults to explain them:\n{}",
+        explained.table()
+    );
+    let unexplained = audit(&clients, &r, &plan, &run, 2).await.unwrap();
+    assert!(!receipts_hold(&unexplained), "three ambiguous rows, faults for two:\n{}", unexplained.table());
+
+    // A row flagged AMBIGUOUS whose marker says the email was sent: not the at-most-once path.
+    let last = &plan.sent[3].event;
+    clients
+        .dynamodb
+        .delete_item()
+        .table_name(&r.idempotency_table)
+        .key("id", AttributeValue::S(format!("email#{}", last.event_id)))
+        .send()
+        .await
+        .unwrap();
+    record_marker(&clients, &r, &last.event_id, &Receipt::Sent { message_id: "m-1".into() }).await;
+    let unbacked = audit(&clients, &r, &plan, &run, 3).await.unwrap();
+    assert!(!receipts_hold(&unbacked), "an AMBIGUOUS row whose marker says Sent:\n{}", unbacked.table());
+
+    // Every receipt ambiguous, each with its marker, faults for all: none sent still fails.
+    let silent = format!("{run}q");
+    let quiet = post(&clients, &r, &silent, 3).await;
+    for s in &quiet.sent {
+        record_marker(&clients, &r, &s.event.event_id, &Receipt::Ambiguous).await;
+        mark_row(&clients, &r, &s.event.event_id, "AMBIGUOUS").await;
+    }
+    let none_sent = audit(&clients, &r, &quiet, &silent, 3).await.unwrap();
+    resources::down(&clients, &r).await.ok();
+    assert_eq!(none_sent.emails, 0);
+    assert!(!receipts_hold(&none_sent), "3 receipts due, 0 emails:\n{}", none_sent.table());
 }

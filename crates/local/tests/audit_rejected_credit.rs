@@ -1,8 +1,9 @@
-//! Review round 2: the audit lets a funding credit end `Rejected` (`Kind::FundingCredit` allows
+//! Review round 2: the audit let a funding credit end `Rejected` (`Kind::FundingCredit` allowed
 //! any fate but the DLQ), though the debit race's funding credit is a USD credit on a fresh
 //! account and has no legitimate rejection: a ledger that refused it ("insufficient funds", for
-//! a credit) and its debit passes every invariant. "Nothing lost" counts the refused credit as
-//! rejected, recorded, and nothing checks that a rejection has a reason the contract gives.
+//! a credit) and its debit passed every invariant. "Nothing lost" counts the refused credit as
+//! rejected, recorded, and nothing checked that a rejection has a reason the contract gives.
+//! Now the funding credit must apply, and each rejection's reason must be one its kind can get.
 
 use effects::{Ledger, PaymentEvent, Posting, Rejection};
 use idempotency::{Record, Status};
@@ -13,7 +14,6 @@ use local::resources::{self, Clients};
 use local::workload::{Kind, Plan, Sent};
 
 #[tokio::test]
-#[ignore = "review finding: the audit passes a run whose funding credit (USD, fresh account) was rejected for insufficient funds"]
 async fn a_rejected_funding_credit_fails_an_invariant() {
     let clients = Clients::local().await;
     let run = unique_name("aud3");
@@ -45,9 +45,17 @@ async fn a_rejected_funding_credit_fails_an_invariant() {
         };
         assert!(store.record_outcome(&record, now_ms, None).await.unwrap().is_none());
     }
-    let sent = |event: PaymentEvent, kind| Sent { body: serde_json::to_string(&event).unwrap(), event, kind, reuses: false };
-    let plan = Plan { sent: vec![sent(credit, Kind::FundingCredit), sent(debit, Kind::RacingDebit)], ..Plan::default() };
-    let found = audit(&clients, &r, &plan, &run, false).await.unwrap();
+    let sent =
+        |event: PaymentEvent, kind| Sent { body: serde_json::to_string(&event).unwrap(), event, kind, reuses: false };
+    let plan =
+        Plan { sent: vec![sent(credit, Kind::FundingCredit), sent(debit, Kind::RacingDebit)], ..Plan::default() };
+    let found = audit(&clients, &r, &plan, &run, 0).await.unwrap();
     resources::down(&clients, &r).await.ok();
     assert!(!found.ok(), "every invariant holds with the funding credit refused:\n{}", found.table());
+    let kinds = found.checks.iter().find(|c| c.name.starts_with("each kind ends as the contract allows")).unwrap();
+    assert!(
+        !kinds.ok,
+        "a funding credit refused for insufficient funds is no fate the contract gives:\n{}",
+        found.table()
+    );
 }
