@@ -268,11 +268,16 @@ impl Ledger {
             .write(Write::new(ENTRY, TransactWriteItem::builder().put(entry).build()))
             .write(Write::new(BALANCE, TransactWriteItem::builder().update(balance).build()));
         if event.receipt_email.is_some() && self.outbox.is_none() {
-            // Applying it would ack a payment whose receipt nobody can ever send: refuse it, so
-            // the message reaches the DLQ with the reason instead of losing the receipt.
+            // Applying it would ack a payment whose receipt nobody can ever send: refuse it. A
+            // deployment fault, not a verdict on the payment: retryable, so the message waits
+            // for the fix (and a FIFO group holds its order) instead of being given up on.
             return Err(Error::Store(StoreError::new(
-                StoreErrorKind::Other,
-                format!("payment {} asks for a receipt, but this ledger has no outbox table", event.event_id),
+                StoreErrorKind::Misconfigured,
+                format!(
+                    "payment {} asks for a receipt, but this ledger has no outbox table (set OUTBOX_TABLE); \
+                     retried until it has one",
+                    event.event_id
+                ),
             )));
         }
         if let (Some(outbox), Some(email)) = (&self.outbox, &event.receipt_email) {

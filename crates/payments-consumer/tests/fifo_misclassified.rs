@@ -1,4 +1,4 @@
-//! Review round 2: the FIFO driver goes on with a group past a `Retry::Permanent` failure,
+//! Review round 2 (fixed): the FIFO driver goes on with a group past a `Retry::Permanent` failure,
 //! on the claim that such a record "never takes effect, so no later record can depend on it".
 //! That holds only if "permanent" really is permanent. A credit failed by a condition an
 //! operator fixes (a consumer deployed without `OUTBOX_TABLE`: the ledger refuses receipts with
@@ -53,7 +53,8 @@ fn group(account: &str, credit_id: &str, debit_id: &str) -> Vec<serde_json::Valu
     let credit = format!(
         r#"{{"event_id": "{credit_id}", "account_id": "{account}", "amount_cents": 500, "currency": "USD", "receipt_email": "c@example.com"}}"#
     );
-    let debit = format!(r#"{{"event_id": "{debit_id}", "account_id": "{account}", "amount_cents": -300, "currency": "USD"}}"#);
+    let debit =
+        format!(r#"{{"event_id": "{debit_id}", "account_id": "{account}", "amount_cents": -300, "currency": "USD"}}"#);
     vec![fifo_message("m-credit", account, &credit), fifo_message("m-debit", account, &debit)]
 }
 
@@ -61,8 +62,7 @@ fn group(account: &str, credit_id: &str, debit_id: &str) -> Vec<serde_json::Valu
 /// "permanently", the debit behind it is rejected for good. Config fixed, credit redriven:
 /// the debit never applies.
 #[tokio::test]
-#[ignore = "review finding: a credit refused for a missing OUTBOX_TABLE is 'permanent', the FIFO group goes on and its debit is rejected for good"]
-async fn a_configuration_fault_on_a_credit_rejects_the_debit_behind_it_for_good() {
+async fn a_configuration_fault_on_a_credit_holds_the_debit_behind_it() {
     let (store, _) = fresh_store().await;
     let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
     effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
@@ -90,8 +90,7 @@ async fn a_configuration_fault_on_a_credit_rejects_the_debit_behind_it_for_good(
 /// The same with a transient fault: the credit's transaction meets a 503 without a listed code
 /// (one request, through a second client), `Other`, permanent; the group goes on.
 #[tokio::test]
-#[ignore = "review finding: a 503 on a credit is 'permanent', the FIFO group goes on and its debit is rejected for good"]
-async fn a_server_error_on_a_credit_rejects_the_debit_behind_it_for_good() {
+async fn a_server_error_on_a_credit_holds_the_debit_behind_it() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {

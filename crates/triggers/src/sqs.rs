@@ -74,6 +74,12 @@ fn is_fifo(message: &SqsMessage) -> bool {
 ///   a DLQ redrive, it takes effect after the group's later records, as any dead-lettered
 ///   message does: see docs/ordering.md.)
 ///
+///   That holds only while `Permanent` is a verdict on the message itself, which no later
+///   delivery changes. A handler must report a fault of the store, the provider or the
+///   deployment (a 5xx, a missing table, a setting left out) retryable, however long its fix
+///   takes: reported permanent, the group would go on without a record that takes effect once
+///   fixed and redriven, and a debit behind a credit failed that way is rejected for good.
+///
 /// A handler that panics fails its record alone, on either path, whether it panics while its
 /// future runs or while `handle` makes it: the record is reported failed with the panic's
 /// message (redacted) logged at error, a FIFO group holds back its rest (a panic may be
@@ -132,7 +138,9 @@ async fn run_group<H: Handler>(
 ) -> Vec<(usize, RecordResult)> {
     let mut out = Vec::with_capacity(group.len());
     // The first record of the group that failed in a way a later delivery may undo; the records
-    // after it wait for it (see `process`). A permanent failure holds nothing back.
+    // after it wait for it (see `process`). A permanent failure holds nothing back: the handler
+    // answers permanent only for a verdict on the message (malformed, key reused), never for a
+    // fault a fix or a moment removes.
     let mut held_back_by: Option<String> = None;
     for (i, message) in group {
         let message_id = message.message_id.as_deref().unwrap_or("");
