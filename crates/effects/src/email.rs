@@ -487,7 +487,10 @@ async fn begin_marker<S: Store>(
 ///
 /// Claims the marker, sends, completes the marker with the provider's message id. A definite
 /// failure that may pass later (throttling, unreachable, the account or configuration blocked:
-/// [`SendErrorKind::Blocked`], logged at error level) releases the marker, so the retry sends;
+/// [`SendErrorKind::Blocked`], logged at error level) releases the marker, so the retry sends
+/// (a release whose answer is lost is sent again; one that still fails is logged at error level
+/// and its error says the marker is held until its lease ends, after which at most once records
+/// the email ambiguous);
 /// a refusal of this message is recorded as [`Receipt::Failed`]; an ambiguous failure (timeout,
 /// lost answer, a 5xx) follows the policy: at most once records [`Receipt::Ambiguous`] at once,
 /// without sending again (waiting for nothing: no retry will send it), at least once releases
@@ -560,12 +563,47 @@ pub async fn send_once<S: Store, E: EmailSender>(
             } else {
                 tracing::warn!(key = %effect_key, to = %to, error = %e, "email not sent; marker released for the retry");
             }
+            // A release whose answer is lost is sent again (`Idempotency::release`): a marker
+            // left in progress is, to the attempt that takes it over after the lease, a crash
+            // mid-send, which at most once records ambiguous and never sends.
+            let lease_end_ms = attempt.lease_expires_at_ms();
             if let Err(release) = idempotency.release(attempt).await {
-                tracing::warn!(key = %effect_key, error = %release, "could not release the marker; the retry waits for its lease");
+                tracing::error!(
+                    key = %effect_key,
+                    error = %release,
+                    lease_end_ms,
+                    ?policy,
+                    "email not sent, but its marker could not be released: held until its lease ends, then taken over as a possible crash mid-send (at most once: recorded ambiguous, not sent): operator check"
+                );
+                return Err(Error::Email(held(e, lease_end_ms, &release)));
             }
             Err(Error::Email(e))
         }
     }
+}
+
+/// A definite send failure whose marker could not be released: the same kind (retryable, as
+/// every kind that releases is), so callers branch as before (a `Blocked` account still raises
+/// its alert), and a message that says the marker is held, and until when.
+///
+/// Why not record the failure on the marker instead, so the takeover could resend: the marker's
+/// only write besides the release is its completion, and a completed marker replays for its
+/// whole dedup window (no claim may take it over), so "not sent" would need a new [`Receipt`]
+/// kind that every reader (the relay, replays by older code) would have to learn, and a store
+/// that refused the delete three times is unlikely to take the update meanwhile.
+fn held(e: SendError, lease_end_ms: u64, release: &idempotency::Error) -> SendError {
+    // An ambiguous failure is released only at least once, whose takeover resends anyway.
+    let sent = match e.kind {
+        SendErrorKind::Ambiguous => "it may have been sent, and",
+        _ => "nothing was sent, but",
+    };
+    SendError::new(
+        e.kind,
+        format!(
+            "{}; {sent} the email marker is still held until {lease_end_ms} ms (release failed: {release})",
+            e.message
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -17,7 +17,8 @@ pub enum Error {
     Idempotency(idempotency::Error),
     /// The store failed (throttled, unavailable, transaction limits, ...).
     Store(StoreError),
-    /// The email provider failed in a way that may pass on retry (its marker was released).
+    /// The email provider failed in a way that may pass on retry (its marker was released, unless
+    /// the message says the marker is still held: its release failed too).
     Email(SendError),
 }
 

@@ -21,6 +21,11 @@ use crate::store::{Claim, Completion, Store, StoreErrorKind};
 const COMPLETE_TRIES: u32 = 3;
 /// Pause before the first retry of a completion; doubled for the next.
 const COMPLETE_BACKOFF: Duration = Duration::from_millis(25);
+/// Tries of a release whose answer did not come back, paced as a completion's
+/// ([`COMPLETE_BACKOFF`]). A release left undone keeps the record in progress until its lease
+/// ends, and the attempt that takes it over then cannot tell "failed, nothing done" from
+/// "crashed mid-effect": an effect that must not repeat (an email at most once) gives up on it.
+const RELEASE_TRIES: u32 = 3;
 /// The longest the lease timer sleeps before checking the clock again (keeps `Instant`
 /// arithmetic in range whatever the lease).
 const MAX_TIMER: Duration = Duration::from_secs(3600);
@@ -373,9 +378,40 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Releases an attempt: deletes its record so a retry runs the effect again.
+    ///
+    /// A release whose answer did not come back (throttled, or unavailable: the delete may have
+    /// landed) is sent again, up to three tries, as a completion is. A retry that finds the
+    /// record gone succeeds (the store's contract). A retry that finds it another attempt's
+    /// (or completed) counts as done only while this attempt's lease lasts, by this attempt's
+    /// clock: no claim takes a record over before its lease ends, so the other attempt claimed
+    /// it after an earlier try had deleted it. Past the lease, that attempt may have taken it
+    /// over from this one, unreleased, and judged it as a crash: refused with
+    /// [`ErrorKind::LeaseLost`], as is a first try that finds the record not this attempt's.
+    /// On any error the record may still be in progress until its lease ends.
     pub async fn release(&self, attempt: Attempt) -> Result<(), Error> {
-        self.store.release(&attempt.id, &attempt.owner).await?;
-        Ok(())
+        let mut tries = 1;
+        loop {
+            match self.store.release(&attempt.id, &attempt.owner).await {
+                Ok(()) => return Ok(()),
+                Err(e)
+                    if tries < RELEASE_TRIES
+                        && matches!(e.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
+                {
+                    tracing::warn!(key = %attempt.id, error = %e, tries, "release unanswered; sending it again");
+                    tokio::time::sleep(COMPLETE_BACKOFF * 2u32.pow(tries - 1)).await;
+                    tries += 1;
+                }
+                Err(e)
+                    if tries > 1
+                        && e.kind() == StoreErrorKind::Fenced
+                        && self.config.now_ms() <= attempt.lease_expires_at_ms =>
+                {
+                    tracing::info!(key = %attempt.id, "an earlier release landed; the key has been claimed again since");
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     fn attempt(&self, record: Record, replaced: Option<Record>) -> Attempt {
@@ -468,6 +504,65 @@ impl Record {
                 ErrorKind::ResponseTooLarge,
                 format!("key {} completed, but its response was too large to keep", self.id),
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::{InMemoryStore, ManualClock, StoreError};
+
+    /// An in-memory store that fails the next `failing` releases before they land.
+    #[derive(Default)]
+    struct FlakyRelease {
+        inner: InMemoryStore,
+        failing: AtomicU32,
+        releases: AtomicU32,
+    }
+
+    impl Store for FlakyRelease {
+        async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
+            self.inner.claim(record, now_ms).await
+        }
+        async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
+            self.inner.complete(id, owner, completion).await
+        }
+        async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
+            self.releases.fetch_add(1, Ordering::SeqCst);
+            if self.failing.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+                return Err(StoreError::new(StoreErrorKind::Throttled, "throughput exceeded"));
+            }
+            self.inner.release(id, owner).await
+        }
+        async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
+            self.inner.get(id).await
+        }
+    }
+
+    /// A failed handler's release that is throttled twice is sent again until it lands: the
+    /// record is gone, and the retry runs the handler at once instead of after the lease (where
+    /// it would be a takeover, `took_over`). A third failure is the last: the record is left.
+    /// Paused time: the backoff sleeps pass at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_release_is_sent_again() {
+        for (failing, released) in [(2, true), (3, false)] {
+            let store = FlakyRelease { failing: AtomicU32::new(failing), ..Default::default() };
+            let clock = Arc::new(ManualClock::new());
+            let idem = Idempotency::new(store, Config::default().clock(clock));
+            let key = Key::new("job", "release").unwrap();
+            let failed = idem.run(&key, &1, || async { Err::<u32, _>("handler failed") }).await;
+            assert!(matches!(failed, Err(RunError::Handler("handler failed"))));
+            assert_eq!(idem.store().releases.load(Ordering::SeqCst), 3, "{failing} failures");
+            let record = idem.store().get(key.as_str()).await.unwrap();
+            assert_eq!(record.is_none(), released, "{failing} failures: {record:?}");
+            let retry = idem.run(&key, &1, || async { Ok::<u32, &str>(7) }).await;
+            match released {
+                true => assert_eq!(retry.unwrap(), Outcome::Fresh(7)),
+                false => assert!(retry.is_err(), "in progress until its lease ends"),
+            }
         }
     }
 }
