@@ -376,8 +376,12 @@ impl DynamoDbStore {
             StoreErrorKind::Throttled
         } else if codes.contains(&"ItemCollectionSizeLimitExceeded") {
             StoreErrorKind::TooLarge
-        } else {
+        } else if codes.contains(&"ValidationError") {
             StoreErrorKind::Other
+        } else {
+            // A reason this code does not know is not a verdict on the message: giving the
+            // message up for good on it could lose an event that a retry would post.
+            StoreErrorKind::Unavailable
         };
         Err(StoreError::new(kind, format!("transaction for {} cancelled: {codes:?}", commit.id())))
     }
