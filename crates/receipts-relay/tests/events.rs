@@ -1,13 +1,14 @@
 //! The receipts relay end to end on the local AWS: a payment's outbox row, the stream event in
 //! `events/`, and the email the local SES recorded.
 
+mod common;
+
 use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::Event;
-use aws_sdk_dynamodb::types::AttributeValue;
-use effects::{Ledger, PaymentEvent, Policy, SesSender};
+use effects::{Ledger, PaymentEvent, Policy};
 use idempotency::{Config, Idempotency};
-use idempotency_dynamodb::testing::{emails_to, fresh_store, sdk_config, unique_name};
+use idempotency_dynamodb::testing::{emails_to, fresh_store, unique_name};
 use lambda_runtime::{Context, LambdaEvent};
 use receipts_relay::Receipts;
 use triggers::streams::{process, Options};
@@ -34,26 +35,16 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
     payment.receipt_email = Some(to.clone());
     ledger.post(&payment).await.unwrap();
 
-    let ses = aws_sdk_sesv2::Client::new(&sdk_config().await);
-    ses.create_email_identity().email_identity("receipts@example.com").send().await.unwrap();
+    let ses = common::verified_ses("receipts@example.com").await;
     let markers = Idempotency::new(store, Config::default().lease(Duration::from_secs(60)));
-    let relay = Receipts::new(markers, SesSender::new(ses, "receipts@example.com"), &outbox_table, Policy::default());
+    let relay = Receipts::new(markers, ses, &outbox_table, Policy::default());
     let options = Options { metrics: false, ..Options::new("test") };
     for _ in 0..2 {
         let response = process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;
         assert!(response.batch_item_failures.is_empty());
     }
     assert_eq!(emails_to(&to).len(), 1, "one receipt for two deliveries of the stream record");
-    let row = client
-        .get_item()
-        .table_name(&outbox_table)
-        .key("pk", AttributeValue::S("receipt#pay_0001".into()))
-        .send()
-        .await
-        .unwrap()
-        .item()
-        .cloned()
-        .unwrap();
+    let row = common::row(&client, &outbox_table, "pay_0001").await.unwrap();
     assert_eq!(row["status"].as_s().unwrap(), "SENT");
     assert!(!row["message_id"].as_s().unwrap().is_empty());
 }

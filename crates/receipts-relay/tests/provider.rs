@@ -2,12 +2,13 @@
 //! stream record and the emails the local SES recorded when SES refuses the account, refuses
 //! the message, loses its answer, or an earlier attempt died holding the marker.
 
+mod common;
+
 use std::collections::VecDeque;
+use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_lambda_events::event::dynamodb::Event;
-use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sesv2::config::http::HttpResponse;
 use aws_sdk_sesv2::config::{AsyncSleep, Sleep};
 use aws_sdk_sesv2::error::SdkError;
@@ -16,11 +17,12 @@ use aws_sdk_sesv2::types::error::{
     AccountSuspendedException, MailFromDomainNotVerifiedException, MessageRejected, NotFoundException,
     SendingPausedException,
 };
+use common::{verified_ses, Pending};
 use effects::email::{email_key, SendError};
-use effects::outbox::{row_item, ReceiptRow};
-use effects::{EmailMessage, EmailSender, PaymentEvent, Policy, Receipt, SesSender};
-use idempotency::{Begin, Config, Idempotency, ManualClock, Store};
-use idempotency_dynamodb::testing::{emails_to, fresh_store, sdk_config, unique_name};
+use effects::outbox::ReceiptRow;
+use effects::{EmailMessage, EmailSender, Policy, Receipt, SesSender};
+use idempotency::{Begin, Idempotency, ManualClock, Store};
+use idempotency_dynamodb::testing::{emails_to, sdk_config, unique_name};
 use idempotency_dynamodb::DynamoDbStore;
 use lambda_runtime::{Context, LambdaEvent};
 use receipts_relay::{Alert, Receipts, MARKER_LEASE};
@@ -29,38 +31,26 @@ use triggers::Retry;
 
 /// A payment's outbox row on fresh tables, its stream record, and a relay's parts.
 struct Setup {
-    client: aws_sdk_dynamodb::Client,
-    outbox_table: String,
-    event_id: String,
-    to: String,
-    event: Event,
+    pending: Pending,
     markers: Idempotency<DynamoDbStore>,
     clock: Arc<ManualClock>,
 }
 
+/// The row's parts (`event_id`, `to`, `event`) read as the setup's own.
+impl Deref for Setup {
+    type Target = Pending;
+
+    fn deref(&self) -> &Pending {
+        &self.pending
+    }
+}
+
 impl Setup {
     async fn new() -> Setup {
-        let (store, _) = fresh_store().await;
-        let client = store.client().clone();
-        let outbox_table = unique_name("outbox");
-        effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
-        let event_id = unique_name("pay");
-        let to = format!("{}@example.com", unique_name("customer"));
-        let mut payment = PaymentEvent::parse(&format!(
-            r#"{{"event_id": "{event_id}", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}}"#
-        ))
-        .unwrap();
-        payment.receipt_email = Some(to.clone());
-        // The row the ledger's transaction writes, as its stream record shows it.
-        let item = row_item(&payment, &to, "2026-11-18T11:06:40.123Z");
-        client.put_item().table_name(&outbox_table).set_item(Some(item)).send().await.unwrap();
-        let sample = include_str!("../../../events/dynamodb-stream-outbox.json")
-            .replace("alice@example.com", &to)
-            .replace("pay_0001", &event_id);
-        let event: Event = serde_json::from_str(&sample).unwrap();
+        let pending = Pending::new("customer").await;
         let clock = Arc::new(ManualClock::new());
-        let markers = Idempotency::new(store, Config::default().lease(MARKER_LEASE).clock(clock.clone()));
-        Setup { client, outbox_table, event_id, to, event, markers, clock }
+        let markers = pending.markers_on(clock.clone());
+        Setup { pending, markers, clock }
     }
 
     fn relay<E: EmailSender>(&self, sender: E, policy: Policy) -> Receipts<E> {
@@ -76,35 +66,23 @@ impl Setup {
     }
 
     async fn row_status(&self) -> String {
-        let row = self
-            .client
-            .get_item()
-            .table_name(&self.outbox_table)
-            .key("pk", AttributeValue::S(effects::outbox::row_key(&self.event_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item()
-            .cloned()
-            .unwrap();
-        row["status"].as_s().unwrap().clone()
+        self.pending.status().await
     }
 
     /// The receipt email the relay sends for the row.
     fn message(&self) -> EmailMessage {
-        let item = row_item(
-            &PaymentEvent {
-                event_id: self.event_id.clone(),
-                account_id: "acct_42".into(),
-                amount_cents: 1250,
-                currency: "USD".into(),
-                receipt_email: Some(self.to.clone()),
-            },
-            &self.to,
-            "2026-11-18T11:06:40.123Z",
-        );
-        ReceiptRow::from_item(&item).unwrap().message()
+        ReceiptRow::from_item(&self.item).unwrap().message()
+    }
+
+    /// An attempt claimed the marker, SES accepted the email, and the attempt died holding it.
+    async fn died_after_sending(&self, ses: &SesSender) {
+        let key = email_key(&self.event_id).unwrap();
+        let message = self.message();
+        let Begin::Claimed(dead) = self.markers.begin::<_, Receipt>(&key, &message).await.unwrap() else {
+            panic!("fresh marker")
+        };
+        ses.send(&message).await.unwrap();
+        drop(dead);
     }
 
     /// The marker's stored response, if any.
@@ -133,12 +111,6 @@ impl AsyncSleep for MovesTheClock {
         self.waits.lock().unwrap().push(duration);
         Sleep::new(std::future::ready(()))
     }
-}
-
-async fn verified_ses(from: &str) -> SesSender {
-    let client = aws_sdk_sesv2::Client::new(&sdk_config().await);
-    client.create_email_identity().email_identity(from).send().await.unwrap();
-    SesSender::new(client, from)
 }
 
 const FROM: &str = "receipts@example.com";
@@ -291,13 +263,7 @@ async fn a_dead_attempts_lease_is_waited_out_in_one_delivery() {
     for (policy, status, emails) in [(Policy::AtMostOnce, "AMBIGUOUS", 1), (Policy::AtLeastOnce, "SENT", 2)] {
         let s = Setup::new().await;
         let ses = verified_ses(FROM).await;
-        let key = email_key(&s.event_id).unwrap();
-        let message = s.message();
-        let Begin::Claimed(dead) = s.markers.begin::<_, Receipt>(&key, &message).await.unwrap() else {
-            panic!("fresh marker")
-        };
-        ses.send(&message).await.unwrap();
-        drop(dead);
+        s.died_after_sending(&ses).await;
 
         let relay = s.relay(ses, policy);
         let sleep = MovesTheClock { clock: s.clock.clone(), waits: Arc::default() };
@@ -321,13 +287,7 @@ async fn a_dead_attempts_lease_is_waited_out_in_one_delivery() {
 async fn a_lease_past_the_deadline_is_left_to_the_retry() {
     let s = Setup::new().await;
     let ses = verified_ses(FROM).await;
-    let key = email_key(&s.event_id).unwrap();
-    let message = s.message();
-    let Begin::Claimed(dead) = s.markers.begin::<_, Receipt>(&key, &message).await.unwrap() else {
-        panic!("fresh marker")
-    };
-    ses.send(&message).await.unwrap();
-    drop(dead);
+    s.died_after_sending(&ses).await;
 
     let sleep = MovesTheClock { clock: s.clock.clone(), waits: Arc::default() };
     let relay = s.relay(ses, Policy::AtMostOnce).with_sleep(sleep.clone());

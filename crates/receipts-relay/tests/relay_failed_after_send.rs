@@ -8,13 +8,14 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 
-use aws_sdk_dynamodb::types::AttributeValue;
-use effects::outbox::row_item;
-use effects::{PaymentEvent, Policy, RecordingSender};
+mod common;
+
+use common::{Pending, UNAVAILABLE};
+use effects::{Policy, RecordingSender};
 use idempotency::{Config, Idempotency};
-use idempotency_dynamodb::testing::{endpoint, fresh_store, sdk_config, unique_name};
+use idempotency_dynamodb::testing::endpoint;
 use idempotency_dynamodb::DynamoDbStore;
-use receipts_relay::{Alerts, Receipts, MARKER_LEASE};
+use receipts_relay::MARKER_LEASE;
 
 /// Reads one HTTP/1.1 request (head and Content-Length body); `None` at end of stream.
 fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
@@ -45,9 +46,6 @@ fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
         data.extend_from_slice(&buf[..n]);
     }
 }
-
-/// An empty-bodied 503, as a load balancer answers.
-const UNAVAILABLE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n";
 
 /// A proxy to the local AWS that answers `answer` to every UpdateItem whose body contains
 /// `needle`, and forwards the rest.
@@ -95,62 +93,28 @@ async fn a_server_error_on_mark_after_a_send_does_not_mark_the_row_failed() {
 /// marker and a FAILED row would say "not sent" over a sent email.
 #[tokio::test]
 async fn a_refused_mark_after_a_send_does_not_mark_the_row_failed() {
-    let body = r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"One or more parameter values were invalid"}"#;
-    let answer = format!(
-        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    mark_meets(Box::leak(answer.into_bytes().into_boxed_slice())).await;
+    mark_meets(common::refused_as_invalid()).await;
 }
 
 /// A receipt sent through a relay whose `mark` meets `answer`: the email goes out once, the
 /// row is not FAILED, the record is retryable, and the retry (through the real table) replays
 /// the marker and marks the row SENT without a second email.
 async fn mark_meets(answer: &'static [u8]) {
-    let (store, _) = fresh_store().await;
-    let client = store.client().clone();
-    let outbox_table = unique_name("outbox");
-    effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
-    let event_id = unique_name("pay");
-    let to = format!("{}@example.com", unique_name("cust"));
-    let mut payment = PaymentEvent::parse(&format!(
-        r#"{{"event_id": "{event_id}", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}}"#
-    ))
-    .unwrap();
-    payment.receipt_email = Some(to.clone());
-    let item = row_item(&payment, &to, "2026-11-18T11:06:40.123Z");
-    client.put_item().table_name(&outbox_table).set_item(Some(item)).send().await.unwrap();
-    let sample = include_str!("../../../events/dynamodb-stream-outbox.json")
-        .replace("alice@example.com", &to)
-        .replace("pay_0001", &event_id);
-    let event: aws_lambda_events::event::dynamodb::Event = serde_json::from_str(&sample).unwrap();
+    let p = Pending::new("cust").await;
+    let (store, event_id) = (&p.store, &p.event_id);
 
     // `mark`'s UpdateItem (its condition is the row's existence) meets 503s; all else passes.
     let port = proxy(endpoint(), "attribute_exists(#pk)".into(), answer);
-    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
-        .endpoint_url(format!("http://127.0.0.1:{port}"))
-        .build();
-    let proxied = aws_sdk_dynamodb::Client::from_conf(conf);
+    let proxied = common::client_at(port).await;
     let markers = Idempotency::new(DynamoDbStore::new(proxied, store.table()), Config::default().lease(MARKER_LEASE));
     let direct = Idempotency::new(store.clone(), Config::default().lease(MARKER_LEASE));
     let sender = RecordingSender::new();
-    let relay = Receipts::new(markers, &sender, &outbox_table, Policy::AtMostOnce)
-        .with_alerts(Alerts::new("test").published(false));
-    let result = triggers::streams::Handler::handle(&relay, &event.records[0], None).await;
+    let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
+    let result = triggers::streams::Handler::handle(&relay, &p.event.records[0], None).await;
     assert_eq!(sender.sent().len(), 1, "the email went out");
-    let marker = idempotency::Store::get(&store, &format!("email#{event_id}")).await.unwrap().unwrap();
+    let marker = idempotency::Store::get(store, &format!("email#{event_id}")).await.unwrap().unwrap();
     assert!(marker.response.unwrap_or_default().contains("sent"), "the marker records the send");
-    let row = client
-        .get_item()
-        .table_name(&outbox_table)
-        .key("pk", AttributeValue::S(effects::outbox::row_key(&event_id)))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item()
-        .cloned()
-        .unwrap();
+    let row = p.row().await.unwrap();
     let status = row["status"].as_s().unwrap().clone();
     assert_ne!(
         status,
@@ -162,21 +126,10 @@ async fn mark_meets(answer: &'static [u8]) {
     assert_ne!(err.retry, triggers::Retry::Permanent, "{}", err.reason);
 
     // The stream's retry, with the store reachable again.
-    let retry = Receipts::new(direct, &sender, &outbox_table, Policy::AtMostOnce)
-        .with_alerts(Alerts::new("test").published(false));
-    let again = triggers::streams::Handler::handle(&retry, &event.records[0], None).await;
+    let retry = common::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
+    let again = triggers::streams::Handler::handle(&retry, &p.event.records[0], None).await;
     assert_eq!(again.unwrap(), triggers::Disposition::Duplicate, "the marker's outcome replayed");
     assert_eq!(sender.sent().len(), 1, "not sent twice");
-    let row = client
-        .get_item()
-        .table_name(&outbox_table)
-        .key("pk", AttributeValue::S(effects::outbox::row_key(&event_id)))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item()
-        .cloned()
-        .unwrap();
+    let row = p.row().await.unwrap();
     assert_eq!(row["status"].as_s().unwrap(), "SENT");
 }

@@ -9,15 +9,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::event::dynamodb::Event;
-use aws_sdk_dynamodb::types::AttributeValue;
+mod common;
+
+use common::Pending;
 use effects::email::SendError;
-use effects::outbox::row_item;
-use effects::{EmailMessage, EmailSender, PaymentEvent, Policy, SesSender};
-use idempotency::{Config, Idempotency, ManualClock};
-use idempotency_dynamodb::testing::{emails_to, fresh_store, sdk_config, unique_name};
+use effects::{EmailMessage, EmailSender, Policy, SesSender};
+use idempotency::ManualClock;
+use idempotency_dynamodb::testing::emails_to;
 use lambda_runtime::{Context, LambdaEvent};
-use receipts_relay::{Alerts, Receipts, MARKER_LEASE};
+use receipts_relay::MARKER_LEASE;
 use triggers::streams::{process, Options};
 
 const FROM: &str = "receipts@example.com";
@@ -41,58 +41,27 @@ impl EmailSender for SlowSes {
 async fn a_send_accepted_after_the_lease_is_recorded_sent_once() {
     let mut outcomes = Vec::new();
     for policy in [Policy::AtMostOnce, Policy::AtLeastOnce] {
-        let (store, _) = fresh_store().await;
-        let client = store.client().clone();
-        let outbox_table = unique_name("outbox");
-        effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
-        let event_id = unique_name("pay");
-        let to = format!("{}@example.com", unique_name("slow"));
-        let mut payment = PaymentEvent::parse(&format!(
-            r#"{{"event_id": "{event_id}", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}}"#
-        ))
-        .unwrap();
-        payment.receipt_email = Some(to.clone());
-        let item = row_item(&payment, &to, "2026-11-18T11:06:40.123Z");
-        client.put_item().table_name(&outbox_table).set_item(Some(item)).send().await.unwrap();
-        let sample = include_str!("../../../events/dynamodb-stream-outbox.json")
-            .replace("alice@example.com", &to)
-            .replace("pay_0001", &event_id);
-        let event: Event = serde_json::from_str(&sample).unwrap();
-
+        let p = Pending::new("slow").await;
         let clock = Arc::new(ManualClock::new());
-        let markers = Idempotency::new(store, Config::default().lease(MARKER_LEASE).clock(clock.clone()));
-        let ses = aws_sdk_sesv2::Client::new(&sdk_config().await);
-        ses.create_email_identity().email_identity(FROM).send().await.unwrap();
+        let markers = p.markers_on(clock.clone());
         let sender = SlowSes {
-            inner: SesSender::new(ses, FROM),
+            inner: common::verified_ses(FROM).await,
             clock: clock.clone(),
             delay: MARKER_LEASE + Duration::from_secs(1),
         };
-        let relay = Receipts::new(markers.clone(), sender, &outbox_table, policy)
-            .with_alerts(Alerts::new("review").published(false));
+        let relay = common::relay(markers.clone(), sender, &p.outbox_table, policy);
         let options = Options { metrics: false, ..Options::new("review") };
 
         // Deliveries as the stream makes them, each with a 15-minute function timeout.
         for _ in 0..3 {
             let mut context = Context::default();
             context.deadline = markers.config().now_ms() + 15 * 60 * 1000;
-            let response = process(&relay, LambdaEvent::new(event.clone(), context), &options).await;
+            let response = process(&relay, LambdaEvent::new(p.event.clone(), context), &options).await;
             if response.batch_item_failures.is_empty() {
                 break;
             }
         }
-        let row = client
-            .get_item()
-            .table_name(&outbox_table)
-            .key("pk", AttributeValue::S(effects::outbox::row_key(&event_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item()
-            .cloned()
-            .unwrap();
-        outcomes.push((policy, row["status"].as_s().unwrap().clone(), emails_to(&to).len()));
+        outcomes.push((policy, p.status().await, emails_to(&p.to).len()));
     }
     // Today: [(AtMostOnce, "AMBIGUOUS", 1), (AtLeastOnce, "PENDING", 3)]: at least once sends a
     // copy on every delivery (with MaximumRetryAttempts -1, one a delivery for up to 24 h) and

@@ -1,0 +1,131 @@
+//! The relay tests' shared setup on the local AWS: an outbox table with a payment's PENDING row,
+//! the stream record of its insert, the markers, a relay and the row as the table has it. Each
+//! test binary uses part of it.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_sdk_dynamodb::types::AttributeValue;
+use effects::outbox::row_item;
+use effects::{EmailSender, PaymentEvent, Policy, SesSender};
+use idempotency::{Config, Idempotency, ManualClock};
+use idempotency_dynamodb::testing::{fresh_store, sdk_config, unique_name};
+use idempotency_dynamodb::DynamoDbStore;
+use receipts_relay::{Alerts, Receipts, MARKER_LEASE};
+
+pub type Item = HashMap<String, AttributeValue>;
+
+/// When the ledger wrote the row, as the sample stream record shows it.
+const WRITTEN_AT: &str = "2026-11-18T11:06:40.123Z";
+
+/// A fresh store, an outbox table on it, a new payment's receipt row and the stream record of
+/// that row's insert.
+pub struct Pending {
+    pub store: DynamoDbStore,
+    pub client: aws_sdk_dynamodb::Client,
+    pub outbox_table: String,
+    pub event_id: String,
+    pub to: String,
+    /// The row as the ledger's transaction writes it.
+    pub item: Item,
+    pub event: Event,
+}
+
+impl Pending {
+    /// The row written PENDING, for a recipient named after `who`.
+    pub async fn new(who: &str) -> Pending {
+        let pending = Pending::erased(who).await;
+        let item = pending.item.clone();
+        pending.client.put_item().table_name(&pending.outbox_table).set_item(Some(item)).send().await.unwrap();
+        pending
+    }
+
+    /// The stream captured the row's insert, but the row is gone (erased) from the table.
+    pub async fn erased(who: &str) -> Pending {
+        let (store, _) = fresh_store().await;
+        let client = store.client().clone();
+        let outbox_table = unique_name("outbox");
+        effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
+        let event_id = unique_name("pay");
+        let to = format!("{}@example.com", unique_name(who));
+        let mut payment = PaymentEvent::parse(&format!(
+            r#"{{"event_id": "{event_id}", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}}"#
+        ))
+        .unwrap();
+        payment.receipt_email = Some(to.clone());
+        let item = row_item(&payment, &to, WRITTEN_AT);
+        let sample = include_str!("../../../../events/dynamodb-stream-outbox.json")
+            .replace("alice@example.com", &to)
+            .replace("pay_0001", &event_id);
+        let event: Event = serde_json::from_str(&sample).unwrap();
+        Pending { store, client, outbox_table, event_id, to, item, event }
+    }
+
+    /// The email markers on this store, with the relay's lease.
+    pub fn markers(&self) -> Idempotency<DynamoDbStore> {
+        Idempotency::new(self.store.clone(), Config::default().lease(MARKER_LEASE))
+    }
+
+    /// The email markers on this store, with the relay's lease, timed by `clock`.
+    pub fn markers_on(&self, clock: Arc<ManualClock>) -> Idempotency<DynamoDbStore> {
+        Idempotency::new(self.store.clone(), Config::default().lease(MARKER_LEASE).clock(clock))
+    }
+
+    /// The row, read consistently; `None` once it is deleted.
+    pub async fn row(&self) -> Option<Item> {
+        row(&self.client, &self.outbox_table, &self.event_id).await
+    }
+
+    /// The row's status.
+    pub async fn status(&self) -> String {
+        self.row().await.expect("the outbox row")["status"].as_s().unwrap().clone()
+    }
+}
+
+/// An event's outbox row in `table`, read consistently; `None` if there is none.
+pub async fn row(client: &aws_sdk_dynamodb::Client, table: &str, event_id: &str) -> Option<Item> {
+    let key = AttributeValue::S(effects::outbox::row_key(event_id));
+    let answer = client.get_item().table_name(table).key("pk", key).consistent_read(true).send().await.unwrap();
+    answer.item().cloned()
+}
+
+/// A relay whose alerts are counted, not printed.
+pub fn relay<E: EmailSender>(
+    markers: Idempotency<DynamoDbStore>,
+    sender: E,
+    outbox_table: &str,
+    policy: Policy,
+) -> Receipts<E> {
+    Receipts::new(markers, sender, outbox_table, policy).with_alerts(Alerts::new("test").published(false))
+}
+
+/// A sender on the local SES with `from` verified.
+pub async fn verified_ses(from: &str) -> SesSender {
+    let client = aws_sdk_sesv2::Client::new(&sdk_config().await);
+    client.create_email_identity().email_identity(from).send().await.unwrap();
+    SesSender::new(client, from)
+}
+
+/// A DynamoDB client whose requests go to `127.0.0.1:port` (a fake or a proxy).
+pub async fn client_at(port: u16) -> aws_sdk_dynamodb::Client {
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
+        .endpoint_url(format!("http://127.0.0.1:{port}"))
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
+/// DynamoDB refusing a request as invalid (a bug or a schema drift, fixed by a deploy), which
+/// the store itself calls permanent.
+pub fn refused_as_invalid() -> &'static [u8] {
+    let body = r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"One or more parameter values were invalid"}"#;
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    Box::leak(answer.into_bytes().into_boxed_slice())
+}
+
+/// An empty-bodied 503, as a load balancer answers.
+pub const UNAVAILABLE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n";
