@@ -4,17 +4,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+mod common;
+
+use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use common::{checkpoint, failures, stream_event};
 use lambda_runtime::{Context, LambdaEvent};
 use triggers::{sqs, streams, Disposition, RecordError, RecordResult};
 
 fn sqs_event(json: &[u8]) -> SqsEvent {
     serde_json::from_slice(json).unwrap()
-}
-
-fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Vec<&str> {
-    response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect()
 }
 
 fn quiet(function: &str) -> sqs::Options {
@@ -161,15 +160,6 @@ impl streams::Handler for FailAt {
     }
 }
 
-fn stream_event() -> Event {
-    let mut event: Event =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
-    let mut second_insert = event.records[0].clone();
-    second_insert.change.sequence_number = Some("111000000000000000000003".into());
-    event.records.push(second_insert);
-    event
-}
-
 #[tokio::test]
 async fn streams_handle_inserts_only_and_checkpoint_at_the_first_failure() {
     let options = streams::Options { metrics: false, ..streams::Options::new("t") };
@@ -180,7 +170,6 @@ async fn streams_handle_inserts_only_and_checkpoint_at_the_first_failure() {
 
     let failing = FailAt(Some("111000000000000000000001"), Mutex::default());
     let response = streams::process(&failing, LambdaEvent::new(stream_event(), Context::default()), &options).await;
-    let reported: Vec<_> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
-    assert_eq!(reported, [Some("111000000000000000000001".to_owned())]);
+    assert_eq!(checkpoint(&response), [Some("111000000000000000000001".to_owned())]);
     assert_eq!(failing.1.lock().unwrap().len(), 1, "nothing after the checkpoint");
 }

@@ -6,8 +6,11 @@ use std::io;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+mod common;
+
+use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
 use lambda_runtime::tracing::subscriber::fmt::MakeWriter;
 use lambda_runtime::{Context, LambdaEvent};
 use triggers::{sqs, streams, Disposition, RecordResult};
@@ -17,26 +20,13 @@ const REDACTED: &str = "a***@example.com";
 
 /// Applies every record (records its event id) except the one with `panic_on`, where it panics
 /// with a message that quotes the body, address and all, as careless handler code does.
-struct PanicsOn {
-    panic_on: &'static str,
-    applied: Mutex<Vec<String>>,
-}
-
 impl PanicsOn {
-    fn new(panic_on: &'static str) -> Self {
-        PanicsOn { panic_on, applied: Mutex::default() }
-    }
-
     fn apply(&self, event_id: &str, body: &str) -> RecordResult {
         if event_id == self.panic_on {
             panic!("cannot post {body}");
         }
-        self.applied.lock().unwrap().push(event_id.to_owned());
+        self.record(event_id.to_owned());
         Ok(Disposition::Applied)
-    }
-
-    fn applied(&self) -> Vec<String> {
-        self.applied.lock().unwrap().clone()
     }
 }
 
@@ -61,23 +51,13 @@ impl streams::Handler for PanicsOn {
 /// Eight payments on a standard queue, `m-0` .. `m-7` carrying `pay_0` .. `pay_7`, each with a
 /// receipt address.
 fn standard_batch() -> SqsEvent {
-    let mut event: SqsEvent = serde_json::from_slice(include_bytes!("../../../events/sqs-payment.json")).unwrap();
-    let template = event.records[0].clone();
-    event.records = (0..8)
-        .map(|i| {
-            let mut m = template.clone();
-            m.message_id = Some(format!("m-{i}"));
-            m.body = Some(format!(
-                r#"{{"event_id": "pay_{i}", "account_id": "acct_1", "amount_cents": 100, "currency": "USD", "receipt_email": "{ADDRESS}"}}"#
-            ));
-            m
-        })
-        .collect();
+    let mut event = eight_messages();
+    for (i, m) in event.records.iter_mut().enumerate() {
+        m.body = Some(format!(
+            r#"{{"event_id": "pay_{i}", "account_id": "acct_1", "amount_cents": 100, "currency": "USD", "receipt_email": "{ADDRESS}"}}"#
+        ));
+    }
     event
-}
-
-fn failures(response: &SqsBatchResponse) -> Vec<&str> {
-    response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect()
 }
 
 fn quiet(concurrency: usize) -> sqs::Options {
@@ -190,20 +170,6 @@ async fn child_panic_logs() {
     }
     assert!(lines.iter().all(|l| !l.contains(ADDRESS)), "{lines:#?}");
     assert!(lines.iter().all(|l| !l.contains("WARN")), "one line per panic, at error: {lines:#?}");
-}
-
-/// The sample outbox stream (an INSERT, a MODIFY) and a second INSERT after them.
-fn stream_event() -> Event {
-    let mut event: Event =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
-    let mut second_insert = event.records[0].clone();
-    second_insert.change.sequence_number = Some("111000000000000000000003".into());
-    event.records.push(second_insert);
-    event
-}
-
-fn checkpoint(response: &aws_lambda_events::event::streams::DynamoDbEventResponse) -> Vec<Option<String>> {
-    response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect()
 }
 
 #[tokio::test]
