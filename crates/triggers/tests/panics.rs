@@ -128,14 +128,22 @@ impl Logs {
 /// per-callsite interest is cached process-wide), which made this test flaky.
 #[test]
 fn the_panic_is_logged_at_error_with_the_record_id_and_no_address() {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_panic_logs", "--nocapture", "--test-threads=1"])
-        .env(LOGS_CHILD, "1")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let (output, stdout, stderr) = run_child("child_panic_logs", LOGS_CHILD);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("1 passed"), "the child ran its checks: {stdout}");
+}
+
+/// Runs this binary's test `name` alone in a child process, with `env` set on the child only;
+/// its exit status, standard output and standard error.
+fn run_child(name: &str, env: &str) -> (std::process::Output, String, String) {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output, stdout, stderr)
 }
 
 const LOGS_CHILD: &str = "TRIGGERS_PANIC_LOGS_CHILD";
@@ -205,12 +213,7 @@ async fn child_batch_with_a_panic() {
 
 #[test]
 fn the_process_output_is_redacted_and_counts_the_panic() {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_batch_with_a_panic", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let (output, stdout, stderr) = run_child("child_batch_with_a_panic", CHILD);
     assert!(output.status.success(), "the process lives on\n{stdout}\n{stderr}");
     assert!(stderr.contains("panicked at") && stderr.contains(REDACTED), "the hook still reports the panic: {stderr}");
     assert!(!stdout.contains(ADDRESS) && !stderr.contains(ADDRESS), "no address anywhere\n{stdout}\n{stderr}");
