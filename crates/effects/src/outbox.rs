@@ -136,6 +136,23 @@ impl ReceiptRow {
     }
 }
 
+/// Whether an event's receipt row is still there (a consistent read of its key alone, 1 read
+/// unit). The relay asks before sending: a row deleted after the stream captured it (an erasure
+/// on the customer's request, a cleanup) must not be emailed.
+pub async fn exists(client: &Client, table: &str, event_id: &str) -> Result<bool, StoreError> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .key(KEY, AttributeValue::S(row_key(event_id)))
+        .projection_expression("#pk")
+        .expression_attribute_names("#pk", KEY)
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| classify("GetItem", e))?;
+    Ok(out.item().is_some())
+}
+
 /// Marks a row with the receipt's fate. Idempotent; a missing row is an error (`Malformed`).
 pub async fn mark(
     client: &Client,

@@ -214,6 +214,15 @@ impl<E: EmailSender> Receipts<E> {
             Some(deadline) => self.markers.with_deadline(deadline),
             None => self.markers.clone(),
         };
+        // Read before sending, not learnt from `mark` after: a row erased after the stream
+        // captured it must not be emailed. Consistent, so a row just written is seen.
+        let present = outbox::exists(markers.store().client(), &self.outbox_table, &row.event_id)
+            .await
+            .map_err(|e| RecordError::retryable(format!("reading the outbox row: {e}")))?;
+        if !present {
+            tracing::warn!("outbox row deleted before its receipt was sent; skipped, nothing sent");
+            return Ok(Disposition::Skipped);
+        }
         let message = row.message();
         let mut waits = 0;
         let outcome = loop {
