@@ -3,7 +3,7 @@
 //! applies; delivered the other way round, as a standard queue may, it is rejected for good.
 //! Messages go through the local SQS and reach the payments handler by the SQS batch driver.
 
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 use effects::{Posting, Rejection};
 use end_to_end::Payments;
@@ -102,21 +102,7 @@ impl Queue {
 
     /// The Lambda event the SQS event source mapping would build from `messages`.
     fn event(&self, messages: &[Message]) -> SqsEvent {
-        let mut event = SqsEvent::default();
-        for m in messages {
-            let mut record = SqsMessage::default();
-            record.message_id = m.message_id().map(str::to_owned);
-            record.receipt_handle = m.receipt_handle().map(str::to_owned);
-            record.body = m.body().map(str::to_owned);
-            record.attributes = m
-                .attributes()
-                .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
-                .unwrap_or_default();
-            record.event_source = Some("aws:sqs".into());
-            record.event_source_arn = Some(self.arn.clone());
-            event.records.push(record);
-        }
-        event
+        local::esm::sqs_event(messages, &self.arn)
     }
 
     async fn delete(self) {

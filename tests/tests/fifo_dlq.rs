@@ -11,7 +11,6 @@
 //! to the payments handler through the SQS driver, delete what it did not report failed, and
 //! let the failed ones become visible again.
 
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use end_to_end::Payments;
 use idempotency_dynamodb::testing::{sdk_config, unique_name};
@@ -89,19 +88,7 @@ async fn a_malformed_message_does_not_take_its_groups_valid_payments_to_the_dlq(
             }
             continue;
         }
-        let mut event = SqsEvent::default();
-        for m in &messages {
-            let mut record = SqsMessage::default();
-            record.message_id = m.message_id().map(str::to_owned);
-            record.receipt_handle = m.receipt_handle().map(str::to_owned);
-            record.body = m.body().map(str::to_owned);
-            record.attributes = m
-                .attributes()
-                .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
-                .unwrap_or_default();
-            record.event_source_arn = Some(arn.clone());
-            event.records.push(record);
-        }
+        let event = local::esm::sqs_event(&messages, &arn);
         let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &options).await;
         let failed: Vec<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
         for m in &messages {

@@ -140,22 +140,7 @@ pub async fn poll_sqs<F: SqsFunction>(
             mapping.arn.get_or_init(|| arn).clone()
         }
     };
-    let mut event = SqsEvent::default();
-    for m in messages {
-        let mut record = SqsMessage::default();
-        record.message_id = m.message_id().map(str::to_owned);
-        record.receipt_handle = m.receipt_handle().map(str::to_owned);
-        record.body = m.body().map(str::to_owned);
-        record.md5_of_body = m.md5_of_body().map(str::to_owned);
-        record.attributes = m
-            .attributes()
-            .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
-            .unwrap_or_default();
-        record.event_source = Some("aws:sqs".into());
-        record.event_source_arn = Some(arn.clone());
-        record.aws_region = Some("us-east-1".into());
-        event.records.push(record);
-    }
+    let event = sqs_event(messages, &arn);
     let ids: Vec<&str> = messages.iter().map(|m| m.message_id().unwrap_or("")).collect();
     let answer = function.invoke(event).await;
     let (failed, whole): (Vec<&str>, bool) = match sqs_failed(&ids, &answer, mapping.report_batch_item_failures) {
@@ -212,6 +197,28 @@ fn item_failures(payload: &[u8]) -> Result<Vec<Option<String>>, String> {
         }
         _ => Err("batchItemFailures is not a list".into()),
     }
+}
+
+/// The Lambda event an SQS event source mapping builds from received `messages` of the queue
+/// `arn` (their ids, receipt handles, bodies and system attributes, FIFO group included).
+pub fn sqs_event(messages: &[aws_sdk_sqs::types::Message], arn: &str) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    for m in messages {
+        let mut record = SqsMessage::default();
+        record.message_id = m.message_id().map(str::to_owned);
+        record.receipt_handle = m.receipt_handle().map(str::to_owned);
+        record.body = m.body().map(str::to_owned);
+        record.md5_of_body = m.md5_of_body().map(str::to_owned);
+        record.attributes = m
+            .attributes()
+            .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
+            .unwrap_or_default();
+        record.event_source = Some("aws:sqs".into());
+        record.event_source_arn = Some(arn.to_owned());
+        record.aws_region = Some("us-east-1".into());
+        event.records.push(record);
+    }
+    event
 }
 
 /// A raw SQS function answer (from an invoke endpoint) as the mapping reads it; `Err` is an
