@@ -269,9 +269,12 @@ fn classify_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str, transmi
 
 /// A failure of the HTTP exchange, read down its source chain. Only a failed connection is
 /// known to have sent nothing: the SDK's client reports DNS, TCP, TLS and connect-timeout
-/// failures as `hyper_util`'s `Connect` errors, and another client's refused or unreachable
-/// connection shows as the OS error. Anything else (a reset, a read timeout, a closed
-/// connection, an unreadable answer) may follow the request's last byte: ambiguous.
+/// failures as `hyper_util`'s `Connect` errors, and another client's refused connection shows
+/// as the OS error (TCP refuses only at connect). An unreachable host or network outside a
+/// connect error is not enough: on an established connection whose acknowledgements stop, the
+/// kernel reports the route's error on the read, after the request may have arrived. Anything
+/// else (a reset, a read timeout, a closed connection, an unreadable answer) may follow the
+/// request's last byte: ambiguous.
 fn classify_dispatch(err: &ConnectorError) -> SendErrorKind {
     use std::io::ErrorKind as Io;
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
@@ -279,12 +282,7 @@ fn classify_dispatch(err: &ConnectorError) -> SendErrorKind {
         if e.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(|e| e.is_connect()) {
             return SendErrorKind::Unavailable;
         }
-        if e.downcast_ref::<std::io::Error>().is_some_and(|e| {
-            matches!(
-                e.kind(),
-                Io::ConnectionRefused | Io::HostUnreachable | Io::NetworkUnreachable | Io::AddrNotAvailable
-            )
-        }) {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == Io::ConnectionRefused) {
             return SendErrorKind::Unavailable;
         }
         next = e.source();
@@ -911,6 +909,17 @@ mod tests {
             let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
             let refused = SdkError::dispatch_failure(aws_sdk_sesv2::error::ConnectorError::io(refused.into()));
             assert_eq!(kind(refused), SendErrorKind::Unavailable, "a refused connection sent nothing");
+            // An established connection whose acknowledgements stop reports the route's error on
+            // the read: the request may have arrived, so this is no proof nothing was sent.
+            for read_error in [
+                std::io::ErrorKind::HostUnreachable,
+                std::io::ErrorKind::NetworkUnreachable,
+                std::io::ErrorKind::AddrNotAvailable,
+            ] {
+                let err = std::io::Error::from(read_error);
+                let err = SdkError::dispatch_failure(aws_sdk_sesv2::error::ConnectorError::io(err.into()));
+                assert_eq!(kind(err), SendErrorKind::Ambiguous, "{read_error:?} outside a connect error");
+            }
             let throttled =
                 answer(429, SendEmailError::TooManyRequestsException(TooManyRequestsException::builder().build()));
             assert_eq!(kind(throttled), SendErrorKind::Throttled);
