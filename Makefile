@@ -83,7 +83,7 @@ deploy:
 
 ## unit: the tests that need no AWS at all
 unit:
-	cargo test -p idempotency
+	cargo test -p effectively-once
 
 ## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
 demo: local-aws-up
@@ -91,7 +91,7 @@ demo: local-aws-up
 
 ## duplicates: one payment delivered three times through the idempotency layer, with its cost
 duplicates: local-aws-up
-	cargo run -q -p idempotency-dynamodb --features test-util --example duplicates
+	cargo run -q -p effectively-once-dynamodb --features test-util --example duplicates
 
 ## doc: API docs, warnings and broken intra-doc links denied
 doc:
@@ -99,8 +99,8 @@ doc:
 
 ## package: the library crates as they would go to crates.io
 package:
-	cargo package --allow-dirty -p idempotency
-	cargo package --allow-dirty --no-verify -p idempotency-dynamodb -p effects -p triggers
+	cargo package --allow-dirty -p effectively-once -p effectively-once-redact -p effectively-once-dynamodb \
+		-p effectively-once-effects -p effectively-once-lambda
 
 ## local-aws-up: install pinned moto (once) and start it on 127.0.0.1, or reuse the running one
 local-aws-up:

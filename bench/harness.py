@@ -641,7 +641,7 @@ def build_report(args, workload, results, impls, overhead, meta):
     if overhead:
         lines += [
             "In-process overhead of `Idempotency::run` with `InMemoryStore` (criterion, "
-            "`crates/idempotency/benches/overhead.rs`): first delivery "
+            "`crates/effectively-once/benches/overhead.rs`): first delivery "
             f"{overhead['first_delivery_overhead_ns'] / 1000:.2f} µs, replay {overhead['replay_overhead_ns'] / 1000:.2f} µs "
             f"per call over a bare handler call ({overhead['bare_handler_ns']:.1f} ns).",
             "",

@@ -7,7 +7,7 @@
 # 2. creates or updates .tools/bench-venv from bench/peer/requirements.txt (Powertools, boto3);
 # 3. builds the release bootstrap of payments-consumer only if it is missing or older than its
 #    sources (a cold build takes several minutes);
-# 4. runs the in-process criterion benchmark (crates/idempotency/benches/overhead.rs);
+# 4. runs the in-process criterion benchmark (crates/effectively-once/benches/overhead.rs);
 # 5. runs bench/harness.py: both functions under the same Lambda Runtime API, the same workload
 #    and the same local AWS; the table is printed and written to target/bench/report.md, the
 #    chart to target/bench/chart.svg.
@@ -70,9 +70,9 @@ if [[ ! -x "$VENV/bin/python" ]] || ! cmp -s "$REQS" "$STAMP"; then
 fi
 
 # 3. Our function, release build, only when missing or older than what it is built from.
-SOURCES=(Cargo.toml Cargo.lock .cargo/config.toml crates/payments-consumer crates/triggers crates/effects
-  crates/idempotency/src crates/idempotency/Cargo.toml crates/idempotency-dynamodb/src
-  crates/idempotency-dynamodb/Cargo.toml)
+SOURCES=(Cargo.toml Cargo.lock .cargo/config.toml crates/payments-consumer crates/effectively-once-lambda crates/effectively-once-effects
+  crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
+  crates/effectively-once-dynamodb/Cargo.toml)
 if [[ ! -x "$BOOTSTRAP" ]] || [[ -n "$(find "${SOURCES[@]}" -type f -newer "$BOOTSTRAP" -print -quit 2>/dev/null)" ]]; then
   log "building payments-consumer (release; several minutes when cold)"
   infra/cargo-lambda.sh build --release --compiler cargo -p payments-consumer
@@ -83,7 +83,7 @@ fi
 
 # 4. In-process overhead of the library (criterion; short measurement).
 log "criterion: Idempotency::run with InMemoryStore against a bare handler"
-cargo bench -q -p idempotency --bench overhead
+cargo bench -q -p effectively-once --bench overhead
 
 # 5. Both functions, the same workload, the same local AWS.
 log "harness: payments-consumer against the Powertools peer"

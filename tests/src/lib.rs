@@ -7,9 +7,9 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 use aws_sdk_dynamodb::Client;
-use idempotency::{Config, Idempotency, ManualClock};
-use idempotency_dynamodb::testing::{fresh_store, sdk_config, unique_name};
-use idempotency_dynamodb::{DynamoDbStore, RequestCounter};
+use effectively_once::{Config, Idempotency, ManualClock};
+use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
+use effectively_once_dynamodb::{DynamoDbStore, RequestCounter};
 
 /// An idempotency layer on a fresh table, and a separate effects table a handler writes to.
 pub struct Harness {
@@ -96,7 +96,7 @@ impl Harness {
 /// A ledger on fresh tables (idempotency, ledger, outbox), with counted requests.
 pub struct Payments {
     /// The ledger under test.
-    pub ledger: effects::Ledger,
+    pub ledger: effectively_once_effects::Ledger,
     /// Requests sent by the ledger's client.
     pub requests: RequestCounter,
     /// The clock.
@@ -111,18 +111,28 @@ impl Payments {
         let (store, requests) = fresh_store().await;
         let ledger_table = unique_name("ledger");
         let outbox_table = unique_name("outbox");
-        effects::tables::create_ledger_table(store.client(), &ledger_table).await.expect("ledger table");
-        effects::tables::create_outbox_table(store.client(), &outbox_table).await.expect("outbox table");
+        effectively_once_effects::tables::create_ledger_table(store.client(), &ledger_table)
+            .await
+            .expect("ledger table");
+        effectively_once_effects::tables::create_outbox_table(store.client(), &outbox_table)
+            .await
+            .expect("outbox table");
         requests.reset();
         let clock = Arc::new(ManualClock::new());
         let config = Config::default().dedup_window(Duration::from_secs(3600)).clock(clock.clone());
-        let ledger = effects::Ledger::new(store, ledger_table, Some(outbox_table.clone())).with_config(config);
+        let ledger =
+            effectively_once_effects::Ledger::new(store, ledger_table, Some(outbox_table.clone())).with_config(config);
         Payments { ledger, requests, clock, outbox_table }
     }
 
     /// A valid payment event.
-    pub fn event(event_id: &str, account_id: &str, amount_cents: i64, currency: &str) -> effects::PaymentEvent {
-        effects::PaymentEvent {
+    pub fn event(
+        event_id: &str,
+        account_id: &str,
+        amount_cents: i64,
+        currency: &str,
+    ) -> effectively_once_effects::PaymentEvent {
+        effectively_once_effects::PaymentEvent {
             event_id: event_id.into(),
             account_id: account_id.into(),
             amount_cents,
@@ -137,7 +147,7 @@ impl Payments {
             .client()
             .get_item()
             .table_name(&self.outbox_table)
-            .key("pk", AttributeValue::S(effects::outbox::row_key(event_id)))
+            .key("pk", AttributeValue::S(effectively_once_effects::outbox::row_key(event_id)))
             .consistent_read(true)
             .send()
             .await
@@ -147,11 +157,11 @@ impl Payments {
     }
 }
 
-pub use idempotency_dynamodb::testing::emails_to;
+pub use effectively_once_dynamodb::testing::emails_to;
 
 /// An SES v2 client for the test endpoint, with `from` verified as a sender.
-pub async fn ses_sender(from: &str) -> effects::SesSender {
+pub async fn ses_sender(from: &str) -> effectively_once_effects::SesSender {
     let client = aws_sdk_sesv2::Client::new(&sdk_config().await);
     client.create_email_identity().email_identity(from).send().await.expect("verify sender identity");
-    effects::SesSender::new(client, from)
+    effectively_once_effects::SesSender::new(client, from)
 }

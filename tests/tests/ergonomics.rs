@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use idempotency::layer::IdempotencyLayer;
-use idempotency::{outbound, CachedStore, Config, Idempotency, InMemoryStore, Key, Outcome, DISABLED_VARS};
-use idempotency_dynamodb::testing::fresh_store;
+use effectively_once::layer::IdempotencyLayer;
+use effectively_once::{outbound, CachedStore, Config, Idempotency, InMemoryStore, Key, Outcome, DISABLED_VARS};
+use effectively_once_dynamodb::testing::fresh_store;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{json, Value};
 use tower_layer::Layer;

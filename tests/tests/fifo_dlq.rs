@@ -5,17 +5,17 @@
 //! counted, exactly as often as the poison message: when it reached `maxReceiveCount`, so did
 //! they, and valid payments of the same account went to the DLQ unapplied. The contract: a
 //! malformed message is "a permanent error for that message alone". The SQS driver now holds a
-//! group back only after a failure a later delivery may undo (`triggers::sqs::process`).
+//! group back only after a failure a later delivery may undo (`effectively_once_lambda::sqs::process`).
 //!
 //! The event source mapping is played by hand against the local SQS: receive, hand the batch
 //! to the payments handler through the SQS driver, delete what it did not report failed, and
 //! let the failed ones become visible again.
 
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use effectively_once_dynamodb::testing::{sdk_config, unique_name};
+use effectively_once_lambda::sqs;
 use end_to_end::Payments;
-use idempotency_dynamodb::testing::{sdk_config, unique_name};
 use lambda_runtime::{Context, LambdaEvent};
-use triggers::sqs;
 
 const ACCOUNT: &str = "acct_fifo_dlq";
 

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use effectively_once::{ErrorKind, Key, Outcome, RunError, Status, Store};
 use end_to_end::Harness;
-use idempotency::{ErrorKind, Key, Outcome, RunError, Status, Store};
 use serde_json::json;
 
 fn payment(event_id: &str, amount_cents: i64) -> serde_json::Value {

@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use effects::{Error, Posting, Rejection};
+use effectively_once::{ErrorKind, Outcome};
+use effectively_once_effects::{Error, Posting, Rejection};
 use end_to_end::Payments;
-use idempotency::{ErrorKind, Outcome};
 
 #[tokio::test]
 async fn two_deliveries_of_one_payment_post_once_in_one_request_each() {
@@ -165,7 +165,8 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
     event.receipt_email = Some("alice@example.com".into());
     p.ledger.post(&event).await.unwrap();
     p.ledger.post(&event).await.unwrap();
-    let row = effects::outbox::ReceiptRow::from_item(&p.outbox_row("pay_mail").await.unwrap()).unwrap();
+    let row =
+        effectively_once_effects::outbox::ReceiptRow::from_item(&p.outbox_row("pay_mail").await.unwrap()).unwrap();
     assert_eq!(
         (row.event_id.as_str(), row.receipt_email.as_str(), row.amount_cents),
         ("pay_mail", "alice@example.com", 700)
@@ -177,11 +178,11 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
     rejected.receipt_email = Some("bob@example.com".into());
     assert!(matches!(p.ledger.post(&rejected).await.unwrap().into_inner(), Posting::Rejected { .. }));
     assert!(p.outbox_row("pay_rej").await.is_none(), "a rejected payment gets no receipt");
-    effects::outbox::mark(
+    effectively_once_effects::outbox::mark(
         p.ledger.client(),
         &p.outbox_table,
         "pay_mail",
-        effects::outbox::RowStatus::Sent,
+        effectively_once_effects::outbox::RowStatus::Sent,
         Some("m-1"),
         "2026-11-29T00:00:00Z",
     )
@@ -194,7 +195,7 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
 #[tokio::test]
 async fn transaction_limits_give_clear_errors() {
     use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-    use idempotency_dynamodb::{Commit, Write};
+    use effectively_once_dynamodb::{Commit, Write};
     let p = Payments::new().await;
     let put = |i: usize, size: usize| {
         let item = HashMap::from([
@@ -230,11 +231,11 @@ async fn an_event_id_applied_for_one_account_is_key_reuse_for_another_and_posts_
     let mut first = Payments::event("pay_x", "acct_a", 500, "USD");
     first.receipt_email = Some("alice@example.com".into());
     p.ledger.post(&first).await.unwrap();
-    effects::outbox::mark(
+    effectively_once_effects::outbox::mark(
         p.ledger.client(),
         &p.outbox_table,
         "pay_x",
-        effects::outbox::RowStatus::Sent,
+        effectively_once_effects::outbox::RowStatus::Sent,
         Some("m-first"),
         "2026-11-29T00:00:00Z",
     )
@@ -335,7 +336,7 @@ async fn an_entry_without_its_record_is_never_overwritten_and_answers_for_itself
 
 #[tokio::test]
 async fn a_commit_with_the_default_expiration_is_not_born_expired() {
-    use idempotency_dynamodb::{Commit, Committed};
+    use effectively_once_dynamodb::{Commit, Committed};
     let p = Payments::new().await;
     let now_ms = 1_800_000_000_000;
     let commit = Commit::new("orders#o-1", "h", "{}");
@@ -349,7 +350,7 @@ async fn a_commit_with_the_default_expiration_is_not_born_expired() {
 #[tokio::test]
 async fn a_receipt_is_not_dropped_by_a_ledger_without_an_outbox() {
     let p = Payments::new().await;
-    let ledger = effects::Ledger::new(p.ledger.store().clone(), p.ledger.table(), None);
+    let ledger = effectively_once_effects::Ledger::new(p.ledger.store().clone(), p.ledger.table(), None);
     let mut event = Payments::event("pay_no_outbox", "acct_n", 100, "USD");
     event.receipt_email = Some("nobody@example.com".into());
     let err = ledger.post(&event).await.unwrap_err();

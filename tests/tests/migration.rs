@@ -8,10 +8,10 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effects::{Error, Posting, Rejection};
+use effectively_once::{Clock as _, Config, ErrorKind, ManualClock, Outcome, Record, Status};
+use effectively_once_dynamodb::testing::{fresh_store, unique_name};
+use effectively_once_effects::{Error, Posting, Rejection};
 use end_to_end::Payments;
-use idempotency::{Clock as _, Config, ErrorKind, ManualClock, Outcome, Record, Status};
-use idempotency_dynamodb::testing::{fresh_store, unique_name};
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
@@ -23,7 +23,7 @@ fn n(v: i64) -> AttributeValue {
 
 /// A ledger on fresh tables, with its table name and clock (the shared harness hides the name).
 struct Legacy {
-    ledger: effects::Ledger,
+    ledger: effectively_once_effects::Ledger,
     table: String,
     clock: Arc<ManualClock>,
 }
@@ -31,16 +31,17 @@ struct Legacy {
 async fn legacy() -> Legacy {
     let (store, _) = fresh_store().await;
     let table = unique_name("ledger");
-    effects::tables::create_ledger_table(store.client(), &table).await.expect("ledger table");
+    effectively_once_effects::tables::create_ledger_table(store.client(), &table).await.expect("ledger table");
     let clock = Arc::new(ManualClock::new());
-    let ledger = effects::Ledger::new(store, table.clone(), None).with_config(Config::default().clock(clock.clone()));
+    let ledger = effectively_once_effects::Ledger::new(store, table.clone(), None)
+        .with_config(Config::default().clock(clock.clone()));
     Legacy { ledger, table, clock }
 }
 
 /// What 0.1.0 (`Placement::Carried { write: "entry", key_attribute: "pk" }`) left in the ledger
 /// table for an applied payment: the entry, carrying the record, and the balance. No item
 /// `payments#{event_id}` in the idempotency table: 0.1.0 never wrote one for an applied event.
-async fn write_as_0_1_0(l: &Legacy, event: &effects::PaymentEvent) {
+async fn write_as_0_1_0(l: &Legacy, event: &effectively_once_effects::PaymentEvent) {
     let hash = Config::default().payload_hash(event).unwrap();
     let entry = HashMap::from([
         ("pk".to_owned(), s(&format!("account#{}", event.account_id))),
@@ -49,7 +50,7 @@ async fn write_as_0_1_0(l: &Legacy, event: &effects::PaymentEvent) {
         ("currency".to_owned(), s(&event.currency)),
         ("event_id".to_owned(), s(&event.event_id)),
         ("posted_at".to_owned(), s("2026-10-01T00:00:00Z")),
-        // The carried record (idempotency_dynamodb::carried::{KEY, PAYLOAD_HASH, RESPONSE}).
+        // The carried record (effectively_once_dynamodb::carried::{KEY, PAYLOAD_HASH, RESPONSE}).
         ("idempotency_key".to_owned(), s(&format!("payments#{}", event.event_id))),
         ("payload_hash".to_owned(), s(&hash)),
         ("response".to_owned(), s(r#"{"outcome":"applied"}"#)),

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use effects::email::{email_key, SendError, SendErrorKind};
-use effects::{send_once, EmailMessage, EmailSender, Policy, Receipt};
+use effectively_once::{Config, Idempotency, ManualClock, Outcome, Store};
+use effectively_once_dynamodb::testing::{fresh_store, unique_name};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::email::{email_key, SendError, SendErrorKind};
+use effectively_once_effects::{send_once, EmailMessage, EmailSender, Policy, Receipt};
 use end_to_end::{emails_to, ses_sender};
-use idempotency::{Config, Idempotency, ManualClock, Outcome, Store};
-use idempotency_dynamodb::testing::{fresh_store, unique_name};
-use idempotency_dynamodb::DynamoDbStore;
 
 async fn markers() -> (Idempotency<DynamoDbStore>, Arc<ManualClock>) {
     let (store, _) = fresh_store().await;
@@ -75,12 +75,12 @@ async fn an_unverified_sender_is_retried_not_recorded_as_the_messages_fate() {
     let (idem, _) = markers().await;
     // Never verified: SES answers MessageRejected naming the sender.
     let from = format!("{}@unverified.example.com", unique_name("nobody"));
-    let client = aws_sdk_sesv2::Client::new(&idempotency_dynamodb::testing::sdk_config().await);
-    let ses = effects::SesSender::new(client.clone(), &from);
+    let client = aws_sdk_sesv2::Client::new(&effectively_once_dynamodb::testing::sdk_config().await);
+    let ses = effectively_once_effects::SesSender::new(client.clone(), &from);
     let to = recipient();
     let key = email_key(&unique_name("pay")).unwrap();
     let err = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap_err();
-    assert!(matches!(&err, effects::Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
+    assert!(matches!(&err, effectively_once_effects::Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
     assert!(err.is_retryable());
     let local = from.split('@').next().unwrap();
     assert!(!err.to_string().contains(local), "the echoed address is redacted: {err}");

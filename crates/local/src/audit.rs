@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
-use effects::{PaymentEvent, Posting, Receipt, Rejection};
+use effectively_once_effects::{PaymentEvent, Posting, Receipt, Rejection};
 use futures_util::StreamExt;
 
 use crate::demo::{sent_emails, Check};
@@ -257,7 +257,7 @@ pub async fn audit(
 
     // Each distinct body: applied (its entry, on its account, with its amount and currency),
     // rejected (a recorded rejection of its payload), or in the DLQ; exactly one.
-    let hasher = idempotency::Config::default();
+    let hasher = effectively_once::Config::default();
     let entry_of = |e: &PaymentEvent| {
         ledger
             .get(&e.account_id)

@@ -15,9 +15,9 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use effects::{EmailMessage, EmailSender, Ledger, Policy, SesSender};
-use idempotency::{Config, Idempotency};
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once::{Config, Idempotency};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::{EmailMessage, EmailSender, Ledger, Policy, SesSender};
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
 
@@ -199,7 +199,7 @@ struct AcceptThenDie {
 }
 
 impl EmailSender for AcceptThenDie {
-    async fn send(&self, message: &EmailMessage) -> Result<String, effects::email::SendError> {
+    async fn send(&self, message: &EmailMessage) -> Result<String, effectively_once_effects::email::SendError> {
         let id = self.inner.send(message).await?;
         if self.crashes.roll(self.per_mille) {
             self.crashes.hit("crash after SES accepted, before the marker completed");
@@ -246,7 +246,7 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String>
     w.poison = options.poison;
     w.seed = options.seed;
     let r = resources::up(clients, &format!("chaos-{}", w.run)).await?;
-    let endpoint = idempotency_dynamodb::testing::endpoint();
+    let endpoint = effectively_once_dynamodb::testing::endpoint();
     let upstream = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
     // Receipt addresses the provider refuses: the proxy answers SES's MessageRejected for them.
     let rules = RefuseRecipients::new(

@@ -16,7 +16,7 @@ use crate::esm::{self, SqsMapping, StreamMapping};
 use crate::invoke::Http;
 use crate::workload::{self, Workload};
 use crate::{demo, resources, Clients};
-use idempotency_dynamodb::testing::endpoint;
+use effectively_once_dynamodb::testing::endpoint;
 
 fn flag(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()

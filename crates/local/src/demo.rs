@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use effects::{Ledger, Policy, SesSender};
-use idempotency::{Config, Idempotency};
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once::{Config, Idempotency};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::{Ledger, Policy, SesSender};
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
 
@@ -61,7 +61,7 @@ pub fn hostile_payments(clients: &Clients, resources: &Resources) -> InProcess<P
 /// recipient itself; everything else passes through.
 pub async fn refusing_ses() -> Result<(Proxy, aws_sdk_sesv2::Client), String> {
     let upstream =
-        idempotency_dynamodb::testing::endpoint().trim_start_matches("http://").trim_end_matches('/').to_owned();
+        effectively_once_dynamodb::testing::endpoint().trim_start_matches("http://").trim_end_matches('/').to_owned();
     let proxy = Proxy::start(&upstream, Arc::new(RefuseRecipients::new(REFUSED_PREFIX, NoFaults)))
         .await
         .map_err(|e| format!("fault proxy: {e}"))?;
@@ -215,7 +215,7 @@ fn progress_bar(p: Progress, expected: usize) {
 
 /// Recipients of every email the local SES accepted.
 pub fn sent_emails() -> Result<Vec<String>, String> {
-    Ok(idempotency_dynamodb::testing::sent_emails()?
+    Ok(effectively_once_dynamodb::testing::sent_emails()?
         .iter()
         .flat_map(|m| m["destinations"]["ToAddresses"].as_array().cloned().unwrap_or_default())
         .filter_map(|a| a.as_str().map(str::to_owned))

@@ -630,7 +630,7 @@ async fn discard(
     );
     let Some(url) = &mapping.failures_url else { return Ok(()) };
     let now = (mapping.clock)().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let arrival = |r: &Read| r.created_secs.map(|s| effects::rfc3339(s as u64 * 1000));
+    let arrival = |r: &Read| r.created_secs.map(|s| effectively_once_effects::rfc3339(s as u64 * 1000));
     let mut response_context = json!({"statusCode": 200, "executedVersion": "$LATEST"});
     if shard.function_error {
         response_context["functionError"] = json!("Unhandled");
@@ -644,7 +644,7 @@ async fn discard(
         },
         "responseContext": response_context,
         "version": "1.0",
-        "timestamp": effects::rfc3339(now.as_millis() as u64),
+        "timestamp": effectively_once_effects::rfc3339(now.as_millis() as u64),
         "DDBStreamBatchInfo": {
             "shardId": shard_id,
             "startSequenceNumber": first.sequence,

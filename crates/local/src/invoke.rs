@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use effectively_once_lambda::metrics::Counts;
+use effectively_once_lambda::{sqs, streams, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
-use triggers::metrics::Counts;
-use triggers::{sqs, streams, RecordResult};
 
 /// A function an SQS event source mapping invokes.
 pub trait SqsFunction: Send + Sync {

@@ -33,7 +33,7 @@ pub struct Clients {
 impl Clients {
     /// Clients for the local AWS (or `AWS_ENDPOINT_URL`).
     pub async fn local() -> Clients {
-        let sdk = idempotency_dynamodb::testing::sdk_config().await;
+        let sdk = effectively_once_dynamodb::testing::sdk_config().await;
         Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
             streams: aws_sdk_dynamodbstreams::Client::new(&sdk),
@@ -266,7 +266,9 @@ async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &V
     match request.send().await {
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => return Ok(()),
-        Err(e) => return Err(format!("create table {name}: {}", idempotency_dynamodb::classify("CreateTable", e))),
+        Err(e) => {
+            return Err(format!("create table {name}: {}", effectively_once_dynamodb::classify("CreateTable", e)))
+        }
     }
     if let Some(attribute) = props["TimeToLiveSpecification"]["AttributeName"].as_str() {
         dynamodb
@@ -281,7 +283,7 @@ async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &V
             )
             .send()
             .await
-            .map_err(|e| format!("TTL on {name}: {}", idempotency_dynamodb::classify("UpdateTimeToLive", e)))?;
+            .map_err(|e| format!("TTL on {name}: {}", effectively_once_dynamodb::classify("UpdateTimeToLive", e)))?;
     }
     Ok(())
 }

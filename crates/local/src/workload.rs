@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use effects::{PaymentEvent, Rejection};
+use effectively_once_effects::{PaymentEvent, Rejection};
 use serde_json::json;
 
 /// The largest SQS message body the chaos bodies reach: 256 KiB, the limit queues had for years

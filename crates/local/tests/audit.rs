@@ -3,9 +3,9 @@
 //! says.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effects::{Ledger, PaymentEvent};
-use idempotency_dynamodb::testing::unique_name;
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::{Ledger, PaymentEvent};
 use local::audit::audit;
 use local::resources::{self, Clients};
 use local::workload::{Kind, Plan, Sent};

@@ -6,10 +6,10 @@
 //! faults explain, and some email where receipts were due.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effects::{EmailMessage, EmailSender, Ledger, PaymentEvent, Receipt, SesSender};
-use idempotency::{Record, Status};
-use idempotency_dynamodb::testing::unique_name;
-use idempotency_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
+use effectively_once::{Record, Status};
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
+use effectively_once_effects::{EmailMessage, EmailSender, Ledger, PaymentEvent, Receipt, SesSender};
 use local::audit::{audit, Audit};
 use local::resources::{self, Clients, Resources, RECEIPT_FROM};
 use local::workload::{Kind, Plan, Sent};
@@ -46,7 +46,7 @@ async fn mark_row(clients: &Clients, r: &Resources, event_id: &str, status: &str
         .dynamodb
         .update_item()
         .table_name(&r.outbox_table)
-        .key("pk", AttributeValue::S(effects::outbox::row_key(event_id)))
+        .key("pk", AttributeValue::S(effectively_once_effects::outbox::row_key(event_id)))
         .update_expression("SET #s = :a")
         .expression_attribute_names("#s", "status")
         .expression_attribute_values(":a", AttributeValue::S(status.into()))
@@ -64,7 +64,7 @@ async fn record_marker(clients: &Clients, r: &Resources, event_id: &str, receipt
         status: Status::Completed,
         lease_expires_at_ms: 0,
         expiration_s: NEVER_EXPIRES,
-        payload_hash: idempotency::Config::default().payload_hash(event_id).unwrap(),
+        payload_hash: effectively_once::Config::default().payload_hash(event_id).unwrap(),
         owner: String::new(),
         response: Some(serde_json::to_string(receipt).unwrap()),
     };

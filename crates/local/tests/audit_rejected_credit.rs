@@ -5,10 +5,10 @@
 //! rejected, recorded, and nothing checked that a rejection has a reason the contract gives.
 //! Now the funding credit must apply, and each rejection's reason must be one its kind can get.
 
-use effects::{Ledger, PaymentEvent, Posting, Rejection};
-use idempotency::{Record, Status};
-use idempotency_dynamodb::testing::unique_name;
-use idempotency_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
+use effectively_once::{Record, Status};
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
+use effectively_once_effects::{Ledger, PaymentEvent, Posting, Rejection};
 use local::audit::audit;
 use local::resources::{self, Clients};
 use local::workload::{Kind, Plan, Sent};
@@ -30,7 +30,7 @@ async fn a_rejected_funding_credit_fails_an_invariant() {
     };
     let debit = PaymentEvent { event_id: format!("{run}-debit"), amount_cents: -3_000, ..credit.clone() };
     // A broken ledger: both refused, both recorded, nothing posted.
-    let hasher = idempotency::Config::default();
+    let hasher = effectively_once::Config::default();
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     for e in [&credit, &debit] {
         let posting = Posting::Rejected { reason: Rejection::InsufficientFunds { balance_cents: 0 } };

@@ -3,9 +3,9 @@
 
 use std::process::Command;
 
-use effects::Ledger;
-use idempotency_dynamodb::testing::unique_name;
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::Ledger;
 use local::esm;
 use local::resources::{self, Clients};
 use local::workload;

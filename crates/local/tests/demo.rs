@@ -1,7 +1,7 @@
 //! The demo itself, small: a hostile workload through the pipeline with every invariant checked
 //! from the tables.
 
-use idempotency_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::testing::unique_name;
 use local::resources::{self, Clients};
 use local::workload::{Kind, Workload};
 

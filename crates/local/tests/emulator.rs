@@ -7,15 +7,15 @@ use std::sync::Mutex;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::SqsMessage;
-use effects::{Ledger, PaymentEvent};
-use idempotency_dynamodb::testing::unique_name;
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::{Ledger, PaymentEvent};
+use effectively_once_lambda::{sqs, streams, RecordError, RecordResult};
 use local::demo::{payments, relay, sent_emails};
 use local::esm::{self, SqsMapping, StreamMapping};
 use local::invoke::InProcess;
 use local::resources::{self, Clients, Resources};
 use local::workload;
-use triggers::{sqs, streams, RecordError, RecordResult};
 
 async fn setup() -> (Clients, Resources) {
     let clients = Clients::local().await;

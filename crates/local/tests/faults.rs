@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use effects::email::email_key;
-use effects::{send_once, EmailMessage, Ledger, PaymentEvent, Policy, Posting, Receipt, SesSender};
-use idempotency::{Config, Idempotency, ManualClock, Outcome};
-use idempotency_dynamodb::testing::{endpoint, unique_name};
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once::{Config, Idempotency, ManualClock, Outcome};
+use effectively_once_dynamodb::testing::{endpoint, unique_name};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::email::email_key;
+use effectively_once_effects::{send_once, EmailMessage, Ledger, PaymentEvent, Policy, Posting, Receipt, SesSender};
 use local::demo::sent_emails;
 use local::proxy::{Fault, Proxy, ScriptedFaults};
 use local::resources::{self, Clients};

@@ -14,13 +14,13 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
-use idempotency_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
 use local::esm::{self, SqsMapping, StreamMapping};
 use local::invoke::{Http, InProcess, SqsFunction, StreamFunction};
 use local::resources::{self, Clients, Resources};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use triggers::{sqs, Disposition, RecordError, RecordResult};
 
 // ---------------------------------------------------------------------------------------------
 // SQS

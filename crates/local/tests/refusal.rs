@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use effects::email::SendErrorKind;
-use effects::{EmailMessage, EmailSender, SesSender};
-use idempotency_dynamodb::testing::{endpoint, unique_name};
+use effectively_once_dynamodb::testing::{endpoint, unique_name};
+use effectively_once_effects::email::SendErrorKind;
+use effectively_once_effects::{EmailMessage, EmailSender, SesSender};
 use local::demo::sent_emails;
 use local::proxy::{NoFaults, Proxy, RefuseRecipients};
 use local::resources::{self, Clients};

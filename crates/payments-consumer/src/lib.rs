@@ -2,10 +2,10 @@
 //! the ledger once. `main.rs` only wires the environment, the clients and this handler.
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use effects::{Ledger, PaymentEvent, Posting};
-use idempotency::{ErrorKind, Outcome};
-use idempotency_dynamodb::DynamoDbStore;
-use triggers::{Disposition, RecordError, RecordResult};
+use effectively_once::{ErrorKind, Outcome};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::{Ledger, PaymentEvent, Posting};
+use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 
 /// The function's name in metrics.
 pub const FUNCTION: &str = "payments-consumer";
@@ -57,7 +57,7 @@ impl Payments {
     }
 }
 
-impl triggers::sqs::Handler for Payments {
+impl effectively_once_lambda::sqs::Handler for Payments {
     async fn handle(&self, message: &SqsMessage, _deadline_ms: Option<u64>) -> RecordResult {
         let body = message.body.as_deref().ok_or_else(|| RecordError::permanent("message has no body"))?;
         let event = PaymentEvent::parse(body).map_err(|e| RecordError::permanent(e.to_string()))?;
@@ -73,7 +73,7 @@ impl triggers::sqs::Handler for Payments {
                 tracing::info!(?posting, "duplicate; answered from the first delivery");
                 Ok(Disposition::Duplicate)
             }
-            Err(effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
+            Err(effectively_once_effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
                 Err(RecordError::in_progress_elsewhere(e.to_string()))
             }
             Err(e) if e.is_retryable() => Err(RecordError::retryable(e.to_string())),

@@ -1,9 +1,9 @@
 //! Lambda entry point: SQS payment events to the ledger, once each.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use effectively_once_lambda::sqs::{process, Options};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use payments_consumer::{Env, Payments, FUNCTION};
-use triggers::sqs::{process, Options};
 
 // One invocation at a time per sandbox: a single-threaded runtime does the batch's I/O
 // concurrency without cross-thread wake-ups.

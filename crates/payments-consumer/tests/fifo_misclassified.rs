@@ -13,13 +13,13 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use effects::Ledger;
-use idempotency_dynamodb::testing::{fresh_store, sdk_config, unique_name};
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::Ledger;
+use effectively_once_lambda::sqs::{process, Options};
+use effectively_once_lambda::RecordResult;
 use lambda_runtime::{Context, LambdaEvent};
 use payments_consumer::Payments;
-use triggers::sqs::{process, Options};
-use triggers::RecordResult;
 
 fn fifo_message(id: &str, group: &str, body: &str) -> serde_json::Value {
     serde_json::json!({
@@ -43,7 +43,10 @@ fn fifo_message(id: &str, group: &str, body: &str) -> serde_json::Value {
     })
 }
 
-async fn invoke<H: triggers::sqs::Handler>(handler: &H, records: Vec<serde_json::Value>) -> SqsBatchResponse {
+async fn invoke<H: effectively_once_lambda::sqs::Handler>(
+    handler: &H,
+    records: Vec<serde_json::Value>,
+) -> SqsBatchResponse {
     let event: SqsEvent = serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
     process(handler, LambdaEvent::new(event, Context::default()), &Options { metrics: false, ..Options::new("test") })
         .await
@@ -65,8 +68,8 @@ fn group(account: &str, credit_id: &str, debit_id: &str) -> Vec<serde_json::Valu
 async fn a_configuration_fault_on_a_credit_holds_the_debit_behind_it() {
     let (store, _) = fresh_store().await;
     let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    effects::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    effectively_once_effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
+    effectively_once_effects::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
     let account = unique_name("acct");
     let (credit_id, debit_id) = (unique_name("credit"), unique_name("debit"));
 
@@ -111,8 +114,8 @@ async fn a_server_error_on_a_credit_holds_the_debit_behind_it() {
     });
     let (store, _) = fresh_store().await;
     let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    effects::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    effectively_once_effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
+    effectively_once_effects::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
         .endpoint_url(format!("http://127.0.0.1:{port}"))
         .build();
@@ -124,7 +127,7 @@ async fn a_server_error_on_a_credit_holds_the_debit_behind_it() {
         real: Payments,
         used: AtomicBool,
     }
-    impl triggers::sqs::Handler for FirstFails {
+    impl effectively_once_lambda::sqs::Handler for FirstFails {
         async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
             if !self.used.swap(true, Ordering::SeqCst) {
                 self.failing.handle(message, deadline_ms).await

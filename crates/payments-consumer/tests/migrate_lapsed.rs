@@ -6,15 +6,15 @@
 //! both rejected (recorded) and applied, against the contract's "an event id already applied or
 //! rejected, sent again ... is key reuse" and the never-expiring records the migration exists for.
 
-use effects::{Ledger, PaymentEvent, Posting};
-use idempotency::{Outcome, Record, Status};
-use idempotency_dynamodb::testing::{fresh_store, unique_name};
+use effectively_once::{Outcome, Record, Status};
+use effectively_once_dynamodb::testing::{fresh_store, unique_name};
+use effectively_once_effects::{Ledger, PaymentEvent, Posting};
 
 #[tokio::test]
 async fn a_lapsed_rejection_still_in_the_table_is_made_permanent() {
     let (store, _) = fresh_store().await;
     let ledger_table = unique_name("ledger");
-    effects::tables::create_ledger_table(store.client(), &ledger_table).await.unwrap();
+    effectively_once_effects::tables::create_ledger_table(store.client(), &ledger_table).await.unwrap();
     let ledger = Ledger::new(store.clone(), ledger_table, None);
     let account = unique_name("acct");
     let debit_id = unique_name("debit");
@@ -24,8 +24,9 @@ async fn a_lapsed_rejection_still_in_the_table_is_made_permanent() {
     .unwrap();
     // The rejection a 0.1.0 consumer recorded 15 days ago (14-day window), not yet deleted by TTL.
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let hash = idempotency::Config::default().payload_hash(&debit).unwrap();
-    let rejected = Posting::Rejected { reason: effects::Rejection::InsufficientFunds { balance_cents: 0 } };
+    let hash = effectively_once::Config::default().payload_hash(&debit).unwrap();
+    let rejected =
+        Posting::Rejected { reason: effectively_once_effects::Rejection::InsufficientFunds { balance_cents: 0 } };
     let record = Record {
         id: format!("payments#{debit_id}"),
         status: Status::Completed,

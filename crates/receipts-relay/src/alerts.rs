@@ -38,7 +38,7 @@ impl Alert {
             "_aws": {
                 "Timestamp": timestamp_ms,
                 "CloudWatchMetrics": [{
-                    "Namespace": triggers::metrics::NAMESPACE,
+                    "Namespace": effectively_once_lambda::metrics::NAMESPACE,
                     "Dimensions": [["Function"]],
                     "Metrics": [{"Name": self.metric(), "Unit": "Count"}],
                 }],
@@ -99,7 +99,7 @@ mod tests {
         for alert in Alert::ALL {
             let line: serde_json::Value = serde_json::from_str(&alert.emf("receipts-relay", 7)).unwrap();
             let directive = &line["_aws"]["CloudWatchMetrics"][0];
-            assert_eq!(directive["Namespace"], triggers::metrics::NAMESPACE);
+            assert_eq!(directive["Namespace"], effectively_once_lambda::metrics::NAMESPACE);
             assert_eq!(directive["Metrics"][0]["Name"], alert.metric());
             assert_eq!(line[alert.metric()], 1);
             assert_eq!(line["Function"], "receipts-relay");

@@ -10,12 +10,12 @@ use std::time::Duration;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
-use effects::email::{email_key, redact_emails, SendErrorKind};
-use effects::outbox::{self, ReceiptRow, RowStatus};
-use effects::{rfc3339, send_once, EmailSender, Policy, Receipt};
-use idempotency::{Config, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
-use idempotency_dynamodb::DynamoDbStore;
-use triggers::{Disposition, RecordError, RecordResult, Retry};
+use effectively_once::{Config, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::email::{email_key, redact_emails, SendErrorKind};
+use effectively_once_effects::outbox::{self, ReceiptRow, RowStatus};
+use effectively_once_effects::{rfc3339, send_once, EmailSender, Policy, Receipt};
+use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
 
 pub use crate::alerts::{Alert, Alerts};
 
@@ -174,17 +174,22 @@ enum LeaseWait {
     ThenFail(Duration),
 }
 
-impl Receipts<effects::SesSender> {
+impl Receipts<effectively_once_effects::SesSender> {
     /// A relay on the tables and sender `env` names; email markers hold a 60 s lease (bounded by
     /// the invocation's deadline).
     pub fn from_env(dynamodb: aws_sdk_dynamodb::Client, ses: aws_sdk_sesv2::Client, env: &Env) -> Self {
         let store = DynamoDbStore::new(dynamodb, &env.idempotency_table);
         let markers = Idempotency::new(store, Config::default().lease(MARKER_LEASE));
-        Receipts::new(markers, effects::SesSender::new(ses, &env.receipt_from), &env.outbox_table, Policy::default())
+        Receipts::new(
+            markers,
+            effectively_once_effects::SesSender::new(ses, &env.receipt_from),
+            &env.outbox_table,
+            Policy::default(),
+        )
     }
 }
 
-impl<E: EmailSender> triggers::streams::Handler for Receipts<E> {
+impl<E: EmailSender> effectively_once_lambda::streams::Handler for Receipts<E> {
     async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
         let image = serde_json::to_value(&record.change.new_image)
             .map_err(|e| RecordError::permanent(format!("stream image unreadable: {e}")))?;
@@ -228,7 +233,7 @@ impl<E: EmailSender> Receipts<E> {
         let outcome = loop {
             match send_once(&markers, &self.sender, &key, &message, self.policy).await {
                 Ok(outcome) => break outcome,
-                Err(effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
+                Err(effectively_once_effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
                     match self.lease_wait(&markers, &key, deadline_ms).await? {
                         LeaseWait::ThenClaim(wait) if waits < MAX_WAITS => {
                             waits += 1;
@@ -249,7 +254,7 @@ impl<E: EmailSender> Receipts<E> {
                         LeaseWait::ThenClaim(_) => return Err(RecordError::in_progress_elsewhere(e.to_string())),
                     }
                 }
-                Err(effects::Error::Email(e)) if e.kind == SendErrorKind::Blocked => {
+                Err(effectively_once_effects::Error::Email(e)) if e.kind == SendErrorKind::Blocked => {
                     // Not this message's fate: the marker is released and the stream retries.
                     self.alerts.raise(Alert::EmailBlocked, &e.to_string());
                     return Err(RecordError::retryable(e.to_string()));
@@ -338,10 +343,12 @@ impl<E: EmailSender> Receipts<E> {
 /// changes: its event id reused for another recipient, or an invalid key. Only these may fail
 /// the record permanently; the store's faults (a missing table, a 5xx, a marker it cannot read
 /// back) are not the receipt's.
-fn is_verdict_on_the_receipt(e: &effects::Error) -> bool {
+fn is_verdict_on_the_receipt(e: &effectively_once_effects::Error) -> bool {
     match e {
-        effects::Error::InvalidPayment(_) => true,
-        effects::Error::Idempotency(e) => matches!(e.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey),
+        effectively_once_effects::Error::InvalidPayment(_) => true,
+        effectively_once_effects::Error::Idempotency(e) => {
+            matches!(e.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey)
+        }
         _ => false,
     }
 }

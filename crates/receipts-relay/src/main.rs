@@ -4,9 +4,9 @@
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use receipts_relay::{Env, Receipts, FUNCTION};
-use triggers::streams::{process, Options};
 
 // One invocation at a time per sandbox: a single-threaded runtime does the batch's I/O
 // concurrency without cross-thread wake-ups.

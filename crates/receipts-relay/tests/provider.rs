@@ -18,16 +18,16 @@ use aws_sdk_sesv2::types::error::{
     SendingPausedException,
 };
 use common::{verified_ses, Pending};
-use effects::email::{email_key, SendError};
-use effects::outbox::ReceiptRow;
-use effects::{EmailMessage, EmailSender, Policy, Receipt, SesSender};
-use idempotency::{Begin, Idempotency, ManualClock, Store};
-use idempotency_dynamodb::testing::{emails_to, sdk_config, unique_name};
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once::{Begin, Idempotency, ManualClock, Store};
+use effectively_once_dynamodb::testing::{emails_to, sdk_config, unique_name};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::email::{email_key, SendError};
+use effectively_once_effects::outbox::ReceiptRow;
+use effectively_once_effects::{EmailMessage, EmailSender, Policy, Receipt, SesSender};
+use effectively_once_lambda::streams::{process, Handler, Options};
+use effectively_once_lambda::Retry;
 use lambda_runtime::{Context, LambdaEvent};
 use receipts_relay::{Alert, Receipts, MARKER_LEASE};
-use triggers::streams::{process, Handler, Options};
-use triggers::Retry;
 
 /// A payment's outbox row on fresh tables, its stream record, and a relay's parts.
 struct Setup {
@@ -86,7 +86,7 @@ impl Setup {
     }
 
     /// The marker's stored response, if any.
-    async fn marker(&self) -> Option<idempotency::Record> {
+    async fn marker(&self) -> Option<effectively_once::Record> {
         self.markers.store().get(email_key(&self.event_id).unwrap().as_str()).await.unwrap()
     }
 }

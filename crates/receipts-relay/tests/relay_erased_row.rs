@@ -5,7 +5,7 @@
 mod common;
 
 use common::Pending;
-use effects::{Policy, RecordingSender};
+use effectively_once_effects::{Policy, RecordingSender};
 
 #[tokio::test]
 async fn a_deleted_row_is_not_emailed() {
@@ -13,8 +13,8 @@ async fn a_deleted_row_is_not_emailed() {
     let p = Pending::erased("erased").await;
     let sender = RecordingSender::new();
     let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = triggers::streams::Handler::handle(&relay, &p.event.records[0], None).await;
-    assert_eq!(result, Ok(triggers::Disposition::Skipped), "reported skipped");
+    let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    assert_eq!(result, Ok(effectively_once_lambda::Disposition::Skipped), "reported skipped");
     assert!(
         sender.sent().is_empty(),
         "reported Skipped, yet {} email(s) went to the erased row's address",

@@ -11,10 +11,10 @@ use std::net::{TcpListener, TcpStream};
 mod common;
 
 use common::{Pending, UNAVAILABLE};
-use effects::{Policy, RecordingSender};
-use idempotency::{Config, Idempotency};
-use idempotency_dynamodb::testing::endpoint;
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once::{Config, Idempotency};
+use effectively_once_dynamodb::testing::endpoint;
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::{Policy, RecordingSender};
 use receipts_relay::MARKER_LEASE;
 
 /// Reads one HTTP/1.1 request (head and Content-Length body); `None` at end of stream.
@@ -110,9 +110,9 @@ async fn mark_meets(answer: &'static [u8]) {
     let direct = Idempotency::new(store.clone(), Config::default().lease(MARKER_LEASE));
     let sender = RecordingSender::new();
     let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = triggers::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
     assert_eq!(sender.sent().len(), 1, "the email went out");
-    let marker = idempotency::Store::get(store, &format!("email#{event_id}")).await.unwrap().unwrap();
+    let marker = effectively_once::Store::get(store, &format!("email#{event_id}")).await.unwrap().unwrap();
     assert!(marker.response.unwrap_or_default().contains("sent"), "the marker records the send");
     let row = p.row().await.unwrap();
     let status = row["status"].as_s().unwrap().clone();
@@ -123,12 +123,12 @@ async fn mark_meets(answer: &'static [u8]) {
         row.get("failure_reason")
     );
     let err = result.unwrap_err();
-    assert_ne!(err.retry, triggers::Retry::Permanent, "{}", err.reason);
+    assert_ne!(err.retry, effectively_once_lambda::Retry::Permanent, "{}", err.reason);
 
     // The stream's retry, with the store reachable again.
     let retry = common::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
-    let again = triggers::streams::Handler::handle(&retry, &p.event.records[0], None).await;
-    assert_eq!(again.unwrap(), triggers::Disposition::Duplicate, "the marker's outcome replayed");
+    let again = effectively_once_lambda::streams::Handler::handle(&retry, &p.event.records[0], None).await;
+    assert_eq!(again.unwrap(), effectively_once_lambda::Disposition::Duplicate, "the marker's outcome replayed");
     assert_eq!(sender.sent().len(), 1, "not sent twice");
     let row = p.row().await.unwrap();
     assert_eq!(row["status"].as_s().unwrap(), "SENT");

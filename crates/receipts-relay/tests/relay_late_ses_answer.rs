@@ -12,13 +12,13 @@ use std::time::Duration;
 mod common;
 
 use common::Pending;
-use effects::email::SendError;
-use effects::{EmailMessage, EmailSender, Policy, SesSender};
-use idempotency::ManualClock;
-use idempotency_dynamodb::testing::emails_to;
+use effectively_once::ManualClock;
+use effectively_once_dynamodb::testing::emails_to;
+use effectively_once_effects::email::SendError;
+use effectively_once_effects::{EmailMessage, EmailSender, Policy, SesSender};
+use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
 use receipts_relay::MARKER_LEASE;
-use triggers::streams::{process, Options};
 
 const FROM: &str = "receipts@example.com";
 

@@ -4,11 +4,11 @@
 mod common;
 
 use common::Pending;
-use effects::email::email_key;
-use effects::outbox::ReceiptRow;
-use effects::{send_once, Policy, RecordingSender};
+use effectively_once_effects::email::email_key;
+use effectively_once_effects::outbox::ReceiptRow;
+use effectively_once_effects::{send_once, Policy, RecordingSender};
+use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
-use triggers::streams::{process, Options};
 
 /// The event's marker records a receipt to another recipient (same key, another address: a
 /// producer bug, an edited redrive): key reuse, which no retry changes.
@@ -43,7 +43,7 @@ async fn a_deleted_row_is_skipped_not_failed() {
     let p = Pending::erased("erased").await;
     let sender = RecordingSender::new();
     let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = triggers::streams::Handler::handle(&relay, &p.event.records[0], None).await;
-    assert_eq!(result, Ok(triggers::Disposition::Skipped));
+    let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    assert_eq!(result, Ok(effectively_once_lambda::Disposition::Skipped));
     assert!(p.row().await.is_none(), "no row written back");
 }

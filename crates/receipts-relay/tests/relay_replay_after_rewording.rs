@@ -11,11 +11,11 @@
 mod common;
 
 use common::Pending;
-use effects::email::email_key;
-use effects::outbox::ReceiptRow;
-use effects::{send_once, Policy, RecordingSender};
+use effectively_once_effects::email::email_key;
+use effectively_once_effects::outbox::ReceiptRow;
+use effectively_once_effects::{send_once, Policy, RecordingSender};
+use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
-use triggers::streams::{process, Options};
 
 #[tokio::test]
 async fn a_replay_after_a_wording_change_is_a_duplicate() {
@@ -36,7 +36,7 @@ async fn a_replay_after_a_wording_change_is_a_duplicate() {
     let options = Options { metrics: false, ..Options::new("review") };
     let mut context = Context::default();
     context.deadline = markers.config().now_ms() + 30_000;
-    let direct = triggers::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    let direct = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
     let response = process(&relay, LambdaEvent::new(p.event.clone(), context), &options).await;
     assert!(sender.sent().is_empty(), "never a second copy");
     assert!(

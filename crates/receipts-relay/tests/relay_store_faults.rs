@@ -12,13 +12,13 @@ use std::net::TcpListener;
 mod common;
 
 use common::{Pending, UNAVAILABLE};
-use effects::{Policy, RecordingSender};
-use idempotency::{Config, Idempotency};
-use idempotency_dynamodb::testing::unique_name;
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once::{Config, Idempotency};
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::{Policy, RecordingSender};
+use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
 use receipts_relay::MARKER_LEASE;
-use triggers::streams::{process, Options};
 
 /// The marker table is missing (ResourceNotFoundException, `Other`): the receipt's row is
 /// marked FAILED and the stream goes on. Once the table exists, nothing sends that receipt.
@@ -85,13 +85,13 @@ async fn claim_meets(answer: &'static [u8]) {
     // The relay marks rows through the markers' client; the failure record goes there too, so
     // the row stays as the real table has it.
     let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = triggers::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
     let status = p.status().await;
     assert!(sender.sent().is_empty());
     let err = result.clone().unwrap_err();
     assert_ne!(
         err.retry,
-        triggers::Retry::Permanent,
+        effectively_once_lambda::Retry::Permanent,
         "a 503 is classified permanent ({}), so the Streams driver goes past the receipt for good (row {status})",
         err.reason
     );

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_sdk_dynamodb::types::AttributeValue;
-use effects::outbox::row_item;
-use effects::{EmailSender, PaymentEvent, Policy, SesSender};
-use idempotency::{Config, Idempotency, ManualClock};
-use idempotency_dynamodb::testing::{fresh_store, sdk_config, unique_name};
-use idempotency_dynamodb::DynamoDbStore;
+use effectively_once::{Config, Idempotency, ManualClock};
+use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::outbox::row_item;
+use effectively_once_effects::{EmailSender, PaymentEvent, Policy, SesSender};
 use receipts_relay::{Alerts, Receipts, MARKER_LEASE};
 
 pub type Item = HashMap<String, AttributeValue>;
@@ -47,7 +47,7 @@ impl Pending {
         let (store, _) = fresh_store().await;
         let client = store.client().clone();
         let outbox_table = unique_name("outbox");
-        effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
+        effectively_once_effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
         let event_id = unique_name("pay");
         let to = format!("{}@example.com", unique_name(who));
         let mut payment = PaymentEvent::parse(&format!(
@@ -86,7 +86,7 @@ impl Pending {
 
 /// An event's outbox row in `table`, read consistently; `None` if there is none.
 pub async fn row(client: &aws_sdk_dynamodb::Client, table: &str, event_id: &str) -> Option<Item> {
-    let key = AttributeValue::S(effects::outbox::row_key(event_id));
+    let key = AttributeValue::S(effectively_once_effects::outbox::row_key(event_id));
     let answer = client.get_item().table_name(table).key("pk", key).consistent_read(true).send().await.unwrap();
     answer.item().cloned()
 }

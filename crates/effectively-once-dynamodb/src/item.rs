@@ -1,0 +1,103 @@
+//! The record as a DynamoDB item.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use effectively_once::{Record, Status, StoreError, StoreErrorKind};
+
+/// Attribute names of the record item.
+pub mod attr {
+    /// Partition key (S): `{prefix}#{business key}`.
+    pub const ID: &str = "id";
+    /// `IN_PROGRESS` or `COMPLETED` (S).
+    pub const STATUS: &str = "status";
+    /// End of the in-progress lease, ms since the epoch (N).
+    pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
+    /// End of the dedup window, s since the epoch (N); the table's TTL attribute.
+    pub const EXPIRATION: &str = "expiration";
+    /// SHA-256 of the canonical payload, hex (S).
+    pub const PAYLOAD_HASH: &str = "payload_hash";
+    /// The owning attempt's token (S).
+    pub const OWNER: &str = "owner";
+    /// The stored response, JSON (S); absent while in progress.
+    pub const RESPONSE: &str = "response";
+}
+
+/// Encodes a record. Numbers are integers: TTL ignores anything else (TypeScript #2298 stored a
+/// float and records never expired).
+pub fn to_item(r: &Record) -> HashMap<String, AttributeValue> {
+    let mut item = HashMap::from([
+        (attr::ID.to_owned(), AttributeValue::S(r.id.clone())),
+        (attr::STATUS.to_owned(), AttributeValue::S(r.status.as_str().to_owned())),
+        (attr::LEASE_EXPIRES_AT.to_owned(), AttributeValue::N(r.lease_expires_at_ms.to_string())),
+        (attr::EXPIRATION.to_owned(), AttributeValue::N(r.expiration_s.to_string())),
+        (attr::PAYLOAD_HASH.to_owned(), AttributeValue::S(r.payload_hash.clone())),
+        (attr::OWNER.to_owned(), AttributeValue::S(r.owner.clone())),
+    ]);
+    if let Some(response) = &r.response {
+        item.insert(attr::RESPONSE.to_owned(), AttributeValue::S(response.clone()));
+    }
+    item
+}
+
+/// Decodes a record item.
+pub fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
+    let s = |name: &str| -> Result<String, StoreError> {
+        match item.get(name) {
+            Some(AttributeValue::S(v)) => Ok(v.clone()),
+            _ => Err(malformed(item, name)),
+        }
+    };
+    let n = |name: &str| -> Result<u64, StoreError> {
+        match item.get(name) {
+            Some(AttributeValue::N(v)) => v.parse().map_err(|_| malformed(item, name)),
+            _ => Err(malformed(item, name)),
+        }
+    };
+    Ok(Record {
+        id: s(attr::ID)?,
+        status: Status::parse(&s(attr::STATUS)?).ok_or_else(|| malformed(item, attr::STATUS))?,
+        lease_expires_at_ms: n(attr::LEASE_EXPIRES_AT)?,
+        expiration_s: n(attr::EXPIRATION)?,
+        payload_hash: s(attr::PAYLOAD_HASH)?,
+        owner: s(attr::OWNER)?,
+        response: match item.get(attr::RESPONSE) {
+            Some(AttributeValue::S(v)) => Some(v.clone()),
+            None => None,
+            Some(_) => return Err(malformed(item, attr::RESPONSE)),
+        },
+    })
+}
+
+fn malformed(item: &HashMap<String, AttributeValue>, name: &str) -> StoreError {
+    let id = match item.get(attr::ID) {
+        Some(AttributeValue::S(id)) => id.as_str(),
+        _ => "?",
+    };
+    StoreError::new(StoreErrorKind::Malformed, format!("record {id}: attribute {name} missing or of the wrong type"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let mut r = Record {
+            id: "p#k".into(),
+            status: Status::InProgress,
+            lease_expires_at_ms: 1_800_000_000_123,
+            expiration_s: 1_800_000_000,
+            payload_hash: "ab".into(),
+            owner: "o".into(),
+            response: None,
+        };
+        assert_eq!(from_item(&to_item(&r)).unwrap(), r);
+        r.status = Status::Completed;
+        r.response = Some("{}".into());
+        assert_eq!(from_item(&to_item(&r)).unwrap(), r);
+        let mut bad = to_item(&r);
+        bad.insert(attr::EXPIRATION.into(), AttributeValue::N("1.5".into()));
+        assert_eq!(from_item(&bad).unwrap_err().kind(), StoreErrorKind::Malformed);
+    }
+}

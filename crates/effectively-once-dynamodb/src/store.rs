@@ -1,0 +1,261 @@
+//! `DynamoDbStore`: the claim / complete / release protocol as DynamoDB conditional writes.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+};
+use aws_sdk_dynamodb::Client;
+use effectively_once::{Claim, Completion, Record, Status, Store, StoreError, StoreErrorKind};
+
+use crate::error::classify;
+use crate::item::{attr, from_item, to_item};
+
+/// The claim condition. The write succeeds when no record exists, when the record's dedup
+/// window has ended, or when it is in progress and its lease has ended (its attempt died or
+/// timed out). Anything else is a live record: DynamoDB evaluates the condition and the write
+/// as one step, so of many concurrent claims exactly one succeeds, and each loser gets the
+/// winner's item back (ALL_OLD) to classify without a second read. Expiration is in seconds
+/// and the lease in milliseconds; each is compared with `now` in its own unit (Java #1281 mixed
+/// them and records stuck).
+pub(crate) const CLAIM_CONDITION: &str =
+    "attribute_not_exists(#id) OR #expiration < :now_s OR (#status = :in_progress AND #lease < :now_ms)";
+
+/// Completion is fenced by the owner token and the lease: an attempt whose key another attempt
+/// took over must not overwrite the newer record, and an attempt whose lease has ended must
+/// not complete, taken over yet or not, so a record past its lease stays as it is until a new
+/// claim (see `Store::complete`). A retried request whose first answer was lost fails this
+/// condition on its own completed record; the ALL_OLD item tells that apart, and it counts as
+/// success.
+const COMPLETE_CONDITION: &str = "#owner = :owner AND #status = :in_progress AND #lease >= :now_ms";
+/// Release deletes only an in-progress record of its owner: deleting a completed one, its
+/// owner's included, would make the next delivery run the effect again. A missing record
+/// passes: a retried release finds its first attempt's delete done.
+const RELEASE_CONDITION: &str = "attribute_not_exists(#id) OR (#owner = :owner AND #status = :in_progress)";
+
+/// Idempotency records in a DynamoDB table keyed by `id` (S), with TTL on `expiration`.
+///
+/// Cost: a first delivery takes one `PutItem` and one `UpdateItem`; a duplicate one `PutItem`
+/// (its condition fails and returns the record).
+#[derive(Debug, Clone)]
+pub struct DynamoDbStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbStore {
+    /// A store on `table` (see [`create_table`]).
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoDbStore { client, table: table.into() }
+    }
+
+    /// The SDK client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn id(id: &str) -> AttributeValue {
+        AttributeValue::S(id.to_owned())
+    }
+
+    /// The record, read strongly consistent.
+    async fn read(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::ID, Self::id(id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify("GetItem", e))?;
+        out.item().map(from_item).transpose()
+    }
+}
+
+impl Store for DynamoDbStore {
+    async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(record)))
+            .condition_expression(CLAIM_CONDITION)
+            .expression_attribute_names("#id", attr::ID)
+            .expression_attribute_names("#expiration", attr::EXPIRATION)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease", attr::LEASE_EXPIRES_AT)
+            .expression_attribute_values(":now_s", AttributeValue::N((now_ms / 1000).to_string()))
+            .expression_attribute_values(":now_ms", AttributeValue::N(now_ms.to_string()))
+            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            // On success, the overwritten item (expired, or a dead attempt's) comes back at no
+            // extra cost: effects that must not repeat check it.
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(out) => match out.attributes.as_ref().map(from_item).transpose() {
+                Ok(replaced) => Ok(Claim::Acquired { replaced }),
+                // The write landed: this attempt holds the record whatever the old item was.
+                // Failing here would leave it believing it failed while its record blocks
+                // every retry until the lease ends (and a malformed item is permanent).
+                Err(e) => {
+                    tracing::warn!(id = %record.id, error = %e, "claimed over an unreadable item");
+                    Ok(Claim::AcquiredOverUnreadable)
+                }
+            },
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+                let PutItemError::ConditionalCheckFailedException(failed) = e.err() else { unreachable!() };
+                match failed.item() {
+                    Some(item) => Ok(Claim::Exists(from_item(item)?)),
+                    // A DynamoDB-compatible server without ALL_OLD on condition failure: read
+                    // it, at the price of a second request.
+                    None => match self.read(&record.id).await? {
+                        Some(existing) => Ok(Claim::Exists(existing)),
+                        None => Err(StoreError::new(
+                            StoreErrorKind::Unavailable,
+                            format!("record {} was released between the claim and the read", record.id),
+                        )),
+                    },
+                }
+            }
+            Err(e) => Err(classify("PutItem", e)),
+        }
+    }
+
+    async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::ID, Self::id(id))
+            .condition_expression(COMPLETE_CONDITION)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease", attr::LEASE_EXPIRES_AT)
+            .expression_attribute_names("#expiration", attr::EXPIRATION)
+            .expression_attribute_names("#response", attr::RESPONSE)
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
+            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
+            .expression_attribute_values(":now_ms", AttributeValue::N(completion.now_ms.to_string()))
+            .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
+            .expression_attribute_values(":exp", AttributeValue::N(completion.expiration_s.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        update = match completion.response {
+            Some(response) => update
+                .update_expression("SET #status = :completed, #expiration = :exp, #response = :response")
+                .expression_attribute_values(":response", AttributeValue::S(response.to_owned())),
+            None => update.update_expression("SET #status = :completed, #expiration = :exp REMOVE #response"),
+        };
+        let failed = match update.send().await {
+            Ok(_) => return Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else { unreachable!() };
+                failed
+            }
+            Err(e) => return Err(classify("UpdateItem", e)),
+        };
+        // Why the condition failed, from the item as it stood (or a read, from a server that
+        // does not return it; a missing record returns none either way).
+        let current = match failed.item() {
+            Some(item) => from_item(item).ok(),
+            None => self.read(id).await?,
+        };
+        match current {
+            Some(r) if r.owner == owner && r.status == Status::Completed => Ok(()),
+            Some(r) if r.owner == owner => Err(StoreError::new(
+                StoreErrorKind::Fenced,
+                format!("{id}: the lease ended at {} ms; not completed", r.lease_expires_at_ms),
+            )),
+            _ => Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is gone or owned by another attempt"))),
+        }
+    }
+
+    async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::ID, Self::id(id))
+            .condition_expression(RELEASE_CONDITION)
+            .expression_attribute_names("#id", attr::ID)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_owned()))
+            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), DeleteItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is completed or owned by another attempt")))
+            }
+            Err(e) => Err(classify("DeleteItem", e)),
+        }
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        self.read(id).await
+    }
+}
+
+/// Creates an idempotency table (partition key `id`, on-demand billing, TTL on `expiration`)
+/// and waits until it is active. For tests and the local AWS; production tables come from the
+/// deployment template.
+pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError> {
+    let invalid = |e: aws_sdk_dynamodb::error::BuildError| StoreError::new(StoreErrorKind::Other, e.to_string());
+    client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(attr::ID)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(invalid)?,
+        )
+        .key_schema(
+            KeySchemaElement::builder().attribute_name(attr::ID).key_type(KeyType::Hash).build().map_err(invalid)?,
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .map_err(|e| classify("CreateTable", e))?;
+    for _ in 0..120 {
+        let described =
+            client.describe_table().table_name(table).send().await.map_err(|e| classify("DescribeTable", e))?;
+        if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .enabled(true)
+                .attribute_name(attr::EXPIRATION)
+                .build()
+                .map_err(invalid)?,
+        )
+        .send()
+        .await
+        .map_err(|e| classify("UpdateTimeToLive", e))?;
+    Ok(())
+}

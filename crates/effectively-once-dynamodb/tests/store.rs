@@ -1,0 +1,100 @@
+//! `DynamoDbStore` cases beyond the store contract, against DynamoDB (the local AWS, or
+//! `AWS_ENDPOINT_URL`): a claim over an item it cannot read, and commit once under a lease that
+//! would have ended mid-handler.
+#![cfg(feature = "test-util")]
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use effectively_once::{Begin, Clock, Config, Idempotency, Key, ManualClock, Status, Store};
+use effectively_once_dynamodb::testing::{fresh_store, unique_name};
+use effectively_once_dynamodb::{attr, create_table, Commit, Committed, Placement, Write};
+
+/// A claim whose write landed over an item that does not parse (here: an expired item with an
+/// unknown status) is a claim: the attempt holds the record and must know it, and must assume
+/// it took over from an attempt that died mid-effect.
+#[tokio::test]
+async fn a_claim_over_an_unreadable_item_is_still_a_claim() {
+    let (store, _) = fresh_store().await;
+    let id = "payments#pay_garbled";
+    store
+        .client()
+        .put_item()
+        .table_name(store.table())
+        .item(attr::ID, AttributeValue::S(id.into()))
+        .item(attr::STATUS, AttributeValue::S("HALF_WRITTEN".into()))
+        .item(attr::EXPIRATION, AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    let idem = Idempotency::new(store, Config::default());
+    let key = Key::new("payments", "pay_garbled").unwrap();
+    let attempt = match idem.begin::<_, u64>(&key, &serde_json::json!({"n": 1})).await {
+        Ok(Begin::Claimed(attempt)) => attempt,
+        other => panic!("the claim landed, so it is a claim: {other:?}"),
+    };
+    assert!(attempt.took_over(), "what it replaced is unknown: assume a takeover");
+    let held = idem.store().get(id).await.unwrap().unwrap();
+    assert_eq!((held.status, held.owner.as_str()), (Status::InProgress, attempt.owner()));
+    idem.complete(attempt, &5u64).await.unwrap();
+    let done = idem.store().get(id).await.unwrap().unwrap();
+    assert_eq!((done.status, done.response.as_deref()), (Status::Completed, Some("5")));
+}
+
+/// Commit once holds no lease, so there is none to outrun: an attempt that starts, stalls for
+/// an hour (far past any lease) while a second delivery commits, then commits its own
+/// transaction, is told the event exists and writes nothing. The effect is an unconditional
+/// counter increment in the same transaction, so a second commit would show.
+#[tokio::test]
+async fn commit_once_is_immune_to_a_handler_outrunning_any_lease() {
+    let (store, _) = fresh_store().await;
+    let effects = unique_name("effects");
+    create_table(store.client(), &effects).await.unwrap();
+    let clock = ManualClock::new();
+    let counter_key = |event: &str| AttributeValue::S(format!("applied#{event}"));
+    for placement in [Placement::Own, Placement::Carried { write: "entry", key_attribute: attr::ID }] {
+        let event = unique_name("pay");
+        let commit = |response: &str| {
+            let entry = aws_sdk_dynamodb::types::Put::builder()
+                .table_name(&effects)
+                .item(attr::ID, AttributeValue::S(format!("entry#{event}")))
+                .build()
+                .unwrap();
+            let increment = Update::builder()
+                .table_name(&effects)
+                .key(attr::ID, counter_key(&event))
+                .update_expression("ADD #applied :one")
+                .expression_attribute_names("#applied", "applied")
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .build()
+                .unwrap();
+            Commit::new(format!("payments#{event}"), "hash", response)
+                .placement(placement.clone())
+                .expiration_s(clock.now_ms() / 1000 + 14 * 24 * 3600)
+                .write(Write::new("entry", TransactWriteItem::builder().put(entry).build()))
+                .write(Write::new("increment", TransactWriteItem::builder().update(increment).build()))
+        };
+        // The slow attempt builds its transaction, then stalls far past any lease.
+        let slow = commit("\"slow\"");
+        clock.advance(Duration::from_secs(3600));
+        // A second delivery commits meanwhile.
+        assert_eq!(store.commit_once(&commit("\"fast\""), clock.now_ms()).await.unwrap(), Committed::Fresh);
+        clock.advance(Duration::from_secs(3600));
+        // The slow one wakes and commits: the event exists, nothing is written.
+        match store.commit_once(&slow, clock.now_ms()).await.unwrap() {
+            Committed::Exists(record) => assert_eq!(record.response.as_deref(), Some("\"fast\"")),
+            other => panic!("{placement:?}: the stalled commit must meet the first one: {other:?}"),
+        }
+        let counter = store
+            .client()
+            .get_item()
+            .table_name(&effects)
+            .key(attr::ID, counter_key(&event))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        let applied = counter.item().and_then(|i| i.get("applied")).and_then(|v| v.as_n().ok()).cloned();
+        assert_eq!(applied.as_deref(), Some("1"), "{placement:?}: the effect was applied once");
+    }
+}

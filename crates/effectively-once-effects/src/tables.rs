@@ -1,0 +1,64 @@
+//! Table definitions for tests and the local AWS; production tables come from `infra/`.
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification,
+    StreamViewType,
+};
+use aws_sdk_dynamodb::Client;
+use effectively_once::{StoreError, StoreErrorKind};
+use effectively_once_dynamodb::classify;
+
+fn built(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::new(StoreErrorKind::Other, e.to_string())
+}
+
+fn key(name: &str, key_type: KeyType) -> Result<(AttributeDefinition, KeySchemaElement), StoreError> {
+    Ok((
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .map_err(built)?,
+        KeySchemaElement::builder().attribute_name(name).key_type(key_type).build().map_err(built)?,
+    ))
+}
+
+/// The ledger table: `pk` (S) and `sk` (S), on-demand.
+pub async fn create_ledger_table(client: &Client, table: &str) -> Result<(), StoreError> {
+    let (pk, pk_schema) = key("pk", KeyType::Hash)?;
+    let (sk, sk_schema) = key("sk", KeyType::Range)?;
+    client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(pk)
+        .attribute_definitions(sk)
+        .key_schema(pk_schema)
+        .key_schema(sk_schema)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .map_err(|e| classify("CreateTable", e))?;
+    Ok(())
+}
+
+/// The outbox table: `pk` (S), on-demand, with a stream of new images for the relay.
+pub async fn create_outbox_table(client: &Client, table: &str) -> Result<(), StoreError> {
+    let (pk, pk_schema) = key("pk", KeyType::Hash)?;
+    client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(pk)
+        .key_schema(pk_schema)
+        .billing_mode(BillingMode::PayPerRequest)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewImage)
+                .build()
+                .map_err(built)?,
+        )
+        .send()
+        .await
+        .map_err(|e| classify("CreateTable", e))?;
+    Ok(())
+}

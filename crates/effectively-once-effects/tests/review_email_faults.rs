@@ -1,0 +1,90 @@
+//! Review findings (issue 11): SES faults where nothing was sent, yet the receipt is recorded
+//! `Ambiguous` (never sent, never retried) or `Failed`; addresses that survive redaction.
+
+use std::time::Duration;
+
+use aws_sdk_sesv2::config::{Credentials, Region};
+use effectively_once::{Config, Idempotency, InMemoryStore, Outcome, Store};
+use effectively_once_effects::email::{email_key, SendError, SendErrorKind};
+use effectively_once_effects::{send_once, EmailMessage, PaymentEvent, Policy, Receipt, SesSender};
+
+fn markers() -> Idempotency<InMemoryStore> {
+    Idempotency::new(InMemoryStore::new(), Config::default().lease(Duration::from_secs(60)))
+}
+
+fn message() -> EmailMessage {
+    EmailMessage { to: "alice@example.com".into(), subject: "Receipt".into(), text: "paid".into() }
+}
+
+/// An SES client whose endpoint refuses every connection: the request never leaves the host.
+fn ses(endpoint: &str, credentials: bool) -> SesSender {
+    let mut config = aws_sdk_sesv2::Config::builder()
+        .behavior_version_latest()
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint);
+    if credentials {
+        config = config.credentials_provider(Credentials::new("test", "test", None, None, "review"));
+    }
+    SesSender::new(aws_sdk_sesv2::Client::from_conf(config.build()), "receipts@example.com")
+}
+
+/// A refused connection (nothing listens on port 1) means SES was never reached: nothing can
+/// have been sent, so the marker should be released and the receipt retried. Today every
+/// dispatch failure is `Ambiguous`, so under at most once the receipt is recorded AMBIGUOUS at
+/// once and never sent: an SES endpoint that is unreachable for a minute (VPC without a route,
+/// DNS failure, connect timeout) turns every receipt of that minute into a lost one.
+#[tokio::test]
+async fn review_a_refused_connection_is_not_ambiguous() {
+    let idem = markers();
+    let key = email_key("pay_refused").unwrap();
+    let sender = ses("http://127.0.0.1:1", true);
+    let outcome = send_once(&idem, &sender, &key, &message(), Policy::AtMostOnce).await;
+    match outcome {
+        Err(effectively_once_effects::Error::Email(e)) => {
+            assert!(e.is_retryable(), "{e}");
+            assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released for the retry");
+        }
+        other => panic!("SES was never reached, yet the receipt's fate is recorded: {other:?}"),
+    }
+}
+
+/// Credentials that cannot be resolved (an expired role session, a broken credentials
+/// endpoint) are a configuration fault, `Blocked` by the crate's own rules (AccessDenied,
+/// ExpiredToken... are Blocked): retried and raised, never the message's recorded fate.
+#[tokio::test]
+async fn review_missing_credentials_are_blocked_not_the_messages_fate() {
+    let idem = markers();
+    let key = email_key("pay_nocreds").unwrap();
+    let sender = ses("http://127.0.0.1:1", false);
+    let outcome = send_once(&idem, &sender, &key, &message(), Policy::AtMostOnce).await;
+    match outcome {
+        Err(effectively_once_effects::Error::Email(e)) => assert_eq!(e.kind, SendErrorKind::Blocked, "{e}"),
+        Ok(Outcome::Fresh(r @ (Receipt::Ambiguous | Receipt::Failed { .. }))) => {
+            panic!("no request was ever signed, yet the receipt is recorded {r:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Addresses the payment contract accepts (no whitespace, one '@') whose local part holds an
+/// apostrophe, a quote, a brace or a bar: SES echoes a refused recipient in MessageRejected,
+/// and the stored `Failed { reason }`, the warn log and the error keep part of the local part.
+#[test]
+fn review_accepted_addresses_are_fully_redacted() {
+    for address in
+        ["mary.o'neil@example.com", "\"mary.smith\"@example.com", "mary|smith@example.com", "mary{smith}@example.com"]
+    {
+        let body = format!(
+            r#"{{"event_id": "p1", "account_id": "a1", "amount_cents": 1, "currency": "USD", "receipt_email": "{}"}}"#,
+            address.replace('"', "\\\"")
+        );
+        assert!(PaymentEvent::parse(&body).is_ok(), "the contract accepts {address}");
+        let refused = SendError::new(
+            SendErrorKind::Rejected,
+            format!("Email address is not verified. The following identities failed the check in region US-EAST-1: {address}"),
+        );
+        for text in [refused.message.clone(), refused.to_string(), format!("{refused:?}")] {
+            assert!(!text.contains("mary"), "{address} leaks into: {text}");
+        }
+    }
+}

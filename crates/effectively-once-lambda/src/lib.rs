@@ -1,0 +1,112 @@
+//! Batch drivers for Lambda triggers: each record is handled alone, and only records whose
+//! effect is durable are acknowledged.
+//!
+//! - [`sqs`]: partial batch failures (`batchItemFailures`), bounded concurrency, FIFO order per
+//!   message group, deadline awareness.
+//! - [`streams`]: DynamoDB Streams in order, checkpointing at the first failure.
+//! - [`metrics`]: one CloudWatch Embedded Metric Format line per batch.
+//! - [`panics`]: a record whose handler panics fails alone; the rest of the batch goes on.
+#![warn(missing_docs)]
+
+pub mod metrics;
+pub mod panics;
+pub mod sqs;
+pub mod streams;
+
+/// Every email address in free text redacted (`a***@example.com`): the drivers run it over panic
+/// messages. Re-exported from the `effectively-once-redact` crate, which `effectively-once-effects` shares, so one scan serves both.
+pub use effectively_once_redact::redact_emails;
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// What a handler did with a record it finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// The effect was applied now.
+    Applied,
+    /// A duplicate: the effect had been applied (or decided) before; nothing done.
+    Duplicate,
+    /// A business rejection, recorded; not to be retried.
+    Rejected,
+    /// Not for this handler (say, a stream record that is not an insert).
+    Skipped,
+}
+
+/// Whether a failed record may succeed when delivered again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// A later delivery may succeed (throttling, store unavailable).
+    Retryable,
+    /// Another attempt holds the key now; a later delivery will replay its result.
+    InProgressElsewhere,
+    /// It never will (malformed input, key reused): it goes to the dead-letter queue after the
+    /// queue's maximum receive count, with this reason logged.
+    Permanent,
+}
+
+/// A record that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    /// Retry or give up.
+    pub retry: Retry,
+    /// Why, for the log. No personal data.
+    pub reason: String,
+}
+
+impl RecordError {
+    /// A failure a later delivery may not see.
+    pub fn retryable(reason: impl Into<String>) -> Self {
+        RecordError { retry: Retry::Retryable, reason: reason.into() }
+    }
+
+    /// A failure no delivery will fix.
+    pub fn permanent(reason: impl Into<String>) -> Self {
+        RecordError { retry: Retry::Permanent, reason: reason.into() }
+    }
+
+    /// Another attempt holds the record's key.
+    pub fn in_progress_elsewhere(reason: impl Into<String>) -> Self {
+        RecordError { retry: Retry::InProgressElsewhere, reason: reason.into() }
+    }
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.retry, self.reason)
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+/// A handler's answer for one record.
+pub type RecordResult = Result<Disposition, RecordError>;
+
+/// 2001-09-09 in milliseconds since the epoch: no real deadline is earlier.
+const PLAUSIBLE_EPOCH_MS: u64 = 1_000_000_000_000;
+
+/// The invocation's deadline, in milliseconds since the epoch, or `None` when the context has
+/// none: `Context::default()` in tests carries 0, and `cargo lambda watch` sends the timeout as
+/// a duration (600000) rather than an epoch time. Such a value is not read as "the deadline has
+/// passed" (every record would be refused) nor as "no limit" for a lease: without a deadline,
+/// the idempotency layer uses its configured lease, so nothing is held forever.
+pub fn deadline_of(context: &lambda_runtime::Context) -> Option<u64> {
+    (context.deadline >= PLAUSIBLE_EPOCH_MS).then_some(context.deadline)
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn implausible_deadlines_are_unknown() {
+        let mut context = lambda_runtime::Context::default();
+        assert_eq!(super::deadline_of(&context), None);
+        context.deadline = 600_000;
+        assert_eq!(super::deadline_of(&context), None);
+        context.deadline = 1_795_000_000_000;
+        assert_eq!(super::deadline_of(&context), Some(1_795_000_000_000));
+    }
+}

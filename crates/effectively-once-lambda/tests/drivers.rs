@@ -1,0 +1,175 @@
+//! The drivers with the sample events in `events/` and fake handlers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+mod common;
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use common::{checkpoint, failures, stream_event};
+use effectively_once_lambda::{sqs, streams, Disposition, RecordError, RecordResult};
+use lambda_runtime::{Context, LambdaEvent};
+
+fn sqs_event(json: &[u8]) -> SqsEvent {
+    serde_json::from_slice(json).unwrap()
+}
+
+fn quiet(function: &str) -> sqs::Options {
+    sqs::Options { metrics: false, ..sqs::Options::new(function) }
+}
+
+/// Accepts JSON objects with a string `event_id` and an integer `amount_cents`; records the
+/// order it saw them in.
+#[derive(Default)]
+struct NeedsEventId {
+    seen: Mutex<Vec<String>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    delay: Option<Duration>,
+}
+
+impl sqs::Handler for NeedsEventId {
+    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        if let Some(delay) = self.delay {
+            tokio::time::sleep(delay).await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.seen.lock().unwrap().push(message.message_id.clone().unwrap());
+        let body: serde_json::Value = serde_json::from_str(message.body.as_deref().unwrap_or(""))
+            .map_err(|e| RecordError::permanent(e.to_string()))?;
+        body["event_id"].as_str().ok_or_else(|| RecordError::permanent("event_id: is required"))?;
+        body["amount_cents"].as_i64().ok_or_else(|| RecordError::permanent("amount_cents: must be an integer"))?;
+        Ok(Disposition::Applied)
+    }
+}
+
+#[tokio::test]
+async fn one_bad_body_fails_only_itself() {
+    let handler = NeedsEventId::default();
+    let event = sqs_event(include_bytes!("../../../events/sqs-bad-input.json"));
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert_eq!(failures(&response), ["bad-malformed-json", "bad-missing-event-id"]);
+    assert_eq!(handler.seen.lock().unwrap().len(), 6, "every record handled");
+}
+
+#[tokio::test]
+async fn fifo_keeps_group_order_and_goes_on_past_a_permanent_failure() {
+    let handler = NeedsEventId::default();
+    let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    // b-2's amount is not a number: it never takes effect, so b-3 cannot depend on it and runs.
+    assert_eq!(failures(&response), ["fifo-b-2"], "the malformed record alone is reported failed");
+    let seen = handler.seen.lock().unwrap().clone();
+    let group_a: Vec<_> = seen.iter().filter(|m| m.starts_with("fifo-a")).collect();
+    let group_b: Vec<_> = seen.iter().filter(|m| m.starts_with("fifo-b")).collect();
+    assert_eq!(group_a, ["fifo-a-1", "fifo-a-2", "fifo-a-3"]);
+    assert_eq!(group_b, ["fifo-b-1", "fifo-b-2", "fifo-b-3"], "in order, past the malformed record");
+}
+
+/// Fails the given message with the given kind of failure, applies the others; records the order.
+struct FailsOne {
+    message_id: &'static str,
+    error: RecordError,
+    applied: Mutex<Vec<String>>,
+}
+
+impl sqs::Handler for FailsOne {
+    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+        let id = message.message_id.clone().unwrap();
+        if id == self.message_id {
+            return Err(self.error.clone());
+        }
+        self.applied.lock().unwrap().push(id);
+        Ok(Disposition::Applied)
+    }
+}
+
+#[tokio::test]
+async fn fifo_holds_back_the_rest_of_a_group_only_after_a_failure_a_retry_may_undo() {
+    let retry_may_undo =
+        [RecordError::retryable("ledger throttled"), RecordError::in_progress_elsewhere("pay_3002 in progress")];
+    for error in retry_may_undo {
+        let handler = FailsOne { message_id: "fifo-a-2", error: error.clone(), applied: Mutex::default() };
+        let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+        let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+        // a-2 may still take effect, so a-3 must wait for it: not started, redelivered after it.
+        assert_eq!(failures(&response), ["fifo-a-2", "fifo-a-3"], "{error}");
+        let applied = handler.applied.lock().unwrap().clone();
+        let group_a: Vec<_> = applied.iter().filter(|m| m.starts_with("fifo-a")).collect();
+        let group_b: Vec<_> = applied.iter().filter(|m| m.starts_with("fifo-b")).collect();
+        assert_eq!(group_a, ["fifo-a-1"], "{error}: a-3 not started");
+        assert_eq!(group_b, ["fifo-b-1", "fifo-b-2", "fifo-b-3"], "{error}: the other group goes on");
+    }
+
+    let handler =
+        FailsOne { message_id: "fifo-a-2", error: RecordError::permanent("key reused"), applied: Mutex::default() };
+    let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert_eq!(failures(&response), ["fifo-a-2"]);
+    let applied = handler.applied.lock().unwrap().clone();
+    let group_a: Vec<_> = applied.iter().filter(|m| m.starts_with("fifo-a")).collect();
+    assert_eq!(group_a, ["fifo-a-1", "fifo-a-3"], "a permanent failure holds nothing back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrency_is_bounded() {
+    let handler = NeedsEventId { delay: Some(Duration::from_millis(20)), ..Default::default() };
+    let mut event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let template = event.records[0].clone();
+    event.records = (0..25)
+        .map(|i| {
+            let mut m = template.clone();
+            m.message_id = Some(format!("m-{i}"));
+            m
+        })
+        .collect();
+    let options = sqs::Options { concurrency: 4, ..quiet("t") };
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &options).await;
+    assert!(response.batch_item_failures.is_empty());
+    let max = handler.max_in_flight.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&max), "max in flight {max}");
+}
+
+#[tokio::test]
+async fn records_not_started_before_the_deadline_are_reported_failed() {
+    let handler = NeedsEventId::default();
+    let event = sqs_event(include_bytes!("../../../events/sqs-batch-duplicates.json"));
+    let mut context = Context::default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    context.deadline = now + 500; // less than the 1 s margin
+    let response = sqs::process(&handler, LambdaEvent::new(event, context), &quiet("t")).await;
+    assert_eq!(failures(&response), ["dup-msg-1", "dup-msg-2", "dup-msg-3", "dup-msg-4"]);
+    assert!(handler.seen.lock().unwrap().is_empty(), "nothing started, nothing lost");
+}
+
+/// Fails the record with the given sequence number, succeeds on the others.
+struct FailAt(Option<&'static str>, Mutex<Vec<String>>);
+
+impl streams::Handler for FailAt {
+    async fn handle(&self, record: &EventRecord, _deadline: Option<u64>) -> RecordResult {
+        let seq = record.change.sequence_number.clone().unwrap();
+        self.1.lock().unwrap().push(seq.clone());
+        if Some(seq.as_str()) == self.0 {
+            return Err(RecordError::retryable("SES throttled"));
+        }
+        Ok(Disposition::Applied)
+    }
+}
+
+#[tokio::test]
+async fn streams_handle_inserts_only_and_checkpoint_at_the_first_failure() {
+    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    let ok = FailAt(None, Mutex::default());
+    let response = streams::process(&ok, LambdaEvent::new(stream_event(), Context::default()), &options).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(*ok.1.lock().unwrap(), ["111000000000000000000001", "111000000000000000000003"], "MODIFY skipped");
+
+    let failing = FailAt(Some("111000000000000000000001"), Mutex::default());
+    let response = streams::process(&failing, LambdaEvent::new(stream_event(), Context::default()), &options).await;
+    assert_eq!(checkpoint(&response), [Some("111000000000000000000001".to_owned())]);
+    assert_eq!(failing.1.lock().unwrap().len(), 1, "nothing after the checkpoint");
+}

@@ -1,0 +1,257 @@
+//! How records are kept: dedup window, lease, what the payload hash covers, the clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, ErrorKind};
+use crate::record::Record;
+
+/// Fourteen days: SQS's longest retention, so a replay from a dead-letter queue is still
+/// recognised as a duplicate.
+pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(14 * 24 * 3600);
+/// Fifteen minutes, Lambda's longest timeout; within Lambda the deadline shortens it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15 * 60);
+/// Room left for the other attributes under DynamoDB's 400 KB item limit.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 380_000;
+
+/// Which part of the payload the hash covers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PayloadSelector {
+    /// The whole payload, as canonical JSON (object keys sorted).
+    #[default]
+    Whole,
+    /// Only the values at these JSON pointers (`/amount_cents`), missing ones as `null`: a retry
+    /// that adds or changes another field is still a duplicate.
+    Fields(Vec<String>),
+    /// No payload check: any payload under a key is a duplicate.
+    Ignore,
+}
+
+/// A function called with the stored record whenever a call is answered from it (a replay).
+#[derive(Clone)]
+pub struct ReplayHook(pub(crate) Arc<dyn Fn(&Record) + Send + Sync>);
+
+impl std::fmt::Debug for ReplayHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplayHook")
+    }
+}
+
+/// The environment variables that turn idempotency off (for local debugging only).
+pub const DISABLED_VARS: [&str; 2] = ["IDEMPOTENCY_DISABLED", "POWERTOOLS_IDEMPOTENCY_DISABLED"];
+
+/// Settings shared by every call of an [`Idempotency`](crate::Idempotency).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) dedup_window: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) payload: PayloadSelector,
+    pub(crate) max_response_bytes: usize,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) replay_hook: Option<ReplayHook>,
+    pub(crate) disabled: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            dedup_window: DEFAULT_DEDUP_WINDOW,
+            lease: DEFAULT_LEASE,
+            payload: PayloadSelector::Whole,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            clock: Arc::new(SystemClock),
+            replay_hook: None,
+            disabled: false,
+        }
+    }
+}
+
+impl Config {
+    /// How long a completed record answers duplicates (default 14 days). Also the TTL.
+    pub fn dedup_window(mut self, window: Duration) -> Self {
+        self.dedup_window = window;
+        self
+    }
+
+    /// How long an attempt holds a key before another may take it over (default 15 minutes).
+    /// A deadline given with [`Idempotency::with_deadline`](crate::Idempotency::with_deadline)
+    /// shortens it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// What the payload hash covers (default: the whole payload).
+    pub fn payload(mut self, selector: PayloadSelector) -> Self {
+        self.payload = selector;
+        self
+    }
+
+    /// Hash only the values at these JSON pointers.
+    pub fn payload_fields<I, S>(self, pointers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.payload(PayloadSelector::Fields(pointers.into_iter().map(Into::into).collect()))
+    }
+
+    /// Largest stored response in bytes of JSON (default 380,000, under DynamoDB's 400 KB item).
+    pub fn max_response_bytes(mut self, max: usize) -> Self {
+        self.max_response_bytes = max;
+        self
+    }
+
+    /// The clock (default: the system's).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Calls `hook` with the stored record each time a call is answered from it, so a caller can
+    /// tell a replayed response from a fresh one where only the response travels (metrics, a
+    /// header). [`Outcome`](crate::Outcome) already says it to the caller of `run`.
+    pub fn on_replay(mut self, hook: impl Fn(&Record) + Send + Sync + 'static) -> Self {
+        self.replay_hook = Some(ReplayHook(Arc::new(hook)));
+        self
+    }
+
+    /// Turns idempotency off: handlers run on every delivery, nothing is stored. For local
+    /// debugging only; [`Idempotency::new`](crate::Idempotency::new) logs a warning.
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.disabled = disabled;
+        self
+    }
+
+    /// The defaults, turned off when `IDEMPOTENCY_DISABLED` (or Powertools'
+    /// `POWERTOOLS_IDEMPOTENCY_DISABLED`) is `1`, `true` or `yes`: [`from_env_with`]
+    /// reading the process environment.
+    ///
+    /// [`from_env_with`]: Self::from_env_with
+    pub fn from_env() -> Self {
+        Self::from_env_with(|name| std::env::var(name).ok())
+    }
+
+    /// The same, with the variables read through `var` (`None` for unset). Tests pass a map
+    /// here instead of setting process variables, which other threads of the test binary
+    /// read at the same time (`std::env::set_var` is unsound there).
+    ///
+    /// ```
+    /// use effectively_once::Config;
+    /// let config = Config::from_env_with(|name| (name == "IDEMPOTENCY_DISABLED").then(|| "true".into()));
+    /// assert!(config.is_disabled());
+    /// ```
+    pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Self {
+        let on = |v: String| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes");
+        let disabled = DISABLED_VARS.iter().any(|name| var(name).is_some_and(on));
+        Config::default().disabled(disabled)
+    }
+
+    /// Whether idempotency is off.
+    pub fn is_disabled(&self) -> bool {
+        self.disabled
+    }
+
+    /// The dedup window.
+    pub fn window(&self) -> Duration {
+        self.dedup_window
+    }
+
+    /// The clock in use.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The hash of `payload` under this config's selector: SHA-256 of canonical JSON, in hex.
+    pub fn payload_hash<P: Serialize + ?Sized>(&self, payload: &P) -> Result<String, Error> {
+        let value = serde_json::to_value(payload)
+            .map_err(|e| Error::new(ErrorKind::Serialization, "payload is not serialisable").with_source(e))?;
+        let selected = match &self.payload {
+            PayloadSelector::Whole => value,
+            PayloadSelector::Fields(pointers) => {
+                Value::Array(pointers.iter().map(|p| value.pointer(p).cloned().unwrap_or(Value::Null)).collect())
+            }
+            PayloadSelector::Ignore => Value::Null,
+        };
+        let mut canonical = String::new();
+        write_canonical(&selected, &mut canonical);
+        let digest = Sha256::digest(canonical.as_bytes());
+        Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
+    }
+}
+
+/// JSON with object keys sorted at every level, whatever map order serde_json was built with
+/// (another crate in the build may turn on `preserve_order`).
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn whole_payload_hash_ignores_key_order_but_not_values() {
+        let c = Config::default();
+        let a = c.payload_hash(&json!({"a": 1, "b": {"y": 2, "x": [1, 2]}})).unwrap();
+        let b = c.payload_hash(&json!({"b": {"x": [1, 2], "y": 2}, "a": 1})).unwrap();
+        let d = c.payload_hash(&json!({"a": 1, "b": {"y": 2, "x": [2, 1]}})).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, d);
+        assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn the_disable_switch_reads_either_variable_and_only_true_values() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+        };
+        assert!(!Config::from_env_with(env(&[])).is_disabled());
+        assert!(Config::from_env_with(env(&[("IDEMPOTENCY_DISABLED", " TRUE ")])).is_disabled());
+        assert!(Config::from_env_with(env(&[("POWERTOOLS_IDEMPOTENCY_DISABLED", "1")])).is_disabled());
+        assert!(!Config::from_env_with(env(&[("IDEMPOTENCY_DISABLED", "0")])).is_disabled());
+        assert!(!Config::from_env_with(env(&[("IDEMPOTENCY_DISABLED", "false")])).is_disabled());
+    }
+
+    #[test]
+    fn selected_fields_ignore_the_rest() {
+        let c = Config::default().payload_fields(["/amount_cents", "/currency"]);
+        let a = c.payload_hash(&json!({"amount_cents": 5, "currency": "USD", "note": "x"})).unwrap();
+        let b = c.payload_hash(&json!({"amount_cents": 5, "currency": "USD", "trace": 7})).unwrap();
+        let d = c.payload_hash(&json!({"amount_cents": 6, "currency": "USD"})).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, d);
+    }
+}
