@@ -1,4 +1,4 @@
-//! The effects crate's error: callers branch on the variant, and ask `is_retryable`.
+//! The effectively-once-effects crate's error: callers branch on the variant, and ask `is_retryable`.
 
 use std::fmt;
 

@@ -109,7 +109,7 @@ fn sqs_failed(ids: &[&str], answer: &Result<SqsBatchResponse, String>, report: b
 /// message group in order is the function's work ("your function should stop processing
 /// messages after the first failure and return all failed and unprocessed messages in
 /// batchItemFailures", <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>);
-/// the triggers crate's driver does it.
+/// the effectively-once-lambda crate's driver does it.
 /// Meanwhile SQS itself holds back a group's later messages while one of it is in flight.
 pub async fn poll_sqs<F: SqsFunction>(
     clients: &Clients,
