@@ -3,7 +3,7 @@
 //! recorded payment rejection, or that a FIFO payments queue got a standard dead-letter queue.
 //! This reads `infra/template.json` with a small evaluator of the IAM forms the template uses.
 
-use effects::{email, ledger, outbox};
+use effectively_once_effects::{email, ledger, outbox};
 use receipts_relay::Alert;
 use serde_json::{json, Value};
 
@@ -294,10 +294,147 @@ fn the_queue_type_switches_the_payments_queue_its_dlq_and_the_mapping_together()
     }
 }
 
+/// The two functions: logical id of the function, of its role, of its event source mapping, and
+/// the binary (the `BuildProperties.Binary` SAM builds).
+const FUNCTIONS: [(&str, &str, &str, &str); 2] = [
+    ("PaymentsConsumerFunction", CONSUMER, "PaymentsEventSourceMapping", "payments-consumer"),
+    ("ReceiptsRelayFunction", RELAY, "ReceiptsEventSourceMapping", "receipts-relay"),
+];
+const TABLES: [&str; 3] = ["IdempotencyTable", "LedgerTable", "OutboxTable"];
+
 /// The alarms of the template: their `Properties`.
 fn alarms(t: &Value) -> Vec<&Value> {
     let resources = t["Resources"].as_object().expect("template has resources");
     resources.values().filter(|r| r["Type"] == "AWS::CloudWatch::Alarm").map(|r| &r["Properties"]).collect()
+}
+
+/// The metrics an alarm reads, each as `{"Namespace", "MetricName", "Dimensions"}`: its own, or
+/// those of its metric math (`Metrics[].MetricStat.Metric`).
+fn alarm_metrics(alarm: &Value) -> Vec<Value> {
+    if alarm.get("MetricName").is_some() {
+        return vec![json!({
+            "Namespace": alarm["Namespace"], "MetricName": alarm["MetricName"], "Dimensions": alarm["Dimensions"]
+        })];
+    }
+    list(&alarm["Metrics"]).iter().map(|m| m["MetricStat"]["Metric"].clone()).filter(|m| !m.is_null()).collect()
+}
+
+/// The alarm that reads `metric` in `namespace` with exactly these dimensions.
+fn alarm_on<'a>(t: &'a Value, namespace: &Value, metric: &str, dimensions: Value) -> Option<&'a Value> {
+    alarms(t).into_iter().find(|a| {
+        alarm_metrics(a)
+            .iter()
+            .any(|m| &m["Namespace"] == namespace && m["MetricName"] == metric && m["Dimensions"] == dimensions)
+    })
+}
+
+/// The deployed name of a function: `AWS_LAMBDA_FUNCTION_NAME` at run time, the EMF `Function`
+/// dimension.
+fn function_name(t: &Value, function: &str) -> Value {
+    let name = t["Resources"][function]["Properties"]["FunctionName"].clone();
+    assert!(name.is_object(), "{function} has an explicit FunctionName");
+    name
+}
+
+/// The EMF metrics' namespace: the parameter, passed to both functions.
+fn metrics_namespace() -> Value {
+    json!({"Ref": "MetricsNamespace"})
+}
+
+fn alarm_actions() -> Value {
+    json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]})
+}
+
+/// The EMF metrics are in the namespace the stack passes to the functions and carry the deployed
+/// function name (`AWS_LAMBDA_FUNCTION_NAME`), so two stacks in one account do not share a
+/// metric: every alarm on them reads that namespace and that name, never a constant.
+#[test]
+fn the_emf_alarms_read_the_namespace_parameter_and_the_deployed_function_names() {
+    let t = template();
+    let parameter = &t["Parameters"]["MetricsNamespace"];
+    assert_eq!(
+        parameter["Default"],
+        effectively_once_lambda::metrics::NAMESPACE,
+        "the template's default namespace is the code's"
+    );
+    for (function, _, _, _) in FUNCTIONS {
+        let env = &t["Resources"][function]["Properties"]["Environment"]["Variables"];
+        assert_eq!(env["POWERTOOLS_METRICS_NAMESPACE"], metrics_namespace(), "{function}'s namespace");
+    }
+    let names: Vec<Value> = FUNCTIONS.iter().map(|(f, ..)| function_name(&t, f)).collect();
+    let mut emf = 0;
+    for alarm in alarms(&t) {
+        for metric in alarm_metrics(alarm) {
+            if metric["Namespace"].as_str().is_some_and(|ns| ns.starts_with("AWS/")) {
+                continue;
+            }
+            emf += 1;
+            assert_eq!(metric["Namespace"], metrics_namespace(), "{}: a constant namespace", metric["MetricName"]);
+            let dimensions = list(&metric["Dimensions"]);
+            assert_eq!(dimensions.len(), 1, "{}: the Function dimension only", metric["MetricName"]);
+            assert_eq!(dimensions[0]["Name"], "Function");
+            assert!(
+                names.contains(&dimensions[0]["Value"]),
+                "{}: Function = {}, not a deployed function name",
+                metric["MetricName"],
+                dimensions[0]["Value"]
+            );
+        }
+    }
+    // Failed for both functions, the relay's two alerts and its PermanentFailures.
+    assert!(emf >= 5, "only {emf} alarms on EMF metrics");
+}
+
+/// What an on-call engineer is paged for: a stuck queue, a held stream, a failing or throttled
+/// function, records failing, a throttled table, a payment in the DLQ, a receipt given up on,
+/// SES refusing to send, a receipt in doubt.
+#[test]
+fn every_condition_an_operator_must_see_has_an_alarm() {
+    let t = template();
+    let aws = |namespace: &str| json!(namespace);
+    let dimension = |name: &str, value: Value| json!([{"Name": name, "Value": value}]);
+    let queue = |logical: &str| dimension("QueueName", json!({"Fn::GetAtt": [logical, "QueueName"]}));
+    let mut required: Vec<(Value, &str, Value)> = vec![
+        (aws("AWS/SQS"), "ApproximateAgeOfOldestMessage", queue("PaymentsQueue")),
+        (aws("AWS/SQS"), "ApproximateNumberOfMessagesVisible", queue("PaymentsDeadLetterQueue")),
+        (aws("AWS/SQS"), "ApproximateNumberOfMessagesVisible", queue("ReceiptsFailureQueue")),
+        (aws("AWS/Lambda"), "IteratorAge", dimension("FunctionName", json!({"Ref": "ReceiptsRelayFunction"}))),
+    ];
+    for (function, _, _, _) in FUNCTIONS {
+        for metric in ["Errors", "Throttles"] {
+            required.push((aws("AWS/Lambda"), metric, dimension("FunctionName", json!({"Ref": function}))));
+        }
+        required.push((metrics_namespace(), "Failed", dimension("Function", function_name(&t, function))));
+    }
+    let relay = dimension("Function", function_name(&t, "ReceiptsRelayFunction"));
+    for alert in [Alert::EmailBlocked, Alert::EmailAmbiguous] {
+        required.push((metrics_namespace(), alert.metric(), relay.clone()));
+    }
+    required.push((metrics_namespace(), "PermanentFailures", relay.clone()));
+    for table in TABLES {
+        for metric in ["ReadThrottleEvents", "WriteThrottleEvents"] {
+            required.push((aws("AWS/DynamoDB"), metric, dimension("TableName", json!({"Ref": table}))));
+        }
+    }
+    for (namespace, metric, dimensions) in &required {
+        let alarm = alarm_on(&t, namespace, metric, dimensions.clone())
+            .unwrap_or_else(|| panic!("no alarm on {namespace} {metric} {dimensions}"));
+        assert_eq!(alarm["AlarmActions"], alarm_actions(), "{metric}: actions only when AlarmTopicArn is set");
+        assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold", "{metric}");
+        // No data is no event: an idle stack is not in alarm.
+        assert_eq!(alarm["TreatMissingData"], "notBreaching", "{metric}");
+        assert!(alarm["AlarmDescription"].as_str().is_some_and(|d| d.len() > 40), "{metric}: say what it means");
+    }
+    // Every alarm notifies the same way, the new ones as the old.
+    for alarm in alarms(&t) {
+        assert_eq!(alarm["AlarmActions"], alarm_actions(), "{}", alarm["AlarmDescription"]);
+    }
+    // A payment that keeps failing goes to the DLQ after maxReceiveCount receives, one visibility
+    // timeout apart: the age alarm waits longer than that, or one bad message pages twice.
+    let age = alarm_on(&t, &aws("AWS/SQS"), "ApproximateAgeOfOldestMessage", queue("PaymentsQueue")).unwrap();
+    let receives = t["Resources"]["PaymentsQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"].as_u64().unwrap();
+    let visibility = t["Parameters"]["QueueVisibilityTimeoutSeconds"]["Default"].as_u64().unwrap();
+    assert!(age["Threshold"].as_u64().unwrap() > receives * visibility, "the age alarm fires on one poison message");
 }
 
 /// A blocked SES account is retryable (the marker is released), so the outbox stream holds the
@@ -313,28 +450,12 @@ fn the_receipts_stream_retries_until_the_record_age_limit_and_every_hold_is_alar
     assert_eq!(mapping["MaximumRetryAttempts"], -1, "retry until the record age limit");
     assert_eq!(mapping["MaximumRecordAgeInSeconds"], 86_400, "the stream's 24 h retention");
     assert_eq!(mapping["BisectBatchOnFunctionError"], true, "a failing record is isolated from its batch");
-    let actions = json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
+    let relay = json!([{"Name": "Function", "Value": function_name(&t, "ReceiptsRelayFunction")}]);
     for alert in [Alert::EmailBlocked, Alert::EmailAmbiguous] {
-        // The metric exactly as the relay prints it: namespace, name and dimension values.
-        let line: Value = serde_json::from_str(&alert.emf(receipts_relay::FUNCTION, 0)).unwrap();
-        let directive = &line["_aws"]["CloudWatchMetrics"][0];
-        let dimensions: Vec<Value> = list(&directive["Dimensions"][0])
-            .iter()
-            .map(|d| json!({"Name": d, "Value": line[d.as_str().unwrap()]}))
-            .collect();
-        let alarm = alarms(&t)
-            .into_iter()
-            .find(|a| {
-                a["Namespace"] == directive["Namespace"]
-                    && a["MetricName"] == alert.metric()
-                    && a["Dimensions"] == Value::Array(dimensions.clone())
-            })
-            .unwrap_or_else(|| panic!("no alarm on {} {dimensions:?}", alert.metric()));
+        let alarm = alarm_on(&t, &metrics_namespace(), alert.metric(), relay.clone())
+            .unwrap_or_else(|| panic!("no alarm on {}", alert.metric()));
         // One occurrence in a minute is enough: each is a receipt held or in doubt.
         assert_eq!((&alarm["Statistic"], &alarm["Threshold"]), (&json!("Sum"), &json!(0)), "{}", alert.metric());
-        assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
-        assert_eq!(alarm["TreatMissingData"], "notBreaching", "no alert printed is no alert");
-        assert_eq!(alarm["AlarmActions"], actions);
     }
     let iterator_age = alarms(&t)
         .into_iter()
@@ -349,7 +470,153 @@ fn the_receipts_stream_retries_until_the_record_age_limit_and_every_hold_is_alar
     let fires_after_ms = iterator_age["Threshold"].as_u64().unwrap()
         + iterator_age["Period"].as_u64().unwrap() * iterator_age["EvaluationPeriods"].as_u64().unwrap() * 1000;
     assert!(fires_after_ms <= 3_600_000, "alarmed within the hour, not {fires_after_ms} ms");
-    assert_eq!(iterator_age["AlarmActions"], actions);
+}
+
+/// The dashboard body: a JSON string under `Fn::Sub`, so `${...}` stand for parameters,
+/// resources (`${Queue.QueueName}`, `${Alarm.Arn}`) and pseudo parameters.
+fn dashboard(t: &Value) -> (Value, String) {
+    let resources = t["Resources"].as_object().unwrap();
+    let boards: Vec<&Value> = resources.values().filter(|r| r["Type"] == "AWS::CloudWatch::Dashboard").collect();
+    assert_eq!(boards.len(), 1, "one dashboard");
+    let body = boards[0]["Properties"]["DashboardBody"]["Fn::Sub"].as_str().expect("the body is a Fn::Sub string");
+    (serde_json::from_str(body).expect("the dashboard body is JSON"), body.to_owned())
+}
+
+/// The string of a `{"Fn::Sub": "..."}` value (a function's name).
+fn sub_string(v: &Value) -> &str {
+    v["Fn::Sub"].as_str().expect("a Fn::Sub string")
+}
+
+/// A dashboard metric: namespace, name, `(dimension, value)` pairs.
+type WidgetMetric = (String, String, Vec<(String, String)>);
+
+/// A widget metric `[namespace, name, dimension, value, ..., {options}]`.
+fn widget_metric(m: &Value) -> WidgetMetric {
+    let parts: Vec<String> = list(m).iter().filter_map(|p| p.as_str().map(str::to_owned)).collect();
+    let dimensions = parts[2..].chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+    (parts[0].clone(), parts[1].clone(), dimensions)
+}
+
+/// The picture an on-call engineer opens first: per function what its records came to, how far
+/// behind the queue and the stream are, what waits in the DLQ and the failure queue, and the
+/// state of every alarm.
+#[test]
+fn the_dashboard_shows_the_records_the_backlogs_and_every_alarm() {
+    let t = template();
+    let (body, text) = dashboard(&t);
+    let widgets = list(&body["widgets"]);
+    let metrics: Vec<WidgetMetric> =
+        widgets.iter().flat_map(|w| list(&w["properties"]["metrics"])).map(|m| widget_metric(&m)).collect();
+    let shows = |namespace: &str, name: &str, dimension: (&str, &str)| {
+        let wanted = vec![(dimension.0.to_owned(), dimension.1.to_owned())];
+        assert!(
+            metrics.iter().any(|(ns, n, d)| ns == namespace && n == name && *d == wanted),
+            "the dashboard has no {namespace} {name} {dimension:?}"
+        );
+    };
+    for (function, _, _, _) in FUNCTIONS {
+        // The same string as the function's name, so the widget reads what the function emits.
+        let name = sub_string(&t["Resources"][function]["Properties"]["FunctionName"]).to_owned();
+        for metric in ["Applied", "Duplicate", "Rejected", "Failed"] {
+            shows("${MetricsNamespace}", metric, ("Function", &name));
+        }
+    }
+    shows("AWS/SQS", "ApproximateAgeOfOldestMessage", ("QueueName", "${PaymentsQueue.QueueName}"));
+    let relay = sub_string(&t["Resources"]["ReceiptsRelayFunction"]["Properties"]["FunctionName"]).to_owned();
+    shows("AWS/Lambda", "IteratorAge", ("FunctionName", &relay));
+    for queue in ["PaymentsDeadLetterQueue", "ReceiptsFailureQueue"] {
+        shows("AWS/SQS", "ApproximateNumberOfMessagesVisible", ("QueueName", &format!("${{{queue}.QueueName}}")));
+    }
+    // Every alarm's state, in one widget.
+    let resources = t["Resources"].as_object().unwrap();
+    let shown: Vec<Value> =
+        widgets.iter().filter(|w| w["type"] == "alarm").flat_map(|w| list(&w["properties"]["alarms"])).collect();
+    for (id, _) in resources.iter().filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm") {
+        assert!(shown.contains(&json!(format!("${{{id}.Arn}}"))), "the dashboard does not show {id}");
+    }
+    // Every `${...}` names something the stack has: a parameter, a resource or a pseudo parameter.
+    for reference in text.split("${").skip(1).map(|s| s.split('}').next().unwrap()) {
+        let target = reference.split('.').next().unwrap();
+        assert!(
+            target.starts_with("AWS::") || t["Parameters"].get(target).is_some() || resources.contains_key(target),
+            "the dashboard refers to {reference}, which the stack does not have"
+        );
+    }
+}
+
+/// A standard queue's message expires by its first enqueue time, also in the DLQ; a FIFO DLQ
+/// restarts the clock. Either way the DLQ must keep a message longer than the source queue, or a
+/// payment could expire in the DLQ before an operator sees it.
+#[test]
+fn the_dead_letter_queue_keeps_messages_longer_than_the_payments_queue() {
+    let t = template();
+    for fifo in [false, true] {
+        let r = resolve(&t["Resources"], fifo).unwrap();
+        let source = r["PaymentsQueue"]["Properties"]["MessageRetentionPeriod"].as_u64().unwrap();
+        let dlq = r["PaymentsDeadLetterQueue"]["Properties"]["MessageRetentionPeriod"].as_u64().unwrap();
+        assert!(dlq > source, "fifo={fifo}: the DLQ keeps {dlq} s, the source {source} s");
+        // SQS's longest retention: a standard DLQ's message is kept for at least 10 days after it
+        // arrives (14 days from its first enqueue, less up to 4 in the source queue).
+        assert_eq!(dlq, 14 * 86_400, "fifo={fifo}");
+    }
+}
+
+/// Tracing, a published alias the mappings invoke, log levels, the service name, the architecture,
+/// deletion protection.
+#[test]
+fn the_functions_are_traced_aliased_and_configured_and_the_tables_protected() {
+    let t = template();
+    let resources = &t["Resources"];
+    for (function, role, mapping, binary) in FUNCTIONS {
+        let props = &resources[function]["Properties"];
+        assert_eq!(props["Tracing"], "Active", "{function}");
+        // X-Ray's write actions take no resource ARN: "*" is the only form IAM accepts.
+        let tracing = statements(&t, role).into_iter().find(|s| action_matches(s, "xray:PutTraceSegments"));
+        let tracing = tracing.unwrap_or_else(|| panic!("{role} cannot send trace segments"));
+        assert!(action_matches(&tracing, "xray:PutTelemetryRecords") && tracing["Effect"] == "Allow");
+        // A version per change of code or configuration, and the mapping invokes the alias.
+        assert_eq!(props["AutoPublishAlias"], "live", "{function}");
+        assert_eq!(props["AutoPublishAliasAllProperties"], true, "{function}: a configuration change publishes too");
+        assert_eq!(
+            resources[mapping]["Properties"]["FunctionName"],
+            json!({"Ref": format!("{function}.Alias")}),
+            "{mapping} invokes the alias, not $LATEST"
+        );
+        assert_eq!(props["Architectures"], json!([{"Ref": "Architecture"}]), "{function}");
+        let logging = &props["LoggingConfig"];
+        assert_eq!(logging["LogFormat"], "JSON", "{function}: level filtering needs JSON logs");
+        assert_eq!(logging["ApplicationLogLevel"], json!({"Ref": "ApplicationLogLevel"}));
+        assert_eq!(logging["SystemLogLevel"], json!({"Ref": "SystemLogLevel"}));
+        assert_eq!(resources[function]["Metadata"]["BuildProperties"]["Binary"], binary);
+        let env = &props["Environment"]["Variables"];
+        assert_eq!(env["POWERTOOLS_SERVICE_NAME"], binary, "{function}'s service name");
+    }
+    let parameters = &t["Parameters"];
+    assert_eq!(parameters["Architecture"]["Default"], "x86_64");
+    assert_eq!(parameters["Architecture"]["AllowedValues"], json!(["x86_64", "arm64"]));
+    // An EMF line has no "level", so Lambda files it as INFO: a filter above INFO would drop the
+    // metrics every EMF alarm reads.
+    let levels = list(&parameters["ApplicationLogLevel"]["AllowedValues"]);
+    assert!(levels.contains(&parameters["ApplicationLogLevel"]["Default"]));
+    for above_info in ["WARN", "ERROR", "FATAL"] {
+        assert!(!levels.contains(&json!(above_info)), "ApplicationLogLevel {above_info} would drop the metrics");
+    }
+    assert!(list(&parameters["SystemLogLevel"]["AllowedValues"]).contains(&parameters["SystemLogLevel"]["Default"]));
+    for table in TABLES {
+        assert_eq!(resources[table]["Properties"]["DeletionProtectionEnabled"], true, "{table}");
+        assert_eq!(resources[table]["DeletionPolicy"], "Retain", "{table}");
+    }
+    // The only grants on "*" are those whose actions take no resource.
+    for (_, role, _, _) in FUNCTIONS {
+        for s in statements(&t, role).iter().filter(|s| s["Resource"] == "*") {
+            let actions: Vec<Value> = list(&s["Action"]);
+            assert!(
+                actions.iter().all(|a| ["dynamodb:ListStreams", "xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+                    .contains(&a.as_str().unwrap_or_default())),
+                "{role} grants {actions:?} on *"
+            );
+        }
+    }
 }
 
 /// Every DynamoDB item request a client sends, as IAM authorises it: `(action, table name,
@@ -419,18 +686,18 @@ impl aws_sdk_dynamodb::config::Intercept for Recorder {
 async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     use aws_lambda_events::event::dynamodb::Event;
     use aws_lambda_events::event::sqs::SqsMessage;
-    use effects::email::{SendError, SendErrorKind};
-    use idempotency_dynamodb::testing::{sdk_config, unique_name};
-    use idempotency_dynamodb::DynamoDbStore;
+    use effectively_once_dynamodb::testing::{sdk_config, unique_name};
+    use effectively_once_dynamodb::DynamoDbStore;
+    use effectively_once_effects::email::{SendError, SendErrorKind};
+    use effectively_once_lambda::{sqs as sqs_driver, streams};
     use lambda_runtime::{Context, LambdaEvent};
-    use triggers::{sqs as sqs_driver, streams};
 
     let sdk = sdk_config().await;
     let setup = aws_sdk_dynamodb::Client::new(&sdk);
     let (idempotency, ledger_table, outbox_table) = (unique_name("idem"), unique_name("ledger"), unique_name("outbox"));
-    idempotency_dynamodb::create_table(&setup, &idempotency).await.unwrap();
-    effects::tables::create_ledger_table(&setup, &ledger_table).await.unwrap();
-    effects::tables::create_outbox_table(&setup, &outbox_table).await.unwrap();
+    effectively_once_dynamodb::create_table(&setup, &idempotency).await.unwrap();
+    effectively_once_effects::tables::create_ledger_table(&setup, &ledger_table).await.unwrap();
+    effectively_once_effects::tables::create_outbox_table(&setup, &outbox_table).await.unwrap();
     let logical = |table: &str| match table {
         t if t == idempotency => "IdempotencyTable",
         t if t == ledger_table => "LedgerTable",
@@ -447,8 +714,11 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     // its duplicate, and the credit's event id reused for another account.
     let (client, consumer_requests) = recorded();
     let store = DynamoDbStore::new(client, &idempotency);
-    let consumer =
-        payments_consumer::Payments::new(effects::Ledger::new(store, &ledger_table, Some(outbox_table.clone())));
+    let consumer = payments_consumer::Payments::new(effectively_once_effects::Ledger::new(
+        store,
+        &ledger_table,
+        Some(outbox_table.clone()),
+    ));
     let bodies = [
         r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
         r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
@@ -468,10 +738,11 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
 
     // The relay on that row: a throttled send (the marker is released), the send, a duplicate.
     let (client, relay_requests) = recorded();
-    let markers = idempotency::Idempotency::new(DynamoDbStore::new(client, &idempotency), Default::default());
-    let sender = effects::RecordingSender::new();
+    let markers = effectively_once::Idempotency::new(DynamoDbStore::new(client, &idempotency), Default::default());
+    let sender = effectively_once_effects::RecordingSender::new();
     sender.fail_next(SendError::new(SendErrorKind::Throttled, "injected"));
-    let relay = receipts_relay::Receipts::new(markers, sender, &outbox_table, effects::Policy::default());
+    let relay =
+        receipts_relay::Receipts::new(markers, sender, &outbox_table, effectively_once_effects::Policy::default());
     let event: Event = serde_json::from_str(include_str!("../../events/dynamodb-stream-outbox.json")).unwrap();
     let options = streams::Options { metrics: false, ..streams::Options::new("t") };
     for _ in 0..3 {
