@@ -4,7 +4,12 @@
 //! - [`sqs`]: partial batch failures (`batchItemFailures`), bounded concurrency, FIFO order per
 //!   message group, deadline awareness.
 //! - [`streams`]: DynamoDB Streams in order, checkpointing at the first failure.
-//! - [`metrics`]: one CloudWatch Embedded Metric Format line per batch.
+//! - [`metrics`]: one CloudWatch Embedded Metric Format line per invocation (`ColdStart`, every
+//!   disposition, and the handler's own metrics), in the namespace and under the `Function`
+//!   dimension the environment names (`POWERTOOLS_METRICS_NAMESPACE`, `AWS_LAMBDA_FUNCTION_NAME`).
+//! - Logs: every line of a batch is in an `invocation` span (`request_id`, `function_name`,
+//!   `function_version`, `cold_start`); each SQS record's in a `record` span with its
+//!   `message_id` and the X-Ray `xray_trace_id` of its `AWSTraceHeader`.
 //! - [`panics`]: a record whose handler panics fails alone; the rest of the batch goes on.
 #![warn(missing_docs)]
 

@@ -11,13 +11,14 @@ use futures_util::stream::{self, StreamExt};
 use lambda_runtime::LambdaEvent;
 use tracing::Instrument;
 
-use crate::metrics::Counts;
+use crate::metrics::{self, Counts, Emf, Metrics};
 use crate::{deadline_of, now_ms, panics, RecordError, RecordResult, Retry};
 
 /// Handles one SQS message.
 pub trait Handler: Send + Sync {
     /// Handles `message`; `deadline_ms` is the invocation's deadline, when known. The driver
-    /// opens a span per record with `message_id`; record `event_id` into it once parsed.
+    /// opens a span per record with `message_id` (and `xray_trace_id` when the message carries
+    /// an `AWSTraceHeader`); record `event_id` into it once parsed.
     fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send;
 }
 
@@ -36,17 +37,32 @@ pub struct Options {
     /// reported failed and redelivered. Default 1 s: several transactions' worth, and a third of the
     /// shortest (3 s) function timeout.
     pub deadline_margin: Duration,
-    /// The `Function` dimension of the metrics.
-    pub function: String,
+    /// Where the metrics go (namespace, `Function` dimension, service: see [`metrics`]), and
+    /// the handle a handler adds metrics of its own through: clone it into the handler.
+    pub emf: Metrics,
     /// Print the EMF metrics line after each batch. Default true.
     pub metrics: bool,
 }
 
 impl Options {
-    /// Defaults for a function name.
-    pub fn new(function: impl Into<String>) -> Self {
-        Options { concurrency: 10, deadline_margin: Duration::from_secs(1), function: function.into(), metrics: true }
+    /// Defaults for a function the code calls `function`: the metrics' namespace, `Function`
+    /// dimension and service are read from the environment now, once ([`Emf::from_env`];
+    /// `function` where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent). Build the options once,
+    /// outside the handler closure.
+    pub fn new(function: &str) -> Self {
+        Options::with_emf(Emf::from_env(function))
     }
+
+    /// Defaults, with metrics going to `emf`.
+    pub fn with_emf(emf: Emf) -> Self {
+        Options { concurrency: 10, deadline_margin: Duration::from_secs(1), emf: Metrics::new(emf), metrics: true }
+    }
+}
+
+/// The X-Ray trace id in an `AWSTraceHeader` (`Root=1-5759e988-bd862e3fe1be46a994272793;Parent=...;Sampled=1`):
+/// its `Root`.
+pub fn trace_id(header: &str) -> Option<&str> {
+    header.split(';').find_map(|part| part.trim().strip_prefix("Root=")).filter(|root| !root.is_empty())
 }
 
 /// Whether the batch comes from a FIFO queue: its order within a message group must hold.
@@ -85,7 +101,21 @@ fn is_fifo(message: &SqsMessage) -> bool {
 /// message (redacted) logged at error, a FIFO group holds back its rest (a panic may be
 /// transient), and the other records go on. The first call replaces the process's panic hook
 /// with a redacting one ([`panics::install_hook`]).
+///
+/// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
+/// `function_version`, `cold_start`) and each record's in a `record` span (`message_id`,
+/// `xray_trace_id` from the message's `AWSTraceHeader`, `event_id`). At the end one EMF line
+/// counts the batch's dispositions and holds what the handler added to [`Options::emf`]
+/// (see [`metrics`]).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> SqsBatchResponse {
+    let (cold_start, span) = metrics::invocation_span(options.emf.emf(), &event.context);
+    let request_id = event.context.request_id.clone();
+    let (response, counts) = batch(handler, event, options).instrument(span).await;
+    options.emf.flush(&counts, cold_start, &request_id, options.metrics);
+    response
+}
+
+async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> (SqsBatchResponse, Counts) {
     panics::install_hook();
     panics::warn_if_aborting();
     let deadline = deadline_of(&event.context);
@@ -124,10 +154,7 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, opti
             response.batch_item_failures.push(failure);
         }
     }
-    if options.metrics {
-        counts.publish(&options.function);
-    }
-    response
+    (response, counts)
 }
 
 async fn run_group<H: Handler>(
@@ -144,7 +171,15 @@ async fn run_group<H: Handler>(
     let mut held_back_by: Option<String> = None;
     for (i, message) in group {
         let message_id = message.message_id.as_deref().unwrap_or("");
-        let span = tracing::info_span!("record", message_id, event_id = tracing::field::Empty);
+        let span = tracing::info_span!(
+            "record",
+            message_id,
+            xray_trace_id = tracing::field::Empty,
+            event_id = tracing::field::Empty
+        );
+        if let Some(trace) = message.attributes.get("AWSTraceHeader").and_then(|h| trace_id(h)) {
+            span.record("xray_trace_id", trace);
+        }
         let mut panicked = false;
         let result = if let Some(earlier) = &held_back_by {
             Err(RecordError::retryable(format!("not started: message {earlier} before it in its group failed")))

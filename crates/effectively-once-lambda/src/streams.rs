@@ -10,7 +10,7 @@ use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventR
 use lambda_runtime::LambdaEvent;
 use tracing::Instrument;
 
-use crate::metrics::Counts;
+use crate::metrics::{self, Counts, Emf, Metrics};
 use crate::{deadline_of, now_ms, panics, redact_emails, Disposition, RecordError, RecordResult, Retry};
 
 /// Handles one stream record.
@@ -26,19 +26,28 @@ pub struct Options {
     pub event_names: Vec<String>,
     /// No record is started with less than this before the deadline. Default 1 s.
     pub deadline_margin: Duration,
-    /// The `Function` dimension of the metrics.
-    pub function: String,
+    /// Where the metrics go (namespace, `Function` dimension, service: see [`metrics`]), and
+    /// the handle a handler adds metrics of its own through: clone it into the handler.
+    pub emf: Metrics,
     /// Print the EMF metrics line after each batch. Default true.
     pub metrics: bool,
 }
 
 impl Options {
-    /// Defaults for a function name.
-    pub fn new(function: impl Into<String>) -> Self {
+    /// Defaults for a function the code calls `function`: the metrics' namespace, `Function`
+    /// dimension and service are read from the environment now, once ([`Emf::from_env`];
+    /// `function` where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent). Build the options once,
+    /// outside the handler closure.
+    pub fn new(function: &str) -> Self {
+        Options::with_emf(Emf::from_env(function))
+    }
+
+    /// Defaults, with metrics going to `emf`.
+    pub fn with_emf(emf: Emf) -> Self {
         Options {
             event_names: vec!["INSERT".into()],
             deadline_margin: Duration::from_secs(1),
-            function: function.into(),
+            emf: Metrics::new(emf),
             metrics: true,
         }
     }
@@ -48,8 +57,8 @@ impl Options {
 /// number. Records after it are redelivered with it, so handlers must be idempotent: they are.
 ///
 /// A [`Retry::Permanent`] failure is not the checkpoint: it is logged at error with its sequence
-/// number and reason (redacted), counted (`Failed`, and `PermanentFailures` on its own EMF
-/// line), and the batch goes on. A retry cannot change a permanent answer, and a shard's
+/// number and reason (redacted), counted (`Failed`, and `PermanentFailures` beside it on the
+/// invocation's EMF line), and the batch goes on. A retry cannot change a permanent answer, and a shard's
 /// checkpoint holds every record behind it: under `MaximumRetryAttempts` -1 for up to the
 /// record age limit (24 h), after which the mapping discards the batch, innocent records
 /// included. The handler records the record's fate where it can (the receipts relay marks its
@@ -58,12 +67,29 @@ impl Options {
 /// A handler that panics is a failure at its record: the checkpoint is there, with the panic's
 /// message (redacted) logged at error. The first call replaces the process's panic hook with a
 /// redacting one ([`panics::install_hook`]).
+///
+/// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
+/// `function_version`, `cold_start`) and each record's in a `record` span (`event_name`,
+/// `sequence`, `event_id`; stream records carry no trace header). At the end one EMF line counts
+/// the batch's dispositions, skipped records included, and holds what the handler added to
+/// [`Options::emf`] (see [`metrics`]).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options: &Options) -> DynamoDbEventResponse {
+    let (cold_start, span) = metrics::invocation_span(options.emf.emf(), &event.context);
+    let request_id = event.context.request_id.clone();
+    let (response, counts) = batch(handler, &event, options).instrument(span).await;
+    options.emf.flush(&counts, cold_start, &request_id, options.metrics);
+    response
+}
+
+async fn batch<H: Handler>(
+    handler: &H,
+    event: &LambdaEvent<Event>,
+    options: &Options,
+) -> (DynamoDbEventResponse, Counts) {
     panics::install_hook();
     panics::warn_if_aborting();
     let deadline = deadline_of(&event.context);
     let mut counts = Counts::default();
-    let mut permanent = 0u64;
     let mut response = DynamoDbEventResponse::default();
     for record in &event.payload.records {
         let sequence = record.change.sequence_number.clone();
@@ -95,7 +121,6 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
                         "record failed permanently; not retried (a retry cannot change a permanent answer), the batch goes on"
                     )
                 });
-                permanent += 1;
                 continue;
             }
             if !panicked {
@@ -109,29 +134,5 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
             break;
         }
     }
-    if options.metrics {
-        counts.publish(&options.function);
-        if permanent > 0 {
-            println!("{}", permanent_emf(&options.function, permanent, now_ms()));
-        }
-    }
-    response
-}
-
-/// The EMF line for the permanent failures a batch went past (`PermanentFailures`), apart from
-/// `Failed` so an alarm can tell a record given up on from one being retried.
-fn permanent_emf(function: &str, count: u64, timestamp_ms: u64) -> String {
-    serde_json::json!({
-        "_aws": {
-            "Timestamp": timestamp_ms,
-            "CloudWatchMetrics": [{
-                "Namespace": crate::metrics::NAMESPACE,
-                "Dimensions": [["Function"]],
-                "Metrics": [{"Name": "PermanentFailures", "Unit": "Count"}],
-            }],
-        },
-        "Function": function,
-        "PermanentFailures": count,
-    })
-    .to_string()
+    (response, counts)
 }

@@ -75,7 +75,7 @@ fn relay<E: EmailSender>(clients: &Clients, r: &Resources, sender: E) -> InProce
     let store = DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table);
     let markers = Idempotency::new(store, Config::default().lease(Duration::from_secs(60)));
     let receipts = Receipts::new(markers, sender, &r.outbox_table, Policy::default())
-        .with_alerts(Alerts::new("review").published(false));
+        .with_alerts(Alerts::new(effectively_once_lambda::metrics::Emf::named("review")).published(false));
     InProcess::new(receipts, "review")
 }
 

@@ -2,16 +2,16 @@
 //! the ledger once. `main.rs` only wires the environment, the clients and this handler.
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use effectively_once::{ErrorKind, Outcome};
+use effectively_once::{Config, ErrorKind, Outcome};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{Ledger, PaymentEvent, Posting};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 
-/// The function's name in metrics.
+/// The function's name in metrics where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent.
 pub const FUNCTION: &str = "payments-consumer";
 
-/// The environment contract: table names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The environment contract: table names, and the idempotency settings.
+#[derive(Debug, Clone)]
 pub struct Env {
     /// `IDEMPOTENCY_TABLE`: the payments' records (applied and rejected).
     pub idempotency_table: String,
@@ -19,16 +19,26 @@ pub struct Env {
     pub ledger_table: String,
     /// `OUTBOX_TABLE`: receipt rows; optional (no receipts without it).
     pub outbox_table: Option<String>,
+    /// [`Config::from_env_with`]: the disable switch (`POWERTOOLS_IDEMPOTENCY_DISABLED`) is read,
+    /// and the ledger ignores it: a post keeps its once-only condition whatever the environment
+    /// says ([`effectively_once_effects::warn_if_disabled`], which `main` calls at cold start).
+    pub config: Config,
 }
 
 impl Env {
     /// Reads the environment; a missing variable is named in the error.
     pub fn from_env() -> Result<Env, String> {
-        let var = |name: &str| std::env::var(name).map_err(|_| format!("environment variable {name} is not set"));
+        Env::from_env_with(|name| std::env::var(name).ok())
+    }
+
+    /// The same, with the variables read through `var` (`None` for unset): tests pass a map.
+    pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Result<Env, String> {
+        let required = |name: &str| var(name).ok_or_else(|| format!("environment variable {name} is not set"));
         Ok(Env {
-            idempotency_table: var("IDEMPOTENCY_TABLE")?,
-            ledger_table: var("LEDGER_TABLE")?,
-            outbox_table: std::env::var("OUTBOX_TABLE").ok().filter(|t| !t.is_empty()),
+            idempotency_table: required("IDEMPOTENCY_TABLE")?,
+            ledger_table: required("LEDGER_TABLE")?,
+            outbox_table: var("OUTBOX_TABLE").filter(|t| !t.is_empty()),
+            config: Config::from_env_with(&var),
         })
     }
 }
@@ -45,10 +55,11 @@ impl Payments {
         Payments { ledger }
     }
 
-    /// A handler on the tables `env` names.
+    /// A handler on the tables `env` names, with its config. The disable switch in it does not
+    /// reach the ledger: [`Ledger::post`] never drops its once-only condition.
     pub fn from_env(client: aws_sdk_dynamodb::Client, env: &Env) -> Self {
         let store = DynamoDbStore::new(client, &env.idempotency_table);
-        Payments::new(Ledger::new(store, &env.ledger_table, env.outbox_table.clone()))
+        Payments::new(Ledger::new(store, &env.ledger_table, env.outbox_table.clone()).with_config(env.config.clone()))
     }
 
     /// The ledger.

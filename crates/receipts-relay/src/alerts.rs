@@ -1,12 +1,13 @@
 //! Conditions an operator must see, beside the batch counts the stream driver prints: each is
-//! logged at error level and printed as its own CloudWatch Embedded Metric Format line, in the
-//! drivers' namespace and `Function` dimension, so an alarm can watch it.
+//! logged at error level and printed at once as its own CloudWatch Embedded Metric Format line,
+//! in the drivers' namespace and under their `Function` dimension (both from the environment:
+//! [`Emf::from_env`]), so an alarm can watch it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::json;
+use effectively_once_lambda::metrics::{Emf, Unit};
 
 /// A condition raised for an operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,21 +33,10 @@ impl Alert {
         }
     }
 
-    /// The EMF line counting one occurrence.
-    pub fn emf(self, function: &str, timestamp_ms: u64) -> String {
-        json!({
-            "_aws": {
-                "Timestamp": timestamp_ms,
-                "CloudWatchMetrics": [{
-                    "Namespace": effectively_once_lambda::metrics::NAMESPACE,
-                    "Dimensions": [["Function"]],
-                    "Metrics": [{"Name": self.metric(), "Unit": "Count"}],
-                }],
-            },
-            "Function": function,
-            self.metric(): 1,
-        })
-        .to_string()
+    /// The EMF line counting one occurrence, to `emf`'s namespace and `Function` dimension
+    /// (for the deployed relay: [`Alerts::from_env_with`]`(env).emf()`).
+    pub fn emf(self, emf: &Emf, timestamp_ms: u64) -> String {
+        emf.line(timestamp_ms, [(self.metric(), 1.0, Unit::Count)])
     }
 }
 
@@ -54,15 +44,49 @@ impl Alert {
 /// Clones share the counts.
 #[derive(Debug, Clone)]
 pub struct Alerts {
-    function: String,
+    emf: Arc<Emf>,
     publish: bool,
     counts: Arc<[AtomicU64; Alert::ALL.len()]>,
 }
 
 impl Alerts {
-    /// Alerts under a function's name (the metrics' `Function` dimension), published.
-    pub fn new(function: impl Into<String>) -> Self {
-        Alerts { function: function.into(), publish: true, counts: Arc::default() }
+    /// Alerts published to `emf` (say, the drivers' `options.emf.emf().clone()`, so both read
+    /// the environment once), or [`Emf::named`] in a test.
+    pub fn new(emf: Emf) -> Self {
+        Alerts { emf: Arc::new(emf), publish: true, counts: Arc::default() }
+    }
+
+    /// Alerts published where the environment says ([`Emf::from_env`], the relay's
+    /// [`FUNCTION`](crate::FUNCTION) name by default).
+    pub fn from_env() -> Self {
+        Alerts::new(Emf::from_env(crate::FUNCTION))
+    }
+
+    /// The same, with the variables read through `var`. `infra/template.json`'s alarms on the
+    /// alerts name `from_env_with(env).emf()`'s namespace and dimensions, given the environment
+    /// the deployed relay gets.
+    ///
+    /// ```
+    /// use receipts_relay::{Alert, Alerts};
+    /// let env = |name: &str| match name {
+    ///     "POWERTOOLS_METRICS_NAMESPACE" => Some("Shop".to_owned()),
+    ///     "AWS_LAMBDA_FUNCTION_NAME" => Some("shop-prod-relay".to_owned()),
+    ///     _ => None,
+    /// };
+    /// let emf = Alerts::from_env_with(env).emf().clone();
+    /// assert_eq!((emf.namespace(), emf.dimensions()), ("Shop", [("Function", "shop-prod-relay")]));
+    /// let line: serde_json::Value = serde_json::from_str(&Alert::EmailBlocked.emf(&emf, 0)).unwrap();
+    /// assert_eq!(line["_aws"]["CloudWatchMetrics"][0]["Namespace"], "Shop");
+    /// assert_eq!(line["Function"], "shop-prod-relay");
+    /// assert_eq!(line["EmailBlocked"], 1);
+    /// ```
+    pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Self {
+        Alerts::new(Emf::from_env_with(crate::FUNCTION, var))
+    }
+
+    /// Where the alerts are published.
+    pub fn emf(&self) -> &Emf {
+        &self.emf
     }
 
     /// Whether to print the EMF lines (default true); the local tools, which run thousands of
@@ -86,7 +110,7 @@ impl Alerts {
             return;
         }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-        println!("{}", alert.emf(&self.function, now));
+        println!("{}", alert.emf(&self.emf, now));
     }
 }
 
@@ -97,9 +121,10 @@ mod tests {
     #[test]
     fn each_alert_is_an_emf_metric_in_the_drivers_namespace() {
         for alert in Alert::ALL {
-            let line: serde_json::Value = serde_json::from_str(&alert.emf("receipts-relay", 7)).unwrap();
+            let line: serde_json::Value = serde_json::from_str(&alert.emf(&Emf::named("receipts-relay"), 7)).unwrap();
             let directive = &line["_aws"]["CloudWatchMetrics"][0];
             assert_eq!(directive["Namespace"], effectively_once_lambda::metrics::NAMESPACE);
+            assert_eq!(directive["Dimensions"], serde_json::json!([["Function"]]));
             assert_eq!(directive["Metrics"][0]["Name"], alert.metric());
             assert_eq!(line[alert.metric()], 1);
             assert_eq!(line["Function"], "receipts-relay");
@@ -108,8 +133,26 @@ mod tests {
     }
 
     #[test]
+    fn alerts_follow_the_environment_namespace_and_function_name() {
+        let env = |name: &str| match name {
+            "POWERTOOLS_METRICS_NAMESPACE" => Some("Stack-B".to_owned()),
+            "AWS_LAMBDA_FUNCTION_NAME" => Some("stack-b-ReceiptsRelay-1X".to_owned()),
+            "POWERTOOLS_SERVICE_NAME" => Some("receipts".to_owned()),
+            _ => None,
+        };
+        let alerts = Alerts::from_env_with(env);
+        assert_eq!(alerts.emf().dimensions(), [("Function", "stack-b-ReceiptsRelay-1X")]);
+        for alert in Alert::ALL {
+            let line: serde_json::Value = serde_json::from_str(&alert.emf(alerts.emf(), 7)).unwrap();
+            assert_eq!(line["_aws"]["CloudWatchMetrics"][0]["Namespace"], "Stack-B");
+            assert_eq!(line["Function"], "stack-b-ReceiptsRelay-1X");
+            assert_eq!(line["service"], "receipts");
+        }
+    }
+
+    #[test]
     fn counts_are_shared_by_clones_published_or_not() {
-        let alerts = Alerts::new("f").published(false);
+        let alerts = Alerts::new(Emf::named("f")).published(false);
         alerts.clone().raise(Alert::EmailBlocked, "paused");
         assert_eq!((alerts.count(Alert::EmailBlocked), alerts.count(Alert::EmailAmbiguous)), (1, 0));
     }

@@ -31,11 +31,11 @@ const AFTER_WAIT_MARGIN: Duration = Duration::from_secs(2);
 /// only when the attempt waited for was itself taken over by another live one.
 const MAX_WAITS: usize = 2;
 
-/// The function's name in metrics.
+/// The function's name in metrics where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent.
 pub const FUNCTION: &str = "receipts-relay";
 
 /// The environment contract.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Env {
     /// `IDEMPOTENCY_TABLE`: the email markers.
     pub idempotency_table: String,
@@ -43,16 +43,27 @@ pub struct Env {
     pub outbox_table: String,
     /// `RECEIPT_FROM`: the verified sender address.
     pub receipt_from: String,
+    /// [`Config::from_env_with`]: the disable switch (`POWERTOOLS_IDEMPOTENCY_DISABLED`) is read,
+    /// and the email markers ignore it: a receipt keeps its once-only marker whatever the
+    /// environment says ([`effectively_once_effects::warn_if_disabled`], which `main` calls at
+    /// cold start).
+    pub config: Config,
 }
 
 impl Env {
     /// Reads the environment; a missing variable is named in the error.
     pub fn from_env() -> Result<Env, String> {
-        let var = |name: &str| std::env::var(name).map_err(|_| format!("environment variable {name} is not set"));
+        Env::from_env_with(|name| std::env::var(name).ok())
+    }
+
+    /// The same, with the variables read through `var` (`None` for unset): tests pass a map.
+    pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Result<Env, String> {
+        let required = |name: &str| var(name).ok_or_else(|| format!("environment variable {name} is not set"));
         Ok(Env {
-            idempotency_table: var("IDEMPOTENCY_TABLE")?,
-            outbox_table: var("OUTBOX_TABLE")?,
-            receipt_from: var("RECEIPT_FROM")?,
+            idempotency_table: required("IDEMPOTENCY_TABLE")?,
+            outbox_table: required("OUTBOX_TABLE")?,
+            receipt_from: required("RECEIPT_FROM")?,
+            config: Config::from_env_with(&var),
         })
     }
 }
@@ -93,7 +104,7 @@ impl<E: EmailSender> Receipts<E> {
             outbox_table: outbox_table.into(),
             policy,
             sleep: SharedAsyncSleep::new(TokioSleep),
-            alerts: Alerts::new(FUNCTION),
+            alerts: Alerts::from_env(),
         }
     }
 
@@ -105,7 +116,7 @@ impl<E: EmailSender> Receipts<E> {
     }
 
     /// Raises operator alerts through `alerts` (say, [`Alerts::published`]`(false)` in a local
-    /// tool) instead of published ones named [`FUNCTION`].
+    /// tool) instead of ones published where the environment says ([`Alerts::from_env`]).
     pub fn with_alerts(mut self, alerts: Alerts) -> Self {
         self.alerts = alerts;
         self
@@ -175,11 +186,13 @@ enum LeaseWait {
 }
 
 impl Receipts<effectively_once_effects::SesSender> {
-    /// A relay on the tables and sender `env` names; email markers hold a 60 s lease (bounded by
-    /// the invocation's deadline).
+    /// A relay on the tables and sender `env` names, with its config; email markers hold a 60 s
+    /// lease (bounded by the invocation's deadline). The disable switch in `env.config` is
+    /// turned off for the markers: they are the email's once-only condition, and [`send_once`]
+    /// keeps it whatever the config says.
     pub fn from_env(dynamodb: aws_sdk_dynamodb::Client, ses: aws_sdk_sesv2::Client, env: &Env) -> Self {
         let store = DynamoDbStore::new(dynamodb, &env.idempotency_table);
-        let markers = Idempotency::new(store, Config::default().lease(MARKER_LEASE));
+        let markers = Idempotency::new(store, env.config.clone().disabled(false).lease(MARKER_LEASE));
         Receipts::new(
             markers,
             effectively_once_effects::SesSender::new(ses, &env.receipt_from),

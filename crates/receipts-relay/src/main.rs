@@ -6,7 +6,7 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use receipts_relay::{Env, Receipts, FUNCTION};
+use receipts_relay::{Alerts, Env, Receipts, FUNCTION};
 
 // One invocation at a time per sandbox: a single-threaded runtime does the batch's I/O
 // concurrency without cross-thread wake-ups.
@@ -14,9 +14,14 @@ use receipts_relay::{Env, Receipts, FUNCTION};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let env = Env::from_env()?;
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let handler = Receipts::from_env(aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sesv2::Client::new(&sdk), &env);
+    // The switch is honoured by nothing this function runs: say so once, at cold start.
+    effectively_once_effects::warn_if_disabled(&env.config);
+    // Namespace, `Function` dimension and service read from the environment once, here; the
+    // alerts go where the batch metrics go.
     let options = Options::new(FUNCTION);
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let handler = Receipts::from_env(aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sesv2::Client::new(&sdk), &env)
+        .with_alerts(Alerts::new(options.emf.emf().clone()));
     lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| async {
         Ok::<DynamoDbEventResponse, Error>(process(&handler, event, &options).await)
     }))

@@ -98,7 +98,8 @@ pub fn relay<E: EmailSender>(
     outbox_table: &str,
     policy: Policy,
 ) -> Receipts<E> {
-    Receipts::new(markers, sender, outbox_table, policy).with_alerts(Alerts::new("test").published(false))
+    Receipts::new(markers, sender, outbox_table, policy)
+        .with_alerts(Alerts::new(effectively_once_lambda::metrics::Emf::named("test")).published(false))
 }
 
 /// A sender on the local SES with `from` verified.
