@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{ErrorKind, Outcome};
-use effectively_once_effects::{Error, Posting, Rejection};
+use effectively_once_dynamodb::attr;
+use effectively_once_effects::{Error, PaymentEvent, Posting, Rejection};
 use end_to_end::Payments;
 
 #[tokio::test]
@@ -362,4 +364,125 @@ async fn a_receipt_is_not_dropped_by_a_ledger_without_an_outbox() {
     assert!(ledger.balance("acct_n").await.unwrap().is_none(), "no balance changed");
     event.receipt_email = None;
     assert_eq!(ledger.post(&event).await.unwrap(), Outcome::Fresh(Posting::Applied));
+}
+
+/// A producer that re-serialises its message (`1250` as `1250.0` or `1.25e3`, keys in another
+/// order, escapes, an extra field) sends a duplicate: replayed, posted once, not `KeyReused`.
+#[tokio::test]
+async fn a_re_serialised_duplicate_is_a_duplicate_not_key_reuse() {
+    let p = Payments::new().await;
+    let first = r#"{"event_id": "pay_rs", "account_id": "acct_rs", "amount_cents": 1250, "currency": "USD"}"#;
+    let resent = [
+        r#"{"currency":"USD","amount_cents":1250.0,"account_id":"acct_rs","event_id":"pay_rs"}"#,
+        r#"{ "event_id" : "pay\u005frs", "account_id": "acct_rs", "amount_cents": 1.25e3, "currency": "\u0055SD", "trace": {"hop": 2} }"#,
+    ];
+    let ledger = &p.ledger;
+    let post = |body: &'static str| async move { ledger.post(&PaymentEvent::parse(body).unwrap()).await };
+    assert_eq!(post(first).await.unwrap(), Outcome::Fresh(Posting::Applied));
+    for body in resent {
+        assert_eq!(post(body).await.unwrap(), Outcome::Replayed(Posting::Applied), "{body}");
+    }
+    let other = r#"{"event_id": "pay_rs", "account_id": "acct_rs", "amount_cents": 1250.5e1, "currency": "USD"}"#;
+    assert!(matches!(post(other).await, Err(Error::Idempotency(e)) if e.kind() == ErrorKind::KeyReused));
+    assert_eq!(p.ledger.entries("acct_rs").await.unwrap(), vec![("pay_rs".to_owned(), 1250)]);
+    let balance = p.ledger.balance("acct_rs").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (1250, 1));
+}
+
+/// Records written before the payload hash was versioned (bare version 1 hex), the ledger's own
+/// `payments#{id}` records included, still answer their duplicates: an applied payment replays,
+/// a recorded rejection replays, another payload is still key reuse.
+#[tokio::test]
+async fn records_with_a_version_1_hash_still_answer_their_duplicates() {
+    let p = Payments::new().await;
+    let credit = Payments::event("pay_v1", "acct_v1", 700, "USD");
+    let debit = Payments::event("pay_v1_rej", "acct_v1", -5000, "USD");
+    assert_eq!(p.ledger.post(&credit).await.unwrap(), Outcome::Fresh(Posting::Applied));
+    let rejected = p.ledger.post(&debit).await.unwrap();
+    assert!(matches!(&rejected, Outcome::Fresh(Posting::Rejected { .. })), "{rejected:?}");
+    let config = effectively_once::Config::default();
+    for event in [&credit, &debit] {
+        let id = format!("payments#{}", event.event_id);
+        let hash = config.payload_hash(event).unwrap();
+        assert_eq!(stored_hash(&p, &id).await, hash.as_str(), "new records carry the current version");
+        assert!(hash.as_str().starts_with("v2:"));
+        // As the previous build wrote it.
+        p.ledger
+            .client()
+            .update_item()
+            .table_name(p.ledger.store().table())
+            .key(attr::ID, AttributeValue::S(id.clone()))
+            .update_expression("SET #hash = :v1")
+            .expression_attribute_names("#hash", attr::PAYLOAD_HASH)
+            .expression_attribute_values(":v1", AttributeValue::S(hash.v1().to_owned()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stored_hash(&p, &id).await, hash.v1());
+    }
+    assert_eq!(p.ledger.post(&credit).await.unwrap(), Outcome::Replayed(Posting::Applied));
+    assert_eq!(p.ledger.post(&debit).await.unwrap(), Outcome::Replayed(rejected.into_inner()));
+    let reused = p.ledger.post(&Payments::event("pay_v1", "acct_v1", 701, "USD")).await;
+    assert!(matches!(&reused, Err(Error::Idempotency(e)) if e.kind() == ErrorKind::KeyReused), "{reused:?}");
+    let balance = p.ledger.balance("acct_v1").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (700, 1), "posted once");
+}
+
+async fn stored_hash(p: &Payments, id: &str) -> String {
+    let item = p
+        .ledger
+        .client()
+        .get_item()
+        .table_name(p.ledger.store().table())
+        .key(attr::ID, AttributeValue::S(id.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    item[attr::PAYLOAD_HASH].as_s().unwrap().clone()
+}
+
+/// The disable switch does not reach the ledger: a payments function whose environment sets
+/// `POWERTOOLS_IDEMPOTENCY_DISABLED=true` (left on after a debugging session, say) reads it, warns,
+/// and still posts a duplicate delivery once. The ledger's once-only condition is the business
+/// invariant, not a cache; only `Idempotency::run` and its layer honour the switch.
+#[tokio::test]
+async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplicate_once() {
+    use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+    use effectively_once_lambda::{sqs, Disposition};
+    use lambda_runtime::{Context, LambdaEvent};
+    use sqs::Handler as _;
+
+    let p = Payments::new().await;
+    let vars = HashMap::from([
+        ("IDEMPOTENCY_TABLE", p.ledger.store().table().to_owned()),
+        ("LEDGER_TABLE", p.ledger.table().to_owned()),
+        ("OUTBOX_TABLE", p.outbox_table.clone()),
+        ("POWERTOOLS_IDEMPOTENCY_DISABLED", "true".to_owned()),
+    ]);
+    let env = payments_consumer::Env::from_env_with(|name| vars.get(name).cloned()).unwrap();
+    assert!(env.config.is_disabled(), "the switch is read");
+    assert!(effectively_once_effects::warn_if_disabled(&env.config), "and warned about");
+    let handler = payments_consumer::Payments::from_env(p.ledger.client().clone(), &env);
+
+    let mut message = SqsMessage::default();
+    message.message_id = Some("m-1".into());
+    message.body =
+        Some(r#"{"event_id": "pay_off", "account_id": "acct_off", "amount_cents": 1250, "currency": "USD"}"#.into());
+    assert_eq!(handler.handle(&message, None).await, Ok(Disposition::Applied));
+    assert_eq!(handler.handle(&message, None).await, Ok(Disposition::Duplicate));
+    // And through the SQS driver, the same message twice in one batch.
+    let mut batch = SqsEvent::default();
+    let mut again = message.clone();
+    again.message_id = Some("m-2".into());
+    batch.records = vec![message, again];
+    let options = sqs::Options { metrics: false, ..sqs::Options::new(payments_consumer::FUNCTION) };
+    let response = sqs::process(&handler, LambdaEvent::new(batch, Context::default()), &options).await;
+    assert!(response.batch_item_failures.is_empty());
+
+    assert_eq!(p.ledger.entries("acct_off").await.unwrap(), vec![("pay_off".to_owned(), 1250)]);
+    let balance = p.ledger.balance("acct_off").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (1250, 1));
 }

@@ -42,7 +42,8 @@ async fn legacy() -> Legacy {
 /// table for an applied payment: the entry, carrying the record, and the balance. No item
 /// `payments#{event_id}` in the idempotency table: 0.1.0 never wrote one for an applied event.
 async fn write_as_0_1_0(l: &Legacy, event: &effectively_once_effects::PaymentEvent) {
-    let hash = Config::default().payload_hash(event).unwrap();
+    // 0.1.0 hashed payloads under version 1 (bare hex, no tag).
+    let hash = Config::default().payload_hash(event).unwrap().v1().to_owned();
     let entry = HashMap::from([
         ("pk".to_owned(), s(&format!("account#{}", event.account_id))),
         ("sk".to_owned(), s(&format!("entry#{}", event.event_id))),
@@ -112,7 +113,7 @@ async fn after_the_migration_an_event_applied_by_0_1_0_is_key_reuse_for_another_
 async fn after_the_migration_a_debit_rejected_by_0_1_0_stays_rejected_after_fourteen_days() {
     let p = legacy().await;
     let debit = Payments::event("pay_old_rej", "acct_r", -500, "USD");
-    let hash = Config::default().payload_hash(&debit).unwrap();
+    let hash = Config::default().payload_hash(&debit).unwrap().v1().to_owned();
     let now_ms = p.clock.now_ms();
     let rejected = Posting::Rejected { reason: Rejection::InsufficientFunds { balance_cents: 0 } };
     // As 0.1.0's `record_rejection` wrote it: expiration = now + the 14-day window.

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use effectively_once::{Begin, Clock, Config, Idempotency, Key, ManualClock, Status, Store};
+use effectively_once::{
+    Begin, Clock, Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, RunError, Status, Store,
+};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
 use effectively_once_dynamodb::{attr, create_table, Commit, Committed, Placement, Write};
 
@@ -97,4 +99,47 @@ async fn commit_once_is_immune_to_a_handler_outrunning_any_lease() {
         let applied = counter.item().and_then(|i| i.get("applied")).and_then(|v| v.as_n().ok()).cloned();
         assert_eq!(applied.as_deref(), Some("1"), "{placement:?}: the effect was applied once");
     }
+}
+
+/// A record written before the payload hash was versioned (an item whose `payload_hash` is bare
+/// version 1 hex) still answers a duplicate of its payload through DynamoDB, inside the dedup
+/// window; another payload is key reuse. New records carry the version tag, and answer a
+/// re-serialised payload (`1250.0`) too (a version 1 record cannot: version 1 told them apart).
+#[tokio::test]
+async fn a_record_with_a_version_1_hash_still_answers_its_duplicate() {
+    let (store, _) = fresh_store().await;
+    let config = Config::default();
+    let payload = serde_json::json!({"amount_cents": 1250, "currency": "USD"});
+    let hash = config.payload_hash(&payload).unwrap();
+    let now_s = config.now_ms() / 1000;
+    let id = "payments#pay_v1";
+    store
+        .client()
+        .put_item()
+        .table_name(store.table())
+        .item(attr::ID, AttributeValue::S(id.into()))
+        .item(attr::STATUS, AttributeValue::S("COMPLETED".into()))
+        .item(attr::LEASE_EXPIRES_AT, AttributeValue::N("0".into()))
+        .item(attr::EXPIRATION, AttributeValue::N((now_s + 3600).to_string()))
+        .item(attr::PAYLOAD_HASH, AttributeValue::S(hash.v1().to_owned()))
+        .item(attr::OWNER, AttributeValue::S("earlier-build".into()))
+        .item(attr::RESPONSE, AttributeValue::S("7".into()))
+        .send()
+        .await
+        .unwrap();
+    let idem = Idempotency::new(store, config);
+    let key = Key::new("payments", "pay_v1").unwrap();
+    let again = idem.run(&key, &payload, || async { Ok::<u64, ()>(8) }).await.unwrap();
+    assert_eq!(again, Outcome::Replayed(7));
+    let other = serde_json::json!({"amount_cents": 1251, "currency": "USD"});
+    let reused = idem.run(&key, &other, || async { Ok::<u64, ()>(8) }).await.unwrap_err();
+    assert!(matches!(&reused, RunError::Idempotency(e) if e.kind() == ErrorKind::KeyReused), "{reused:?}");
+
+    let fresh = Key::new("payments", "pay_v2").unwrap();
+    assert_eq!(idem.run(&fresh, &payload, || async { Ok::<u64, ()>(9) }).await.unwrap(), Outcome::Fresh(9));
+    let stored = idem.store().get(fresh.as_str()).await.unwrap().unwrap();
+    assert_eq!(stored.payload_hash, hash.as_str());
+    assert!(stored.payload_hash.starts_with("v2:"), "{}", stored.payload_hash);
+    let resent: serde_json::Value = serde_json::from_str(r#"{"currency": "USD", "amount_cents": 1250.0}"#).unwrap();
+    assert_eq!(idem.run(&fresh, &resent, || async { Ok::<u64, ()>(10) }).await.unwrap(), Outcome::Replayed(9));
 }

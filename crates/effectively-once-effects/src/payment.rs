@@ -108,7 +108,7 @@ impl PaymentEvent {
         let amount_cents = match map.get("amount_cents") {
             None | Some(Value::Null) => return Err(invalid("amount_cents", "is required")),
             Some(Value::Number(n)) => {
-                n.as_i64().ok_or_else(|| invalid("amount_cents", format!("must be an integer, is {n}")))?
+                integral(n).ok_or_else(|| invalid("amount_cents", format!("must be an integer, is {n}")))?
             }
             Some(_) => return Err(invalid("amount_cents", "must be an integer")),
         };
@@ -130,6 +130,13 @@ impl PaymentEvent {
         };
         Ok(PaymentEvent { event_id, account_id, amount_cents, currency, receipt_email })
     }
+}
+
+/// A number with an integral value: `1250`, and `1250.0` or `1.25e3` as a producer that
+/// re-serialises numbers sends it (JSON has one number type; RFC 8785, which the payload hash
+/// follows, writes all three as `1250`). The range is checked after.
+fn integral(n: &serde_json::Number) -> Option<i64> {
+    n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < i64::MAX as f64).map(|f| f as i64))
 }
 
 /// A plausible address: one `@`, a local part, a dotted domain, no spaces, at most 254 bytes.
@@ -173,7 +180,7 @@ mod tests {
             field_of(r#"{"event_id": "e", "account_id": 7, "amount_cents": 5, "currency": "USD"}"#),
             Some("account_id")
         );
-        for amount in ["0", "1.5", "\"5\"", "1000000000001", "-1000000000001"] {
+        for amount in ["0", "0.0", "1.5", "1e-2", "\"5\"", "1000000000001", "-1000000000001", "1e13", "1e300"] {
             let body =
                 format!(r#"{{"event_id": "e", "account_id": "a", "amount_cents": {amount}, "currency": "USD"}}"#);
             assert_eq!(field_of(&body), Some("amount_cents"), "{amount}");
@@ -191,6 +198,19 @@ mod tests {
             r#"{"event_id": "e", "account_id": "a", "amount_cents": 1000000000000, "currency": "EUR"}"#
         )
         .is_ok());
+    }
+
+    /// `amount_cents` is an integer as JSON has them: a producer that re-serialises `1250` as
+    /// `1250.0` or `1.25e3` sends the same event.
+    #[test]
+    fn an_integral_amount_is_an_integer_however_it_is_written() {
+        for amount in ["1250", "1250.0", "1.25e3", "125000e-2", "1250.000"] {
+            let body =
+                format!(r#"{{"event_id": "e", "account_id": "a", "amount_cents": {amount}, "currency": "USD"}}"#);
+            assert_eq!(PaymentEvent::parse(&body).unwrap().amount_cents, 1250, "{amount}");
+        }
+        let debit = r#"{"event_id": "e", "account_id": "a", "amount_cents": -1e12, "currency": "USD"}"#;
+        assert_eq!(PaymentEvent::parse(debit).unwrap().amount_cents, -MAX_AMOUNT_CENTS);
     }
 
     #[test]

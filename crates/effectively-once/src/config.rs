@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind};
+use crate::hash::PayloadHash;
 use crate::record::Record;
 
 /// Fourteen days: SQS's longest retention, so a replay from a dead-letter queue is still
@@ -22,7 +22,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 380_000;
 /// Which part of the payload the hash covers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PayloadSelector {
-    /// The whole payload, as canonical JSON (object keys sorted).
+    /// The whole payload, in its RFC 8785 canonical JSON form.
     #[default]
     Whole,
     /// Only the values at these JSON pointers (`/amount_cents`), missing ones as `null`: a retry
@@ -167,8 +167,21 @@ impl Config {
         self.clock.now_ms()
     }
 
-    /// The hash of `payload` under this config's selector: SHA-256 of canonical JSON, in hex.
-    pub fn payload_hash<P: Serialize + ?Sized>(&self, payload: &P) -> Result<String, Error> {
+    /// The hash of `payload` under this config's selector: SHA-256 of its RFC 8785 (JSON
+    /// Canonicalization Scheme) form, so a producer that re-serialises the payload (`1` as
+    /// `1.0`, keys in another order) sends the same payload. Numbers compare as IEEE doubles, as
+    /// RFC 8785 has it: integers beyond 2^53 that round to the same double are the same number
+    /// (send such ids as strings). The hash is versioned ([`PayloadHash`]): records written by an
+    /// earlier version still match their payload.
+    ///
+    /// ```
+    /// use effectively_once::Config;
+    /// let c = Config::default();
+    /// let a = c.payload_hash(&serde_json::json!({"amount": 1, "currency": "USD"})).unwrap();
+    /// let b: serde_json::Value = serde_json::from_str(r#"{"currency": "USD", "amount": 1.0}"#).unwrap();
+    /// assert_eq!(a.as_str(), c.payload_hash(&b).unwrap().as_str());
+    /// ```
+    pub fn payload_hash<P: Serialize + ?Sized>(&self, payload: &P) -> Result<PayloadHash, Error> {
         let value = serde_json::to_value(payload)
             .map_err(|e| Error::new(ErrorKind::Serialization, "payload is not serialisable").with_source(e))?;
         let selected = match &self.payload {
@@ -178,42 +191,7 @@ impl Config {
             }
             PayloadSelector::Ignore => Value::Null,
         };
-        let mut canonical = String::new();
-        write_canonical(&selected, &mut canonical);
-        let digest = Sha256::digest(canonical.as_bytes());
-        Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
-    }
-}
-
-/// JSON with object keys sorted at every level, whatever map order serde_json was built with
-/// (another crate in the build may turn on `preserve_order`).
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(v, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(v, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
+        PayloadHash::of(selected)
     }
 }
 
@@ -228,9 +206,9 @@ mod tests {
         let a = c.payload_hash(&json!({"a": 1, "b": {"y": 2, "x": [1, 2]}})).unwrap();
         let b = c.payload_hash(&json!({"b": {"x": [1, 2], "y": 2}, "a": 1})).unwrap();
         let d = c.payload_hash(&json!({"a": 1, "b": {"y": 2, "x": [2, 1]}})).unwrap();
-        assert_eq!(a, b);
-        assert_ne!(a, d);
-        assert_eq!(a.len(), 64);
+        assert_eq!(a.as_str(), b.as_str());
+        assert_ne!(a.as_str(), d.as_str());
+        assert_eq!(a.as_str().len(), "v2:".len() + 64);
     }
 
     #[test]
@@ -251,7 +229,9 @@ mod tests {
         let a = c.payload_hash(&json!({"amount_cents": 5, "currency": "USD", "note": "x"})).unwrap();
         let b = c.payload_hash(&json!({"amount_cents": 5, "currency": "USD", "trace": 7})).unwrap();
         let d = c.payload_hash(&json!({"amount_cents": 6, "currency": "USD"})).unwrap();
-        assert_eq!(a, b);
-        assert_ne!(a, d);
+        let e = c.payload_hash(&json!({"amount_cents": 5.0, "currency": "USD"})).unwrap();
+        assert_eq!(a.as_str(), b.as_str());
+        assert_eq!(a.as_str(), e.as_str(), "a selected number re-serialised");
+        assert_ne!(a.as_str(), d.as_str());
     }
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, RunError};
+use crate::hash::{HashVersion, PayloadHash};
 use crate::key::Key;
 use crate::record::{Record, Status};
 use crate::store::{Claim, Completion, Store, StoreErrorKind};
@@ -277,7 +278,7 @@ impl<S: Store> Idempotency<S> {
         P: Serialize + ?Sized,
         R: DeserializeOwned,
     {
-        let payload_hash = self.config.payload_hash(payload)?;
+        let hash = self.config.payload_hash(payload)?;
         let now_ms = self.config.now_ms();
         let lease_expires_at_ms = self.lease_end(now_ms)?;
         let record = Record {
@@ -285,7 +286,7 @@ impl<S: Store> Idempotency<S> {
             status: Status::InProgress,
             lease_expires_at_ms,
             expiration_s: self.expiration_s(now_ms),
-            payload_hash,
+            payload_hash: hash.as_str().to_owned(),
             owner: uuid::Uuid::new_v4().to_string(),
             response: None,
         };
@@ -297,7 +298,7 @@ impl<S: Store> Idempotency<S> {
                 attempt.replaced_unknown = true;
                 Ok(Begin::Claimed(attempt))
             }
-            Claim::Exists(existing) => self.classify(record, existing),
+            Claim::Exists(existing) => self.classify(record, &hash, existing),
         }
     }
 
@@ -441,7 +442,12 @@ impl<S: Store> Idempotency<S> {
     }
 
     /// Tells apart what a failed claim found, from the record alone (no second read).
-    fn classify<R: DeserializeOwned>(&self, mine: Record, existing: Record) -> Result<Begin<R>, Error> {
+    fn classify<R: DeserializeOwned>(
+        &self,
+        mine: Record,
+        hash: &PayloadHash,
+        existing: Record,
+    ) -> Result<Begin<R>, Error> {
         if existing.owner == mine.owner && existing.status == Status::InProgress {
             // Our own write landed and its answer was lost; the retried write met it. What that
             // write replaced went with the lost answer.
@@ -449,7 +455,7 @@ impl<S: Store> Idempotency<S> {
             attempt.replaced_unknown = true;
             return Ok(Begin::Claimed(attempt));
         }
-        let response = existing.replay(&mine.payload_hash)?;
+        let response = existing.replay(hash)?;
         if let Some(hook) = &self.config.replay_hook {
             (hook.0)(&existing);
         }
@@ -481,14 +487,23 @@ fn too_large_error(len: usize, max: usize) -> Error {
 }
 
 impl Record {
-    /// What a record that blocked a claim means for a payload hashing to `payload_hash`: the
+    /// What a record that blocked a claim means for a payload hashing to `payload`: the
     /// stored response of a completed record (a replay), or why there is none: key reused with
-    /// another payload (permanent), in progress elsewhere (retryable), response not kept.
-    pub fn replay<R: DeserializeOwned>(&self, payload_hash: &str) -> Result<R, Error> {
-        if self.payload_hash != payload_hash {
+    /// another payload (permanent), in progress elsewhere (retryable), response not kept. The
+    /// payload is compared under the hash version the record carries ([`PayloadHash::matches`]).
+    pub fn replay<R: DeserializeOwned>(&self, payload: &PayloadHash) -> Result<R, Error> {
+        if !payload.matches(&self.payload_hash) {
+            let why = match HashVersion::of(&self.payload_hash) {
+                Some(_) => String::new(),
+                None => format!(
+                    " (or the same one, under a payload hash version this build does not know: {:?}, \
+                     written by a newer build)",
+                    self.payload_hash.split_once(':').map_or("", |(v, _)| v)
+                ),
+            };
             return Err(Error::new(
                 ErrorKind::KeyReused,
-                format!("key {} was used before with a different payload", self.id),
+                format!("key {} was used before with a different payload{why}", self.id),
             ));
         }
         match (&self.status, &self.response) {
@@ -513,7 +528,7 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
-    use crate::{InMemoryStore, ManualClock, StoreError};
+    use crate::{Clock as _, InMemoryStore, ManualClock, StoreError};
 
     /// An in-memory store that fails the next `failing` releases before they land.
     #[derive(Default)]
@@ -564,5 +579,78 @@ mod tests {
                 false => assert!(retry.is_err(), "in progress until its lease ends"),
             }
         }
+    }
+
+    /// A producer that re-serialises its payload (`1250` as `1250.0`, keys reordered) sends a
+    /// duplicate, not another payload.
+    #[tokio::test]
+    async fn a_re_serialised_payload_is_a_duplicate() {
+        let idem = Idempotency::new(InMemoryStore::new(), Config::default());
+        let key = Key::new("payments", "pay_1").unwrap();
+        let first: serde_json::Value = serde_json::from_str(r#"{"amount_cents": 1250, "currency": "USD"}"#).unwrap();
+        let again: serde_json::Value = serde_json::from_str(r#"{"currency":"USD","amount_cents":1250.0}"#).unwrap();
+        assert_eq!(idem.run(&key, &first, || async { Ok::<_, ()>(1u32) }).await.unwrap(), Outcome::Fresh(1));
+        assert_eq!(idem.run(&key, &again, || async { Ok::<_, ()>(2u32) }).await.unwrap(), Outcome::Replayed(1));
+        let other: serde_json::Value = serde_json::from_str(r#"{"currency":"USD","amount_cents":1251}"#).unwrap();
+        let reused = idem.run(&key, &other, || async { Ok::<_, ()>(3u32) }).await.unwrap_err();
+        assert!(matches!(reused, RunError::Idempotency(e) if e.kind() == ErrorKind::KeyReused));
+    }
+
+    /// A record written before the hash was versioned (bare version 1 hex) still answers its
+    /// payload inside the dedup window, in progress or completed; another payload is key reuse.
+    #[tokio::test]
+    async fn a_record_with_a_version_1_hash_still_matches_its_payload() {
+        let clock = Arc::new(ManualClock::new());
+        let config = Config::default().clock(clock.clone());
+        let idem = Idempotency::new(InMemoryStore::new(), config.clone());
+        let payload = serde_json::json!({"amount_cents": 1250, "currency": "USD"});
+        let hash = config.payload_hash(&payload).unwrap();
+        let now_ms = clock.now_ms();
+        for (id, status) in [("job#old-done", Status::Completed), ("job#old-busy", Status::InProgress)] {
+            let record = Record {
+                id: id.into(),
+                status: Status::InProgress,
+                lease_expires_at_ms: now_ms + 60_000,
+                expiration_s: now_ms / 1000 + 3600,
+                payload_hash: hash.v1().to_owned(),
+                owner: "earlier-build".into(),
+                response: None,
+            };
+            assert!(matches!(idem.store().claim(&record, now_ms).await.unwrap(), Claim::Acquired { .. }));
+            if status == Status::Completed {
+                let completion = Completion { response: Some("7"), expiration_s: record.expiration_s, now_ms };
+                idem.store().complete(id, "earlier-build", completion).await.unwrap();
+            }
+        }
+        let done = Key::new("job", "old-done").unwrap();
+        assert_eq!(idem.run(&done, &payload, || async { Ok::<_, ()>(8u32) }).await.unwrap(), Outcome::Replayed(7));
+        let busy = Key::new("job", "old-busy").unwrap();
+        let in_progress = idem.run(&busy, &payload, || async { Ok::<_, ()>(8u32) }).await.unwrap_err();
+        assert!(matches!(in_progress, RunError::Idempotency(e) if e.kind() == ErrorKind::InProgress));
+        let other = serde_json::json!({"amount_cents": 1251, "currency": "USD"});
+        let reused = idem.run(&done, &other, || async { Ok::<_, ()>(8u32) }).await.unwrap_err();
+        assert!(matches!(reused, RunError::Idempotency(e) if e.kind() == ErrorKind::KeyReused));
+    }
+
+    /// A record a newer build hashed under a version this one does not know is not taken for
+    /// another payload silently: the error says so.
+    #[tokio::test]
+    async fn an_unknown_hash_version_is_named_in_the_error() {
+        let idem = Idempotency::new(InMemoryStore::new(), Config::default());
+        let record = Record {
+            id: "job#new".into(),
+            status: Status::InProgress,
+            lease_expires_at_ms: u64::MAX,
+            expiration_s: u64::MAX,
+            payload_hash: "v9:00".into(),
+            owner: "newer-build".into(),
+            response: None,
+        };
+        idem.store().claim(&record, 0).await.unwrap();
+        let key = Key::new("job", "new").unwrap();
+        let err = idem.run(&key, &1, || async { Ok::<_, ()>(1u32) }).await.unwrap_err();
+        let RunError::Idempotency(e) = err else { panic!("{err:?}") };
+        assert_eq!(e.kind(), ErrorKind::KeyReused);
+        assert!(e.to_string().contains("\"v9\""), "{e}");
     }
 }

@@ -48,6 +48,7 @@ mod clock;
 mod config;
 mod error;
 mod function;
+mod hash;
 mod idempotency;
 mod key;
 #[cfg(feature = "tower")]
@@ -65,6 +66,7 @@ pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use crate::config::{Config, PayloadSelector, ReplayHook, DISABLED_VARS};
 pub use crate::error::{Error, ErrorKind, RunError};
 pub use crate::function::Idempotent;
+pub use crate::hash::{HashVersion, PayloadHash, PAYLOAD_HASH_VERSION};
 pub use crate::idempotency::{Attempt, Begin, Idempotency, Outcome};
 pub use crate::key::{Key, KeyError, KeyErrorKind, KeyPart};
 pub use crate::memory::InMemoryStore;

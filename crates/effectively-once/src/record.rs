@@ -50,7 +50,9 @@ pub struct Record {
     /// End of the dedup window, in seconds since the Unix epoch (DynamoDB's TTL unit). After it,
     /// the key is claimable again as if new.
     pub expiration_s: u64,
-    /// Hash of the canonical payload: the same key with another payload is an error.
+    /// Hash of the canonical payload: the same key with another payload is an error. Tagged with
+    /// its version (`v2:{hex}`; untagged hex is version 1), compared under that version
+    /// ([`PayloadHash::matches`](crate::PayloadHash::matches)).
     pub payload_hash: String,
     /// The token of the attempt that claimed the record.
     pub owner: String,

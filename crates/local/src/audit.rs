@@ -275,7 +275,10 @@ pub async fn audit(
         let record = records.get(&format!("payments#{}", e.event_id));
         let hash = hasher.payload_hash(e).map_err(|e| e.to_string())?;
         let posting = record
-            .filter(|r| s(r, "status").as_deref() == Some("COMPLETED") && s(r, "payload_hash") == Some(hash.clone()))
+            .filter(|r| {
+                s(r, "status").as_deref() == Some("COMPLETED")
+                    && s(r, "payload_hash").is_some_and(|stored| hash.matches(&stored))
+            })
             .and_then(|r| s(r, "response"))
             .and_then(|r| serde_json::from_str::<Posting>(&r).ok());
         let rejection = match &posting {

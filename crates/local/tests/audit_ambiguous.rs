@@ -64,7 +64,7 @@ async fn record_marker(clients: &Clients, r: &Resources, event_id: &str, receipt
         status: Status::Completed,
         lease_expires_at_ms: 0,
         expiration_s: NEVER_EXPIRES,
-        payload_hash: effectively_once::Config::default().payload_hash(event_id).unwrap(),
+        payload_hash: effectively_once::Config::default().payload_hash(event_id).unwrap().into(),
         owner: String::new(),
         response: Some(serde_json::to_string(receipt).unwrap()),
     };

@@ -39,7 +39,7 @@ async fn a_rejected_funding_credit_fails_an_invariant() {
             status: Status::Completed,
             lease_expires_at_ms: 0,
             expiration_s: NEVER_EXPIRES,
-            payload_hash: hasher.payload_hash(e).unwrap(),
+            payload_hash: hasher.payload_hash(e).unwrap().into(),
             owner: String::new(),
             response: Some(serde_json::to_string(&posting).unwrap()),
         };

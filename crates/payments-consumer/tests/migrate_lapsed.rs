@@ -24,7 +24,8 @@ async fn a_lapsed_rejection_still_in_the_table_is_made_permanent() {
     .unwrap();
     // The rejection a 0.1.0 consumer recorded 15 days ago (14-day window), not yet deleted by TTL.
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let hash = effectively_once::Config::default().payload_hash(&debit).unwrap();
+    // 0.1.0 hashed payloads under version 1 (bare hex).
+    let hash = effectively_once::Config::default().payload_hash(&debit).unwrap().v1().to_owned();
     let rejected =
         Posting::Rejected { reason: effectively_once_effects::Rejection::InsufficientFunds { balance_cents: 0 } };
     let record = Record {

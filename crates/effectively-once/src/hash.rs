@@ -1,0 +1,213 @@
+//! The payload hash, and the versions of it a stored record may carry.
+//!
+//! A record stores its payload's hash as `{version}:{hex}`; records written before versions
+//! were tagged carry the bare hex of version 1. A claim compares its payload with a record under
+//! the record's own version, so a new hash never turns a duplicate written by an earlier build
+//! (within the dedup window) into key reuse.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, ErrorKind};
+
+/// The version records are written with: SHA-256 of the payload's RFC 8785 (JSON
+/// Canonicalization Scheme) form, so `1`, `1.0` and `1e0`, key order, whitespace and string
+/// escapes do not change it.
+pub const PAYLOAD_HASH_VERSION: &str = "v2";
+
+/// The versions of the payload hash a stored record may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HashVersion {
+    /// Untagged (written before versions were tagged): SHA-256 of serde_json's text with object
+    /// keys sorted by byte; numbers as serde_json writes them, so `1` and `1.0` differ.
+    V1,
+    /// `v2:`: SHA-256 of the RFC 8785 form (numbers as ECMAScript writes doubles, keys sorted by
+    /// UTF-16 code unit).
+    V2,
+}
+
+impl HashVersion {
+    /// The version a stored hash was written with, or `None` for a tag this build does not know
+    /// (written by a newer build).
+    pub fn of(stored: &str) -> Option<HashVersion> {
+        // v1 hashes are bare lowercase hex: they never contain a `:`.
+        match stored.split_once(':') {
+            None => Some(HashVersion::V1),
+            Some(("v2", _)) => Some(HashVersion::V2),
+            Some(_) => None,
+        }
+    }
+}
+
+/// A payload's hash under a [`Config`](crate::Config)'s selector
+/// ([`Config::payload_hash`](crate::Config::payload_hash)): [`as_str`](Self::as_str) is the
+/// form new records store, [`matches`](Self::matches) tells whether a stored hash of any version
+/// this build knows is of the same payload.
+#[derive(Debug, Clone)]
+pub struct PayloadHash {
+    current: String,
+    /// The selected payload, kept to compute an older version only when a record carries one.
+    selected: Value,
+    v1: OnceLock<String>,
+}
+
+impl PayloadHash {
+    pub(crate) fn of(selected: Value) -> Result<PayloadHash, Error> {
+        let canonical = serde_json_canonicalizer::to_vec(&selected)
+            .map_err(|e| Error::new(ErrorKind::Serialization, "payload has no canonical JSON form").with_source(e))?;
+        let current = format!("{PAYLOAD_HASH_VERSION}:{}", hex_sha256(&canonical));
+        Ok(PayloadHash { current, selected, v1: OnceLock::new() })
+    }
+
+    /// The hash new records store: `v2:` and 64 hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.current
+    }
+
+    /// The version 1 hash of the same payload, as records written before versions were tagged
+    /// carry it (for migrations, and tests that stand for an earlier build).
+    pub fn v1(&self) -> &str {
+        self.v1.get_or_init(|| {
+            let mut text = String::new();
+            write_v1(&self.selected, &mut text);
+            hex_sha256(text.as_bytes())
+        })
+    }
+
+    /// Whether `stored`, a record's hash, is this payload's under the version the record was
+    /// written with. A version this build does not know never matches. A version 1 record
+    /// matches only what version 1 took for the same payload (`1.0` is not `1` there).
+    pub fn matches(&self, stored: &str) -> bool {
+        match HashVersion::of(stored) {
+            Some(HashVersion::V2) => stored == self.current,
+            Some(HashVersion::V1) => stored == self.v1(),
+            None => false,
+        }
+    }
+}
+
+impl fmt::Display for PayloadHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.current)
+    }
+}
+
+impl From<PayloadHash> for String {
+    fn from(hash: PayloadHash) -> String {
+        hash.current
+    }
+}
+
+impl From<&PayloadHash> for String {
+    fn from(hash: &PayloadHash) -> String {
+        hash.current.clone()
+    }
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+// By hand, not with a library: this is version 1's exact text (keys sorted by byte, numbers as
+// serde_json writes them), kept only to recognise records written before version 2.
+fn write_v1(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_v1(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_v1(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(text: &str) -> PayloadHash {
+        PayloadHash::of(serde_json::from_str(text).unwrap()).unwrap()
+    }
+
+    /// A producer that re-serialises a payload (numbers, key order, whitespace, escapes) sends
+    /// the same payload: RFC 8785 gives it one form.
+    #[test]
+    fn re_serialised_payloads_hash_the_same() {
+        let first = hash(r#"{"amount_cents": 1250, "currency": "USD", "note": "café", "n": [1, 2.5, 100]}"#);
+        for same in [
+            r#"{"amount_cents": 1250.0, "currency": "USD", "note": "café", "n": [1, 2.5, 100]}"#,
+            r#"{"amount_cents": 1.25e3, "currency": "USD", "note": "caf\u00e9", "n": [1e0, 25e-1, 1E2]}"#,
+            r#"{ "n" : [ 1.0 , 2.50 , 100.000 ] , "note":"caf\u00E9","currency":"\u0055SD","amount_cents":12500e-1 }"#,
+        ] {
+            assert_eq!(hash(same).as_str(), first.as_str(), "{same}");
+            assert!(hash(same).matches(first.as_str()), "{same}");
+        }
+        for other in [
+            r#"{"amount_cents": 1251, "currency": "USD", "note": "café", "n": [1, 2.5, 100]}"#,
+            r#"{"amount_cents": "1250", "currency": "USD", "note": "café", "n": [1, 2.5, 100]}"#,
+            r#"{"amount_cents": 1250, "currency": "USD", "note": "cafe", "n": [1, 2.5, 100]}"#,
+            r#"{"amount_cents": 1250, "currency": "USD", "note": "café", "n": [2.5, 1, 100]}"#,
+        ] {
+            assert_ne!(hash(other).as_str(), first.as_str(), "{other}");
+        }
+        // What version 1 got wrong: `1` and `1.0` were two payloads.
+        assert_ne!(hash("1").v1(), hash("1.0").v1());
+        assert_eq!(hash("1").as_str(), hash("1.0").as_str());
+    }
+
+    /// The RFC's own numbers (RFC 8785, appendix B) and key order (section 3.2.3: by UTF-16 code
+    /// unit, so U+1F600, a surrogate pair from U+D83D, sorts before U+FB33), through the library.
+    #[test]
+    fn the_canonical_form_is_rfc_8785s() {
+        let canonical = |text: &str| {
+            let value: Value = serde_json::from_str(text).unwrap();
+            String::from_utf8(serde_json_canonicalizer::to_vec(&value).unwrap()).unwrap()
+        };
+        assert_eq!(
+            canonical("[1.0, 1e0, 0.000001, 1e-7, 1e21, 1e20, -0.0, 333333333.33333329]"),
+            "[1,1,0.000001,1e-7,1e+21,100000000000000000000,0,333333333.3333333]"
+        );
+        assert_eq!(
+            canonical(r#"{"\ufb33": 1, "\ud83d\ude00": 2, "a": 3}"#),
+            "{\"a\":3,\"\u{1f600}\":2,\"\u{fb33}\":1}"
+        );
+    }
+
+    #[test]
+    fn a_stored_hash_is_compared_under_its_own_version() {
+        let h = hash(r#"{"a": 1, "b": [true, null]}"#);
+        assert!(h.as_str().starts_with("v2:") && h.as_str().len() == 3 + 64, "{h}");
+        assert_eq!(h.v1().len(), 64);
+        assert!(h.matches(h.as_str()));
+        assert!(h.matches(h.v1()), "a record written before versions were tagged");
+        assert!(!h.matches(hash(r#"{"a": 2, "b": [true, null]}"#).v1()));
+        assert!(!h.matches(""));
+        assert!(!h.matches(&format!("v3:{}", &h.as_str()[3..])), "a version this build does not know");
+        assert_eq!(HashVersion::of(h.v1()), Some(HashVersion::V1));
+        assert_eq!(HashVersion::of(h.as_str()), Some(HashVersion::V2));
+        assert_eq!(HashVersion::of("v9:00"), None);
+    }
+}
