@@ -13,9 +13,16 @@ export AWS_SECRET_ACCESS_KEY ?= test
 FUNCTION ?= payments-consumer
 EVENT ?= events/sqs-payment.json
 STACK ?= effectively-once
+# Instruction set of the bootstraps and the stack's Architecture parameter: x86_64 or arm64.
+ARCH ?= x86_64
+
+# `make deploy` and `make deploy-function` talk to the real AWS: they drop the local endpoint and
+# dummy credentials this Makefile set above (variables the caller set stay).
+REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
-	clean-local-aws watch invoke build deploy chaos bench package local-down send run redrive duplicates
+	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package local-down send \
+	run redrive duplicates
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
 test: lint lint-infra local-aws-up
@@ -27,8 +34,8 @@ chaos: local-aws-up
 	cargo run -q -p local -- chaos $(CHAOS_ARGS)
 
 ## bench: payments-consumer against the Powertools pattern, same workload and local AWS;
-##        table on stdout and in target/bench/report.md, chart in target/bench/chart.svg
-##        (BENCH_ARGS="--rounds 7 --events 2000")
+##        table on stdout and in $CARGO_TARGET_DIR (or target)/bench/report.md, chart in .../chart.svg
+##        (BENCH_ARGS="--rounds 7 --events 2000"; BENCH_AWS_ENDPOINT=URL to use a running local AWS)
 bench:
 	bench/run.sh $(BENCH_ARGS)
 
@@ -63,23 +70,34 @@ run: local-up
 redrive: local-up
 	cargo run -q -p local -- redrive
 
-## watch: both functions under `cargo lambda watch`, against the local AWS and its tables
+## watch: both functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
+##        the local AWS and its tables
 watch: local-up
-	infra/cargo-lambda.sh watch --env-file .local-aws/lambda.env
+	infra/cargo-lambda.sh watch --invoke-address 127.0.0.1 --env-file .local-aws/lambda.env
 
 ## invoke: FUNCTION=payments-consumer|receipts-relay EVENT=events/... against `make watch`
 invoke:
-	infra/cargo-lambda.sh invoke $(FUNCTION) --data-file $(EVENT)
+	infra/cargo-lambda.sh invoke --invoke-address 127.0.0.1 $(FUNCTION) --data-file $(EVENT)
 
-## build: release bootstraps of both functions (cargo lambda, x86_64), and their sizes
+## build: release bootstraps of both functions (cargo lambda; ARCH=x86_64|arm64), the deploy
+##        metadata check, the glibc floor check (provided.al2023: 2.34) and their sizes
 build:
-	infra/cargo-lambda.sh build --release --compiler cargo -p payments-consumer -p receipts-relay
-	@ls -l target/lambda/*/bootstrap | awk '{printf "%-40s %8.1f KiB\n", $$9, $$5/1024}'
+	ARCH=$(ARCH) infra/lambda.sh build
 
-## deploy: SAM build (rust-cargolambda) and a guided deploy of infra/template.json
+## sam-build: `sam build` of infra/template.json (rust-cargolambda; pinned SAM CLI in .tools/),
+##            offline, into .aws-sam/build; the glibc floor check of what it built
+sam-build:
+	ARCH=$(ARCH) infra/lambda.sh sam-build
+
+## deploy: sam-build, then `sam deploy` of the stack STACK (guided the first time, then samconfig.toml;
+##         ARCH=arm64 sets the Architecture parameter; DEPLOY_PARAMS="ReceiptFrom=... AlarmTopicArn=...")
 deploy:
-	sam build --template-file infra/template.json
-	sam deploy --guided --stack-name $(STACK) --capabilities CAPABILITY_IAM
+	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy
+
+## deploy-function: FUNCTION=payments-consumer|receipts-relay, code and configuration only, with
+##                  `cargo lambda deploy` onto $(STACK)-$(FUNCTION) and its alias live (docs/deploy.md)
+deploy-function:
+	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)
 
 ## unit: the tests that need no AWS at all
 unit:

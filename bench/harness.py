@@ -54,6 +54,8 @@ from boto3.dynamodb.types import TypeDeserializer
 from botocore.config import Config as BotoConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Cargo's target directory (bench/run.sh passes --ours and --out from `cargo metadata`).
+TARGET = os.path.abspath(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"))
 API = "/2018-06-01/runtime"
 REGION = "us-east-1"
 ACCOUNT = "000000000000"
@@ -727,8 +729,8 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--endpoint", default=os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:4566"))
-    p.add_argument("--ours", default=os.path.join(ROOT, "target/lambda/payments-consumer/bootstrap"))
-    p.add_argument("--out", default=os.path.join(ROOT, "target/bench"))
+    p.add_argument("--ours", default=os.path.join(TARGET, "lambda/payments-consumer/bootstrap"))
+    p.add_argument("--out", default=os.path.join(TARGET, "bench"))
     p.add_argument("--only", choices=("ours", "peer"), help="run one implementation, no report (for profiling)")
     args = p.parse_args()
     if args.rounds < 1 or args.events < 2 * args.batch_size:

@@ -3,14 +3,17 @@
 #
 #   bench/run.sh [harness options]      e.g. bench/run.sh --rounds 7 --events 2000
 #
-# 1. installs the pinned moto (infra/local/aws.sh up) and serves it for the bench alone;
+# 1. installs the pinned moto (infra/local/aws.sh install: into this checkout's .local-aws/venv,
+#    whether or not a local AWS, this checkout's or another's, is already running) and serves it
+#    for the bench alone;
 # 2. creates or updates .tools/bench-venv from bench/peer/requirements.txt (Powertools, boto3);
-# 3. builds the release bootstrap of payments-consumer only if it is missing or older than its
-#    sources (a cold build takes several minutes);
+# 3. builds the release bootstrap of payments-consumer (infra/lambda.sh build, x86_64 here, with
+#    the glibc floor check) only if it is missing, older than its sources or of another
+#    architecture (a cold build takes several minutes);
 # 4. runs the in-process criterion benchmark (crates/effectively-once/benches/overhead.rs);
 # 5. runs bench/harness.py: both functions under the same Lambda Runtime API, the same workload
-#    and the same local AWS; the table is printed and written to target/bench/report.md, the
-#    chart to target/bench/chart.svg.
+#    and the same local AWS; the table is printed and written to $TARGET/bench/report.md, the
+#    chart to $TARGET/bench/chart.svg ($TARGET: cargo's target directory, CARGO_TARGET_DIR if set).
 #
 # The local AWS counts requests server-wide, so by default the bench gets a server of its own
 # (the same pinned moto and infra/local/serve.py, on a free port, stopped at exit): tests running
@@ -24,16 +27,23 @@ cd "$ROOT"
 VENV="$ROOT/.tools/bench-venv"
 REQS="$ROOT/bench/peer/requirements.txt"
 STAMP="$ROOT/.tools/bench-venv.installed"
-OUT="$ROOT/target/bench"
-BOOTSTRAP="$ROOT/target/lambda/payments-consumer/bootstrap"
 PYTHON="${PYTHON:-python3}"
+# Cargo's target directory: CARGO_TARGET_DIR, a .cargo/config.toml build.target-dir, or target/.
+TARGET="$(cargo metadata --format-version 1 --no-deps |
+  "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+OUT="$TARGET/bench"
+BOOTSTRAP="$TARGET/lambda/payments-consumer/bootstrap"
 
 log() { echo "bench: $*" >&2; }
 
 mkdir -p "$OUT" "$ROOT/.tools"
 
-# 1. The local AWS: pinned moto, installed by the project's script.
-infra/local/aws.sh up
+# 1. The local AWS: pinned moto, installed by the project's script into this checkout's
+#    .local-aws/venv. `install`, not `up`: `up` reuses a local AWS already serving the port
+#    (another checkout's, say) and then installs nothing here, while the bench serves its own.
+if [[ -z "${BENCH_AWS_ENDPOINT:-}" ]]; then
+  infra/local/aws.sh install
+fi
 MOTO_PID=""
 stop_moto() {
   if [[ -n "$MOTO_PID" ]] && kill -0 "$MOTO_PID" 2>/dev/null; then
@@ -69,13 +79,21 @@ if [[ ! -x "$VENV/bin/python" ]] || ! cmp -s "$REQS" "$STAMP"; then
   cp "$REQS" "$STAMP"
 fi
 
-# 3. Our function, release build, only when missing or older than what it is built from.
+# 3. Our function, release build, only when missing, older than what it is built from, or built
+#    for another architecture (`make build ARCH=arm64` writes the same path): it runs here.
 SOURCES=(Cargo.toml Cargo.lock .cargo/config.toml crates/payments-consumer crates/effectively-once-lambda crates/effectively-once-effects
   crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
   crates/effectively-once-dynamodb/Cargo.toml)
-if [[ ! -x "$BOOTSTRAP" ]] || [[ -n "$(find "${SOURCES[@]}" -type f -newer "$BOOTSTRAP" -print -quit 2>/dev/null)" ]]; then
+elf_arch() {
+  case "$(readelf -h "$1" 2>/dev/null | sed -n 's/^ *Machine: *//p')" in
+    *X86-64*) echo x86_64 ;;
+    *AArch64*) echo aarch64 ;;
+  esac
+}
+if [[ ! -x "$BOOTSTRAP" ]] || [[ "$(elf_arch "$BOOTSTRAP")" != "$(uname -m)" ]] ||
+  [[ -n "$(find "${SOURCES[@]}" -type f -newer "$BOOTSTRAP" -print -quit 2>/dev/null)" ]]; then
   log "building payments-consumer (release; several minutes when cold)"
-  infra/cargo-lambda.sh build --release --compiler cargo -p payments-consumer
+  ARCH="$(uname -m | sed 's/aarch64/arm64/')" infra/lambda.sh build payments-consumer
   touch "$BOOTSTRAP" # built from the sources as they are now
 else
   log "payments-consumer bootstrap is up to date"
@@ -87,4 +105,4 @@ cargo bench -q -p effectively-once --bench overhead
 
 # 5. Both functions, the same workload, the same local AWS.
 log "harness: payments-consumer against the Powertools peer"
-"$VENV/bin/python" bench/harness.py --endpoint "$ENDPOINT" --out "$OUT" "$@"
+"$VENV/bin/python" bench/harness.py --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --out "$OUT" "$@"

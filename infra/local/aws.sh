@@ -2,6 +2,7 @@
 # The local AWS: pinned moto, served one request at a time, on 127.0.0.1.
 #
 #   infra/local/aws.sh up       install (once) and start, or reuse a running one
+#   infra/local/aws.sh install  install (once) into .local-aws/venv only, whatever is running
 #   infra/local/aws.sh down     stop the one this script started
 #   infra/local/aws.sh status   exit 0 when the endpoint answers
 #   infra/local/aws.sh ensure   `up` for the default endpoint; for a custom
@@ -92,8 +93,9 @@ ensure() {
 
 case "${1:-}" in
   up) up ;;
+  install) install ;;
   down) down ;;
   status) is_moto_up && log "up at $URL" ;;
   ensure) ensure ;;
-  *) echo "usage: $0 up|down|status|ensure" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|ensure|install" >&2; exit 2 ;;
 esac
