@@ -1,7 +1,9 @@
 //! A local LRU cache in front of a store: a duplicate answered from memory costs no request.
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::Mutex;
+
+use lru::LruCache;
 
 use crate::record::{Record, Status};
 use crate::store::{Claim, Completion, Store, StoreError};
@@ -16,30 +18,35 @@ pub const DEFAULT_CAPACITY: usize = 256;
 /// replay, so a cached record never answers another payload.
 ///
 /// Each process has its own cache: a duplicate that lands on another Lambda sandbox still costs
-/// its one request. Off by default; opt in with `CachedStore::new(store, capacity)`.
+/// its one request. Off by default; opt in with `CachedStore::new(store, capacity)`. Every
+/// operation on it is O(1) (the `lru` crate), under one short lock.
 #[derive(Debug)]
 pub struct CachedStore<S> {
     inner: S,
-    capacity: usize,
     state: Mutex<Lru>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Lru {
-    records: HashMap<String, (Record, u64)>,
+    records: LruCache<String, Record>,
     /// Records claimed through this cache and not yet completed or released, kept so the
     /// completion can cache the completed record. An attempt whose future was dropped never
-    /// comes back for its entry, so the map is bounded: entries whose lease has ended go (such
-    /// an attempt can no longer complete), and it never holds more than `capacity`. A missing
-    /// entry only costs a cache miss.
-    claimed: HashMap<String, Record>,
-    tick: u64,
+    /// comes back for its entry, so it is bounded: entries whose lease has ended go from the
+    /// least recently claimed end (such an attempt can no longer complete), and it never holds
+    /// more than `capacity` (the least recently claimed goes first). A missing entry only costs
+    /// a cache miss.
+    claimed: LruCache<String, Record>,
 }
 
 impl<S> CachedStore<S> {
     /// A cache of at most `capacity` completed records over `inner`.
     pub fn new(inner: S, capacity: usize) -> Self {
-        CachedStore { inner, capacity: capacity.max(1), state: Mutex::default() }
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        CachedStore {
+            inner,
+            // Sparse: memory grows with what is held, not with the bound.
+            state: Mutex::new(Lru { records: LruCache::sparse(capacity), claimed: LruCache::sparse(capacity) }),
+        }
     }
 
     /// The store behind the cache.
@@ -65,27 +72,18 @@ impl<S> CachedStore<S> {
         if record.status != Status::Completed {
             return;
         }
-        let mut lru = self.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
-        lru.records.insert(record.id.clone(), (record, tick));
-        if lru.records.len() > self.capacity {
-            if let Some(oldest) = lru.records.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| k.clone()) {
-                lru.records.remove(&oldest);
-            }
-        }
+        // At capacity, `put` drops the least recently used record.
+        self.lock().records.put(record.id.clone(), record);
     }
 
     fn hold(&self, record: &Record, now_ms: u64) {
         let mut lru = self.lock();
-        lru.claimed.retain(|_, r| r.lease_expires_at_ms >= now_ms);
-        if lru.claimed.len() >= self.capacity && !lru.claimed.contains_key(&record.id) {
-            // Live attempts beyond the bound: the one whose lease ends first loses its entry.
-            if let Some(first) = lru.claimed.iter().min_by_key(|(_, r)| r.lease_expires_at_ms).map(|(k, _)| k.clone()) {
-                lru.claimed.remove(&first);
-            }
+        // Ended leases leave from the oldest claims: O(1) for each one removed.
+        while lru.claimed.peek_lru().is_some_and(|(_, r)| r.lease_expires_at_ms < now_ms) {
+            lru.claimed.pop_lru();
         }
-        lru.claimed.insert(record.id.clone(), record.clone());
+        // At capacity, `put` drops the least recently claimed attempt's entry.
+        lru.claimed.put(record.id.clone(), record.clone());
     }
 }
 
@@ -93,15 +91,10 @@ impl<S: Store> Store for CachedStore<S> {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
         let cached = {
             let mut lru = self.lock();
-            lru.tick += 1;
-            let tick = lru.tick;
-            match lru.records.get_mut(&record.id) {
-                Some((r, t)) if r.blocks_claim_at(now_ms) => {
-                    *t = tick;
-                    Some(r.clone())
-                }
+            match lru.records.get(&record.id) {
+                Some(r) if r.blocks_claim_at(now_ms) => Some(r.clone()),
                 Some(_) => {
-                    lru.records.remove(&record.id);
+                    lru.records.pop(&record.id);
                     None
                 }
                 None => None,
@@ -120,7 +113,7 @@ impl<S: Store> Store for CachedStore<S> {
 
     async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
         self.inner.complete(id, owner, completion.clone()).await?;
-        let claimed = self.lock().claimed.remove(id);
+        let claimed = self.lock().claimed.pop(id);
         if let Some(mut record) = claimed.filter(|r| r.owner == owner) {
             record.status = Status::Completed;
             record.response = completion.response.map(str::to_owned);
@@ -133,8 +126,8 @@ impl<S: Store> Store for CachedStore<S> {
     async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
         {
             let mut lru = self.lock();
-            lru.claimed.remove(id);
-            lru.records.remove(id);
+            lru.claimed.pop(id);
+            lru.records.pop(id);
         }
         self.inner.release(id, owner).await
     }
@@ -227,6 +220,26 @@ mod tests {
         for k in ["a", "b", "c"] {
             idem.run(&Key::new("t", k).unwrap(), &json!(1), || async { Ok::<_, ()>(1u32) }).await.unwrap();
         }
+        assert_eq!(idem.store().len(), 2);
+    }
+
+    /// Least recently used goes first: a record answered from the cache stays over one that was
+    /// not asked for since.
+    #[tokio::test]
+    async fn the_least_recently_used_record_is_the_one_dropped() {
+        let idem = Idempotency::new(CachedStore::new(InMemoryStore::new(), 2), Config::default());
+        let key = |k: &str| Key::new("t", k).unwrap();
+        for k in ["a", "b"] {
+            idem.run(&key(k), &json!(1), || async { Ok::<_, ()>(1u32) }).await.unwrap();
+        }
+        // `a` is used again (from memory), then `c` comes in: `b` is dropped, not `a`.
+        idem.run(&key("a"), &json!(1), || async { Ok::<_, ()>(2u32) }).await.unwrap();
+        idem.run(&key("c"), &json!(1), || async { Ok::<_, ()>(1u32) }).await.unwrap();
+        let before = idem.store().inner().requests();
+        assert_eq!(idem.run(&key("a"), &json!(1), || async { Ok::<_, ()>(2u32) }).await.unwrap(), Outcome::Replayed(1));
+        assert_eq!(idem.store().inner().requests(), before, "a is still cached");
+        assert_eq!(idem.run(&key("b"), &json!(1), || async { Ok::<_, ()>(2u32) }).await.unwrap(), Outcome::Replayed(1));
+        assert_eq!(idem.store().inner().requests(), before + 1, "b was dropped: one request");
         assert_eq!(idem.store().len(), 2);
     }
 }
