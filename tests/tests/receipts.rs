@@ -144,3 +144,23 @@ async fn the_ambiguous_window_under_each_policy() {
         println!("{policy:?}: after the attempt died post-SES, outcome {got}, emails sent {emails}");
     }
 }
+
+/// The disable switch does not reach the email's marker: `send_once` claims and completes its
+/// marker whatever the config says, so even markers on a config the environment turned off
+/// (`POWERTOOLS_IDEMPOTENCY_DISABLED=true`) send one email for two sends of one key. (The relay
+/// goes further and turns the switch off for its markers; the binaries warn at cold start.)
+#[tokio::test]
+async fn with_the_disable_switch_set_two_sends_of_one_key_still_deliver_one_email() {
+    let (store, _) = fresh_store().await;
+    let config = Config::from_env_with(|name| (name == "POWERTOOLS_IDEMPOTENCY_DISABLED").then(|| "true".to_owned()));
+    assert!(config.is_disabled());
+    let idem = Idempotency::new(store, config.lease(Duration::from_secs(60)));
+    let ses = ses_sender("receipts@example.com").await;
+    let to = recipient();
+    let key = email_key(&unique_name("pay")).unwrap();
+    let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
+    let second = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
+    assert!(matches!(first, Outcome::Fresh(Receipt::Sent { .. })), "{first:?}");
+    assert!(second.is_replay(), "{second:?}");
+    assert_eq!(emails_to(&to).len(), 1);
+}

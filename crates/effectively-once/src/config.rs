@@ -42,7 +42,8 @@ impl std::fmt::Debug for ReplayHook {
     }
 }
 
-/// The environment variables that turn idempotency off (for local debugging only).
+/// The environment variables that turn [`Idempotency::run`](crate::Idempotency::run) off (for
+/// local debugging only; see [`Config::disabled`] for what they do not turn off).
 pub const DISABLED_VARS: [&str; 2] = ["IDEMPOTENCY_DISABLED", "POWERTOOLS_IDEMPOTENCY_DISABLED"];
 
 /// Settings shared by every call of an [`Idempotency`](crate::Idempotency).
@@ -121,16 +122,35 @@ impl Config {
         self
     }
 
-    /// Turns idempotency off: handlers run on every delivery, nothing is stored. For local
-    /// debugging only; [`Idempotency::new`](crate::Idempotency::new) logs a warning.
+    /// Turns [`Idempotency::run`](crate::Idempotency::run) off: its handlers run on every
+    /// delivery, nothing is stored. For local debugging only;
+    /// [`Idempotency::new`](crate::Idempotency::new) logs a warning.
+    ///
+    /// # What the switch means, and what it never touches
+    ///
+    /// Only `run`, and what is built on it ([`Idempotency::wrap`](crate::Idempotency::wrap),
+    /// the tower layer), honours it: there the record is a cache of a handler's answer, and
+    /// running the handler again is what a debugging session wants. The two-phase API
+    /// ([`begin`](crate::Idempotency::begin) / [`complete`](crate::Idempotency::complete) /
+    /// [`release`](crate::Idempotency::release)) ignores it, and so do the effects built on it
+    /// or on a store directly: in `effectively-once-effects`, a ledger post (`Ledger::post`, one
+    /// transaction whose conditions are the uniqueness of the payment) and a receipt email's
+    /// marker (`send_once`). Their conditions are the business invariant, not a cache: a
+    /// variable left set in production must not post a payment twice or send a receipt twice.
+    ///
+    /// The shipped functions (`payments-consumer`, `receipts-relay`) build their config with
+    /// [`from_env`](Self::from_env), so the switch is read there; as they run nothing but a
+    /// ledger post and an email marker, it switches nothing off, and they log a warning at cold
+    /// start that says so (`effectively_once_effects::warn_if_disabled`).
     pub fn disabled(mut self, disabled: bool) -> Self {
         self.disabled = disabled;
         self
     }
 
-    /// The defaults, turned off when `IDEMPOTENCY_DISABLED` (or Powertools'
+    /// The defaults, [`disabled`](Self::disabled) when `IDEMPOTENCY_DISABLED` (or Powertools'
     /// `POWERTOOLS_IDEMPOTENCY_DISABLED`) is `1`, `true` or `yes`: [`from_env_with`]
-    /// reading the process environment.
+    /// reading the process environment. Disabled turns `run` off, never a ledger post or an
+    /// email marker.
     ///
     /// [`from_env_with`]: Self::from_env_with
     pub fn from_env() -> Self {

@@ -137,7 +137,10 @@ impl<S: Store> Idempotency<S> {
     /// Wraps a store.
     pub fn new(store: S, config: Config) -> Self {
         if config.disabled {
-            tracing::warn!("idempotency is DISABLED (IDEMPOTENCY_DISABLED): every delivery runs its handler");
+            tracing::warn!(
+                "idempotency is DISABLED (IDEMPOTENCY_DISABLED): run() and its layer run the handler on every \
+                 delivery; begin/complete, and the ledger and email effects, keep their conditions"
+            );
         }
         Idempotency { store: Arc::new(store), config: Arc::new(config), deadline_ms: None }
     }
@@ -273,6 +276,8 @@ impl<S: Store> Idempotency<S> {
 
     /// Claims `key` for `payload`: the first half of [`run`](Self::run), for effects that must
     /// record something of their own at completion (an email's provider message id, say).
+    /// It claims whatever [`Config::disabled`](crate::Config::disabled) says: an effect built on
+    /// it keeps its once-only condition.
     pub async fn begin<P, R>(&self, key: &Key, payload: &P) -> Result<Begin<R>, Error>
     where
         P: Serialize + ?Sized,

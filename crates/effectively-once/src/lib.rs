@@ -40,7 +40,17 @@
 //! (feature `tower`) does the same for any tower `Service`, a Lambda handler included;
 //! [`CachedStore`] answers duplicates from memory; [`Config::payload_fields`] validates selected
 //! fields only; [`Config::on_replay`] and [`Outcome::Replayed`] tell replays apart;
-//! [`Config::from_env`] honours `IDEMPOTENCY_DISABLED`; [`outbound`] keys downstream calls.
+//! [`Config::from_env`] reads `POWERTOOLS_IDEMPOTENCY_DISABLED`; [`outbound`] keys downstream
+//! calls.
+//!
+//! # The disable switch
+//!
+//! `POWERTOOLS_IDEMPOTENCY_DISABLED` (or `IDEMPOTENCY_DISABLED`) set to `true` turns off
+//! [`Idempotency::run`] and what is built on it (`wrap`, the tower layer): handlers run on every
+//! delivery. It never turns off a ledger post's or an email marker's once-only condition (the
+//! two-phase `begin`/`complete` API and the effects crate ignore it), and the shipped functions,
+//! which run only those, warn at cold start that it changes nothing there. See
+//! [`Config::disabled`].
 #![warn(missing_docs)]
 
 mod cache;
