@@ -397,13 +397,6 @@ impl Metrics {
     }
 }
 
-impl Default for Metrics {
-    /// [`Emf::named`] the crate's name: set the real one through the drivers' options.
-    fn default() -> Self {
-        Metrics::new(Emf::named(env!("CARGO_PKG_NAME")))
-    }
-}
-
 /// Starts an invocation: takes the cold start, and opens the span every log line of the
 /// invocation is in (`request_id`, `function_name`, `function_version`, `cold_start`).
 pub(crate) fn invocation_span(emf: &Emf, context: &lambda_runtime::Context) -> (bool, tracing::Span) {
