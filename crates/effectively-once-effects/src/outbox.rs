@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::Client;
 use effectively_once::{StoreError, StoreErrorKind};
 use effectively_once_dynamodb::classify;
 use effectively_once_redact::redact_email;
+use serde::Deserialize;
 
 use crate::payment::PaymentEvent;
 
@@ -40,8 +41,9 @@ impl RowStatus {
     }
 }
 
-/// What the receipt needs, as the outbox row carries it.
-#[derive(Clone, PartialEq, Eq)]
+/// What the receipt needs, as the outbox row carries it. Deserialises from an item (with
+/// `serde_dynamo`); the row's other attributes are ignored.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 pub struct ReceiptRow {
     /// The payment's event id.
     pub event_id: String,
@@ -93,27 +95,11 @@ pub fn row_item(event: &PaymentEvent, email: &str, created_at: &str) -> HashMap<
 }
 
 impl ReceiptRow {
-    /// Reads a row (a stream's new image, or a `GetItem`).
+    /// Reads a row (a `GetItem`'s item) with `serde_dynamo`; a stream's new image deserialises
+    /// the same way (`serde_dynamo::from_item`).
     pub fn from_item(item: &HashMap<String, AttributeValue>) -> Result<ReceiptRow, StoreError> {
-        let s = |name: &str| match item.get(name) {
-            Some(AttributeValue::S(v)) => Ok(v.clone()),
-            _ => Err(StoreError::new(StoreErrorKind::Malformed, format!("outbox row: {name} missing or not a string"))),
-        };
-        let amount_cents = match item.get("amount_cents") {
-            Some(AttributeValue::N(n)) => n.parse().ok(),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            StoreError::new(StoreErrorKind::Malformed, "outbox row: amount_cents missing or not a number")
-        })?;
-        Ok(ReceiptRow {
-            event_id: s("event_id")?,
-            account_id: s("account_id")?,
-            amount_cents,
-            currency: s("currency")?,
-            receipt_email: s("receipt_email")?,
-            created_at: s("created_at")?,
-        })
+        serde_dynamo::aws_sdk_dynamodb_1::from_item(item.clone())
+            .map_err(|e| StoreError::new(StoreErrorKind::Malformed, format!("outbox row: {e}")))
     }
 
     /// The receipt email for this row.

@@ -669,8 +669,10 @@ async fn discard(
 /// A stream record in the shape Lambda hands to a function.
 fn record_json(r: &aws_sdk_dynamodbstreams::types::Record, stream_arn: &str) -> Value {
     let change = r.dynamodb();
+    // In Lambda's DynamoDB JSON, every type included (binary as base64), by serde_dynamo.
     let image = |m: Option<&HashMap<String, AttributeValue>>| -> Value {
-        Value::Object(m.map(|m| m.iter().map(|(k, v)| (k.clone(), attribute_json(v))).collect()).unwrap_or_default())
+        let item = serde_dynamo::Item::from(m.cloned().unwrap_or_default());
+        serde_json::to_value(item).expect("a DynamoDB item serialises to JSON")
     };
     json!({
         "eventID": r.event_id(),
@@ -689,22 +691,6 @@ fn record_json(r: &aws_sdk_dynamodbstreams::types::Record, stream_arn: &str) -> 
             "StreamViewType": change.and_then(|c| c.stream_view_type()).map(|v| v.as_str()).unwrap_or("NEW_IMAGE"),
         },
     })
-}
-
-fn attribute_json(v: &AttributeValue) -> Value {
-    match v {
-        AttributeValue::S(s) => json!({"S": s}),
-        AttributeValue::N(n) => json!({"N": n}),
-        AttributeValue::Bool(b) => json!({"BOOL": b}),
-        AttributeValue::Null(_) => json!({"NULL": true}),
-        AttributeValue::Ss(v) => json!({"SS": v}),
-        AttributeValue::Ns(v) => json!({"NS": v}),
-        AttributeValue::L(l) => json!({"L": l.iter().map(attribute_json).collect::<Vec<_>>()}),
-        AttributeValue::M(m) => {
-            json!({"M": m.iter().map(|(k, v)| (k.clone(), attribute_json(v))).collect::<serde_json::Map<_, _>>()})
-        }
-        _ => json!({"NULL": true}),
-    }
 }
 
 /// Progress of a run.

@@ -179,3 +179,54 @@ async fn a_redrive_after_the_fix_applies_what_failed_and_nothing_twice() {
     );
     assert_eq!(esm::queue_depth(&clients, &r.dlq_url).await.unwrap(), 0);
 }
+
+/// The emulator hands the function stream images in Lambda's DynamoDB JSON whatever the types
+/// (it turned binary and binary sets into NULL), and the relay reads them: a receipt row that
+/// carries binary, set, list, map, null and boolean attributes gets its email, and the
+/// checkpoint moves past it.
+#[tokio::test]
+async fn a_receipt_row_with_attributes_of_every_type_is_relayed() {
+    use aws_sdk_dynamodb::primitives::Blob;
+    use aws_sdk_dynamodb::types::AttributeValue as Av;
+    let (clients, r) = setup().await;
+    let run = unique_name("types");
+    let to = format!("all@{run}.example.com");
+    let mut e = PaymentEvent::parse(&payment(&format!("pay-{run}"), "acct-t", 10)).unwrap();
+    e.receipt_email = Some(to.clone());
+    let mut item = effectively_once_effects::outbox::row_item(&e, &to, "2026-11-18T11:06:40.123Z");
+    item.extend([
+        ("blob".to_owned(), Av::B(Blob::new(vec![0u8, 1, 2]))),
+        ("numbers".to_owned(), Av::Ns(vec!["1".into(), "2.5".into()])),
+        ("blobs".to_owned(), Av::Bs(vec![Blob::new(vec![0u8]), Blob::new(vec![1u8])])),
+        ("list".to_owned(), Av::L(vec![Av::B(Blob::new(vec![7u8])), Av::Null(true)])),
+        ("map".to_owned(), Av::M([("flag".to_owned(), Av::Bool(true))].into())),
+        ("nothing".to_owned(), Av::Null(true)),
+        ("flag".to_owned(), Av::Bool(false)),
+    ]);
+    clients.dynamodb.put_item().table_name(&r.outbox_table).set_item(Some(item)).send().await.unwrap();
+    struct Images<H>(H, Mutex<Vec<String>>);
+    impl<H: streams::Handler> streams::Handler for Images<H> {
+        async fn handle(&self, record: &EventRecord, deadline: Option<u64>) -> RecordResult {
+            self.1.lock().unwrap().push(serde_json::to_string(&record.change.new_image).unwrap());
+            self.0.handle(record, deadline).await
+        }
+    }
+    let relay = InProcess::new(Images(relay(&clients, &r).handler().clone(), Mutex::default()), "t");
+    let mut stream = StreamMapping::new(&r.outbox_table, None);
+    let first = esm::poll_stream(&clients, &mut stream, &relay).await.unwrap();
+    assert_eq!((first.delivered, first.failed_batches), (1, 0));
+    let image: serde_json::Value = serde_json::from_str(&relay.handler().1.lock().unwrap()[0]).unwrap();
+    assert_eq!(image["blob"], serde_json::json!({"B": "AAEC"}), "binary as base64, as Lambda sends it");
+    assert_eq!(image["list"]["L"][0], serde_json::json!({"B": "Bw=="}));
+    assert_eq!(sent_emails().unwrap().iter().filter(|a| **a == to).count(), 1, "the receipt went out");
+    let row = clients
+        .dynamodb
+        .get_item()
+        .table_name(&r.outbox_table)
+        .key("pk", Av::S(effectively_once_effects::outbox::row_key(&e.event_id)))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(row.item().unwrap()["status"].as_s().unwrap(), "SENT");
+}

@@ -4,7 +4,6 @@
 
 pub mod alerts;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
@@ -204,13 +203,9 @@ impl Receipts<effectively_once_effects::SesSender> {
 
 impl<E: EmailSender> effectively_once_lambda::streams::Handler for Receipts<E> {
     async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
-        let image = serde_json::to_value(&record.change.new_image)
-            .map_err(|e| RecordError::permanent(format!("stream image unreadable: {e}")))?;
-        let item = attribute_map(&image).map_err(RecordError::permanent)?;
-        if item.get("kind").and_then(|k| k.as_s().ok()).map(String::as_str) != Some("receipt") {
+        let Some(row) = receipt_row(&record.change.new_image).map_err(RecordError::permanent)? else {
             return Ok(Disposition::Skipped);
-        }
-        let row = ReceiptRow::from_item(&item).map_err(|e| RecordError::permanent(e.to_string()))?;
+        };
         tracing::Span::current().record("event_id", row.event_id.as_str());
         let result = self.relay(&row, deadline_ms).await;
         if let Err(e) = &result {
@@ -366,30 +361,67 @@ fn is_verdict_on_the_receipt(e: &effectively_once_effects::Error) -> bool {
     }
 }
 
-/// A stream image in DynamoDB JSON (`{"name": {"S": "v"}}`) as SDK attribute values.
-pub fn attribute_map(image: &serde_json::Value) -> Result<HashMap<String, AttributeValue>, String> {
-    let object = image.as_object().ok_or("stream image is not an object")?;
-    object.iter().map(|(k, v)| Ok((k.clone(), attribute(v)?))).collect()
+/// The receipt row in a stream's new image, read with `serde_dynamo`: every DynamoDB type
+/// decodes (binary and sets included), attributes the row does not name are ignored. `None`
+/// when the image is not a receipt row (`kind` is not `"receipt"`); an error when it is one
+/// without the row's fields, which no retry changes.
+pub fn receipt_row(image: &serde_dynamo::Item) -> Result<Option<ReceiptRow>, String> {
+    if !matches!(image.get("kind"), Some(serde_dynamo::AttributeValue::S(kind)) if kind == "receipt") {
+        return Ok(None);
+    }
+    serde_dynamo::from_item(image.clone()).map(Some).map_err(|e| format!("outbox row in the stream image: {e}"))
 }
 
-fn attribute(v: &serde_json::Value) -> Result<AttributeValue, String> {
-    let (tag, value) = v.as_object().and_then(|o| o.iter().next()).ok_or("attribute is not a typed value")?;
-    let text = || value.as_str().map(str::to_owned).ok_or_else(|| format!("{tag} value is not a string"));
-    Ok(match tag.as_str() {
-        "S" => AttributeValue::S(text()?),
-        "N" => AttributeValue::N(match value {
-            serde_json::Value::Number(n) => n.to_string(),
-            _ => text()?,
-        }),
-        "BOOL" => AttributeValue::Bool(value.as_bool().ok_or("BOOL value is not a boolean")?),
-        "NULL" => AttributeValue::Null(true),
-        "SS" => AttributeValue::Ss(
-            value.as_array().ok_or("SS is not a list")?.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect(),
-        ),
-        "L" => AttributeValue::L(
-            value.as_array().ok_or("L is not a list")?.iter().map(attribute).collect::<Result<_, _>>()?,
-        ),
-        "M" => AttributeValue::M(attribute_map(value)?),
-        other => return Err(format!("attribute type {other} is not read by the relay")),
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A receipt row's new image in DynamoDB JSON, with `extra` attributes of the caller's.
+    fn image(extra: &str) -> serde_dynamo::Item {
+        serde_json::from_str(&format!(
+            r#"{{"pk": {{"S": "receipt#pay_1"}}, "kind": {{"S": "receipt"}}, "event_id": {{"S": "pay_1"}},
+                "account_id": {{"S": "acct_1"}}, "amount_cents": {{"N": "-1250"}}, "currency": {{"S": "USD"}},
+                "receipt_email": {{"S": "a@example.com"}}, "created_at": {{"S": "2026-11-18T11:06:40.123Z"}},
+                "status": {{"S": "PENDING"}}{extra}}}"#
+        ))
+        .unwrap()
+    }
+
+    /// Every DynamoDB type in an image decodes (binary and number sets were rejected, which
+    /// held the stream's checkpoint); attributes the row does not name are ignored.
+    #[test]
+    fn an_image_with_every_attribute_type_reads_as_its_row() {
+        let extra = r#", "blob": {"B": "AAEC"}, "numbers": {"NS": ["1", "2.5", "-3e2"]},
+            "blobs": {"BS": ["AAE=", "Ag=="]}, "strings": {"SS": ["a", "b"]},
+            "list": {"L": [{"N": "1"}, {"B": "AA=="}, {"NULL": true}, {"L": []}]},
+            "map": {"M": {"x": {"BOOL": false}, "y": {"NS": ["3"]}, "z": {"M": {}}}},
+            "nothing": {"NULL": true}, "flag": {"BOOL": true}"#;
+        let row = receipt_row(&image(extra)).unwrap().expect("a receipt row");
+        assert_eq!(row, receipt_row(&image("")).unwrap().unwrap(), "the extra attributes change nothing");
+        assert_eq!(
+            (row.event_id.as_str(), row.account_id.as_str(), row.amount_cents, row.currency.as_str()),
+            ("pay_1", "acct_1", -1250, "USD")
+        );
+        assert_eq!(
+            (row.receipt_email.as_str(), row.created_at.as_str()),
+            ("a@example.com", "2026-11-18T11:06:40.123Z")
+        );
+    }
+
+    #[test]
+    fn only_receipt_rows_are_read_and_a_receipt_row_needs_its_fields() {
+        let mut other = image("");
+        other.insert("kind".into(), serde_dynamo::AttributeValue::S("audit".into()));
+        assert_eq!(receipt_row(&other).unwrap(), None);
+        other.insert("kind".into(), serde_dynamo::AttributeValue::N("1".into()));
+        assert_eq!(receipt_row(&other).unwrap(), None);
+        other.remove("kind");
+        assert_eq!(receipt_row(&other).unwrap(), None);
+        let mut broken = image("");
+        broken.remove("amount_cents");
+        let err = receipt_row(&broken).unwrap_err();
+        assert!(err.contains("amount_cents"), "{err}");
+        broken.insert("amount_cents".into(), serde_dynamo::AttributeValue::S("many".into()));
+        assert!(receipt_row(&broken).is_err());
+    }
 }
