@@ -35,4 +35,4 @@ pub use crate::commit::{
 pub use crate::counter::RequestCounter;
 pub use crate::error::classify;
 pub use crate::item::{attr, from_item, to_item};
-pub use crate::store::{create_table, DynamoDbStore};
+pub use crate::store::{create_table, wait_until_active, DynamoDbStore, TABLE_ACTIVE_WAIT};

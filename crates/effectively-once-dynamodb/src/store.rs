@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
 };
 use aws_sdk_dynamodb::Client;
 use effectively_once::{Claim, Completion, Record, Status, Store, StoreError, StoreErrorKind};
@@ -214,6 +214,26 @@ impl Store for DynamoDbStore {
     }
 }
 
+/// How long [`wait_until_active`] waits for a table to become active.
+pub const TABLE_ACTIVE_WAIT: Duration = Duration::from_secs(300);
+
+/// Waits, with the SDK's `TableExists` waiter, until `table` is `ACTIVE` (a new table takes
+/// seconds on DynamoDB; the local AWS's at once, answered by the first poll), at most
+/// [`TABLE_ACTIVE_WAIT`].
+pub async fn wait_until_active(client: &Client, table: &str) -> Result<(), StoreError> {
+    use aws_sdk_dynamodb::client::Waiters as _;
+    use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as WaitError;
+    match client.wait_until_table_exists().table_name(table).wait(TABLE_ACTIVE_WAIT).await {
+        Ok(_) => Ok(()),
+        Err(WaitError::OperationFailed(failed)) => Err(classify("DescribeTable", failed.into_error())),
+        Err(WaitError::ExceededMaxWait(waited)) => Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            format!("table {table} is not ACTIVE after {:?} ({} polls)", waited.elapsed(), waited.poll_count()),
+        )),
+        Err(other) => Err(StoreError::new(StoreErrorKind::Other, format!("waiting for table {table}: {other}"))),
+    }
+}
+
 /// Creates an idempotency table (partition key `id`, on-demand billing, TTL on `expiration`)
 /// and waits until it is active. For tests and the local AWS; production tables come from the
 /// deployment template.
@@ -236,14 +256,7 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         .send()
         .await
         .map_err(|e| classify("CreateTable", e))?;
-    for _ in 0..120 {
-        let described =
-            client.describe_table().table_name(table).send().await.map_err(|e| classify("DescribeTable", e))?;
-        if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_until_active(client, table).await?;
     client
         .update_time_to_live()
         .table_name(table)

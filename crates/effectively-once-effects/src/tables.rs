@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use effectively_once::{StoreError, StoreErrorKind};
-use effectively_once_dynamodb::classify;
+use effectively_once_dynamodb::{classify, wait_until_active};
 
 fn built(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::new(StoreErrorKind::Other, e.to_string())
@@ -23,7 +23,7 @@ fn key(name: &str, key_type: KeyType) -> Result<(AttributeDefinition, KeySchemaE
     ))
 }
 
-/// The ledger table: `pk` (S) and `sk` (S), on-demand.
+/// The ledger table: `pk` (S) and `sk` (S), on-demand; returns once it is active.
 pub async fn create_ledger_table(client: &Client, table: &str) -> Result<(), StoreError> {
     let (pk, pk_schema) = key("pk", KeyType::Hash)?;
     let (sk, sk_schema) = key("sk", KeyType::Range)?;
@@ -38,10 +38,11 @@ pub async fn create_ledger_table(client: &Client, table: &str) -> Result<(), Sto
         .send()
         .await
         .map_err(|e| classify("CreateTable", e))?;
-    Ok(())
+    wait_until_active(client, table).await
 }
 
-/// The outbox table: `pk` (S), on-demand, with a stream of new images for the relay.
+/// The outbox table: `pk` (S), on-demand, with a stream of new images for the relay; returns
+/// once it is active.
 pub async fn create_outbox_table(client: &Client, table: &str) -> Result<(), StoreError> {
     let (pk, pk_schema) = key("pk", KeyType::Hash)?;
     client
@@ -60,5 +61,5 @@ pub async fn create_outbox_table(client: &Client, table: &str) -> Result<(), Sto
         .send()
         .await
         .map_err(|e| classify("CreateTable", e))?;
-    Ok(())
+    wait_until_active(client, table).await
 }
