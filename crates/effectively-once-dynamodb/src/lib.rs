@@ -19,6 +19,42 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # The record protocol on DynamoDB
+//!
+//! [`DynamoDbStore`] carries out the core crate's
+//! [claim, run, complete](mod@effectively_once#the-record-protocol) as three conditional writes on
+//! one item per key:
+//!
+//! 1. **Claim**: `PutItem` of the record `IN_PROGRESS` with a fresh owner token, on condition
+//!    `attribute_not_exists(id) OR expiration < :now_s OR (status = IN_PROGRESS AND lease_expires_at < :now_ms)`,
+//!    with `ReturnValuesOnConditionCheckFailure=ALL_OLD`: a failed claim returns the record that
+//!    blocked it, so replay, in progress and key reuse are told apart with no second request.
+//! 2. **Complete**: `UpdateItem` on condition
+//!    `owner = :owner AND status = IN_PROGRESS AND lease_expires_at >= :now_ms`, storing the
+//!    response and restarting the dedup window.
+//! 3. **Release** (the handler failed): `DeleteItem` on condition
+//!    `attribute_not_exists(id) OR (owner = :owner AND status = IN_PROGRESS)`.
+//!
+//! What that costs per message, as [`RequestCounter`] counts it in the tests, is under
+//! [`DynamoDbStore`]. [`Commit`] goes further for effects that are DynamoDB items themselves:
+//! the record is written completed in the effect's own `TransactWriteItems`, so a first delivery
+//! is one request and there is no window between the effect and its record.
+//!
+//! # The item
+//!
+//! The table has the partition key `id` (S) and TTL on `expiration` ([`create_table`] for tests
+//! and the local AWS; `infra/template.json` deploys it). The attribute names are in [`attr`].
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `id` | S, partition key | `{prefix}#{business key}` ([`Key`](effectively_once::Key)); the prefix names the handler or effect |
+//! | `status` | S | `IN_PROGRESS` or `COMPLETED` (a rejected business outcome is a completed record too) |
+//! | `lease_expires_at` | N, ms since epoch | end of the in-progress lease: `min(now + lease, Lambda deadline)`; default lease 15 min |
+//! | `expiration` | N, s since epoch | the table's TTL attribute and the dedup window: default 14 days, SQS's longest retention, so a DLQ replay is still a duplicate |
+//! | `payload_hash` | S | `v2:` and the SHA-256 (hex) of the payload's RFC 8785 canonical JSON (JSON Canonicalization Scheme: `1`, `1.0` and `1e0`, key order, whitespace and escapes hash the same), or of selected JSON pointers; compared under the version the record carries, so bare hex (version 1, written before versions were tagged) still matches its payload ([`HashVersion`](effectively_once::HashVersion)) |
+//! | `owner` | S | the claiming attempt's token; only it may complete or release |
+//! | `response` | S | the stored response as JSON; kept up to 380,000 bytes (DynamoDB items stop at 400 KB) |
 #![warn(missing_docs)]
 
 mod commit;

@@ -13,6 +13,98 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Ledger posts: exactly once, in one request
+//!
+//! [`Ledger::post`] validates nothing itself: [`PaymentEvent::parse`] does, with an error naming
+//! the field (`event_id`, `account_id`, `amount_cents`, `currency`, `receipt_email`). Then one
+//! `TransactWriteItems` writes the ledger entry (`pk = account#{account_id}`,
+//! `sk = entry#{event_id}`, `amount_cents`, `currency`, `event_id`, `posted_at`), updates the
+//! balance item (`balance_cents`, `entry_count`, `currency`), writes the event's idempotency
+//! record `payments#{event_id}` in the idempotency table, and, when the event has a
+//! `receipt_email`, puts the outbox row. The record is keyed by the event id alone, so an event
+//! id takes effect once across the whole ledger: a duplicate, or the same id sent for another
+//! account or with another amount, currency or address, finds it, and its `ALL_OLD` image,
+//! returned in the cancellation reason, is the replay (or `KeyReused`), with no second read.
+//! Ledger records never expire, like the entries. The entry and the outbox row are conditional
+//! on their absence: nothing ever overwrites them. The balance update's condition is the
+//! business rule: a credit needs the account's currency (or no account yet); a debit needs the
+//! currency and `balance_cents >= -amount`. Which cancellation reason fired tells a duplicate
+//! (the record) from a rejection (the balance).
+//!
+//! | item | why it is in the transaction |
+//! |---|---|
+//! | idempotency record `payments#{event_id}` | one effect per event id across accounts; the replay; keeps a rejection rejected |
+//! | ledger entry | the effect |
+//! | balance update | the effect; its condition is the business rule |
+//! | outbox row (with `receipt_email`) | the receipt is sent if and only if the payment applied |
+//!
+//! What these cost in write units per message, first and duplicate, against the Powertools
+//! pattern, is in the [cost model](https://github.com/effectively-once/effectively-once/blob/main/docs/cost-model.md) (units modelled by
+//! [`WriteUnits`](effectively_once_dynamodb::WriteUnits), requests measured by
+//! [`RequestCounter`](effectively_once_dynamodb::RequestCounter)).
+//!
+//! A rejection posts nothing; it is recorded as a completed record `payments#{event_id}` under
+//! the same key and condition, so a concurrent duplicate that applied the payment after a credit
+//! arrived wins and its answer stands, and a rejected debit's duplicate stays rejected after
+//! funds arrive. Transaction conflicts between concurrent duplicates are retried: one commits,
+//! the rest replay. More than 100 actions, an item over 400 KB or a transaction over 4 MB is
+//! refused before sending, with the limit in the message. On a standard queue a debit that
+//! arrives before its funding credit is rejected for good: [delivery order](https://github.com/effectively-once/effectively-once/blob/main/docs/ordering.md)
+//! says why, and how a FIFO queue (message group = account) removes it.
+//!
+//! # Receipt email: fenced by a marker
+//!
+//! [`send_once`] claims the marker `email#{event_id}`, sends through an [`EmailSender`]
+//! ([`SesSender`] for SES v2, `RecordingSender` for unit tests), and completes the marker with
+//! SES's message id. SES's answers are classified in one place (`SendError::from_ses` in
+//! [`email`]):
+//!
+//! - throttled: the marker is released and the retry sends;
+//! - refused for the account or configuration (sending paused, account suspended, sender or
+//!   mail-from domain not verified, configuration set or identity not found, quota spent,
+//!   credentials or IAM refused): no verdict on the message, so the marker is released and the
+//!   record retried, and the relay raises it for an operator (an `EmailBlocked` EMF metric and
+//!   an error log);
+//! - refused for this message (`MessageRejected` for its recipient, an invalid request):
+//!   recorded as failed, the row marked `FAILED`, not retried;
+//! - ambiguous (a 5xx, a timeout, a connection broken after the request left): SES may have
+//!   accepted it.
+//!
+//! The ambiguous answer, and the window no email API closes (SES accepted and the attempt died
+//! before the marker completed), follow the [`Policy`]:
+//!
+//! - [`Policy::AtMostOnce`] (**default**): never resend; an ambiguous answer is recorded
+//!   ambiguous at once, and a dead attempt's marker by the attempt that takes it over after the
+//!   lease; the relay marks the row `AMBIGUOUS`, acks the record and raises it (an
+//!   `EmailAmbiguous` metric and an error log). A payment receipt sent twice looks like a double
+//!   charge to a customer, while the window is milliseconds wide, so a missing receipt is rare,
+//!   visible, and fixable by hand from SES's sending events.
+//! - [`Policy::AtLeastOnce`]: the takeover resends. No receipt is lost; a duplicate is possible
+//!   only in that window. For messages whose loss costs more than a copy.
+//!
+//! A stream retry that finds a dead attempt's marker (its sandbox crashed) waits the lease out
+//! within its own invocation when it ends before the deadline, rather than failing the record
+//! until the stream's few retries run out and the row stays `PENDING`. Addresses are redacted
+//! (`a***@example.com`) in logs, in every send error (SES echoes the refused address), in stored
+//! failure reasons and in `Debug` output.
+//!
+//! # Outbox
+//!
+//! The outbox row (`OUTBOX_TABLE`, key `pk = receipt#{event_id}`, stream with new images)
+//! carries what the receipt needs: `event_id`, `account_id`, `amount_cents`, `currency`,
+//! `receipt_email`, `created_at`, `status = PENDING`. The relay marks it `SENT` (with
+//! `message_id`), `FAILED` or `AMBIGUOUS` ([`outbox`]).
+//!
+//! # Guarantees
+//!
+//! | effect | guarantee | survives |
+//! |---|---|---|
+//! | ledger entry and balance | exactly once per event id | duplicate deliveries, producer retries with new message ids, DLQ redrive, concurrent consumers, a crash at any point (the transaction is all or nothing), a lost response (the retry finds the entry) |
+//! | rejection (overdraft, currency) | the same answer for every duplicate, within the 14-day window | duplicates after the balance changed; a duplicate racing the rejection |
+//! | outbox row | written if and only if the payment applied, once | everything the ledger survives |
+//! | receipt email, at most once | never two emails per event; ambiguous cases flagged | duplicates, throttling and account-level refusals (released and retried), a 5xx or lost answer and a crash after SES accepted (flagged, not resent) |
+//! | receipt email, at least once | never a lost email; a copy only in the ambiguous window | duplicates, throttling, a crash before or after SES accepted (resent after the lease) |
 #![warn(missing_docs)]
 
 pub mod email;

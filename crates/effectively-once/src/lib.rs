@@ -28,20 +28,44 @@
 //! # }
 //! ```
 //!
-//! The protocol is *claim, run, complete*: one conditional write claims the key (or reports the
-//! existing record, which tells replay, in progress and key reuse apart), the handler runs, and
-//! an owner-fenced write completes the record, or deletes it when the handler fails so a retry
-//! runs again. Only the attempt that claimed a record (its *owner*) may complete or release it,
-//! and it completes only within its lease: a handler that outruns its lease is cut off and its
-//! result is not recorded, as if it had crashed (what a handler may assume is under
-//! [`Idempotency::run`]).
-//!
 //! Also here: [`Idempotency::wrap`] makes any async function idempotent; `layer::IdempotencyLayer`
 //! (feature `tower`) does the same for any tower `Service`, a Lambda handler included;
 //! [`CachedStore`] answers duplicates from memory; [`Config::payload_fields`] validates selected
 //! fields only; [`Config::on_replay`] and [`Outcome::Replayed`] tell replays apart;
 //! [`Config::from_env`] reads `POWERTOOLS_IDEMPOTENCY_DISABLED`; [`outbound`] keys downstream
-//! calls.
+//! calls. Each option of Powertools' idempotency utility and its counterpart here:
+//! [Coming from Powertools](https://github.com/effectively-once/effectively-once/blob/main/docs/powertools.md).
+//!
+//! # The record protocol
+//!
+//! One [`Record`] per [`Key`], and three steps, each a conditional write that any [`Store`] can
+//! do (`effectively-once-dynamodb` documents the DynamoDB condition expressions and the item
+//! schema):
+//!
+//! 1. **Claim** writes the record [`Status::InProgress`] with a fresh owner token, on condition
+//!    that no live record holds the key: none at all, one past its dedup window, or one in
+//!    progress whose lease has ended (its attempt died). When the condition fails, the store
+//!    returns the blocking record with no second request, and it says which case it is:
+//!    *completed* with the same payload hash is a replay (its stored response is returned), *in
+//!    progress* is a retryable error ([`ErrorKind::InProgress`]), another payload hash is *key
+//!    reused* ([`ErrorKind::KeyReused`], permanent), and our own owner token means our earlier
+//!    write landed and the SDK retried it: claimed.
+//! 2. **Run** the handler, bounded by its lease: once the lease ends the handler is dropped at
+//!    its next `.await` (as a crash would be) and its result is not recorded; `run` returns
+//!    [`ErrorKind::LeaseLost`] (retryable), never a fresh success. So no other attempt runs
+//!    while a lease lasts, and a handler's effects must survive being cut off like a crash (what
+//!    a handler may assume is under [`Idempotency::run`]).
+//! 3. **Complete**: only the attempt that claimed the record (its *owner*), only while the record
+//!    is in progress and the lease lasts, stores the response and restarts the dedup window; a
+//!    lost completion answer is retried, and a retry that finds its own completed record counts
+//!    as done. When the handler fails, **release** deletes the record so a retry runs again, on
+//!    the same owner condition: a completed record is never deleted, and an attempt whose key
+//!    was taken over is refused (*lease lost*) instead of touching the newer record.
+//!
+//! Errors say whether to retry without string matching: [`Error::is_retryable`], by
+//! [`ErrorKind`]. A handler's own error releases the record and comes back as
+//! [`RunError::Handler`]; a business rejection that duplicates must see again belongs in the
+//! `Ok` response, where it is stored like any other.
 //!
 //! # The disable switch
 //!
