@@ -4,50 +4,73 @@
 //! responses, throttling and 500s from the fault proxy; invocations that die after the ledger
 //! commit and before the ack, or mid-batch; a relay that dies after SES accepted and before its
 //! marker completed), two consumers at once, and a redrive of the DLQ at the end; then the
-//! invariants, read back from the tables ([`crate::audit`]), with counts.
+//! invariants, read back from the tables ([`crate::invariants`]), with counts.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use aws_sdk_dynamodb::config::{Credentials, Region};
-use effectively_once::{Config, Idempotency};
-use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{EmailMessage, EmailSender, Ledger, Policy, SesSender};
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
 
-use crate::audit::Audit;
-use crate::esm::{self, SqsMapping, StreamMapping};
+use crate::error::Result;
+use crate::esm::{Emulator, Feed};
+use crate::invariants::{self, Audit, Table};
 use crate::invoke::{InProcess, Panicking, SqsFunction, StreamFunction};
+use crate::pipeline::Pipeline;
+use crate::progress::Tracker;
 use crate::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
-use crate::resources::{self, Clients, RECEIPT_FROM};
+use crate::resources::{Clients, RECEIPT_FROM};
+use crate::rng::SharedRng;
 use crate::workload::{self, Workload, REFUSED_PREFIX};
 
-/// Scenario settings.
-#[derive(Debug, Clone)]
+/// Scenario settings: `local chaos`'s flags.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
-    /// Unique valid events.
+    /// Unique valid events
+    #[arg(long, default_value_t = 2000)]
     pub events: usize,
-    /// Duplicate share of deliveries, percent.
+    /// Duplicate share of deliveries, percent
+    #[arg(long = "duplicates", value_name = "PERCENT", default_value_t = 30)]
     pub duplicate_pct: u32,
-    /// Poison messages.
+    /// Poison messages
+    #[arg(long, default_value_t = 10)]
     pub poison: usize,
-    /// Concurrent consumers.
+    /// Concurrent consumers
+    #[arg(long, default_value_t = 2)]
     pub pollers: usize,
-    /// Per mille of invocations that crash (each crash point separately).
+    /// Per mille of invocations that crash (each crash point separately)
+    #[arg(long = "crash", value_name = "PER_MILLE", default_value_t = 40)]
     pub crash_per_mille: u64,
-    /// Seed of faults and workload.
+    /// Seed of faults and workload
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
 }
 
 impl Default for Options {
+    /// The flags' defaults.
     fn default() -> Self {
-        Options { events: 2000, duplicate_pct: 30, poison: 10, pollers: 2, crash_per_mille: 40, seed: 42 }
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            options: Options,
+        }
+        <Defaults as clap::Parser>::parse_from(["chaos"]).options
+    }
+}
+
+impl Options {
+    /// The workload these settings send, under a fresh run id.
+    fn workload(&self) -> Workload {
+        let mut w = Workload::new(self.events);
+        w.duplicate_pct = self.duplicate_pct;
+        w.poison = self.poison;
+        w.seed = self.seed;
+        w
     }
 }
 
@@ -81,54 +104,50 @@ impl Report {
 
     /// The table `make chaos` prints.
     pub fn table(&self) -> String {
-        let mut t = String::from("| fault injected | count |\n|---|---|\n");
+        let mut faults = Table::new(&["fault injected", "count"]);
         for (k, v) in &self.faults {
-            t.push_str(&format!("| {k} | {v} |\n"));
+            faults.row(&[k, v]);
         }
-        t.push_str(&format!("| **total** | {} |\n", self.faults.values().sum::<u64>()));
-        t.push_str("\n| traffic | count |\n|---|---|\n");
-        t.push_str(&format!(
-            "| unique event ids | {} |\n| messages sent (key-reuse copies, duplicates and poison included) | {} |\n",
-            self.events, self.sent
-        ));
-        t.push_str(&format!(
-            "| SQS deliveries (with redeliveries) | {} |\n| stream records delivered | {} |\n",
-            self.deliveries, self.stream_records
-        ));
-        t.push('\n');
-        t.push_str(&self.audit.table());
-        t.push_str("\n| phase | seconds |\n|---|---|\n");
+        faults.row(&[&"**total**", &self.faults.values().sum::<u64>()]);
+        let mut traffic = Table::new(&["traffic", "count"]);
+        traffic
+            .row(&[&"unique event ids", &self.events])
+            .row(&[&"messages sent (key-reuse copies, duplicates and poison included)", &self.sent])
+            .row(&[&"SQS deliveries (with redeliveries)", &self.deliveries])
+            .row(&[&"stream records delivered", &self.stream_records]);
+        let mut phases = Table::new(&["phase", "seconds"]);
         for (name, d) in &self.phases {
-            t.push_str(&format!("| {name} | {:.1} |\n", d.as_secs_f64()));
+            phases.row(&[name, &format!("{:.1}", d.as_secs_f64())]);
         }
-        t.push_str(&format!(
-            "| **total** | {:.1} ({:.3} s per event) |\n",
-            self.elapsed.as_secs_f64(),
-            self.elapsed.as_secs_f64() / self.events.max(1) as f64
-        ));
-        t
+        let total = self.elapsed.as_secs_f64();
+        let per_event = format!("{total:.1} ({:.3} s per event)", total / self.events.max(1) as f64);
+        phases.row(&[&"**total**", &per_event]);
+        format!("{faults}\n{traffic}\n{}\n{phases}", self.audit.table())
     }
 }
 
-/// Counts crash points hit.
-#[derive(Debug, Default)]
+/// Crash points hit, by name, and the generator that decides them.
+#[derive(Debug)]
 struct Crashes {
-    counts: Mutex<BTreeMap<&'static str, u64>>,
-    state: AtomicU64,
+    counts: std::sync::Mutex<BTreeMap<&'static str, u64>>,
+    rng: SharedRng,
 }
 
 impl Crashes {
+    fn new(seed: u64) -> Crashes {
+        Crashes { counts: Default::default(), rng: SharedRng::new(seed | 1) }
+    }
+
     fn roll(&self, per_mille: u64) -> bool {
-        let mut s = self.state.load(Ordering::SeqCst);
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        self.state.store(s, Ordering::SeqCst);
-        s % 1000 < per_mille
+        self.rng.chance(per_mille)
     }
 
     fn hit(&self, point: &'static str) {
         *self.counts.lock().unwrap_or_else(|p| p.into_inner()).entry(point).or_default() += 1;
+    }
+
+    fn counts(&self) -> BTreeMap<&'static str, u64> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -150,12 +169,12 @@ fn all_failed(event: &SqsEvent) -> SqsBatchResponse {
 }
 
 impl<F: SqsFunction> SqsFunction for CrashingPayments<F> {
-    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, String> {
+    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
         if self.crashes.roll(self.per_mille) {
             // Dies mid-batch: the invocation's future is dropped wherever it is; some records
             // committed, none acknowledged.
             self.crashes.hit("invocation dies mid-batch (future dropped)");
-            let cut = Duration::from_millis(self.crashes.state.load(Ordering::SeqCst) % 40);
+            let cut = Duration::from_millis(self.crashes.rng.with(|rng| rng.below(40)) as u64);
             let _ = tokio::time::timeout(cut, self.inner.invoke(event.clone())).await;
             return Ok(all_failed(&event));
         }
@@ -176,7 +195,7 @@ struct TimedRelay<F> {
 }
 
 impl<F: StreamFunction> StreamFunction for TimedRelay<F> {
-    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, String> {
+    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
         match tokio::time::timeout(Duration::from_secs(3), self.inner.invoke(event.clone())).await {
             Ok(response) => response,
             Err(_) => {
@@ -238,130 +257,104 @@ pub fn ambiguous_receipts_explained(faults: &BTreeMap<String, u64>) -> usize {
     faults.iter().filter(|(key, _)| explains(key)).map(|(_, n)| *n as usize).sum()
 }
 
-/// Runs the scenario on fresh resources.
-pub async fn run(clients: &Clients, options: &Options) -> Result<Report, String> {
-    let started = Instant::now();
-    let mut w = Workload::new(options.events);
-    w.duplicate_pct = options.duplicate_pct;
-    w.poison = options.poison;
-    w.seed = options.seed;
-    let r = resources::up(clients, &format!("chaos-{}", w.run)).await?;
-    let endpoint = effectively_once_dynamodb::testing::endpoint();
-    let upstream = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
-    // Receipt addresses the provider refuses: the proxy answers SES's MessageRejected for them.
-    let rules = RefuseRecipients::new(
-        REFUSED_PREFIX,
-        RandomFaults::new(options.seed)
-            .on(
-                "dynamodb:TransactWriteItems",
-                &[
-                    (Fault::DropResponse, 30),
-                    (Fault::Throttle, 20),
-                    (Fault::ServerError, 10),
-                    (Fault::Delay(Duration::from_millis(30)), 20),
-                ],
-            )
-            .on("dynamodb:PutItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
-            .on("dynamodb:UpdateItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
-            .on("dynamodb:DeleteItem", &[(Fault::DropResponse, 20)])
-            .on("ses:SendEmail", &[(Fault::Throttle, 30), (Fault::DropResponse, 10), (Fault::ServerError, 10)]),
-    );
-    let proxy = Proxy::start(&upstream, Arc::new(rules)).await.map_err(|e| e.to_string())?;
-    // The SDK's own retries, with a 50 ms first backoff instead of 1 s: every injected fault is
-    // retried as in production, but a batch no longer waits a second for each, so the scenario's
-    // time goes to work, not to sleep.
-    let retries = aws_config::retry::RetryConfig::standard().with_initial_backoff(Duration::from_millis(50));
-    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(proxy.url())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "chaos"))
-        .retry_config(retries)
-        .load()
-        .await;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-    let crashes = Arc::new(Crashes { state: AtomicU64::new(options.seed | 1), ..Default::default() });
+/// The proxy's faults, from `seed`; receipt addresses the provider refuses get SES's
+/// `MessageRejected`.
+fn fault_rules(seed: u64) -> RefuseRecipients<RandomFaults> {
+    let transactions = [
+        (Fault::DropResponse, 30),
+        (Fault::Throttle, 20),
+        (Fault::ServerError, 10),
+        (Fault::Delay(Duration::from_millis(30)), 20),
+    ];
+    let faults = RandomFaults::new(seed)
+        .on("dynamodb:TransactWriteItems", &transactions)
+        .on("dynamodb:PutItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
+        .on("dynamodb:UpdateItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
+        .on("dynamodb:DeleteItem", &[(Fault::DropResponse, 20)])
+        .on("ses:SendEmail", &[(Fault::Throttle, 30), (Fault::DropResponse, 10), (Fault::ServerError, 10)]);
+    RefuseRecipients::new(REFUSED_PREFIX, faults)
+}
 
-    let ledger = Ledger::new(
-        DynamoDbStore::new(dynamodb.clone(), &r.idempotency_table),
-        &r.ledger_table,
-        Some(r.outbox_table.clone()),
-    );
+type Faulty =
+    Emulator<CrashingPayments<InProcess<Panicking<Payments>>>, TimedRelay<InProcess<Receipts<AcceptThenDie>>>>;
+
+/// The emulator with both functions behind the fault proxy (SDK configuration `sdk`) and the
+/// crash points: the payments function crashes `crash_per_mille`, SES half as often.
+fn faulty_emulator(
+    pipeline: &Pipeline,
+    sdk: &aws_config::SdkConfig,
+    crashes: &Arc<Crashes>,
+    options: &Options,
+) -> Faulty {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let ledger: Ledger = pipeline.ledger(&dynamodb);
     let payments = CrashingPayments {
         inner: InProcess::new(Panicking::new(Payments::new(ledger)), payments_consumer::FUNCTION),
         crashes: crashes.clone(),
         per_mille: options.crash_per_mille,
     };
     // Short marker leases, so dead attempts are taken over within the run.
-    let markers = Idempotency::new(
-        DynamoDbStore::new(dynamodb.clone(), &r.idempotency_table),
-        Config::default().lease(Duration::from_secs(2)),
-    );
+    let markers = pipeline.markers(&dynamodb, Duration::from_secs(2));
     let sender = AcceptThenDie {
-        inner: SesSender::new(aws_sdk_sesv2::Client::new(&sdk), RECEIPT_FROM),
+        inner: SesSender::new(aws_sdk_sesv2::Client::new(sdk), RECEIPT_FROM),
         crashes: crashes.clone(),
         per_mille: options.crash_per_mille / 2,
     };
-    let relay = TimedRelay {
-        inner: InProcess::new(
-            Receipts::new(markers, sender, &r.outbox_table, Policy::AtMostOnce),
-            receipts_relay::FUNCTION,
-        ),
-        crashes: crashes.clone(),
-    };
+    let receipts = Receipts::new(markers, sender, &pipeline.resources.outbox_table, Policy::AtMostOnce);
+    let relay = TimedRelay { inner: InProcess::new(receipts, receipts_relay::FUNCTION), crashes: crashes.clone() };
+    let mut esm = pipeline.emulator(payments, relay).pollers(options.pollers);
+    esm.stream.max_retries = 1000; // the at-most-once takeover needs the lease to end, not a give-up
+    esm
+}
 
-    let plan = workload::plan(&w);
-    let sqs = SqsMapping::new(&r.queue_url);
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    stream.max_retries = 1000; // the at-most-once takeover needs the lease to end, not a give-up
-    let expected = plan.deliveries.len();
-    let bar = |p: esm::Progress| {
-        eprint!(
-            "\rdeliveries {:>6} (sent {expected})  failed {:>5}  stream {:>5}",
-            p.deliveries, p.failed, p.stream_records
-        )
-    };
+/// Runs the scenario on fresh resources, deleted at the end.
+pub async fn run(clients: &Clients, options: &Options) -> Result<Report> {
+    let started = Instant::now();
+    let workload = options.workload();
+    let pipeline = Pipeline::up(clients.clone(), &format!("chaos-{}", workload.run)).await?;
+    let report =
+        scenario(&pipeline, options, &workload).await.map(|report| Report { elapsed: started.elapsed(), ..report });
+    pipeline.down().await.ok();
+    report
+}
+
+async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -> Result<Report> {
+    let proxy = Proxy::to_local_aws(Arc::new(fault_rules(options.seed))).await?;
+    // The SDK's own retries, with a 50 ms first backoff instead of 1 s: every injected fault is
+    // retried as in production, but a batch no longer waits a second for each, so the scenario's
+    // time goes to work, not to sleep.
+    let retries = aws_config::retry::RetryConfig::standard().with_initial_backoff(Duration::from_millis(50));
+    let sdk = proxy.sdk_config(retries).await;
+    let crashes = Arc::new(Crashes::new(options.seed));
+    let mut esm = faulty_emulator(pipeline, &sdk, &crashes, options);
+    let plan = workload::plan(workload);
+    let mut tracker = Tracker::new(plan.deliveries.len());
     // The producer sends as the consumers run, a little faster than they drain.
-    let mut feed = esm::Feed::new(plan.deliveries.clone(), 12 * options.pollers.max(1));
-    let mut phase = Instant::now();
-    let mut phases = Vec::new();
-    let mut lap = |name: &'static str| {
-        phases.push((name, phase.elapsed()));
-        phase = Instant::now();
-    };
-    let first = esm::run_fed(clients, &sqs, &mut stream, &payments, &relay, options.pollers, &mut feed, bar).await?;
-    lap("producer and consumers until drained");
-    let redriven = esm::redrive(clients, &r.dlq_url, &r.queue_url).await?;
-    let second = esm::run_until_drained(clients, &sqs, &mut stream, &payments, &relay, options.pollers, bar).await?;
-    lap("DLQ redrive, drained again");
+    let mut feed = Feed::new(plan.deliveries.clone(), 12 * esm.pollers);
+    let redriven = esm.run_and_redrive(pipeline, &mut feed, &mut tracker).await?;
     // Relay records still held by a dead attempt's lease: let it end and drain again.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let third = esm::run_until_drained(clients, &sqs, &mut stream, &payments, &relay, options.pollers, bar).await?;
-    lap("lease wait, last drain");
-    eprintln!();
-
-    let mut report = Report {
-        events: plan.event_ids().len(),
-        sent: plan.deliveries.len(),
-        deliveries: first.deliveries + second.deliveries + third.deliveries,
-        stream_records: first.stream_records + second.stream_records + third.stream_records,
-        ..Report::default()
-    };
-    for (k, v) in proxy.injected() {
-        report.faults.insert(k, v);
-    }
-    for (k, v) in crashes.counts.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-        report.faults.insert((*k).to_owned(), *v);
-    }
-    report.faults.insert("DLQ redrive (messages moved back)".into(), redriven as u64);
+    let third = esm.run_until_drained(&pipeline.clients, |p| tracker.show(p)).await?;
+    tracker.phase_done("lease wait, last drain", third);
+    tracker.finish();
+    let mut faults = proxy.injected();
+    faults.extend(crashes.counts().into_iter().map(|(k, v)| (k.to_owned(), v)));
+    faults.insert("DLQ redrive (messages moved back)".into(), redriven as u64);
     // The invariants, read from the tables, the DLQ and the local SES, not from the plan; no more
     // AMBIGUOUS receipts than the faults counted above can explain.
-    let explained = ambiguous_receipts_explained(&report.faults);
-    report.audit = crate::audit::audit(clients, &r, &plan, &w.run, explained).await?;
-    lap("audit (tables, DLQ, SES read back)");
-    report.phases = phases;
-    report.elapsed = started.elapsed();
-    resources::down(clients, &r).await.ok();
-    Ok(report)
+    let audit = invariants::audit(pipeline, &plan, &workload.run, ambiguous_receipts_explained(&faults)).await?;
+    tracker.lap("audit (tables, DLQ, SES read back)");
+    let total = tracker.total();
+    Ok(Report {
+        faults,
+        events: plan.event_ids().len(),
+        sent: plan.deliveries.len(),
+        deliveries: total.deliveries,
+        stream_records: total.stream_records,
+        audit,
+        elapsed: Duration::ZERO,
+        phases: tracker.into_phases(),
+    })
 }
 
 #[cfg(test)]

@@ -1,140 +1,232 @@
-//! The `local` command line: what each subcommand does, so `main.rs` only hands it the args.
-//!
-//! ```text
-//! local up                          tables, queues (with DLQ and redrive policy), stream, SES sender
-//! local down                        delete them
-//! local env                         the functions' environment, for cargo lambda watch
-//! local send --file events/sqs-batch-duplicates.json
-//! local send --events N [--duplicates P] [--poison K]
-//! local run [--pollers N] [--invoke-url http://127.0.0.1:9000]
-//! local redrive                     the DLQ back to the payments queue
-//! local demo [--events N] [--duplicates P] [--poison K] [--pollers N]
-//! local chaos [--events N] [--duplicates P] [--poison K] [--pollers N] [--crash PER_MILLE] [--seed S]
-//! ```
+//! The `local` command line: the commands as one enum, parsed once by clap (`--help` on each,
+//! unknown flags refused) and then applied.
 
-use crate::esm::{self, SqsMapping, StreamMapping};
-use crate::invoke::Http;
-use crate::workload::{self, Workload};
-use crate::{demo, resources, Clients};
+use std::path::PathBuf;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use clap::{Args, Parser, Subcommand};
 use effectively_once_dynamodb::testing::endpoint;
 
-fn flag(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+use crate::error::{Result, ResultExt};
+use crate::invoke::{Http, SqsFunction, StreamFunction};
+use crate::pipeline::Pipeline;
+use crate::progress::Tracker;
+use crate::resources::{self, Clients, RECEIPT_FROM};
+use crate::workload::{self, Workload};
+use crate::{chaos, demo, esm};
+
+/// The local pipeline: the local AWS's resources from infra/template.json, an event source
+/// mapping emulator (SQS and DynamoDB Streams) that invokes the real handlers, workloads, the
+/// DLQ redrive, the demo and the chaos scenario.
+#[derive(Debug, Parser)]
+#[command(name = "local", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-fn number(args: &[String], name: &str, default: usize) -> Result<usize, String> {
-    flag(args, name).map(|v| v.parse().map_err(|_| format!("{name}: not a number: {v}"))).unwrap_or(Ok(default))
+/// One command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the tables, queues (with DLQ and redrive policy), stream and SES sender; write
+    /// the functions' environment to .local-aws/lambda.env
+    Up(Target),
+    /// Delete the tables and queues
+    Down(Target),
+    /// Print the functions' environment, for cargo lambda watch
+    Env(Target),
+    /// Send a sample event file, or a generated workload, to the payments queue
+    Send(SendArgs),
+    /// Run the event source mapping emulator until the queue and the stream are drained
+    Run(RunArgs),
+    /// Move the DLQ back to the payments queue
+    Redrive(Target),
+    /// A hostile workload through the pipeline, a DLQ redrive, and the invariants checked
+    Demo(DemoArgs),
+    /// The demo's workload with faults injected at every layer, on resources of its own
+    Chaos(chaos::Options),
 }
 
-/// Runs one command line (without the program name).
-pub async fn run(args: &[String]) -> Result<(), String> {
-    let clients = Clients::local().await;
-    let command = args.first().map(String::as_str).unwrap_or("");
-    if command == "env" {
-        let r = resources::up(&clients, "").await?;
-        print!("{}", resources::lambda_env(&r, &endpoint()));
-        return Ok(());
-    }
-    if command == "chaos" {
-        let d = crate::chaos::Options::default();
-        let options = crate::chaos::Options {
-            events: number(args, "--events", d.events)?,
-            duplicate_pct: number(args, "--duplicates", d.duplicate_pct as usize)? as u32,
-            poison: number(args, "--poison", d.poison)?,
-            pollers: number(args, "--pollers", d.pollers)?,
-            crash_per_mille: number(args, "--crash", d.crash_per_mille as usize)? as u64,
-            seed: number(args, "--seed", d.seed as usize)? as u64,
-        };
-        let report = crate::chaos::run(&clients, &options).await?;
-        println!("\n{}", report.table());
-        println!("scenario time {:.1} s", report.elapsed.as_secs_f64());
-        if !report.ok() {
-            return Err("an invariant failed under faults".into());
-        }
-        println!("every invariant holds under faults");
-        return Ok(());
-    }
-    // Tests use resources of their own: `--prefix P`.
-    let prefix = flag(args, "--prefix").unwrap_or_default();
-    let r = resources::up(&clients, &prefix).await?;
-    match command {
-        "up" => {
-            std::fs::create_dir_all(".local-aws").map_err(|e| e.to_string())?;
-            std::fs::write(".local-aws/lambda.env", resources::lambda_env(&r, &endpoint()))
-                .map_err(|e| e.to_string())?;
-            println!("local AWS at {}: resources from infra/template.json", endpoint());
-            println!(
-                "  tables  {}, {}, {} (stream on {})",
-                r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table
-            );
-            println!(
-                "  queues  {} (DLQ {} after {} receives), {}",
-                r.queue_url, r.dlq_url, r.max_receive_count, r.failures_url
-            );
-            println!("  sender  {} verified; function env in .local-aws/lambda.env", resources::RECEIPT_FROM);
-        }
-        "down" => {
-            resources::down(&clients, &r).await?;
-            println!("deleted the local tables and queues");
-        }
-        "send" => {
-            let bodies = match flag(args, "--file") {
-                Some(path) => workload::bodies_of_event_file(
-                    &std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?,
-                )?,
-                None => {
-                    let mut w = Workload::new(number(args, "--events", 100)?);
-                    w.duplicate_pct = number(args, "--duplicates", 30)? as u32;
-                    w.poison = number(args, "--poison", 0)?;
-                    workload::plan(&w).deliveries
-                }
-            };
-            let n = workload::send(&clients.sqs, &r.queue_url, &bodies).await?;
-            println!("sent {n} messages to {}", r.queue_url);
-        }
-        "run" => {
-            let pollers = number(args, "--pollers", 1)?;
-            let sqs = SqsMapping::new(&r.queue_url);
-            let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-            let report = |p: esm::Progress| {
-                eprint!("\rdeliveries {} failed {} stream records {}", p.deliveries, p.failed, p.stream_records)
-            };
-            let p = match flag(args, "--invoke-url") {
-                Some(url) => {
-                    let payments = Http { url: url.clone(), function: payments_consumer::FUNCTION.into() };
-                    let relay = Http { url, function: receipts_relay::FUNCTION.into() };
-                    esm::run_until_drained(&clients, &sqs, &mut stream, &payments, &relay, pollers, report).await?
-                }
-                None => {
-                    let payments = AbortAfterCommit {
-                        inner: demo::payments(&clients, &r),
-                        armed: std::env::var_os("LOCAL_CRASH_AFTER_COMMIT").is_some(),
-                    };
-                    let relay = demo::relay(&clients, &r);
-                    esm::run_until_drained(&clients, &sqs, &mut stream, &payments, &relay, pollers, report).await?
-                }
-            };
-            eprintln!();
-            println!("drained: {} deliveries, {} failed, {} stream records", p.deliveries, p.failed, p.stream_records);
-        }
-        "redrive" => {
-            let n = esm::redrive(&clients, &r.dlq_url, &r.queue_url).await?;
-            println!("moved {n} messages from the DLQ back to the payments queue");
-        }
-        "demo" => {
-            let mut w = Workload::new(number(args, "--events", 300)?);
-            w.duplicate_pct = number(args, "--duplicates", 30)? as u32;
-            w.poison = number(args, "--poison", 6)?;
-            let summary = demo::run(&clients, &r, &w, number(args, "--pollers", 2)?).await?;
-            println!("\n{}", summary.table());
-            println!("pipeline time {:.1} s", summary.elapsed.as_secs_f64());
-            if !summary.ok() {
-                return Err("an invariant failed".into());
+/// Which resources.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// Resources named PREFIX-... (tests use their own)
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+}
+
+/// `local send`.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    #[command(flatten)]
+    target: Target,
+    /// An SQS sample event (events/*.json) whose bodies to send
+    #[arg(long, conflicts_with_all = ["events", "duplicates", "poison"])]
+    file: Option<PathBuf>,
+    /// Unique events of a generated workload
+    #[arg(long, default_value_t = 100)]
+    events: usize,
+    /// Duplicate share of deliveries, percent
+    #[arg(long, value_name = "PERCENT", default_value_t = 30)]
+    duplicates: u32,
+    /// Poison messages
+    #[arg(long, default_value_t = 0)]
+    poison: usize,
+}
+
+/// `local run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Concurrent SQS pollers
+    #[arg(long, default_value_t = 1)]
+    pollers: usize,
+    /// Invoke the functions behind `cargo lambda watch` at this address
+    /// (http://127.0.0.1:9000) instead of in process
+    #[arg(long, value_name = "URL")]
+    invoke_url: Option<String>,
+}
+
+/// `local demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Unique valid events
+    #[arg(long, default_value_t = 300)]
+    events: usize,
+    /// Duplicate share of deliveries, percent
+    #[arg(long, value_name = "PERCENT", default_value_t = 30)]
+    duplicates: u32,
+    /// Poison messages
+    #[arg(long, default_value_t = 6)]
+    poison: usize,
+    /// Concurrent consumers
+    #[arg(long, default_value_t = 2)]
+    pollers: usize,
+}
+
+/// A workload of `events` with `duplicates` percent duplicates and `poison` poison messages.
+fn workload(events: usize, duplicates: u32, poison: usize) -> Workload {
+    let mut w = Workload::new(events);
+    w.duplicate_pct = duplicates;
+    w.poison = poison;
+    w
+}
+
+impl Command {
+    /// Carries the command out against the local AWS (or `AWS_ENDPOINT_URL`).
+    pub async fn apply(self) -> Result<()> {
+        let clients = Clients::local().await;
+        match self {
+            Command::Chaos(options) => chaos(&clients, &options).await,
+            Command::Up(t) => up(&Pipeline::up(clients, &t.prefix).await?),
+            Command::Down(t) => {
+                Pipeline::up(clients, &t.prefix).await?.down().await?;
+                println!("deleted the local tables and queues");
+                Ok(())
             }
-            println!("every invariant holds");
+            Command::Env(t) => {
+                print!("{}", resources::lambda_env(&Pipeline::up(clients, &t.prefix).await?.resources, &endpoint()));
+                Ok(())
+            }
+            Command::Send(args) => send(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
+            Command::Run(args) => run(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
+            Command::Redrive(t) => {
+                let pipeline = Pipeline::up(clients, &t.prefix).await?;
+                let r = &pipeline.resources;
+                let n = esm::redrive(&pipeline.clients, &r.dlq_url, &r.queue_url).await?;
+                println!("moved {n} messages from the DLQ back to the payments queue");
+                Ok(())
+            }
+            Command::Demo(args) => demo(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
         }
-        other => return Err(format!("unknown command {other:?}; see `local` in crates/local/src/main.rs")),
     }
+}
+
+fn up(pipeline: &Pipeline) -> Result<()> {
+    let r = &pipeline.resources;
+    std::fs::create_dir_all(".local-aws").context(".local-aws")?;
+    std::fs::write(".local-aws/lambda.env", resources::lambda_env(r, &endpoint())).context(".local-aws/lambda.env")?;
+    println!("local AWS at {}: resources from infra/template.json", endpoint());
+    println!(
+        "  tables  {}, {}, {} (stream on {})",
+        r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table
+    );
+    println!(
+        "  queues  {} (DLQ {} after {} receives), {}",
+        r.queue_url, r.dlq_url, r.max_receive_count, r.failures_url
+    );
+    println!("  sender  {RECEIPT_FROM} verified; function env in .local-aws/lambda.env");
+    Ok(())
+}
+
+async fn send(pipeline: &Pipeline, args: &SendArgs) -> Result<()> {
+    let bodies = match &args.file {
+        Some(path) => {
+            let json = std::fs::read_to_string(path).context(path.display().to_string())?;
+            workload::bodies_of_event_file(&json)?
+        }
+        None => workload::plan(&workload(args.events, args.duplicates, args.poison)).deliveries,
+    };
+    let queue_url = &pipeline.resources.queue_url;
+    let n = workload::send(&pipeline.clients.sqs, queue_url, &bodies).await?;
+    println!("sent {n} messages to {queue_url}");
+    Ok(())
+}
+
+async fn run(pipeline: &Pipeline, args: &RunArgs) -> Result<()> {
+    match &args.invoke_url {
+        Some(url) => {
+            let payments = Http { url: url.clone(), function: payments_consumer::FUNCTION.into() };
+            let relay = Http { url: url.clone(), function: receipts_relay::FUNCTION.into() };
+            drain(pipeline, payments, relay, args.pollers).await
+        }
+        None => {
+            let armed = std::env::var_os("LOCAL_CRASH_AFTER_COMMIT").is_some();
+            let payments = AbortAfterCommit { inner: pipeline.payments(), armed };
+            drain(pipeline, payments, pipeline.relay(), args.pollers).await
+        }
+    }
+}
+
+/// Runs the emulator on `pipeline` until drained.
+async fn drain<P: SqsFunction, R: StreamFunction>(
+    pipeline: &Pipeline,
+    payments: P,
+    relay: R,
+    pollers: usize,
+) -> Result<()> {
+    let mut esm = pipeline.emulator(payments, relay).pollers(pollers);
+    let tracker = Tracker::open();
+    let p = esm.run_until_drained(&pipeline.clients, |p| tracker.show(p)).await?;
+    tracker.finish();
+    println!("drained: {} deliveries, {} failed, {} stream records", p.deliveries, p.failed, p.stream_records);
+    Ok(())
+}
+
+async fn demo(pipeline: &Pipeline, args: &DemoArgs) -> Result<()> {
+    let w = workload(args.events, args.duplicates, args.poison);
+    let summary = demo::run(pipeline, &w, args.pollers).await?;
+    println!("\n{}", summary.table());
+    println!("pipeline time {:.1} s", summary.elapsed.as_secs_f64());
+    if !summary.ok() {
+        return Err("an invariant failed".into());
+    }
+    println!("every invariant holds");
+    Ok(())
+}
+
+async fn chaos(clients: &Clients, options: &chaos::Options) -> Result<()> {
+    let report = chaos::run(clients, options).await?;
+    println!("\n{}", report.table());
+    println!("scenario time {:.1} s", report.elapsed.as_secs_f64());
+    if !report.ok() {
+        return Err("an invariant failed under faults".into());
+    }
+    println!("every invariant holds under faults");
     Ok(())
 }
 
@@ -146,16 +238,56 @@ struct AbortAfterCommit<F> {
     armed: bool,
 }
 
-impl<F: crate::invoke::SqsFunction> crate::invoke::SqsFunction for AbortAfterCommit<F> {
-    async fn invoke(
-        &self,
-        event: aws_lambda_events::event::sqs::SqsEvent,
-    ) -> Result<aws_lambda_events::event::sqs::SqsBatchResponse, String> {
+impl<F: SqsFunction> SqsFunction for AbortAfterCommit<F> {
+    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
         let response = self.inner.invoke(event).await?;
         if self.armed {
             eprintln!("local: crash point reached: committed, not acknowledged; aborting");
             std::process::abort();
         }
         Ok(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_makefiles_command_lines_parse() {
+        for line in [
+            "local chaos --events 300 --poison 4",
+            "local demo --events 1000 --duplicates 40 --poison 10 --pollers 4",
+            "local send --file events/sqs-payment.json",
+            "local send --events 500 --duplicates 30 --poison 5",
+            "local run --invoke-url http://127.0.0.1:9000",
+            "local run --prefix t1",
+            "local up",
+            "local down",
+            "local redrive",
+            "local env",
+        ] {
+            Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+        let Command::Chaos(options) = Cli::parse_from(["local", "chaos", "--events", "300"]).command else { panic!() };
+        assert_eq!((options.events, options.poison, options.seed, options.crash_per_mille), (300, 10, 42, 40));
+    }
+
+    #[test]
+    fn an_unknown_or_misspelt_flag_is_an_error() {
+        for line in ["local demo --event 10", "local chaos --seeds 1", "local up --verbose", "local sned"] {
+            assert!(Cli::try_parse_from(line.split(' ')).is_err(), "{line} parsed");
+        }
+        assert!(
+            Cli::try_parse_from(["local", "send", "--file", "x.json", "--events", "3"]).is_err(),
+            "file or workload"
+        );
     }
 }

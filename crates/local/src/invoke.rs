@@ -11,16 +11,31 @@ use effectively_once_lambda::metrics::Counts;
 use effectively_once_lambda::{sqs, streams, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
-/// A function an SQS event source mapping invokes.
+use crate::error::{Result, ResultExt};
+
+/// A function an SQS event source mapping invokes. `Err` is an invocation error (the function
+/// threw, crashed, timed out, or gave an answer that is not one).
 pub trait SqsFunction: Send + Sync {
     /// Invokes it with one batch.
-    fn invoke(&self, event: SqsEvent) -> impl Future<Output = Result<SqsBatchResponse, String>> + Send;
+    fn invoke(&self, event: SqsEvent) -> impl Future<Output = Result<SqsBatchResponse>> + Send;
 }
 
-/// A function a DynamoDB Streams event source mapping invokes.
+/// A function a DynamoDB Streams event source mapping invokes; `Err` as for [`SqsFunction`].
 pub trait StreamFunction: Send + Sync {
     /// Invokes it with one batch.
-    fn invoke(&self, event: Event) -> impl Future<Output = Result<DynamoDbEventResponse, String>> + Send;
+    fn invoke(&self, event: Event) -> impl Future<Output = Result<DynamoDbEventResponse>> + Send;
+}
+
+impl<F: SqsFunction> SqsFunction for &F {
+    fn invoke(&self, event: SqsEvent) -> impl Future<Output = Result<SqsBatchResponse>> + Send {
+        (**self).invoke(event)
+    }
+}
+
+impl<F: StreamFunction> StreamFunction for &F {
+    fn invoke(&self, event: Event) -> impl Future<Output = Result<DynamoDbEventResponse>> + Send {
+        (**self).invoke(event)
+    }
 }
 
 /// A context as Lambda gives it: a real deadline, 30 s away (the template's timeout).
@@ -81,14 +96,14 @@ impl<H: streams::Handler> streams::Handler for Counting<H> {
 }
 
 impl<H: sqs::Handler> SqsFunction for InProcess<H> {
-    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, String> {
+    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
         let options = sqs::Options { metrics: false, ..sqs::Options::new(&self.function) };
         Ok(sqs::process(&self.handler, LambdaEvent::new(event, context()), &options).await)
     }
 }
 
 impl<H: streams::Handler> StreamFunction for InProcess<H> {
-    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, String> {
+    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
         let options = streams::Options { metrics: false, ..streams::Options::new(&self.function) };
         Ok(streams::process(&self.handler, LambdaEvent::new(event, context()), &options).await)
     }
@@ -106,62 +121,29 @@ pub struct Http {
 
 impl Http {
     /// The function's raw answer; the mapping reads it as Lambda does ([`crate::esm::sqs_response`]).
-    async fn call<T: serde::Serialize>(&self, event: &T) -> Result<Vec<u8>, String> {
-        let body = serde_json::to_vec(event).map_err(|e| e.to_string())?;
-        let host = self.url.trim_start_matches("http://").trim_end_matches('/').to_owned();
-        let path = format!("/2015-03-31/functions/{}/invocations", self.function);
-        tokio::task::spawn_blocking(move || post(&host, &path, &body)).await.map_err(|e| e.to_string())?
-    }
-}
-
-/// One HTTP/1.1 POST with `Connection: close`, enough for a local invoke endpoint.
-fn post(host: &str, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(host).map_err(|e| format!("invoke endpoint {host}: {e}"))?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .and_then(|_| stream.write_all(body))
-    .map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).map_err(|e| e.to_string())?;
-    let split = response.windows(4).position(|w| w == b"\r\n\r\n").ok_or("invoke answer has no body")?;
-    let head = String::from_utf8_lossy(&response[..split]).to_string();
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(format!("invoke failed: {}", head.lines().next().unwrap_or("")));
-    }
-    let body = response[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        return Ok(dechunk_bytes(&body));
-    }
-    Ok(body)
-}
-
-/// Undoes HTTP/1.1 chunked transfer encoding.
-pub fn dechunk_bytes(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
+    async fn call<T: serde::Serialize>(&self, event: &T) -> Result<Vec<u8>> {
+        let body = serde_json::to_vec(event).context("invocation event")?;
+        let host = self.url.trim_start_matches("http://").trim_end_matches('/');
+        let request = hyper::Request::post(format!("/2015-03-31/functions/{}/invocations", self.function))
+            .header(hyper::header::HOST, host)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(crate::http::Body::from(body))?;
+        let response = crate::http::exchange(host, request).await.context(format!("invoke endpoint {host}"))?;
+        if response.status() != hyper::StatusCode::OK {
+            return Err(format!("invoke failed: {}", response.status()).into());
         }
-        let start = line_end + 2;
-        out.extend_from_slice(&body[start..(start + size).min(body.len())]);
-        body = &body[(start + size + 2).min(body.len())..];
+        Ok(response.into_body().to_vec())
     }
-    out
 }
 
 impl SqsFunction for Http {
-    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, String> {
+    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
         crate::esm::sqs_response(&self.call(&event).await?)
     }
 }
 
 impl StreamFunction for Http {
-    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, String> {
+    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
         crate::esm::stream_response(&self.call(&event).await?)
     }
 }

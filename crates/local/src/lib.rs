@@ -1,16 +1,30 @@
 //! The local pipeline: the local AWS's resources created from `infra/template.json` (so local
 //! and cloud cannot drift), an event source mapping emulator for SQS and DynamoDB Streams that
 //! invokes the real handlers, workloads with duplicates and poison messages, DLQ redrive, and
-//! the demo that checks the invariants.
+//! the demo and the chaos scenario, which check the invariants.
+//!
+//! - [`cli`]: the command line, an enum of commands parsed once and applied;
+//! - [`pipeline`]: one set of resources and the clients and functions on them;
+//! - [`esm`]: the emulator ([`esm::sqs`], [`esm::stream`], [`esm::queue`]);
+//! - [`invariants`]: what the demo and the chaos scenario check, read back from the tables;
+//! - [`demo`], [`chaos`], [`workload`]: the scenarios and what they send;
+//! - [`proxy`]: the fault-injecting proxy between the SDK and the local AWS.
 
-pub mod audit;
 pub mod chaos;
 pub mod cli;
 pub mod demo;
+pub mod error;
 pub mod esm;
+mod http;
+pub mod invariants;
 pub mod invoke;
+pub mod pipeline;
+pub mod progress;
 pub mod proxy;
 pub mod resources;
+pub mod rng;
 pub mod workload;
 
+pub use error::{Error, Result};
+pub use pipeline::Pipeline;
 pub use resources::{Clients, Resources, RECEIPT_FROM, TEMPLATE};

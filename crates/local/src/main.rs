@@ -1,10 +1,12 @@
-//! `local`: the local pipeline from the command line; see `local::cli` for the commands.
+//! `local`: the local pipeline from the command line; `local --help` lists the commands.
+
+use clap::Parser;
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Err(e) = local::cli::run(&args).await {
-        eprintln!("local: {e}");
+    let cli = local::cli::Cli::parse();
+    if let Err(e) = cli.command.apply().await {
+        eprintln!("local: {}", local::error::report(&*e));
         std::process::exit(1);
     }
 }

@@ -1,15 +1,25 @@
 //! A fault-injecting HTTP proxy on loopback, between the AWS SDK and the local AWS: for each
 //! request a rule decides to pass it, delay it, forward it and then drop the answer (the write
 //! committed, the caller saw a broken connection), or answer a 500 or a throttling error without
-//! forwarding it.
+//! forwarding it. Built on hyper's HTTP/1.1 server, so chunked request bodies and
+//! `Expect: 100-continue` are handled as any server handles them.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::error::{Result, ResultExt};
+use crate::http::{exchange, Body};
+use crate::rng::SharedRng;
 
 /// What happens to one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,13 +116,13 @@ fn recipients(body: &[u8]) -> Vec<String> {
 #[derive(Debug)]
 pub struct RandomFaults {
     rules: Vec<(String, Vec<(Fault, u32)>)>,
-    state: Mutex<u64>,
+    rng: SharedRng,
 }
 
 impl RandomFaults {
     /// No faults yet; `seed` makes runs repeatable.
     pub fn new(seed: u64) -> Self {
-        RandomFaults { rules: Vec::new(), state: Mutex::new(seed.max(1)) }
+        RandomFaults { rules: Vec::new(), rng: SharedRng::new(seed) }
     }
 
     /// For operations starting with `prefix`, each fault with its rate in per mille.
@@ -127,13 +137,7 @@ impl Rules for RandomFaults {
         let Some((_, faults)) = self.rules.iter().find(|(p, _)| operation.starts_with(p.as_str())) else {
             return Fault::Pass;
         };
-        let roll = {
-            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            *s ^= *s << 13;
-            *s ^= *s >> 7;
-            *s ^= *s << 17;
-            (*s % 1000) as u32
-        };
+        let roll = self.rng.with(|rng| rng.per_mille()) as u32;
         let mut acc = 0;
         for (fault, rate) in faults {
             acc += rate;
@@ -145,215 +149,11 @@ impl Rules for RandomFaults {
     }
 }
 
-/// A running proxy.
-#[derive(Debug)]
-pub struct Proxy {
-    addr: SocketAddr,
-    injected: Arc<Mutex<BTreeMap<String, u64>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Proxy {
-    /// Listens on `127.0.0.1:0` and forwards to `upstream` (`127.0.0.1:4566`).
-    pub async fn start(upstream: &str, rules: Arc<dyn Rules>) -> std::io::Result<Proxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let upstream: SocketAddr = upstream.parse().map_err(std::io::Error::other)?;
-        let injected = Arc::new(Mutex::new(BTreeMap::new()));
-        let counts = injected.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let (rules, counts) = (rules.clone(), counts.clone());
-                tokio::spawn(async move {
-                    let _ = serve(client, upstream, rules, counts).await;
-                });
-            }
-        });
-        Ok(Proxy { addr, injected, task })
-    }
-
-    /// The endpoint to give the SDK (`AWS_ENDPOINT_URL`).
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Faults injected so far, by `fault operation`.
-    pub fn injected(&self) -> BTreeMap<String, u64> {
-        self.injected.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// The operation a request names: the `X-Amz-Target` of JSON protocols, or SES v2's path.
-fn operation(head: &str) -> String {
-    for line in head.lines() {
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("x-amz-target") {
-                let (service, op) = value.trim().split_once('.').unwrap_or(("", value.trim()));
-                return format!("{}:{op}", service.split('_').next().unwrap_or("").to_lowercase());
-            }
-        }
-    }
-    let path = head.lines().next().and_then(|l| l.split_whitespace().nth(1)).unwrap_or("");
-    if path.starts_with("/v2/email/outbound-emails") {
-        return "ses:SendEmail".into();
-    }
-    format!("http:{path}")
-}
-
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().skip(1).find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
-async fn read_message(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<(String, Vec<u8>)>> {
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let len: usize = header(&head, "content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let mut chunk = [0u8; 16384];
-                let n = stream.read(&mut chunk).await?;
-                if n == 0 {
-                    return Ok(None);
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            let body = buf[end + 4..end + 4 + len].to_vec();
-            buf.drain(..end + 4 + len);
-            return Ok(Some((head, body)));
-        }
-        let mut chunk = [0u8; 16384];
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-async fn serve(
-    mut client: TcpStream,
-    upstream: SocketAddr,
-    rules: Arc<dyn Rules>,
-    injected: Arc<Mutex<BTreeMap<String, u64>>>,
-) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    while let Some((head, body)) = read_message(&mut client, &mut buf).await? {
-        let op = operation(&head);
-        let fault = rules.decide_request(&op, &body);
-        if fault != Fault::Pass {
-            *injected
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(format!("{} {op}", fault.label()))
-                .or_default() += 1;
-        }
-        let response = match fault {
-            Fault::ServerError => error(500, "InternalServerError", &op),
-            // SES's own wording, address included, as a provider's message would carry it.
-            Fault::Refuse => error_with(
-                400,
-                "MessageRejected",
-                &op,
-                &format!(
-                    "Email address is not verified. The following identities failed the check in region US-EAST-1: {}",
-                    recipients(&body).join(", ")
-                ),
-            ),
-            Fault::Throttle if op.starts_with("ses:") => error(429, "TooManyRequestsException", &op),
-            Fault::Throttle => error(400, "ThrottlingException", &op),
-            Fault::Pass | Fault::Delay(_) | Fault::DropResponse => {
-                if let Fault::Delay(d) = fault {
-                    tokio::time::sleep(d).await;
-                }
-                let answer = forward(upstream, &head, &body).await?;
-                if fault == Fault::DropResponse {
-                    // The upstream applied it; the caller never hears so.
-                    return Ok(());
-                }
-                answer
-            }
-        };
-        client.write_all(&response).await?;
-    }
-    Ok(())
-}
-
-/// Sends one request upstream on its own connection and returns the answer, re-framed with a
-/// `Content-Length` so the client's connection can be kept alive.
-async fn forward(upstream: SocketAddr, head: &str, body: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut up = TcpStream::connect(upstream).await?;
-    let mut request = String::new();
-    for (i, line) in head.lines().enumerate() {
-        if i > 0 && line.split_once(':').is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case("connection")) {
-            continue;
-        }
-        request.push_str(line);
-        request.push_str("\r\n");
-    }
-    request.push_str("Connection: close\r\n\r\n");
-    up.write_all(request.as_bytes()).await?;
-    up.write_all(body).await?;
-    let mut raw = Vec::new();
-    up.read_to_end(&mut raw).await?;
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| std::io::Error::other("no response head"))?;
-    let head = String::from_utf8_lossy(&raw[..end]).to_string();
-    let mut payload = raw[end + 4..].to_vec();
-    if header(&head, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        payload = crate::invoke::dechunk_bytes(&payload);
-    }
-    let mut out = String::new();
-    for (i, line) in head.lines().enumerate() {
-        let skip = i > 0
-            && line.split_once(':').is_some_and(|(n, _)| {
-                let n = n.trim();
-                ["connection", "content-length", "transfer-encoding", "keep-alive"]
-                    .iter()
-                    .any(|h| n.eq_ignore_ascii_case(h))
-            });
-        if !skip {
-            out.push_str(line);
-            out.push_str("\r\n");
-        }
-    }
-    out.push_str(&format!("Content-Length: {}\r\nConnection: keep-alive\r\n\r\n", payload.len()));
-    let mut response = out.into_bytes();
-    response.extend_from_slice(&payload);
-    Ok(response)
-}
-
-fn error(status: u16, code: &str, op: &str) -> Vec<u8> {
-    error_with(status, code, op, "injected by the fault proxy")
-}
-
-fn error_with(status: u16, code: &str, op: &str, message: &str) -> Vec<u8> {
-    let reason = match status {
-        500 => "Internal Server Error",
-        429 => "Too Many Requests",
-        _ => "Bad Request",
-    };
-    let prefix = if op.starts_with("dynamodb") { "com.amazonaws.dynamodb.v20120810#" } else { "" };
-    let body = serde_json::json!({"__type": format!("{prefix}{code}"), "message": message}).to_string();
-    format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/x-amz-json-1.0\r\nx-amzn-ErrorType: {code}\r\nx-amzn-RequestId: fault-proxy\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
 /// Faults in order: each entry applies once, to the next request whose operation starts with
 /// its prefix; everything else passes.
 #[derive(Debug, Default)]
 pub struct ScriptedFaults {
-    script: Mutex<std::collections::VecDeque<(String, Fault)>>,
+    script: Mutex<VecDeque<(String, Fault)>>,
 }
 
 impl ScriptedFaults {
@@ -377,4 +177,175 @@ impl Rules for ScriptedFaults {
             None => Fault::Pass,
         }
     }
+}
+
+/// A running proxy.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: std::net::SocketAddr,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// What every connection of a proxy shares.
+struct State {
+    upstream: String,
+    rules: Arc<dyn Rules>,
+    injected: Mutex<BTreeMap<String, u64>>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State").field("upstream", &self.upstream).finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// Listens on `127.0.0.1:0` and forwards to `upstream` (`127.0.0.1:4566`).
+    pub async fn start(upstream: &str, rules: Arc<dyn Rules>) -> Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.context("fault proxy: bind")?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State { upstream: upstream.to_owned(), rules, injected: Mutex::default() });
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let state = shared.clone();
+                let service = service_fn(move |request| {
+                    let state = state.clone();
+                    async move { state.handle(request).await }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(client), service),
+                );
+            }
+        });
+        Ok(Proxy { addr, state, task })
+    }
+
+    /// A proxy in front of the local AWS (`AWS_ENDPOINT_URL`).
+    pub async fn to_local_aws(rules: Arc<dyn Rules>) -> Result<Proxy> {
+        let endpoint = effectively_once_dynamodb::testing::endpoint();
+        Proxy::start(endpoint.trim_start_matches("http://").trim_end_matches('/'), rules).await
+    }
+
+    /// The endpoint to give the SDK (`AWS_ENDPOINT_URL`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// An SDK configuration whose every client goes through this proxy, retrying as `retries`
+    /// says, with the local AWS's dummy credentials.
+    pub async fn sdk_config(&self, retries: aws_config::retry::RetryConfig) -> aws_config::SdkConfig {
+        use aws_sdk_dynamodb::config::{Credentials, Region};
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(self.url())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "fault-proxy"))
+            .retry_config(retries)
+            .load()
+            .await
+    }
+
+    /// Faults injected so far, by `fault operation`.
+    pub fn injected(&self) -> BTreeMap<String, u64> {
+        self.state.injected.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl State {
+    /// One request: its fault decided from its operation and whole body, then answered, or
+    /// forwarded. An `Err` closes the connection without an answer.
+    async fn handle(&self, request: Request<Incoming>) -> Result<Response<Body>> {
+        let (parts, body) = request.into_parts();
+        // Reading the body sends `100 Continue` to a client that waits for it.
+        let body = body.collect().await?.to_bytes();
+        let op = operation(&parts.headers, parts.uri.path());
+        let fault = self.rules.decide_request(&op, &body);
+        if fault != Fault::Pass {
+            let mut injected = self.injected.lock().unwrap_or_else(|p| p.into_inner());
+            *injected.entry(format!("{} {op}", fault.label())).or_default() += 1;
+        }
+        match fault {
+            Fault::ServerError => Ok(error(500, "InternalServerError", &op, "injected by the fault proxy")),
+            // SES's own wording, address included, as a provider's message would carry it.
+            Fault::Refuse => Ok(error(400, "MessageRejected", &op, &refusal(&body))),
+            Fault::Throttle if op.starts_with("ses:") => {
+                Ok(error(429, "TooManyRequestsException", &op, "injected by the fault proxy"))
+            }
+            Fault::Throttle => Ok(error(400, "ThrottlingException", &op, "injected by the fault proxy")),
+            Fault::Pass | Fault::Delay(_) | Fault::DropResponse => {
+                if let Fault::Delay(d) = fault {
+                    tokio::time::sleep(d).await;
+                }
+                let answer = self.forward(parts, body).await?;
+                if fault == Fault::DropResponse {
+                    // The upstream applied it; the caller never hears so.
+                    return Err("the fault proxy dropped the answer".into());
+                }
+                Ok(answer)
+            }
+        }
+    }
+
+    /// Sends the request upstream, whole, on a connection of its own, and returns its answer
+    /// whole, for the client's connection to be kept alive.
+    async fn forward(&self, mut parts: hyper::http::request::Parts, body: Bytes) -> Result<Response<Body>> {
+        strip_framing(&mut parts.headers);
+        parts.headers.remove(hyper::header::EXPECT);
+        parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        parts.headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        let request = Request::from_parts(parts, Body::new(body));
+        let (mut parts, body) = exchange(&self.upstream, request).await?.into_parts();
+        strip_framing(&mut parts.headers);
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+/// Drops the headers of one hop's framing; hyper sets them anew for the next.
+fn strip_framing(headers: &mut HeaderMap) {
+    for name in [CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING, HeaderName::from_static("keep-alive")] {
+        headers.remove(name);
+    }
+}
+
+/// The operation a request names: the `X-Amz-Target` of JSON protocols, or SES v2's path.
+fn operation(headers: &HeaderMap, path: &str) -> String {
+    if let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) {
+        let target = target.trim();
+        let (service, op) = target.split_once('.').unwrap_or(("", target));
+        return format!("{}:{op}", service.split('_').next().unwrap_or("").to_lowercase());
+    }
+    if path.starts_with("/v2/email/outbound-emails") {
+        return "ses:SendEmail".into();
+    }
+    format!("http:{path}")
+}
+
+/// SES's message for refused recipients.
+fn refusal(body: &[u8]) -> String {
+    format!(
+        "Email address is not verified. The following identities failed the check in region US-EAST-1: {}",
+        recipients(body).join(", ")
+    )
+}
+
+/// An AWS JSON error answer.
+fn error(status: u16, code: &str, op: &str, message: &str) -> Response<Body> {
+    let prefix = if op.starts_with("dynamodb") { "com.amazonaws.dynamodb.v20120810#" } else { "" };
+    let body = serde_json::json!({"__type": format!("{prefix}{code}"), "message": message}).to_string();
+    let mut response = Response::new(Body::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    headers.insert("content-type", HeaderValue::from_static("application/x-amz-json-1.0"));
+    headers.insert("x-amzn-requestid", HeaderValue::from_static("fault-proxy"));
+    if let Ok(code) = HeaderValue::from_str(code) {
+        headers.insert("x-amzn-errortype", code);
+    }
+    response
 }

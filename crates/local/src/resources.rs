@@ -4,12 +4,15 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_dynamodb::operation::create_table::builders::CreateTableFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification,
     StreamViewType, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
+
+use crate::error::{Result, ResultExt};
 
 /// The deployment template, compiled in.
 pub const TEMPLATE: &str = include_str!("../../../infra/template.json");
@@ -80,14 +83,14 @@ pub fn local_name(prefix: &str, logical_id: &str) -> String {
     }
 }
 
-fn resources(kind: &str) -> Result<BTreeMap<String, Value>, String> {
-    let template: Value = serde_json::from_str(TEMPLATE).map_err(|e| format!("infra/template.json: {e}"))?;
+fn resources(kind: &str) -> Result<BTreeMap<String, Value>> {
+    let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
     let all = template["Resources"].as_object().ok_or("template has no Resources")?;
     Ok(all.iter().filter(|(_, r)| r["Type"] == kind).map(|(id, r)| (id.clone(), r["Properties"].clone())).collect())
 }
 
-fn text<'a>(v: &'a Value, field: &str) -> Result<&'a str, String> {
-    v[field].as_str().ok_or_else(|| format!("template: {field} missing"))
+fn text<'a>(v: &'a Value, field: &str) -> Result<&'a str> {
+    v[field].as_str().ok_or_else(|| format!("template: {field} missing").into())
 }
 
 /// Plain numbers, or a `Ref` to a parameter's default.
@@ -129,8 +132,8 @@ pub struct MappingSettings {
 
 /// The settings of the template's mapping whose `EventSourceArn` is an attribute of the resource
 /// `source` (`PaymentsQueue`, `OutboxTable`).
-pub fn mapping_settings(source: &str) -> Result<MappingSettings, String> {
-    let template: Value = serde_json::from_str(TEMPLATE).map_err(|e| format!("infra/template.json: {e}"))?;
+pub fn mapping_settings(source: &str) -> Result<MappingSettings> {
+    let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
     let mappings = resources("AWS::Lambda::EventSourceMapping")?;
     let (_, props) = mappings
         .iter()
@@ -140,8 +143,8 @@ pub fn mapping_settings(source: &str) -> Result<MappingSettings, String> {
     let limit = |field: &str| number(&template, &props[field]).filter(|n| *n >= 0);
     let mut event_names = Vec::new();
     for filter in props["FilterCriteria"]["Filters"].as_array().into_iter().flatten() {
-        let pattern: Value = serde_json::from_str(filter["Pattern"].as_str().unwrap_or("{}"))
-            .map_err(|e| format!("FilterCriteria pattern: {e}"))?;
+        let pattern: Value =
+            serde_json::from_str(filter["Pattern"].as_str().unwrap_or("{}")).context("FilterCriteria pattern")?;
         match pattern["eventName"].as_array() {
             Some(names) => event_names.extend(names.iter().filter_map(|n| n.as_str().map(str::to_owned))),
             // Filters are OR'ed: one without an eventName condition lets every name through.
@@ -166,11 +169,11 @@ pub fn mapping_settings(source: &str) -> Result<MappingSettings, String> {
 
 /// Creates every table and queue of the template (those that exist are kept), verifies the
 /// sender identity, and returns their names.
-pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources, String> {
+pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
     for (id, props) in resources("AWS::DynamoDB::Table")? {
         create_table(&clients.dynamodb, &local_name(prefix, &id), &props).await?;
     }
-    let template: Value = serde_json::from_str(TEMPLATE).map_err(|e| e.to_string())?;
+    let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
     let queues = resources("AWS::SQS::Queue")?;
     let mut urls = BTreeMap::new();
     // Dead-letter queues first: a redrive policy names its target's ARN.
@@ -194,11 +197,11 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources, String> {
             let redrive = serde_json::json!({"deadLetterTargetArn": arn, "maxReceiveCount": max_receive_count});
             request = request.attributes(QueueAttributeName::RedrivePolicy, redrive.to_string());
         }
-        let out = request.send().await.map_err(|e| format!("create queue {name}: {}", e.into_service_error()))?;
+        let out = request.send().await.context(format!("create queue {name}"))?;
         urls.insert(id.clone(), out.queue_url().unwrap_or_default().to_owned());
     }
     clients.ses.create_email_identity().email_identity(RECEIPT_FROM).send().await.ok();
-    let url = |id: &str| urls.get(id).cloned().ok_or(format!("template has no {id}"));
+    let url = |id: &str| urls.get(id).cloned().ok_or_else(|| format!("template has no {id}"));
     Ok(Resources {
         idempotency_table: local_name(prefix, "IdempotencyTable"),
         ledger_table: local_name(prefix, "LedgerTable"),
@@ -212,7 +215,7 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources, String> {
 }
 
 /// Deletes what [`up`] created.
-pub async fn down(clients: &Clients, resources: &Resources) -> Result<(), String> {
+pub async fn down(clients: &Clients, resources: &Resources) -> Result<()> {
     for table in [&resources.idempotency_table, &resources.ledger_table, &resources.outbox_table] {
         clients.dynamodb.delete_table().table_name(table).send().await.ok();
     }
@@ -223,69 +226,58 @@ pub async fn down(clients: &Clients, resources: &Resources) -> Result<(), String
 }
 
 /// A queue's ARN.
-pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, String> {
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String> {
     let out = sqs
         .get_queue_attributes()
         .queue_url(url)
         .attribute_names(QueueAttributeName::QueueArn)
         .send()
         .await
-        .map_err(|e| format!("queue attributes: {}", e.into_service_error()))?;
-    out.attributes().and_then(|a| a.get(&QueueAttributeName::QueueArn)).cloned().ok_or_else(|| "no QueueArn".into())
+        .context("queue attributes")?;
+    let arn = out.attributes().and_then(|a| a.get(&QueueAttributeName::QueueArn)).cloned();
+    arn.ok_or_else(|| "no QueueArn".into())
 }
 
-async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &Value) -> Result<(), String> {
-    let mut request = dynamodb.create_table().table_name(name).billing_mode(BillingMode::PayPerRequest);
-    for def in props["AttributeDefinitions"].as_array().ok_or("AttributeDefinitions missing")? {
-        request = request.attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(text(def, "AttributeName")?)
-                .attribute_type(ScalarAttributeType::from(text(def, "AttributeType")?))
-                .build()
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    for key in props["KeySchema"].as_array().ok_or("KeySchema missing")? {
-        request = request.key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(text(key, "AttributeName")?)
-                .key_type(KeyType::from(text(key, "KeyType")?))
-                .build()
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    if let Some(view) = props["StreamSpecification"]["StreamViewType"].as_str() {
-        request = request.stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::from(view))
-                .build()
-                .map_err(|e| e.to_string())?,
-        );
-    }
+async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &Value) -> Result<()> {
+    let request = table_request(dynamodb.create_table().table_name(name), props)?;
     match request.send().await {
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => return Ok(()),
         Err(e) => {
-            return Err(format!("create table {name}: {}", effectively_once_dynamodb::classify("CreateTable", e)))
+            return Err(effectively_once_dynamodb::classify("CreateTable", e)).context(format!("create table {name}"))
         }
     }
-    if let Some(attribute) = props["TimeToLiveSpecification"]["AttributeName"].as_str() {
-        dynamodb
-            .update_time_to_live()
-            .table_name(name)
-            .time_to_live_specification(
-                TimeToLiveSpecification::builder()
-                    .enabled(true)
-                    .attribute_name(attribute)
-                    .build()
-                    .map_err(|e| e.to_string())?,
-            )
-            .send()
-            .await
-            .map_err(|e| format!("TTL on {name}: {}", effectively_once_dynamodb::classify("UpdateTimeToLive", e)))?;
+    let Some(attribute) = props["TimeToLiveSpecification"]["AttributeName"].as_str() else { return Ok(()) };
+    let ttl = TimeToLiveSpecification::builder().enabled(true).attribute_name(attribute).build()?;
+    let request = dynamodb.update_time_to_live().table_name(name).time_to_live_specification(ttl);
+    if let Err(e) = request.send().await {
+        return Err(effectively_once_dynamodb::classify("UpdateTimeToLive", e)).context(format!("TTL on {name}"));
     }
     Ok(())
+}
+
+/// A `CreateTable` request with the template's attributes, keys and stream.
+fn table_request(mut request: CreateTableFluentBuilder, props: &Value) -> Result<CreateTableFluentBuilder> {
+    request = request.billing_mode(BillingMode::PayPerRequest);
+    for def in props["AttributeDefinitions"].as_array().ok_or("AttributeDefinitions missing")? {
+        let attribute = AttributeDefinition::builder()
+            .attribute_name(text(def, "AttributeName")?)
+            .attribute_type(ScalarAttributeType::from(text(def, "AttributeType")?))
+            .build()?;
+        request = request.attribute_definitions(attribute);
+    }
+    for key in props["KeySchema"].as_array().ok_or("KeySchema missing")? {
+        let key = KeySchemaElement::builder()
+            .attribute_name(text(key, "AttributeName")?)
+            .key_type(KeyType::from(text(key, "KeyType")?))
+            .build()?;
+        request = request.key_schema(key);
+    }
+    if let Some(view) = props["StreamSpecification"]["StreamViewType"].as_str() {
+        let stream = StreamSpecification::builder().stream_enabled(true).stream_view_type(StreamViewType::from(view));
+        request = request.stream_specification(stream.build()?);
+    }
+    Ok(request)
 }
 
 /// The functions' environment for these resources (`cargo lambda watch --env-file`).

@@ -12,6 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use effectively_once_effects::{PaymentEvent, Rejection};
 use serde_json::json;
 
+use crate::error::{Result, ResultExt};
+use crate::rng::Rng;
+
 /// The largest SQS message body the chaos bodies reach: 256 KiB, the limit queues had for years
 /// (and still the limit of a queue whose `MaximumMessageSize` is left at it). Also the most one
 /// `SendMessageBatch` may carry in total.
@@ -207,22 +210,6 @@ impl Plan {
     }
 }
 
-/// A small deterministic generator (xorshift64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// How many of `events` a hostile kind gets: `per_mille`, at least one once the workload has 50
 /// events (so `make test`'s 300 events carry every kind), none below.
 fn share(events: usize, per_mille: usize) -> usize {
@@ -243,6 +230,219 @@ pub fn padded_body(event: &PaymentEvent, size: usize) -> String {
     value.to_string()
 }
 
+/// How many bodies of each kind a workload gets.
+#[derive(Debug, Clone, Copy)]
+struct Shares {
+    races: usize,
+    fx: usize,
+    overdrafts: usize,
+    refused: usize,
+    oversized: usize,
+    panic_once: usize,
+    panic_always: usize,
+    reuse_account: usize,
+    reuse_amount: usize,
+}
+
+impl Shares {
+    fn of(w: &Workload) -> Shares {
+        let n = w.events;
+        let hostile = |per_mille| if w.hostile { share(n, per_mille) } else { 0 };
+        Shares {
+            races: hostile(40),
+            fx: hostile(10),
+            overdrafts: if w.hostile { share(n, 20) } else { n / 25 },
+            refused: hostile(5),
+            oversized: hostile(2),
+            panic_once: hostile(5),
+            panic_always: hostile(1),
+            reuse_account: hostile(5),
+            reuse_amount: hostile(5),
+        }
+    }
+}
+
+/// Makes a plan's bodies: ids, accounts and addresses under the run's namespace, amounts from
+/// the seeded generator.
+struct Planner<'w> {
+    w: &'w Workload,
+    rng: Rng,
+    ids: usize,
+}
+
+fn event(id: String, account: String, amount: i64, currency: &str, email: Option<String>) -> PaymentEvent {
+    PaymentEvent {
+        event_id: id,
+        account_id: account,
+        amount_cents: amount,
+        currency: currency.into(),
+        receipt_email: email,
+    }
+}
+
+fn sent(event: PaymentEvent, kind: Kind) -> Sent {
+    let body = serde_json::to_string(&event).expect("events serialise");
+    Sent { event, kind, body, reuses: false }
+}
+
+impl Planner<'_> {
+    fn next_id(&mut self, tag: &str) -> String {
+        self.ids += 1;
+        let (run, i) = (&self.w.run, self.ids);
+        if tag.is_empty() {
+            format!("pay-{run}-{i}")
+        } else {
+            format!("pay-{run}-{tag}-{i}")
+        }
+    }
+
+    fn shared(&self, k: usize) -> String {
+        format!("acct-{}-{}", self.w.run, k % (self.w.events / 10).max(1))
+    }
+
+    /// A race's two bodies, in a random order.
+    fn pair(&mut self, mut pair: Vec<Sent>) -> Vec<Sent> {
+        if self.rng.below(2) == 0 {
+            pair.reverse();
+        }
+        pair
+    }
+
+    /// Debits racing their funding credits, then currencies racing on fresh accounts.
+    fn races(&mut self, shares: &Shares, groups: &mut Vec<Vec<Sent>>) {
+        let run = self.w.run.clone();
+        for r in 0..shares.races {
+            let account = format!("acct-{run}-race-{r}");
+            let credit = 1_000 + self.rng.below(9_000) as i64;
+            let debit = -(100 + self.rng.below(credit as usize - 100) as i64);
+            let funding = sent(event(self.next_id(""), account.clone(), credit, "USD", None), Kind::FundingCredit);
+            let racing = sent(event(self.next_id(""), account, debit, "USD", None), Kind::RacingDebit);
+            groups.push(self.pair(vec![funding, racing]));
+        }
+        for f in 0..shares.fx {
+            let account = format!("acct-{run}-fx-{f}");
+            let first = sent(event(self.next_id(""), account.clone(), 2_000, "USD", None), Kind::RacedCredit);
+            let other = sent(event(self.next_id(""), account, 3_000, "EUR", None), Kind::CurrencyMismatch);
+            groups.push(self.pair(vec![first, other]));
+        }
+    }
+
+    /// Half on an account that never gets credit, half far beyond what a shared one holds.
+    fn overdrafts(&mut self, shares: &Shares, groups: &mut Vec<Vec<Sent>>) {
+        for o in 0..shares.overdrafts {
+            let e = if o % 2 == 0 || !self.w.hostile {
+                let amount = -(100 + self.rng.below(900) as i64);
+                event(self.next_id(""), format!("acct-{}-empty-{o}", self.w.run), amount, "USD", None)
+            } else {
+                event(self.next_id(""), self.shared(o), -10_000_000_000, "USD", None)
+            };
+            groups.push(vec![sent(e, Kind::Overdraft)]);
+        }
+    }
+
+    /// The rest: credits on shared accounts, the special kinds first.
+    fn credits(&mut self, shares: &Shares, groups: &mut Vec<Vec<Sent>>) {
+        let special = shares.races * 2 + shares.fx * 2 + shares.overdrafts;
+        let mut specials: Vec<Kind> = Vec::new();
+        specials.extend(std::iter::repeat_n(Kind::RefusedAddress, shares.refused));
+        specials.extend(std::iter::repeat_n(Kind::Oversized, shares.oversized));
+        specials.extend(std::iter::repeat_n(Kind::PanicOnce, shares.panic_once));
+        specials.extend(std::iter::repeat_n(Kind::PanicAlways, shares.panic_always));
+        for c in 0..self.w.events.saturating_sub(special) {
+            let kind = specials.get(c).copied().unwrap_or(Kind::Credit);
+            let id = match kind {
+                Kind::PanicOnce => self.next_id(PANIC_ONCE),
+                Kind::PanicAlways => self.next_id(PANIC_ALWAYS),
+                _ => self.next_id(""),
+            };
+            let run = &self.w.run;
+            let email = match kind {
+                Kind::RefusedAddress => Some(format!("{REFUSED_PREFIX}{c}@{run}.example.com")),
+                _ if c % 4 == 0 => Some(format!("customer-{c}@{run}.example.com")),
+                _ => None,
+            };
+            let e = event(id, self.shared(c), 100 + self.rng.below(100_000) as i64, "USD", email);
+            groups.push(vec![match kind {
+                Kind::Oversized => Sent { body: padded_body(&e, SQS_BODY_LIMIT), event: e, kind, reuses: false },
+                _ => sent(e, kind),
+            }]);
+        }
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.rng.below(i + 1));
+        }
+    }
+
+    /// Copies of plain credits' ids, each with an address of its own, so a receipt sent for a
+    /// copy is told apart from the original's.
+    fn reused(&mut self, shares: &Shares, groups: &[Vec<Sent>]) -> Vec<Sent> {
+        let originals: Vec<&PaymentEvent> =
+            groups.iter().flatten().filter(|s| s.kind == Kind::Credit).map(|s| &s.event).collect();
+        let run = &self.w.run;
+        let mut late = Vec::new();
+        for k in 0..(shares.reuse_account + shares.reuse_amount).min(originals.len()) {
+            let mut copy = originals[(k * 7919) % originals.len()].clone();
+            copy.receipt_email = Some(format!("reuse-{k}@{run}.example.com"));
+            let kind = if k < shares.reuse_account {
+                copy.account_id = format!("acct-{run}-reuse-{k}");
+                Kind::ReusedForAccount
+            } else {
+                copy.amount_cents += 1 + self.rng.below(1_000) as i64;
+                Kind::ReusedForAmount
+            };
+            late.push(Sent { reuses: true, ..sent(copy, kind) });
+        }
+        late
+    }
+
+    /// Poison of four kinds: a truncated body, no event id, a zero amount, a lower-case currency.
+    fn poison(&self) -> Vec<String> {
+        (0..self.w.poison)
+            .map(|k| {
+                let id = format!("pay-{}-poison-{k}", self.w.run);
+                match k % 4 {
+                    0 => format!("{{\"event_id\": \"{id}\", \"account_id\": "),
+                    1 => json!({"account_id": "acct-x", "amount_cents": 100, "currency": "USD"}).to_string(),
+                    2 => json!({"event_id": id, "account_id": "acct-x", "amount_cents": 0, "currency": "USD"})
+                        .to_string(),
+                    _ => json!({"event_id": id, "account_id": "acct-x", "amount_cents": 100, "currency": "usd"})
+                        .to_string(),
+                }
+            })
+            .collect()
+    }
+
+    /// The sending order: duplicates and poison between groups (a race stays side by side) in
+    /// the first nine tenths; copies of reused ids after everything else.
+    fn order(&mut self, groups: Vec<Vec<Sent>>, mut late: Vec<Sent>) -> Plan {
+        let mut plan = Plan { sent: groups.iter().flatten().cloned().collect(), ..Plan::default() };
+        let pct = self.w.duplicate_pct.min(95) as usize;
+        plan.duplicates = if plan.sent.is_empty() { 0 } else { (plan.sent.len() * pct).div_ceil(100 - pct) };
+        let mut extra: Vec<String> =
+            (0..plan.duplicates).map(|_| plan.sent[self.rng.below(plan.sent.len())].body.clone()).collect();
+        plan.poison = self.poison();
+        extra.extend(plan.poison.iter().cloned());
+        let mut before: Vec<Vec<String>> = vec![Vec::new(); groups.len() + 1];
+        let head = groups.len() * 9 / 10;
+        for body in extra {
+            before[self.rng.below(head + 1)].push(body);
+        }
+        for (group, extra) in groups.iter().zip(&mut before) {
+            plan.deliveries.append(extra);
+            plan.deliveries.extend(group.iter().map(|s| s.body.clone()));
+        }
+        plan.deliveries.extend(before.into_iter().flatten());
+        self.shuffle(&mut late);
+        for s in late {
+            plan.deliveries.push(s.body.clone());
+            plan.sent.push(s);
+        }
+        plan
+    }
+}
+
 /// Plans a workload. Per 1,000 events: 40 debits racing their funding credits (80 events), 10
 /// currency mismatches racing theirs (20), 20 overdrafts, 5 refused receipt addresses, 2 bodies
 /// at the SQS limit, 5 handler panics once and 1 every time, and, beside the events, 5 copies
@@ -251,161 +451,21 @@ pub fn padded_body(event: &PaymentEvent, size: usize) -> String {
 /// is of four kinds. A race's two bodies are sent side by side, so they meet in one batch or
 /// two concurrent ones; reused ids' copies go out in the last tenth, after their originals.
 pub fn plan(w: &Workload) -> Plan {
-    let mut rng = Rng(w.seed.max(1));
-    let run = &w.run;
-    let n = w.events;
-    let hostile = |per_mille| if w.hostile { share(n, per_mille) } else { 0 };
-    let (races, fx, overdrafts) = (hostile(40), hostile(10), if w.hostile { share(n, 20) } else { n / 25 });
-    let (refused, oversized, panic_once, panic_always) = (hostile(5), hostile(2), hostile(5), hostile(1));
-    let (reuse_account, reuse_amount) = (hostile(5), hostile(5));
-    let shared_accounts = (n / 10).max(1);
-    let event = |id: String, account: String, amount: i64, currency: &str, email: Option<String>| PaymentEvent {
-        event_id: id,
-        account_id: account,
-        amount_cents: amount,
-        currency: currency.into(),
-        receipt_email: email,
-    };
-    let sent = |event: PaymentEvent, kind: Kind| {
-        let body = serde_json::to_string(&event).expect("events serialise");
-        Sent { event, kind, body, reuses: false }
-    };
-
+    let shares = Shares::of(w);
+    let mut planner = Planner { w, rng: Rng::new(w.seed), ids: 0 };
     // Groups: bodies sent side by side (a race), in sending order.
     let mut groups: Vec<Vec<Sent>> = Vec::new();
-    let mut i = 0;
-    let mut next_id = |tag: &str| {
-        i += 1;
-        if tag.is_empty() {
-            format!("pay-{run}-{i}")
-        } else {
-            format!("pay-{run}-{tag}-{i}")
-        }
-    };
-    for r in 0..races {
-        let account = format!("acct-{run}-race-{r}");
-        let credit = 1_000 + rng.below(9_000) as i64;
-        let debit = -(100 + rng.below(credit as usize - 100) as i64);
-        let mut pair = vec![
-            sent(event(next_id(""), account.clone(), credit, "USD", None), Kind::FundingCredit),
-            sent(event(next_id(""), account, debit, "USD", None), Kind::RacingDebit),
-        ];
-        if rng.below(2) == 0 {
-            pair.reverse();
-        }
-        groups.push(pair);
-    }
-    for f in 0..fx {
-        let account = format!("acct-{run}-fx-{f}");
-        let mut pair = vec![
-            sent(event(next_id(""), account.clone(), 2_000, "USD", None), Kind::RacedCredit),
-            sent(event(next_id(""), account, 3_000, "EUR", None), Kind::CurrencyMismatch),
-        ];
-        if rng.below(2) == 0 {
-            pair.reverse();
-        }
-        groups.push(pair);
-    }
-    let shared = |k: usize| format!("acct-{run}-{}", k % shared_accounts);
-    for o in 0..overdrafts {
-        // Half on an account that never gets credit, half far beyond what a shared one holds.
-        let e = if o % 2 == 0 || !w.hostile {
-            event(next_id(""), format!("acct-{run}-empty-{o}"), -(100 + rng.below(900) as i64), "USD", None)
-        } else {
-            event(next_id(""), shared(o), -10_000_000_000, "USD", None)
-        };
-        groups.push(vec![sent(e, Kind::Overdraft)]);
-    }
-    let special = races * 2 + fx * 2 + overdrafts;
-    let mut specials: Vec<Kind> = Vec::new();
-    specials.extend(std::iter::repeat_n(Kind::RefusedAddress, refused));
-    specials.extend(std::iter::repeat_n(Kind::Oversized, oversized));
-    specials.extend(std::iter::repeat_n(Kind::PanicOnce, panic_once));
-    specials.extend(std::iter::repeat_n(Kind::PanicAlways, panic_always));
-    let credits = n.saturating_sub(special);
-    for c in 0..credits {
-        let kind = specials.get(c).copied().unwrap_or(Kind::Credit);
-        let id = match kind {
-            Kind::PanicOnce => next_id(PANIC_ONCE),
-            Kind::PanicAlways => next_id(PANIC_ALWAYS),
-            _ => next_id(""),
-        };
-        let email = match kind {
-            Kind::RefusedAddress => Some(format!("{REFUSED_PREFIX}{c}@{run}.example.com")),
-            _ if c % 4 == 0 => Some(format!("customer-{c}@{run}.example.com")),
-            _ => None,
-        };
-        let e = event(id, shared(c), 100 + rng.below(100_000) as i64, "USD", email);
-        let s = match kind {
-            Kind::Oversized => Sent { body: padded_body(&e, SQS_BODY_LIMIT), event: e, kind, reuses: false },
-            _ => sent(e, kind),
-        };
-        groups.push(vec![s]);
-    }
-    for i in (1..groups.len()).rev() {
-        groups.swap(i, rng.below(i + 1));
-    }
-
-    // Reused ids: copies of plain credits, each with an address of its own, so a receipt sent
-    // for a copy is told apart from the original's.
-    let originals: Vec<PaymentEvent> =
-        groups.iter().flatten().filter(|s| s.kind == Kind::Credit).map(|s| s.event.clone()).collect();
-    let mut late: Vec<Sent> = Vec::new();
-    for k in 0..(reuse_account + reuse_amount).min(originals.len()) {
-        let original = &originals[(k * 7919) % originals.len()];
-        let mut copy = original.clone();
-        copy.receipt_email = Some(format!("reuse-{k}@{run}.example.com"));
-        let kind = if k < reuse_account {
-            copy.account_id = format!("acct-{run}-reuse-{k}");
-            Kind::ReusedForAccount
-        } else {
-            copy.amount_cents += 1 + rng.below(1_000) as i64;
-            Kind::ReusedForAmount
-        };
-        late.push(Sent { reuses: true, ..sent(copy, kind) });
-    }
-
-    let mut plan = Plan { sent: groups.iter().flatten().cloned().collect(), ..Plan::default() };
-    let pct = w.duplicate_pct.min(95) as usize;
-    plan.duplicates = if plan.sent.is_empty() { 0 } else { (plan.sent.len() * pct).div_ceil(100 - pct) };
-    // Duplicates and poison go between groups (a race stays side by side) in the first nine
-    // tenths; copies of reused ids after everything else.
-    let mut extra: Vec<String> =
-        (0..plan.duplicates).map(|_| plan.sent[rng.below(plan.sent.len())].body.clone()).collect();
-    for k in 0..w.poison {
-        let id = format!("pay-{run}-poison-{k}");
-        let poison = match k % 4 {
-            0 => format!("{{\"event_id\": \"{id}\", \"account_id\": "),
-            1 => json!({"account_id": "acct-x", "amount_cents": 100, "currency": "USD"}).to_string(),
-            2 => json!({"event_id": id, "account_id": "acct-x", "amount_cents": 0, "currency": "USD"}).to_string(),
-            _ => json!({"event_id": id, "account_id": "acct-x", "amount_cents": 100, "currency": "usd"}).to_string(),
-        };
-        plan.poison.push(poison.clone());
-        extra.push(poison);
-    }
-    let mut before: Vec<Vec<String>> = vec![Vec::new(); groups.len() + 1];
-    let head = groups.len() * 9 / 10;
-    for body in extra {
-        before[rng.below(head + 1)].push(body);
-    }
-    for (group, extra) in groups.iter().zip(&mut before) {
-        plan.deliveries.append(extra);
-        plan.deliveries.extend(group.iter().map(|s| s.body.clone()));
-    }
-    plan.deliveries.extend(before.into_iter().flatten());
-    for i in (1..late.len()).rev() {
-        late.swap(i, rng.below(i + 1));
-    }
-    for s in late {
-        plan.deliveries.push(s.body.clone());
-        plan.sent.push(s);
-    }
-    plan
+    planner.races(&shares, &mut groups);
+    planner.overdrafts(&shares, &mut groups);
+    planner.credits(&shares, &mut groups);
+    planner.shuffle(&mut groups);
+    let late = planner.reused(&shares, &groups);
+    planner.order(groups, late)
 }
 
 /// Message bodies of an SQS sample event file (`events/*.json`).
-pub fn bodies_of_event_file(json: &str) -> Result<Vec<String>, String> {
-    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+pub fn bodies_of_event_file(json: &str) -> Result<Vec<String>> {
+    let value: serde_json::Value = serde_json::from_str(json).context("event file")?;
     let records = value["Records"].as_array().ok_or("no Records")?;
     Ok(records.iter().filter_map(|r| r["body"].as_str().map(str::to_owned)).collect())
 }
@@ -429,24 +489,18 @@ pub fn batches(bodies: &[String]) -> Vec<&[String]> {
 }
 
 /// Sends bodies in batches; each gets a new message id, as a producer's retry does.
-pub async fn send(sqs: &aws_sdk_sqs::Client, queue_url: &str, bodies: &[String]) -> Result<usize, String> {
+pub async fn send(sqs: &aws_sdk_sqs::Client, queue_url: &str, bodies: &[String]) -> Result<usize> {
     use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
     for chunk in batches(bodies) {
         let entries = chunk
             .iter()
             .enumerate()
             .map(|(i, b)| SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body(b).build())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
-        let out = sqs
-            .send_message_batch()
-            .queue_url(queue_url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(|e| format!("send: {}", e.into_service_error()))?;
+            .collect::<Result<Vec<_>, _>>()?;
+        let out =
+            sqs.send_message_batch().queue_url(queue_url).set_entries(Some(entries)).send().await.context("send")?;
         if !out.failed().is_empty() {
-            return Err(format!("send: {} messages refused", out.failed().len()));
+            return Err(format!("send: {} messages refused", out.failed().len()).into());
         }
     }
     Ok(bodies.len())

@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{Ledger, PaymentEvent};
-use local::audit::audit;
+use local::invariants::audit;
 use local::resources::{self, Clients};
 use local::workload::{Kind, Plan, Sent};
 
@@ -21,7 +21,7 @@ fn sent(id: &str, account: &str, amount: i64, kind: Kind) -> Sent {
     Sent { body: serde_json::to_string(&event).unwrap(), event, kind, reuses: false }
 }
 
-fn holds(audit: &local::audit::Audit, name_starts: &str) -> bool {
+fn holds(audit: &local::invariants::Audit, name_starts: &str) -> bool {
     audit.checks.iter().find(|c| c.name.starts_with(name_starts)).unwrap_or_else(|| panic!("no check {name_starts}")).ok
 }
 
@@ -42,7 +42,7 @@ async fn what_the_tables_hold_decides_not_the_plan() {
     ledger.post(&overdraft.event).await.unwrap();
     let mut plan = Plan { sent: vec![credit.clone(), overdraft], ..Plan::default() };
 
-    let clean = audit(&clients, &r, &plan, &run, 0).await.unwrap();
+    let clean = audit(&pipeline(&clients, &r), &plan, &run, 0).await.unwrap();
     assert!(clean.ok(), "{}", clean.table());
     assert_eq!(clean.outcomes[&Kind::Overdraft].get("rejected: insufficient funds"), Some(&1), "read back");
 
@@ -62,10 +62,14 @@ async fn what_the_tables_hold_decides_not_the_plan() {
             .send()
     };
     entry(&b).await.unwrap();
-    let broken = audit(&clients, &r, &plan, &run, 0).await.unwrap();
+    let broken = audit(&pipeline(&clients, &r), &plan, &run, 0).await.unwrap();
     assert!(!holds(&broken, "nothing lost"), "{}", broken.table());
     assert!(!holds(&broken, "an event id takes effect once"), "{}", broken.table());
     assert!(!holds(&broken, "balances"), "{}", broken.table());
     assert!(holds(&broken, "key reuse"), "no reused ids in this plan");
     resources::down(&clients, &r).await.unwrap();
+}
+
+fn pipeline(clients: &Clients, r: &local::Resources) -> local::Pipeline {
+    local::Pipeline { clients: clients.clone(), resources: r.clone() }
 }

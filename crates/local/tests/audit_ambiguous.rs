@@ -10,7 +10,7 @@ use effectively_once::{Record, Status};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
 use effectively_once_effects::{EmailMessage, EmailSender, Ledger, PaymentEvent, Receipt, SesSender};
-use local::audit::{audit, Audit};
+use local::invariants::{audit, Audit};
 use local::resources::{self, Clients, Resources, RECEIPT_FROM};
 use local::workload::{Kind, Plan, Sent};
 
@@ -82,7 +82,7 @@ async fn no_email_sent_at_all_fails_the_receipt_invariant() {
         mark_row(&clients, &r, &s.event.event_id, "AMBIGUOUS").await;
     }
     // Even with faults enough to explain every row.
-    let found = audit(&clients, &r, &plan, &run, 5).await.unwrap();
+    let found = audit(&pipeline(&clients, &r), &plan, &run, 5).await.unwrap();
     resources::down(&clients, &r).await.ok();
     assert_eq!(found.emails, 0, "no email was sent");
     let receipts = found.checks.iter().find(|c| c.name.starts_with("one receipt per applied event")).unwrap();
@@ -116,14 +116,14 @@ async fn ambiguous_rows_need_their_marker_the_faults_to_explain_them_and_some_em
         record_marker(&clients, &r, &s.event.event_id, &Receipt::Ambiguous).await;
         mark_row(&clients, &r, &s.event.event_id, "AMBIGUOUS").await;
     }
-    let explained = audit(&clients, &r, &plan, &run, 3).await.unwrap();
+    let explained = audit(&pipeline(&clients, &r), &plan, &run, 3).await.unwrap();
     assert_eq!(explained.emails, 1);
     assert!(
         explained.ok(),
         "three ambiguous rows, each with its marker, three faults to explain them:\n{}",
         explained.table()
     );
-    let unexplained = audit(&clients, &r, &plan, &run, 2).await.unwrap();
+    let unexplained = audit(&pipeline(&clients, &r), &plan, &run, 2).await.unwrap();
     assert!(!receipts_hold(&unexplained), "three ambiguous rows, faults for two:\n{}", unexplained.table());
 
     // A row flagged AMBIGUOUS whose marker says the email was sent: not the at-most-once path.
@@ -137,7 +137,7 @@ async fn ambiguous_rows_need_their_marker_the_faults_to_explain_them_and_some_em
         .await
         .unwrap();
     record_marker(&clients, &r, &last.event_id, &Receipt::Sent { message_id: "m-1".into() }).await;
-    let unbacked = audit(&clients, &r, &plan, &run, 3).await.unwrap();
+    let unbacked = audit(&pipeline(&clients, &r), &plan, &run, 3).await.unwrap();
     assert!(!receipts_hold(&unbacked), "an AMBIGUOUS row whose marker says Sent:\n{}", unbacked.table());
 
     // Every receipt ambiguous, each with its marker, faults for all: none sent still fails.
@@ -147,8 +147,12 @@ async fn ambiguous_rows_need_their_marker_the_faults_to_explain_them_and_some_em
         record_marker(&clients, &r, &s.event.event_id, &Receipt::Ambiguous).await;
         mark_row(&clients, &r, &s.event.event_id, "AMBIGUOUS").await;
     }
-    let none_sent = audit(&clients, &r, &quiet, &silent, 3).await.unwrap();
+    let none_sent = audit(&pipeline(&clients, &r), &quiet, &silent, 3).await.unwrap();
     resources::down(&clients, &r).await.ok();
     assert_eq!(none_sent.emails, 0);
     assert!(!receipts_hold(&none_sent), "3 receipts due, 0 emails:\n{}", none_sent.table());
+}
+
+fn pipeline(clients: &Clients, r: &local::Resources) -> local::Pipeline {
+    local::Pipeline { clients: clients.clone(), resources: r.clone() }
 }

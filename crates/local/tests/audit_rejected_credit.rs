@@ -9,7 +9,7 @@ use effectively_once::{Record, Status};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
 use effectively_once_effects::{Ledger, PaymentEvent, Posting, Rejection};
-use local::audit::audit;
+use local::invariants::audit;
 use local::resources::{self, Clients};
 use local::workload::{Kind, Plan, Sent};
 
@@ -49,7 +49,7 @@ async fn a_rejected_funding_credit_fails_an_invariant() {
         |event: PaymentEvent, kind| Sent { body: serde_json::to_string(&event).unwrap(), event, kind, reuses: false };
     let plan =
         Plan { sent: vec![sent(credit, Kind::FundingCredit), sent(debit, Kind::RacingDebit)], ..Plan::default() };
-    let found = audit(&clients, &r, &plan, &run, 0).await.unwrap();
+    let found = audit(&pipeline(&clients, &r), &plan, &run, 0).await.unwrap();
     resources::down(&clients, &r).await.ok();
     assert!(!found.ok(), "every invariant holds with the funding credit refused:\n{}", found.table());
     let kinds = found.checks.iter().find(|c| c.name.starts_with("each kind ends as the contract allows")).unwrap();
@@ -58,4 +58,8 @@ async fn a_rejected_funding_credit_fails_an_invariant() {
         "a funding credit refused for insufficient funds is no fate the contract gives:\n{}",
         found.table()
     );
+}
+
+fn pipeline(clients: &Clients, r: &local::Resources) -> local::Pipeline {
+    local::Pipeline { clients: clients.clone(), resources: r.clone() }
 }

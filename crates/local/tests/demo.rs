@@ -2,16 +2,16 @@
 //! from the tables.
 
 use effectively_once_dynamodb::testing::unique_name;
-use local::resources::{self, Clients};
 use local::workload::{Kind, Workload};
+use local::{Clients, Pipeline};
 
 #[tokio::test]
 async fn the_demo_holds_every_invariant() {
     let clients = Clients::local().await;
-    let r = resources::up(&clients, &unique_name("demo")).await.unwrap();
+    let pipeline = Pipeline::up(clients, &unique_name("demo")).await.unwrap();
     let mut w = Workload::new(60);
     w.poison = 2;
-    let summary = local::demo::run(&clients, &r, &w, 2).await.unwrap();
+    let summary = local::demo::run(&pipeline, &w, 2).await.unwrap();
     assert!(summary.ok(), "{}", summary.table());
     assert_eq!(summary.events, 60);
     assert!(summary.deliveries >= summary.sent, "every message was delivered");
@@ -25,5 +25,5 @@ async fn the_demo_holds_every_invariant() {
     assert_eq!(outcomes[&Kind::RefusedAddress].get("applied"), Some(&1));
     assert_eq!(summary.audit.rows.get("FAILED"), Some(&1), "the refused address's row failed, not sent");
     assert_eq!(outcomes[&Kind::Overdraft].get("rejected: insufficient funds"), Some(&1));
-    resources::down(&clients, &r).await.unwrap();
+    pipeline.down().await.unwrap();
 }

@@ -11,11 +11,11 @@ use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{Ledger, PaymentEvent};
 use effectively_once_lambda::{sqs, streams, RecordError, RecordResult};
-use local::demo::{payments, relay, sent_emails};
-use local::esm::{self, SqsMapping, StreamMapping};
-use local::invoke::InProcess;
+use local::esm::{self, Emulator, SqsMapping, StreamMapping};
+use local::invariants::sent_emails;
+use local::invoke::{InProcess, SqsFunction, StreamFunction};
 use local::resources::{self, Clients, Resources};
-use local::workload;
+use local::{workload, Pipeline};
 
 async fn setup() -> (Clients, Resources) {
     let clients = Clients::local().await;
@@ -35,6 +35,18 @@ fn fast(queue_url: &str) -> SqsMapping {
     let mut mapping = SqsMapping::new(queue_url);
     mapping.visibility_timeout = 1;
     mapping
+}
+
+fn pipeline(clients: &Clients, r: &Resources) -> Pipeline {
+    Pipeline { clients: clients.clone(), resources: r.clone() }
+}
+
+/// The emulator on `r`, one poller, failed messages back after a second, no on-failure queue.
+fn emulator<P: SqsFunction, R: StreamFunction>(r: &Resources, payments: P, relay: R) -> Emulator<P, R> {
+    let mut esm = Emulator::new(r, payments, relay);
+    esm.sqs = fast(&r.queue_url);
+    esm.stream = StreamMapping::new(&r.outbox_table, None);
+    esm
 }
 
 /// The real payments handler, which first fails every message whose body contains `needle`
@@ -92,12 +104,10 @@ async fn a_failed_message_is_redelivered_and_applied_once() {
     let (clients, r) = setup().await;
     let bodies = vec![payment("pay-a", "acct-r", 100), payment("pay-b", "acct-r", 200)];
     workload::send(&clients.sqs, &r.queue_url, &bodies).await.unwrap();
-    let inner = payments(&clients, &r);
+    let inner = pipeline(&clients, &r).payments();
     let handler = InProcess::new(Flaky::new(inner.handler().clone(), "pay-b", true), "t");
-    let relay = relay(&clients, &r);
-    let mut stream = StreamMapping::new(&r.outbox_table, None);
-    let p =
-        esm::run_until_drained(&clients, &fast(&r.queue_url), &mut stream, &handler, &relay, 1, |_| {}).await.unwrap();
+    let relay = pipeline(&clients, &r).relay();
+    let p = emulator(&r, &handler, &relay).run_until_drained(&clients, |_| {}).await.unwrap();
     assert_eq!((p.deliveries, p.failed), (3, 1), "pay-b delivered twice");
     assert_eq!(handler.handler().deliveries("pay-b"), 2);
     let balance = ledger(&clients, &r).balance("acct-r").await.unwrap().unwrap();
@@ -111,10 +121,8 @@ async fn poison_reaches_the_dlq_after_the_maximum_receive_count() {
     let (clients, r) = setup().await;
     let poison = r#"{"event_id": "pay-poison", "amount_cents": 0}"#.to_owned();
     workload::send(&clients.sqs, &r.queue_url, &[poison.clone(), payment("pay-ok", "acct-p", 5)]).await.unwrap();
-    let (handler, relay) = (payments(&clients, &r), relay(&clients, &r));
-    let mut stream = StreamMapping::new(&r.outbox_table, None);
-    let p =
-        esm::run_until_drained(&clients, &fast(&r.queue_url), &mut stream, &handler, &relay, 1, |_| {}).await.unwrap();
+    let (handler, relay) = (pipeline(&clients, &r).payments(), pipeline(&clients, &r).relay());
+    let p = emulator(&r, &handler, &relay).run_until_drained(&clients, |_| {}).await.unwrap();
     assert_eq!(p.failed, r.max_receive_count as usize, "received {} times, then moved", r.max_receive_count);
     assert_eq!(esm::peek_bodies(&clients, &r.dlq_url).await.unwrap(), vec![poison]);
     assert_eq!(esm::queue_depth(&clients, &r.queue_url).await.unwrap(), 0);
@@ -136,7 +144,7 @@ async fn a_relay_failure_holds_the_stream_checkpoint_until_it_succeeds() {
         e.receipt_email = Some(to.clone());
         ledger.post(&e).await.unwrap();
     }
-    let inner = relay(&clients, &r);
+    let inner = pipeline(&clients, &r).relay();
     let relay = InProcess::new(Flaky::new(inner.handler().clone(), &recipients[1], true), "t");
     let mut stream = StreamMapping::new(&r.outbox_table, None);
     let first = esm::poll_stream(&clients, &mut stream, &relay).await.unwrap();
@@ -159,18 +167,18 @@ async fn a_redrive_after_the_fix_applies_what_failed_and_nothing_twice() {
     let (clients, r) = setup().await;
     let (good, victim) = (payment("pay-good", "acct-d", 100), payment("pay-victim", "acct-d", 40));
     workload::send(&clients.sqs, &r.queue_url, &[good.clone(), victim.clone()]).await.unwrap();
-    let inner = payments(&clients, &r);
+    let inner = pipeline(&clients, &r).payments();
     // A bug rejects pay-victim until the fix: it ends in the DLQ.
     let handler = InProcess::new(Flaky::new(inner.handler().clone(), "pay-victim", false), "t");
-    let relay = relay(&clients, &r);
-    let mut stream = StreamMapping::new(&r.outbox_table, None);
-    esm::run_until_drained(&clients, &fast(&r.queue_url), &mut stream, &handler, &relay, 1, |_| {}).await.unwrap();
+    let relay = pipeline(&clients, &r).relay();
+    let mut consumers = emulator(&r, &handler, &relay);
+    consumers.run_until_drained(&clients, |_| {}).await.unwrap();
     assert_eq!(esm::peek_bodies(&clients, &r.dlq_url).await.unwrap(), vec![victim.clone()]);
     // An operator also drops an already-applied message into the DLQ by mistake.
     workload::send(&clients.sqs, &r.dlq_url, &[good]).await.unwrap();
     handler.handler().broken.store(false, Ordering::SeqCst);
     assert_eq!(esm::redrive(&clients, &r.dlq_url, &r.queue_url).await.unwrap(), 2);
-    esm::run_until_drained(&clients, &fast(&r.queue_url), &mut stream, &handler, &relay, 1, |_| {}).await.unwrap();
+    consumers.run_until_drained(&clients, |_| {}).await.unwrap();
     let balance = ledger(&clients, &r).balance("acct-d").await.unwrap().unwrap();
     assert_eq!(
         (balance.balance_cents, balance.entry_count),
@@ -211,7 +219,7 @@ async fn a_receipt_row_with_attributes_of_every_type_is_relayed() {
             self.0.handle(record, deadline).await
         }
     }
-    let relay = InProcess::new(Images(relay(&clients, &r).handler().clone(), Mutex::default()), "t");
+    let relay = InProcess::new(Images(pipeline(&clients, &r).relay().handler().clone(), Mutex::default()), "t");
     let mut stream = StreamMapping::new(&r.outbox_table, None);
     let first = esm::poll_stream(&clients, &mut stream, &relay).await.unwrap();
     assert_eq!((first.delivered, first.failed_batches), (1, 0));

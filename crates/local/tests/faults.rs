@@ -9,7 +9,7 @@ use effectively_once_dynamodb::testing::{endpoint, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::email_key;
 use effectively_once_effects::{send_once, EmailMessage, Ledger, PaymentEvent, Policy, Posting, Receipt, SesSender};
-use local::demo::sent_emails;
+use local::invariants::sent_emails;
 use local::proxy::{Fault, Proxy, ScriptedFaults};
 use local::resources::{self, Clients};
 

@@ -80,7 +80,7 @@ async fn remaining(clients: &Clients, url: &str) -> Vec<(String, u32)> {
     out
 }
 
-type SqsAnswer = fn(&SqsEvent) -> Result<SqsBatchResponse, String>;
+type SqsAnswer = fn(&SqsEvent) -> local::Result<SqsBatchResponse>;
 
 /// A function that answers every batch with `answer`, and counts what it was handed.
 struct SqsScript {
@@ -99,7 +99,7 @@ impl SqsScript {
 }
 
 impl SqsFunction for SqsScript {
-    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, String> {
+    async fn invoke(&self, event: SqsEvent) -> local::Result<SqsBatchResponse> {
         self.seen.lock().unwrap().extend(event.records.iter().map(|m| m.body.clone().unwrap_or_default()));
         (self.answer)(&event)
     }
@@ -376,7 +376,7 @@ async fn insert(clients: &Clients, r: &Resources, keys: &[&str]) {
     }
 }
 
-type StreamAnswer = Box<dyn Fn(usize, &[(String, String)]) -> Result<DynamoDbEventResponse, String> + Send + Sync>;
+type StreamAnswer = Box<dyn Fn(usize, &[(String, String)]) -> local::Result<DynamoDbEventResponse> + Send + Sync>;
 
 /// A stream function answering call `n` (from 0) on a batch of (key, sequence number) pairs.
 struct StreamScript {
@@ -386,7 +386,7 @@ struct StreamScript {
 
 impl StreamScript {
     fn new(
-        answer: impl Fn(usize, &[(String, String)]) -> Result<DynamoDbEventResponse, String> + Send + Sync + 'static,
+        answer: impl Fn(usize, &[(String, String)]) -> local::Result<DynamoDbEventResponse> + Send + Sync + 'static,
     ) -> Self {
         StreamScript { answer: Box::new(answer), calls: Mutex::default() }
     }
@@ -397,7 +397,7 @@ impl StreamScript {
 }
 
 impl StreamFunction for StreamScript {
-    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, String> {
+    async fn invoke(&self, event: Event) -> local::Result<DynamoDbEventResponse> {
         let batch: Vec<(String, String)> = event
             .records
             .iter()

@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::config::{Credentials, Region};
 use effectively_once_dynamodb::testing::{endpoint, unique_name};
 use effectively_once_effects::email::SendErrorKind;
 use effectively_once_effects::{EmailMessage, EmailSender, SesSender};
-use local::demo::sent_emails;
+use local::invariants::sent_emails;
 use local::proxy::{NoFaults, Proxy, RefuseRecipients};
 use local::resources::{self, Clients};
 use local::workload::REFUSED_PREFIX;

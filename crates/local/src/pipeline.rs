@@ -1,0 +1,81 @@
+//! The local pipeline as one value: the SDK clients and the resources they reach (tables,
+//! queues), and the functions and the emulator built on them.
+
+use std::time::Duration;
+
+use effectively_once::{Config, Idempotency};
+use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::{EmailSender, Ledger, Policy, SesSender};
+use payments_consumer::Payments;
+use receipts_relay::Receipts;
+
+use crate::error::Result;
+use crate::esm::Emulator;
+use crate::invoke::{InProcess, SqsFunction, StreamFunction};
+use crate::resources::{self, Clients, Resources, RECEIPT_FROM};
+
+/// One set of local resources and the clients that reach them.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    /// The local AWS's clients.
+    pub clients: Clients,
+    /// The tables' names and the queues' addresses.
+    pub resources: Resources,
+}
+
+impl Pipeline {
+    /// Creates the template's resources, named `prefix-...` when a prefix is given (those that
+    /// exist are kept).
+    pub async fn up(clients: Clients, prefix: &str) -> Result<Pipeline> {
+        let resources = resources::up(&clients, prefix).await?;
+        Ok(Pipeline { clients, resources })
+    }
+
+    /// Deletes the resources.
+    pub async fn down(&self) -> Result<()> {
+        resources::down(&self.clients, &self.resources).await
+    }
+
+    /// Empties the payments queue and its DLQ.
+    pub async fn purge_queues(&self) {
+        for url in [&self.resources.queue_url, &self.resources.dlq_url] {
+            self.clients.sqs.purge_queue().queue_url(url).send().await.ok();
+        }
+    }
+
+    /// The ledger on these tables (entries, balances, outbox rows), writing through `dynamodb`:
+    /// the local AWS's client, or one behind a fault proxy.
+    pub fn ledger(&self, dynamodb: &aws_sdk_dynamodb::Client) -> Ledger {
+        let store = DynamoDbStore::new(dynamodb.clone(), &self.resources.idempotency_table);
+        Ledger::new(store, &self.resources.ledger_table, Some(self.resources.outbox_table.clone()))
+    }
+
+    /// The relay's email markers, with leases of `lease`, through `dynamodb`.
+    pub fn markers(&self, dynamodb: &aws_sdk_dynamodb::Client, lease: Duration) -> Idempotency<DynamoDbStore> {
+        let store = DynamoDbStore::new(dynamodb.clone(), &self.resources.idempotency_table);
+        Idempotency::new(store, Config::default().lease(lease))
+    }
+
+    /// The in-process payments function.
+    pub fn payments(&self) -> InProcess<Payments> {
+        InProcess::new(Payments::new(self.ledger(&self.clients.dynamodb)), payments_consumer::FUNCTION)
+    }
+
+    /// The in-process receipts relay, at most once, sending through the local SES.
+    pub fn relay(&self) -> InProcess<Receipts<SesSender>> {
+        self.relay_with(SesSender::new(self.clients.ses.clone(), RECEIPT_FROM), Policy::default())
+    }
+
+    /// The in-process receipts relay, sending with `sender` under `policy`, with 60 s marker
+    /// leases.
+    pub fn relay_with<E: EmailSender>(&self, sender: E, policy: Policy) -> InProcess<Receipts<E>> {
+        let markers = self.markers(&self.clients.dynamodb, Duration::from_secs(60));
+        let relay = Receipts::new(markers, sender, &self.resources.outbox_table, policy);
+        InProcess::new(relay, receipts_relay::FUNCTION)
+    }
+
+    /// The emulator's two mappings on these resources, invoking `payments` and `relay`.
+    pub fn emulator<P: SqsFunction, R: StreamFunction>(&self, payments: P, relay: R) -> Emulator<P, R> {
+        Emulator::new(&self.resources, payments, relay)
+    }
+}
