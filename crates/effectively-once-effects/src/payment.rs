@@ -80,11 +80,11 @@ impl PaymentEvent {
     pub fn parse(body: &str) -> Result<PaymentEvent, InvalidPayment> {
         let value: Value = serde_json::from_str(body)
             .map_err(|e| InvalidPayment { field: None, problem: format!("body is not JSON ({e})") })?;
-        Self::from_value(&value)
+        Self::from_parsed(&value, body)
     }
 
-    /// Validates an already parsed body.
-    pub fn from_value(value: &Value) -> Result<PaymentEvent, InvalidPayment> {
+    /// Validates a parsed body; `body` is its text, for numbers a double cannot judge.
+    fn from_parsed(value: &Value, body: &str) -> Result<PaymentEvent, InvalidPayment> {
         let Value::Object(map) = value else {
             return Err(InvalidPayment { field: None, problem: "body is not a JSON object".into() });
         };
@@ -107,9 +107,13 @@ impl PaymentEvent {
         let account_id = id("account_id")?;
         let amount_cents = match map.get("amount_cents") {
             None | Some(Value::Null) => return Err(invalid("amount_cents", "is required")),
-            Some(Value::Number(n)) => {
-                integral(n).ok_or_else(|| invalid("amount_cents", format!("must be an integer, is {n}")))?
-            }
+            Some(Value::Number(n)) => match n.as_i64() {
+                Some(cents) => cents,
+                None => amount_text(body)
+                    .as_deref()
+                    .and_then(integral)
+                    .ok_or_else(|| invalid("amount_cents", format!("must be an integer, is {n}")))?,
+            },
             Some(_) => return Err(invalid("amount_cents", "must be an integer")),
         };
         if amount_cents == 0 {
@@ -132,11 +136,67 @@ impl PaymentEvent {
     }
 }
 
-/// A number with an integral value: `1250`, and `1250.0` or `1.25e3` as a producer that
-/// re-serialises numbers sends it (JSON has one number type; RFC 8785, which the payload hash
-/// follows, writes all three as `1250`). The range is checked after.
-fn integral(n: &serde_json::Number) -> Option<i64> {
-    n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < i64::MAX as f64).map(|f| f as i64))
+/// The text of `amount_cents` as the producer wrote it: a double cannot tell `1250.0000000000001`
+/// from `1250`, the text can. `None` when the body names the field twice (a map keeps the last
+/// copy; which one the producer meant is not ours to guess).
+fn amount_text(body: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Amount<'a> {
+        #[serde(borrow)]
+        amount_cents: &'a serde_json::value::RawValue,
+    }
+    serde_json::from_str::<Amount>(body).ok().map(|a| a.amount_cents.get().to_owned())
+}
+
+/// The integer a JSON number's text stands for, exactly: `1250`, and `1250.0`, `1.25e3` or
+/// `125000e-2` as a producer that re-serialises numbers writes it (JSON has one number type;
+/// RFC 8785, which the payload hash follows, writes all of them as `1250`). `None` for anything
+/// with a non-zero fraction, however small. Values past 10^13 come back as `i64::MAX`, so the
+/// range check after names the range. By hand: exact decimal arithmetic on at most a few dozen
+/// digits needs no big-number crate.
+fn integral(text: &str) -> Option<i64> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.strip_prefix('+').unwrap_or(e).parse::<i64>().ok()?),
+        None => (unsigned, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{whole}{fraction}");
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = digits.trim_start_matches('0');
+    // The value is digits × 10^scale.
+    let scale = exponent.checked_sub(fraction.len() as i64)?;
+    let integer = if digits.is_empty() {
+        0
+    } else if scale >= 0 {
+        if digits.len() as i64 + scale > 13 {
+            i64::MAX
+        } else {
+            digits.parse::<i64>().ok()? * 10_i64.pow(scale as u32)
+        }
+    } else {
+        let cut = digits.len().checked_sub(scale.unsigned_abs() as usize);
+        let (kept, dropped) = match cut {
+            Some(cut) => digits.split_at(cut),
+            None => ("", digits),
+        };
+        if dropped.bytes().any(|b| b != b'0') {
+            return None;
+        }
+        if kept.len() > 13 {
+            i64::MAX
+        } else if kept.is_empty() {
+            0
+        } else {
+            kept.parse::<i64>().ok()?
+        }
+    };
+    Some(if negative { -integer } else { integer })
 }
 
 /// A plausible address: one `@`, a local part, a dotted domain, no spaces, at most 254 bytes.

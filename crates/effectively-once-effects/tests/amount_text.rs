@@ -1,7 +1,6 @@
-//! Review of issue 12 (amounts written as floats): `amount_cents` is an integer by contract, and
-//! "anything else malformed is a permanent error for that message alone". Since `1250.0` became
-//! acceptable, the check is done on the parsed `f64`, so a decimal that is *not* an integer but
-//! rounds to one in a double passes and is posted rounded.
+//! `amount_cents` is an integer by contract; a number written as a float is judged on its text, so
+//! a decimal that is not an integer but rounds to one in a double is refused, not posted rounded
+//! (review of issue 12).
 
 use effectively_once_effects::PaymentEvent;
 
@@ -12,7 +11,6 @@ fn parse(amount: &str) -> Result<i64, String> {
 
 /// Each of these is a non-integer number of cents: none may be posted.
 #[test]
-#[ignore = "finding: amount_cents that is not an integer (1250.0000000000001, 999999999999.99999999) is accepted, rounded by f64"]
 fn a_non_integral_amount_is_refused_however_close_to_an_integer() {
     let accepted: Vec<(&str, i64)> = [
         "1250.0000000000001",
@@ -39,4 +37,17 @@ fn integral_amounts_however_written_and_clear_fractions() {
     assert_eq!(parse("1e12"), Ok(1_000_000_000_000));
     assert_eq!(parse("-1e12"), Ok(-1_000_000_000_000));
     assert!(parse("1.0000000000001e12").is_err(), "1e12 + 0.1 is over the maximum");
+}
+
+/// Exponents far out of range, zero written oddly, and a body that names the amount twice.
+#[test]
+fn odd_texts_are_refused_or_exact() {
+    assert_eq!(parse("0.5e1"), Ok(5));
+    assert_eq!(parse("12.50e2"), Ok(1250));
+    for amount in ["-0e0", "0.000e10", "1e99999999999999999999", "1e-99999999999999999999", "1e-9223372036854775808"] {
+        assert!(parse(amount).is_err(), "{amount}");
+    }
+    let twice =
+        r#"{"event_id": "e", "account_id": "a", "amount_cents": 1.5, "amount_cents": 1250.0, "currency": "USD"}"#;
+    assert!(PaymentEvent::parse(twice).is_err(), "which amount was meant is not ours to guess");
 }
