@@ -26,7 +26,8 @@ pub enum HashVersion {
     /// keys sorted by byte; numbers as serde_json writes them, so `1` and `1.0` differ.
     V1,
     /// `v2:`: SHA-256 of the RFC 8785 form (numbers as ECMAScript writes doubles, keys sorted by
-    /// UTF-16 code unit).
+    /// UTF-16 code unit), with one departure: an integer a double cannot hold exactly (beyond
+    /// ±2^53) keeps its exact digits, so two ids that differ there stay two payloads.
     V2,
 }
 
@@ -57,7 +58,14 @@ pub struct PayloadHash {
 
 impl PayloadHash {
     pub(crate) fn of(selected: Value) -> Result<PayloadHash, Error> {
-        let canonical = serde_json_canonicalizer::to_vec(&selected)
+        let exact;
+        let hashed = if has_big_integer(&selected) {
+            exact = with_exact_big_integers(&selected);
+            &exact
+        } else {
+            &selected
+        };
+        let canonical = serde_json_canonicalizer::to_vec(hashed)
             .map_err(|e| Error::new(ErrorKind::Serialization, "payload has no canonical JSON form").with_source(e))?;
         let current = format!("{PAYLOAD_HASH_VERSION}:{}", hex_sha256(&canonical));
         Ok(PayloadHash { current, selected, v1: OnceLock::new() })
@@ -105,6 +113,37 @@ impl From<PayloadHash> for String {
 impl From<&PayloadHash> for String {
     fn from(hash: &PayloadHash) -> String {
         hash.current.clone()
+    }
+}
+
+/// 2^53: past it a double skips integers, and RFC 8785 would write two of them the same.
+const EXACT_IN_A_DOUBLE: u64 = 1 << 53;
+
+fn big_integer(n: &serde_json::Number) -> bool {
+    n.as_u64()
+        .map(|u| u > EXACT_IN_A_DOUBLE)
+        .or_else(|| n.as_i64().map(|i| i.unsigned_abs() > EXACT_IN_A_DOUBLE))
+        .unwrap_or(false)
+}
+
+fn has_big_integer(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => big_integer(n),
+        Value::Array(items) => items.iter().any(has_big_integer),
+        Value::Object(map) => map.values().any(has_big_integer),
+        _ => false,
+    }
+}
+
+/// The payload with each integer beyond ±2^53 written as a tagged string of its exact digits
+/// (`"\u0000int:9007199254740993"`). A real string could be equal to it only by starting with a
+/// NUL character and that tag.
+fn with_exact_big_integers(value: &Value) -> Value {
+    match value {
+        Value::Number(n) if big_integer(n) => Value::String(format!("\u{0}int:{n}")),
+        Value::Array(items) => Value::Array(items.iter().map(with_exact_big_integers).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), with_exact_big_integers(v))).collect()),
+        other => other.clone(),
     }
 }
 

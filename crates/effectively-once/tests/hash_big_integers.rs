@@ -1,12 +1,7 @@
-//! Review of issue 12 (payload hash v2, RFC 8785): RFC 8785 writes every number as an IEEE
-//! double, so two payloads whose integers differ beyond 2^53 canonicalise, and hash, the same.
-//! Version 1 told them apart. A Rust payload with a `u64`/`i64` field (an order id, a nanosecond
-//! timestamp, millisatoshis) sent again under the same key with another value is then answered
-//! as a duplicate: the handler does not run, and the second effect is silently dropped instead
-//! of the `KeyReused` the contract promises ("same key with a different payload is an error, not
-//! a duplicate"). `Config::payload_hash`'s doc mentions it ("send such ids as strings"), but
-//! nothing refuses or flags such a payload at run time, and a struct's field type is not a
-//! producer's choice.
+//! RFC 8785 writes every number as an IEEE double, so two payloads whose integers differ beyond
+//! 2^53 would canonicalise the same. A `u64` field (an order id, a nanosecond timestamp) sent
+//! again under the same key with another value must be key reuse, not a duplicate whose second
+//! effect is dropped: the v2 hash keeps such integers' exact digits (review of issue 12).
 
 use effectively_once::{Config, ErrorKind, Idempotency, InMemoryStore, Key, Outcome, RunError};
 use serde::Serialize;
@@ -17,7 +12,6 @@ struct Transfer {
 }
 
 #[tokio::test]
-#[ignore = "finding: payloads differing only in integers beyond 2^53 hash the same (v2/RFC 8785), a different payload replays"]
 async fn integers_beyond_2_pow_53_are_different_payloads() {
     let idem = Idempotency::new(InMemoryStore::new(), Config::default());
     let key = Key::new("transfers", "t_1").unwrap();
@@ -34,7 +28,6 @@ async fn integers_beyond_2_pow_53_are_different_payloads() {
 
 /// The same through the hash alone (and what version 1 did with it).
 #[test]
-#[ignore = "finding: payloads differing only in integers beyond 2^53 hash the same (v2/RFC 8785)"]
 fn the_hashes_of_two_large_integers_differ() {
     let c = Config::default();
     let a = c.payload_hash(&serde_json::json!({"ns": 1_732_960_000_000_000_001_u64})).unwrap();
@@ -65,4 +58,21 @@ fn odd_numbers_hash_without_panicking() {
     assert_eq!(hash("-0.0").as_str(), hash("0").as_str());
     assert_ne!(hash("9007199254740991").as_str(), hash("9007199254740990").as_str());
     assert_ne!(hash("0.1").as_str(), hash("0.10000000000000002").as_str());
+}
+
+/// A big integer sent again in a re-serialised body (keys reordered, small numbers as floats) is
+/// still the same payload; a double past 2^53 written as a float stays RFC 8785's double.
+#[test]
+fn a_big_integer_in_a_re_serialised_body_is_the_same_payload() {
+    let c = Config::default();
+    let hash = |text: &str| c.payload_hash(&serde_json::from_str::<serde_json::Value>(text).unwrap()).unwrap();
+    let first = hash(r#"{"id": 9007199254740993, "n": [1, {"x": -9007199254740995}], "amount": 1250}"#);
+    let again = hash(r#"{"amount": 1250.0, "n": [1e0, {"x": -9007199254740995}], "id": 9007199254740993}"#);
+    assert_eq!(first.as_str(), again.as_str());
+    assert!(first.matches(again.as_str()));
+    assert_ne!(
+        first.as_str(),
+        hash(r#"{"id": 9007199254740993, "n": [1, {"x": -9007199254740994}], "amount": 1250}"#).as_str()
+    );
+    assert_eq!(hash("9007199254740993.0").as_str(), hash("9007199254740992").as_str(), "a float is a double");
 }
