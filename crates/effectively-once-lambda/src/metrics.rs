@@ -347,8 +347,8 @@ impl Metrics {
             Some("the name is the driver's")
         } else if name.is_empty() || name.chars().count() > 255 || name.chars().any(char::is_control) {
             Some("EMF names are 1 to 255 printable characters")
-        } else if !value.is_finite() {
-            Some("the value is not a finite number")
+        } else if !cloudwatch_takes(value) {
+            Some("CloudWatch takes 0 and magnitudes from 2^-360 to 2^360 only")
         } else {
             None
         };
@@ -356,6 +356,10 @@ impl Metrics {
         let refused = refused.or_else(|| {
             (!added.contains_key(name) && added.len() + DRIVER_METRICS.len() >= MAX_METRICS)
                 .then_some("EMF takes at most 100 metrics a line")
+        });
+        let refused = refused.or_else(|| {
+            let sum = added.get(name).map_or(value, |(sum, _)| sum + value);
+            (!cloudwatch_takes(sum)).then_some("the sum would leave the range CloudWatch takes")
         });
         if let Some(why) = refused {
             drop(added);
@@ -412,6 +416,13 @@ pub(crate) fn invocation_span(emf: &Emf, context: &lambda_runtime::Context) -> (
         span.record("function_version", version);
     }
     (cold_start, span)
+}
+
+/// Whether CloudWatch takes `value` as a metric value: 0, or a magnitude from 2^-360 to 2^360.
+/// One value outside that makes the whole EMF line unreadable, the driver's counts with it.
+fn cloudwatch_takes(value: f64) -> bool {
+    let limit = 2f64.powi(360);
+    value == 0.0 || (value.is_finite() && value.abs() <= limit && value.abs() >= limit.recip())
 }
 
 #[cfg(test)]
