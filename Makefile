@@ -17,7 +17,8 @@ STACK ?= effectively-once
 ARCH ?= x86_64
 
 # `make deploy` and `make deploy-function` talk to the real AWS: they drop the local endpoint and
-# dummy credentials this Makefile set above (variables the caller set stay).
+# dummy credentials this Makefile set above (variables the caller set stay, and infra/lambda.sh
+# refuses a loopback/localhost endpoint or the `test` keys unless DEPLOY_ALLOW_LOCAL=1).
 REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
@@ -33,7 +34,8 @@ test: lint lint-infra local-aws-up
 chaos: local-aws-up
 	cargo run -q -p local -- chaos $(CHAOS_ARGS)
 
-## bench: payments-consumer against the Powertools pattern, same workload and local AWS;
+## bench: payments-consumer against the Powertools pattern, same workload and local AWS (its
+##        bootstrap runs here only: built without the glibc floor check);
 ##        table on stdout and in $CARGO_TARGET_DIR (or target)/bench/report.md, chart in .../chart.svg
 ##        (BENCH_ARGS="--rounds 7 --events 2000"; BENCH_AWS_ENDPOINT=URL to use a running local AWS)
 bench:

@@ -7,9 +7,10 @@
 #    whether or not a local AWS, this checkout's or another's, is already running) and serves it
 #    for the bench alone;
 # 2. creates or updates .tools/bench-venv from bench/peer/requirements.txt (Powertools, boto3);
-# 3. builds the release bootstrap of payments-consumer (infra/lambda.sh build, x86_64 here, with
-#    the glibc floor check) only if it is missing, older than its sources or of another
-#    architecture (a cold build takes several minutes);
+# 3. builds the release bootstrap of payments-consumer (infra/lambda.sh build --local, for this
+#    machine's architecture, without the glibc floor check: it runs here, not on Lambda) only if it
+#    is missing, older than its sources or of another architecture (a cold build takes several
+#    minutes);
 # 4. runs the in-process criterion benchmark (crates/effectively-once/benches/overhead.rs);
 # 5. runs bench/harness.py: both functions under the same Lambda Runtime API, the same workload
 #    and the same local AWS; the table is printed and written to $TARGET/bench/report.md, the
@@ -93,7 +94,7 @@ elf_arch() {
 if [[ ! -x "$BOOTSTRAP" ]] || [[ "$(elf_arch "$BOOTSTRAP")" != "$(uname -m)" ]] ||
   [[ -n "$(find "${SOURCES[@]}" -type f -newer "$BOOTSTRAP" -print -quit 2>/dev/null)" ]]; then
   log "building payments-consumer (release; several minutes when cold)"
-  ARCH="$(uname -m | sed 's/aarch64/arm64/')" infra/lambda.sh build payments-consumer
+  ARCH="$(uname -m | sed 's/aarch64/arm64/')" infra/lambda.sh build --local payments-consumer
   touch "$BOOTSTRAP" # built from the sources as they are now
 else
   log "payments-consumer bootstrap is up to date"
