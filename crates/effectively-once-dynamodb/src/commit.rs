@@ -17,11 +17,11 @@ use crate::item::{attr, from_item, to_item};
 use crate::store::{DynamoDbStore, CLAIM_CONDITION};
 
 /// DynamoDB's limit on actions in one transaction.
-pub const MAX_TRANSACTION_ITEMS: usize = 100;
+pub(crate) const MAX_TRANSACTION_ITEMS: usize = 100;
 /// DynamoDB's limit on the aggregate size of one transaction.
-pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
 /// DynamoDB's limit on one item.
-pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+pub(crate) const MAX_ITEM_BYTES: usize = 400 * 1024;
 
 /// Attributes a carried record adds to its carrier item. Kept short: write units are billed
 /// per kilobyte of item.
@@ -470,7 +470,7 @@ fn check_limits(actions: &[TransactWriteItem]) -> Result<(), StoreError> {
 /// The size DynamoDB counts for an action's item: for a put, its item; otherwise the key and
 /// the values it sends.
 fn action_size(action: &TransactWriteItem) -> usize {
-    let map_size = |m: &HashMap<String, AttributeValue>| m.iter().map(|(k, v)| k.len() + value_size(v)).sum::<usize>();
+    let map_size = item_size;
     let values = |v: Option<&HashMap<String, AttributeValue>>| v.map(|m| m.values().map(value_size).sum()).unwrap_or(0);
     if let Some(put) = action.put() {
         map_size(put.item())
@@ -486,7 +486,7 @@ fn action_size(action: &TransactWriteItem) -> usize {
 }
 
 /// Item size rules: strings by UTF-8 length, numbers about one byte per two digits plus one.
-pub fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
+fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
     item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
 }
 

@@ -12,7 +12,8 @@ use effectively_once::{StoreError, StoreErrorKind};
 /// it), so a fault that is not the message's own must never be reported permanent.
 ///
 /// Conditional-check failures are not errors to callers; the store turns them into outcomes
-/// before they get here.
+/// before they get here. The SDK's error is the [`StoreError`]'s source: the code and message
+/// DynamoDB answered show in its chain ([`ErrorChain`](effectively_once::ErrorChain)).
 pub fn classify<E>(operation: &str, err: SdkError<E, HttpResponse>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -26,16 +27,15 @@ where
         }
         _ => StoreErrorKind::Other,
     };
-    let detail = match &err {
-        SdkError::ServiceError(service) => format!(
-            "HTTP {} {}: {}",
-            service.raw().status().as_u16(),
-            service.err().code().unwrap_or("unknown"),
-            service.err().message().unwrap_or("")
-        ),
-        other => other.to_string(),
+    // The SDK's error is the source: the message names the operation (and the HTTP status,
+    // which no level of the SDK's chain shows), never what the chain says again.
+    let message = match &err {
+        SdkError::ServiceError(service) => {
+            format!("DynamoDB {operation} failed (HTTP {})", service.raw().status().as_u16())
+        }
+        _ => format!("DynamoDB {operation} failed"),
     };
-    StoreError::new(kind, format!("DynamoDB {operation} failed ({detail})")).with_source(err)
+    StoreError::new(kind, message).with_source(err)
 }
 
 /// The kind of an answer DynamoDB gave, from its error code first, then its HTTP status (a
@@ -118,6 +118,38 @@ mod tests {
         assert!(!kind(400, Some("SerializationException")).is_retryable());
         assert!(!kind(400, None).is_retryable());
         assert_eq!(kind(400, Some("ItemCollectionSizeLimitExceededException")), StoreErrorKind::TooLarge);
+    }
+
+    /// The store error names the operation and the status; the code and message are the SDK
+    /// error's, its source, and appear once in the chain.
+    #[test]
+    fn the_sdk_error_is_the_source_and_chains_once() {
+        let err = SdkError::service_error(
+            PutItemError::generic(ErrorMetadata::builder().code("ValidationException").message("refused").build()),
+            HttpResponse::new(400.try_into().unwrap(), "".into()),
+        );
+        let err = classify("PutItem", err);
+        assert_eq!(err.to_string(), "store Other: DynamoDB PutItem failed (HTTP 400)");
+        let chain = effectively_once::ErrorChain(&err).to_string();
+        for part in ["PutItem", "ValidationException", "refused", "HTTP 400", "service error"] {
+            assert!(chain.contains(part), "{chain}");
+        }
+        let messages: Vec<String> =
+            std::iter::successors(Some(&err as &(dyn std::error::Error + 'static)), |e| e.source())
+                .map(ToString::to_string)
+                .collect();
+        for (i, outer) in messages.iter().enumerate() {
+            for inner in &messages[i + 1..] {
+                assert!(!outer.contains(inner.as_str()), "{outer:?} repeats {inner:?}: {messages:?}");
+            }
+        }
+        let unreachable = SdkError::<PutItemError, HttpResponse>::timeout_error("no answer");
+        let err = classify("GetItem", unreachable);
+        assert_eq!(err.to_string(), "store Unavailable: DynamoDB GetItem failed");
+        assert_eq!(
+            effectively_once::ErrorChain(&err).to_string(),
+            "store Unavailable: DynamoDB GetItem failed: request has timed out: no answer"
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub mod attr {
 
 /// Encodes a record. Numbers are integers: TTL ignores anything else (TypeScript #2298 stored a
 /// float and records never expired).
-pub fn to_item(r: &Record) -> HashMap<String, AttributeValue> {
+pub(crate) fn to_item(r: &Record) -> HashMap<String, AttributeValue> {
     let mut item = HashMap::from([
         (attr::ID.to_owned(), AttributeValue::S(r.id.clone())),
         (attr::STATUS.to_owned(), AttributeValue::S(r.status.as_str().to_owned())),
@@ -41,7 +41,7 @@ pub fn to_item(r: &Record) -> HashMap<String, AttributeValue> {
 }
 
 /// Decodes a record item.
-pub fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
+pub(crate) fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
     let s = |name: &str| -> Result<String, StoreError> {
         match item.get(name) {
             Some(AttributeValue::S(v)) => Ok(v.clone()),

@@ -65,10 +65,8 @@ mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
-pub use crate::commit::{
-    carried, carried_from_item, item_size, Commit, Committed, Placement, Write, WriteUnits, NEVER_EXPIRES,
-};
+pub use crate::commit::{carried, carried_from_item, Commit, Committed, Placement, Write, WriteUnits, NEVER_EXPIRES};
 pub use crate::counter::RequestCounter;
 pub use crate::error::classify;
-pub use crate::item::{attr, from_item, to_item};
+pub use crate::item::attr;
 pub use crate::store::{create_table, wait_until_active, DynamoDbStore, TABLE_ACTIVE_WAIT};

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
 };
 use aws_sdk_dynamodb::Client;
-use effectively_once::{Claim, Completion, Record, Status, Store, StoreError, StoreErrorKind};
+use effectively_once::{Claim, Completion, ErrorChain, Record, Status, Store, StoreError, StoreErrorKind};
 
 use crate::error::classify;
 use crate::item::{attr, from_item, to_item};
@@ -111,7 +111,7 @@ impl Store for DynamoDbStore {
                 // Failing here would leave it believing it failed while its record blocks
                 // every retry until the lease ends (and a malformed item is permanent).
                 Err(e) => {
-                    tracing::warn!(id = %record.id, error = %e, "claimed over an unreadable item");
+                    tracing::warn!(id = %record.id, error = %ErrorChain(&e), "claimed over an unreadable item");
                     Ok(Claim::AcquiredOverUnreadable)
                 }
             },

@@ -1,5 +1,10 @@
 //! Errors a caller can classify without string matching: [`Error::is_retryable`] answers
 //! "retry or give up?", [`Error::kind`] says why.
+//!
+//! Every error here chains once, as the AWS SDK's do: a wrapper's `Display` is its own message,
+//! and its cause comes from `source()`, never both; an enum that only carries one of several
+//! errors ([`RunError`]) is transparent, its `Display` and `source()` the carried error's. A log
+//! line that should show the causes formats the chain: [`ErrorChain`].
 
 use std::fmt;
 
@@ -79,13 +84,10 @@ impl Error {
     }
 }
 
+/// Its own message only; the cause is [`source`](std::error::Error::source)'s.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)?;
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
+        f.write_str(&self.message)
     }
 }
 
@@ -132,11 +134,12 @@ impl<E> From<Error> for RunError<E> {
     }
 }
 
+/// Transparent: the carried error's message (and, through `source()`, its causes).
 impl<E: fmt::Display> fmt::Display for RunError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RunError::Idempotency(e) => write!(f, "idempotency: {e}"),
-            RunError::Handler(e) => write!(f, "handler: {e}"),
+            RunError::Idempotency(e) => e.fmt(f),
+            RunError::Handler(e) => e.fmt(f),
         }
     }
 }
@@ -144,8 +147,112 @@ impl<E: fmt::Display> fmt::Display for RunError<E> {
 impl<E: std::error::Error + 'static> std::error::Error for RunError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RunError::Idempotency(e) => Some(e),
-            RunError::Handler(e) => Some(e),
+            RunError::Idempotency(e) => e.source(),
+            RunError::Handler(e) => e.source(),
         }
+    }
+}
+
+/// An error and its causes (its [`source`](std::error::Error::source) chain), `: `-separated:
+/// what a log line or a failure reason shows, since no `Display` here repeats its cause.
+///
+/// A cause whose message is the one before it again is left out: the AWS SDK's operation
+/// errors print their variant and return it as their source too.
+///
+/// ```
+/// use effectively_once::{ErrorChain, StoreError, StoreErrorKind};
+///
+/// let cause = std::io::Error::other("connection reset");
+/// let err = StoreError::new(StoreErrorKind::Unavailable, "GetItem failed").with_source(cause);
+/// assert_eq!(ErrorChain(&err).to_string(), "store Unavailable: GetItem failed: connection reset");
+/// ```
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut previous = self.0.to_string();
+        f.write_str(&previous)?;
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            let message = cause.to_string();
+            if message != previous {
+                write!(f, ": {message}")?;
+            }
+            previous = message;
+            next = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The messages of `err` and of each of its causes, outermost first.
+    fn messages(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+        std::iter::successors(Some(err), |e| e.source()).map(ToString::to_string).collect()
+    }
+
+    /// Asserts that no message in `err`'s chain repeats another's: each level says its own part.
+    fn assert_chains_once(err: &(dyn std::error::Error + 'static)) {
+        let messages = messages(err);
+        for (i, outer) in messages.iter().enumerate() {
+            for inner in &messages[i + 1..] {
+                assert!(!outer.contains(inner.as_str()), "{outer:?} repeats its cause {inner:?}: {messages:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn each_message_appears_once_in_a_chain() {
+        let io = std::io::Error::other("connection reset by peer");
+        let store = StoreError::new(StoreErrorKind::Unavailable, "DynamoDB GetItem failed").with_source(io);
+        let err = Error::from(store);
+        assert_chains_once(&err);
+        let chain = ErrorChain(&err).to_string();
+        assert_eq!(
+            chain,
+            "idempotency store failed: store Unavailable: DynamoDB GetItem failed: connection reset by peer"
+        );
+        for part in ["idempotency store failed", "DynamoDB GetItem failed", "connection reset by peer"] {
+            assert_eq!(chain.matches(part).count(), 1, "{chain}");
+        }
+
+        let key = Error::from(crate::Key::new("", "x").unwrap_err());
+        assert_chains_once(&key);
+        assert_eq!(messages(&key).len(), 2, "the key error is the cause: {:?}", messages(&key));
+
+        let run: RunError<std::io::Error> = RunError::Idempotency(err);
+        assert_chains_once(&run);
+        assert_eq!(ErrorChain(&run).to_string(), chain, "transparent");
+        let handler: RunError<std::io::Error> = RunError::Handler(std::io::Error::other("handler said no"));
+        assert_eq!(ErrorChain(&handler).to_string(), "handler said no");
+    }
+
+    #[test]
+    fn a_cause_that_repeats_the_message_before_it_is_shown_once() {
+        #[derive(Debug)]
+        struct Same(std::io::Error);
+        impl fmt::Display for Same {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+        impl std::error::Error for Same {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let err =
+            StoreError::new(StoreErrorKind::Other, "PutItem failed").with_source(Same(std::io::Error::other("x")));
+        assert_eq!(ErrorChain(&err).to_string(), "store Other: PutItem failed: x");
     }
 }

@@ -60,7 +60,9 @@ impl<S, K, F> Idempotent<S, K, F> {
     {
         let key = Key::new(&self.prefix, &(self.key)(&argument)).map_err(|e| RunError::Idempotency(e.into()))?;
         let payload = serde_json::to_value(&argument).map_err(|e| {
-            RunError::Idempotency(crate::Error::new(crate::ErrorKind::Serialization, "argument").with_source(e))
+            RunError::Idempotency(
+                crate::Error::new(crate::ErrorKind::Serialization, "argument is not serialisable").with_source(e),
+            )
         })?;
         self.idempotency.run(&key, &payload, || (self.function)(argument)).await
     }

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::error::{Error, ErrorKind, RunError};
+use crate::error::{Error, ErrorChain, ErrorKind, RunError};
 use crate::hash::{HashVersion, PayloadHash};
 use crate::key::Key;
 use crate::record::{Record, Status};
@@ -237,7 +237,7 @@ impl<S: Store> Idempotency<S> {
                 if let Err(release) = self.release(attempt).await {
                     // The record stays in progress until its lease ends; the retry waits that
                     // long, which is slower but never runs the handler twice at once.
-                    tracing::warn!(key = %key, error = %release, "could not release after handler failure");
+                    tracing::warn!(key = %key, error = %ErrorChain(&release), "could not release after handler failure");
                 }
                 Err(RunError::Handler(e))
             }
@@ -367,7 +367,7 @@ impl<S: Store> Idempotency<S> {
                     if tries < COMPLETE_TRIES
                         && matches!(e.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
                 {
-                    tracing::warn!(key = %attempt.id, error = %e, tries, "completion unanswered; sending it again");
+                    tracing::warn!(key = %attempt.id, error = %ErrorChain(&e), tries, "completion unanswered; sending it again");
                     tokio::time::sleep(COMPLETE_BACKOFF * 2u32.pow(tries - 1)).await;
                     tries += 1;
                     // The retry is judged on the clock as it is now: if the first write did
@@ -403,7 +403,7 @@ impl<S: Store> Idempotency<S> {
                     if tries < RELEASE_TRIES
                         && matches!(e.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
                 {
-                    tracing::warn!(key = %attempt.id, error = %e, tries, "release unanswered; sending it again");
+                    tracing::warn!(key = %attempt.id, error = %ErrorChain(&e), tries, "release unanswered; sending it again");
                     tokio::time::sleep(COMPLETE_BACKOFF * 2u32.pow(tries - 1)).await;
                     tries += 1;
                 }

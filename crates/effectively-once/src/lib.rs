@@ -98,7 +98,7 @@ pub mod contract;
 pub use crate::cache::{CachedStore, DEFAULT_CAPACITY};
 pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use crate::config::{Config, PayloadSelector, ReplayHook, DISABLED_VARS};
-pub use crate::error::{Error, ErrorKind, RunError};
+pub use crate::error::{Error, ErrorChain, ErrorKind, RunError};
 pub use crate::function::Idempotent;
 pub use crate::hash::{HashVersion, PayloadHash, PAYLOAD_HASH_VERSION};
 pub use crate::idempotency::{Attempt, Begin, Idempotency, Outcome};
