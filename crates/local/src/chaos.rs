@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use effectively_once_effects::{EmailMessage, EmailSender, Ledger, Policy, SesSender};
+use effectively_once_effects::{EmailMessage, EmailSender, Policy, SesSender};
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
 
@@ -287,7 +287,7 @@ fn faulty_emulator(
     options: &Options,
 ) -> Faulty {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-    let ledger: Ledger = pipeline.ledger(&dynamodb);
+    let ledger = pipeline.ledger(&dynamodb);
     let payments = CrashingPayments {
         inner: InProcess::new(Panicking::new(Payments::new(ledger)), payments_consumer::FUNCTION),
         crashes: crashes.clone(),

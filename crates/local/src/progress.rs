@@ -64,9 +64,12 @@ impl Tracker {
         self.done
     }
 
-    /// Leaves the bar as it stands.
+    /// Leaves the bar as it stands, and what follows on a line of its own.
     pub fn finish(&self) {
         self.bar.finish();
+        if !self.bar.is_hidden() {
+            eprintln!();
+        }
     }
 
     /// The phases and their times.
