@@ -141,19 +141,14 @@ impl Payments {
         }
     }
 
+    /// The outbox table.
+    pub fn outbox(&self) -> effectively_once_effects::Outbox {
+        effectively_once_effects::Outbox::beside(self.ledger.store(), &self.outbox_table)
+    }
+
     /// The outbox row of an event, if any.
-    pub async fn outbox_row(&self, event_id: &str) -> Option<std::collections::HashMap<String, AttributeValue>> {
-        self.ledger
-            .client()
-            .get_item()
-            .table_name(&self.outbox_table)
-            .key("pk", AttributeValue::S(effectively_once_effects::outbox::row_key(event_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .expect("read outbox")
-            .item()
-            .cloned()
+    pub async fn outbox_row(&self, event_id: &str) -> Option<effectively_once_effects::OutboxRow> {
+        self.outbox().row(event_id).await.expect("read outbox")
     }
 }
 

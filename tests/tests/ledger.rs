@@ -167,8 +167,7 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
     event.receipt_email = Some("alice@example.com".into());
     p.ledger.post(&event).await.unwrap();
     p.ledger.post(&event).await.unwrap();
-    let row =
-        effectively_once_effects::outbox::ReceiptRow::from_item(&p.outbox_row("pay_mail").await.unwrap()).unwrap();
+    let row = p.outbox_row("pay_mail").await.unwrap().receipt;
     assert_eq!(
         (row.event_id.as_str(), row.receipt_email.as_str(), row.amount_cents),
         ("pay_mail", "alice@example.com", 700)
@@ -180,18 +179,12 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
     rejected.receipt_email = Some("bob@example.com".into());
     assert!(matches!(p.ledger.post(&rejected).await.unwrap().into_inner(), Posting::Rejected { .. }));
     assert!(p.outbox_row("pay_rej").await.is_none(), "a rejected payment gets no receipt");
-    effectively_once_effects::outbox::mark(
-        p.ledger.client(),
-        &p.outbox_table,
-        "pay_mail",
-        effectively_once_effects::outbox::RowStatus::Sent,
-        Some("m-1"),
-        "2026-11-29T00:00:00Z",
-    )
-    .await
-    .unwrap();
+    p.outbox()
+        .mark("pay_mail", effectively_once_effects::RowStatus::Sent, Some("m-1"), "2026-11-29T00:00:00Z")
+        .await
+        .unwrap();
     let marked = p.outbox_row("pay_mail").await.unwrap();
-    assert_eq!(marked["status"].as_s().unwrap(), "SENT");
+    assert_eq!(marked.status.as_str(), "SENT");
 }
 
 #[tokio::test]
@@ -233,16 +226,10 @@ async fn an_event_id_applied_for_one_account_is_key_reuse_for_another_and_posts_
     let mut first = Payments::event("pay_x", "acct_a", 500, "USD");
     first.receipt_email = Some("alice@example.com".into());
     p.ledger.post(&first).await.unwrap();
-    effectively_once_effects::outbox::mark(
-        p.ledger.client(),
-        &p.outbox_table,
-        "pay_x",
-        effectively_once_effects::outbox::RowStatus::Sent,
-        Some("m-first"),
-        "2026-11-29T00:00:00Z",
-    )
-    .await
-    .unwrap();
+    p.outbox()
+        .mark("pay_x", effectively_once_effects::RowStatus::Sent, Some("m-first"), "2026-11-29T00:00:00Z")
+        .await
+        .unwrap();
     // A producer bug, or a DLQ message edited and redriven: the same id for another account.
     let mut other = Payments::event("pay_x", "acct_b", 500, "USD");
     other.receipt_email = Some("mallory@example.com".into());
@@ -257,9 +244,9 @@ async fn an_event_id_applied_for_one_account_is_key_reuse_for_another_and_posts_
     assert_eq!((balance.balance_cents, balance.entry_count), (500, 1));
     // The receipt row still belongs to the first event, SENT with its message id.
     let row = p.outbox_row("pay_x").await.unwrap();
-    assert_eq!(row["account_id"].as_s().unwrap(), "acct_a");
-    assert_eq!(row["status"].as_s().unwrap(), "SENT");
-    assert_eq!(row["message_id"].as_s().unwrap(), "m-first");
+    assert_eq!(row.receipt.account_id, "acct_a");
+    assert_eq!(row.status.as_str(), "SENT");
+    assert_eq!(row.message_id.as_deref(), Some("m-first"));
     // The first event's duplicate is still a duplicate.
     assert_eq!(p.ledger.post(&first).await.unwrap(), Outcome::Replayed(Posting::Applied));
 }

@@ -1,11 +1,14 @@
 //! Keyed email: a marker record `email#{event_id}` fences each send, so a duplicate delivery
 //! never sends twice; the one window no email API can close follows a declared [`Policy`].
 
+#[cfg(any(test, feature = "test-util"))]
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+#[cfg(any(test, feature = "test-util"))]
+use std::sync::Mutex;
 
 use aws_sdk_sesv2::config::http::HttpResponse;
 use aws_sdk_sesv2::config::interceptors::BeforeTransmitInterceptorContextRef;
@@ -14,11 +17,12 @@ use aws_sdk_sesv2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_sesv2::error::{BoxError, ConnectorError, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message};
-use effectively_once::{Begin, Idempotency, Key, Outcome, Store};
+use effectively_once::{Begin, ErrorChain, Idempotency, Key, Outcome, Store};
 use effectively_once_redact::redact_email;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+pub use crate::error::{SendError, SendErrorKind};
 
 /// The key prefix of email markers: `email#{event_id}`.
 pub const PREFIX: &str = "email";
@@ -51,47 +55,7 @@ impl fmt::Debug for EmailMessage {
     }
 }
 
-/// How a provider's failure bears on a retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SendErrorKind {
-    /// The provider shed load; the message was not accepted. Retryable.
-    Throttled,
-    /// The provider did not process the request (it gave up reading it, or a sender knows it
-    /// was never reached): nothing was sent. Retryable. (SES's own 5xx answers are
-    /// [`Ambiguous`](Self::Ambiguous): a server error says nothing of whether the message left.)
-    Unavailable,
-    /// The request may have been accepted: it timed out, its answer was lost, or the provider
-    /// failed on its side (a 5xx). Under [`Policy::AtMostOnce`] never resent.
-    Ambiguous,
-    /// The provider refused this message for good (rejected content or recipient, invalid
-    /// input). Permanent: recorded, not retried.
-    Rejected,
-    /// The provider refused to send anything for this account or configuration: sending paused,
-    /// account suspended, sender or mail-from domain not verified, configuration set or identity
-    /// not found, sending quota spent, credentials or permissions refused. No verdict on this
-    /// message: retryable, once an operator (or time) clears the condition, which is raised
-    /// for them.
-    Blocked,
-}
-
-/// An email provider's failure.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SendError {
-    /// How it bears on a retry.
-    pub kind: SendErrorKind,
-    /// What the provider said, with any email address in it redacted (providers echo the
-    /// refused address: "Email address not verified alice@example.com").
-    pub message: String,
-}
-
 impl SendError {
-    /// A failure of the given kind. Addresses in `message` are redacted here, once, so neither
-    /// a log line, an error passed up, nor a stored failure reason carries one.
-    pub fn new(kind: SendErrorKind, message: impl Into<String>) -> Self {
-        SendError { kind, message: redact_emails(&message.into()) }
-    }
-
     /// An SES v2 `SendEmail` failure for a send from `from`, classified: the one place SES's
     /// errors are read, public for senders that call SES their own way (and for tests, which
     /// build the SDK's errors).
@@ -106,28 +70,7 @@ impl SendError {
     pub fn from_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str) -> Self {
         classify_ses(err, from, Transmit::Unknown)
     }
-
-    /// Whether a retry may succeed.
-    pub fn is_retryable(&self) -> bool {
-        self.kind != SendErrorKind::Rejected
-    }
 }
-
-// Display and Debug redact again: the fields are public, so a `SendError { .. }` literal
-// skips `new`.
-impl fmt::Display for SendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "email {:?}: {}", self.kind, redact_emails(&self.message))
-    }
-}
-
-impl fmt::Debug for SendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SendError").field("kind", &self.kind).field("message", &redact_emails(&self.message)).finish()
-    }
-}
-
-impl std::error::Error for SendError {}
 
 /// Sends one email and returns the provider's message id.
 pub trait EmailSender: Send + Sync {
@@ -369,13 +312,15 @@ fn names_sender(text: &str, from: &str) -> bool {
 /// a stored failure reason. Re-exported from the `effectively-once-redact` crate, which the trigger drivers share.
 pub use effectively_once_redact::redact_emails;
 
-/// A fake for unit tests: records what it sends, and fails as scripted.
+/// A fake for tests (the `test-util` feature): records what it sends, and fails as scripted.
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Default)]
 pub struct RecordingSender {
     sent: Mutex<Vec<EmailMessage>>,
     failures: Mutex<VecDeque<SendError>>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl RecordingSender {
     /// A sender that accepts everything.
     pub fn new() -> Self {
@@ -393,6 +338,7 @@ impl RecordingSender {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl EmailSender for RecordingSender {
     async fn send(&self, message: &EmailMessage) -> Result<String, SendError> {
         if let Some(error) = self.failures.lock().unwrap_or_else(|p| p.into_inner()).pop_front() {
@@ -568,7 +514,7 @@ pub async fn send_once<S: Store, E: EmailSender>(
             if let Err(release) = idempotency.release(attempt).await {
                 tracing::error!(
                     key = %effect_key,
-                    error = %release,
+                    error = %ErrorChain(&release),
                     lease_end_ms,
                     ?policy,
                     "email not sent, but its marker could not be released: held until its lease ends, then taken over as a possible crash mid-send (at most once: recorded ambiguous, not sent): operator check"
@@ -598,8 +544,9 @@ fn held(e: SendError, lease_end_ms: u64, release: &effectively_once::Error) -> S
     SendError::new(
         e.kind,
         format!(
-            "{}; {sent} the email marker is still held until {lease_end_ms} ms (release failed: {release})",
-            e.message
+            "{}; {sent} the email marker is still held until {lease_end_ms} ms (release failed: {})",
+            e.message,
+            ErrorChain(release)
         ),
     )
 }

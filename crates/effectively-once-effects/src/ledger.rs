@@ -207,7 +207,13 @@ impl Ledger {
     }
 
     /// The transaction a payment's first delivery sends.
-    pub fn commit(&self, event: &PaymentEvent, key: &Key, payload_hash: &str, now_ms: u64) -> Result<Commit, Error> {
+    pub(crate) fn commit(
+        &self,
+        event: &PaymentEvent,
+        key: &Key,
+        payload_hash: &str,
+        now_ms: u64,
+    ) -> Result<Commit, Error> {
         let built = |e: aws_sdk_dynamodb::error::BuildError| {
             Error::Store(StoreError::new(StoreErrorKind::Other, e.to_string()))
         };

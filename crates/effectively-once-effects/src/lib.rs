@@ -56,7 +56,8 @@
 //! # Receipt email: fenced by a marker
 //!
 //! [`send_once`] claims the marker `email#{event_id}`, sends through an [`EmailSender`]
-//! ([`SesSender`] for SES v2, `RecordingSender` for unit tests), and completes the marker with
+//! ([`SesSender`] for SES v2, `RecordingSender` for tests, with the `test-util` feature), and
+//! completes the marker with
 //! SES's message id. SES's answers are classified in one place (`SendError::from_ses` in
 //! [`email`]):
 //!
@@ -93,8 +94,17 @@
 //!
 //! The outbox row (`OUTBOX_TABLE`, key `pk = receipt#{event_id}`, stream with new images)
 //! carries what the receipt needs: `event_id`, `account_id`, `amount_cents`, `currency`,
-//! `receipt_email`, `created_at`, `status = PENDING`. The relay marks it `SENT` (with
-//! `message_id`), `FAILED` or `AMBIGUOUS` ([`outbox`]).
+//! `receipt_email`, `created_at`, `status = PENDING`. The relay reads the [`ReceiptRow`] out of
+//! the stream record and marks the row `SENT` (with `message_id`), `FAILED` or `AMBIGUOUS`
+//! through an [`Outbox`] ([`outbox`]).
+//!
+//! # Features
+//!
+//! - `lambda`: [`ReceiptRow::from_stream_record`] (a DynamoDB Streams record of
+//!   `aws_lambda_events`) and the one mapping of an [`Error`] to a batch driver's record result
+//!   (`impl From<Error> for effectively_once_lambda::RecordError`).
+//! - `test-util`: `RecordingSender` (a fake sender that records and fails as scripted) and
+//!   `tables` (the ledger and outbox tables, for tests and the local AWS).
 //!
 //! # Guarantees
 //!
@@ -112,12 +122,16 @@ mod error;
 pub mod ledger;
 pub mod outbox;
 mod payment;
+#[cfg(feature = "test-util")]
 pub mod tables;
 mod time;
 
-pub use crate::email::{send_once, EmailMessage, EmailSender, Policy, Receipt, RecordingSender, SesSender};
+#[cfg(any(test, feature = "test-util"))]
+pub use crate::email::RecordingSender;
+pub use crate::email::{send_once, EmailMessage, EmailSender, Policy, Receipt, SesSender};
 pub use crate::error::Error;
 pub use crate::ledger::{Balance, Ledger, Migration, Posting, Rejection};
+pub use crate::outbox::{Outbox, OutboxRow, ReceiptRow, RowStatus};
 pub use crate::payment::{InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
 pub use crate::time::rfc3339;
 

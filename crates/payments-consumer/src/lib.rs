@@ -2,7 +2,7 @@
 //! the ledger once. `main.rs` only wires the environment, the clients and this handler.
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use effectively_once::{Config, ErrorKind, Outcome};
+use effectively_once::{Config, Outcome};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{Ledger, PaymentEvent, Posting};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
@@ -71,7 +71,8 @@ impl Payments {
 impl effectively_once_lambda::sqs::Handler for Payments {
     async fn handle(&self, message: &SqsMessage, _deadline_ms: Option<u64>) -> RecordResult {
         let body = message.body.as_deref().ok_or_else(|| RecordError::permanent("message has no body"))?;
-        let event = PaymentEvent::parse(body).map_err(|e| RecordError::permanent(e.to_string()))?;
+        let event =
+            PaymentEvent::parse(body).map_err(|e| RecordError::from(effectively_once_effects::Error::from(e)))?;
         tracing::Span::current().record("event_id", event.event_id.as_str());
         // The post is one transaction: no lease to bound by the deadline.
         match self.ledger.post(&event).await {
@@ -84,11 +85,8 @@ impl effectively_once_lambda::sqs::Handler for Payments {
                 tracing::info!(?posting, "duplicate; answered from the first delivery");
                 Ok(Disposition::Duplicate)
             }
-            Err(effectively_once_effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
-                Err(RecordError::in_progress_elsewhere(e.to_string()))
-            }
-            Err(e) if e.is_retryable() => Err(RecordError::retryable(e.to_string())),
-            Err(e) => Err(RecordError::permanent(e.to_string())),
+            // In progress elsewhere, permanent for a verdict on the payment, retryable else.
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -7,13 +7,11 @@ pub mod alerts;
 use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
-use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
-use effectively_once::{Config, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
+use effectively_once::{Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{email_key, redact_emails, SendErrorKind};
-use effectively_once_effects::outbox::{self, ReceiptRow, RowStatus};
-use effectively_once_effects::{rfc3339, send_once, EmailSender, Policy, Receipt};
+use effectively_once_effects::{rfc3339, send_once, EmailSender, Outbox, Policy, Receipt, ReceiptRow, RowStatus};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
 
 pub use crate::alerts::{Alert, Alerts};
@@ -72,7 +70,7 @@ impl Env {
 pub struct Receipts<E> {
     markers: Idempotency<DynamoDbStore>,
     sender: E,
-    outbox_table: String,
+    outbox: Outbox,
     policy: Policy,
     sleep: SharedAsyncSleep,
     alerts: Alerts,
@@ -90,7 +88,7 @@ impl AsyncSleep for TokioSleep {
 
 impl<E: EmailSender> Receipts<E> {
     /// A relay writing markers through `markers`, sending with `sender`, marking rows in
-    /// `outbox_table`, under `policy` (default at most once).
+    /// `outbox_table` (through the markers' client), under `policy` (default at most once).
     pub fn new(
         markers: Idempotency<DynamoDbStore>,
         sender: E,
@@ -98,9 +96,9 @@ impl<E: EmailSender> Receipts<E> {
         policy: Policy,
     ) -> Self {
         Receipts {
+            outbox: Outbox::beside(markers.store(), outbox_table),
             markers,
             sender,
-            outbox_table: outbox_table.into(),
             policy,
             sleep: SharedAsyncSleep::new(TokioSleep),
             alerts: Alerts::from_env(),
@@ -152,7 +150,7 @@ impl<E: EmailSender> Receipts<E> {
             .store()
             .get(key.as_str())
             .await
-            .map_err(|e| RecordError::retryable(format!("reading the email marker: {e}")))?;
+            .map_err(|e| RecordError::retryable(format!("reading the email marker: {}", ErrorChain(&e))))?;
         let now = markers.config().now_ms();
         let lease_end = match record {
             // Completed or released since: claim again at once.
@@ -203,7 +201,9 @@ impl Receipts<effectively_once_effects::SesSender> {
 
 impl<E: EmailSender> effectively_once_lambda::streams::Handler for Receipts<E> {
     async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
-        let Some(row) = receipt_row(&record.change.new_image).map_err(RecordError::permanent)? else {
+        let row =
+            ReceiptRow::from_stream_record(record).map_err(|e| RecordError::permanent(ErrorChain(&e).to_string()))?;
+        let Some(row) = row else {
             return Ok(Disposition::Skipped);
         };
         tracing::Span::current().record("event_id", row.event_id.as_str());
@@ -222,16 +222,18 @@ impl<E: EmailSender> effectively_once_lambda::streams::Handler for Receipts<E> {
 impl<E: EmailSender> Receipts<E> {
     /// Sends `row`'s receipt once and marks the row.
     async fn relay(&self, row: &ReceiptRow, deadline_ms: Option<u64>) -> RecordResult {
-        let key = email_key(&row.event_id).map_err(|e| RecordError::permanent(e.to_string()))?;
+        let key = email_key(&row.event_id).map_err(|e| RecordError::from(effectively_once_effects::Error::from(e)))?;
         let markers = match deadline_ms {
             Some(deadline) => self.markers.with_deadline(deadline),
             None => self.markers.clone(),
         };
         // Read before sending, not learnt from `mark` after: a row erased after the stream
         // captured it must not be emailed. Consistent, so a row just written is seen.
-        let present = outbox::exists(markers.store().client(), &self.outbox_table, &row.event_id)
+        let present = self
+            .outbox
+            .exists(&row.event_id)
             .await
-            .map_err(|e| RecordError::retryable(format!("reading the outbox row: {e}")))?;
+            .map_err(|e| RecordError::retryable(format!("reading the outbox row: {}", ErrorChain(&e))))?;
         if !present {
             tracing::warn!("outbox row deleted before its receipt was sent; skipped, nothing sent");
             return Ok(Disposition::Skipped);
@@ -239,9 +241,12 @@ impl<E: EmailSender> Receipts<E> {
         let message = row.message();
         let mut waits = 0;
         let outcome = loop {
-            match send_once(&markers, &self.sender, &key, &message, self.policy).await {
+            let e = match send_once(&markers, &self.sender, &key, &message, self.policy).await {
                 Ok(outcome) => break outcome,
-                Err(effectively_once_effects::Error::Idempotency(e)) if e.kind() == ErrorKind::InProgress => {
+                Err(e) => e,
+            };
+            match &e {
+                effectively_once_effects::Error::Idempotency(held) if held.kind() == ErrorKind::InProgress => {
                     match self.lease_wait(&markers, &key, deadline_ms).await? {
                         LeaseWait::ThenClaim(wait) if waits < MAX_WAITS => {
                             waits += 1;
@@ -250,6 +255,7 @@ impl<E: EmailSender> Receipts<E> {
                                 "email marker held by another attempt (likely dead); waiting out its lease"
                             );
                             self.sleep.sleep(wait).await;
+                            continue;
                         }
                         LeaseWait::ThenFail(wait) => {
                             tracing::warn!(
@@ -257,22 +263,21 @@ impl<E: EmailSender> Receipts<E> {
                                 "email marker held past this invocation's deadline; waiting what is left, then retried"
                             );
                             self.sleep.sleep(wait).await;
-                            return Err(RecordError::in_progress_elsewhere(e.to_string()));
                         }
-                        LeaseWait::ThenClaim(_) => return Err(RecordError::in_progress_elsewhere(e.to_string())),
+                        LeaseWait::ThenClaim(_) => {}
                     }
                 }
-                Err(effectively_once_effects::Error::Email(e)) if e.kind == SendErrorKind::Blocked => {
+                effectively_once_effects::Error::Email(blocked) if blocked.kind == SendErrorKind::Blocked => {
                     // Not this message's fate: the marker is released and the stream retries.
-                    self.alerts.raise(Alert::EmailBlocked, &e.to_string());
-                    return Err(RecordError::retryable(e.to_string()));
+                    self.alerts.raise(Alert::EmailBlocked, &blocked.to_string());
                 }
-                Err(e) if is_verdict_on_the_receipt(&e) => return Err(RecordError::permanent(e.to_string())),
-                // Anything else is a fault of the store, the provider or the deployment, which
-                // a moment or an operator fixes: a permanent answer would mark the row FAILED
-                // and the stream would go past the receipt for good.
-                Err(e) => return Err(RecordError::retryable(e.to_string())),
+                _ => {}
             }
+            // In progress elsewhere, retryable, or permanent only for a verdict on the receipt
+            // itself (its event id reused for another recipient, an invalid key): a fault of
+            // the store, the provider or the deployment is retried, as a permanent answer would
+            // mark the row FAILED and the stream would go past the receipt for good.
+            return Err(e.into());
         };
         if let Outcome::Fresh(Receipt::Ambiguous) = &outcome {
             // Raised before the row is marked: if marking fails, the retry replays the marker
@@ -289,15 +294,7 @@ impl<E: EmailSender> Receipts<E> {
             Receipt::Ambiguous => (RowStatus::Ambiguous, None, Disposition::Rejected),
         };
         let now = rfc3339(markers.config().now_ms());
-        let marked = outbox::mark(
-            markers.store().client(),
-            &self.outbox_table,
-            &row.event_id,
-            status,
-            message_id.as_deref(),
-            &now,
-        )
-        .await;
+        let marked = self.outbox.mark(&row.event_id, status, message_id.as_deref(), &now).await;
         match marked {
             Ok(()) => Ok(if replayed { Disposition::Duplicate } else { disposition }),
             // The row was deleted after the stream captured it (an erasure, a cleanup, its
@@ -305,13 +302,13 @@ impl<E: EmailSender> Receipts<E> {
             // `mark` reports a missing row, and only that, as `Malformed` (its condition is the
             // row's existence): no read needed, and the relay's role may not read the outbox.
             Err(e) if e.kind() == StoreErrorKind::Malformed => {
-                tracing::warn!(error = %e, status = status.as_str(), "outbox row deleted before its receipt was marked; skipped");
+                tracing::warn!(error = %ErrorChain(&e), status = status.as_str(), "outbox row deleted before its receipt was marked; skipped");
                 Ok(Disposition::Skipped)
             }
             // Never permanent, whatever failed: the receipt's fate is known and kept in its
             // marker, and a permanent answer would have `handle` mark the row FAILED ("not
             // sent") over an email that went out. The retry replays the marker and marks again.
-            Err(e) => Err(RecordError::retryable(format!("marking the row {}: {e}", status.as_str()))),
+            Err(e) => Err(RecordError::retryable(format!("marking the row {}: {}", status.as_str(), ErrorChain(&e)))),
         }
     }
 
@@ -320,108 +317,18 @@ impl<E: EmailSender> Receipts<E> {
     /// that fails is logged, and the failure stays in the stream driver's error log.
     async fn record_failure(&self, event_id: &str, reason: &str) {
         let now = rfc3339(self.markers.config().now_ms());
-        let written = self
-            .markers
-            .store()
-            .client()
-            .update_item()
-            .table_name(&self.outbox_table)
-            .key(outbox::KEY, AttributeValue::S(outbox::row_key(event_id)))
-            // Never over a receipt's recorded fate (SENT, AMBIGUOUS): only a row still waiting.
-            .condition_expression("#status = :pending")
-            .update_expression("SET #status = :failed, marked_at = :at, failure_reason = :reason")
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":pending", AttributeValue::S(RowStatus::Pending.as_str().into()))
-            .expression_attribute_values(":failed", AttributeValue::S(RowStatus::Failed.as_str().into()))
-            .expression_attribute_values(":at", AttributeValue::S(now))
-            .expression_attribute_values(":reason", AttributeValue::S(redact_emails(reason)))
-            .send()
-            .await;
-        match written {
-            Ok(_) => tracing::warn!(reason = %redact_emails(reason), "receipt failed permanently; row marked FAILED"),
+        match self.outbox.mark_failed(event_id, reason, &now).await {
+            Ok(true) => {
+                tracing::warn!(reason = %redact_emails(reason), "receipt failed permanently; row marked FAILED")
+            }
+            Ok(false) => tracing::warn!(
+                reason = %redact_emails(reason),
+                "receipt failed permanently; its row is no longer PENDING (already marked, or gone): left as it is"
+            ),
             Err(e) => tracing::warn!(
-                error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e),
-                "receipt failed permanently; its row could not be marked FAILED (already marked, gone, or unreachable)"
+                error = %ErrorChain(&e),
+                "receipt failed permanently; its row could not be marked FAILED (unreachable)"
             ),
         }
-    }
-}
-
-/// Whether `e`, from sending a receipt once, is a verdict on the receipt itself, which no retry
-/// changes: its event id reused for another recipient, or an invalid key. Only these may fail
-/// the record permanently; the store's faults (a missing table, a 5xx, a marker it cannot read
-/// back) are not the receipt's.
-fn is_verdict_on_the_receipt(e: &effectively_once_effects::Error) -> bool {
-    match e {
-        effectively_once_effects::Error::InvalidPayment(_) => true,
-        effectively_once_effects::Error::Idempotency(e) => {
-            matches!(e.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey)
-        }
-        _ => false,
-    }
-}
-
-/// The receipt row in a stream's new image, read with `serde_dynamo`: every DynamoDB type
-/// decodes (binary and sets included), attributes the row does not name are ignored. `None`
-/// when the image is not a receipt row (`kind` is not `"receipt"`); an error when it is one
-/// without the row's fields, which no retry changes.
-pub fn receipt_row(image: &serde_dynamo::Item) -> Result<Option<ReceiptRow>, String> {
-    if !matches!(image.get("kind"), Some(serde_dynamo::AttributeValue::S(kind)) if kind == "receipt") {
-        return Ok(None);
-    }
-    serde_dynamo::from_item(image.clone()).map(Some).map_err(|e| format!("outbox row in the stream image: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A receipt row's new image in DynamoDB JSON, with `extra` attributes of the caller's.
-    fn image(extra: &str) -> serde_dynamo::Item {
-        serde_json::from_str(&format!(
-            r#"{{"pk": {{"S": "receipt#pay_1"}}, "kind": {{"S": "receipt"}}, "event_id": {{"S": "pay_1"}},
-                "account_id": {{"S": "acct_1"}}, "amount_cents": {{"N": "-1250"}}, "currency": {{"S": "USD"}},
-                "receipt_email": {{"S": "a@example.com"}}, "created_at": {{"S": "2026-11-18T11:06:40.123Z"}},
-                "status": {{"S": "PENDING"}}{extra}}}"#
-        ))
-        .unwrap()
-    }
-
-    /// Every DynamoDB type in an image decodes (binary and number sets were rejected, which
-    /// held the stream's checkpoint); attributes the row does not name are ignored.
-    #[test]
-    fn an_image_with_every_attribute_type_reads_as_its_row() {
-        let extra = r#", "blob": {"B": "AAEC"}, "numbers": {"NS": ["1", "2.5", "-3e2"]},
-            "blobs": {"BS": ["AAE=", "Ag=="]}, "strings": {"SS": ["a", "b"]},
-            "list": {"L": [{"N": "1"}, {"B": "AA=="}, {"NULL": true}, {"L": []}]},
-            "map": {"M": {"x": {"BOOL": false}, "y": {"NS": ["3"]}, "z": {"M": {}}}},
-            "nothing": {"NULL": true}, "flag": {"BOOL": true}"#;
-        let row = receipt_row(&image(extra)).unwrap().expect("a receipt row");
-        assert_eq!(row, receipt_row(&image("")).unwrap().unwrap(), "the extra attributes change nothing");
-        assert_eq!(
-            (row.event_id.as_str(), row.account_id.as_str(), row.amount_cents, row.currency.as_str()),
-            ("pay_1", "acct_1", -1250, "USD")
-        );
-        assert_eq!(
-            (row.receipt_email.as_str(), row.created_at.as_str()),
-            ("a@example.com", "2026-11-18T11:06:40.123Z")
-        );
-    }
-
-    #[test]
-    fn only_receipt_rows_are_read_and_a_receipt_row_needs_its_fields() {
-        let mut other = image("");
-        other.insert("kind".into(), serde_dynamo::AttributeValue::S("audit".into()));
-        assert_eq!(receipt_row(&other).unwrap(), None);
-        other.insert("kind".into(), serde_dynamo::AttributeValue::N("1".into()));
-        assert_eq!(receipt_row(&other).unwrap(), None);
-        other.remove("kind");
-        assert_eq!(receipt_row(&other).unwrap(), None);
-        let mut broken = image("");
-        broken.remove("amount_cents");
-        let err = receipt_row(&broken).unwrap_err();
-        assert!(err.contains("amount_cents"), "{err}");
-        broken.insert("amount_cents".into(), serde_dynamo::AttributeValue::S("many".into()));
-        assert!(receipt_row(&broken).is_err());
     }
 }

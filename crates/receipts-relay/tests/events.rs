@@ -45,6 +45,6 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
     }
     assert_eq!(emails_to(&to).len(), 1, "one receipt for two deliveries of the stream record");
     let row = common::row(&client, &outbox_table, "pay_0001").await.unwrap();
-    assert_eq!(row["status"].as_s().unwrap(), "SENT");
-    assert!(!row["message_id"].as_s().unwrap().is_empty());
+    assert_eq!(row.status.as_str(), "SENT");
+    assert!(!row.message_id.unwrap().is_empty());
 }

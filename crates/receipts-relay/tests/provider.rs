@@ -22,7 +22,6 @@ use effectively_once::{Begin, Idempotency, ManualClock, Store};
 use effectively_once_dynamodb::testing::{emails_to, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{email_key, SendError};
-use effectively_once_effects::outbox::ReceiptRow;
 use effectively_once_effects::{EmailMessage, EmailSender, Policy, Receipt, SesSender};
 use effectively_once_lambda::streams::{process, Handler, Options};
 use effectively_once_lambda::Retry;
@@ -71,7 +70,7 @@ impl Setup {
 
     /// The receipt email the relay sends for the row.
     fn message(&self) -> EmailMessage {
-        ReceiptRow::from_item(&self.item).unwrap().message()
+        self.receipt().message()
     }
 
     /// An attempt claimed the marker, SES accepted the email, and the attempt died holding it.

@@ -115,12 +115,11 @@ async fn mark_meets(answer: &'static [u8]) {
     let marker = effectively_once::Store::get(store, &format!("email#{event_id}")).await.unwrap().unwrap();
     assert!(marker.response.unwrap_or_default().contains("sent"), "the marker records the send");
     let row = p.row().await.unwrap();
-    let status = row["status"].as_s().unwrap().clone();
+    let status = row.status.as_str();
     assert_ne!(
-        status,
-        "FAILED",
+        status, "FAILED",
         "the row says FAILED ({:?}) for a receipt SES accepted; relay result {result:?}",
-        row.get("failure_reason")
+        row.failure_reason
     );
     let err = result.unwrap_err();
     assert_ne!(err.retry, effectively_once_lambda::Retry::Permanent, "{}", err.reason);
@@ -131,5 +130,5 @@ async fn mark_meets(answer: &'static [u8]) {
     assert_eq!(again.unwrap(), effectively_once_lambda::Disposition::Duplicate, "the marker's outcome replayed");
     assert_eq!(sender.sent().len(), 1, "not sent twice");
     let row = p.row().await.unwrap();
-    assert_eq!(row["status"].as_s().unwrap(), "SENT");
+    assert_eq!(row.status.as_str(), "SENT");
 }

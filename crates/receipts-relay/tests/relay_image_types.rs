@@ -5,8 +5,6 @@
 
 mod common;
 
-use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::AttributeValue;
 use common::Pending;
 use effectively_once_effects::{Policy, RecordingSender};
 use effectively_once_lambda::streams::{process, Options};
@@ -15,23 +13,20 @@ use lambda_runtime::{Context, LambdaEvent};
 #[tokio::test]
 async fn a_row_with_attributes_of_every_type_still_gets_its_receipt() {
     let mut p = Pending::new("alltypes").await;
-    let extra = [
-        ("blob", AttributeValue::B(Blob::new(vec![0u8, 1, 2]))),
-        ("numbers", AttributeValue::Ns(vec!["1".into(), "2.5".into(), "-300".into()])),
-        ("blobs", AttributeValue::Bs(vec![Blob::new(vec![0u8, 1]), Blob::new(vec![2u8])])),
-        ("strings", AttributeValue::Ss(vec!["a".into(), "b".into()])),
-        ("list", AttributeValue::L(vec![AttributeValue::N("1".into()), AttributeValue::Null(true)])),
-        ("map", AttributeValue::M([("flag".to_owned(), AttributeValue::Bool(false))].into())),
-        ("nothing", AttributeValue::Null(true)),
-        ("flag", AttributeValue::Bool(true)),
-    ];
+    // In DynamoDB JSON, the stream's form: binary as base64.
+    let extra: serde_dynamo::Item = serde_json::from_str(
+        r#"{"blob": {"B": "AAEC"}, "numbers": {"NS": ["1", "2.5", "-300"]}, "blobs": {"BS": ["AAE=", "Ag=="]},
+            "strings": {"SS": ["a", "b"]}, "list": {"L": [{"N": "1"}, {"NULL": true}]},
+            "map": {"M": {"flag": {"BOOL": false}}}, "nothing": {"NULL": true}, "flag": {"BOOL": true}}"#,
+    )
+    .unwrap();
     // The row as the table holds it, and the image the stream captured of it.
     let mut item = p.item.clone();
-    item.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
-    p.client.put_item().table_name(&p.outbox_table).set_item(Some(item)).send().await.unwrap();
-    for (name, value) in extra {
-        p.event.records[0].change.new_image.insert(name.to_owned(), serde_dynamo::AttributeValue::from(value));
+    for (name, value) in extra.clone().into_inner() {
+        item.insert(name.clone(), value.clone());
+        p.event.records[0].change.new_image.insert(name, value);
     }
+    p.client.put_item().table_name(&p.outbox_table).set_item(Some(item.into())).send().await.unwrap();
 
     let sender = RecordingSender::new();
     let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
@@ -42,8 +37,18 @@ async fn a_row_with_attributes_of_every_type_still_gets_its_receipt() {
     assert_eq!(sent.len(), 1, "one receipt");
     assert_eq!(sent[0].to, p.to);
     assert_eq!(p.status().await, "SENT");
-    let row = p.row().await.unwrap();
-    let mut numbers = row["numbers"].as_ns().unwrap().clone();
+    // The whole item, read back in the stream's form.
+    let stored = p
+        .client
+        .get_item()
+        .table_name(&p.outbox_table)
+        .key("pk", serde_dynamo::to_attribute_value(format!("receipt#{}", p.event_id)).unwrap())
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let row = serde_json::to_value(serde_dynamo::Item::from(stored.item().cloned().unwrap())).unwrap();
+    let mut numbers: Vec<String> = serde_json::from_value(row["numbers"]["NS"].clone()).unwrap();
     numbers.sort();
     assert_eq!(numbers, ["-300", "1", "2.5"], "left as it was");
 }

@@ -5,7 +5,6 @@ mod common;
 
 use common::Pending;
 use effectively_once_effects::email::email_key;
-use effectively_once_effects::outbox::ReceiptRow;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
@@ -18,7 +17,7 @@ async fn key_reuse_marks_the_row_failed_redacted_and_the_stream_goes_on() {
     let (event_id, to) = (&p.event_id, &p.to);
     let markers = p.markers();
 
-    let mut other = ReceiptRow::from_item(&p.item).unwrap().message();
+    let mut other = p.receipt().message();
     other.to = "first.recipient@example.com".into();
     let first = RecordingSender::new();
     send_once(&markers, &first, &email_key(event_id).unwrap(), &other, Policy::AtMostOnce).await.unwrap();
@@ -30,8 +29,8 @@ async fn key_reuse_marks_the_row_failed_redacted_and_the_stream_goes_on() {
     assert!(response.batch_item_failures.is_empty(), "a permanent failure is not the checkpoint");
     assert!(sender.sent().is_empty(), "nothing sent under a reused key");
     let row = p.row().await.unwrap();
-    assert_eq!(row["status"].as_s().unwrap(), "FAILED");
-    let reason = row["failure_reason"].as_s().unwrap();
+    assert_eq!(row.status.as_str(), "FAILED");
+    let reason = row.failure_reason.as_deref().unwrap();
     assert!(reason.contains("different payload"), "{reason}");
     assert!(!reason.contains(to.split('@').next().unwrap()) && !reason.contains("first.recipient"), "{reason}");
 }

@@ -12,7 +12,6 @@ mod common;
 
 use common::Pending;
 use effectively_once_effects::email::email_key;
-use effectively_once_effects::outbox::ReceiptRow;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
@@ -23,7 +22,7 @@ async fn a_replay_after_a_wording_change_is_a_duplicate() {
     let markers = p.markers();
 
     // The previous release sent this receipt, worded its own way, and completed the marker.
-    let mut earlier = ReceiptRow::from_item(&p.item).unwrap().message();
+    let mut earlier = p.receipt().message();
     earlier.text = earlier.text.replace(" was credited ", " has been credited ");
     let old_sender = RecordingSender::new();
     let key = email_key(&p.event_id).unwrap();

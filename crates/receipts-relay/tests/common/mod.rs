@@ -3,19 +3,15 @@
 //! test binary uses part of it.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use aws_lambda_events::event::dynamodb::Event;
-use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency, ManualClock};
 use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::outbox::row_item;
-use effectively_once_effects::{EmailSender, PaymentEvent, Policy, SesSender};
+use effectively_once_effects::{EmailSender, Outbox, OutboxRow, PaymentEvent, Policy, ReceiptRow, SesSender};
 use receipts_relay::{Alerts, Receipts, MARKER_LEASE};
-
-pub type Item = HashMap<String, AttributeValue>;
 
 /// When the ledger wrote the row, as the sample stream record shows it.
 const WRITTEN_AT: &str = "2026-11-18T11:06:40.123Z";
@@ -28,8 +24,9 @@ pub struct Pending {
     pub outbox_table: String,
     pub event_id: String,
     pub to: String,
-    /// The row as the ledger's transaction writes it.
-    pub item: Item,
+    /// The row as the ledger's transaction writes it (in the stream's form, which converts to the
+    /// SDK's for a `PutItem`).
+    pub item: serde_dynamo::Item,
     pub event: Event,
 }
 
@@ -38,7 +35,7 @@ impl Pending {
     pub async fn new(who: &str) -> Pending {
         let pending = Pending::erased(who).await;
         let item = pending.item.clone();
-        pending.client.put_item().table_name(&pending.outbox_table).set_item(Some(item)).send().await.unwrap();
+        pending.client.put_item().table_name(&pending.outbox_table).set_item(Some(item.into())).send().await.unwrap();
         pending
     }
 
@@ -55,7 +52,7 @@ impl Pending {
         ))
         .unwrap();
         payment.receipt_email = Some(to.clone());
-        let item = row_item(&payment, &to, WRITTEN_AT);
+        let item = serde_dynamo::Item::from(row_item(&payment, &to, WRITTEN_AT));
         let sample = include_str!("../../../../events/dynamodb-stream-outbox.json")
             .replace("alice@example.com", &to)
             .replace("pay_0001", &event_id);
@@ -74,21 +71,24 @@ impl Pending {
     }
 
     /// The row, read consistently; `None` once it is deleted.
-    pub async fn row(&self) -> Option<Item> {
+    pub async fn row(&self) -> Option<OutboxRow> {
         row(&self.client, &self.outbox_table, &self.event_id).await
     }
 
     /// The row's status.
     pub async fn status(&self) -> String {
-        self.row().await.expect("the outbox row")["status"].as_s().unwrap().clone()
+        self.row().await.expect("the outbox row").status.as_str().to_owned()
+    }
+
+    /// The receipt in the stream record, as the relay reads it.
+    pub fn receipt(&self) -> ReceiptRow {
+        ReceiptRow::from_stream_record(&self.event.records[0]).unwrap().expect("a receipt row")
     }
 }
 
 /// An event's outbox row in `table`, read consistently; `None` if there is none.
-pub async fn row(client: &aws_sdk_dynamodb::Client, table: &str, event_id: &str) -> Option<Item> {
-    let key = AttributeValue::S(effectively_once_effects::outbox::row_key(event_id));
-    let answer = client.get_item().table_name(table).key("pk", key).consistent_read(true).send().await.unwrap();
-    answer.item().cloned()
+pub async fn row(client: &aws_sdk_dynamodb::Client, table: &str, event_id: &str) -> Option<OutboxRow> {
+    Outbox::new(client.clone(), table).row(event_id).await.unwrap()
 }
 
 /// A relay whose alerts are counted, not printed.
