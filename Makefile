@@ -101,9 +101,18 @@ deploy:
 deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)
 
-## unit: the tests that need no AWS at all
+## unit: every test that needs no AWS, with the endpoint on a closed port (a test that reached for
+##       AWS fails, whatever runs locally): every test of the core, effects, lambda and redact
+##       crates; the unit tests of the others (libraries and binaries), the store's error
+##       classification, the fault proxy's and the deploy scripts' tests; the doc tests
+unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
 unit:
-	cargo test -p effectively-once
+	cargo test -p effectively-once -p effectively-once-effects -p effectively-once-lambda -p effectively-once-redact --tests
+	cargo test -p effectively-once-dynamodb --lib --test classify
+	cargo test -p payments-consumer -p receipts-relay -p local --lib --bins
+	cargo test -p local --test proxy
+	cargo test -p end-to-end --test scripts
+	cargo test --workspace --doc
 
 ## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
 demo: local-aws-up
