@@ -31,9 +31,9 @@ impl Harness {
         let (store, requests) = fresh_store().await;
         let clock = Arc::new(ManualClock::new());
         let config = Config::default()
-            .lease(Duration::from_secs(30))
-            .dedup_window(Duration::from_secs(3600))
-            .clock(clock.clone());
+            .with_lease(Duration::from_secs(30))
+            .with_dedup_window(Duration::from_secs(3600))
+            .with_clock(clock.clone());
         let effects = Client::new(&sdk_config().await);
         let effects_table = unique_name("effects");
         effects
@@ -94,7 +94,7 @@ impl Harness {
 }
 
 /// A ledger on fresh tables (idempotency, ledger, outbox), with counted requests.
-pub struct Payments {
+pub struct LedgerHarness {
     /// The ledger under test.
     pub ledger: effectively_once_effects::Ledger,
     /// Requests sent by the ledger's client.
@@ -105,9 +105,9 @@ pub struct Payments {
     pub outbox_table: String,
 }
 
-impl Payments {
+impl LedgerHarness {
     /// Fresh tables; a 1-hour dedup window for recorded rejections.
-    pub async fn new() -> Payments {
+    pub async fn new() -> LedgerHarness {
         let (store, requests) = fresh_store().await;
         let ledger_table = unique_name("ledger");
         let outbox_table = unique_name("outbox");
@@ -119,10 +119,10 @@ impl Payments {
             .expect("outbox table");
         requests.reset();
         let clock = Arc::new(ManualClock::new());
-        let config = Config::default().dedup_window(Duration::from_secs(3600)).clock(clock.clone());
+        let config = Config::default().with_dedup_window(Duration::from_secs(3600)).with_clock(clock.clone());
         let ledger =
             effectively_once_effects::Ledger::new(store, ledger_table, Some(outbox_table.clone())).with_config(config);
-        Payments { ledger, requests, clock, outbox_table }
+        LedgerHarness { ledger, requests, clock, outbox_table }
     }
 
     /// A valid payment event.

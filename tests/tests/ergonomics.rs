@@ -41,7 +41,7 @@ async fn a_lambda_handler_wrapped_by_the_layer_runs_once_per_event_id() {
 
 #[tokio::test]
 async fn an_idempotent_function_with_validation_on_selected_fields() {
-    let idem = Idempotency::new(InMemoryStore::new(), Config::default().payload_fields(["/amount", "/currency"]));
+    let idem = Idempotency::new(InMemoryStore::new(), Config::default().with_payload_fields(["/amount", "/currency"]));
     let runs = Arc::new(AtomicUsize::new(0));
     let refund = idem.wrap(
         "refund",

@@ -9,7 +9,7 @@ use effectively_once::{Outcome, Store};
 use effectively_once_dynamodb::testing::{sdk_config, unique_name};
 use effectively_once_effects::{Posting, Rejection};
 use effectively_once_lambda::sqs;
-use end_to_end::Payments;
+use end_to_end::LedgerHarness;
 use lambda_runtime::{Context, LambdaEvent};
 
 const ACCOUNT: &str = "acct_fifo";
@@ -116,7 +116,7 @@ fn event_id_of(m: &Message) -> String {
 }
 
 /// Hands one batch to the payments handler through the SQS driver; returns the failed ids.
-async fn deliver(p: &Payments, queue: &Queue, batch: &[Message]) -> Vec<String> {
+async fn deliver(p: &LedgerHarness, queue: &Queue, batch: &[Message]) -> Vec<String> {
     let handler = payments_consumer::Payments::new(p.ledger.clone());
     let mut options = sqs::Options::new(payments_consumer::FUNCTION);
     options.metrics = false;
@@ -126,7 +126,7 @@ async fn deliver(p: &Payments, queue: &Queue, batch: &[Message]) -> Vec<String> 
 
 #[tokio::test]
 async fn on_a_fifo_queue_the_debit_follows_its_credit_and_applies() {
-    let p = Payments::new().await;
+    let p = LedgerHarness::new().await;
     let queue = Queue::new(true).await;
     let (credit, debit) = (unique_name("pay_credit"), unique_name("pay_debit"));
     queue.send(&credit, 1000).await;
@@ -151,14 +151,14 @@ async fn on_a_fifo_queue_the_debit_follows_its_credit_and_applies() {
     assert_eq!(entries, expected, "the debit applied");
     let balance = p.ledger.balance(ACCOUNT).await.unwrap().unwrap();
     assert_eq!((balance.balance_cents, balance.entry_count), (600, 2));
-    let debit_event = Payments::event(&debit, ACCOUNT, -400, "USD");
+    let debit_event = LedgerHarness::event(&debit, ACCOUNT, -400, "USD");
     assert_eq!(p.ledger.post(&debit_event).await.unwrap(), Outcome::Replayed(Posting::Applied));
     queue.delete().await;
 }
 
 #[tokio::test]
 async fn delivered_the_other_way_round_the_debit_is_rejected_for_good() {
-    let p = Payments::new().await;
+    let p = LedgerHarness::new().await;
     let queue = Queue::new(false).await;
     let (credit, debit) = (unique_name("pay_credit"), unique_name("pay_debit"));
     queue.send(&credit, 1000).await;
@@ -182,7 +182,7 @@ async fn delivered_the_other_way_round_the_debit_is_rejected_for_good() {
     let rejected = Posting::Rejected { reason: Rejection::InsufficientFunds { balance_cents: 0 } };
     assert_eq!(response, rejected);
     assert_eq!(deliver(&p, &queue, std::slice::from_ref(&debit_message)).await, Vec::<String>::new());
-    let debit_event = Payments::event(&debit, ACCOUNT, -400, "USD");
+    let debit_event = LedgerHarness::event(&debit, ACCOUNT, -400, "USD");
     assert_eq!(p.ledger.post(&debit_event).await.unwrap(), Outcome::Replayed(rejected));
     assert_eq!(p.ledger.balance(ACCOUNT).await.unwrap().unwrap().balance_cents, 1000);
     queue.delete().await;

@@ -14,7 +14,7 @@
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use effectively_once_dynamodb::testing::{sdk_config, unique_name};
 use effectively_once_lambda::sqs;
-use end_to_end::Payments;
+use end_to_end::LedgerHarness;
 use lambda_runtime::{Context, LambdaEvent};
 
 const ACCOUNT: &str = "acct_fifo_dlq";
@@ -39,7 +39,7 @@ async fn fifo_queue(sqs: &aws_sdk_sqs::Client, redrive: Option<&str>) -> (String
 
 #[tokio::test]
 async fn a_malformed_message_does_not_take_its_groups_valid_payments_to_the_dlq() {
-    let p = Payments::new().await;
+    let p = LedgerHarness::new().await;
     let sqs_client = aws_sdk_sqs::Client::new(&sdk_config().await);
     let (dlq_url, dlq_arn) = fifo_queue(&sqs_client, None).await;
     let (url, arn) = fifo_queue(&sqs_client, Some(&dlq_arn)).await;

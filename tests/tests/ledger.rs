@@ -8,12 +8,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{ErrorKind, Outcome};
 use effectively_once_dynamodb::attr;
 use effectively_once_effects::{Error, PaymentEvent, Posting, Rejection};
-use end_to_end::Payments;
+use end_to_end::LedgerHarness;
 
 #[tokio::test]
 async fn two_deliveries_of_one_payment_post_once_in_one_request_each() {
-    let p = Payments::new().await;
-    let event = Payments::event("pay_0001", "acct_42", 1250, "USD");
+    let p = LedgerHarness::new().await;
+    let event = LedgerHarness::event("pay_0001", "acct_42", 1250, "USD");
     let first = p.ledger.post(&event).await.unwrap();
     let first_requests = p.requests.by_operation();
     p.requests.reset();
@@ -36,10 +36,10 @@ async fn two_deliveries_of_one_payment_post_once_in_one_request_each() {
 
 #[tokio::test]
 async fn modelled_write_units_per_kind_of_payment() {
-    let p = Payments::new().await;
-    let credit = Payments::event("pay_c", "acct_1", 100, "USD");
-    let debit = Payments::event("pay_d", "acct_1", -100, "USD");
-    let mut with_receipt = Payments::event("pay_r", "acct_1", 100, "USD");
+    let p = LedgerHarness::new().await;
+    let credit = LedgerHarness::event("pay_c", "acct_1", 100, "USD");
+    let debit = LedgerHarness::event("pay_d", "acct_1", -100, "USD");
+    let mut with_receipt = LedgerHarness::event("pay_r", "acct_1", 100, "USD");
     with_receipt.receipt_email = Some("r@example.com".into());
     let units = |e| p.ledger.write_units(e).map(|u| (u.committed, u.cancelled)).unwrap();
     assert_eq!(units(&credit), (6, 3), "record + entry + balance");
@@ -55,7 +55,7 @@ async fn modelled_write_units_per_kind_of_payment() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hundred_events_delivered_one_to_four_times_from_eight_tasks_post_exactly_once() {
-    let p = Arc::new(Payments::new().await);
+    let p = Arc::new(LedgerHarness::new().await);
     // Deterministic shuffle (xorshift), so a failure replays the same schedule.
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = move || {
@@ -65,7 +65,7 @@ async fn a_hundred_events_delivered_one_to_four_times_from_eight_tasks_post_exac
         seed
     };
     let events: Vec<_> = (0..100)
-        .map(|i| Payments::event(&format!("pay_{i:03}"), &format!("acct_{}", i % 5), 100 + i as i64, "USD"))
+        .map(|i| LedgerHarness::event(&format!("pay_{i:03}"), &format!("acct_{}", i % 5), 100 + i as i64, "USD"))
         .collect();
     let mut deliveries: Vec<_> =
         events.iter().flat_map(|e| std::iter::repeat_n(e.clone(), 1 + (next() % 4) as usize)).collect();
@@ -113,8 +113,8 @@ async fn a_hundred_events_delivered_one_to_four_times_from_eight_tasks_post_exac
 
 #[tokio::test]
 async fn an_overdraft_posts_nothing_and_stays_rejected_even_after_a_credit() {
-    let p = Payments::new().await;
-    let debit = Payments::event("pay_over", "acct_7", -500, "USD");
+    let p = LedgerHarness::new().await;
+    let debit = LedgerHarness::event("pay_over", "acct_7", -500, "USD");
     let rejected = Posting::Rejected { reason: Rejection::InsufficientFunds { balance_cents: 0 } };
     assert_eq!(p.ledger.post(&debit).await.unwrap(), Outcome::Fresh(rejected.clone()));
     assert!(p.ledger.entries("acct_7").await.unwrap().is_empty());
@@ -123,13 +123,13 @@ async fn an_overdraft_posts_nothing_and_stays_rejected_even_after_a_credit() {
     assert_eq!(p.ledger.post(&debit).await.unwrap(), Outcome::Replayed(rejected.clone()));
     assert_eq!(p.requests.total(), 1, "a rejected debit's duplicate is one request");
     // Funds arrive; a duplicate of the rejected debit still gets the same answer.
-    p.ledger.post(&Payments::event("pay_fund", "acct_7", 1000, "USD")).await.unwrap();
+    p.ledger.post(&LedgerHarness::event("pay_fund", "acct_7", 1000, "USD")).await.unwrap();
     assert_eq!(p.ledger.post(&debit).await.unwrap(), Outcome::Replayed(rejected));
     let balance = p.ledger.balance("acct_7").await.unwrap().unwrap();
     assert_eq!((balance.balance_cents, balance.entry_count), (1000, 1));
     // A covered debit applies.
     assert_eq!(
-        p.ledger.post(&Payments::event("pay_ok", "acct_7", -400, "USD")).await.unwrap(),
+        p.ledger.post(&LedgerHarness::event("pay_ok", "acct_7", -400, "USD")).await.unwrap(),
         Outcome::Fresh(Posting::Applied)
     );
     assert_eq!(p.ledger.balance("acct_7").await.unwrap().unwrap().balance_cents, 600);
@@ -137,9 +137,9 @@ async fn an_overdraft_posts_nothing_and_stays_rejected_even_after_a_credit() {
 
 #[tokio::test]
 async fn a_currency_mismatch_posts_nothing_and_a_duplicate_gets_the_same_rejection() {
-    let p = Payments::new().await;
-    p.ledger.post(&Payments::event("pay_usd", "acct_9", 300, "USD")).await.unwrap();
-    let eur = Payments::event("pay_eur", "acct_9", 300, "EUR");
+    let p = LedgerHarness::new().await;
+    p.ledger.post(&LedgerHarness::event("pay_usd", "acct_9", 300, "USD")).await.unwrap();
+    let eur = LedgerHarness::event("pay_eur", "acct_9", 300, "EUR");
     let rejected = Posting::Rejected { reason: Rejection::CurrencyMismatch { account_currency: "USD".into() } };
     let first = p.ledger.post(&eur).await.unwrap();
     let second = p.ledger.post(&eur).await.unwrap();
@@ -152,9 +152,9 @@ async fn a_currency_mismatch_posts_nothing_and_a_duplicate_gets_the_same_rejecti
 
 #[tokio::test]
 async fn the_same_event_id_with_another_amount_is_a_permanent_error() {
-    let p = Payments::new().await;
-    p.ledger.post(&Payments::event("pay_same", "acct_3", 100, "USD")).await.unwrap();
-    let err = p.ledger.post(&Payments::event("pay_same", "acct_3", 999, "USD")).await.unwrap_err();
+    let p = LedgerHarness::new().await;
+    p.ledger.post(&LedgerHarness::event("pay_same", "acct_3", 100, "USD")).await.unwrap();
+    let err = p.ledger.post(&LedgerHarness::event("pay_same", "acct_3", 999, "USD")).await.unwrap_err();
     assert!(matches!(&err, Error::Idempotency(e) if e.kind() == ErrorKind::KeyReused), "{err}");
     assert!(!err.is_retryable());
     assert_eq!(p.ledger.balance("acct_3").await.unwrap().unwrap().balance_cents, 100);
@@ -162,8 +162,8 @@ async fn the_same_event_id_with_another_amount_is_a_permanent_error() {
 
 #[tokio::test]
 async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
-    let p = Payments::new().await;
-    let mut event = Payments::event("pay_mail", "acct_5", 700, "USD");
+    let p = LedgerHarness::new().await;
+    let mut event = LedgerHarness::event("pay_mail", "acct_5", 700, "USD");
     event.receipt_email = Some("alice@example.com".into());
     p.ledger.post(&event).await.unwrap();
     p.ledger.post(&event).await.unwrap();
@@ -173,9 +173,9 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
         ("pay_mail", "alice@example.com", 700)
     );
     assert!(p.outbox_row("pay_none").await.is_none());
-    p.ledger.post(&Payments::event("pay_none", "acct_5", 1, "USD")).await.unwrap();
+    p.ledger.post(&LedgerHarness::event("pay_none", "acct_5", 1, "USD")).await.unwrap();
     assert!(p.outbox_row("pay_none").await.is_none(), "no receipt_email, no row");
-    let mut rejected = Payments::event("pay_rej", "acct_5", -10_000, "USD");
+    let mut rejected = LedgerHarness::event("pay_rej", "acct_5", -10_000, "USD");
     rejected.receipt_email = Some("bob@example.com".into());
     assert!(matches!(p.ledger.post(&rejected).await.unwrap().into_inner(), Posting::Rejected { .. }));
     assert!(p.outbox_row("pay_rej").await.is_none(), "a rejected payment gets no receipt");
@@ -191,7 +191,7 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
 async fn transaction_limits_give_clear_errors() {
     use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
     use effectively_once_dynamodb::{Commit, Write};
-    let p = Payments::new().await;
+    let p = LedgerHarness::new().await;
     let put = |i: usize, size: usize| {
         let item = HashMap::from([
             ("pk".to_owned(), AttributeValue::S(format!("k{i}"))),
@@ -222,8 +222,8 @@ fn assert_key_reused(err: &Error) {
 
 #[tokio::test]
 async fn an_event_id_applied_for_one_account_is_key_reuse_for_another_and_posts_nothing() {
-    let p = Payments::new().await;
-    let mut first = Payments::event("pay_x", "acct_a", 500, "USD");
+    let p = LedgerHarness::new().await;
+    let mut first = LedgerHarness::event("pay_x", "acct_a", 500, "USD");
     first.receipt_email = Some("alice@example.com".into());
     p.ledger.post(&first).await.unwrap();
     p.outbox()
@@ -231,7 +231,7 @@ async fn an_event_id_applied_for_one_account_is_key_reuse_for_another_and_posts_
         .await
         .unwrap();
     // A producer bug, or a DLQ message edited and redriven: the same id for another account.
-    let mut other = Payments::event("pay_x", "acct_b", 500, "USD");
+    let mut other = LedgerHarness::event("pay_x", "acct_b", 500, "USD");
     other.receipt_email = Some("mallory@example.com".into());
     p.requests.reset();
     for _ in 0..2 {
@@ -253,22 +253,22 @@ async fn an_event_id_applied_for_one_account_is_key_reuse_for_another_and_posts_
 
 #[tokio::test]
 async fn a_rejected_event_id_sent_for_another_account_is_key_reuse() {
-    let p = Payments::new().await;
-    let debit = Payments::event("pay_rx", "acct_poor", -500, "USD");
+    let p = LedgerHarness::new().await;
+    let debit = LedgerHarness::event("pay_rx", "acct_poor", -500, "USD");
     assert!(matches!(p.ledger.post(&debit).await.unwrap().into_inner(), Posting::Rejected { .. }));
-    p.ledger.post(&Payments::event("pay_fund_rich", "acct_rich", 1000, "USD")).await.unwrap();
+    p.ledger.post(&LedgerHarness::event("pay_fund_rich", "acct_rich", 1000, "USD")).await.unwrap();
     // The same id for a funded account would apply if ids were per account.
-    assert_key_reused(&p.ledger.post(&Payments::event("pay_rx", "acct_rich", -500, "USD")).await.unwrap_err());
+    assert_key_reused(&p.ledger.post(&LedgerHarness::event("pay_rx", "acct_rich", -500, "USD")).await.unwrap_err());
     assert_eq!(p.ledger.balance("acct_rich").await.unwrap().unwrap().balance_cents, 1000);
     assert_eq!(p.ledger.entries("acct_rich").await.unwrap().len(), 1);
 }
 
 #[tokio::test]
 async fn the_same_event_id_with_another_currency_or_address_is_key_reuse() {
-    let p = Payments::new().await;
-    p.ledger.post(&Payments::event("pay_cur", "acct_c", 100, "USD")).await.unwrap();
-    assert_key_reused(&p.ledger.post(&Payments::event("pay_cur", "acct_c", 100, "EUR")).await.unwrap_err());
-    let mut addressed = Payments::event("pay_cur", "acct_c", 100, "USD");
+    let p = LedgerHarness::new().await;
+    p.ledger.post(&LedgerHarness::event("pay_cur", "acct_c", 100, "USD")).await.unwrap();
+    assert_key_reused(&p.ledger.post(&LedgerHarness::event("pay_cur", "acct_c", 100, "EUR")).await.unwrap_err());
+    let mut addressed = LedgerHarness::event("pay_cur", "acct_c", 100, "USD");
     addressed.receipt_email = Some("eve@example.com".into());
     assert_key_reused(&p.ledger.post(&addressed).await.unwrap_err());
     assert!(p.outbox_row("pay_cur").await.is_none(), "no receipt row for a reused key");
@@ -277,13 +277,13 @@ async fn the_same_event_id_with_another_currency_or_address_is_key_reuse() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_event_id_raced_for_two_accounts_applies_once() {
-    let p = Arc::new(Payments::new().await);
+    let p = Arc::new(LedgerHarness::new().await);
     let tasks: Vec<_> = (0..8)
         .map(|i| {
             let p = p.clone();
             tokio::spawn(async move {
                 let account = if i % 2 == 0 { "acct_r0" } else { "acct_r1" };
-                p.ledger.post(&Payments::event("pay_race", account, 100, "USD")).await
+                p.ledger.post(&LedgerHarness::event("pay_race", account, 100, "USD")).await
             })
         })
         .collect();
@@ -304,8 +304,8 @@ async fn one_event_id_raced_for_two_accounts_applies_once() {
 #[tokio::test]
 async fn an_entry_without_its_record_is_never_overwritten_and_answers_for_itself() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    let p = Payments::new().await;
-    let event = Payments::event("pay_old", "acct_o", 300, "USD");
+    let p = LedgerHarness::new().await;
+    let event = LedgerHarness::event("pay_old", "acct_o", 300, "USD");
     p.ledger.post(&event).await.unwrap();
     // An entry whose record is gone (written before records had their own item, or deleted by
     // hand): a redelivery must not post again.
@@ -318,7 +318,7 @@ async fn an_entry_without_its_record_is_never_overwritten_and_answers_for_itself
         .await
         .unwrap();
     assert_eq!(p.ledger.post(&event).await.unwrap(), Outcome::Replayed(Posting::Applied));
-    assert_key_reused(&p.ledger.post(&Payments::event("pay_old", "acct_o", 301, "USD")).await.unwrap_err());
+    assert_key_reused(&p.ledger.post(&LedgerHarness::event("pay_old", "acct_o", 301, "USD")).await.unwrap_err());
     let balance = p.ledger.balance("acct_o").await.unwrap().unwrap();
     assert_eq!((balance.balance_cents, balance.entry_count), (300, 1));
 }
@@ -326,7 +326,7 @@ async fn an_entry_without_its_record_is_never_overwritten_and_answers_for_itself
 #[tokio::test]
 async fn a_commit_with_the_default_expiration_is_not_born_expired() {
     use effectively_once_dynamodb::{Commit, Committed};
-    let p = Payments::new().await;
+    let p = LedgerHarness::new().await;
     let now_ms = 1_800_000_000_000;
     let commit = Commit::new("orders#o-1", "h", "{}");
     assert_eq!(p.ledger.store().commit_once(&commit, now_ms).await.unwrap(), Committed::Fresh);
@@ -338,9 +338,9 @@ async fn a_commit_with_the_default_expiration_is_not_born_expired() {
 
 #[tokio::test]
 async fn a_receipt_is_not_dropped_by_a_ledger_without_an_outbox() {
-    let p = Payments::new().await;
+    let p = LedgerHarness::new().await;
     let ledger = effectively_once_effects::Ledger::new(p.ledger.store().clone(), p.ledger.table(), None);
-    let mut event = Payments::event("pay_no_outbox", "acct_n", 100, "USD");
+    let mut event = LedgerHarness::event("pay_no_outbox", "acct_n", 100, "USD");
     event.receipt_email = Some("nobody@example.com".into());
     let err = ledger.post(&event).await.unwrap_err();
     // A deployment fault, not a verdict on the payment: retried until an operator sets the
@@ -357,7 +357,7 @@ async fn a_receipt_is_not_dropped_by_a_ledger_without_an_outbox() {
 /// order, escapes, an extra field) sends a duplicate: replayed, posted once, not `KeyReused`.
 #[tokio::test]
 async fn a_re_serialised_duplicate_is_a_duplicate_not_key_reuse() {
-    let p = Payments::new().await;
+    let p = LedgerHarness::new().await;
     let first = r#"{"event_id": "pay_rs", "account_id": "acct_rs", "amount_cents": 1250, "currency": "USD"}"#;
     let resent = [
         r#"{"currency":"USD","amount_cents":1250.0,"account_id":"acct_rs","event_id":"pay_rs"}"#,
@@ -381,9 +381,9 @@ async fn a_re_serialised_duplicate_is_a_duplicate_not_key_reuse() {
 /// a recorded rejection replays, another payload is still key reuse.
 #[tokio::test]
 async fn records_with_a_version_1_hash_still_answer_their_duplicates() {
-    let p = Payments::new().await;
-    let credit = Payments::event("pay_v1", "acct_v1", 700, "USD");
-    let debit = Payments::event("pay_v1_rej", "acct_v1", -5000, "USD");
+    let p = LedgerHarness::new().await;
+    let credit = LedgerHarness::event("pay_v1", "acct_v1", 700, "USD");
+    let debit = LedgerHarness::event("pay_v1_rej", "acct_v1", -5000, "USD");
     assert_eq!(p.ledger.post(&credit).await.unwrap(), Outcome::Fresh(Posting::Applied));
     let rejected = p.ledger.post(&debit).await.unwrap();
     assert!(matches!(&rejected, Outcome::Fresh(Posting::Rejected { .. })), "{rejected:?}");
@@ -409,13 +409,13 @@ async fn records_with_a_version_1_hash_still_answer_their_duplicates() {
     }
     assert_eq!(p.ledger.post(&credit).await.unwrap(), Outcome::Replayed(Posting::Applied));
     assert_eq!(p.ledger.post(&debit).await.unwrap(), Outcome::Replayed(rejected.into_inner()));
-    let reused = p.ledger.post(&Payments::event("pay_v1", "acct_v1", 701, "USD")).await;
+    let reused = p.ledger.post(&LedgerHarness::event("pay_v1", "acct_v1", 701, "USD")).await;
     assert!(matches!(&reused, Err(Error::Idempotency(e)) if e.kind() == ErrorKind::KeyReused), "{reused:?}");
     let balance = p.ledger.balance("acct_v1").await.unwrap().unwrap();
     assert_eq!((balance.balance_cents, balance.entry_count), (700, 1), "posted once");
 }
 
-async fn stored_hash(p: &Payments, id: &str) -> String {
+async fn stored_hash(p: &LedgerHarness, id: &str) -> String {
     let item = p
         .ledger
         .client()
@@ -442,7 +442,7 @@ async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplica
     use lambda_runtime::{Context, LambdaEvent};
     use sqs::Handler as _;
 
-    let p = Payments::new().await;
+    let p = LedgerHarness::new().await;
     let vars = HashMap::from([
         ("IDEMPOTENCY_TABLE", p.ledger.store().table().to_owned()),
         ("LEDGER_TABLE", p.ledger.table().to_owned()),

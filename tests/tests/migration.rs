@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Clock as _, Config, ErrorKind, ManualClock, Outcome, Record, Status};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
 use effectively_once_effects::{Error, Posting, Rejection};
-use end_to_end::Payments;
+use end_to_end::LedgerHarness;
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
@@ -34,7 +34,7 @@ async fn legacy() -> Legacy {
     effectively_once_effects::tables::create_ledger_table(store.client(), &table).await.expect("ledger table");
     let clock = Arc::new(ManualClock::new());
     let ledger = effectively_once_effects::Ledger::new(store, table.clone(), None)
-        .with_config(Config::default().clock(clock.clone()));
+        .with_config(Config::default().with_clock(clock.clone()));
     Legacy { ledger, table, clock }
 }
 
@@ -83,18 +83,18 @@ fn assert_key_reused(result: &Result<Outcome<Posting>, Error>) {
 #[tokio::test]
 async fn after_the_migration_an_event_applied_by_0_1_0_is_key_reuse_for_another_account() {
     let l = legacy().await;
-    let old = Payments::event("pay_legacy", "acct_old", 500, "USD");
+    let old = LedgerHarness::event("pay_legacy", "acct_old", 500, "USD");
     write_as_0_1_0(&l, &old).await;
     let report = l.ledger.migrate().await.unwrap();
     assert_eq!((report.carried_entries, report.records_written), (1, 1));
     assert_eq!(l.ledger.migrate().await.unwrap().records_written, 0, "a second run writes nothing");
     // The same id applied for a second account under the old layout: reported, not hidden.
-    write_as_0_1_0(&l, &Payments::event("pay_legacy", "acct_twice", 500, "USD")).await;
+    write_as_0_1_0(&l, &LedgerHarness::event("pay_legacy", "acct_twice", 500, "USD")).await;
     assert_eq!(l.ledger.migrate().await.unwrap().conflicts, 1);
     // Sanity: the same account's duplicate is answered from the carried record.
     assert_eq!(l.ledger.post(&old).await.unwrap(), Outcome::Replayed(Posting::Applied));
 
-    let reused = Payments::event("pay_legacy", "acct_other", 500, "USD");
+    let reused = LedgerHarness::event("pay_legacy", "acct_other", 500, "USD");
     let result = l.ledger.post(&reused).await;
     let other_entries = l.ledger.entries("acct_other").await.unwrap();
     assert!(
@@ -112,7 +112,7 @@ async fn after_the_migration_an_event_applied_by_0_1_0_is_key_reuse_for_another_
 #[tokio::test]
 async fn after_the_migration_a_debit_rejected_by_0_1_0_stays_rejected_after_fourteen_days() {
     let p = legacy().await;
-    let debit = Payments::event("pay_old_rej", "acct_r", -500, "USD");
+    let debit = LedgerHarness::event("pay_old_rej", "acct_r", -500, "USD");
     let hash = Config::default().payload_hash(&debit).unwrap().v1().to_owned();
     let now_ms = p.clock.now_ms();
     let rejected = Posting::Rejected { reason: Rejection::InsufficientFunds { balance_cents: 0 } };
@@ -128,7 +128,7 @@ async fn after_the_migration_a_debit_rejected_by_0_1_0_stays_rejected_after_four
     };
     p.ledger.store().record_outcome(&record, now_ms, None).await.unwrap();
     assert_eq!(p.ledger.post(&debit).await.unwrap(), Outcome::Replayed(rejected.clone()));
-    p.ledger.post(&Payments::event("pay_fund_r", "acct_r", 1000, "USD")).await.unwrap();
+    p.ledger.post(&LedgerHarness::event("pay_fund_r", "acct_r", 1000, "USD")).await.unwrap();
     assert_eq!(p.ledger.migrate().await.unwrap().records_made_permanent, 1, "the rejection, not the applied credit");
     p.clock.advance(Duration::from_secs(15 * 24 * 3600));
     let later = p.ledger.post(&debit).await.unwrap();

@@ -7,13 +7,13 @@ use effectively_once::{Config, Idempotency, ManualClock, Outcome, Store};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{email_key, SendError, SendErrorKind};
-use effectively_once_effects::{send_once, EmailMessage, EmailSender, Policy, Receipt};
+use effectively_once_effects::{send_once, EmailMessage, EmailSender, Policy, SendOutcome};
 use end_to_end::{emails_to, ses_sender};
 
 async fn markers() -> (Idempotency<DynamoDbStore>, Arc<ManualClock>) {
     let (store, _) = fresh_store().await;
     let clock = Arc::new(ManualClock::new());
-    (Idempotency::new(store, Config::default().lease(Duration::from_secs(60)).clock(clock.clone())), clock)
+    (Idempotency::new(store, Config::default().with_lease(Duration::from_secs(60)).with_clock(clock.clone())), clock)
 }
 
 fn receipt_to(to: &str) -> EmailMessage {
@@ -32,8 +32,8 @@ async fn two_sends_of_one_key_deliver_one_email() {
     let key = email_key(&unique_name("pay")).unwrap();
     let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     let second = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
-    let Outcome::Fresh(Receipt::Sent { message_id }) = first else { panic!("{first:?}") };
-    assert_eq!(second, Outcome::Replayed(Receipt::Sent { message_id: message_id.clone() }));
+    let Outcome::Fresh(SendOutcome::Sent { message_id }) = first else { panic!("{first:?}") };
+    assert_eq!(second, Outcome::Replayed(SendOutcome::Sent { message_id: message_id.clone() }));
     let sent = emails_to(&to);
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0]["id"], message_id.as_str());
@@ -64,7 +64,7 @@ async fn a_throttled_send_then_a_retry_delivers_one_email() {
     assert!(err.is_retryable(), "{err}");
     assert!(emails_to(&to).is_empty());
     let retry = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
-    assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })));
+    assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })));
     assert_eq!(emails_to(&to).len(), 1);
 }
 
@@ -89,7 +89,7 @@ async fn an_unverified_sender_is_retried_not_recorded_as_the_messages_fate() {
 
     client.create_email_identity().email_identity(&from).send().await.unwrap();
     let retry = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
-    assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })), "{retry:?}");
+    assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })), "{retry:?}");
     assert_eq!(emails_to(&to).len(), 1);
 }
 
@@ -102,7 +102,7 @@ async fn a_refused_recipient_is_recorded_and_a_duplicate_does_not_resend() {
     let to = unique_name("no-domain");
     let key = email_key(&unique_name("pay")).unwrap();
     let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
-    assert!(matches!(&first, Outcome::Fresh(Receipt::Failed { .. })), "{first:?}");
+    assert!(matches!(&first, Outcome::Fresh(SendOutcome::Failed { .. })), "{first:?}");
     let again = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     assert!(again.is_replay());
     assert!(emails_to(&to).is_empty());
@@ -135,9 +135,9 @@ async fn the_ambiguous_window_under_each_policy() {
         clock.advance(Duration::from_secs(61));
         let later = send_once(&idem, &ses, &key, &message, policy).await.unwrap();
         let got = match later.response() {
-            Receipt::Ambiguous => "ambiguous",
-            Receipt::Sent { .. } => "sent",
-            Receipt::Failed { .. } => "failed",
+            SendOutcome::Ambiguous => "ambiguous",
+            SendOutcome::Sent { .. } => "sent",
+            SendOutcome::Failed { .. } => "failed",
         };
         assert_eq!(got, outcome, "{policy:?}");
         assert_eq!(emails_to(&to).len(), emails, "{policy:?}: emails the emulator recorded");
@@ -154,13 +154,13 @@ async fn with_the_disable_switch_set_two_sends_of_one_key_still_deliver_one_emai
     let (store, _) = fresh_store().await;
     let config = Config::from_env_with(|name| (name == "POWERTOOLS_IDEMPOTENCY_DISABLED").then(|| "true".to_owned()));
     assert!(config.is_disabled());
-    let idem = Idempotency::new(store, config.lease(Duration::from_secs(60)));
+    let idem = Idempotency::new(store, config.with_lease(Duration::from_secs(60)));
     let ses = ses_sender("receipts@example.com").await;
     let to = recipient();
     let key = email_key(&unique_name("pay")).unwrap();
     let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     let second = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
-    assert!(matches!(first, Outcome::Fresh(Receipt::Sent { .. })), "{first:?}");
+    assert!(matches!(first, Outcome::Fresh(SendOutcome::Sent { .. })), "{first:?}");
     assert!(second.is_replay(), "{second:?}");
     assert_eq!(emails_to(&to).len(), 1);
 }

@@ -91,7 +91,7 @@ pub struct Commit {
 impl Commit {
     /// A transaction completing `id` with `response` (JSON) for a payload with `payload_hash`.
     /// An own record ([`Placement::Own`]) lives the default dedup window
-    /// (`Config::default().window()`, 14 days) from the time it is sent, unless
+    /// (`Config::default().dedup_window()`, 14 days) from the time it is sent, unless
     /// [`Commit::expiration_s`] says otherwise.
     pub fn new(id: impl Into<String>, payload_hash: impl Into<String>, response: impl Into<String>) -> Self {
         Commit {
@@ -126,7 +126,8 @@ impl Commit {
 
     /// The record as written at `now_ms`.
     fn record_at(&self, now_ms: u64) -> Record {
-        let expiration_s = self.expiration_s.unwrap_or_else(|| now_ms / 1000 + Config::default().window().as_secs());
+        let expiration_s =
+            self.expiration_s.unwrap_or_else(|| now_ms / 1000 + Config::default().dedup_window().as_secs());
         Record { expiration_s, ..self.record.clone() }
     }
 
@@ -425,18 +426,18 @@ impl DynamoDbStore {
 
 /// Reads the record a carrier item holds.
 pub fn carried_from_item(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
-    let s = |name: &str| match item.get(name) {
+    let string = |name: &str| match item.get(name) {
         Some(AttributeValue::S(v)) => Ok(v.clone()),
         _ => Err(StoreError::new(StoreErrorKind::Malformed, format!("carried record: {name} missing"))),
     };
     Ok(Record {
-        id: s(carried::KEY)?,
+        id: string(carried::KEY)?,
         status: Status::Completed,
         lease_expires_at_ms: 0,
         expiration_s: u64::MAX,
-        payload_hash: s(carried::PAYLOAD_HASH)?,
+        payload_hash: string(carried::PAYLOAD_HASH)?,
         owner: String::new(),
-        response: s(carried::RESPONSE).ok(),
+        response: string(carried::RESPONSE).ok(),
     })
 }
 
@@ -490,8 +491,8 @@ fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
     item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
 }
 
-fn value_size(v: &AttributeValue) -> usize {
-    match v {
+fn value_size(value: &AttributeValue) -> usize {
+    match value {
         AttributeValue::S(s) => s.len(),
         AttributeValue::N(n) => n.len().div_ceil(2) + 1,
         AttributeValue::B(b) => b.as_ref().len(),

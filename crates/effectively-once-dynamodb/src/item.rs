@@ -25,16 +25,16 @@ pub mod attr {
 
 /// Encodes a record. Numbers are integers: TTL ignores anything else (TypeScript #2298 stored a
 /// float and records never expired).
-pub(crate) fn to_item(r: &Record) -> HashMap<String, AttributeValue> {
+pub(crate) fn to_item(record: &Record) -> HashMap<String, AttributeValue> {
     let mut item = HashMap::from([
-        (attr::ID.to_owned(), AttributeValue::S(r.id.clone())),
-        (attr::STATUS.to_owned(), AttributeValue::S(r.status.as_str().to_owned())),
-        (attr::LEASE_EXPIRES_AT.to_owned(), AttributeValue::N(r.lease_expires_at_ms.to_string())),
-        (attr::EXPIRATION.to_owned(), AttributeValue::N(r.expiration_s.to_string())),
-        (attr::PAYLOAD_HASH.to_owned(), AttributeValue::S(r.payload_hash.clone())),
-        (attr::OWNER.to_owned(), AttributeValue::S(r.owner.clone())),
+        (attr::ID.to_owned(), AttributeValue::S(record.id.clone())),
+        (attr::STATUS.to_owned(), AttributeValue::S(record.status.as_str().to_owned())),
+        (attr::LEASE_EXPIRES_AT.to_owned(), AttributeValue::N(record.lease_expires_at_ms.to_string())),
+        (attr::EXPIRATION.to_owned(), AttributeValue::N(record.expiration_s.to_string())),
+        (attr::PAYLOAD_HASH.to_owned(), AttributeValue::S(record.payload_hash.clone())),
+        (attr::OWNER.to_owned(), AttributeValue::S(record.owner.clone())),
     ]);
-    if let Some(response) = &r.response {
+    if let Some(response) = &record.response {
         item.insert(attr::RESPONSE.to_owned(), AttributeValue::S(response.clone()));
     }
     item
@@ -42,25 +42,25 @@ pub(crate) fn to_item(r: &Record) -> HashMap<String, AttributeValue> {
 
 /// Decodes a record item.
 pub(crate) fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
-    let s = |name: &str| -> Result<String, StoreError> {
+    let string = |name: &str| -> Result<String, StoreError> {
         match item.get(name) {
             Some(AttributeValue::S(v)) => Ok(v.clone()),
             _ => Err(malformed(item, name)),
         }
     };
-    let n = |name: &str| -> Result<u64, StoreError> {
+    let number = |name: &str| -> Result<u64, StoreError> {
         match item.get(name) {
             Some(AttributeValue::N(v)) => v.parse().map_err(|_| malformed(item, name)),
             _ => Err(malformed(item, name)),
         }
     };
     Ok(Record {
-        id: s(attr::ID)?,
-        status: Status::parse(&s(attr::STATUS)?).ok_or_else(|| malformed(item, attr::STATUS))?,
-        lease_expires_at_ms: n(attr::LEASE_EXPIRES_AT)?,
-        expiration_s: n(attr::EXPIRATION)?,
-        payload_hash: s(attr::PAYLOAD_HASH)?,
-        owner: s(attr::OWNER)?,
+        id: string(attr::ID)?,
+        status: Status::parse(&string(attr::STATUS)?).ok_or_else(|| malformed(item, attr::STATUS))?,
+        lease_expires_at_ms: number(attr::LEASE_EXPIRES_AT)?,
+        expiration_s: number(attr::EXPIRATION)?,
+        payload_hash: string(attr::PAYLOAD_HASH)?,
+        owner: string(attr::OWNER)?,
         response: match item.get(attr::RESPONSE) {
             Some(AttributeValue::S(v)) => Some(v.clone()),
             None => None,

@@ -41,9 +41,9 @@ pub async fn counted_client() -> (Client, RequestCounter) {
 /// A name no other test in any process uses: tests share one emulator and run in parallel.
 pub fn unique_name(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let sequence = NEXT.fetch_add(1, Ordering::SeqCst);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
-    format!("{prefix}-{}-{nanos}-{n}", std::process::id())
+    format!("{prefix}-{}-{nanos}-{sequence}", std::process::id())
 }
 
 /// A store on a new table of its own, with the counter of its client's requests. Panics with

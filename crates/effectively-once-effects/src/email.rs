@@ -18,7 +18,6 @@ use aws_sdk_sesv2::error::{BoxError, ConnectorError, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message};
 use effectively_once::{Begin, ErrorChain, Idempotency, Key, Outcome, Store};
-use effectively_once_redact::redact_email;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -308,6 +307,9 @@ fn names_sender(text: &str, from: &str) -> bool {
             .any(|w| w.eq_ignore_ascii_case(address) || (!domain.is_empty() && w.eq_ignore_ascii_case(domain)))
 }
 
+/// An address as logs may show it (`a***@example.com`). Re-exported from the
+/// `effectively-once-redact` crate, which the trigger drivers share.
+pub use effectively_once_redact::redact_email;
 /// Every email address in free text redacted (`a***@example.com`): a provider's error message,
 /// a stored failure reason. Re-exported from the `effectively-once-redact` crate, which the trigger drivers share.
 pub use effectively_once_redact::redact_emails;
@@ -357,7 +359,7 @@ impl EmailSender for RecordingSender {
 /// What happened to a keyed email. Stored in its marker, so a duplicate gets the same answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
-pub enum Receipt {
+pub enum SendOutcome {
     /// The provider accepted it.
     Sent {
         /// The provider's message id.
@@ -380,7 +382,7 @@ pub enum Receipt {
 ///
 /// The default is [`AtMostOnce`](Policy::AtMostOnce): a customer who gets a payment receipt
 /// twice sees a bug (and may think they paid twice), while the window is a few milliseconds per
-/// send, so a missing receipt is rare, flagged as [`Receipt::Ambiguous`] with an error log, and
+/// send, so a missing receipt is rare, flagged as [`SendOutcome::Ambiguous`] with an error log, and
 /// an operator can check SES's sending events and resend by hand. Choose
 /// [`AtLeastOnce`](Policy::AtLeastOnce) for messages whose loss costs more than a duplicate
 /// (a password reset, say).
@@ -411,7 +413,7 @@ async fn begin_marker<S: Store>(
     idempotency: &Idempotency<S>,
     key: &Key,
     message: &EmailMessage,
-) -> Result<Begin<Receipt>, effectively_once::Error> {
+) -> Result<Begin<SendOutcome>, effectively_once::Error> {
     let identity = MarkerIdentity { key: key.as_str(), to: &message.to };
     match idempotency.begin(key, &identity).await {
         Err(e) if e.kind() == effectively_once::ErrorKind::KeyReused => match idempotency.begin(key, message).await {
@@ -435,8 +437,8 @@ async fn begin_marker<S: Store>(
 /// (a release whose answer is lost is sent again; one that still fails is logged at error level
 /// and its error says the marker is held until its lease ends, after which at most once records
 /// the email ambiguous);
-/// a refusal of this message is recorded as [`Receipt::Failed`]; an ambiguous failure (timeout,
-/// lost answer, a 5xx) follows the policy: at most once records [`Receipt::Ambiguous`] at once,
+/// a refusal of this message is recorded as [`SendOutcome::Failed`]; an ambiguous failure (timeout,
+/// lost answer, a 5xx) follows the policy: at most once records [`SendOutcome::Ambiguous`] at once,
 /// without sending again (waiting for nothing: no retry will send it), at least once releases
 /// the marker so the retry resends. An attempt that died after claiming leaves the marker in
 /// progress, and the attempt that takes it over after the lease follows the policy the same way.
@@ -451,14 +453,14 @@ pub async fn send_once<S: Store, E: EmailSender>(
     effect_key: &Key,
     message: &EmailMessage,
     policy: Policy,
-) -> Result<Outcome<Receipt>, Error> {
+) -> Result<Outcome<SendOutcome>, Error> {
     let to = redact_email(&message.to);
     let attempt = match begin_marker(idempotency, effect_key, message).await? {
-        Begin::Replayed(receipt) => {
+        Begin::Replayed(earlier) => {
             // Redacted: a reason stored before reasons were redacted may hold an address.
-            let receipt_text = redact_emails(&format!("{receipt:?}"));
-            tracing::info!(key = %effect_key, to = %to, receipt = %receipt_text, "email already handled; not sending");
-            return Ok(Outcome::Replayed(receipt));
+            let earlier_text = redact_emails(&format!("{earlier:?}"));
+            tracing::info!(key = %effect_key, to = %to, receipt = %earlier_text, "email already handled; not sending");
+            return Ok(Outcome::Replayed(earlier));
         }
         Begin::Claimed(attempt) => attempt,
     };
@@ -468,24 +470,24 @@ pub async fn send_once<S: Store, E: EmailSender>(
             to = %to,
             "an earlier attempt died after claiming this email; it may have been sent; not resending (at most once): operator check"
         );
-        idempotency.complete_while_owned(attempt, &Receipt::Ambiguous).await?;
-        return Ok(Outcome::Fresh(Receipt::Ambiguous));
+        idempotency.complete_while_owned(attempt, &SendOutcome::Ambiguous).await?;
+        return Ok(Outcome::Fresh(SendOutcome::Ambiguous));
     }
     match sender.send(message).await {
         Ok(message_id) => {
-            let receipt = Receipt::Sent { message_id };
+            let outcome = SendOutcome::Sent { message_id };
             // Past the lease too, while this attempt still holds the marker: the email is out,
             // and refusing to record it would only leave the marker to a retry that flags it
             // ambiguous or sends it again (see `Idempotency::complete_while_owned`).
-            idempotency.complete_while_owned(attempt, &receipt).await?;
+            idempotency.complete_while_owned(attempt, &outcome).await?;
             tracing::info!(key = %effect_key, to = %to, "email sent");
-            Ok(Outcome::Fresh(receipt))
+            Ok(Outcome::Fresh(outcome))
         }
         Err(e) if e.kind == SendErrorKind::Rejected => {
             tracing::warn!(key = %effect_key, to = %to, error = %e, "email refused for good");
-            let receipt = Receipt::Failed { reason: redact_emails(&e.message) };
-            idempotency.complete_while_owned(attempt, &receipt).await?;
-            Ok(Outcome::Fresh(receipt))
+            let outcome = SendOutcome::Failed { reason: redact_emails(&e.message) };
+            idempotency.complete_while_owned(attempt, &outcome).await?;
+            Ok(Outcome::Fresh(outcome))
         }
         Err(e) if e.kind == SendErrorKind::Ambiguous && policy == Policy::AtMostOnce => {
             // Never released: the retry would send a second copy of a message that may have
@@ -498,8 +500,8 @@ pub async fn send_once<S: Store, E: EmailSender>(
                 error = %e,
                 "email may have been sent; not resending (at most once): operator check"
             );
-            idempotency.complete_while_owned(attempt, &Receipt::Ambiguous).await?;
-            Ok(Outcome::Fresh(Receipt::Ambiguous))
+            idempotency.complete_while_owned(attempt, &SendOutcome::Ambiguous).await?;
+            Ok(Outcome::Fresh(SendOutcome::Ambiguous))
         }
         Err(e) => {
             if e.kind == SendErrorKind::Blocked {
@@ -532,20 +534,20 @@ pub async fn send_once<S: Store, E: EmailSender>(
 ///
 /// Why not record the failure on the marker instead, so the takeover could resend: the marker's
 /// only write besides the release is its completion, and a completed marker replays for its
-/// whole dedup window (no claim may take it over), so "not sent" would need a new [`Receipt`]
+/// whole dedup window (no claim may take it over), so "not sent" would need a new [`SendOutcome`]
 /// kind that every reader (the relay, replays by older code) would have to learn, and a store
 /// that refused the delete three times is unlikely to take the update meanwhile.
-fn held(e: SendError, lease_end_ms: u64, release: &effectively_once::Error) -> SendError {
+fn held(error: SendError, lease_end_ms: u64, release: &effectively_once::Error) -> SendError {
     // An ambiguous failure is released only at least once, whose takeover resends anyway.
-    let sent = match e.kind {
+    let sent = match error.kind {
         SendErrorKind::Ambiguous => "it may have been sent, and",
         _ => "nothing was sent, but",
     };
     SendError::new(
-        e.kind,
+        error.kind,
         format!(
             "{}; {sent} the email marker is still held until {lease_end_ms} ms (release failed: {})",
-            e.message,
+            error.message,
             ErrorChain(release)
         ),
     )
@@ -562,7 +564,7 @@ mod tests {
 
     fn setup() -> (Idempotency<InMemoryStore>, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new());
-        let config = Config::default().lease(Duration::from_secs(60)).clock(clock.clone());
+        let config = Config::default().with_lease(Duration::from_secs(60)).with_clock(clock.clone());
         (Idempotency::new(InMemoryStore::new(), config), clock)
     }
 
@@ -577,8 +579,8 @@ mod tests {
         let key = email_key("pay_1").unwrap();
         let first = send_once(&idem, &sender, &key, &receipt("a@example.com"), Policy::default()).await.unwrap();
         let second = send_once(&idem, &sender, &key, &receipt("a@example.com"), Policy::default()).await.unwrap();
-        assert_eq!(first, Outcome::Fresh(Receipt::Sent { message_id: "fake-1".into() }));
-        assert_eq!(second, Outcome::Replayed(Receipt::Sent { message_id: "fake-1".into() }));
+        assert_eq!(first, Outcome::Fresh(SendOutcome::Sent { message_id: "fake-1".into() }));
+        assert_eq!(second, Outcome::Replayed(SendOutcome::Sent { message_id: "fake-1".into() }));
         assert_eq!(sender.sent().len(), 1);
     }
 
@@ -591,7 +593,7 @@ mod tests {
         let err = send_once(&idem, &sender, &key, &receipt("b@example.com"), Policy::default()).await.unwrap_err();
         assert!(err.is_retryable());
         let retry = send_once(&idem, &sender, &key, &receipt("b@example.com"), Policy::default()).await.unwrap();
-        assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })));
+        assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })));
         assert_eq!(sender.sent().len(), 1);
     }
 
@@ -603,7 +605,7 @@ mod tests {
         let key = email_key("pay_3").unwrap();
         let first = send_once(&idem, &sender, &key, &receipt("c@example.com"), Policy::default()).await.unwrap();
         let again = send_once(&idem, &sender, &key, &receipt("c@example.com"), Policy::default()).await.unwrap();
-        let failed = Receipt::Failed { reason: "address suppressed".into() };
+        let failed = SendOutcome::Failed { reason: "address suppressed".into() };
         assert_eq!((first, again), (Outcome::Fresh(failed.clone()), Outcome::Replayed(failed)));
         assert!(sender.sent().is_empty());
     }
@@ -613,8 +615,8 @@ mod tests {
     #[tokio::test]
     async fn ambiguous_window_follows_the_policy() {
         for (policy, emails, outcome) in [
-            (Policy::AtMostOnce, 1, Receipt::Ambiguous),
-            (Policy::AtLeastOnce, 2, Receipt::Sent { message_id: "fake-2".into() }),
+            (Policy::AtMostOnce, 1, SendOutcome::Ambiguous),
+            (Policy::AtLeastOnce, 2, SendOutcome::Sent { message_id: "fake-2".into() }),
         ] {
             let (idem, clock) = setup();
             let sender = RecordingSender::new();
@@ -653,9 +655,9 @@ mod tests {
         let key = email_key("pay_5").unwrap();
         let message = receipt("e@example.com");
         let first = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
-        assert_eq!(first, Outcome::Fresh(Receipt::Ambiguous));
+        assert_eq!(first, Outcome::Fresh(SendOutcome::Ambiguous));
         let again = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
-        assert_eq!(again, Outcome::Replayed(Receipt::Ambiguous), "no lease to wait for");
+        assert_eq!(again, Outcome::Replayed(SendOutcome::Ambiguous), "no lease to wait for");
         assert_eq!(sender.sent().len(), 1, "never a second copy");
     }
 
@@ -669,7 +671,7 @@ mod tests {
         let err = send_once(&idem, &sender, &key, &message, Policy::AtLeastOnce).await.unwrap_err();
         assert!(err.is_retryable(), "{err}");
         let retry = send_once(&idem, &sender, &key, &message, Policy::AtLeastOnce).await.unwrap();
-        assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })), "{retry:?}");
+        assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })), "{retry:?}");
         assert_eq!(sender.sent().len(), 2, "the possible copy, then the resend");
     }
 
@@ -701,8 +703,10 @@ mod tests {
         let sender = RecordingSender::new();
         let key = email_key("pay_11").unwrap();
         let message = receipt("l@example.com");
-        let Begin::Claimed(old) = idem.begin::<_, Receipt>(&key, &message).await.unwrap() else { panic!("claimed") };
-        let sent = Receipt::Sent { message_id: "old-1".into() };
+        let Begin::Claimed(old) = idem.begin::<_, SendOutcome>(&key, &message).await.unwrap() else {
+            panic!("claimed")
+        };
+        let sent = SendOutcome::Sent { message_id: "old-1".into() };
         idem.complete(old, &sent).await.unwrap();
         let again = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
         assert_eq!(again, Outcome::Replayed(sent));
@@ -727,7 +731,7 @@ mod tests {
             let key = email_key("pay_12").unwrap();
             let message = receipt("m@example.com");
             let first = send_once(&idem, &Slow(&sender, &clock), &key, &message, policy).await.unwrap();
-            let sent = Receipt::Sent { message_id: "fake-1".into() };
+            let sent = SendOutcome::Sent { message_id: "fake-1".into() };
             assert_eq!(first, Outcome::Fresh(sent.clone()), "{policy:?}");
             let again = send_once(&idem, &sender, &key, &message, policy).await.unwrap();
             assert_eq!(again, Outcome::Replayed(sent), "{policy:?}");
@@ -746,8 +750,9 @@ mod tests {
         clock.advance(Duration::from_secs(61));
         let taker = RecordingSender::new();
         let taken = send_once(&idem, &taker, &key, &message, Policy::AtMostOnce).await.unwrap();
-        assert_eq!(taken, Outcome::Fresh(Receipt::Ambiguous));
-        let late = idem.complete_while_owned(first, &Receipt::Sent { message_id: "late".into() }).await.unwrap_err();
+        assert_eq!(taken, Outcome::Fresh(SendOutcome::Ambiguous));
+        let late =
+            idem.complete_while_owned(first, &SendOutcome::Sent { message_id: "late".into() }).await.unwrap_err();
         assert!(late.is_retryable(), "{late}");
         let stored = idem.store().get(key.as_str()).await.unwrap().unwrap();
         assert!(!stored.response.unwrap_or_default().contains("late"));
@@ -917,7 +922,7 @@ mod tests {
                 assert!(matches!(&err, Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
                 assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released");
                 let retry = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
-                assert!(matches!(retry, Outcome::Fresh(Receipt::Sent { .. })), "{retry:?}");
+                assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })), "{retry:?}");
                 assert_eq!(ses.inner.sent().len(), 1);
             }
         }
@@ -930,7 +935,7 @@ mod tests {
             let ses = ScriptedSes { errors: Mutex::new(VecDeque::from([refused])), inner: RecordingSender::new() };
             let key = email_key("pay_8").unwrap();
             let first = send_once(&idem, &ses, &key, &receipt("hank@example.com"), Policy::AtMostOnce).await.unwrap();
-            let Outcome::Fresh(Receipt::Failed { reason }) = &first else { panic!("{first:?}") };
+            let Outcome::Fresh(SendOutcome::Failed { reason }) = &first else { panic!("{first:?}") };
             assert!(reason.contains("h***@example.com") && !reason.contains("hank"), "{reason}");
             let stored = idem.store().get(key.as_str()).await.unwrap().unwrap();
             assert!(!stored.response.unwrap_or_default().contains("hank"), "the stored reason is redacted");
@@ -950,10 +955,10 @@ mod tests {
             let key = email_key("pay_9").unwrap();
             let message = receipt("i@example.com");
             let first = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
-            assert_eq!(first, Outcome::Fresh(Receipt::Ambiguous));
+            assert_eq!(first, Outcome::Fresh(SendOutcome::Ambiguous));
             clock.advance(Duration::from_secs(3600));
             let later = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
-            assert_eq!(later, Outcome::Replayed(Receipt::Ambiguous));
+            assert_eq!(later, Outcome::Replayed(SendOutcome::Ambiguous));
             assert!(ses.inner.sent().is_empty(), "not sent again");
         }
     }

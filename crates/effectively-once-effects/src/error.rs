@@ -82,32 +82,32 @@ impl std::error::Error for Error {
 }
 
 impl From<InvalidPayment> for Error {
-    fn from(e: InvalidPayment) -> Self {
-        Error::InvalidPayment(e)
+    fn from(error: InvalidPayment) -> Self {
+        Error::InvalidPayment(error)
     }
 }
 
 impl From<effectively_once::Error> for Error {
-    fn from(e: effectively_once::Error) -> Self {
-        Error::Idempotency(e)
+    fn from(error: effectively_once::Error) -> Self {
+        Error::Idempotency(error)
     }
 }
 
 impl From<StoreError> for Error {
-    fn from(e: StoreError) -> Self {
-        Error::Store(e)
+    fn from(error: StoreError) -> Self {
+        Error::Store(error)
     }
 }
 
 impl From<effectively_once::KeyError> for Error {
-    fn from(e: effectively_once::KeyError) -> Self {
-        Error::Idempotency(e.into())
+    fn from(error: effectively_once::KeyError) -> Self {
+        Error::Idempotency(error.into())
     }
 }
 
 impl From<SendError> for Error {
-    fn from(e: SendError) -> Self {
-        Error::Email(e)
+    fn from(error: SendError) -> Self {
+        Error::Email(error)
     }
 }
 
@@ -126,12 +126,12 @@ impl From<SendError> for Error {
 /// is in it (send errors are redacted when made).
 #[cfg(feature = "lambda")]
 impl From<Error> for effectively_once_lambda::RecordError {
-    fn from(e: Error) -> Self {
+    fn from(error: Error) -> Self {
         use effectively_once_lambda::RecordError;
-        let reason = effectively_once::ErrorChain(&e).to_string();
-        match &e {
+        let reason = effectively_once::ErrorChain(&error).to_string();
+        match &error {
             Error::Idempotency(i) if i.kind() == ErrorKind::InProgress => RecordError::in_progress_elsewhere(reason),
-            _ if e.is_verdict_on_the_message() => RecordError::permanent(reason),
+            _ if error.is_verdict_on_the_message() => RecordError::permanent(reason),
             _ => RecordError::retryable(reason),
         }
     }

@@ -218,14 +218,14 @@ impl Ledger {
             Error::Store(StoreError::new(StoreErrorKind::Other, e.to_string()))
         };
         let posted_at = rfc3339(now_ms);
-        let s = |v: &str| AttributeValue::S(v.to_owned());
-        let n = |v: i64| AttributeValue::N(v.to_string());
+        let string = |value: &str| AttributeValue::S(value.to_owned());
+        let number = |value: i64| AttributeValue::N(value.to_string());
         let mut entry_item = entry_key(event);
         entry_item.extend([
-            ("amount_cents".to_owned(), n(event.amount_cents)),
-            ("currency".to_owned(), s(&event.currency)),
-            ("event_id".to_owned(), s(&event.event_id)),
-            ("posted_at".to_owned(), s(&posted_at)),
+            ("amount_cents".to_owned(), number(event.amount_cents)),
+            ("currency".to_owned(), string(&event.currency)),
+            ("event_id".to_owned(), string(&event.event_id)),
+            ("posted_at".to_owned(), string(&posted_at)),
         ]);
         // An entry is never replaced: with the record in the same transaction this condition
         // holds anyway, and where a record is missing it turns an overwrite into an answer.
@@ -246,8 +246,8 @@ impl Ledger {
         };
         let mut balance = Update::builder()
             .table_name(&self.table)
-            .key("pk", s(&account_pk(&event.account_id)))
-            .key("sk", s("balance"))
+            .key("pk", string(&account_pk(&event.account_id)))
+            .key("sk", string("balance"))
             .update_expression(
                 "SET #balance = if_not_exists(#balance, :zero) + :amount, #currency = if_not_exists(#currency, :currency) \
                  ADD #count :one",
@@ -256,13 +256,13 @@ impl Ledger {
             .expression_attribute_names("#balance", "balance_cents")
             .expression_attribute_names("#currency", "currency")
             .expression_attribute_names("#count", "entry_count")
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":amount", n(event.amount_cents))
-            .expression_attribute_values(":currency", s(&event.currency))
+            .expression_attribute_values(":zero", number(0))
+            .expression_attribute_values(":one", number(1))
+            .expression_attribute_values(":amount", number(event.amount_cents))
+            .expression_attribute_values(":currency", string(&event.currency))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if event.amount_cents < 0 {
-            balance = balance.expression_attribute_values(":needed", n(-event.amount_cents));
+            balance = balance.expression_attribute_values(":needed", number(-event.amount_cents));
         }
         let balance = balance.build().map_err(built)?;
 

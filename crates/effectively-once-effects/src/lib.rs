@@ -128,7 +128,7 @@ mod time;
 
 #[cfg(any(test, feature = "test-util"))]
 pub use crate::email::RecordingSender;
-pub use crate::email::{send_once, EmailMessage, EmailSender, Policy, Receipt, SesSender};
+pub use crate::email::{redact_email, send_once, EmailMessage, EmailSender, Policy, SendOutcome, SesSender};
 pub use crate::error::Error;
 pub use crate::ledger::{Balance, Ledger, Migration, Posting, Rejection};
 pub use crate::outbox::{Outbox, OutboxRow, ReceiptRow, RowStatus};
@@ -154,6 +154,3 @@ pub fn warn_if_disabled(config: &effectively_once::Config) -> bool {
     }
     config.is_disabled()
 }
-
-/// An address as logs may show it (`a***@example.com`). Re-exported from the `effectively-once-redact` crate.
-pub use effectively_once_redact::redact_email;

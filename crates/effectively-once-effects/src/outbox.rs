@@ -12,9 +12,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::{StoreError, StoreErrorKind};
 use effectively_once_dynamodb::{classify, DynamoDbStore};
-use effectively_once_redact::{redact_email, redact_emails};
 use serde::Deserialize;
 
+use crate::email::{redact_email, redact_emails};
 use crate::payment::PaymentEvent;
 
 /// The row's partition key attribute (S): `receipt#{event_id}`.
@@ -113,17 +113,17 @@ impl ReceiptRow {
 
     /// The row as the ledger's transaction writes it: `PENDING`, keyed by the event.
     pub(crate) fn to_item(&self) -> HashMap<String, AttributeValue> {
-        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let string = |value: &str| AttributeValue::S(value.to_owned());
         HashMap::from([
-            (KEY.to_owned(), s(&row_key(&self.event_id))),
-            ("kind".to_owned(), s(KIND)),
-            ("event_id".to_owned(), s(&self.event_id)),
-            ("account_id".to_owned(), s(&self.account_id)),
+            (KEY.to_owned(), string(&row_key(&self.event_id))),
+            ("kind".to_owned(), string(KIND)),
+            ("event_id".to_owned(), string(&self.event_id)),
+            ("account_id".to_owned(), string(&self.account_id)),
             ("amount_cents".to_owned(), AttributeValue::N(self.amount_cents.to_string())),
-            ("currency".to_owned(), s(&self.currency)),
-            ("receipt_email".to_owned(), s(&self.receipt_email)),
-            ("created_at".to_owned(), s(&self.created_at)),
-            ("status".to_owned(), s(RowStatus::Pending.as_str())),
+            ("currency".to_owned(), string(&self.currency)),
+            ("receipt_email".to_owned(), string(&self.receipt_email)),
+            ("created_at".to_owned(), string(&self.created_at)),
+            ("status".to_owned(), string(RowStatus::Pending.as_str())),
         ])
     }
 

@@ -2,9 +2,10 @@
 
 use std::fmt;
 
-use effectively_once_redact::redact_email;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::email::redact_email;
 
 /// Largest absolute amount, in cents.
 pub const MAX_AMOUNT_CENTS: i64 = 1_000_000_000_000;
@@ -62,8 +63,8 @@ fn invalid(field: &'static str, problem: impl Into<String>) -> InvalidPayment {
     InvalidPayment { field: Some(field), problem: problem.into() }
 }
 
-fn id_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '#' | '-')
+fn id_char(character: char) -> bool {
+    character.is_ascii_alphanumeric() || matches!(character, '.' | '_' | ':' | '#' | '-')
 }
 
 impl PaymentEvent {
@@ -200,15 +201,15 @@ fn integral(text: &str) -> Option<i64> {
 }
 
 /// A plausible address: one `@`, a local part, a dotted domain, no spaces, at most 254 bytes.
-fn valid_email(s: &str) -> bool {
-    let Some((local, domain)) = s.split_once('@') else { return false };
-    s.len() <= 254
+fn valid_email(address: &str) -> bool {
+    let Some((local, domain)) = address.split_once('@') else { return false };
+    address.len() <= 254
         && !local.is_empty()
         && !domain.contains('@')
         && domain.contains('.')
         && !domain.starts_with('.')
         && !domain.ends_with('.')
-        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        && !address.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 #[cfg(test)]

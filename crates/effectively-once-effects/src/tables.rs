@@ -8,8 +8,8 @@ use aws_sdk_dynamodb::Client;
 use effectively_once::{StoreError, StoreErrorKind};
 use effectively_once_dynamodb::{classify, wait_until_active};
 
-fn built(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
-    StoreError::new(StoreErrorKind::Other, e.to_string())
+fn built(error: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::new(StoreErrorKind::Other, error.to_string())
 }
 
 fn key(name: &str, key_type: KeyType) -> Result<(AttributeDefinition, KeySchemaElement), StoreError> {

@@ -15,7 +15,7 @@ use effectively_once::{
     StoreErrorKind,
 };
 use effectively_once_effects::email::{email_key, SendError, SendErrorKind};
-use effectively_once_effects::{send_once, EmailMessage, Error, Policy, Receipt, RecordingSender};
+use effectively_once_effects::{send_once, EmailMessage, Error, Policy, RecordingSender, SendOutcome};
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -116,7 +116,7 @@ impl Store for FaultyReleases {
 fn setup(faults: impl IntoIterator<Item = Fault>) -> (Idempotency<FaultyReleases>, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new());
     let store = FaultyReleases::new(clock.clone(), faults);
-    (Idempotency::new(store, Config::default().lease(LEASE).clock(clock.clone())), clock)
+    (Idempotency::new(store, Config::default().with_lease(LEASE).with_clock(clock.clone())), clock)
 }
 
 fn receipt() -> EmailMessage {
@@ -150,7 +150,7 @@ async fn a_failed_release_after_a_definite_failure_still_sends() {
         let retry = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap();
         assert_eq!(
             (sender.sent().len(), &retry),
-            (1, &Outcome::Fresh(Receipt::Sent { message_id: "fake-1".into() })),
+            (1, &Outcome::Fresh(SendOutcome::Sent { message_id: "fake-1".into() })),
             "{fault:?}: a receipt SES never took is sent on retry"
         );
     }
@@ -216,6 +216,6 @@ async fn a_release_that_keeps_failing_says_the_marker_is_held() {
     assert!(matches!(&early, Error::Idempotency(e) if e.kind() == effectively_once::ErrorKind::InProgress), "{early}");
     clock.advance(LEASE + Duration::from_secs(1));
     let later = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap();
-    assert_eq!(later, Outcome::Fresh(Receipt::Ambiguous));
+    assert_eq!(later, Outcome::Fresh(SendOutcome::Ambiguous));
     assert!(sender.sent().is_empty());
 }

@@ -6,10 +6,10 @@ use std::time::Duration;
 use aws_sdk_sesv2::config::{Credentials, Region};
 use effectively_once::{Config, Idempotency, InMemoryStore, Outcome, Store};
 use effectively_once_effects::email::{email_key, SendError, SendErrorKind};
-use effectively_once_effects::{send_once, EmailMessage, PaymentEvent, Policy, Receipt, SesSender};
+use effectively_once_effects::{send_once, EmailMessage, PaymentEvent, Policy, SendOutcome, SesSender};
 
 fn markers() -> Idempotency<InMemoryStore> {
-    Idempotency::new(InMemoryStore::new(), Config::default().lease(Duration::from_secs(60)))
+    Idempotency::new(InMemoryStore::new(), Config::default().with_lease(Duration::from_secs(60)))
 }
 
 fn message() -> EmailMessage {
@@ -59,7 +59,7 @@ async fn review_missing_credentials_are_blocked_not_the_messages_fate() {
     let outcome = send_once(&idem, &sender, &key, &message(), Policy::AtMostOnce).await;
     match outcome {
         Err(effectively_once_effects::Error::Email(e)) => assert_eq!(e.kind, SendErrorKind::Blocked, "{e}"),
-        Ok(Outcome::Fresh(r @ (Receipt::Ambiguous | Receipt::Failed { .. }))) => {
+        Ok(Outcome::Fresh(r @ (SendOutcome::Ambiguous | SendOutcome::Failed { .. }))) => {
             panic!("no request was ever signed, yet the receipt is recorded {r:?}")
         }
         other => panic!("{other:?}"),

@@ -124,13 +124,13 @@ async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &
     let mut groups: Vec<Vec<(usize, &SqsMessage)>> = Vec::new();
     if fifo {
         let mut index_of: HashMap<&str, usize> = HashMap::new();
-        for (i, m) in records.iter().enumerate() {
-            let group = m.attributes.get("MessageGroupId").map(String::as_str).unwrap_or("");
-            let g = *index_of.entry(group).or_insert_with(|| {
+        for (position, record) in records.iter().enumerate() {
+            let group = record.attributes.get("MessageGroupId").map(String::as_str).unwrap_or("");
+            let group_index = *index_of.entry(group).or_insert_with(|| {
                 groups.push(Vec::new());
                 groups.len() - 1
             });
-            groups[g].push((i, m));
+            groups[group_index].push((position, record));
         }
     } else {
         groups = records.iter().enumerate().map(|r| vec![r]).collect();

@@ -156,8 +156,8 @@ fn first_letter(token: &str, from: usize) -> usize {
     }
 }
 
-fn in_domain(c: char) -> bool {
-    c.is_alphanumeric() || c == '.' || c == '-'
+fn in_domain(character: char) -> bool {
+    character.is_alphanumeric() || character == '.' || character == '-'
 }
 
 #[cfg(test)]

@@ -159,7 +159,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let idem = Idempotency::new(
             CachedStore::new(InMemoryStore::new(), 4),
-            Config::default().lease(Duration::from_secs(60)).clock(clock.clone()),
+            Config::default().with_lease(Duration::from_secs(60)).with_clock(clock.clone()),
         );
         for n in 0..20 {
             let key = Key::new("t", &format!("dropped-{n}")).unwrap();
@@ -191,7 +191,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let idem = Idempotency::new(
             CachedStore::new(InMemoryStore::new(), 2),
-            Config::default().dedup_window(Duration::from_secs(60)).clock(clock.clone()),
+            Config::default().with_dedup_window(Duration::from_secs(60)).with_clock(clock.clone()),
         );
         let key = Key::new("t", "e1").unwrap();
         assert_eq!(idem.run(&key, &json!(1), || async { Ok::<_, ()>(7) }).await.unwrap(), Outcome::Fresh(7));

@@ -43,7 +43,7 @@ impl std::fmt::Debug for ReplayHook {
 }
 
 /// The environment variables that turn [`Idempotency::run`](crate::Idempotency::run) off (for
-/// local debugging only; see [`Config::disabled`] for what they do not turn off).
+/// local debugging only; see [`Config::with_disabled`] for what they do not turn off).
 pub const DISABLED_VARS: [&str; 2] = ["IDEMPOTENCY_DISABLED", "POWERTOOLS_IDEMPOTENCY_DISABLED"];
 
 /// Settings shared by every call of an [`Idempotency`](crate::Idempotency).
@@ -74,7 +74,7 @@ impl Default for Config {
 
 impl Config {
     /// How long a completed record answers duplicates (default 14 days). Also the TTL.
-    pub fn dedup_window(mut self, window: Duration) -> Self {
+    pub fn with_dedup_window(mut self, window: Duration) -> Self {
         self.dedup_window = window;
         self
     }
@@ -82,34 +82,34 @@ impl Config {
     /// How long an attempt holds a key before another may take it over (default 15 minutes).
     /// A deadline given with [`Idempotency::with_deadline`](crate::Idempotency::with_deadline)
     /// shortens it.
-    pub fn lease(mut self, lease: Duration) -> Self {
+    pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
 
     /// What the payload hash covers (default: the whole payload).
-    pub fn payload(mut self, selector: PayloadSelector) -> Self {
+    pub fn with_payload(mut self, selector: PayloadSelector) -> Self {
         self.payload = selector;
         self
     }
 
     /// Hash only the values at these JSON pointers.
-    pub fn payload_fields<I, S>(self, pointers: I) -> Self
+    pub fn with_payload_fields<I, S>(self, pointers: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.payload(PayloadSelector::Fields(pointers.into_iter().map(Into::into).collect()))
+        self.with_payload(PayloadSelector::Fields(pointers.into_iter().map(Into::into).collect()))
     }
 
     /// Largest stored response in bytes of JSON (default 380,000, under DynamoDB's 400 KB item).
-    pub fn max_response_bytes(mut self, max: usize) -> Self {
+    pub fn with_max_response_bytes(mut self, max: usize) -> Self {
         self.max_response_bytes = max;
         self
     }
 
     /// The clock (default: the system's).
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
@@ -142,12 +142,12 @@ impl Config {
     /// [`from_env`](Self::from_env), so the switch is read there; as they run nothing but a
     /// ledger post and an email marker, it switches nothing off, and they log a warning at cold
     /// start that says so (`effectively_once_effects::warn_if_disabled`).
-    pub fn disabled(mut self, disabled: bool) -> Self {
+    pub fn with_disabled(mut self, disabled: bool) -> Self {
         self.disabled = disabled;
         self
     }
 
-    /// The defaults, [`disabled`](Self::disabled) when `IDEMPOTENCY_DISABLED` (or Powertools'
+    /// The defaults, [`with_disabled`](Self::with_disabled) when `IDEMPOTENCY_DISABLED` (or Powertools'
     /// `POWERTOOLS_IDEMPOTENCY_DISABLED`) is `1`, `true` or `yes`: [`from_env_with`]
     /// reading the process environment. Disabled turns `run` off, never a ledger post or an
     /// email marker.
@@ -169,7 +169,7 @@ impl Config {
     pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Self {
         let on = |v: String| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes");
         let disabled = DISABLED_VARS.iter().any(|name| var(name).is_some_and(on));
-        Config::default().disabled(disabled)
+        Config::default().with_disabled(disabled)
     }
 
     /// Whether idempotency is off.
@@ -178,7 +178,7 @@ impl Config {
     }
 
     /// The dedup window.
-    pub fn window(&self) -> Duration {
+    pub fn dedup_window(&self) -> Duration {
         self.dedup_window
     }
 
@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn selected_fields_ignore_the_rest() {
-        let c = Config::default().payload_fields(["/amount_cents", "/currency"]);
+        let c = Config::default().with_payload_fields(["/amount_cents", "/currency"]);
         let a = c.payload_hash(&json!({"amount_cents": 5, "currency": "USD", "note": "x"})).unwrap();
         let b = c.payload_hash(&json!({"amount_cents": 5, "currency": "USD", "trace": 7})).unwrap();
         let d = c.payload_hash(&json!({"amount_cents": 6, "currency": "USD"})).unwrap();

@@ -60,8 +60,10 @@ fn unique(name: &str) -> Key {
 
 fn setup<S: Store>(store: S) -> (Idempotency<S>, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new());
-    let config =
-        Config::default().lease(Duration::from_secs(30)).dedup_window(Duration::from_secs(3600)).clock(clock.clone());
+    let config = Config::default()
+        .with_lease(Duration::from_secs(30))
+        .with_dedup_window(Duration::from_secs(3600))
+        .with_clock(clock.clone());
     (Idempotency::new(store, config), clock)
 }
 
@@ -155,8 +157,8 @@ impl<S: Store> Store for ClaimTwice<S> {
         let _lost = self.0.claim(record, now_ms).await?;
         self.0.claim(record, now_ms).await
     }
-    async fn complete(&self, id: &str, owner: &str, c: Completion<'_>) -> Result<(), crate::StoreError> {
-        self.0.complete(id, owner, c).await
+    async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), crate::StoreError> {
+        self.0.complete(id, owner, completion).await
     }
     async fn release(&self, id: &str, owner: &str) -> Result<(), crate::StoreError> {
         self.0.release(id, owner).await
@@ -350,7 +352,7 @@ pub async fn deadline_bounds_the_lease<S: Store>(store: S) {
 /// A response over the limit completes the record without it: the effect is not repeated.
 pub async fn response_too_large_completes_without_it<S: Store>(store: S) {
     let clock = Arc::new(ManualClock::new());
-    let idem = Idempotency::new(store, Config::default().max_response_bytes(10).clock(clock));
+    let idem = Idempotency::new(store, Config::default().with_max_response_bytes(10).with_clock(clock));
     let key = unique("large");
     let runs = Counted::default();
     let big = || async {
@@ -505,15 +507,15 @@ impl<S: Store> Store for LoseCompletionAnswers<S> {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, crate::StoreError> {
         self.store.claim(record, now_ms).await
     }
-    async fn complete(&self, id: &str, owner: &str, c: Completion<'_>) -> Result<(), crate::StoreError> {
+    async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), crate::StoreError> {
         self.sent.fetch_add(1, Ordering::SeqCst);
         let lost = self.lost.load(Ordering::SeqCst);
         if lost == 0 {
-            return self.store.complete(id, owner, c).await;
+            return self.store.complete(id, owner, completion).await;
         }
         self.lost.store(lost - 1, Ordering::SeqCst);
         if self.land.load(Ordering::SeqCst) {
-            self.store.complete(id, owner, c).await?;
+            self.store.complete(id, owner, completion).await?;
         }
         Err(crate::StoreError::new(StoreErrorKind::Unavailable, "connection reset: answer lost"))
     }

@@ -98,14 +98,14 @@ impl std::error::Error for Error {
 }
 
 impl From<KeyError> for Error {
-    fn from(e: KeyError) -> Self {
-        Error::new(ErrorKind::InvalidKey, "invalid idempotency key").with_source(e)
+    fn from(error: KeyError) -> Self {
+        Error::new(ErrorKind::InvalidKey, "invalid idempotency key").with_source(error)
     }
 }
 
 impl From<StoreError> for Error {
-    fn from(e: StoreError) -> Self {
-        let kind = match e.kind() {
+    fn from(error: StoreError) -> Self {
+        let kind = match error.kind() {
             StoreErrorKind::Throttled => ErrorKind::Throttled,
             // A misconfigured store is unavailable to this deployment until an operator acts.
             StoreErrorKind::Unavailable | StoreErrorKind::Misconfigured => ErrorKind::StoreUnavailable,
@@ -113,7 +113,7 @@ impl From<StoreError> for Error {
             StoreErrorKind::TooLarge => ErrorKind::ResponseTooLarge,
             StoreErrorKind::Malformed | StoreErrorKind::Other => ErrorKind::Store,
         };
-        Error::new(kind, "idempotency store failed").with_source(e)
+        Error::new(kind, "idempotency store failed").with_source(error)
     }
 }
 
@@ -129,8 +129,8 @@ pub enum RunError<E> {
 }
 
 impl<E> From<Error> for RunError<E> {
-    fn from(e: Error) -> Self {
-        RunError::Idempotency(e)
+    fn from(error: Error) -> Self {
+        RunError::Idempotency(error)
     }
 }
 

@@ -37,7 +37,7 @@ pub struct Idempotent<S, K, F> {
 
 impl<S: Store> Idempotency<S> {
     /// Wraps `function`: each call is keyed `{prefix}#{key(&argument)}` and its argument is the
-    /// payload (hashed as configured, so [`Config::payload_fields`](crate::Config::payload_fields)
+    /// payload (hashed as configured, so [`Config::with_payload_fields`](crate::Config::with_payload_fields)
     /// applies).
     pub fn wrap<A, K, F>(&self, prefix: &str, key: K, function: F) -> Idempotent<S, K, F>
     where

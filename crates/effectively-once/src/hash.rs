@@ -119,10 +119,11 @@ impl From<&PayloadHash> for String {
 /// 2^53: past it a double skips integers, and RFC 8785 would write two of them the same.
 const EXACT_IN_A_DOUBLE: u64 = 1 << 53;
 
-fn big_integer(n: &serde_json::Number) -> bool {
-    n.as_u64()
+fn big_integer(number: &serde_json::Number) -> bool {
+    number
+        .as_u64()
         .map(|u| u > EXACT_IN_A_DOUBLE)
-        .or_else(|| n.as_i64().map(|i| i.unsigned_abs() > EXACT_IN_A_DOUBLE))
+        .or_else(|| number.as_i64().map(|i| i.unsigned_abs() > EXACT_IN_A_DOUBLE))
         .unwrap_or(false)
 }
 

@@ -172,7 +172,7 @@ impl<S: Store> Idempotency<S> {
     ///
     /// # What a handler may assume: it runs within its lease, and no longer
     ///
-    /// The claim gives the attempt a lease ([`Config::lease`](crate::Config::lease), ended
+    /// The claim gives the attempt a lease ([`Config::with_lease`](crate::Config::with_lease), ended
     /// sooner by [`with_deadline`](Self::with_deadline)).
     ///
     /// - While the lease lasts, no other attempt runs the handler for this key: other
@@ -276,7 +276,7 @@ impl<S: Store> Idempotency<S> {
 
     /// Claims `key` for `payload`: the first half of [`run`](Self::run), for effects that must
     /// record something of their own at completion (an email's provider message id, say).
-    /// It claims whatever [`Config::disabled`](crate::Config::disabled) says: an effect built on
+    /// It claims whatever [`Config::with_disabled`](crate::Config::with_disabled) says: an effect built on
     /// it keeps its once-only condition.
     pub async fn begin<P, R>(&self, key: &Key, payload: &P) -> Result<Begin<R>, Error>
     where
@@ -571,7 +571,7 @@ mod tests {
         for (failing, released) in [(2, true), (3, false)] {
             let store = FlakyRelease { failing: AtomicU32::new(failing), ..Default::default() };
             let clock = Arc::new(ManualClock::new());
-            let idem = Idempotency::new(store, Config::default().clock(clock));
+            let idem = Idempotency::new(store, Config::default().with_clock(clock));
             let key = Key::new("job", "release").unwrap();
             let failed = idem.run(&key, &1, || async { Err::<u32, _>("handler failed") }).await;
             assert!(matches!(failed, Err(RunError::Handler("handler failed"))));
@@ -606,7 +606,7 @@ mod tests {
     #[tokio::test]
     async fn a_record_with_a_version_1_hash_still_matches_its_payload() {
         let clock = Arc::new(ManualClock::new());
-        let config = Config::default().clock(clock.clone());
+        let config = Config::default().with_clock(clock.clone());
         let idem = Idempotency::new(InMemoryStore::new(), config.clone());
         let payload = serde_json::json!({"amount_cents": 1250, "currency": "USD"});
         let hash = config.payload_hash(&payload).unwrap();

@@ -56,15 +56,15 @@ impl fmt::Display for Key {
     }
 }
 
-fn check(part: KeyPart, s: &str, max: usize, allowed: impl Fn(char) -> bool) -> Result<(), KeyError> {
-    if s.is_empty() {
+fn check(part: KeyPart, value: &str, max: usize, allowed: impl Fn(char) -> bool) -> Result<(), KeyError> {
+    if value.is_empty() {
         return Err(KeyError { part, kind: KeyErrorKind::Empty });
     }
-    let len = s.chars().count();
+    let len = value.chars().count();
     if len > max {
         return Err(KeyError { part, kind: KeyErrorKind::TooLong { len, max } });
     }
-    if let Some((index, ch)) = s.chars().enumerate().find(|&(_, c)| !allowed(c)) {
+    if let Some((index, ch)) = value.chars().enumerate().find(|&(_, c)| !allowed(c)) {
         return Err(KeyError { part, kind: KeyErrorKind::InvalidChar { ch, index } });
     }
     Ok(())

@@ -30,7 +30,7 @@
 //!
 //! Also here: [`Idempotency::wrap`] makes any async function idempotent; `layer::IdempotencyLayer`
 //! (feature `tower`) does the same for any tower `Service`, a Lambda handler included;
-//! [`CachedStore`] answers duplicates from memory; [`Config::payload_fields`] validates selected
+//! [`CachedStore`] answers duplicates from memory; [`Config::with_payload_fields`] validates selected
 //! fields only; [`Config::on_replay`] and [`Outcome::Replayed`] tell replays apart;
 //! [`Config::from_env`] reads `POWERTOOLS_IDEMPOTENCY_DISABLED`; [`outbound`] keys downstream
 //! calls. Each option of Powertools' idempotency utility and its counterpart here:
@@ -74,7 +74,7 @@
 //! delivery. It never turns off a ledger post's or an email marker's once-only condition (the
 //! two-phase `begin`/`complete` API and the effects crate ignore it), and the shipped functions,
 //! which run only those, warn at cold start that it changes nothing there. See
-//! [`Config::disabled`].
+//! [`Config::with_disabled`].
 #![warn(missing_docs)]
 
 mod cache;

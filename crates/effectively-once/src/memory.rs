@@ -128,9 +128,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn paused_tokio_clock_drives_lease_and_window() {
         let config = Config::default()
-            .lease(Duration::from_secs(60))
-            .dedup_window(Duration::from_secs(600))
-            .clock(Arc::new(TokioClock::new()));
+            .with_lease(Duration::from_secs(60))
+            .with_dedup_window(Duration::from_secs(600))
+            .with_clock(Arc::new(TokioClock::new()));
         let idem = Idempotency::new(make().await, config);
         let key = Key::new("t", "e1").unwrap();
         let attempt = match idem.begin::<_, u32>(&key, &json!(1)).await.unwrap() {

@@ -22,8 +22,8 @@ impl Status {
     }
 
     /// Parses the stored form.
-    pub fn parse(s: &str) -> Option<Status> {
-        match s {
+    pub fn parse(text: &str) -> Option<Status> {
+        match text {
             "IN_PROGRESS" => Some(Status::InProgress),
             "COMPLETED" => Some(Status::Completed),
             _ => None,

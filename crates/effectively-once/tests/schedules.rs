@@ -260,9 +260,9 @@ fn run_schedule(steps: Vec<Step>) {
     rt.block_on(async {
         let clock = Arc::new(ManualClock::at(1_800_000_000_000));
         let config = Config::default()
-            .lease(Duration::from_millis(LEASE_MS))
-            .dedup_window(Duration::from_secs(365 * 24 * 3600))
-            .clock(clock.clone());
+            .with_lease(Duration::from_millis(LEASE_MS))
+            .with_dedup_window(Duration::from_secs(365 * 24 * 3600))
+            .with_clock(clock.clone());
         let idem = Idempotency::new(Lossy::default(), config);
         let world: Shared = Arc::default();
         let mut reused = HashMap::new();
@@ -349,7 +349,7 @@ fn a_handler_that_outruns_its_lease_alone_is_not_reported_fresh() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     rt.block_on(async {
         let clock = Arc::new(ManualClock::at(1_800_000_000_000));
-        let config = Config::default().lease(Duration::from_millis(LEASE_MS)).clock(clock.clone());
+        let config = Config::default().with_lease(Duration::from_millis(LEASE_MS)).with_clock(clock.clone());
         let idem = Idempotency::new(Lossy::default(), config);
         let (world, reused) = (Shared::default(), HashMap::new());
         let env = Env { idem: &idem, world: &world, clock: &clock, reused: &reused };

@@ -53,7 +53,7 @@ impl Pipeline {
     /// The relay's email markers, with leases of `lease`, through `dynamodb`.
     pub fn markers(&self, dynamodb: &aws_sdk_dynamodb::Client, lease: Duration) -> Idempotency<DynamoDbStore> {
         let store = DynamoDbStore::new(dynamodb.clone(), &self.resources.idempotency_table);
-        Idempotency::new(store, Config::default().lease(lease))
+        Idempotency::new(store, Config::default().with_lease(lease))
     }
 
     /// The in-process payments function.

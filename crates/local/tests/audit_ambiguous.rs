@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Record, Status};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
-use effectively_once_effects::{EmailMessage, EmailSender, Ledger, PaymentEvent, Receipt, SesSender};
+use effectively_once_effects::{EmailMessage, EmailSender, Ledger, PaymentEvent, SendOutcome, SesSender};
 use local::invariants::{audit, Audit};
 use local::resources::{self, Clients, Resources, RECEIPT_FROM};
 use local::workload::{Kind, Plan, Sent};
@@ -56,7 +56,7 @@ async fn mark_row(clients: &Clients, r: &Resources, event_id: &str, status: &str
 }
 
 /// Records the email marker `email#{event_id}` completed with `receipt`, as `send_once` leaves it.
-async fn record_marker(clients: &Clients, r: &Resources, event_id: &str, receipt: &Receipt) {
+async fn record_marker(clients: &Clients, r: &Resources, event_id: &str, receipt: &SendOutcome) {
     let store = DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table);
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     let record = Record {
@@ -110,10 +110,10 @@ async fn ambiguous_rows_need_their_marker_the_faults_to_explain_them_and_some_em
         text: "500 USD".into(),
     };
     let message_id = SesSender::new(clients.ses.clone(), RECEIPT_FROM).send(&message).await.unwrap();
-    record_marker(&clients, &r, &first.event_id, &Receipt::Sent { message_id }).await;
+    record_marker(&clients, &r, &first.event_id, &SendOutcome::Sent { message_id }).await;
     mark_row(&clients, &r, &first.event_id, "SENT").await;
     for s in &plan.sent[1..] {
-        record_marker(&clients, &r, &s.event.event_id, &Receipt::Ambiguous).await;
+        record_marker(&clients, &r, &s.event.event_id, &SendOutcome::Ambiguous).await;
         mark_row(&clients, &r, &s.event.event_id, "AMBIGUOUS").await;
     }
     let explained = audit(&pipeline(&clients, &r), &plan, &run, 3).await.unwrap();
@@ -136,7 +136,7 @@ async fn ambiguous_rows_need_their_marker_the_faults_to_explain_them_and_some_em
         .send()
         .await
         .unwrap();
-    record_marker(&clients, &r, &last.event_id, &Receipt::Sent { message_id: "m-1".into() }).await;
+    record_marker(&clients, &r, &last.event_id, &SendOutcome::Sent { message_id: "m-1".into() }).await;
     let unbacked = audit(&pipeline(&clients, &r), &plan, &run, 3).await.unwrap();
     assert!(!receipts_hold(&unbacked), "an AMBIGUOUS row whose marker says Sent:\n{}", unbacked.table());
 
@@ -144,7 +144,7 @@ async fn ambiguous_rows_need_their_marker_the_faults_to_explain_them_and_some_em
     let silent = format!("{run}q");
     let quiet = post(&clients, &r, &silent, 3).await;
     for s in &quiet.sent {
-        record_marker(&clients, &r, &s.event.event_id, &Receipt::Ambiguous).await;
+        record_marker(&clients, &r, &s.event.event_id, &SendOutcome::Ambiguous).await;
         mark_row(&clients, &r, &s.event.event_id, "AMBIGUOUS").await;
     }
     let none_sent = audit(&pipeline(&clients, &r), &quiet, &silent, 3).await.unwrap();

@@ -8,7 +8,9 @@ use effectively_once::{Config, Idempotency, ManualClock, Outcome};
 use effectively_once_dynamodb::testing::{endpoint, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::email_key;
-use effectively_once_effects::{send_once, EmailMessage, Ledger, PaymentEvent, Policy, Posting, Receipt, SesSender};
+use effectively_once_effects::{
+    send_once, EmailMessage, Ledger, PaymentEvent, Policy, Posting, SendOutcome, SesSender,
+};
 use local::invariants::sent_emails;
 use local::proxy::{Fault, Proxy, ScriptedFaults};
 use local::resources::{self, Clients};
@@ -70,7 +72,7 @@ async fn a_lost_ses_answer_is_ambiguous_and_never_resent_at_most_once() {
     let clock = Arc::new(ManualClock::new());
     let markers = Idempotency::new(
         DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), &r.idempotency_table),
-        Config::default().lease(Duration::from_secs(60)).clock(clock.clone()),
+        Config::default().with_lease(Duration::from_secs(60)).with_clock(clock.clone()),
     );
     let ses = SesSender::new(aws_sdk_sesv2::Client::new(&sdk), resources::RECEIPT_FROM);
     let to = format!("{}@example.com", unique_name("lost"));
@@ -78,7 +80,7 @@ async fn a_lost_ses_answer_is_ambiguous_and_never_resent_at_most_once() {
     let key = email_key(&unique_name("pay")).unwrap();
     // The lost answer is recorded ambiguous at once (no retry waits for a lease).
     let first = send_once(&markers, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
-    assert_eq!(first, Outcome::Fresh(Receipt::Ambiguous));
+    assert_eq!(first, Outcome::Fresh(SendOutcome::Ambiguous));
     assert_eq!(
         sent_emails().unwrap().iter().filter(|e| **e == to).count(),
         1,
@@ -86,6 +88,6 @@ async fn a_lost_ses_answer_is_ambiguous_and_never_resent_at_most_once() {
     );
     clock.advance(Duration::from_secs(61));
     let later = send_once(&markers, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
-    assert_eq!(later, Outcome::Replayed(Receipt::Ambiguous));
+    assert_eq!(later, Outcome::Replayed(SendOutcome::Ambiguous));
     assert_eq!(sent_emails().unwrap().iter().filter(|e| **e == to).count(), 1, "never a second copy");
 }

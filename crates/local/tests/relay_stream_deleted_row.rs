@@ -73,7 +73,7 @@ async fn drain<F: StreamFunction>(clients: &Clients, stream: &mut StreamMapping,
 
 fn relay<E: EmailSender>(clients: &Clients, r: &Resources, sender: E) -> InProcess<Receipts<E>> {
     let store = DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table);
-    let markers = Idempotency::new(store, Config::default().lease(Duration::from_secs(60)));
+    let markers = Idempotency::new(store, Config::default().with_lease(Duration::from_secs(60)));
     let receipts = Receipts::new(markers, sender, &r.outbox_table, Policy::default())
         .with_alerts(Alerts::new(effectively_once_lambda::metrics::Emf::named("review")).published(false));
     InProcess::new(receipts, "review")

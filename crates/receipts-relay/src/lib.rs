@@ -11,7 +11,7 @@ use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
 use effectively_once::{Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{email_key, redact_emails, SendErrorKind};
-use effectively_once_effects::{rfc3339, send_once, EmailSender, Outbox, Policy, Receipt, ReceiptRow, RowStatus};
+use effectively_once_effects::{rfc3339, send_once, EmailSender, Outbox, Policy, ReceiptRow, RowStatus, SendOutcome};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
 
 pub use crate::alerts::{Alert, Alerts};
@@ -189,7 +189,7 @@ impl Receipts<effectively_once_effects::SesSender> {
     /// keeps it whatever the config says.
     pub fn from_env(dynamodb: aws_sdk_dynamodb::Client, ses: aws_sdk_sesv2::Client, env: &Env) -> Self {
         let store = DynamoDbStore::new(dynamodb, &env.idempotency_table);
-        let markers = Idempotency::new(store, env.config.clone().disabled(false).lease(MARKER_LEASE));
+        let markers = Idempotency::new(store, env.config.clone().with_disabled(false).with_lease(MARKER_LEASE));
         Receipts::new(
             markers,
             effectively_once_effects::SesSender::new(ses, &env.receipt_from),
@@ -241,11 +241,11 @@ impl<E: EmailSender> Receipts<E> {
         let message = row.message();
         let mut waits = 0;
         let outcome = loop {
-            let e = match send_once(&markers, &self.sender, &key, &message, self.policy).await {
+            let error = match send_once(&markers, &self.sender, &key, &message, self.policy).await {
                 Ok(outcome) => break outcome,
-                Err(e) => e,
+                Err(error) => error,
             };
-            match &e {
+            match &error {
                 effectively_once_effects::Error::Idempotency(held) if held.kind() == ErrorKind::InProgress => {
                     match self.lease_wait(&markers, &key, deadline_ms).await? {
                         LeaseWait::ThenClaim(wait) if waits < MAX_WAITS => {
@@ -277,9 +277,9 @@ impl<E: EmailSender> Receipts<E> {
             // itself (its event id reused for another recipient, an invalid key): a fault of
             // the store, the provider or the deployment is retried, as a permanent answer would
             // mark the row FAILED and the stream would go past the receipt for good.
-            return Err(e.into());
+            return Err(error.into());
         };
-        if let Outcome::Fresh(Receipt::Ambiguous) = &outcome {
+        if let Outcome::Fresh(SendOutcome::Ambiguous) = &outcome {
             // Raised before the row is marked: if marking fails, the retry replays the marker
             // and would not raise it again.
             self.alerts.raise(
@@ -289,9 +289,9 @@ impl<E: EmailSender> Receipts<E> {
         }
         let replayed = outcome.is_replay();
         let (status, message_id, disposition) = match outcome.into_inner() {
-            Receipt::Sent { message_id } => (RowStatus::Sent, Some(message_id), Disposition::Applied),
-            Receipt::Failed { .. } => (RowStatus::Failed, None, Disposition::Rejected),
-            Receipt::Ambiguous => (RowStatus::Ambiguous, None, Disposition::Rejected),
+            SendOutcome::Sent { message_id } => (RowStatus::Sent, Some(message_id), Disposition::Applied),
+            SendOutcome::Failed { .. } => (RowStatus::Failed, None, Disposition::Rejected),
+            SendOutcome::Ambiguous => (RowStatus::Ambiguous, None, Disposition::Rejected),
         };
         let now = rfc3339(markers.config().now_ms());
         let marked = self.outbox.mark(&row.event_id, status, message_id.as_deref(), &now).await;

@@ -36,7 +36,7 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
     ledger.post(&payment).await.unwrap();
 
     let ses = common::verified_ses("receipts@example.com").await;
-    let markers = Idempotency::new(store, Config::default().lease(Duration::from_secs(60)));
+    let markers = Idempotency::new(store, Config::default().with_lease(Duration::from_secs(60)));
     let relay = Receipts::new(markers, ses, &outbox_table, Policy::default());
     let options = Options { metrics: false, ..Options::new("test") };
     for _ in 0..2 {

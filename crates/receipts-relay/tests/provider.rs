@@ -22,7 +22,7 @@ use effectively_once::{Begin, Idempotency, ManualClock, Store};
 use effectively_once_dynamodb::testing::{emails_to, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{email_key, SendError};
-use effectively_once_effects::{EmailMessage, EmailSender, Policy, Receipt, SesSender};
+use effectively_once_effects::{EmailMessage, EmailSender, Policy, SendOutcome, SesSender};
 use effectively_once_lambda::streams::{process, Handler, Options};
 use effectively_once_lambda::Retry;
 use lambda_runtime::{Context, LambdaEvent};
@@ -77,7 +77,7 @@ impl Setup {
     async fn died_after_sending(&self, ses: &SesSender) {
         let key = email_key(&self.event_id).unwrap();
         let message = self.message();
-        let Begin::Claimed(dead) = self.markers.begin::<_, Receipt>(&key, &message).await.unwrap() else {
+        let Begin::Claimed(dead) = self.markers.begin::<_, SendOutcome>(&key, &message).await.unwrap() else {
             panic!("fresh marker")
         };
         ses.send(&message).await.unwrap();
@@ -249,8 +249,8 @@ async fn a_lost_answer_ends_the_row_ambiguous_and_acks_the_record() {
     assert_eq!(emails_to(&s.to).len(), 1, "SES took one copy; none resent");
     assert_eq!(relay.alerts().count(Alert::EmailAmbiguous), 1, "raised once, not on replays");
     let marker = s.marker().await.unwrap();
-    let receipt: Receipt = serde_json::from_str(&marker.response.unwrap()).unwrap();
-    assert_eq!(receipt, Receipt::Ambiguous);
+    let receipt: SendOutcome = serde_json::from_str(&marker.response.unwrap()).unwrap();
+    assert_eq!(receipt, SendOutcome::Ambiguous);
 }
 
 /// An attempt claimed the marker, SES accepted the email, and the attempt died (its sandbox

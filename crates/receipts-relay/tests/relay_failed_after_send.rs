@@ -106,8 +106,9 @@ async fn mark_meets(answer: &'static [u8]) {
     // `mark`'s UpdateItem (its condition is the row's existence) meets 503s; all else passes.
     let port = proxy(endpoint(), "attribute_exists(#pk)".into(), answer);
     let proxied = common::client_at(port).await;
-    let markers = Idempotency::new(DynamoDbStore::new(proxied, store.table()), Config::default().lease(MARKER_LEASE));
-    let direct = Idempotency::new(store.clone(), Config::default().lease(MARKER_LEASE));
+    let markers =
+        Idempotency::new(DynamoDbStore::new(proxied, store.table()), Config::default().with_lease(MARKER_LEASE));
+    let direct = Idempotency::new(store.clone(), Config::default().with_lease(MARKER_LEASE));
     let sender = RecordingSender::new();
     let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
     let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;

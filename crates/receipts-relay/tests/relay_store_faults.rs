@@ -26,7 +26,7 @@ use receipts_relay::MARKER_LEASE;
 async fn a_missing_marker_table_is_not_a_receipt_given_up_on() {
     let p = Pending::new("cust").await;
     let missing = DynamoDbStore::new(p.client.clone(), unique_name("not-yet-created"));
-    let markers = Idempotency::new(missing, Config::default().lease(MARKER_LEASE));
+    let markers = Idempotency::new(missing, Config::default().with_lease(MARKER_LEASE));
     let sender = RecordingSender::new();
     let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
     let options = Options { metrics: false, ..Options::new("test") };
@@ -80,7 +80,7 @@ async fn claim_meets(answer: &'static [u8]) {
     let p = Pending::new("cust").await;
     let failing = common::client_at(port).await;
     let table = p.store.table().to_owned();
-    let markers = Idempotency::new(DynamoDbStore::new(failing, table), Config::default().lease(MARKER_LEASE));
+    let markers = Idempotency::new(DynamoDbStore::new(failing, table), Config::default().with_lease(MARKER_LEASE));
     let sender = RecordingSender::new();
     // The relay marks rows through the markers' client; the failure record goes there too, so
     // the row stays as the real table has it.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use effectively_once_effects::Receipt;
+use effectively_once_effects::SendOutcome;
 
 use super::fates::Fates;
 use super::read::{n, s, ReadBack};
@@ -79,7 +79,7 @@ impl ReceiptTally {
             .get(&format!("email#{}", e.event_id))
             .filter(|m| s(m, "status").as_deref() == Some("COMPLETED"))
             .and_then(|m| s(m, "response"))
-            .and_then(|r| serde_json::from_str::<Receipt>(&r).ok());
+            .and_then(|r| serde_json::from_str::<SendOutcome>(&r).ok());
         // Under at most once a claim whose answer was lost counts as a possible takeover and is
         // flagged AMBIGUOUS without a send, refused address or not. The relay marks a row
         // AMBIGUOUS only after its marker recorded it so: a row without that marker was not
@@ -89,7 +89,7 @@ impl ReceiptTally {
             "SENT" => !refused && got == 1,
             "AMBIGUOUS" => {
                 self.ambiguous += 1;
-                let backed = matches!(marker, Some(Receipt::Ambiguous));
+                let backed = matches!(marker, Some(SendOutcome::Ambiguous));
                 self.unbacked += usize::from(!backed);
                 backed && got <= usize::from(!refused)
             }
@@ -99,7 +99,7 @@ impl ReceiptTally {
         self.email_bad += usize::from(got > 1 || (refused && got > 0));
         if status == "FAILED" {
             match &marker {
-                Some(Receipt::Failed { reason }) => self.reason_leaks += usize::from(reason.contains(to)),
+                Some(SendOutcome::Failed { reason }) => self.reason_leaks += usize::from(reason.contains(to)),
                 _ => self.row_bad += 1,
             }
         }

@@ -62,12 +62,12 @@ impl Pending {
 
     /// The email markers on this store, with the relay's lease.
     pub fn markers(&self) -> Idempotency<DynamoDbStore> {
-        Idempotency::new(self.store.clone(), Config::default().lease(MARKER_LEASE))
+        Idempotency::new(self.store.clone(), Config::default().with_lease(MARKER_LEASE))
     }
 
     /// The email markers on this store, with the relay's lease, timed by `clock`.
     pub fn markers_on(&self, clock: Arc<ManualClock>) -> Idempotency<DynamoDbStore> {
-        Idempotency::new(self.store.clone(), Config::default().lease(MARKER_LEASE).clock(clock))
+        Idempotency::new(self.store.clone(), Config::default().with_lease(MARKER_LEASE).with_clock(clock))
     }
 
     /// The row, read consistently; `None` once it is deleted.
