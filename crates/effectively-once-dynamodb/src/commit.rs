@@ -449,12 +449,12 @@ fn check_limits(actions: &[TransactWriteItem]) -> Result<(), StoreError> {
         ));
     }
     let mut total = 0;
-    for (i, action) in actions.iter().enumerate() {
+    for (position, action) in actions.iter().enumerate() {
         let size = action_size(action);
         if size > MAX_ITEM_BYTES {
             return Err(StoreError::new(
                 StoreErrorKind::TooLarge,
-                format!("transaction action {i} has an item of {size} bytes; DynamoDB allows {MAX_ITEM_BYTES}"),
+                format!("transaction action {position} has an item of {size} bytes; DynamoDB allows {MAX_ITEM_BYTES}"),
             ));
         }
         total += size;

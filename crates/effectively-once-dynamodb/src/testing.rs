@@ -51,9 +51,9 @@ pub fn unique_name(prefix: &str) -> String {
 pub async fn fresh_store() -> (DynamoDbStore, RequestCounter) {
     let (client, counter) = counted_client().await;
     let table = unique_name("idem");
-    if let Err(e) = create_table(&client, &table).await {
+    if let Err(error) = create_table(&client, &table).await {
         panic!(
-            "cannot create table {table} at {}: {e}\n(is the local AWS up? `make local-aws-up`, or set AWS_ENDPOINT_URL)",
+            "cannot create table {table} at {}: {error}\n(is the local AWS up? `make local-aws-up`, or set AWS_ENDPOINT_URL)",
             endpoint()
         );
     }

@@ -220,14 +220,14 @@ fn classify_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str, transmi
 fn classify_dispatch(err: &ConnectorError) -> SendErrorKind {
     use std::io::ErrorKind as Io;
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = next {
-        if e.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(|e| e.is_connect()) {
+    while let Some(cause) = next {
+        if cause.downcast_ref::<hyper_util::client::legacy::Error>().is_some_and(|e| e.is_connect()) {
             return SendErrorKind::Unavailable;
         }
-        if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == Io::ConnectionRefused) {
+        if cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == Io::ConnectionRefused) {
             return SendErrorKind::Unavailable;
         }
-        next = e.source();
+        next = cause.source();
     }
     SendErrorKind::Ambiguous
 }

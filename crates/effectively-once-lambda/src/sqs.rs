@@ -146,11 +146,11 @@ async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &
 
     let mut counts = Counts::default();
     let mut response = SqsBatchResponse::default();
-    for (i, result) in &results {
+    for (position, result) in &results {
         counts.add(result);
         if result.is_err() {
             let mut failure = BatchItemFailure::default();
-            failure.item_identifier = records[*i].message_id.clone().unwrap_or_default();
+            failure.item_identifier = records[*position].message_id.clone().unwrap_or_default();
             response.batch_item_failures.push(failure);
         }
     }
@@ -169,7 +169,7 @@ async fn run_group<H: Handler>(
     // answers permanent only for a verdict on the message (malformed, key reused), never for a
     // fault a fix or a moment removes.
     let mut held_back_by: Option<String> = None;
-    for (i, message) in group {
+    for (position, message) in group {
         let message_id = message.message_id.as_deref().unwrap_or("");
         let span = tracing::info_span!(
             "record",
@@ -206,7 +206,7 @@ async fn run_group<H: Handler>(
         if may_take_effect_later && held_back_by.is_none() {
             held_back_by = Some(message_id.to_owned());
         }
-        out.push((i, result));
+        out.push((position, result));
     }
     out
 }

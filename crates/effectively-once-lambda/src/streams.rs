@@ -112,12 +112,12 @@ async fn batch<H: Handler>(
             }
         };
         counts.add(&result);
-        if let Err(e) = result {
-            if e.retry == Retry::Permanent && !panicked {
+        if let Err(error) = result {
+            if error.retry == Retry::Permanent && !panicked {
                 span.in_scope(|| {
                     tracing::error!(
                         sequence = sequence.as_deref().unwrap_or(""),
-                        reason = %redact_emails(&e.reason),
+                        reason = %redact_emails(&error.reason),
                         "record failed permanently; not retried (a retry cannot change a permanent answer), the batch goes on"
                     )
                 });
@@ -125,7 +125,7 @@ async fn batch<H: Handler>(
             }
             if !panicked {
                 span.in_scope(
-                    || tracing::warn!(retry = ?e.retry, reason = %e.reason, "record failed; checkpoint here"),
+                    || tracing::warn!(retry = ?error.retry, reason = %error.reason, "record failed; checkpoint here"),
                 );
             }
             let mut failure = DynamoDbBatchItemFailure::default();

@@ -196,10 +196,10 @@ impl Config {
     ///
     /// ```
     /// use effectively_once::Config;
-    /// let c = Config::default();
-    /// let a = c.payload_hash(&serde_json::json!({"amount": 1, "currency": "USD"})).unwrap();
-    /// let b: serde_json::Value = serde_json::from_str(r#"{"currency": "USD", "amount": 1.0}"#).unwrap();
-    /// assert_eq!(a.as_str(), c.payload_hash(&b).unwrap().as_str());
+    /// let config = Config::default();
+    /// let sent = config.payload_hash(&serde_json::json!({"amount": 1, "currency": "USD"})).unwrap();
+    /// let resent: serde_json::Value = serde_json::from_str(r#"{"currency": "USD", "amount": 1.0}"#).unwrap();
+    /// assert_eq!(sent.as_str(), config.payload_hash(&resent).unwrap().as_str());
     /// ```
     pub fn payload_hash<P: Serialize + ?Sized>(&self, payload: &P) -> Result<PayloadHash, Error> {
         let value = serde_json::to_value(payload)

@@ -160,23 +160,23 @@ fn write_v1(value: &Value, out: &mut String) {
             let mut entries: Vec<_> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
             out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
+            for (position, (key, item)) in entries.into_iter().enumerate() {
+                if position > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
+                out.push_str(&Value::String(key.clone()).to_string());
                 out.push(':');
-                write_v1(v, out);
+                write_v1(item, out);
             }
             out.push('}');
         }
         Value::Array(items) => {
             out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
+            for (position, item) in items.iter().enumerate() {
+                if position > 0 {
                     out.push(',');
                 }
-                write_v1(v, out);
+                write_v1(item, out);
             }
             out.push(']');
         }

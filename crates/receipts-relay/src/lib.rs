@@ -208,11 +208,11 @@ impl<E: EmailSender> effectively_once_lambda::streams::Handler for Receipts<E> {
         };
         tracing::Span::current().record("event_id", row.event_id.as_str());
         let result = self.relay(&row, deadline_ms).await;
-        if let Err(e) = &result {
-            if e.retry == Retry::Permanent {
+        if let Err(error) = &result {
+            if error.retry == Retry::Permanent {
                 // No retry changes a permanent answer, and the stream driver goes past it: the
                 // row is where its fate stays visible (FAILED, with the reason).
-                self.record_failure(&row.event_id, &e.reason).await;
+                self.record_failure(&row.event_id, &error.reason).await;
             }
         }
         result
