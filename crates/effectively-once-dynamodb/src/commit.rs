@@ -317,8 +317,10 @@ impl DynamoDbStore {
                 Err(err) => err,
             };
             let reasons = match &err {
-                SdkError::ServiceError(e) => match e.err() {
-                    TransactWriteItemsError::TransactionCanceledException(c) => c.cancellation_reasons().to_vec(),
+                SdkError::ServiceError(service) => match service.err() {
+                    TransactWriteItemsError::TransactionCanceledException(cancelled) => {
+                        cancelled.cancellation_reasons().to_vec()
+                    }
                     _ => return Err(classify("TransactWriteItems", err)),
                 },
                 _ => return Err(classify("TransactWriteItems", err)),
@@ -493,14 +495,14 @@ fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
 
 fn value_size(value: &AttributeValue) -> usize {
     match value {
-        AttributeValue::S(s) => s.len(),
-        AttributeValue::N(n) => n.len().div_ceil(2) + 1,
-        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::S(string) => string.len(),
+        AttributeValue::N(number) => number.len().div_ceil(2) + 1,
+        AttributeValue::B(bytes) => bytes.as_ref().len(),
         AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
-        AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
-        AttributeValue::Ns(v) => v.iter().map(|n| n.len().div_ceil(2) + 1).sum(),
-        AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
-        AttributeValue::M(m) => 3 + m.iter().map(|(k, v)| 1 + k.len() + value_size(v)).sum::<usize>(),
+        AttributeValue::Ss(strings) => strings.iter().map(String::len).sum(),
+        AttributeValue::Ns(numbers) => numbers.iter().map(|n| n.len().div_ceil(2) + 1).sum(),
+        AttributeValue::L(list) => 3 + list.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
+        AttributeValue::M(map) => 3 + map.iter().map(|(k, v)| 1 + k.len() + value_size(v)).sum::<usize>(),
         _ => 0,
     }
 }

@@ -110,13 +110,15 @@ impl Store for DynamoDbStore {
                 // The write landed: this attempt holds the record whatever the old item was.
                 // Failing here would leave it believing it failed while its record blocks
                 // every retry until the lease ends (and a malformed item is permanent).
-                Err(e) => {
-                    tracing::warn!(id = %record.id, error = %ErrorChain(&e), "claimed over an unreadable item");
+                Err(error) => {
+                    tracing::warn!(id = %record.id, error = %ErrorChain(&error), "claimed over an unreadable item");
                     Ok(Claim::AcquiredOverUnreadable)
                 }
             },
-            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
-                let PutItemError::ConditionalCheckFailedException(failed) = e.err() else { unreachable!() };
+            Err(SdkError::ServiceError(error))
+                if matches!(error.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let PutItemError::ConditionalCheckFailedException(failed) = error.err() else { unreachable!() };
                 match failed.item() {
                     Some(item) => Ok(Claim::Exists(from_item(item)?)),
                     // A DynamoDB-compatible server without ALL_OLD on condition failure: read
@@ -130,7 +132,7 @@ impl Store for DynamoDbStore {
                     },
                 }
             }
-            Err(e) => Err(classify("PutItem", e)),
+            Err(error) => Err(classify("PutItem", error)),
         }
     }
 
@@ -160,13 +162,13 @@ impl Store for DynamoDbStore {
         };
         let failed = match update.send().await {
             Ok(_) => return Ok(()),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            Err(SdkError::ServiceError(error))
+                if matches!(error.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {
-                let UpdateItemError::ConditionalCheckFailedException(failed) = e.into_err() else { unreachable!() };
+                let UpdateItemError::ConditionalCheckFailedException(failed) = error.into_err() else { unreachable!() };
                 failed
             }
-            Err(e) => return Err(classify("UpdateItem", e)),
+            Err(error) => return Err(classify("UpdateItem", error)),
         };
         // Why the condition failed, from the item as it stood (or a read, from a server that
         // does not return it; a missing record returns none either way).
@@ -175,10 +177,10 @@ impl Store for DynamoDbStore {
             None => self.read(id).await?,
         };
         match current {
-            Some(r) if r.owner == owner && r.status == Status::Completed => Ok(()),
-            Some(r) if r.owner == owner => Err(StoreError::new(
+            Some(record) if record.owner == owner && record.status == Status::Completed => Ok(()),
+            Some(record) if record.owner == owner => Err(StoreError::new(
                 StoreErrorKind::Fenced,
-                format!("{id}: the lease ended at {} ms; not completed", r.lease_expires_at_ms),
+                format!("{id}: the lease ended at {} ms; not completed", record.lease_expires_at_ms),
             )),
             _ => Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is gone or owned by another attempt"))),
         }
@@ -200,12 +202,12 @@ impl Store for DynamoDbStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), DeleteItemError::ConditionalCheckFailedException(_)) =>
+            Err(SdkError::ServiceError(error))
+                if matches!(error.err(), DeleteItemError::ConditionalCheckFailedException(_)) =>
             {
                 Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is completed or owned by another attempt")))
             }
-            Err(e) => Err(classify("DeleteItem", e)),
+            Err(error) => Err(classify("DeleteItem", error)),
         }
     }
 

@@ -185,20 +185,20 @@ fn classify_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str, transmi
         SdkError::DispatchFailure(_) if transmit == Transmit::Never => SendErrorKind::Blocked,
         // The operation timed out before transmitting (a credentials provider that hangs).
         SdkError::TimeoutError(_) if transmit == Transmit::Never => SendErrorKind::Unavailable,
-        SdkError::DispatchFailure(e) => match e.as_connector_error() {
+        SdkError::DispatchFailure(failure) => match failure.as_connector_error() {
             Some(connector) => classify_dispatch(connector),
             None => SendErrorKind::Ambiguous,
         },
         // Timed out or lost after the request went out: SES may have accepted it; the policy
         // decides.
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) => SendErrorKind::Ambiguous,
-        SdkError::ServiceError(e) => classify_answer(e.err(), e.raw().status().as_u16(), from),
+        SdkError::ServiceError(service) => classify_answer(service.err(), service.raw().status().as_u16(), from),
         _ => SendErrorKind::Ambiguous,
     };
     let message = match &err {
-        SdkError::ServiceError(e) => {
-            let (text, status) = (e.err().to_string(), e.raw().status().as_u16());
-            match e.err().meta().code() {
+        SdkError::ServiceError(service) => {
+            let (text, status) = (service.err().to_string(), service.raw().status().as_u16());
+            match service.err().meta().code() {
                 // An unmodeled error's text may not name its code.
                 Some(code) if !text.contains(code) => format!("{code}: {text} (HTTP {status})"),
                 _ => format!("{text} (HTTP {status})"),
@@ -256,7 +256,7 @@ fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKi
         // the same code for an unverified sender (every message fails) and an unverified
         // recipient in the sandbox (this one does). SES gives no structured field, so the
         // identities it lists are read: the sender among them is a configuration fault.
-        SendEmailError::MessageRejected(e) if names_sender(e.message().unwrap_or_default(), from) => {
+        SendEmailError::MessageRejected(rejected) if names_sender(rejected.message().unwrap_or_default(), from) => {
             SendErrorKind::Blocked
         }
         SendEmailError::MessageRejected(_) | SendEmailError::BadRequestException(_) => SendErrorKind::Rejected,
@@ -416,15 +416,17 @@ async fn begin_marker<S: Store>(
 ) -> Result<Begin<SendOutcome>, effectively_once::Error> {
     let identity = MarkerIdentity { key: key.as_str(), to: &message.to };
     match idempotency.begin(key, &identity).await {
-        Err(e) if e.kind() == effectively_once::ErrorKind::KeyReused => match idempotency.begin(key, message).await {
-            // The marker blocking both claims may have ended meanwhile, and this second claim
-            // won: it holds the marker all the same (its replays find it through this path).
-            Ok(begin) => Ok(begin),
-            // Under the whole message's hash too: key reuse indeed (another recipient).
-            Err(legacy) if legacy.kind() == effectively_once::ErrorKind::KeyReused => Err(e),
-            // The marker is the message's, in the earlier form (in progress, say).
-            Err(legacy) => Err(legacy),
-        },
+        Err(error) if error.kind() == effectively_once::ErrorKind::KeyReused => {
+            match idempotency.begin(key, message).await {
+                // The marker blocking both claims may have ended meanwhile, and this second claim
+                // won: it holds the marker all the same (its replays find it through this path).
+                Ok(begin) => Ok(begin),
+                // Under the whole message's hash too: key reuse indeed (another recipient).
+                Err(legacy) if legacy.kind() == effectively_once::ErrorKind::KeyReused => Err(error),
+                // The marker is the message's, in the earlier form (in progress, say).
+                Err(legacy) => Err(legacy),
+            }
+        }
         other => other,
     }
 }
@@ -483,13 +485,13 @@ pub async fn send_once<S: Store, E: EmailSender>(
             tracing::info!(key = %effect_key, to = %to, "email sent");
             Ok(Outcome::Fresh(outcome))
         }
-        Err(e) if e.kind == SendErrorKind::Rejected => {
-            tracing::warn!(key = %effect_key, to = %to, error = %e, "email refused for good");
-            let outcome = SendOutcome::Failed { reason: redact_emails(&e.message) };
+        Err(error) if error.kind == SendErrorKind::Rejected => {
+            tracing::warn!(key = %effect_key, to = %to, error = %error, "email refused for good");
+            let outcome = SendOutcome::Failed { reason: redact_emails(&error.message) };
             idempotency.complete_while_owned(attempt, &outcome).await?;
             Ok(Outcome::Fresh(outcome))
         }
-        Err(e) if e.kind == SendErrorKind::Ambiguous && policy == Policy::AtMostOnce => {
+        Err(error) if error.kind == SendErrorKind::Ambiguous && policy == Policy::AtMostOnce => {
             // Never released: the retry would send a second copy of a message that may have
             // gone out. Nor left in progress: every retry until the lease ends would find it
             // busy and spend the trigger's retries on it (a stream gives up after a few), while
@@ -497,17 +499,17 @@ pub async fn send_once<S: Store, E: EmailSender>(
             tracing::error!(
                 key = %effect_key,
                 to = %to,
-                error = %e,
+                error = %error,
                 "email may have been sent; not resending (at most once): operator check"
             );
             idempotency.complete_while_owned(attempt, &SendOutcome::Ambiguous).await?;
             Ok(Outcome::Fresh(SendOutcome::Ambiguous))
         }
-        Err(e) => {
-            if e.kind == SendErrorKind::Blocked {
-                tracing::error!(key = %effect_key, error = %e, "the email provider refuses this account or configuration; marker released for the retry: operator check");
+        Err(error) => {
+            if error.kind == SendErrorKind::Blocked {
+                tracing::error!(key = %effect_key, error = %error, "the email provider refuses this account or configuration; marker released for the retry: operator check");
             } else {
-                tracing::warn!(key = %effect_key, to = %to, error = %e, "email not sent; marker released for the retry");
+                tracing::warn!(key = %effect_key, to = %to, error = %error, "email not sent; marker released for the retry");
             }
             // A release whose answer is lost is sent again (`Idempotency::release`): a marker
             // left in progress is, to the attempt that takes it over after the lease, a crash
@@ -521,9 +523,9 @@ pub async fn send_once<S: Store, E: EmailSender>(
                     ?policy,
                     "email not sent, but its marker could not be released: held until its lease ends, then taken over as a possible crash mid-send (at most once: recorded ambiguous, not sent): operator check"
                 );
-                return Err(Error::Email(held(e, lease_end_ms, &release)));
+                return Err(Error::Email(held(error, lease_end_ms, &release)));
             }
-            Err(Error::Email(e))
+            Err(Error::Email(error))
         }
     }
 }

@@ -38,9 +38,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::InvalidPayment(_) => false,
-            Error::Idempotency(e) => e.is_retryable(),
-            Error::Store(e) => e.is_retryable(),
-            Error::Email(e) => e.is_retryable(),
+            Error::Idempotency(error) => error.is_retryable(),
+            Error::Store(error) => error.is_retryable(),
+            Error::Email(error) => error.is_retryable(),
         }
     }
 
@@ -53,18 +53,18 @@ impl Error {
     pub fn is_verdict_on_the_message(&self) -> bool {
         match self {
             Error::InvalidPayment(_) => true,
-            Error::Idempotency(e) => matches!(e.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey),
-            Error::Store(e) => !e.is_retryable(),
-            Error::Email(e) => !e.is_retryable(),
+            Error::Idempotency(error) => matches!(error.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey),
+            Error::Store(error) => !error.is_retryable(),
+            Error::Email(error) => !error.is_retryable(),
         }
     }
 
     fn inner(&self) -> &(dyn std::error::Error + 'static) {
         match self {
-            Error::InvalidPayment(e) => e,
-            Error::Idempotency(e) => e,
-            Error::Store(e) => e,
-            Error::Email(e) => e,
+            Error::InvalidPayment(error) => error,
+            Error::Idempotency(error) => error,
+            Error::Store(error) => error,
+            Error::Email(error) => error,
         }
     }
 }
@@ -130,7 +130,9 @@ impl From<Error> for effectively_once_lambda::RecordError {
         use effectively_once_lambda::RecordError;
         let reason = effectively_once::ErrorChain(&error).to_string();
         match &error {
-            Error::Idempotency(i) if i.kind() == ErrorKind::InProgress => RecordError::in_progress_elsewhere(reason),
+            Error::Idempotency(cause) if cause.kind() == ErrorKind::InProgress => {
+                RecordError::in_progress_elsewhere(reason)
+            }
             _ if error.is_verdict_on_the_message() => RecordError::permanent(reason),
             _ => RecordError::retryable(reason),
         }

@@ -400,8 +400,9 @@ impl Ledger {
                     .await;
                 match updated {
                     Ok(_) => report.records_made_permanent += 1,
-                    Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
-                    Err(e) => return Err(classify("UpdateItem", e).into()),
+                    Err(error)
+                        if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                    Err(error) => return Err(classify("UpdateItem", error).into()),
                 }
             }
             start = out.last_evaluated_key().cloned();

@@ -299,10 +299,10 @@ impl Outbox {
         };
         match update.send().await {
             Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+            Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
                 Err(StoreError::new(StoreErrorKind::Malformed, format!("no outbox row for {event_id}")))
             }
-            Err(e) => Err(classify("UpdateItem", e)),
+            Err(error) => Err(classify("UpdateItem", error)),
         }
     }
 
@@ -327,8 +327,10 @@ impl Outbox {
             .await;
         match written {
             Ok(_) => Ok(true),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
-            Err(e) => Err(classify("UpdateItem", e)),
+            Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                Ok(false)
+            }
+            Err(error) => Err(classify("UpdateItem", error)),
         }
     }
 }

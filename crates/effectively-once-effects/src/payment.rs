@@ -130,7 +130,7 @@ impl PaymentEvent {
         };
         let receipt_email = match map.get("receipt_email") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) if valid_email(s) => Some(s.clone()),
+            Some(Value::String(address)) if valid_email(address) => Some(address.clone()),
             Some(_) => return Err(invalid("receipt_email", "must be an email address")),
         };
         Ok(PaymentEvent { event_id, account_id, amount_cents, currency, receipt_email })

@@ -278,10 +278,10 @@ impl Counts {
             Ok(Disposition::Duplicate) => self.duplicate += 1,
             Ok(Disposition::Rejected) => self.rejected += 1,
             Ok(Disposition::Skipped) => self.skipped += 1,
-            Err(e) if e.retry == Retry::InProgressElsewhere => self.in_progress += 1,
-            Err(e) => {
+            Err(error) if error.retry == Retry::InProgressElsewhere => self.in_progress += 1,
+            Err(error) => {
                 self.failed += 1;
-                if e.retry == Retry::Permanent {
+                if error.retry == Retry::Permanent {
                     self.permanent += 1;
                 }
             }

@@ -214,12 +214,12 @@ async fn run_group<H: Handler>(
 fn log(result: &RecordResult) {
     match result {
         Ok(disposition) => tracing::info!(?disposition, "record done"),
-        Err(e) => match e.retry {
+        Err(error) => match error.retry {
             Retry::Permanent => {
-                tracing::error!(reason = %e.reason, "record failed permanently; reported failed, bound for the DLQ")
+                tracing::error!(reason = %error.reason, "record failed permanently; reported failed, bound for the DLQ")
             }
             Retry::Retryable | Retry::InProgressElsewhere => {
-                tracing::warn!(retry = ?e.retry, reason = %e.reason, "record failed; reported failed for redelivery")
+                tracing::warn!(retry = ?error.retry, reason = %error.reason, "record failed; reported failed for redelivery")
             }
         },
     }

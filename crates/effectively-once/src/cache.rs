@@ -92,7 +92,7 @@ impl<S: Store> Store for CachedStore<S> {
         let cached = {
             let mut lru = self.lock();
             match lru.records.get(&record.id) {
-                Some(r) if r.blocks_claim_at(now_ms) => Some(r.clone()),
+                Some(record) if record.blocks_claim_at(now_ms) => Some(record.clone()),
                 Some(_) => {
                     lru.records.pop(&record.id);
                     None

@@ -138,8 +138,8 @@ impl<E> From<Error> for RunError<E> {
 impl<E: fmt::Display> fmt::Display for RunError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RunError::Idempotency(e) => e.fmt(f),
-            RunError::Handler(e) => e.fmt(f),
+            RunError::Idempotency(error) => error.fmt(f),
+            RunError::Handler(error) => error.fmt(f),
         }
     }
 }
@@ -147,8 +147,8 @@ impl<E: fmt::Display> fmt::Display for RunError<E> {
 impl<E: std::error::Error + 'static> std::error::Error for RunError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RunError::Idempotency(e) => e.source(),
-            RunError::Handler(e) => e.source(),
+            RunError::Idempotency(error) => error.source(),
+            RunError::Handler(error) => error.source(),
         }
     }
 }

@@ -129,7 +129,7 @@ fn big_integer(number: &serde_json::Number) -> bool {
 
 fn has_big_integer(value: &Value) -> bool {
     match value {
-        Value::Number(n) => big_integer(n),
+        Value::Number(number) => big_integer(number),
         Value::Array(items) => items.iter().any(has_big_integer),
         Value::Object(map) => map.values().any(has_big_integer),
         _ => false,
@@ -141,7 +141,7 @@ fn has_big_integer(value: &Value) -> bool {
 /// NUL character and that tag.
 fn with_exact_big_integers(value: &Value) -> Value {
     match value {
-        Value::Number(n) if big_integer(n) => Value::String(format!("\u{0}int:{n}")),
+        Value::Number(number) if big_integer(number) => Value::String(format!("\u{0}int:{number}")),
         Value::Array(items) => Value::Array(items.iter().map(with_exact_big_integers).collect()),
         Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), with_exact_big_integers(v))).collect()),
         other => other.clone(),

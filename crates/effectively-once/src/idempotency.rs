@@ -44,14 +44,14 @@ impl<R> Outcome<R> {
     /// The response, fresh or replayed.
     pub fn into_inner(self) -> R {
         match self {
-            Outcome::Fresh(r) | Outcome::Replayed(r) => r,
+            Outcome::Fresh(value) | Outcome::Replayed(value) => value,
         }
     }
 
     /// The response, fresh or replayed.
     pub fn response(&self) -> &R {
         match self {
-            Outcome::Fresh(r) | Outcome::Replayed(r) => r,
+            Outcome::Fresh(value) | Outcome::Replayed(value) => value,
         }
     }
 
@@ -233,13 +233,13 @@ impl<S: Store> Idempotency<S> {
                 self.complete(attempt, &response).await?;
                 Ok(Outcome::Fresh(response))
             }
-            Err(e) => {
+            Err(error) => {
                 if let Err(release) = self.release(attempt).await {
                     // The record stays in progress until its lease ends; the retry waits that
                     // long, which is slower but never runs the handler twice at once.
                     tracing::warn!(key = %key, error = %ErrorChain(&release), "could not release after handler failure");
                 }
-                Err(RunError::Handler(e))
+                Err(RunError::Handler(error))
             }
         }
     }
@@ -363,18 +363,18 @@ impl<S: Store> Idempotency<S> {
         loop {
             match self.store.complete(&attempt.id, &attempt.owner, completion.clone()).await {
                 Ok(()) => break,
-                Err(e)
+                Err(error)
                     if tries < COMPLETE_TRIES
-                        && matches!(e.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
+                        && matches!(error.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
                 {
-                    tracing::warn!(key = %attempt.id, error = %ErrorChain(&e), tries, "completion unanswered; sending it again");
+                    tracing::warn!(key = %attempt.id, error = %ErrorChain(&error), tries, "completion unanswered; sending it again");
                     tokio::time::sleep(COMPLETE_BACKOFF * 2u32.pow(tries - 1)).await;
                     tries += 1;
                     // The retry is judged on the clock as it is now: if the first write did
                     // not land and the lease has ended meanwhile, the store refuses it.
                     completion.now_ms = judged_at(self.config.now_ms());
                 }
-                Err(e) => return Err(e.into()),
+                Err(error) => return Err(error.into()),
             }
         }
         if too_large {
@@ -399,23 +399,23 @@ impl<S: Store> Idempotency<S> {
         loop {
             match self.store.release(&attempt.id, &attempt.owner).await {
                 Ok(()) => return Ok(()),
-                Err(e)
+                Err(error)
                     if tries < RELEASE_TRIES
-                        && matches!(e.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
+                        && matches!(error.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
                 {
-                    tracing::warn!(key = %attempt.id, error = %ErrorChain(&e), tries, "release unanswered; sending it again");
+                    tracing::warn!(key = %attempt.id, error = %ErrorChain(&error), tries, "release unanswered; sending it again");
                     tokio::time::sleep(COMPLETE_BACKOFF * 2u32.pow(tries - 1)).await;
                     tries += 1;
                 }
-                Err(e)
+                Err(error)
                     if tries > 1
-                        && e.kind() == StoreErrorKind::Fenced
+                        && error.kind() == StoreErrorKind::Fenced
                         && self.config.now_ms() <= attempt.lease_expires_at_ms =>
                 {
                     tracing::info!(key = %attempt.id, "an earlier release landed; the key has been claimed again since");
                     return Ok(());
                 }
-                Err(e) => return Err(e.into()),
+                Err(error) => return Err(error.into()),
             }
         }
     }

@@ -74,8 +74,8 @@ impl<S: Store, Req> IdempotencyLayer<S, Req> {
         Self::new(idempotency, prefix, move |request| {
             let value = payload(request);
             let key = match value.pointer(&pointer)? {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
+                Value::String(string) => string.clone(),
+                Value::Number(number) => number.to_string(),
                 _ => return None,
             };
             Some((key, value))

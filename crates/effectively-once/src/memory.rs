@@ -76,14 +76,14 @@ impl Store for InMemoryStore {
         let mut records = self.lock();
         match records.get_mut(id) {
             // A retried completion that finds its own write landed.
-            Some(r) if r.owner == owner && r.status == Status::Completed => Ok(()),
-            Some(r) if r.owner == owner && r.lease_expires_at_ms >= completion.now_ms => {
-                r.status = Status::Completed;
-                r.response = completion.response.map(str::to_owned);
-                r.expiration_s = completion.expiration_s;
+            Some(record) if record.owner == owner && record.status == Status::Completed => Ok(()),
+            Some(record) if record.owner == owner && record.lease_expires_at_ms >= completion.now_ms => {
+                record.status = Status::Completed;
+                record.response = completion.response.map(str::to_owned);
+                record.expiration_s = completion.expiration_s;
                 Ok(())
             }
-            Some(r) if r.owner == owner => Err(lease_ended(id, r.lease_expires_at_ms)),
+            Some(record) if record.owner == owner => Err(lease_ended(id, record.lease_expires_at_ms)),
             _ => Err(fenced(id)),
         }
     }
@@ -93,11 +93,11 @@ impl Store for InMemoryStore {
         let mut records = self.lock();
         match records.get(id) {
             None => Ok(()),
-            Some(r) if r.owner == owner && r.status == Status::InProgress => {
+            Some(record) if record.owner == owner && record.status == Status::InProgress => {
                 records.remove(id);
                 Ok(())
             }
-            Some(r) if r.status == Status::Completed => Err(completed(id)),
+            Some(record) if record.status == Status::Completed => Err(completed(id)),
             Some(_) => Err(fenced(id)),
         }
     }

@@ -86,7 +86,7 @@ impl effectively_once_lambda::sqs::Handler for Payments {
                 Ok(Disposition::Duplicate)
             }
             // In progress elsewhere, permanent for a verdict on the payment, retryable else.
-            Err(e) => Err(e.into()),
+            Err(error) => Err(error.into()),
         }
     }
 }

@@ -154,7 +154,7 @@ impl<E: EmailSender> Receipts<E> {
         let now = markers.config().now_ms();
         let lease_end = match record {
             // Completed or released since: claim again at once.
-            Some(r) if r.status == Status::InProgress => r.lease_expires_at_ms,
+            Some(record) if record.status == Status::InProgress => record.lease_expires_at_ms,
             _ => return Ok(LeaseWait::ThenClaim(Duration::ZERO)),
         };
         // A claim takes over only once `lease_expires_at < now`.
@@ -301,14 +301,16 @@ impl<E: EmailSender> Receipts<E> {
             // TTL): there is nothing left to mark, and failing would hold the records behind it.
             // `mark` reports a missing row, and only that, as `Malformed` (its condition is the
             // row's existence): no read needed, and the relay's role may not read the outbox.
-            Err(e) if e.kind() == StoreErrorKind::Malformed => {
-                tracing::warn!(error = %ErrorChain(&e), status = status.as_str(), "outbox row deleted before its receipt was marked; skipped");
+            Err(error) if error.kind() == StoreErrorKind::Malformed => {
+                tracing::warn!(error = %ErrorChain(&error), status = status.as_str(), "outbox row deleted before its receipt was marked; skipped");
                 Ok(Disposition::Skipped)
             }
             // Never permanent, whatever failed: the receipt's fate is known and kept in its
             // marker, and a permanent answer would have `handle` mark the row FAILED ("not
             // sent") over an email that went out. The retry replays the marker and marks again.
-            Err(e) => Err(RecordError::retryable(format!("marking the row {}: {}", status.as_str(), ErrorChain(&e)))),
+            Err(error) => {
+                Err(RecordError::retryable(format!("marking the row {}: {}", status.as_str(), ErrorChain(&error))))
+            }
         }
     }
 
@@ -325,8 +327,8 @@ impl<E: EmailSender> Receipts<E> {
                 reason = %redact_emails(reason),
                 "receipt failed permanently; its row is no longer PENDING (already marked, or gone): left as it is"
             ),
-            Err(e) => tracing::warn!(
-                error = %ErrorChain(&e),
+            Err(error) => tracing::warn!(
+                error = %ErrorChain(&error),
                 "receipt failed permanently; its row could not be marked FAILED (unreachable)"
             ),
         }
