@@ -53,7 +53,10 @@ impl Error {
     pub fn is_verdict_on_the_message(&self) -> bool {
         match self {
             Error::InvalidPayment(_) => true,
-            Error::Idempotency(error) => matches!(error.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey),
+            // A stored response too large to replay stays too large: every duplicate meets it.
+            Error::Idempotency(error) => {
+                matches!(error.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge)
+            }
             Error::Store(error) => !error.is_retryable(),
             Error::Email(error) => !error.is_retryable(),
         }

@@ -132,6 +132,16 @@ impl Http {
         if response.status() != hyper::StatusCode::OK {
             return Err(format!("invoke failed: {}", response.status()).into());
         }
+        // Lambda's Invoke API answers a function error with 200 and this header: the whole
+        // batch failed, whatever the body says (it has no batchItemFailures to read).
+        if let Some(kind) = response.headers().get("x-amz-function-error") {
+            let kind = kind.to_str().unwrap_or("?").to_owned();
+            return Err(format!(
+                "function error ({kind}): {}",
+                String::from_utf8_lossy(&response.into_body().to_vec())
+            )
+            .into());
+        }
         Ok(response.into_body().to_vec())
     }
 }

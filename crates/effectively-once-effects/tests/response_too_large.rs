@@ -1,5 +1,5 @@
-//! Review of issue 13 (the one `From<effects::Error> for RecordError` mapping): behaviour the
-//! payments consumer had at 0582c91 that the new mapping changes.
+//! The one `From<effects::Error> for RecordError` mapping keeps what the payments consumer did
+//! before it (review of issue 13): an answer no retry can change stays permanent.
 
 use effectively_once::{Config, ErrorKind, Record, Status};
 use effectively_once_effects::{Error, Posting};
@@ -13,7 +13,7 @@ use effectively_once_lambda::{RecordError, Retry};
 /// `held_back_by`) for every receive up to maxReceiveCount (5 in infra/template.json), where it
 /// used to let them through at once.
 #[test]
-#[ignore = "finding: payments consumer maps Idempotency(ResponseTooLarge/Serialization/Store) to Retryable, was Permanent at 0582c91 (holds the FIFO group until redrive)"]
+
 fn a_completed_record_without_its_response_stays_permanent_for_payments() {
     let config = Config::default();
     let hash = config.payload_hash(&serde_json::json!({"event_id": "pay_1"})).unwrap();
