@@ -136,11 +136,7 @@ impl Http {
         // batch failed, whatever the body says (it has no batchItemFailures to read).
         if let Some(kind) = response.headers().get("x-amz-function-error") {
             let kind = kind.to_str().unwrap_or("?").to_owned();
-            return Err(format!(
-                "function error ({kind}): {}",
-                String::from_utf8_lossy(&response.into_body().to_vec())
-            )
-            .into());
+            return Err(format!("function error ({kind}): {}", String::from_utf8_lossy(response.body())).into());
         }
         Ok(response.into_body().to_vec())
     }
