@@ -18,6 +18,18 @@ pub mod panics;
 pub mod sqs;
 pub mod streams;
 
+/// The event types the drivers take and answer with, and the runtime's, re-exported so a
+/// function needs no `aws_lambda_events` or `lambda_runtime` dependency of its own.
+pub mod events {
+    pub use aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord, StreamRecord};
+    pub use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+    pub use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+    pub use lambda_runtime::{Context, LambdaEvent};
+}
+
+/// The error [`sqs::run`] and [`streams::run`] return: `lambda_runtime`'s.
+pub use lambda_runtime::Error;
+
 /// Every email address in free text redacted (`a***@example.com`): the drivers run it over panic
 /// messages. Re-exported from the `effectively-once-redact` crate, which `effectively-once-effects` shares, so one scan serves both.
 pub use effectively_once_redact::redact_emails;
@@ -95,6 +107,10 @@ const PLAUSIBLE_EPOCH_MS: u64 = 1_000_000_000_000;
 /// a duration (600000) rather than an epoch time. Such a value is not read as "the deadline has
 /// passed" (every record would be refused) nor as "no limit" for a lease: without a deadline,
 /// the idempotency layer uses its configured lease, so nothing is held forever.
+///
+/// The drivers hand handlers this value. It agrees with `effectively_once::lambda_deadline_ms`,
+/// which `Idempotency::with_deadline` applies to its argument: passing either the raw
+/// `context.deadline` or this value there gives the same lease.
 pub fn deadline_of(context: &lambda_runtime::Context) -> Option<u64> {
     (context.deadline >= PLAUSIBLE_EPOCH_MS).then_some(context.deadline)
 }
@@ -113,5 +129,21 @@ mod tests {
         assert_eq!(super::deadline_of(&context), None);
         context.deadline = 1_795_000_000_000;
         assert_eq!(super::deadline_of(&context), Some(1_795_000_000_000));
+    }
+
+    /// The driver and the core read a context's deadline alike: an emulator's `0` and
+    /// `600000` unknown, a real one ten minutes or a moment away kept.
+    #[test]
+    fn deadlines_agree_with_the_core() {
+        let now = super::now_ms();
+        let mut context = lambda_runtime::Context::default();
+        for deadline in [0, 600_000, now + 600_000, now + 200, now] {
+            context.deadline = deadline;
+            assert_eq!(super::deadline_of(&context), effectively_once::lambda_deadline_ms(deadline), "{deadline}");
+        }
+        context.deadline = now + 600_000;
+        assert_eq!(super::deadline_of(&context), Some(now + 600_000));
+        context.deadline = now + 200;
+        assert_eq!(super::deadline_of(&context), Some(now + 200));
     }
 }

@@ -115,6 +115,35 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, opti
     response
 }
 
+/// The common `main`: serves SQS batches from the Lambda runtime until it stops, each through
+/// [`process`] with `handler` and `options`. Build both once, before calling it:
+///
+/// ```no_run
+/// use effectively_once_lambda::events::SqsMessage;
+/// use effectively_once_lambda::sqs::{self, Handler, Options};
+/// use effectively_once_lambda::{Disposition, RecordResult};
+///
+/// struct Orders;
+///
+/// impl Handler for Orders {
+///     async fn handle(&self, _message: &SqsMessage, _deadline_ms: Option<u64>) -> RecordResult {
+///         Ok(Disposition::Applied)
+///     }
+/// }
+///
+/// #[tokio::main(flavor = "current_thread")]
+/// async fn main() -> Result<(), effectively_once_lambda::Error> {
+///     sqs::run(Orders, Options::new("orders")).await
+/// }
+/// ```
+pub async fn run<H: Handler>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
+    let (handler, options) = (&handler, &options);
+    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, lambda_runtime::Error>(process(handler, event, options).await)
+    }))
+    .await
+}
+
 async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> (SqsBatchResponse, Counts) {
     panics::install_hook();
     panics::warn_if_aborting();

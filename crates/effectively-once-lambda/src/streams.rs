@@ -81,6 +81,35 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
     response
 }
 
+/// The common `main`: serves DynamoDB Streams batches from the Lambda runtime until it stops,
+/// each through [`process`] with `handler` and `options`. Build both once, before calling it:
+///
+/// ```no_run
+/// use effectively_once_lambda::events::EventRecord;
+/// use effectively_once_lambda::streams::{self, Handler, Options};
+/// use effectively_once_lambda::{Disposition, RecordResult};
+///
+/// struct Relay;
+///
+/// impl Handler for Relay {
+///     async fn handle(&self, _record: &EventRecord, _deadline_ms: Option<u64>) -> RecordResult {
+///         Ok(Disposition::Applied)
+///     }
+/// }
+///
+/// #[tokio::main(flavor = "current_thread")]
+/// async fn main() -> Result<(), effectively_once_lambda::Error> {
+///     streams::run(Relay, Options::new("relay")).await
+/// }
+/// ```
+pub async fn run<H: Handler>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
+    let (handler, options) = (&handler, &options);
+    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<Event>| async move {
+        Ok::<DynamoDbEventResponse, lambda_runtime::Error>(process(handler, event, options).await)
+    }))
+    .await
+}
+
 async fn batch<H: Handler>(
     handler: &H,
     event: &LambdaEvent<Event>,

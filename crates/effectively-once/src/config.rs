@@ -73,13 +73,15 @@ impl Default for Config {
 }
 
 impl Config {
-    /// How long a completed record answers duplicates (default 14 days). Also the TTL.
+    /// How long a completed record answers duplicates (default [`DEFAULT_DEDUP_WINDOW`], 14 days).
+    /// Also the TTL.
     pub fn with_dedup_window(mut self, window: Duration) -> Self {
         self.dedup_window = window;
         self
     }
 
-    /// How long an attempt holds a key before another may take it over (default 15 minutes).
+    /// How long an attempt holds a key before another may take it over (default
+    /// [`DEFAULT_LEASE`], 15 minutes).
     /// A deadline given with [`Idempotency::with_deadline`](crate::Idempotency::with_deadline)
     /// shortens it.
     pub fn with_lease(mut self, lease: Duration) -> Self {

@@ -331,7 +331,8 @@ pub async fn concurrent_deliveries_run_the_handler_once<S: Store + 'static>(stor
     assert_eq!((fresh, replayed + in_progress), (1, 49));
 }
 
-/// A deadline shortens the lease; a deadline already passed (even `0`) refuses to start.
+/// A deadline shortens the lease; a deadline already passed refuses to start; an emulator's
+/// value that is no epoch time (`0`, `cargo lambda watch`'s `600000`) is unknown: the lease bounds.
 pub async fn deadline_bounds_the_lease<S: Store>(store: S) {
     let (idem, clock) = setup(store);
     let now = clock.now_ms();
@@ -343,9 +344,18 @@ pub async fn deadline_bounds_the_lease<S: Store>(store: S) {
     assert_eq!(attempt.lease_expires_at_ms(), now + 5_000);
     assert_eq!(idem.store().get(key.as_str()).await.unwrap().unwrap().lease_expires_at_ms, now + 5_000);
     bounded.complete(attempt, &1u64).await.unwrap();
-    for deadline in [0, now] {
+    for deadline in [now, now - 1] {
         let err = idem.with_deadline(deadline).begin::<_, u64>(&unique("late"), &json!({})).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::DeadlineExceeded);
+    }
+    for emulated in [0, 600_000] {
+        let unknown = idem.with_deadline(emulated);
+        let crate::Begin::Claimed(attempt) = unknown.begin::<_, u64>(&unique("emulated"), &json!({})).await.unwrap()
+        else {
+            panic!("expected a claim")
+        };
+        assert_eq!(attempt.lease_expires_at_ms(), now + 30_000);
+        unknown.complete(attempt, &1u64).await.unwrap();
     }
 }
 

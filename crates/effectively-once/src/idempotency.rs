@@ -117,6 +117,19 @@ impl Attempt {
     }
 }
 
+/// 2001-09-09 in milliseconds since the Unix epoch: no real invocation deadline is earlier.
+pub const PLAUSIBLE_DEADLINE_MS: u64 = 1_000_000_000_000;
+
+/// A Lambda context's deadline (`Context::deadline`, milliseconds since the Unix epoch), or
+/// `None` when the value is no epoch time: `0` (`Context::default()` in tests, some emulators)
+/// or a duration (`cargo lambda watch` sends its timeout, `600000`). Read as "unknown", not as
+/// "already passed" (every record would be refused) nor as "no limit" (without a deadline the
+/// configured lease bounds an attempt). [`Idempotency::with_deadline`] reads its argument this
+/// way, and so do the `effectively-once-lambda` drivers (`deadline_of`).
+pub fn lambda_deadline_ms(deadline_ms: u64) -> Option<u64> {
+    (deadline_ms >= PLAUSIBLE_DEADLINE_MS).then_some(deadline_ms)
+}
+
 /// Runs handlers once per key over a [`Store`].
 ///
 /// Cheap to clone: clones share the store and the config.
@@ -147,10 +160,15 @@ impl<S: Store> Idempotency<S> {
 
     /// The same, bounded by an invocation's deadline in milliseconds since the Unix epoch (a
     /// Lambda `Context::deadline`): leases end no later than it, so a timed-out invocation's
-    /// key is free when the retry comes. A deadline already passed, including `0`, refuses to
-    /// start rather than taking a lease that cannot fence anything.
+    /// key is free when the retry comes. A deadline already passed refuses to start rather
+    /// than taking a lease that cannot fence anything.
+    ///
+    /// A value that is no epoch time at all is read as "no deadline known", as the Lambda
+    /// drivers read it ([`lambda_deadline_ms`]): `0` (`Context::default()` in tests) or a
+    /// duration (`cargo lambda watch` sends `600000`). The configured lease then bounds the
+    /// attempt; such a value does not refuse every record.
     pub fn with_deadline(&self, deadline_ms: u64) -> Self {
-        Idempotency { deadline_ms: Some(deadline_ms), ..self.clone() }
+        Idempotency { deadline_ms: lambda_deadline_ms(deadline_ms), ..self.clone() }
     }
 
     /// The store.
@@ -534,6 +552,40 @@ mod tests {
 
     use super::*;
     use crate::{Clock as _, InMemoryStore, ManualClock, StoreError};
+
+    /// An emulator's `0` or `600000` (`cargo lambda watch`: the timeout, not an epoch time) is
+    /// unknown, not passed; a real deadline, near or ten minutes away, is kept.
+    #[test]
+    fn lambda_deadlines_emulated_and_real() {
+        let now = crate::SystemClock.now_ms();
+        assert_eq!(lambda_deadline_ms(0), None);
+        assert_eq!(lambda_deadline_ms(600_000), None);
+        assert_eq!(lambda_deadline_ms(now + 600_000), Some(now + 600_000));
+        assert_eq!(lambda_deadline_ms(now + 200), Some(now + 200));
+    }
+
+    #[tokio::test]
+    async fn emulated_deadline_is_unknown_and_a_near_one_bounds_the_lease() {
+        let clock = Arc::new(ManualClock::new());
+        let now = clock.now_ms();
+        let idem = Idempotency::new(InMemoryStore::new(), Config::default().with_clock(clock));
+        for (name, deadline, lease_end) in [
+            ("zero", 0, now + DEFAULT_LEASE_MS),
+            ("watch", 600_000, now + DEFAULT_LEASE_MS),
+            ("near", now + 200, now + 200),
+        ] {
+            let key = Key::new("deadline", name).unwrap();
+            let Begin::Claimed(attempt) = idem.with_deadline(deadline).begin::<_, u64>(&key, &1).await.unwrap() else {
+                panic!("expected a claim")
+            };
+            assert_eq!(attempt.lease_expires_at_ms(), lease_end, "{name}");
+        }
+        let key = Key::new("deadline", "passed").unwrap();
+        let error = idem.with_deadline(now).begin::<_, u64>(&key, &1).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::DeadlineExceeded);
+    }
+
+    const DEFAULT_LEASE_MS: u64 = crate::DEFAULT_LEASE.as_millis() as u64;
 
     /// An in-memory store that fails the next `failing` releases before they land.
     #[derive(Default)]

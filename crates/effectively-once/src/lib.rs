@@ -97,11 +97,13 @@ pub mod contract;
 
 pub use crate::cache::{CachedStore, DEFAULT_CAPACITY};
 pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
-pub use crate::config::{Config, PayloadSelector, ReplayHook, DISABLED_VARS};
+pub use crate::config::{
+    Config, PayloadSelector, ReplayHook, DEFAULT_DEDUP_WINDOW, DEFAULT_LEASE, DEFAULT_MAX_RESPONSE_BYTES, DISABLED_VARS,
+};
 pub use crate::error::{Error, ErrorChain, ErrorKind, RunError};
 pub use crate::function::Idempotent;
 pub use crate::hash::{HashVersion, PayloadHash, PAYLOAD_HASH_VERSION};
-pub use crate::idempotency::{Attempt, Begin, Idempotency, Outcome};
+pub use crate::idempotency::{lambda_deadline_ms, Attempt, Begin, Idempotency, Outcome, PLAUSIBLE_DEADLINE_MS};
 pub use crate::key::{Key, KeyError, KeyErrorKind, KeyPart};
 pub use crate::memory::InMemoryStore;
 pub use crate::record::{Record, Status};

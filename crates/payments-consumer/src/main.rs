@@ -1,8 +1,7 @@
 //! Lambda entry point: SQS payment events to the ledger, once each.
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use effectively_once_lambda::sqs::{process, Options};
-use lambda_runtime::{service_fn, Error, LambdaEvent};
+use effectively_once_lambda::sqs::{self, Options};
+use effectively_once_lambda::Error;
 use payments_consumer::{Env, Payments, FUNCTION};
 
 // One invocation at a time per sandbox: a single-threaded runtime does the batch's I/O
@@ -17,8 +16,5 @@ async fn main() -> Result<(), Error> {
     let options = Options::new(FUNCTION);
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);
-    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| async {
-        Ok::<SqsBatchResponse, Error>(process(&handler, event, &options).await)
-    }))
-    .await
+    sqs::run(handler, options).await
 }

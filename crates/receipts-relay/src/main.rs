@@ -2,10 +2,8 @@
 // The handler future (SES, DynamoDB, stream driver) nests deeper than the default limit.
 #![recursion_limit = "256"]
 
-use aws_lambda_events::event::dynamodb::Event;
-use aws_lambda_events::event::streams::DynamoDbEventResponse;
-use effectively_once_lambda::streams::{process, Options};
-use lambda_runtime::{service_fn, Error, LambdaEvent};
+use effectively_once_lambda::streams::{self, Options};
+use effectively_once_lambda::Error;
 use receipts_relay::{Alerts, Env, Receipts, FUNCTION};
 
 // One invocation at a time per sandbox: a single-threaded runtime does the batch's I/O
@@ -22,8 +20,5 @@ async fn main() -> Result<(), Error> {
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let handler = Receipts::from_env(aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sesv2::Client::new(&sdk), &env)
         .with_alerts(Alerts::new(options.emf.emf().clone()));
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| async {
-        Ok::<DynamoDbEventResponse, Error>(process(&handler, event, &options).await)
-    }))
-    .await
+    streams::run(handler, options).await
 }
