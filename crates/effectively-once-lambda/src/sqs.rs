@@ -20,11 +20,26 @@ pub trait Handler: Send + Sync {
     /// opens a span per record with `message_id` (and `xray_trace_id` when the message carries
     /// an `AWSTraceHeader`); record `event_id` into it once parsed.
     fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send;
+
+    /// The message's business key (an idempotency key, say), when it has one: on a standard
+    /// queue, records of one batch with equal keys run one after the other, in batch order, so an
+    /// in-batch duplicate is answered from the first instead of finding it in progress and being
+    /// redelivered. `None` (the default) puts no constraint on the record. Keep it cheap: it is
+    /// called once per record before any runs. A FIFO queue ignores it (a message group already
+    /// runs in order).
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        let _ = message;
+        None
+    }
 }
 
 impl<H: Handler + ?Sized> Handler for &H {
     fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send {
         (**self).handle(message, deadline_ms)
+    }
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        (**self).key(message)
     }
 }
 
@@ -73,7 +88,11 @@ fn is_fifo(message: &SqsMessage) -> bool {
 
 /// Processes a batch; returns the messages to redeliver.
 ///
-/// Standard queues: records run concurrently, at most `concurrency` at once. FIFO queues:
+/// Standard queues: records run concurrently, at most `concurrency` at once, except that records
+/// with equal [`Handler::key`]s run one after the other, in batch order (one of them in flight
+/// at a time, counting as one towards `concurrency`). A failure there holds nothing back: each
+/// later same-key record is still attempted, and an in-batch duplicate of a record that took
+/// effect gets its answer from it. FIFO queues:
 /// groups run concurrently, records within a group in order, and other groups go on whatever
 /// one group does. Within a group:
 ///
@@ -162,12 +181,26 @@ async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &
             groups[group_index].push((position, record));
         }
     } else {
-        groups = records.iter().enumerate().map(|r| vec![r]).collect();
+        // Equal keys share a group, in batch order; a record without a key is alone.
+        let mut index_of: HashMap<String, usize> = HashMap::new();
+        for (position, record) in records.iter().enumerate() {
+            let group_index = match handler.key(record) {
+                Some(key) => *index_of.entry(key).or_insert_with(|| {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                }),
+                None => {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                }
+            };
+            groups[group_index].push((position, record));
+        }
     }
 
     // Futures made eagerly, not in a stream's `map` closure: a closure over borrowed records
     // makes the batch future's `Send` unprovable for callers that spawn it.
-    let pending: Vec<_> = groups.into_iter().map(|group| run_group(handler, group, deadline, options)).collect();
+    let pending: Vec<_> = groups.into_iter().map(|group| run_group(handler, group, fifo, deadline, options)).collect();
     let results: Vec<Vec<(usize, RecordResult)>> =
         stream::iter(pending).buffer_unordered(options.concurrency.max(1)).collect().await;
     let mut results: Vec<(usize, RecordResult)> = results.into_iter().flatten().collect();
@@ -189,6 +222,7 @@ async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &
 async fn run_group<H: Handler>(
     handler: &H,
     group: Vec<(usize, &SqsMessage)>,
+    hold_back: bool,
     deadline: Option<u64>,
     options: &Options,
 ) -> Vec<(usize, RecordResult)> {
@@ -196,7 +230,8 @@ async fn run_group<H: Handler>(
     // The first record of the group that failed in a way a later delivery may undo; the records
     // after it wait for it (see `process`). A permanent failure holds nothing back: the handler
     // answers permanent only for a verdict on the message (malformed, key reused), never for a
-    // fault a fix or a moment removes.
+    // fault a fix or a moment removes. Only a FIFO group (`hold_back`) holds back: a standard
+    // queue's same-key group is sequential for the answer, not for order, so each record is tried.
     let mut held_back_by: Option<String> = None;
     for (position, message) in group {
         let message_id = message.message_id.as_deref().unwrap_or("");
@@ -232,7 +267,7 @@ async fn run_group<H: Handler>(
             span.in_scope(|| log(&result));
         }
         let may_take_effect_later = result.as_ref().is_err_and(|e| e.retry != Retry::Permanent);
-        if may_take_effect_later && held_back_by.is_none() {
+        if hold_back && may_take_effect_later && held_back_by.is_none() {
             held_back_by = Some(message_id.to_owned());
         }
         out.push((position, result));

@@ -146,6 +146,97 @@ async fn records_not_started_before_the_deadline_are_reported_failed() {
     assert!(handler.seen.lock().unwrap().is_empty(), "nothing started, nothing lost");
 }
 
+/// Keys each message by its body (`-` for none); tracks, per key, the records in flight, and
+/// fails the given message ids retryably.
+#[derive(Default)]
+struct Keyed {
+    in_flight: Mutex<std::collections::HashMap<String, usize>>,
+    same_key_overlap: AtomicUsize,
+    all_in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    fail: Vec<&'static str>,
+    handled: Mutex<Vec<String>>,
+}
+
+impl sqs::Handler for Keyed {
+    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+        let key = message.body.clone().unwrap();
+        let id = message.message_id.clone().unwrap();
+        {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            let same = in_flight.entry(key.clone()).or_default();
+            if *same > 0 && key != "-" {
+                self.same_key_overlap.fetch_add(1, Ordering::SeqCst);
+            }
+            *same += 1;
+        }
+        let now = self.all_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.all_in_flight.fetch_sub(1, Ordering::SeqCst);
+        *self.in_flight.lock().unwrap().get_mut(&key).unwrap() -= 1;
+        self.handled.lock().unwrap().push(id.clone());
+        if self.fail.contains(&id.as_str()) {
+            return Err(RecordError::retryable("ledger throttled"));
+        }
+        Ok(Disposition::Applied)
+    }
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        message.body.clone().filter(|body| body != "-")
+    }
+}
+
+/// Standard-queue messages `m-0` .. with the given bodies (the keys of [`Keyed`]).
+fn keyed_event(bodies: &[&str]) -> SqsEvent {
+    let mut event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let template = event.records[0].clone();
+    event.records = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let mut m = template.clone();
+            m.message_id = Some(format!("m-{i}"));
+            m.body = Some((*body).to_owned());
+            m
+        })
+        .collect();
+    event
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn same_key_records_of_a_standard_batch_run_one_after_the_other() {
+    let handler = Keyed::default();
+    let event = keyed_event(&["dup", "a", "-", "b", "dup", "c", "-", "d", "dup", "e"]);
+    let options = sqs::Options { concurrency: 10, ..quiet("t") };
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &options).await;
+    assert!(response.batch_item_failures.is_empty(), "all succeed");
+    assert_eq!(handler.same_key_overlap.load(Ordering::SeqCst), 0, "equal keys never overlap");
+    let max = handler.max_in_flight.load(Ordering::SeqCst);
+    assert!(max > 1, "different keys still overlap: max in flight {max}");
+    let handled = handler.handled.lock().unwrap().clone();
+    assert_eq!(handled.len(), 10);
+    let dups: Vec<_> = handled.iter().filter(|m| ["m-0", "m-4", "m-8"].contains(&m.as_str())).collect();
+    assert_eq!(dups, ["m-0", "m-4", "m-8"], "in batch order");
+}
+
+#[tokio::test]
+async fn a_same_key_failure_holds_nothing_back_on_a_standard_queue() {
+    let handler = Keyed { fail: vec!["m-0"], ..Default::default() };
+    let event = keyed_event(&["dup", "a", "dup"]);
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert_eq!(failures(&response), ["m-0"], "each reported per its own result");
+    let handled = handler.handled.lock().unwrap().clone();
+    let dups: Vec<_> = handled.iter().filter(|m| *m != "m-1").collect();
+    assert_eq!(dups, ["m-0", "m-2"], "the second copy is still attempted, after the first");
+
+    // The second copy failing too is reported too.
+    let handler = Keyed { fail: vec!["m-0", "m-2"], ..Default::default() };
+    let event = keyed_event(&["dup", "a", "dup"]);
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert_eq!(failures(&response), ["m-0", "m-2"]);
+}
+
 /// Fails the record with the given sequence number, succeeds on the others.
 struct FailAt(Option<&'static str>, Mutex<Vec<String>>);
 

@@ -89,4 +89,39 @@ impl effectively_once_lambda::sqs::Handler for Payments {
             Err(error) => Err(error.into()),
         }
     }
+
+    /// The event id: an in-batch duplicate runs after the first copy and is answered from it,
+    /// instead of finding it in progress and going back to the queue. An unparseable body has
+    /// none (it fails on its own in `handle`).
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct Key {
+            event_id: String,
+        }
+        serde_json::from_str::<Key>(message.body.as_deref()?).ok().map(|key| key.event_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use effectively_once_lambda::sqs::Handler;
+
+    use super::*;
+
+    #[test]
+    fn the_batch_key_is_the_event_id_and_an_unparseable_body_has_none() {
+        let config = aws_sdk_dynamodb::Config::builder().behavior_version_latest().build();
+        let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::from_conf(config), "idempotency");
+        let payments = Payments::new(Ledger::new(store, "ledger", None));
+        let message = |body: &str| {
+            let mut message = SqsMessage::default();
+            message.body = Some(body.to_owned());
+            message
+        };
+        let body = r#"{"event_id":"pay_1","account_id":"acct_1","amount_cents":100,"currency":"EUR"}"#;
+        assert_eq!(payments.key(&message(body)).as_deref(), Some("pay_1"));
+        assert_eq!(payments.key(&message("{not json")), None);
+        assert_eq!(payments.key(&message(r#"{"amount_cents":100}"#)), None);
+        assert_eq!(payments.key(&SqsMessage::default()), None);
+    }
 }
