@@ -184,7 +184,10 @@ async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &
         // Equal keys share a group, in batch order; a record without a key is alone.
         let mut index_of: HashMap<String, usize> = HashMap::new();
         for (position, record) in records.iter().enumerate() {
-            let group_index = match handler.key(record) {
+            // The key is the user's code: one that panics leaves its record alone (no grouping),
+            // and the handler's own panic isolation then judges that record; the batch goes on.
+            let key = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.key(record))).unwrap_or(None);
+            let group_index = match key {
                 Some(key) => *index_of.entry(key).or_insert_with(|| {
                     groups.push(Vec::new());
                     groups.len() - 1

@@ -220,6 +220,30 @@ async fn same_key_records_of_a_standard_batch_run_one_after_the_other() {
     assert_eq!(dups, ["m-0", "m-4", "m-8"], "in batch order");
 }
 
+/// Keys like [`Keyed`], but `key` panics on the body `boom` (the user's code).
+struct PanickingKey(Keyed);
+
+impl sqs::Handler for PanickingKey {
+    async fn handle(&self, message: &SqsMessage, deadline: Option<u64>) -> RecordResult {
+        self.0.handle(message, deadline).await
+    }
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        assert_ne!(message.body.as_deref(), Some("boom"), "key panicked");
+        self.0.key(message)
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_key_leaves_its_record_alone_and_the_batch_goes_on() {
+    let handler = PanickingKey(Keyed::default());
+    let event = keyed_event(&["dup", "boom", "dup", "a"]);
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert!(response.batch_item_failures.is_empty(), "every record handled: {:?}", failures(&response));
+    assert_eq!(handler.0.handled.lock().unwrap().len(), 4);
+    assert_eq!(handler.0.same_key_overlap.load(Ordering::SeqCst), 0);
+}
+
 #[tokio::test]
 async fn a_same_key_failure_holds_nothing_back_on_a_standard_queue() {
     let handler = Keyed { fail: vec!["m-0"], ..Default::default() };
