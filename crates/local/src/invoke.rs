@@ -87,6 +87,10 @@ impl<H: sqs::Handler> sqs::Handler for Counting<H> {
     async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
         self.count(self.inner.handle(message, deadline_ms).await)
     }
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        self.inner.key(message)
+    }
 }
 
 impl<H: streams::Handler> streams::Handler for Counting<H> {
@@ -194,5 +198,9 @@ impl<H: sqs::Handler> sqs::Handler for Panicking<H> {
             panic!("injected panic: the workload marks this record's event id");
         }
         self.inner.handle(message, deadline_ms).await
+    }
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        self.inner.key(message)
     }
 }

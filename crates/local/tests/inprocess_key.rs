@@ -1,7 +1,6 @@
-//! Review finding (d1ad162): the local harness's `InProcess` wraps the handler in `Counting`
-//! (and the workload in `Panicking`), which implement only `sqs::Handler::handle`: the inner
-//! handler's `key` is dropped (the default `None`), so same-key records of a standard batch run
-//! concurrently locally, unlike deployed.
+//! The local harness forwards `sqs::Handler::key` through its wrappers (`Counting`, `Panicking`),
+//! so same-key records of a standard batch run one after the other locally, as deployed (review of
+//! d1ad162).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -32,7 +31,6 @@ impl sqs::Handler for Keyed {
 }
 
 #[tokio::test]
-#[ignore = "finding: local::invoke::Counting/Panicking do not forward sqs::Handler::key"]
 async fn in_process_keeps_the_handlers_key() {
     let mut event: SqsEvent = serde_json::from_slice(include_bytes!("../../../events/sqs-payment.json")).unwrap();
     let template = event.records[0].clone();
