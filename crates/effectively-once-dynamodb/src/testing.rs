@@ -19,6 +19,26 @@ pub fn endpoint() -> String {
     std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| LOCAL_ENDPOINT.to_owned())
 }
 
+/// A loopback endpoint that answers every request with `reply` (a whole HTTP response), for
+/// tests of what a store or an effect does when DynamoDB refuses or fails. Returns its port.
+pub fn answering(reply: &'static [u8]) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(1..) = stream.read(&mut buf) {
+                    let _ = stream.write_all(reply);
+                }
+            });
+        }
+    });
+    port
+}
+
 /// SDK config for the test endpoint.
 pub async fn sdk_config() -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).endpoint_url(endpoint());

@@ -8,8 +8,6 @@
 //! expire. After the fix the credit is redriven and applies; the debit stays rejected for good
 //! (every redelivery replays the rejection): a valid payment lost, order broken by mistake.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -94,24 +92,8 @@ async fn a_configuration_fault_on_a_credit_holds_the_debit_behind_it() {
 /// (one request, through a second client), `Other`, permanent; the group goes on.
 #[tokio::test]
 async fn a_server_error_on_a_credit_holds_the_debit_behind_it() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                loop {
-                    match stream.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {
-                            let _ = stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let port =
+        effectively_once_dynamodb::testing::answering(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
     let (store, _) = fresh_store().await;
     let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
     effectively_once_effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();

@@ -6,9 +6,6 @@
 //! same reasoning that makes an SES account-level refusal `Blocked` (retried) applies, but the
 //! store's faults are not read that way.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
-
 mod common;
 
 use common::{Pending, UNAVAILABLE};
@@ -59,24 +56,7 @@ async fn a_refused_marker_claim_is_not_a_receipt_given_up_on() {
 /// A relay whose marker table answers every request with `answer`: nothing is sent, the record
 /// is not failed permanently and the row stays PENDING.
 async fn claim_meets(answer: &'static [u8]) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                loop {
-                    match stream.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {
-                            let _ = stream.write_all(answer);
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let port = effectively_once_dynamodb::testing::answering(answer);
     let p = Pending::new("cust").await;
     let failing = common::client_at(port).await;
     let table = p.store.table().to_owned();
