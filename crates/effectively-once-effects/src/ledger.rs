@@ -320,96 +320,82 @@ impl Ledger {
     pub async fn migrate(&self) -> Result<Migration, Error> {
         let mut report = Migration::default();
         let now_ms = self.config.now_ms();
-        let mut start = None;
-        loop {
-            let out = self
-                .client()
-                .scan()
-                .table_name(&self.table)
-                .filter_expression("attribute_exists(#key)")
-                .expression_attribute_names("#key", carried::KEY)
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| classify("Scan", e))?;
-            for item in out.items() {
-                let record = Record { expiration_s: NEVER_EXPIRES, ..carried_from_item(item)? };
-                report.carried_entries += 1;
-                match self.store.record_outcome(&record, now_ms, None).await? {
-                    None => report.records_written += 1,
-                    // The id already has a record of another payload: the same event id was
-                    // used twice (for another account) before the migration. Both stand; an
-                    // operator decides.
-                    Some(Committed::Exists(existing)) if existing.payload_hash != record.payload_hash => {
-                        // Hashes of two versions cannot be compared without the payload, which
-                        // the entry does not hold in full: reported all the same, for an operator.
-                        let versions = (HashVersion::of(&existing.payload_hash), HashVersion::of(&record.payload_hash));
-                        tracing::warn!(
-                            id = %record.id,
-                            record_hash_version = ?versions.0,
-                            entry_hash_version = ?versions.1,
-                            "migrate: an entry and the record of its event id disagree"
-                        );
-                        report.conflicts += 1;
-                    }
-                    Some(_) => {}
+        let mut entries = self
+            .client()
+            .scan()
+            .table_name(&self.table)
+            .filter_expression("attribute_exists(#key)")
+            .expression_attribute_names("#key", carried::KEY)
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
+        while let Some(item) = entries.next().await {
+            let item = &item.map_err(|e| classify("Scan", e))?;
+            let record = Record { expiration_s: NEVER_EXPIRES, ..carried_from_item(item)? };
+            report.carried_entries += 1;
+            match self.store.record_outcome(&record, now_ms, None).await? {
+                None => report.records_written += 1,
+                // The id already has a record of another payload: the same event id was
+                // used twice (for another account) before the migration. Both stand; an
+                // operator decides.
+                Some(Committed::Exists(existing)) if existing.payload_hash != record.payload_hash => {
+                    // Hashes of two versions cannot be compared without the payload, which
+                    // the entry does not hold in full: reported all the same, for an operator.
+                    let versions = (HashVersion::of(&existing.payload_hash), HashVersion::of(&record.payload_hash));
+                    tracing::warn!(
+                        id = %record.id,
+                        record_hash_version = ?versions.0,
+                        entry_hash_version = ?versions.1,
+                        "migrate: an entry and the record of its event id disagree"
+                    );
+                    report.conflicts += 1;
                 }
-            }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
+                Some(_) => {}
             }
         }
         let never = AttributeValue::N(NEVER_EXPIRES.to_string());
-        let mut start = None;
-        loop {
-            let out = self
+        let mut lapsing = self
+            .client()
+            .scan()
+            .table_name(self.store.table())
+            .filter_expression("begins_with(#id, :prefix) AND #status = :completed AND #expiration < :never")
+            .expression_attribute_names("#id", attr::ID)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#expiration", attr::EXPIRATION)
+            .expression_attribute_values(":prefix", AttributeValue::S(format!("{PREFIX}#")))
+            .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
+            .expression_attribute_values(":never", never.clone())
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
+        while let Some(item) = lapsing.next().await {
+            let item = item.map_err(|e| classify("Scan", e))?;
+            let Some(id) = item.get(attr::ID).cloned() else { continue };
+            // A lapsed record still in the table (TTL deletes within days, not at once) is
+            // made permanent too: while it is there nothing else can have claimed its key,
+            // so its answer is still the only one the event id ever got.
+            let updated = self
                 .client()
-                .scan()
+                .update_item()
                 .table_name(self.store.table())
-                .filter_expression("begins_with(#id, :prefix) AND #status = :completed AND #expiration < :never")
-                .expression_attribute_names("#id", attr::ID)
+                .key(attr::ID, id)
+                .update_expression("SET #expiration = :never")
+                .condition_expression("#status = :completed")
                 .expression_attribute_names("#status", attr::STATUS)
                 .expression_attribute_names("#expiration", attr::EXPIRATION)
-                .expression_attribute_values(":prefix", AttributeValue::S(format!("{PREFIX}#")))
                 .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
                 .expression_attribute_values(":never", never.clone())
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
                 .send()
-                .await
-                .map_err(|e| classify("Scan", e))?;
-            for item in out.items() {
-                let Some(id) = item.get(attr::ID).cloned() else { continue };
-                // A lapsed record still in the table (TTL deletes within days, not at once) is
-                // made permanent too: while it is there nothing else can have claimed its key,
-                // so its answer is still the only one the event id ever got.
-                let updated = self
-                    .client()
-                    .update_item()
-                    .table_name(self.store.table())
-                    .key(attr::ID, id)
-                    .update_expression("SET #expiration = :never")
-                    .condition_expression("#status = :completed")
-                    .expression_attribute_names("#status", attr::STATUS)
-                    .expression_attribute_names("#expiration", attr::EXPIRATION)
-                    .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
-                    .expression_attribute_values(":never", never.clone())
-                    .send()
-                    .await;
-                match updated {
-                    Ok(_) => report.records_made_permanent += 1,
-                    Err(error)
-                        if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
-                    Err(error) => return Err(classify("UpdateItem", error).into()),
-                }
-            }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(report);
+                .await;
+            match updated {
+                Ok(_) => report.records_made_permanent += 1,
+                Err(error) if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                Err(error) => return Err(classify("UpdateItem", error).into()),
             }
         }
+        Ok(report)
     }
 
     /// An account's balance item, read strongly consistent.
@@ -442,37 +428,31 @@ impl Ledger {
 
     /// An account's entries as `(event_id, amount_cents)`, in key order.
     pub async fn entries(&self, account_id: &str) -> Result<Vec<(String, i64)>, Error> {
+        let mut pages = self
+            .client()
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :entry)")
+            .expression_attribute_values(":pk", AttributeValue::S(account_pk(account_id)))
+            .expression_attribute_values(":entry", AttributeValue::S("entry#".into()))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
         let mut entries = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client()
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :entry)")
-                .expression_attribute_values(":pk", AttributeValue::S(account_pk(account_id)))
-                .expression_attribute_values(":entry", AttributeValue::S("entry#".into()))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| classify("Query", e))?;
-            for item in out.items() {
-                let id = match item.get("event_id") {
-                    Some(AttributeValue::S(v)) => v.clone(),
-                    _ => continue,
-                };
-                let amount = match item.get("amount_cents") {
-                    Some(AttributeValue::N(v)) => v.parse().unwrap_or(0),
-                    _ => 0,
-                };
-                entries.push((id, amount));
-            }
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(entries);
-            }
+        while let Some(item) = pages.next().await {
+            let item = item.map_err(|e| classify("Query", e))?;
+            let id = match item.get("event_id") {
+                Some(AttributeValue::S(v)) => v.clone(),
+                _ => continue,
+            };
+            let amount = match item.get("amount_cents") {
+                Some(AttributeValue::N(v)) => v.parse().unwrap_or(0),
+                _ => 0,
+            };
+            entries.push((id, amount));
         }
+        Ok(entries)
     }
 }
 
