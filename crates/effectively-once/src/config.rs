@@ -192,8 +192,8 @@ impl Config {
     /// The hash of `payload` under this config's selector: SHA-256 of its RFC 8785 (JSON
     /// Canonicalization Scheme) form, so a producer that re-serialises the payload (`1` as
     /// `1.0`, keys in another order) sends the same payload. Numbers compare as IEEE doubles, as
-    /// RFC 8785 has it, except integers beyond ±2^53, which a double cannot hold: those keep
-    /// their exact digits, so two ids that differ there are two payloads. The hash is versioned ([`PayloadHash`]): records written by an
+    /// RFC 8785 has it, except integers within ±2^64 that no double holds: those keep their
+    /// exact digits, so two such ids that differ are two payloads. The hash is versioned ([`PayloadHash`]): records written by an
     /// earlier version still match their payload.
     ///
     /// ```

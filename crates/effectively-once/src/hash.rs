@@ -26,8 +26,8 @@ pub enum HashVersion {
     /// keys sorted by byte; numbers as serde_json writes them, so `1` and `1.0` differ.
     V1,
     /// `v2:`: SHA-256 of the RFC 8785 form (numbers as ECMAScript writes doubles, keys sorted by
-    /// UTF-16 code unit), with one departure: an integer a double cannot hold exactly (beyond
-    /// ±2^53) keeps its exact digits, so two ids that differ there stay two payloads.
+    /// UTF-16 code unit), with one departure: an integer within ±2^64 that no double holds keeps
+    /// its exact digits, so two such ids that differ stay two payloads.
     V2,
 }
 
@@ -116,15 +116,13 @@ impl From<&PayloadHash> for String {
     }
 }
 
-/// 2^53: past it a double skips integers, and RFC 8785 would write two of them the same.
-const EXACT_IN_A_DOUBLE: u64 = 1 << 53;
-
+/// Whether `number` is an integer no double holds (past ±2^53 a double skips integers, and
+/// RFC 8785 would write two of them the same). One a double holds exactly (`10000000000000000`)
+/// stays RFC 8785's number, so `1e16` written either way is one payload.
 fn big_integer(number: &serde_json::Number) -> bool {
-    number
-        .as_u64()
-        .map(|u| u > EXACT_IN_A_DOUBLE)
-        .or_else(|| number.as_i64().map(|i| i.unsigned_abs() > EXACT_IN_A_DOUBLE))
-        .unwrap_or(false)
+    // A double's significand has 53 bits: the integer fits when its significant bits do.
+    let unheld = |magnitude: u64| magnitude != 0 && 64 - magnitude.leading_zeros() - magnitude.trailing_zeros() > 53;
+    number.as_u64().or_else(|| number.as_i64().map(i64::unsigned_abs)).is_some_and(unheld)
 }
 
 fn has_big_integer(value: &Value) -> bool {
@@ -136,7 +134,7 @@ fn has_big_integer(value: &Value) -> bool {
     }
 }
 
-/// The payload with each integer beyond ±2^53 written as a tagged string of its exact digits
+/// The payload with each integer no double holds written as a tagged string of its exact digits
 /// (`"\u0000int:9007199254740993"`). A real string could be equal to it only by starting with a
 /// NUL character and that tag.
 fn with_exact_big_integers(value: &Value) -> Value {
