@@ -1,0 +1,83 @@
+//! Redis errors as [`StoreError`]s: one function, so callers ask "retry or give up?" by kind.
+
+use effectively_once::{StoreError, StoreErrorKind};
+use redis::RedisError;
+
+/// The [`StoreErrorKind`] of a Redis client or server error.
+///
+/// - the connection (refused, dropped, timed out, I/O) and a server that cannot serve yet
+///   (`LOADING`, `MASTERDOWN`, `READONLY` during a failover, `CLUSTERDOWN`): `Unavailable`;
+/// - `BUSY` (another script runs past its time limit) and `TRYAGAIN`: `Throttled`;
+/// - authentication and permissions (`NOAUTH`, `WRONGPASS`, `NOPERM`), a bad URL or TLS set-up,
+///   and a cluster redirect (`MOVED`, `ASK`, `CROSSSLOT`: the store was pointed at a cluster
+///   through a plain connection): `Misconfigured`;
+/// - `WRONGTYPE` (the key holds no record hash), a reply of the wrong shape: `Malformed`;
+/// - anything else: `Other`.
+pub fn classify(error: &RedisError) -> StoreErrorKind {
+    use redis::ErrorKind as K;
+    match error.code() {
+        Some("BUSY" | "TRYAGAIN") => return StoreErrorKind::Throttled,
+        Some("LOADING" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN") => return StoreErrorKind::Unavailable,
+        Some("NOAUTH" | "WRONGPASS" | "NOPERM" | "MOVED" | "ASK" | "CROSSSLOT") => {
+            return StoreErrorKind::Misconfigured
+        }
+        Some("WRONGTYPE") => return StoreErrorKind::Malformed,
+        _ => {}
+    }
+    if error.is_io_error() || error.is_timeout() || error.is_connection_dropped() || error.is_connection_refusal() {
+        return StoreErrorKind::Unavailable;
+    }
+    match error.kind() {
+        K::AuthenticationFailed | K::InvalidClientConfig => StoreErrorKind::Misconfigured,
+        K::Parse | K::UnexpectedReturnType => StoreErrorKind::Malformed,
+        K::Io | K::ClusterConnectionNotFound => StoreErrorKind::Unavailable,
+        _ => StoreErrorKind::Other,
+    }
+}
+
+/// A [`StoreError`] for `error`, met while doing `what`.
+pub(crate) fn store_error(what: &str, error: RedisError) -> StoreError {
+    StoreError::new(classify(&error), format!("redis {what}: {error}")).with_source(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::{make_extension_error, ErrorKind};
+
+    fn server(code: &str) -> RedisError {
+        make_extension_error(code.to_owned(), Some("detail".to_owned()))
+    }
+
+    #[test]
+    fn server_codes() {
+        for (code, kind) in [
+            ("BUSY", StoreErrorKind::Throttled),
+            ("TRYAGAIN", StoreErrorKind::Throttled),
+            ("LOADING", StoreErrorKind::Unavailable),
+            ("MASTERDOWN", StoreErrorKind::Unavailable),
+            ("READONLY", StoreErrorKind::Unavailable),
+            ("NOAUTH", StoreErrorKind::Misconfigured),
+            ("WRONGPASS", StoreErrorKind::Misconfigured),
+            ("NOPERM", StoreErrorKind::Misconfigured),
+            ("MOVED", StoreErrorKind::Misconfigured),
+            ("WRONGTYPE", StoreErrorKind::Malformed),
+            ("SOMETHINGNEW", StoreErrorKind::Other),
+        ] {
+            assert_eq!(classify(&server(code)), kind, "{code}");
+        }
+    }
+
+    #[test]
+    fn client_side() {
+        let io = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"));
+        assert_eq!(classify(&io), StoreErrorKind::Unavailable);
+        let refused = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
+        assert_eq!(classify(&refused), StoreErrorKind::Unavailable);
+        let url = RedisError::from((ErrorKind::InvalidClientConfig, "bad url"));
+        assert_eq!(classify(&url), StoreErrorKind::Misconfigured);
+        let shape = RedisError::from((ErrorKind::UnexpectedReturnType, "not an array"));
+        assert_eq!(classify(&shape), StoreErrorKind::Malformed);
+        assert!(classify(&io).is_retryable() && !classify(&shape).is_retryable());
+    }
+}

@@ -1,0 +1,364 @@
+//! [`RedisStore`]: records as Redis hashes, each change one Lua script run atomically by the server.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use effectively_once::{Claim, Completion, Record, Status, Store, StoreError, StoreErrorKind};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+
+use crate::error::store_error;
+
+/// The environment variable [`RedisStore::from_env`] reads the URL from:
+/// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
+pub const URL_ENV: &str = "IDEMPOTENCY_REDIS_URL";
+/// The environment variable [`RedisStore::from_env`] reads the key prefix from.
+pub const PREFIX_ENV: &str = "IDEMPOTENCY_REDIS_PREFIX";
+/// The key prefix when none is configured: a record of id `payments#pay_1` is the hash
+/// `idempotency:payments#pay_1`.
+pub const DEFAULT_KEY_PREFIX: &str = "idempotency:";
+/// How long a key outlives the end of its record's window (or lease), by the caller's clock.
+/// See [`RedisStore`] on expiry.
+pub const DEFAULT_EXPIRY_GRACE: Duration = Duration::from_secs(300);
+/// A key's longest time to live, about 100 years: a record that "never expires" (the DynamoDB
+/// crate's `NEVER_EXPIRES`) lives this long, as `PEXPIRE` takes no larger value safely.
+const MAX_TTL_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+
+// Each script is the shared helpers followed by its body; `Script` sends EVALSHA and falls back
+// to loading the script on NOSCRIPT (a restarted or failed-over server has an empty cache).
+static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/common.lua"), include_str!("lua/claim.lua"))));
+static COMPLETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/common.lua"), include_str!("lua/complete.lua"))));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/common.lua"), include_str!("lua/release.lua"))));
+
+/// Idempotency records on Valkey or Redis (ElastiCache, MemoryDB, a server of your own).
+///
+/// One hash per record at `{key_prefix}{id}`, with the fields of the DynamoDB item: `status`,
+/// `lease_expires_at` (ms), `expiration` (s), `payload_hash`, `owner` and, once completed,
+/// `response`. Claim, complete and release are each one Lua script, which the server runs
+/// atomically, so each costs one round trip; `get` is one `HGETALL`. A first delivery is two
+/// round trips (claim, complete), a duplicate one (the claim returns the blocking record).
+///
+/// # Clocks and expiry
+///
+/// Every condition uses the caller's clock (`now_ms` as the core passes it), as the DynamoDB
+/// store does, never the server's `TIME`. The key's time to live is set relative to that clock:
+/// from the end of the record's window (or its lease, if later) minus the caller's now, plus a
+/// grace ([`DEFAULT_EXPIRY_GRACE`]). So a caller whose clock runs behind the server's, or a test
+/// clock set in the past, never sees a record vanish before its window ends by its own clock;
+/// and keeping a key past its window is harmless, as the claim script reads the window from the
+/// record. A record is never written already expired: the grace is a floor.
+///
+/// Cloning is cheap: clones share one multiplexed, self-reconnecting connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: ConnectionManager,
+    key_prefix: Arc<str>,
+    expiry_grace: Duration,
+    requests: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").field("key_prefix", &self.key_prefix).finish_non_exhaustive()
+    }
+}
+
+/// Options for [`RedisStore`], from [`RedisStore::builder`].
+#[derive(Debug, Clone)]
+pub struct Builder {
+    url: String,
+    key_prefix: String,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+    reconnect_tries: usize,
+    expiry_grace: Duration,
+}
+
+impl Builder {
+    /// The prefix of every key (default [`DEFAULT_KEY_PREFIX`]): one per application sharing a
+    /// server. On a cluster, a `{tag}` in it pins every record to one slot.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The longest a connection attempt waits (default 1 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// The longest a call waits for its answer (default 1 s). A call that times out may have
+    /// been carried out: the core treats it as a lost answer (a retried claim finds its own
+    /// record, a retried completion its own completed record).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Reconnection attempts after the connection drops (default 3, backing off from 100 ms).
+    pub fn reconnect_tries(mut self, tries: usize) -> Self {
+        self.reconnect_tries = tries;
+        self
+    }
+
+    /// How long a key outlives the end of its record's window by the caller's clock (default
+    /// [`DEFAULT_EXPIRY_GRACE`]); covers the clock differences between callers.
+    pub fn expiry_grace(mut self, grace: Duration) -> Self {
+        self.expiry_grace = grace;
+        self
+    }
+
+    /// Connects (eagerly: a wrong host, password or TLS set-up fails here, at start-up).
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        #[cfg(feature = "tls")]
+        if self.url.starts_with("rediss://") {
+            // The process-wide crypto provider for rustls; an error means one is installed.
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        }
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| store_error("url", e))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(self.reconnect_tries);
+        let connection =
+            ConnectionManager::new_with_config(client, config).await.map_err(|e| store_error("connect", e))?;
+        Ok(RedisStore {
+            connection,
+            key_prefix: self.key_prefix.into(),
+            expiry_grace: self.expiry_grace,
+            requests: Arc::default(),
+        })
+    }
+}
+
+impl RedisStore {
+    /// Options for a store at `url`: `redis://[user:password@]host:port[/db]`, or `rediss://`
+    /// for TLS (feature `tls`, on by default).
+    pub fn builder(url: impl Into<String>) -> Builder {
+        Builder {
+            url: url.into(),
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            connection_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            reconnect_tries: 3,
+            expiry_grace: DEFAULT_EXPIRY_GRACE,
+        }
+    }
+
+    /// Connects to `url` with keys under `key_prefix` and the default options.
+    pub async fn connect(url: &str, key_prefix: &str) -> Result<RedisStore, StoreError> {
+        Self::builder(url).key_prefix(key_prefix).connect().await
+    }
+
+    /// Connects with the URL from [`URL_ENV`] (required) and the prefix from [`PREFIX_ENV`]
+    /// (default [`DEFAULT_KEY_PREFIX`]). A missing URL is `Misconfigured`.
+    pub async fn from_env() -> Result<RedisStore, StoreError> {
+        let url = std::env::var(URL_ENV)
+            .map_err(|_| StoreError::new(StoreErrorKind::Misconfigured, format!("{URL_ENV} is not set")))?;
+        let prefix = std::env::var(PREFIX_ENV).unwrap_or_else(|_| DEFAULT_KEY_PREFIX.to_owned());
+        Self::builder(url).key_prefix(prefix).connect().await
+    }
+
+    /// The same server and connection, keys under another prefix.
+    pub fn with_key_prefix(&self, prefix: &str) -> RedisStore {
+        RedisStore { key_prefix: prefix.into(), requests: Arc::default(), ..self.clone() }
+    }
+
+    /// The prefix of every key.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// Store calls sent so far by this store and its clones (one round trip each, but for a
+    /// script's one-time load after the server lost its script cache).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// A handle on the shared connection, for commands of your own.
+    pub fn connection(&self) -> ConnectionManager {
+        self.connection.clone()
+    }
+
+    /// The Redis key of record `id`.
+    pub fn key(&self, id: &str) -> String {
+        format!("{}{id}", self.key_prefix)
+    }
+
+    /// Time to live, from the caller's `now_ms`, of a key whose record matters until `end_ms`.
+    fn ttl_ms(&self, end_ms: u64, now_ms: u64) -> u64 {
+        let grace = u64::try_from(self.expiry_grace.as_millis()).unwrap_or(u64::MAX);
+        end_ms.saturating_sub(now_ms).saturating_add(grace).clamp(1, MAX_TTL_MS)
+    }
+
+    fn sent(&self) -> ConnectionManager {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.connection.clone()
+    }
+}
+
+/// The first millisecond at which a record with this window no longer blocks a claim:
+/// `expiration_s < now_ms / 1000` holds from `(expiration_s + 1) * 1000` on.
+fn window_end_ms(expiration_s: u64) -> u64 {
+    expiration_s.saturating_add(1).saturating_mul(1000)
+}
+
+/// A record from the flat field list `HGETALL` answers (or a script passes back).
+fn parse(id: &str, fields: Vec<Vec<u8>>) -> Result<Record, StoreError> {
+    let malformed = |what: &str| StoreError::new(StoreErrorKind::Malformed, format!("record {id}: {what}"));
+    let (mut status, mut lease, mut expiration, mut hash, mut owner, mut response) =
+        (None, None, None, None, None, None);
+    let mut fields = fields.into_iter();
+    while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+        let value = String::from_utf8(value).map_err(|_| malformed("a field is not UTF-8"))?;
+        match name.as_slice() {
+            b"status" => status = Some(value),
+            b"lease_expires_at" => lease = Some(value),
+            b"expiration" => expiration = Some(value),
+            b"payload_hash" => hash = Some(value),
+            b"owner" => owner = Some(value),
+            b"response" => response = Some(value),
+            _ => {}
+        }
+    }
+    let number = |field: Option<String>, name: &str| {
+        field.and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| malformed(&format!("{name} missing or not a number")))
+    };
+    Ok(Record {
+        id: id.to_owned(),
+        status: status.as_deref().and_then(Status::parse).ok_or_else(|| malformed("status missing or unknown"))?,
+        lease_expires_at_ms: number(lease, "lease_expires_at")?,
+        expiration_s: number(expiration, "expiration")?,
+        payload_hash: hash.ok_or_else(|| malformed("payload_hash missing"))?,
+        owner: owner.ok_or_else(|| malformed("owner missing"))?,
+        response,
+    })
+}
+
+/// What the complete and release scripts answer, as a result.
+fn verdict(id: &str, code: i64) -> Result<(), StoreError> {
+    let fenced = |why: &str| Err(StoreError::new(StoreErrorKind::Fenced, format!("{id}: {why}")));
+    match code {
+        0 => Ok(()),
+        1 => fenced("no record (released, or its key expired); not recreated"),
+        2 => fenced("owned by another attempt"),
+        3 => fenced("the lease ended; not completed"),
+        5 => fenced("completed; a completed record is never released"),
+        4 => Err(StoreError::new(StoreErrorKind::Malformed, format!("record {id}: unknown status or lease"))),
+        other => Err(StoreError::new(StoreErrorKind::Other, format!("{id}: unexpected script answer {other}"))),
+    }
+}
+
+impl Store for RedisStore {
+    async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
+        let end_ms = window_end_ms(record.expiration_s).max(record.lease_expires_at_ms);
+        let (written, old): (i64, Vec<Vec<u8>>) = CLAIM
+            .key(self.key(&record.id))
+            .arg(now_ms)
+            .arg(now_ms / 1000)
+            .arg(self.ttl_ms(end_ms, now_ms))
+            .arg(record.lease_expires_at_ms)
+            .arg(record.expiration_s)
+            .arg(&record.payload_hash)
+            .arg(&record.owner)
+            .invoke_async(&mut self.sent())
+            .await
+            .map_err(|e| store_error("claim", e))?;
+        match (written, old.is_empty()) {
+            (1, true) => Ok(Claim::Acquired { replaced: None }),
+            (1, false) => match parse(&record.id, old) {
+                Ok(replaced) => Ok(Claim::Acquired { replaced: Some(replaced) }),
+                Err(error) => {
+                    tracing::warn!(id = %record.id, %error, "claimed over an unreadable record");
+                    Ok(Claim::AcquiredOverUnreadable)
+                }
+            },
+            _ => Ok(Claim::Exists(parse(&record.id, old)?)),
+        }
+    }
+
+    async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
+        let ttl = self.ttl_ms(window_end_ms(completion.expiration_s), completion.now_ms);
+        let code: i64 = COMPLETE
+            .key(self.key(id))
+            .arg(owner)
+            .arg(completion.now_ms)
+            .arg(ttl)
+            .arg(completion.expiration_s)
+            .arg(if completion.response.is_some() { "1" } else { "0" })
+            .arg(completion.response.unwrap_or(""))
+            .invoke_async(&mut self.sent())
+            .await
+            .map_err(|e| store_error("complete", e))?;
+        verdict(id, code)
+    }
+
+    async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
+        let code: i64 = RELEASE
+            .key(self.key(id))
+            .arg(owner)
+            .invoke_async(&mut self.sent())
+            .await
+            .map_err(|e| store_error("release", e))?;
+        // The release script says 3 for a completed record; complete's 3 is a lease ended.
+        verdict(id, if code == 3 { 5 } else { code })
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        let fields: Vec<Vec<u8>> = redis::cmd("HGETALL")
+            .arg(self.key(id))
+            .query_async(&mut self.sent())
+            .await
+            .map_err(|e| store_error("get", e))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        parse(id, fields).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_end_matches_the_claim_predicate() {
+        let record = |expiration_s| Record {
+            id: "a".into(),
+            status: Status::Completed,
+            lease_expires_at_ms: 0,
+            expiration_s,
+            payload_hash: "h".into(),
+            owner: "o".into(),
+            response: None,
+        };
+        let end = window_end_ms(100);
+        assert!(record(100).blocks_claim_at(end - 1));
+        assert!(!record(100).blocks_claim_at(end));
+        assert_eq!(window_end_ms(u64::MAX / 2), u64::MAX);
+    }
+
+    #[test]
+    fn parse_reads_every_field_and_refuses_a_malformed_one() {
+        let fields = |pairs: &[(&str, &str)]| {
+            pairs.iter().flat_map(|(k, v)| [k.as_bytes().to_vec(), v.as_bytes().to_vec()]).collect::<Vec<_>>()
+        };
+        let full = [
+            ("status", "COMPLETED"),
+            ("lease_expires_at", "5"),
+            ("expiration", "6"),
+            ("payload_hash", "v2:ab"),
+            ("owner", "o"),
+            ("response", "1"),
+        ];
+        let record = parse("x", fields(&full)).unwrap();
+        assert_eq!((record.lease_expires_at_ms, record.expiration_s, record.response.as_deref()), (5, 6, Some("1")));
+        let bad = parse("x", fields(&[("status", "DONE"), ("owner", "o")])).unwrap_err();
+        assert_eq!(bad.kind(), StoreErrorKind::Malformed);
+    }
+}

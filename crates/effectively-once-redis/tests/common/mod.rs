@@ -1,0 +1,24 @@
+//! Shared by the tests: a store on the local Redis under a prefix no other test uses.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use effectively_once_redis::{test_url, RedisStore};
+
+/// A prefix no other test in any process uses: tests share one server and run in parallel.
+pub fn unique_prefix(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let sequence = NEXT.fetch_add(1, Ordering::SeqCst);
+    format!("test:{name}:{}:{}:", std::process::id(), uuid::Uuid::new_v4().simple()) + &sequence.to_string() + ":"
+}
+
+/// A store on the test server (`REDIS_URL`, else the local one). Panics with the way out when
+/// the server does not answer: under `make test` a missing server is a failure, not a skip.
+pub async fn fresh_store(name: &str) -> RedisStore {
+    let url = test_url();
+    match RedisStore::connect(&url, &unique_prefix(name)).await {
+        Ok(store) => store,
+        Err(error) => panic!(
+            "cannot reach Redis at {url}: {error}\n(is the local Redis up? `make local-redis-up`, or set REDIS_URL)"
+        ),
+    }
+}

