@@ -2,6 +2,7 @@
 //! the effect's own items, so a first delivery is one request and there is no window between
 //! the effect and its record.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -23,34 +24,48 @@ pub(crate) const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
 /// DynamoDB's limit on one item.
 pub(crate) const MAX_ITEM_BYTES: usize = 400 * 1024;
 
-/// Attributes a carried record adds to its carrier item. Kept short: write units are billed
-/// per kilobyte of item.
+/// Attributes a carried record adds to its carrier item. They share a reserved prefix, so they
+/// cannot collide with the caller's own attributes: a carrier item that already holds an
+/// attribute under the prefix is refused before sending, never overwritten.
 pub mod carried {
+    /// The prefix no caller attribute may use.
+    pub const RESERVED_PREFIX: &str = "__once_";
     /// The idempotency key (S), `{prefix}#{business key}`.
-    pub const KEY: &str = "idempotency_key";
+    pub const KEY: &str = "__once_key";
     /// Hash of the canonical payload (S).
-    pub const PAYLOAD_HASH: &str = "payload_hash";
+    pub const PAYLOAD_HASH: &str = "__once_payload_hash";
     /// The stored response, JSON (S).
-    pub const RESPONSE: &str = "response";
+    pub const RESPONSE: &str = "__once_response";
+
+    /// The names carried records had before the reserved prefix (a ledger entry written by an
+    /// earlier build): still read, never written.
+    pub mod legacy {
+        /// The idempotency key (S).
+        pub const KEY: &str = "idempotency_key";
+        /// Hash of the canonical payload (S).
+        pub const PAYLOAD_HASH: &str = "payload_hash";
+        /// The stored response, JSON (S).
+        pub const RESPONSE: &str = "response";
+    }
 }
 
 /// A named action of a commit-once transaction: the name says which condition fired when the
 /// transaction is cancelled.
 #[derive(Debug, Clone)]
 pub struct Write {
-    name: &'static str,
+    name: Cow<'static, str>,
     item: TransactWriteItem,
 }
 
 impl Write {
     /// Names an action.
-    pub fn new(name: &'static str, item: TransactWriteItem) -> Self {
-        Write { name, item }
+    pub fn new(name: impl Into<Cow<'static, str>>, item: TransactWriteItem) -> Self {
+        Write { name: name.into(), item }
     }
 
     /// The action's name.
-    pub fn name(&self) -> &'static str {
-        self.name
+    pub fn name(&self) -> &str {
+        &self.name
     }
 }
 
@@ -65,9 +80,9 @@ pub enum Placement {
     /// the item. The put gets the condition `attribute_not_exists(key_attribute)`.
     Carried {
         /// The name of the carrying `Put`.
-        write: &'static str,
+        write: Cow<'static, str>,
         /// A key attribute of the carrier's table.
-        key_attribute: &'static str,
+        key_attribute: Cow<'static, str>,
     },
 }
 
@@ -221,13 +236,23 @@ impl Commit {
             ));
         };
         let mut item = put.item().clone();
+        if let Some(name) = item.keys().find(|name| name.starts_with(carried::RESERVED_PREFIX)) {
+            return Err(StoreError::new(
+                StoreErrorKind::Other,
+                format!(
+                    "write {} carries the record but its item has the attribute {name}: the prefix {} is reserved for the record",
+                    write.name,
+                    carried::RESERVED_PREFIX
+                ),
+            ));
+        }
         item.insert(carried::KEY.into(), AttributeValue::S(self.record.id.clone()));
         item.insert(carried::PAYLOAD_HASH.into(), AttributeValue::S(self.record.payload_hash.clone()));
         if let Some(response) = &self.record.response {
             item.insert(carried::RESPONSE.into(), AttributeValue::S(response.clone()));
         }
         let mut names = put.expression_attribute_names().cloned().unwrap_or_default();
-        names.insert("#carrier_key".into(), key_attribute.into());
+        names.insert("#carrier_key".into(), key_attribute.to_owned());
         // The carrier is keyed by the business id, so its existence is the duplicate test; its
         // ALL_OLD image carries the first delivery's hash and response.
         let condition = match put.condition_expression() {
@@ -293,8 +318,10 @@ pub enum Committed {
     /// The condition of the action named `write` failed: a business condition. Nothing was
     /// written; `item` is that action's item as it stood (ALL_OLD), when it existed.
     ConditionFailed {
+        /// The action's position among the writes, in the order they were added.
+        index: usize,
         /// The action's name.
-        write: &'static str,
+        write: Cow<'static, str>,
         /// Its item as it stood.
         item: Option<HashMap<String, AttributeValue>>,
     },
@@ -365,8 +392,8 @@ impl DynamoDbStore {
             }
         }
         if let Some((index, _)) = reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed")) {
-            let write = commit.writes.get(index).map(Write::name).unwrap_or("record");
-            return Ok(Some(Committed::ConditionFailed { write, item: reasons[index].item().cloned() }));
+            let write = commit.writes.get(index).map_or(Cow::Borrowed("record"), |w| w.name.clone());
+            return Ok(Some(Committed::ConditionFailed { index, write, item: reasons[index].item().cloned() }));
         }
         let codes: Vec<&str> = (0..reasons.len()).map(code).filter(|c| *c != "None").collect();
         if codes.contains(&"TransactionConflict") {
@@ -427,19 +454,26 @@ impl DynamoDbStore {
 }
 
 /// Reads the record a carrier item holds.
+/// Reads the record a carrier item holds, under the reserved names or, for an item written by an
+/// earlier build, the legacy ones ([`carried::legacy`]).
 pub fn carried_from_item(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
+    let names = if item.contains_key(carried::KEY) {
+        [carried::KEY, carried::PAYLOAD_HASH, carried::RESPONSE]
+    } else {
+        [carried::legacy::KEY, carried::legacy::PAYLOAD_HASH, carried::legacy::RESPONSE]
+    };
     let string = |name: &str| match item.get(name) {
         Some(AttributeValue::S(v)) => Ok(v.clone()),
         _ => Err(StoreError::new(StoreErrorKind::Malformed, format!("carried record: {name} missing"))),
     };
     Ok(Record {
-        id: string(carried::KEY)?,
+        id: string(names[0])?,
         status: Status::Completed,
         lease_expires_at_ms: 0,
         expiration_s: u64::MAX,
-        payload_hash: string(carried::PAYLOAD_HASH)?,
+        payload_hash: string(names[1])?,
         owner: String::new(),
-        response: string(carried::RESPONSE).ok(),
+        response: string(names[2]).ok(),
     })
 }
 

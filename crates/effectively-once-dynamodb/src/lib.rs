@@ -61,6 +61,7 @@ mod commit;
 mod counter;
 mod error;
 mod item;
+mod once;
 mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -69,4 +70,5 @@ pub use crate::commit::{carried, carried_from_item, Commit, Committed, Placement
 pub use crate::counter::RequestCounter;
 pub use crate::error::classify;
 pub use crate::item::attr;
+pub use crate::once::{CommitOnce, Item, Otherwise, Table, Tx, WriteId};
 pub use crate::store::{create_table, wait_until_active, DynamoDbStore, TABLE_ACTIVE_WAIT};

@@ -54,7 +54,7 @@ async fn commit_once_is_immune_to_a_handler_outrunning_any_lease() {
     create_table(store.client(), &effects).await.unwrap();
     let clock = ManualClock::new();
     let counter_key = |event: &str| AttributeValue::S(format!("applied#{event}"));
-    for placement in [Placement::Own, Placement::Carried { write: "entry", key_attribute: attr::ID }] {
+    for placement in [Placement::Own, Placement::Carried { write: "entry".into(), key_attribute: attr::ID.into() }] {
         let event = unique_name("pay");
         let commit = |response: &str| {
             let entry = aws_sdk_dynamodb::types::Put::builder()

@@ -179,6 +179,11 @@ impl Config {
         self.disabled
     }
 
+    /// The largest response, in bytes of JSON, a record keeps.
+    pub fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes
+    }
+
     /// The dedup window.
     pub fn dedup_window(&self) -> Duration {
         self.dedup_window

@@ -1,0 +1,417 @@
+//! Commit once, the way a handler writes it: [`CommitOnce::commit_once`] takes a key, the
+//! payload and a closure that adds typed writes to a [`Tx`]; the payload hash, the clock, the
+//! dedup window and the replay come from the [`Idempotency`]'s [`Config`](effectively_once::Config).
+//!
+//! ```no_run
+//! use effectively_once::{Config, Idempotency, Key, Outcome};
+//! use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Table};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Order { pk: String, total_cents: i64 }
+//!
+//! # async fn example(client: aws_sdk_dynamodb::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let idempotency = Idempotency::new(DynamoDbStore::new(client, "idempotency"), Config::default());
+//! let orders = Table::new("orders", "pk");
+//! let order = Order { pk: "order#o-1".into(), total_cents: 4200 };
+//! let key = Key::new("orders", "o-1")?;
+//! let outcome: Outcome<String> = idempotency
+//!     .commit_once(&key, &order, |tx| {
+//!         tx.put(&orders, &order)?;
+//!         Ok("stored".to_owned())
+//!     })
+//!     .await?;
+//! println!("replayed: {}", outcome.is_replay());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! What no setting can do: write twice. The record is part of the transaction and expires at
+//! the end of the dedup window counted from the commit (never at 0, never before it is written),
+//! or never ([`Tx::never_expires`]); a carried record ([`Tx::carry_record`]) lives as long as its
+//! item. Puts are conditional on their item's absence, so not even a record lost by hand lets a
+//! put overwrite what an earlier delivery wrote.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use aws_sdk_dynamodb::types::builders::{ConditionCheckBuilder, UpdateBuilder};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use effectively_once::{Error, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::commit::{Commit, Committed, Placement, Write, NEVER_EXPIRES};
+use crate::store::DynamoDbStore;
+
+/// A DynamoDB item.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// A table a transaction writes to: its name and key attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    name: String,
+    partition_key: String,
+    sort_key: Option<String>,
+}
+
+impl Table {
+    /// A table whose partition key attribute is `partition_key`.
+    pub fn new(name: impl Into<String>, partition_key: impl Into<String>) -> Self {
+        Table { name: name.into(), partition_key: partition_key.into(), sort_key: None }
+    }
+
+    /// With a sort key attribute.
+    pub fn with_sort_key(mut self, sort_key: impl Into<String>) -> Self {
+        self.sort_key = Some(sort_key.into());
+        self
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The partition key attribute.
+    pub fn partition_key(&self) -> &str {
+        &self.partition_key
+    }
+
+    /// The sort key attribute, if any.
+    pub fn sort_key(&self) -> Option<&str> {
+        self.sort_key.as_deref()
+    }
+}
+
+/// A write added to a [`Tx`]: the handle [`Tx::otherwise`] and [`Tx::carry_record`] take, so a
+/// write is named by the value that made it, never by a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WriteId(usize);
+
+/// What a failed condition of one write means, as [`Tx::otherwise`]'s closure says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Otherwise<R> {
+    /// A business answer (a refused debit, say): nothing was written; the answer is recorded as
+    /// the key's outcome, so every duplicate gets it too, even after the condition would pass.
+    Answer(R),
+    /// The effect is already there, written without a record this transaction could see (by an
+    /// earlier build, or a record deleted by hand): a duplicate answered with `response` when
+    /// `same_payload`, key reuse otherwise. Nothing is recorded.
+    AlreadyApplied {
+        /// The answer the duplicate gets.
+        response: R,
+        /// Whether the item shows this payload's effect.
+        same_payload: bool,
+    },
+}
+
+type OtherwiseFn<R> = Box<dyn FnOnce(Option<&Item>) -> Otherwise<R> + Send>;
+
+/// How long the record lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifetime {
+    /// The config's dedup window, from the commit.
+    Window,
+    /// As long as the effect.
+    Never,
+}
+
+/// The writes of one commit-once transaction, built in [`CommitOnce::commit_once`]'s closure.
+/// At most 99 writes with an own record (DynamoDB takes 100 actions), checked before sending.
+pub struct Tx<R> {
+    writes: Vec<Write>,
+    /// The table and partition key of each put, for [`Tx::carry_record`].
+    puts: HashMap<usize, String>,
+    otherwise: HashMap<usize, OtherwiseFn<R>>,
+    carrier: Option<usize>,
+    lifetime: Lifetime,
+    guard: bool,
+}
+
+impl<R> std::fmt::Debug for Tx<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx")
+            .field("writes", &self.writes)
+            .field("carrier", &self.carrier)
+            .field("lifetime", &self.lifetime)
+            .finish_non_exhaustive()
+    }
+}
+
+fn built(error: aws_sdk_dynamodb::error::BuildError) -> Error {
+    StoreError::new(StoreErrorKind::Other, error.to_string()).into()
+}
+
+fn item_of<T: Serialize + ?Sized>(value: &T, what: &str) -> Result<Item, Error> {
+    serde_dynamo::to_item(value)
+        .map_err(|e| StoreError::new(StoreErrorKind::Other, format!("{what} is not a DynamoDB item: {e}")).into())
+}
+
+impl<R> Tx<R> {
+    fn new() -> Self {
+        Tx {
+            writes: Vec::new(),
+            puts: HashMap::new(),
+            otherwise: HashMap::new(),
+            carrier: None,
+            lifetime: Lifetime::Window,
+            guard: false,
+        }
+    }
+
+    fn push(&mut self, item: TransactWriteItem) -> WriteId {
+        let id = WriteId(self.writes.len());
+        self.writes.push(Write::new(format!("write {}", id.0), item));
+        id
+    }
+
+    /// Puts `item` (any `Serialize` whose fields are attributes, keys included) into `table`,
+    /// on the condition that no item with its key exists: a put never replaces anything.
+    pub fn put<T: Serialize + ?Sized>(&mut self, table: &Table, item: &T) -> Result<WriteId, Error> {
+        self.put_item(table, item_of(item, "the put's item")?)
+    }
+
+    /// [`Tx::put`] of an item already in attribute values.
+    pub fn put_item(&mut self, table: &Table, item: Item) -> Result<WriteId, Error> {
+        if !item.contains_key(&table.partition_key) {
+            return Err(StoreError::new(
+                StoreErrorKind::Other,
+                format!("the put into {} has no {} (its partition key)", table.name, table.partition_key),
+            )
+            .into());
+        }
+        let put = Put::builder()
+            .table_name(&table.name)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", &table.partition_key)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(built)?;
+        let id = self.push(TransactWriteItem::builder().put(put).build());
+        self.puts.insert(id.0, table.partition_key.clone());
+        Ok(id)
+    }
+
+    /// Updates the item of `table` at `key` (a `Serialize` of its key attributes): `update` sets
+    /// the expression, its names and values, and any condition, on the SDK's builder; the table,
+    /// the key and the return of the old item on a failed condition are set here.
+    pub fn update<K: Serialize + ?Sized>(
+        &mut self,
+        table: &Table,
+        key: &K,
+        update: impl FnOnce(UpdateBuilder) -> UpdateBuilder,
+    ) -> Result<WriteId, Error> {
+        let builder = Update::builder()
+            .table_name(&table.name)
+            .set_key(Some(item_of(key, "the update's key")?))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let update = update(builder).build().map_err(built)?;
+        Ok(self.push(TransactWriteItem::builder().update(update).build()))
+    }
+
+    /// Checks a condition on the item of `table` at `key` without writing it.
+    pub fn check<K: Serialize + ?Sized>(
+        &mut self,
+        table: &Table,
+        key: &K,
+        check: impl FnOnce(ConditionCheckBuilder) -> ConditionCheckBuilder,
+    ) -> Result<WriteId, Error> {
+        let builder = ConditionCheck::builder()
+            .table_name(&table.name)
+            .set_key(Some(item_of(key, "the check's key")?))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let check = check(builder).build().map_err(built)?;
+        Ok(self.push(TransactWriteItem::builder().condition_check(check).build()))
+    }
+
+    /// Adds an action as the SDK builds it, for what the typed writes do not cover.
+    pub fn action(&mut self, action: TransactWriteItem) -> WriteId {
+        self.push(action)
+    }
+
+    /// What a failed condition of `write` means; without it a failed condition of a write (other
+    /// than the record's) is an error that retrying does not fix.
+    pub fn otherwise(&mut self, write: WriteId, answer: impl FnOnce(Option<&Item>) -> Otherwise<R> + Send + 'static) {
+        self.otherwise.insert(write.0, Box::new(answer));
+    }
+
+    /// Puts the record on `put`'s item instead of in an item of its own: no extra item, and it
+    /// lasts as long as that item. The put must be keyed by the business key (one item per
+    /// key: an order keyed by its order id), since its absence is the duplicate test. The
+    /// record's attributes are prefixed `__once_` ([`carried::RESERVED_PREFIX`](crate::carried::RESERVED_PREFIX));
+    /// an item holding one is refused.
+    pub fn carry_record(&mut self, put: WriteId) -> Result<(), Error> {
+        if !self.puts.contains_key(&put.0) {
+            return Err(
+                StoreError::new(StoreErrorKind::Other, "only a put made by Tx::put can carry the record").into()
+            );
+        }
+        self.carrier = Some(put.0);
+        Ok(())
+    }
+
+    /// The record never expires: the key stays unique as long as the effect lasts (a ledger's
+    /// event ids), at the price of one small item per key.
+    pub fn never_expires(&mut self) {
+        self.lifetime = Lifetime::Never;
+    }
+
+    /// With a carried record, also checks that the idempotency table holds no live record for
+    /// the key (an answer recorded by [`Otherwise::Answer`]), so a duplicate of a refused event
+    /// is not applied when its condition later passes. One more item.
+    pub fn guard_recorded_answers(&mut self) {
+        self.guard = true;
+    }
+
+    fn into_commit(self, key: &Key, payload_hash: &str, response: String, now_ms: u64, window_s: u64) -> Parts<R> {
+        let expiration_s = match self.lifetime {
+            Lifetime::Never => NEVER_EXPIRES,
+            Lifetime::Window => now_ms / 1000 + window_s.max(1),
+        };
+        let mut commit = Commit::new(key.as_str(), payload_hash, response).expiration_s(expiration_s);
+        if let Some(carrier) = self.carrier {
+            let write = self.writes[carrier].name().to_owned();
+            let key_attribute = self.puts[&carrier].clone();
+            commit = commit
+                .placement(Placement::Carried { write: write.into(), key_attribute: key_attribute.into() })
+                .guard_recorded_outcome(self.guard);
+        }
+        for write in self.writes {
+            commit = commit.write(write);
+        }
+        Parts { commit, otherwise: self.otherwise, expiration_s }
+    }
+}
+
+struct Parts<R> {
+    commit: Commit,
+    otherwise: HashMap<usize, OtherwiseFn<R>>,
+    expiration_s: u64,
+}
+
+/// Commit once on an [`Idempotency`] over DynamoDB.
+pub trait CommitOnce {
+    /// Runs `build`'s writes and the key's completed record in one `TransactWriteItems`, unless
+    /// the key has a live record: `Fresh` with `build`'s response when this call committed,
+    /// `Replayed` with the first response for a duplicate (key reuse with another payload is
+    /// [`ErrorKind::KeyReused`](effectively_once::ErrorKind::KeyReused)). A write whose own
+    /// condition fails answers through [`Tx::otherwise`]. One request either way; transaction
+    /// conflicts between concurrent duplicates are retried, and end as one commit and replays.
+    ///
+    /// `build` runs once per call, before anything is sent; its error is returned as it is.
+    fn commit_once<P, R, F>(
+        &self,
+        key: &Key,
+        payload: &P,
+        build: F,
+    ) -> impl Future<Output = Result<Outcome<R>, Error>> + Send
+    where
+        P: Serialize + ?Sized + Sync,
+        R: Serialize + DeserializeOwned + Send,
+        F: FnOnce(&mut Tx<R>) -> Result<R, Error> + Send;
+
+    /// The modelled write units of the transaction `build` makes, committed and cancelled
+    /// ([`WriteUnits`](crate::WriteUnits)); nothing is sent.
+    fn write_units<R, F>(&self, key: &Key, build: F) -> Result<crate::WriteUnits, Error>
+    where
+        R: Serialize,
+        F: FnOnce(&mut Tx<R>) -> Result<R, Error>;
+}
+
+impl CommitOnce for Idempotency<DynamoDbStore> {
+    async fn commit_once<P, R, F>(&self, key: &Key, payload: &P, build: F) -> Result<Outcome<R>, Error>
+    where
+        P: Serialize + ?Sized + Sync,
+        R: Serialize + DeserializeOwned + Send,
+        F: FnOnce(&mut Tx<R>) -> Result<R, Error> + Send,
+    {
+        let config = self.config();
+        let hash = config.payload_hash(payload)?;
+        let mut tx = Tx::new();
+        let response = build(&mut tx)?;
+        let json = response_json(&response, config.max_response_bytes())?;
+        let now_ms = config.now_ms();
+        let Parts { commit, mut otherwise, expiration_s } =
+            tx.into_commit(key, hash.as_str(), json, now_ms, config.dedup_window().as_secs());
+        match self.store().commit_once(&commit, now_ms).await? {
+            Committed::Fresh => Ok(Outcome::Fresh(response)),
+            Committed::Exists(record) => Ok(Outcome::Replayed(record.replay(&hash)?)),
+            Committed::ConditionFailed { index, item, .. } => {
+                let Some(answer) = otherwise.remove(&index) else {
+                    return Err(StoreError::new(
+                        StoreErrorKind::Other,
+                        format!("the condition of write {index} of {key} failed, and the transaction says nothing otherwise"),
+                    )
+                    .into());
+                };
+                match answer(item.as_ref()) {
+                    Otherwise::AlreadyApplied { response, same_payload: true } => Ok(Outcome::Replayed(response)),
+                    Otherwise::AlreadyApplied { same_payload: false, .. } => {
+                        let other = Record {
+                            payload_hash: format!("{}:other", effectively_once::PAYLOAD_HASH_VERSION),
+                            ..record(key, String::new(), None, 0)
+                        };
+                        other.replay::<R>(&hash).map(Outcome::Replayed)
+                    }
+                    Otherwise::Answer(answer) => {
+                        let json = response_json(&answer, config.max_response_bytes())?;
+                        let recorded = record(key, hash.to_string(), Some(json), expiration_s);
+                        match self.store().record_outcome(&recorded, now_ms, None).await? {
+                            None => Ok(Outcome::Fresh(answer)),
+                            // A concurrent duplicate committed (the condition passed for it).
+                            Some(Committed::Exists(existing)) => Ok(Outcome::Replayed(existing.replay(&hash)?)),
+                            Some(other) => Err(StoreError::new(
+                                StoreErrorKind::Other,
+                                format!("recording the answer of {key} failed: {other:?}"),
+                            )
+                            .into()),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn write_units<R, F>(&self, key: &Key, build: F) -> Result<crate::WriteUnits, Error>
+    where
+        R: Serialize,
+        F: FnOnce(&mut Tx<R>) -> Result<R, Error>,
+    {
+        let config = self.config();
+        let mut tx = Tx::new();
+        let response = build(&mut tx)?;
+        let json = response_json(&response, config.max_response_bytes())?;
+        // A hash's length, so the record is sized as sent.
+        let hash = format!("{}:{}", effectively_once::PAYLOAD_HASH_VERSION, "0".repeat(64));
+        let parts = tx.into_commit(key, &hash, json, config.now_ms(), config.dedup_window().as_secs());
+        Ok(parts.commit.write_units(self.store())?)
+    }
+}
+
+fn record(key: &Key, payload_hash: String, response: Option<String>, expiration_s: u64) -> Record {
+    Record {
+        id: key.as_str().to_owned(),
+        status: Status::Completed,
+        lease_expires_at_ms: 0,
+        expiration_s,
+        payload_hash,
+        owner: String::new(),
+        response,
+    }
+}
+
+fn response_json<R: Serialize>(response: &R, max: usize) -> Result<String, Error> {
+    let json = serde_json::to_string(response)
+        .map_err(|e| StoreError::new(StoreErrorKind::Other, format!("the response does not serialise: {e}")))?;
+    if json.len() > max {
+        return Err(StoreError::new(
+            StoreErrorKind::TooLarge,
+            format!("response has {} bytes of JSON, at most {max} are kept", json.len()),
+        )
+        .into());
+    }
+    Ok(json)
+}
