@@ -48,6 +48,27 @@ impl Key {
     pub fn business_key(&self) -> &str {
         &self.id[self.prefix_len + 1..]
     }
+
+    /// The `Idempotency-Key` to send downstream for the effect this key records:
+    /// [`outbound::key`](crate::outbound::key)`(prefix, business key)`, so the call and its
+    /// record are keyed by one value and cannot drift apart (`payments-charge#pay_1` calls with
+    /// `payments:charge-pay_1`). It cannot fail: the key was validated when built, by the same
+    /// rules.
+    ///
+    /// ```
+    /// let key = effectively_once::Key::new("invoice", "pay_0001").unwrap();
+    /// assert_eq!(key.idempotency_key(), "invoice-pay_0001");
+    /// assert_eq!(key.idempotency_header(), ("Idempotency-Key", "invoice-pay_0001".to_owned()));
+    /// ```
+    pub fn idempotency_key(&self) -> String {
+        crate::outbound::encode(self.prefix(), self.business_key())
+    }
+
+    /// The header to add to the downstream request:
+    /// `(`[`outbound::HEADER`](crate::outbound::HEADER)`, self.idempotency_key())`.
+    pub fn idempotency_header(&self) -> (&'static str, String) {
+        (crate::outbound::HEADER, self.idempotency_key())
+    }
 }
 
 impl fmt::Display for Key {
@@ -132,6 +153,8 @@ impl std::error::Error for KeyError {}
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -157,5 +180,31 @@ mod tests {
         );
         assert!(Key::new("p", &"a".repeat(200)).is_ok());
         assert_eq!(err.to_string(), "business key has the character 'é' at position 3, which is not allowed");
+    }
+
+    // Small alphabets rich in the separators, and the full character sets at full length.
+    fn prefix() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-]{1,5}", "[A-Za-z0-9._-]{1,64}"]
+    }
+
+    fn business_key() -> impl Strategy<Value = String> {
+        prop_oneof!["[a:#-]{1,5}", "[A-Za-z0-9._:#-]{1,200}"]
+    }
+
+    proptest! {
+        /// The outbound key of a record's key is the one `outbound::key` gives its parts: keys
+        /// sent before `Key::idempotency_key` existed are unchanged.
+        #[test]
+        fn the_outbound_key_is_outbound_key_of_the_parts(p in prefix(), b in business_key()) {
+            let key = Key::new(&p, &b).unwrap();
+            let expected = crate::outbound::key(key.prefix(), key.business_key()).unwrap();
+            prop_assert_eq!(&key.idempotency_key(), &expected);
+            prop_assert_eq!(key.idempotency_header(), (crate::outbound::HEADER, expected));
+            // And, within the length providers take, the plain form keys were always sent in.
+            let plain = format!("{}-{}", p.replace('-', ":"), b);
+            if plain.len() <= crate::outbound::MAX_LEN {
+                prop_assert_eq!(key.idempotency_key(), plain);
+            }
+        }
     }
 }

@@ -32,8 +32,10 @@
 //! (feature `tower`) does the same for any tower `Service`, a Lambda handler included;
 //! [`CachedStore`] answers duplicates from memory; [`Config::with_payload_fields`] validates selected
 //! fields only; [`Config::on_replay`] and [`Outcome::Replayed`] tell replays apart;
-//! [`Config::from_env`] reads `POWERTOOLS_IDEMPOTENCY_DISABLED`; [`outbound`] keys downstream
-//! calls. Each option of Powertools' idempotency utility and its counterpart here:
+//! [`Config::from_env`] reads `POWERTOOLS_IDEMPOTENCY_DISABLED`; [`Idempotency::get`] reads a
+//! key's stored answer ([`Lookup`]); [`outbound`] keys downstream calls with the record's own
+//! [`Key::idempotency_key`] and says which provider answers to store ([`outbound::classify`]).
+//! Each option of Powertools' idempotency utility and its counterpart here:
 //! [Coming from Powertools](https://github.com/effectively-once/effectively-once/blob/main/docs/powertools.md).
 //!
 //! # The record protocol
@@ -87,6 +89,7 @@ mod idempotency;
 mod key;
 #[cfg(feature = "tower")]
 pub mod layer;
+mod lookup;
 mod memory;
 pub mod outbound;
 mod record;
@@ -105,6 +108,7 @@ pub use crate::function::Idempotent;
 pub use crate::hash::{HashVersion, PayloadHash, PAYLOAD_HASH_VERSION};
 pub use crate::idempotency::{lambda_deadline_ms, Attempt, Begin, Idempotency, Outcome, PLAUSIBLE_DEADLINE_MS};
 pub use crate::key::{Key, KeyError, KeyErrorKind, KeyPart};
+pub use crate::lookup::Lookup;
 pub use crate::memory::InMemoryStore;
 pub use crate::record::{Record, Status};
 pub use crate::store::{Claim, Completion, Store, StoreError, StoreErrorKind};

@@ -1,5 +1,114 @@
 //! Keyed outbound calls: a deterministic `Idempotency-Key` for a downstream API that
-//! deduplicates on it, so every retry of an event reuses one server-side result.
+//! deduplicates on it, so every retry of an event reuses one server-side result, and which of
+//! the provider's answers are the call's outcome ([`classify`]).
+//!
+//! # A keyed call
+//!
+//! Key the call with the same [`Key`] as its record ([`Key::idempotency_key`]), so the two
+//! cannot drift apart; store the provider's answer as the record's response when it is an
+//! outcome ([`Disposition::Store`]), and fail the attempt when it is not
+//! ([`Disposition::Retry`]), which releases the record so the next delivery calls again, with
+//! the same key.
+//!
+//! ```
+//! use effectively_once::outbound::{classify, Disposition};
+//! use effectively_once::{Config, Idempotency, InMemoryStore, Key, Outcome};
+//!
+//! #[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+//! struct Answer { status: u16, body: String }
+//!
+//! /// The provider (an HTTP client in real life): a card declined is a business answer.
+//! async fn charge(idempotency_key: &str) -> (u16, Option<String>, String) {
+//!     assert_eq!(idempotency_key, "charge-pay_0001");
+//!     (402, None, r#"{"error":"card_declined"}"#.to_owned())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let idempotency = Idempotency::new(InMemoryStore::new(), Config::default());
+//! let key = Key::new("charge", "pay_0001")?;
+//! let payload = serde_json::json!({"amount_cents": 1250, "currency": "USD"});
+//! let call = || async {
+//!     let (status, retry_after, body) = charge(&key.idempotency_key()).await;
+//!     match classify(status, retry_after.as_deref()) {
+//!         Disposition::Store => Ok(Answer { status, body }),
+//!         // Released: the message is retried (after `after`, where the trigger can delay it).
+//!         Disposition::Retry { after } => {
+//!             Err(std::io::Error::other(format!("provider answered {status}; retry after {after:?}")))
+//!         }
+//!     }
+//! };
+//! let first = idempotency.run(&key, &payload, call).await?;
+//! assert_eq!(first.response().status, 402);
+//! // A duplicate is answered from the record: the provider is not called again.
+//! let again = idempotency.run(&key, &payload, || async { Ok::<Answer, std::io::Error>(unreachable!()) }).await?;
+//! assert!(matches!(again, Outcome::Replayed(Answer { status: 402, .. })));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! No answer at all (a timeout, a reset connection) is a retry too: the call may have landed,
+//! and the same key makes the next call return its result instead of acting twice.
+//!
+//! # Which answers are stored, which are retried
+//!
+//! An answer is stored when it is the provider's verdict on *this request*: it would give the
+//! same one again, so a duplicate must get it without asking. An answer is retried when it
+//! says nothing about the request yet: the provider was busy, overloaded, failing, or the
+//! deployment is set up wrong. [`classify`] encodes the usual reading of the status codes:
+//!
+//! | status | disposition | why |
+//! |---|---|---|
+//! | 2xx | store | done |
+//! | 400, 402, 404, 422 and other 4xx | store | a business answer (invalid, card declined, no such customer); asking again changes nothing |
+//! | 408, 425 | retry | the request was not processed (timed out, sent too early) |
+//! | 409 | retry | a request with this key is still in flight at the provider (Stripe's answer); it settles, then the same key returns its result |
+//! | 423, 429 | retry | locked, rate limited: honour `Retry-After` |
+//! | 401, 403, 407 | retry | credentials or permissions: an operator fixes them; no verdict on the event, so it waits in its queue or DLQ instead of being answered "forbidden" for the whole window |
+//! | 5xx | retry | the provider failed; honour `Retry-After` (503) |
+//! | 1xx, 3xx, anything else | retry | not an answer this client expects (an unfollowed redirect is a configuration error) |
+//!
+//! Providers differ; where one means something else by a code (a 403 that is a business refusal,
+//! a 409 that is a final conflict), match that status before calling [`classify`].
+//!
+//! A stored 4xx answers every duplicate for the whole dedup window, including a 400 that a bug
+//! in the request caused. Once the bug is fixed, redriven events still get the stored 400: give
+//! the effect a new key prefix (`charge-v2`: new records, new provider keys) or delete their
+//! records.
+//!
+//! # When the provider forgets keys before the dedup window ends
+//!
+//! Two guards answer a duplicate: the record, kept for the dedup window
+//! ([`DEFAULT_DEDUP_WINDOW`](crate::DEFAULT_DEDUP_WINDOW), 14 days, SQS's longest retention),
+//! and the provider's key, which it keeps for less (Stripe: at least 24 hours). A duplicate that
+//! finds the record completed is answered from it and never reaches the provider, so while the
+//! record lasts the provider's retention does not matter. That is why the record is claimed
+//! before the call and completed with the call's answer: from then on the record, not the
+//! provider, answers.
+//!
+//! The provider's key covers the gap the record cannot: the call went out and its answer was
+//! not recorded (a crash or a lease that ended between the call and the completion). The
+//! record stays in progress; once its lease ends the next delivery takes it over and calls
+//! again with the same key, and the provider returns its first result, *if it still keeps the
+//! key*. Redeliveries come after the visibility timeout, minutes, well inside 24 hours; a
+//! message parked in the DLQ and redriven days later is not. So:
+//!
+//! - A takeover later than the provider's retention is a new call. A call that must not repeat
+//!   (a charge) uses [`Idempotency::begin`](crate::Idempotency::begin), and when
+//!   [`Attempt::took_over`](crate::Attempt::took_over) says the key was taken over, looks the
+//!   earlier call up at the provider first (by a reference it sent with it, such as the event id
+//!   in the charge's metadata) instead of calling blindly, or records the outcome as ambiguous
+//!   for a person to settle.
+//! - Some providers (Stripe) keep the result of any request that started executing, a 500
+//!   included, and answer the same key with it until they forget it: a retried 5xx comes back
+//!   the same for up to 24 hours, then the call is made anew. Before redriving such events from
+//!   the DLQ, check whether the first call took effect (a 500 can hide a success).
+//! - A dedup window no longer than the provider's retention buys nothing: it only matters when
+//!   the record is lost (a table restored from an older backup, an item deleted by hand), and
+//!   then the provider's key is the only guard, for as long as it keeps it. Size the window to
+//!   redelivery (queue retention plus DLQ redrive), as the default does.
+
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -43,20 +152,93 @@ const DIGEST_MARK: char = '~';
 pub fn key(kind: &str, event_id: &str) -> Result<String, KeyError> {
     // Validated like any key: the kind is `[A-Za-z0-9._-]` (no `:`, which the encoding relies
     // on), the event id `[A-Za-z0-9._:#-]`, so the key is safe in a header.
-    Key::new(kind, event_id)?;
+    Ok(Key::new(kind, event_id)?.idempotency_key())
+}
+
+/// [`key`] for parts already validated (a [`Key`]'s): the encoding alone, so it cannot fail.
+pub(crate) fn encode(kind: &str, event_id: &str) -> String {
     let plain = format!("{}-{event_id}", kind.replace('-', ":"));
     if plain.len() <= MAX_LEN {
-        return Ok(plain);
+        return plain;
     }
     let digest: String = Sha256::digest(plain.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    // ASCII only (validated above), so the byte cut is a character cut.
+    // ASCII only (validated by `Key::new`), so the byte cut is a character cut.
     let keep = MAX_LEN - 1 - digest.len();
-    Ok(format!("{}{DIGEST_MARK}{digest}", &plain[..keep]))
+    format!("{}{DIGEST_MARK}{digest}", &plain[..keep])
 }
 
 /// The header to add to the request: `(HEADER, key(kind, event_id))`.
 pub fn header(kind: &str, event_id: &str) -> Result<(&'static str, String), KeyError> {
     Ok((HEADER, key(kind, event_id)?))
+}
+
+/// What to do with a provider's answer to a keyed call (see the
+/// [table](self#which-answers-are-stored-which-are-retried)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// The answer is the call's outcome: store it as the record's response (complete the
+    /// attempt), so every duplicate gets it without calling again. Success and business
+    /// refusals alike.
+    Store,
+    /// Not an outcome yet: fail the attempt (which releases its record) and call again later
+    /// with the same key.
+    Retry {
+        /// How long the provider asked to wait (`Retry-After` in seconds), if it said.
+        after: Option<Duration>,
+    },
+}
+
+impl Disposition {
+    /// Whether the answer is stored as the outcome.
+    pub fn is_store(self) -> bool {
+        self == Disposition::Store
+    }
+}
+
+/// [`classify`] without a `Retry-After` header.
+///
+/// ```
+/// use effectively_once::outbound::{classify_status, Disposition};
+/// assert_eq!(classify_status(402), Disposition::Store);
+/// assert_eq!(classify_status(429), Disposition::Retry { after: None });
+/// ```
+pub fn classify_status(status: u16) -> Disposition {
+    classify(status, None)
+}
+
+/// Whether an HTTP answer with `status` is the call's outcome or to be retried (see the
+/// [table](self#which-answers-are-stored-which-are-retried)), with the wait the provider asked
+/// for in `retry_after`, the `Retry-After` header's value. Its delay-seconds form is read (`120`);
+/// the HTTP-date form, rare from APIs, gives no wait (`after: None`, the caller's own backoff).
+///
+/// ```
+/// use std::time::Duration;
+/// use effectively_once::outbound::{classify, Disposition};
+/// assert_eq!(classify(201, None), Disposition::Store);
+/// assert_eq!(classify(422, None), Disposition::Store);
+/// assert_eq!(classify(503, Some("30")), Disposition::Retry { after: Some(Duration::from_secs(30)) });
+/// ```
+pub fn classify(status: u16, retry_after: Option<&str>) -> Disposition {
+    let retry = || Disposition::Retry { after: retry_after.and_then(delay_seconds) };
+    match status {
+        200..=299 => Disposition::Store,
+        // Not processed yet (408 timeout, 425 too early), in flight under this key (409),
+        // locked or rate limited (423, 429).
+        408 | 409 | 423 | 425 | 429 => retry(),
+        // Credentials and permissions: the operator's to fix, no verdict on the event.
+        401 | 403 | 407 => retry(),
+        400..=499 => Disposition::Store,
+        _ => retry(),
+    }
+}
+
+/// `Retry-After`'s delay-seconds form (RFC 9110, 10.2.3): one or more digits.
+fn delay_seconds(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok().map(Duration::from_secs)
 }
 
 #[cfg(test)]
@@ -85,6 +267,47 @@ mod tests {
         // 255 characters exactly: unchanged.
         let edge = key(&"k".repeat(54), &"p".repeat(200)).unwrap();
         assert_eq!(edge, format!("{}-{}", "k".repeat(54), "p".repeat(200)));
+    }
+
+    #[test]
+    fn every_status_class_has_its_disposition() {
+        use super::{classify_status, Disposition};
+        let retry = Disposition::Retry { after: None };
+        for status in [200, 201, 202, 204, 299] {
+            assert_eq!(classify_status(status), Disposition::Store, "{status}");
+        }
+        // Business answers: bad request, payment required, not found, gone, unprocessable.
+        for status in [400, 402, 404, 405, 410, 412, 413, 415, 422, 451, 499] {
+            assert_eq!(classify_status(status), Disposition::Store, "{status}");
+        }
+        for status in [408, 409, 423, 425, 429, 401, 403, 407] {
+            assert_eq!(classify_status(status), retry, "{status}");
+        }
+        for status in [500, 502, 503, 504, 599] {
+            assert_eq!(classify_status(status), retry, "{status}");
+        }
+        for status in [0, 100, 101, 301, 302, 304, 600, 999] {
+            assert_eq!(classify_status(status), retry, "{status}");
+        }
+        assert!(classify_status(422).is_store() && !classify_status(409).is_store());
+    }
+
+    #[test]
+    fn retry_after_is_honoured_in_seconds_only_where_retried() {
+        use std::time::Duration;
+
+        use super::{classify, Disposition};
+        let after = |secs| Disposition::Retry { after: Some(Duration::from_secs(secs)) };
+        assert_eq!(classify(429, Some("120")), after(120));
+        assert_eq!(classify(503, Some(" 5 ")), after(5));
+        assert_eq!(classify(409, Some("0")), after(0));
+        // The HTTP-date form and garbage give no wait; a stored answer ignores the header.
+        let none = Disposition::Retry { after: None };
+        assert_eq!(classify(503, Some("Wed, 21 Oct 2015 07:28:00 GMT")), none);
+        assert_eq!(classify(429, Some("-1")), none);
+        assert_eq!(classify(429, Some("")), none);
+        assert_eq!(classify(429, Some("99999999999999999999999")), none);
+        assert_eq!(classify(200, Some("30")), Disposition::Store);
     }
 
     #[test]
