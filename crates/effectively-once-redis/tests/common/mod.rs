@@ -1,4 +1,5 @@
 //! Shared by the tests: a store on the local Redis under a prefix no other test uses.
+#![allow(dead_code)] // each test binary uses its part
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,0 +1,173 @@
+//! What the Redis store adds to the contract: key expiry from the caller's clock, a record gone
+//! from the server, malformed keys, connection and auth failures, requests per message.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use effectively_once::{
+    Claim, Completion, Config, Idempotency, Key, ManualClock, Outcome, Record, Status, Store, StoreErrorKind,
+};
+use effectively_once_redis::{test_url, RedisStore, DEFAULT_EXPIRY_GRACE};
+use serde_json::json;
+
+const NOW: u64 = 1_800_000_000_000;
+
+fn record(id: &str, owner: &str, now_ms: u64, expiration_s: u64) -> Record {
+    Record {
+        id: id.to_owned(),
+        status: Status::InProgress,
+        lease_expires_at_ms: now_ms + 30_000,
+        expiration_s,
+        payload_hash: "hash".into(),
+        owner: owner.into(),
+        response: None,
+    }
+}
+
+async fn pttl(store: &RedisStore, id: &str) -> i64 {
+    redis::cmd("PTTL").arg(store.key(id)).query_async(&mut store.connection()).await.unwrap()
+}
+
+async fn raw(store: &RedisStore, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    let _: redis::Value = cmd.query_async(&mut store.connection()).await.unwrap();
+}
+
+/// The key lives until the end of the window by the caller's clock, plus the grace; completion
+/// restarts it from the new window.
+#[tokio::test]
+async fn the_key_expires_with_the_window_on_the_callers_clock() {
+    let store = common::fresh_store("ttl").await;
+    let grace = DEFAULT_EXPIRY_GRACE.as_millis() as i64;
+    store.claim(&record("a", "o", NOW, NOW / 1000 + 60), NOW).await.unwrap();
+    let ttl = pttl(&store, "a").await;
+    // The window ends at (expiration + 1) s, 61 s from NOW (which is on a whole second).
+    assert!((61_000 + grace - 1_000..=61_000 + grace).contains(&ttl), "ttl {ttl}");
+    let completion = Completion { response: Some("1"), expiration_s: NOW / 1000 + 3600, now_ms: NOW + 10_000 };
+    store.complete("a", "o", completion).await.unwrap();
+    let ttl = pttl(&store, "a").await;
+    assert!((3_591_000 + grace - 1_000..=3_591_000 + grace).contains(&ttl), "ttl {ttl}");
+}
+
+/// A caller whose clock stands in the past (a test clock, or a clock far behind the server's):
+/// its records do not vanish at once, as an absolute PEXPIREAT would make them; the duplicate
+/// is a replay.
+#[tokio::test]
+async fn a_clock_in_the_past_keeps_its_records() {
+    let store = common::fresh_store("past").await;
+    let clock = Arc::new(ManualClock::at(1_000_000_000_000)); // 2001
+    let idem = Idempotency::new(store, Config::default().with_clock(clock));
+    let key = Key::new("t", "past").unwrap();
+    let first = idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(1u32) }).await.unwrap();
+    let second = idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(2u32) }).await.unwrap();
+    assert_eq!((first, second), (Outcome::Fresh(1), Outcome::Replayed(1)));
+    assert!(pttl(idem.store(), key.as_str()).await > 14 * 24 * 3600 * 1000, "the whole window, from the caller's now");
+}
+
+/// A window that never ends (u64::MAX / 2 s) keeps the key about a century, no overflow.
+#[tokio::test]
+async fn a_window_that_never_ends_keeps_the_key() {
+    let store = common::fresh_store("never").await;
+    store.claim(&record("n", "o", NOW, u64::MAX / 2), NOW).await.unwrap();
+    assert!(pttl(&store, "n").await > 99 * 365 * 24 * 3600 * 1000);
+    assert_eq!(store.get("n").await.unwrap().unwrap().expiration_s, u64::MAX / 2);
+}
+
+/// A record gone from the server (its key expired, or it was released) is not recreated by a
+/// late completion: refused as fenced, nothing written.
+#[tokio::test]
+async fn a_completion_after_the_key_is_gone_is_fenced_and_writes_nothing() {
+    let store = common::fresh_store("gone").await;
+    store.claim(&record("g", "o", NOW, NOW / 1000 + 60), NOW).await.unwrap();
+    raw(&store, &["DEL", &store.key("g")]).await; // what the server's expiry does
+    let completion = Completion { response: Some("1"), expiration_s: NOW / 1000 + 60, now_ms: NOW + 1 };
+    assert_eq!(store.complete("g", "o", completion).await.unwrap_err().kind(), StoreErrorKind::Fenced);
+    assert_eq!(store.get("g").await.unwrap(), None);
+    store.release("g", "o").await.unwrap();
+}
+
+/// A takeover replaces every field: the old response does not survive into the new record.
+#[tokio::test]
+async fn a_takeover_after_the_window_leaves_nothing_of_the_old_record() {
+    let store = common::fresh_store("takeover").await;
+    store.claim(&record("t", "old", NOW, NOW / 1000 + 1), NOW).await.unwrap();
+    let done = Completion { response: Some("\"old\""), expiration_s: NOW / 1000 + 1, now_ms: NOW };
+    store.complete("t", "old", done).await.unwrap();
+    let later = NOW + 5_000;
+    let new = record("t", "new", later, later / 1000 + 60);
+    let Claim::Acquired { replaced: Some(old) } = store.claim(&new, later).await.unwrap() else {
+        panic!("the window ended: acquired over the old record")
+    };
+    assert_eq!((old.owner.as_str(), old.response.as_deref()), ("old", Some("\"old\"")));
+    assert_eq!(store.get("t").await.unwrap(), Some(new));
+}
+
+/// A key that holds no record: a claim is refused as malformed, and a malformed record whose
+/// window ended is claimed over as unreadable.
+#[tokio::test]
+async fn malformed_keys() {
+    let store = common::fresh_store("malformed").await;
+    raw(&store, &["SET", &store.key("s"), "not a hash"]).await;
+    let err = store.claim(&record("s", "o", NOW, NOW / 1000 + 60), NOW).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Malformed);
+
+    raw(&store, &["HSET", &store.key("h"), "status", "DONE", "expiration", "9"]).await;
+    assert_eq!(store.get("h").await.unwrap_err().kind(), StoreErrorKind::Malformed);
+    let claimed = store.claim(&record("h", "o", NOW, NOW / 1000 + 60), NOW).await.unwrap();
+    assert_eq!(claimed, Claim::AcquiredOverUnreadable);
+    assert_eq!(store.get("h").await.unwrap().unwrap().owner, "o");
+
+    raw(&store, &["HSET", &store.key("b"), "status", "COMPLETED", "expiration", "soon"]).await;
+    let err = store.claim(&record("b", "o", NOW, NOW / 1000 + 60), NOW).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Malformed, "an unreadable window blocks and is reported");
+}
+
+/// No server: `Unavailable` (retryable), at connect time.
+#[tokio::test]
+async fn no_server_is_unavailable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let err = RedisStore::builder(format!("redis://127.0.0.1:{port}")).reconnect_tries(0).connect().await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    assert!(err.is_retryable());
+}
+
+/// A wrong user or password: `Misconfigured`.
+#[tokio::test]
+async fn wrong_password_is_misconfigured() {
+    let url = test_url().replacen("redis://", "redis://nobody:wrong@", 1);
+    let err = RedisStore::builder(url).reconnect_tries(0).connect().await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Misconfigured, "{err}");
+}
+
+/// A first delivery is two calls (claim, complete), a duplicate one; the server counts the same
+/// scripts run.
+#[tokio::test]
+async fn requests_per_message() {
+    let store = common::fresh_store("requests").await;
+    let idem = Idempotency::new(store.clone(), Config::default());
+    let key = Key::new("t", "requests").unwrap();
+    idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(1u32) }).await.unwrap();
+    assert_eq!(store.requests(), 2);
+    let replay = idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(2u32) }).await.unwrap();
+    assert_eq!(replay, Outcome::Replayed(1));
+    assert_eq!(store.requests(), 3);
+    let record = store.get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!((record.status, record.response.as_deref()), (Status::Completed, Some("1")));
+}
+
+/// Clones and prefixes share the one connection; prefixes keep records apart.
+#[tokio::test]
+async fn prefixes_keep_records_apart() {
+    let store = common::fresh_store("prefix").await;
+    let other = store.with_key_prefix(&format!("{}other:", store.key_prefix()));
+    store.claim(&record("p", "a", NOW, NOW / 1000 + 60), NOW).await.unwrap();
+    assert_eq!(other.get("p").await.unwrap(), None);
+    let claimed = other.claim(&record("p", "b", NOW, NOW / 1000 + 60), NOW).await.unwrap();
+    assert_eq!(claimed, Claim::Acquired { replaced: None });
+    tokio::time::timeout(Duration::from_secs(5), store.get("p")).await.unwrap().unwrap().unwrap();
+}
