@@ -96,6 +96,44 @@ impl fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
+/// An idempotency failure as a record's result: another attempt holding the key is
+/// [`Retry::InProgressElsewhere`]; a verdict on the message (the key reused with another
+/// payload, an invalid key, a stored response too large to replay, which every duplicate meets)
+/// is [`Retry::Permanent`]; anything else (the store throttled, unreachable or misconfigured, a
+/// lease lost, a stored response this build cannot read) is the store's or the deployment's
+/// fault, not the message's, and is retried. The reason is the error's chain, addresses redacted.
+impl From<effectively_once::Error> for RecordError {
+    fn from(error: effectively_once::Error) -> Self {
+        use effectively_once::ErrorKind;
+        let reason = redact_emails(&effectively_once::ErrorChain(&error).to_string());
+        match error.kind() {
+            ErrorKind::InProgress => RecordError::in_progress_elsewhere(reason),
+            ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge => {
+                RecordError::permanent(reason)
+            }
+            _ => RecordError::retryable(reason),
+        }
+    }
+}
+
+/// An invalid key: permanent (the message's business id breaks the key rules).
+impl From<effectively_once::KeyError> for RecordError {
+    fn from(error: effectively_once::KeyError) -> Self {
+        RecordError::from(effectively_once::Error::from(error))
+    }
+}
+
+/// [`Idempotency::run`](effectively_once::Idempotency::run)'s failure: the idempotency layer's
+/// as above, the handler's through its own conversion.
+impl<E: Into<RecordError>> From<effectively_once::RunError<E>> for RecordError {
+    fn from(error: effectively_once::RunError<E>) -> Self {
+        match error {
+            effectively_once::RunError::Idempotency(error) => error.into(),
+            effectively_once::RunError::Handler(error) => error.into(),
+        }
+    }
+}
+
 /// A handler's answer for one record.
 pub type RecordResult = Result<Disposition, RecordError>;
 
@@ -121,6 +159,32 @@ pub(crate) fn now_ms() -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use effectively_once::{Begin, Config, Idempotency, InMemoryStore, Key, RunError, StoreError, StoreErrorKind};
+
+    use super::{RecordError, Retry};
+
+    /// Each library error lands on the retry class its cause calls for.
+    #[tokio::test]
+    async fn library_errors_convert_into_record_results() {
+        let idempotency = Idempotency::new(InMemoryStore::new(), Config::default());
+        let key = Key::new("orders", "o-1").unwrap();
+        let Ok(Begin::Claimed(_held)) = idempotency.begin::<_, u32>(&key, "a").await else { panic!("claimed") };
+        let in_progress = idempotency.begin::<_, u32>(&key, "a").await.unwrap_err();
+        assert_eq!(RecordError::from(in_progress).retry, Retry::InProgressElsewhere);
+        let reused = idempotency.begin::<_, u32>(&key, "b").await.unwrap_err();
+        assert_eq!(RecordError::from(reused).retry, Retry::Permanent);
+        let invalid = Key::new("orders", "has a space").unwrap_err();
+        assert_eq!(RecordError::from(invalid).retry, Retry::Permanent);
+        let throttled = effectively_once::Error::from(StoreError::new(StoreErrorKind::Throttled, "slow down"));
+        assert_eq!(RecordError::from(throttled).retry, Retry::Retryable);
+        let misconfigured = effectively_once::Error::from(StoreError::new(StoreErrorKind::Misconfigured, "no table"));
+        assert_eq!(RecordError::from(misconfigured).retry, Retry::Retryable);
+        let handler: RunError<RecordError> = RunError::Handler(RecordError::permanent("bad order"));
+        assert_eq!(RecordError::from(handler), RecordError::permanent("bad order"));
+        let layer: RunError<RecordError> =
+            RunError::Idempotency(effectively_once::Error::from(StoreError::new(StoreErrorKind::Unavailable, "down")));
+        assert_eq!(RecordError::from(layer).retry, Retry::Retryable);
+    }
     #[test]
     fn implausible_deadlines_are_unknown() {
         let mut context = lambda_runtime::Context::default();

@@ -18,7 +18,7 @@ use crate::{deadline_of, now_ms, panics, RecordError, RecordResult, Retry};
 pub trait Handler: Send + Sync {
     /// Handles `message`; `deadline_ms` is the invocation's deadline, when known. The driver
     /// opens a span per record with `message_id` (and `xray_trace_id` when the message carries
-    /// an `AWSTraceHeader`); record `event_id` into it once parsed.
+    /// an `AWSTraceHeader`), and runs `handle` inside [`Handler::span`] within it.
     fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send;
 
     /// The message's business key (an idempotency key, say), when it has one: on a standard
@@ -31,6 +31,15 @@ pub trait Handler: Send + Sync {
         let _ = message;
         None
     }
+
+    /// The handler's own span for `message`, entered inside the driver's `record` span: its
+    /// fields are the handler's to name (`tracing::info_span!("order", order_id =
+    /// tracing::field::Empty)`), recorded in `handle` through `tracing::Span::current()`.
+    /// Default: none, and the record span alone.
+    fn span(&self, message: &SqsMessage) -> tracing::Span {
+        let _ = message;
+        tracing::Span::none()
+    }
 }
 
 impl<H: Handler + ?Sized> Handler for &H {
@@ -40,6 +49,10 @@ impl<H: Handler + ?Sized> Handler for &H {
 
     fn key(&self, message: &SqsMessage) -> Option<String> {
         (**self).key(message)
+    }
+
+    fn span(&self, message: &SqsMessage) -> tracing::Span {
+        (**self).span(message)
     }
 }
 
@@ -123,7 +136,7 @@ fn is_fifo(message: &SqsMessage) -> bool {
 ///
 /// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
 /// `function_version`, `cold_start`) and each record's in a `record` span (`message_id`,
-/// `xray_trace_id` from the message's `AWSTraceHeader`, `event_id`). At the end one EMF line
+/// `xray_trace_id` from the message's `AWSTraceHeader`), and within it the handler's own ([`Handler::span`]). At the end one EMF line
 /// counts the batch's dispositions and holds what the handler added to [`Options::emf`]
 /// (see [`metrics`]).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> SqsBatchResponse {
@@ -238,16 +251,13 @@ async fn run_group<H: Handler>(
     let mut held_back_by: Option<String> = None;
     for (position, message) in group {
         let message_id = message.message_id.as_deref().unwrap_or("");
-        let span = tracing::info_span!(
-            "record",
-            message_id,
-            xray_trace_id = tracing::field::Empty,
-            event_id = tracing::field::Empty
-        );
+        let span = tracing::info_span!("record", message_id, xray_trace_id = tracing::field::Empty);
         if let Some(trace) = message.attributes.get("AWSTraceHeader").and_then(|h| trace_id(h)) {
             span.record("xray_trace_id", trace);
         }
         let mut panicked = false;
+        // The handler's own span (its fields), a child of `span`: the outcome is logged in it.
+        let mut own = tracing::Span::none();
         let result = if let Some(earlier) = &held_back_by {
             Err(RecordError::retryable(format!("not started: message {earlier} before it in its group failed")))
         } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
@@ -255,7 +265,11 @@ async fn run_group<H: Handler>(
         } else if message.message_id.is_none() {
             Err(RecordError::permanent("message has no messageId"))
         } else {
-            match panics::catch(|| handler.handle(message, deadline)).instrument(span.clone()).await {
+            let handle = || {
+                own = span.in_scope(|| handler.span(message));
+                handler.handle(message, deadline).instrument(own.clone())
+            };
+            match panics::catch(handle).instrument(span.clone()).await {
                 Ok(result) => result,
                 Err(panic) => {
                     span.in_scope(
@@ -267,7 +281,7 @@ async fn run_group<H: Handler>(
             }
         };
         if !panicked {
-            span.in_scope(|| log(&result));
+            span.in_scope(|| own.in_scope(|| log(&result)));
         }
         let may_take_effect_later = result.as_ref().is_err_and(|e| e.retry != Retry::Permanent);
         if hold_back && may_take_effect_later && held_back_by.is_none() {

@@ -17,6 +17,14 @@ use crate::{deadline_of, now_ms, panics, redact_emails, Disposition, RecordError
 pub trait Handler: Send + Sync {
     /// Handles `record`; `deadline_ms` is the invocation's deadline, when known.
     fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send;
+
+    /// The handler's own span for `record`, entered inside the driver's `record` span
+    /// (`event_name`, `sequence`): its fields are the handler's to name, recorded in `handle`
+    /// through `tracing::Span::current()`. Default: none.
+    fn span(&self, record: &EventRecord) -> tracing::Span {
+        let _ = record;
+        tracing::Span::none()
+    }
 }
 
 /// Driver settings.
@@ -70,7 +78,7 @@ impl Options {
 ///
 /// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
 /// `function_version`, `cold_start`) and each record's in a `record` span (`event_name`,
-/// `sequence`, `event_id`; stream records carry no trace header). At the end one EMF line counts
+/// `sequence`; stream records carry no trace header), and within it the handler's own ([`Handler::span`]). At the end one EMF line counts
 /// the batch's dispositions, skipped records included, and holds what the handler added to
 /// [`Options::emf`] (see [`metrics`]).
 pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options: &Options) -> DynamoDbEventResponse {
@@ -122,14 +130,20 @@ async fn batch<H: Handler>(
     let mut response = DynamoDbEventResponse::default();
     for record in &event.payload.records {
         let sequence = record.change.sequence_number.clone();
-        let span = tracing::info_span!("record", event_name = %record.event_name, sequence = sequence.as_deref().unwrap_or(""), event_id = tracing::field::Empty);
+        let span = tracing::info_span!("record", event_name = %record.event_name, sequence = sequence.as_deref().unwrap_or(""));
         let mut panicked = false;
+        // The handler's own span (its fields), a child of `span`: the outcome is logged in it.
+        let mut own = tracing::Span::none();
         let result = if !options.event_names.contains(&record.event_name) {
             Ok(Disposition::Skipped)
         } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
             Err(RecordError::retryable("not started: the invocation's deadline is near"))
         } else {
-            match panics::catch(|| handler.handle(record, deadline)).instrument(span.clone()).await {
+            let handle = || {
+                own = span.in_scope(|| handler.span(record));
+                handler.handle(record, deadline).instrument(own.clone())
+            };
+            match panics::catch(handle).instrument(span.clone()).await {
                 Ok(result) => result,
                 Err(panic) => {
                     span.in_scope(|| {
@@ -143,19 +157,21 @@ async fn batch<H: Handler>(
         counts.add(&result);
         if let Err(error) = result {
             if error.retry == Retry::Permanent && !panicked {
-                span.in_scope(|| {
+                span.in_scope(|| own.in_scope(|| {
                     tracing::error!(
                         sequence = sequence.as_deref().unwrap_or(""),
                         reason = %redact_emails(&error.reason),
                         "record failed permanently; not retried (a retry cannot change a permanent answer), the batch goes on"
                     )
-                });
+                }));
                 continue;
             }
             if !panicked {
-                span.in_scope(
-                    || tracing::warn!(retry = ?error.retry, reason = %error.reason, "record failed; checkpoint here"),
-                );
+                span.in_scope(|| {
+                    own.in_scope(
+                        || tracing::warn!(retry = ?error.retry, reason = %error.reason, "record failed; checkpoint here"),
+                    )
+                });
             }
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = sequence;

@@ -49,8 +49,14 @@ fn answer(name: &str) -> RecordResult {
 }
 
 impl sqs::Handler for Scripted {
+    /// Field names are the handler's: `order_id`, not a payment's `event_id`.
+    fn span(&self, _message: &SqsMessage) -> tracing::Span {
+        tracing::info_span!("order", order_id = tracing::field::Empty)
+    }
+
     async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
         let body: Value = serde_json::from_str(message.body.as_deref().unwrap()).unwrap();
+        tracing::Span::current().record("order_id", format!("order-{}", message.message_id.as_deref().unwrap()));
         let result = answer(body["answer"].as_str().unwrap());
         if result == Ok(Disposition::Applied) {
             self.metrics.add("OrdersPlaced", 1);
@@ -207,6 +213,9 @@ fn the_emf_and_log_lines_a_function_prints() {
         logs.iter().find(|l| span(l, "record")["message_id"] == id).unwrap_or_else(|| panic!("no line for {id}"))
     };
     let traced = by_message("m-0");
+    // The outcome line is in the handler's span too, with the field it recorded.
+    assert_eq!(span(traced, "order")["order_id"], "order-m-0", "{traced}");
+    assert!(logs.iter().all(|l| span(l, "record").get("event_id").is_none()), "no payment field in the driver");
     assert_eq!(span(traced, "record")["xray_trace_id"], TRACE_ROOT);
     assert_eq!(span(traced, "invocation")["request_id"], "req-1");
     assert_eq!(span(traced, "invocation")["cold_start"], true);

@@ -91,11 +91,19 @@ impl<H: sqs::Handler> sqs::Handler for Counting<H> {
     fn key(&self, message: &SqsMessage) -> Option<String> {
         self.inner.key(message)
     }
+
+    fn span(&self, message: &SqsMessage) -> tracing::Span {
+        self.inner.span(message)
+    }
 }
 
 impl<H: streams::Handler> streams::Handler for Counting<H> {
     async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
         self.count(self.inner.handle(record, deadline_ms).await)
+    }
+
+    fn span(&self, record: &EventRecord) -> tracing::Span {
+        self.inner.span(record)
     }
 }
 
@@ -202,5 +210,9 @@ impl<H: sqs::Handler> sqs::Handler for Panicking<H> {
 
     fn key(&self, message: &SqsMessage) -> Option<String> {
         self.inner.key(message)
+    }
+
+    fn span(&self, message: &SqsMessage) -> tracing::Span {
+        self.inner.span(message)
     }
 }
