@@ -115,13 +115,14 @@ deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)
 
 ## unit: every test that needs no AWS, with the endpoint on a closed port (a test that reached for
-##       AWS fails, whatever runs locally): every test of the core, effects, lambda and redact
-##       crates; the unit tests of the others (libraries and binaries), the store's error
+##       AWS fails, whatever runs locally): every test of the core, effects, payments, lambda and
+##       redact crates; the unit tests of the others (libraries and binaries), the store's error
 ##       classification, the fault proxy's and the deploy scripts' tests; the doc tests
 unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
 unit: export REDIS_URL := redis://127.0.0.1:9
 unit:
-	cargo test -p effectively-once -p effectively-once-effects -p effectively-once-lambda -p effectively-once-redact --tests
+	cargo test -p effectively-once -p effectively-once-effects -p payments -p effectively-once-lambda \
+		-p effectively-once-redact --tests
 	cargo test -p effectively-once-dynamodb --lib --test classify
 	cargo test -p effectively-once-redis --lib
 	cargo test -p payments-consumer -p receipts-relay -p local --lib --bins
@@ -141,7 +142,8 @@ duplicates: local-aws-up
 doc:
 	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --all-features
 
-## package: the library crates as they would go to crates.io
+## package: the library crates as they would go to crates.io (not `payments`: the showcase's domain,
+##          publish = false, like the binaries)
 package:
 	cargo package --allow-dirty -p effectively-once -p effectively-once-redact -p effectively-once-dynamodb \
 		-p effectively-once-effects -p effectively-once-lambda

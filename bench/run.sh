@@ -83,7 +83,7 @@ fi
 # 3. Our function, release build, only when missing, older than what it is built from, or built
 #    for another architecture (`make build ARCH=arm64` writes the same path): it runs here.
 SOURCES=(Cargo.toml Cargo.lock .cargo/config.toml crates/payments-consumer crates/effectively-once-lambda crates/effectively-once-effects
-  crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
+  crates/payments crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
   crates/effectively-once-dynamodb/Cargo.toml)
 elf_arch() {
   case "$(readelf -h "$1" 2>/dev/null | sed -n 's/^ *Machine: *//p')" in

@@ -96,7 +96,7 @@ impl Harness {
 /// A ledger on fresh tables (idempotency, ledger, outbox), with counted requests.
 pub struct LedgerHarness {
     /// The ledger under test.
-    pub ledger: effectively_once_effects::Ledger,
+    pub ledger: payments::Ledger,
     /// Requests sent by the ledger's client.
     pub requests: RequestCounter,
     /// The clock.
@@ -111,28 +111,18 @@ impl LedgerHarness {
         let (store, requests) = fresh_store().await;
         let ledger_table = unique_name("ledger");
         let outbox_table = unique_name("outbox");
-        effectively_once_effects::tables::create_ledger_table(store.client(), &ledger_table)
-            .await
-            .expect("ledger table");
-        effectively_once_effects::tables::create_outbox_table(store.client(), &outbox_table)
-            .await
-            .expect("outbox table");
+        payments::tables::create_ledger_table(store.client(), &ledger_table).await.expect("ledger table");
+        payments::tables::create_outbox_table(store.client(), &outbox_table).await.expect("outbox table");
         requests.reset();
         let clock = Arc::new(ManualClock::new());
         let config = Config::default().with_dedup_window(Duration::from_secs(3600)).with_clock(clock.clone());
-        let ledger =
-            effectively_once_effects::Ledger::new(store, ledger_table, Some(outbox_table.clone())).with_config(config);
+        let ledger = payments::Ledger::new(store, ledger_table, Some(outbox_table.clone())).with_config(config);
         LedgerHarness { ledger, requests, clock, outbox_table }
     }
 
     /// A valid payment event.
-    pub fn event(
-        event_id: &str,
-        account_id: &str,
-        amount_cents: i64,
-        currency: &str,
-    ) -> effectively_once_effects::PaymentEvent {
-        effectively_once_effects::PaymentEvent {
+    pub fn event(event_id: &str, account_id: &str, amount_cents: i64, currency: &str) -> payments::PaymentEvent {
+        payments::PaymentEvent {
             event_id: event_id.into(),
             account_id: account_id.into(),
             amount_cents,
@@ -142,12 +132,12 @@ impl LedgerHarness {
     }
 
     /// The outbox table.
-    pub fn outbox(&self) -> effectively_once_effects::Outbox {
-        effectively_once_effects::Outbox::beside(self.ledger.store(), &self.outbox_table)
+    pub fn outbox(&self) -> payments::Outbox {
+        payments::Outbox::beside(self.ledger.store(), &self.outbox_table)
     }
 
     /// The outbox row of an event, if any.
-    pub async fn outbox_row(&self, event_id: &str) -> Option<effectively_once_effects::OutboxRow> {
+    pub async fn outbox_row(&self, event_id: &str) -> Option<payments::OutboxRow> {
         self.outbox().row(event_id).await.expect("read outbox")
     }
 }

@@ -7,10 +7,10 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 use effectively_once::{Outcome, Store};
 use effectively_once_dynamodb::testing::{sdk_config, unique_name};
-use effectively_once_effects::{Posting, Rejection};
 use effectively_once_lambda::sqs;
 use end_to_end::LedgerHarness;
 use lambda_runtime::{Context, LambdaEvent};
+use payments::{Posting, Rejection};
 
 const ACCOUNT: &str = "acct_fifo";
 
@@ -176,7 +176,7 @@ async fn delivered_the_other_way_round_the_debit_is_rejected_for_good() {
     assert_eq!((balance.balance_cents, balance.entry_count), (1000, 1));
     // The rejection is recorded, so it is an answer, not a retry: redelivered now that the
     // balance covers it, the debit is still rejected and nothing moves.
-    let record = p.ledger.store().get(&format!("{}#{debit}", effectively_once_effects::ledger::PREFIX)).await.unwrap();
+    let record = p.ledger.store().get(&format!("{}#{debit}", payments::ledger::PREFIX)).await.unwrap();
     let response: Posting =
         serde_json::from_str(record.expect("rejection recorded").response.as_deref().unwrap()).unwrap();
     let rejected = Posting::Rejected { reason: Rejection::InsufficientFunds { balance_cents: 0 } };

@@ -3,7 +3,7 @@
 //! recorded payment rejection, or that a FIFO payments queue got a standard dead-letter queue.
 //! This reads `infra/template.json` with a small evaluator of the IAM forms the template uses.
 
-use effectively_once_effects::{email, ledger, outbox};
+use payments::{ledger, outbox};
 use receipts_relay::Alert;
 use serde_json::{json, Value};
 
@@ -119,7 +119,7 @@ fn payment_record() -> String {
 }
 
 fn email_marker() -> String {
-    email::email_key("pay_0001").expect("a valid key").as_str().to_owned()
+    payments::receipt_key("pay_0001").expect("a valid key").as_str().to_owned()
 }
 
 #[test]
@@ -696,8 +696,8 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     let setup = aws_sdk_dynamodb::Client::new(&sdk);
     let (idempotency, ledger_table, outbox_table) = (unique_name("idem"), unique_name("ledger"), unique_name("outbox"));
     effectively_once_dynamodb::create_table(&setup, &idempotency).await.unwrap();
-    effectively_once_effects::tables::create_ledger_table(&setup, &ledger_table).await.unwrap();
-    effectively_once_effects::tables::create_outbox_table(&setup, &outbox_table).await.unwrap();
+    payments::tables::create_ledger_table(&setup, &ledger_table).await.unwrap();
+    payments::tables::create_outbox_table(&setup, &outbox_table).await.unwrap();
     let logical = |table: &str| match table {
         t if t == idempotency => "IdempotencyTable",
         t if t == ledger_table => "LedgerTable",
@@ -714,11 +714,8 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     // its duplicate, and the credit's event id reused for another account.
     let (client, consumer_requests) = recorded();
     let store = DynamoDbStore::new(client, &idempotency);
-    let consumer = payments_consumer::Payments::new(effectively_once_effects::Ledger::new(
-        store,
-        &ledger_table,
-        Some(outbox_table.clone()),
-    ));
+    let consumer =
+        payments_consumer::Payments::new(payments::Ledger::new(store, &ledger_table, Some(outbox_table.clone())));
     let bodies = [
         r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
         r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{ErrorKind, Outcome};
 use effectively_once_dynamodb::attr;
-use effectively_once_effects::{Error, PaymentEvent, Posting, Rejection};
 use end_to_end::LedgerHarness;
+use payments::Error;
+use payments::{PaymentEvent, Posting, Rejection};
 
 #[tokio::test]
 async fn two_deliveries_of_one_payment_post_once_in_one_request_each() {
@@ -179,10 +180,7 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
     rejected.receipt_email = Some("bob@example.com".into());
     assert!(matches!(p.ledger.post(&rejected).await.unwrap().into_inner(), Posting::Rejected { .. }));
     assert!(p.outbox_row("pay_rej").await.is_none(), "a rejected payment gets no receipt");
-    p.outbox()
-        .mark("pay_mail", effectively_once_effects::RowStatus::Sent, Some("m-1"), "2026-11-29T00:00:00Z")
-        .await
-        .unwrap();
+    p.outbox().mark("pay_mail", payments::RowStatus::Sent, Some("m-1"), "2026-11-29T00:00:00Z").await.unwrap();
     let marked = p.outbox_row("pay_mail").await.unwrap();
     assert_eq!(marked.status.as_str(), "SENT");
 }
@@ -226,10 +224,7 @@ async fn an_event_id_applied_for_one_account_is_key_reuse_for_another_and_posts_
     let mut first = LedgerHarness::event("pay_x", "acct_a", 500, "USD");
     first.receipt_email = Some("alice@example.com".into());
     p.ledger.post(&first).await.unwrap();
-    p.outbox()
-        .mark("pay_x", effectively_once_effects::RowStatus::Sent, Some("m-first"), "2026-11-29T00:00:00Z")
-        .await
-        .unwrap();
+    p.outbox().mark("pay_x", payments::RowStatus::Sent, Some("m-first"), "2026-11-29T00:00:00Z").await.unwrap();
     // A producer bug, or a DLQ message edited and redriven: the same id for another account.
     let mut other = LedgerHarness::event("pay_x", "acct_b", 500, "USD");
     other.receipt_email = Some("mallory@example.com".into());
@@ -339,7 +334,7 @@ async fn a_commit_with_the_default_expiration_is_not_born_expired() {
 #[tokio::test]
 async fn a_receipt_is_not_dropped_by_a_ledger_without_an_outbox() {
     let p = LedgerHarness::new().await;
-    let ledger = effectively_once_effects::Ledger::new(p.ledger.store().clone(), p.ledger.table(), None);
+    let ledger = payments::Ledger::new(p.ledger.store().clone(), p.ledger.table(), None);
     let mut event = LedgerHarness::event("pay_no_outbox", "acct_n", 100, "USD");
     event.receipt_email = Some("nobody@example.com".into());
     let err = ledger.post(&event).await.unwrap_err();
@@ -451,7 +446,7 @@ async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplica
     ]);
     let env = payments_consumer::Env::from_env_with(|name| vars.get(name).cloned()).unwrap();
     assert!(env.config.is_disabled(), "the switch is read");
-    assert!(effectively_once_effects::warn_if_disabled(&env.config), "and warned about");
+    assert!(payments::warn_if_disabled(&env.config), "and warned about");
     let handler = payments_consumer::Payments::from_env(p.ledger.client().clone(), &env);
 
     let mut message = SqsMessage::default();

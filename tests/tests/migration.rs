@@ -10,8 +10,9 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Clock as _, Config, ErrorKind, ManualClock, Outcome, Record, Status};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_effects::{Error, Posting, Rejection};
 use end_to_end::LedgerHarness;
+use payments::Error;
+use payments::{Posting, Rejection};
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
@@ -23,7 +24,7 @@ fn n(v: i64) -> AttributeValue {
 
 /// A ledger on fresh tables, with its table name and clock (the shared harness hides the name).
 struct Legacy {
-    ledger: effectively_once_effects::Ledger,
+    ledger: payments::Ledger,
     table: String,
     clock: Arc<ManualClock>,
 }
@@ -31,17 +32,17 @@ struct Legacy {
 async fn legacy() -> Legacy {
     let (store, _) = fresh_store().await;
     let table = unique_name("ledger");
-    effectively_once_effects::tables::create_ledger_table(store.client(), &table).await.expect("ledger table");
+    payments::tables::create_ledger_table(store.client(), &table).await.expect("ledger table");
     let clock = Arc::new(ManualClock::new());
-    let ledger = effectively_once_effects::Ledger::new(store, table.clone(), None)
-        .with_config(Config::default().with_clock(clock.clone()));
+    let ledger =
+        payments::Ledger::new(store, table.clone(), None).with_config(Config::default().with_clock(clock.clone()));
     Legacy { ledger, table, clock }
 }
 
 /// What 0.1.0 (`Placement::Carried { write: "entry", key_attribute: "pk" }`) left in the ledger
 /// table for an applied payment: the entry, carrying the record, and the balance. No item
 /// `payments#{event_id}` in the idempotency table: 0.1.0 never wrote one for an applied event.
-async fn write_as_0_1_0(l: &Legacy, event: &effectively_once_effects::PaymentEvent) {
+async fn write_as_0_1_0(l: &Legacy, event: &payments::PaymentEvent) {
     // 0.1.0 hashed payloads under version 1 (bare hex, no tag).
     let hash = Config::default().payload_hash(event).unwrap().v1().to_owned();
     let entry = HashMap::from([

@@ -6,9 +6,10 @@ use std::time::Duration;
 use effectively_once::{Config, Idempotency, ManualClock, Outcome, Store};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::email::{email_key, SendError, SendErrorKind};
+use effectively_once_effects::email::{SendError, SendErrorKind};
 use effectively_once_effects::{send_once, EmailMessage, EmailSender, Policy, SendOutcome};
 use end_to_end::{emails_to, ses_sender};
+use payments::receipt_key;
 
 async fn markers() -> (Idempotency<DynamoDbStore>, Arc<ManualClock>) {
     let (store, _) = fresh_store().await;
@@ -29,7 +30,7 @@ async fn two_sends_of_one_key_deliver_one_email() {
     let (idem, _) = markers().await;
     let ses = ses_sender("receipts@example.com").await;
     let to = recipient();
-    let key = email_key(&unique_name("pay")).unwrap();
+    let key = receipt_key(&unique_name("pay")).unwrap();
     let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     let second = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     let Outcome::Fresh(SendOutcome::Sent { message_id }) = first else { panic!("{first:?}") };
@@ -59,7 +60,7 @@ async fn a_throttled_send_then_a_retry_delivers_one_email() {
     let (idem, _) = markers().await;
     let ses = ThrottledOnce { inner: ses_sender("receipts@example.com").await, throttled: Default::default() };
     let to = recipient();
-    let key = email_key(&unique_name("pay")).unwrap();
+    let key = receipt_key(&unique_name("pay")).unwrap();
     let err = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
     assert!(emails_to(&to).is_empty());
@@ -78,7 +79,7 @@ async fn an_unverified_sender_is_retried_not_recorded_as_the_messages_fate() {
     let client = aws_sdk_sesv2::Client::new(&effectively_once_dynamodb::testing::sdk_config().await);
     let ses = effectively_once_effects::SesSender::new(client.clone(), &from);
     let to = recipient();
-    let key = email_key(&unique_name("pay")).unwrap();
+    let key = receipt_key(&unique_name("pay")).unwrap();
     let err = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap_err();
     assert!(matches!(&err, effectively_once_effects::Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
     assert!(err.is_retryable());
@@ -100,7 +101,7 @@ async fn a_refused_recipient_is_recorded_and_a_duplicate_does_not_resend() {
     let (idem, _) = markers().await;
     let ses = ses_sender("receipts@example.com").await;
     let to = unique_name("no-domain");
-    let key = email_key(&unique_name("pay")).unwrap();
+    let key = receipt_key(&unique_name("pay")).unwrap();
     let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     assert!(matches!(&first, Outcome::Fresh(SendOutcome::Failed { .. })), "{first:?}");
     let again = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
@@ -124,7 +125,7 @@ async fn the_ambiguous_window_under_each_policy() {
         let (idem, clock) = markers().await;
         let ses = ses_sender("receipts@example.com").await;
         let to = recipient();
-        let key = email_key(&unique_name("pay")).unwrap();
+        let key = receipt_key(&unique_name("pay")).unwrap();
         let message = receipt_to(&to);
         let dying_sender = AcceptThenDie(ses.clone());
         let dying = send_once(&idem, &dying_sender, &key, &message, policy);
@@ -157,7 +158,7 @@ async fn with_the_disable_switch_set_two_sends_of_one_key_still_deliver_one_emai
     let idem = Idempotency::new(store, config.with_lease(Duration::from_secs(60)));
     let ses = ses_sender("receipts@example.com").await;
     let to = recipient();
-    let key = email_key(&unique_name("pay")).unwrap();
+    let key = receipt_key(&unique_name("pay")).unwrap();
     let first = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     let second = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     assert!(matches!(first, Outcome::Fresh(SendOutcome::Sent { .. })), "{first:?}");

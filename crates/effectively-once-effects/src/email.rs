@@ -1,5 +1,37 @@
-//! Keyed email: a marker record `email#{event_id}` fences each send, so a duplicate delivery
-//! never sends twice; the one window no email API can close follows a declared [`Policy`].
+//! Keyed email: a marker record under a key the caller builds fences each send, so a duplicate
+//! delivery never sends twice; the one window no email API can close follows a declared
+//! [`Policy`].
+//!
+//! The marker's [`Key`] is the caller's: a prefix naming the email (one prefix per kind of
+//! email, so two emails of one business event do not share a marker) and the business id of
+//! the event it belongs to, never a broker's message id or a random value, so every retry and
+//! every duplicate meets the same marker. The prefix is part of what is stored: once markers
+//! are written under it, changing it sends every email in the dedup window again.
+//!
+//! ```no_run
+//! use effectively_once_dynamodb::DynamoDbStore;
+//! use effectively_once_effects::{send_once, Config, EmailMessage, Idempotency, Key, Policy, SesSender};
+//!
+//! # async fn example(dynamodb: aws_sdk_dynamodb::Client, ses: aws_sdk_sesv2::Client) -> Result<(), effectively_once_effects::Error> {
+//! let markers = Idempotency::new(DynamoDbStore::new(dynamodb, "idempotency"), Config::default());
+//! let sender = SesSender::new(ses, "orders@example.com");
+//! // `order-confirmation#{order_id}`: one confirmation per order, whatever the deliveries.
+//! let key = Key::new("order-confirmation", "ord_0001")?;
+//! let message = EmailMessage {
+//!     to: "alice@example.com".into(),
+//!     subject: "Your order".into(),
+//!     text: "We have your order ord_0001.".into(),
+//! };
+//! let outcome = send_once(&markers, &sender, &key, &message, Policy::default()).await?;
+//! if outcome.is_replay() {
+//!     // A duplicate delivery: nothing was sent; the first send's outcome is returned.
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`send_once`] keeps its marker whatever the idempotency disable switch says
+//! (`Config::is_disabled`): the marker is the email's once-only condition, not a cache.
 
 #[cfg(any(test, feature = "test-util"))]
 use std::collections::VecDeque;
@@ -22,15 +54,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 pub use crate::error::{SendError, SendErrorKind};
-
-/// The key prefix of email markers: `email#{event_id}`.
-pub const PREFIX: &str = "email";
-
-/// The marker key of an event's email: deterministic, never random, so every retry and every
-/// duplicate meets the same marker.
-pub fn email_key(event_id: &str) -> Result<Key, effectively_once::KeyError> {
-    Key::new(PREFIX, event_id)
-}
 
 /// A plain-text email.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,7 +120,7 @@ pub struct SesSender {
 }
 
 impl SesSender {
-    /// Sends from `from` (a verified identity; env `RECEIPT_FROM` in the binaries).
+    /// Sends from `from`, a verified SES identity.
     pub fn new(client: aws_sdk_sesv2::Client, from: impl Into<String>) -> Self {
         SesSender { client, from: from.into() }
     }
@@ -234,7 +257,7 @@ fn classify_dispatch(err: &ConnectorError) -> SendErrorKind {
 
 /// An answer SES gave to SendEmail. Account- and configuration-level refusals are told from
 /// refusals of one message, because a refusal recorded as the message's fate is never retried:
-/// a paused account would otherwise lose every receipt sent while it is paused.
+/// a paused account would otherwise lose every email sent while it is paused.
 fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKind {
     // Both of the account's sending limits come back as throttling, "Daily message quota
     // exceeded" or "Maximum sending rate exceeded" (SES developer guide, "Errors related to the
@@ -292,8 +315,8 @@ fn classify_answer(err: &SendEmailError, status: u16, from: &str) -> SendErrorKi
 }
 
 /// Whether `text` lists the sender identity: `from`'s address, or its domain alone (a domain
-/// identity), as one of its words, compared whole (`xreceipts@example.com` is not
-/// `receipts@example.com`, and a recipient at the sender's domain is not the domain).
+/// identity), as one of its words, compared whole (`xorders@example.com` is not
+/// `orders@example.com`, and a recipient at the sender's domain is not the domain).
 /// `from` may be `Name <address>`.
 fn names_sender(text: &str, from: &str) -> bool {
     let address = from.rsplit_once('<').map_or(from, |(_, a)| a.trim_end_matches('>')).trim();
@@ -380,9 +403,9 @@ pub enum SendOutcome {
 /// What to do in the window no email API can close: the provider accepted the message, then
 /// the attempt died before its marker recorded it.
 ///
-/// The default is [`AtMostOnce`](Policy::AtMostOnce): a customer who gets a payment receipt
-/// twice sees a bug (and may think they paid twice), while the window is a few milliseconds per
-/// send, so a missing receipt is rare, flagged as [`SendOutcome::Ambiguous`] with an error log, and
+/// The default is [`AtMostOnce`](Policy::AtMostOnce): a customer who gets a receipt or a
+/// confirmation twice sees a bug (and may think they paid or ordered twice), while the window is a few milliseconds per
+/// send, so a missing email is rare, flagged as [`SendOutcome::Ambiguous`] with an error log, and
 /// an operator can check SES's sending events and resend by hand. Choose
 /// [`AtLeastOnce`](Policy::AtLeastOnce) for messages whose loss costs more than a duplicate
 /// (a password reset, say).
@@ -396,8 +419,8 @@ pub enum Policy {
     AtLeastOnce,
 }
 
-/// What an email marker's payload hash covers: the receipt's identity, its key (the event)
-/// and its recipient, never its wording. A release that rewords the receipt then meets an
+/// What an email marker's payload hash covers: the email's identity, its key (the event)
+/// and its recipient, never its wording. A release that rewords the email then meets an
 /// earlier release's marker as a replay, while the same key sent to another recipient is
 /// still `KeyReused`.
 #[derive(Serialize)]
@@ -431,7 +454,8 @@ async fn begin_marker<S: Store>(
     }
 }
 
-/// Sends `message` once for `effect_key` (see [`email_key`]).
+/// Sends `message` once for `effect_key`, the marker's key, built by the caller from its own
+/// prefix and the event's business id (see [the module docs](self)).
 ///
 /// Claims the marker, sends, completes the marker with the provider's message id. A definite
 /// failure that may pass later (throttling, unreachable, the account or configuration blocked:
@@ -445,8 +469,8 @@ async fn begin_marker<S: Store>(
 /// the marker so the retry resends. An attempt that died after claiming leaves the marker in
 /// progress, and the attempt that takes it over after the lease follows the policy the same way.
 ///
-/// The marker's payload is the receipt's identity (its key and recipient), not its wording: a
-/// reworded receipt replays, another recipient under the same key is `KeyReused`. An outcome
+/// The marker's payload is the email's identity (its key and recipient), not its wording: a
+/// reworded email replays, another recipient under the same key is `KeyReused`. An outcome
 /// in hand is recorded even after the marker's lease ended, as long as no other attempt took
 /// the marker over (`Idempotency::complete_while_owned`).
 pub async fn send_once<S: Store, E: EmailSender>(
@@ -461,7 +485,7 @@ pub async fn send_once<S: Store, E: EmailSender>(
         Begin::Replayed(earlier) => {
             // Redacted: a reason stored before reasons were redacted may hold an address.
             let earlier_text = redact_emails(&format!("{earlier:?}"));
-            tracing::info!(key = %effect_key, to = %to, receipt = %earlier_text, "email already handled; not sending");
+            tracing::info!(key = %effect_key, to = %to, earlier = %earlier_text, "email already handled; not sending");
             return Ok(Outcome::Replayed(earlier));
         }
         Begin::Claimed(attempt) => attempt,
@@ -570,17 +594,21 @@ mod tests {
         (Idempotency::new(InMemoryStore::new(), config), clock)
     }
 
-    fn receipt(to: &str) -> EmailMessage {
-        EmailMessage { to: to.into(), subject: "Receipt".into(), text: "Paid.".into() }
+    fn marker(id: &str) -> Key {
+        Key::new("email", id).unwrap()
+    }
+
+    fn email(to: &str) -> EmailMessage {
+        EmailMessage { to: to.into(), subject: "Confirmation".into(), text: "Received.".into() }
     }
 
     #[tokio::test]
     async fn two_sends_of_one_key_send_once() {
         let (idem, _) = setup();
         let sender = RecordingSender::new();
-        let key = email_key("pay_1").unwrap();
-        let first = send_once(&idem, &sender, &key, &receipt("a@example.com"), Policy::default()).await.unwrap();
-        let second = send_once(&idem, &sender, &key, &receipt("a@example.com"), Policy::default()).await.unwrap();
+        let key = marker("msg_1");
+        let first = send_once(&idem, &sender, &key, &email("a@example.com"), Policy::default()).await.unwrap();
+        let second = send_once(&idem, &sender, &key, &email("a@example.com"), Policy::default()).await.unwrap();
         assert_eq!(first, Outcome::Fresh(SendOutcome::Sent { message_id: "fake-1".into() }));
         assert_eq!(second, Outcome::Replayed(SendOutcome::Sent { message_id: "fake-1".into() }));
         assert_eq!(sender.sent().len(), 1);
@@ -591,10 +619,10 @@ mod tests {
         let (idem, _) = setup();
         let sender = RecordingSender::new();
         sender.fail_next(SendError::new(SendErrorKind::Throttled, "slow down"));
-        let key = email_key("pay_2").unwrap();
-        let err = send_once(&idem, &sender, &key, &receipt("b@example.com"), Policy::default()).await.unwrap_err();
+        let key = marker("msg_2");
+        let err = send_once(&idem, &sender, &key, &email("b@example.com"), Policy::default()).await.unwrap_err();
         assert!(err.is_retryable());
-        let retry = send_once(&idem, &sender, &key, &receipt("b@example.com"), Policy::default()).await.unwrap();
+        let retry = send_once(&idem, &sender, &key, &email("b@example.com"), Policy::default()).await.unwrap();
         assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })));
         assert_eq!(sender.sent().len(), 1);
     }
@@ -604,9 +632,9 @@ mod tests {
         let (idem, _) = setup();
         let sender = RecordingSender::new();
         sender.fail_next(SendError::new(SendErrorKind::Rejected, "address suppressed"));
-        let key = email_key("pay_3").unwrap();
-        let first = send_once(&idem, &sender, &key, &receipt("c@example.com"), Policy::default()).await.unwrap();
-        let again = send_once(&idem, &sender, &key, &receipt("c@example.com"), Policy::default()).await.unwrap();
+        let key = marker("msg_3");
+        let first = send_once(&idem, &sender, &key, &email("c@example.com"), Policy::default()).await.unwrap();
+        let again = send_once(&idem, &sender, &key, &email("c@example.com"), Policy::default()).await.unwrap();
         let failed = SendOutcome::Failed { reason: "address suppressed".into() };
         assert_eq!((first, again), (Outcome::Fresh(failed.clone()), Outcome::Replayed(failed)));
         assert!(sender.sent().is_empty());
@@ -622,8 +650,8 @@ mod tests {
         ] {
             let (idem, clock) = setup();
             let sender = RecordingSender::new();
-            let key = email_key("pay_4").unwrap();
-            let message = receipt("d@example.com");
+            let key = marker("msg_4");
+            let message = email("d@example.com");
             // The send is accepted, then the attempt dies before completing the marker.
             struct SendThenDie<'a>(&'a RecordingSender);
             impl EmailSender for SendThenDie<'_> {
@@ -654,8 +682,8 @@ mod tests {
         let (idem, _) = setup();
         let sender = RecordingSender::new();
         sender.fail_next(SendError::new(SendErrorKind::Ambiguous, "timed out"));
-        let key = email_key("pay_5").unwrap();
-        let message = receipt("e@example.com");
+        let key = marker("msg_5");
+        let message = email("e@example.com");
         let first = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
         assert_eq!(first, Outcome::Fresh(SendOutcome::Ambiguous));
         let again = send_once(&idem, &sender, &key, &message, Policy::AtMostOnce).await.unwrap();
@@ -668,8 +696,8 @@ mod tests {
         let (idem, _) = setup();
         let sender = RecordingSender::new();
         sender.fail_next(SendError::new(SendErrorKind::Ambiguous, "timed out"));
-        let key = email_key("pay_6").unwrap();
-        let message = receipt("f@example.com");
+        let key = marker("msg_6");
+        let message = email("f@example.com");
         let err = send_once(&idem, &sender, &key, &message, Policy::AtLeastOnce).await.unwrap_err();
         assert!(err.is_retryable(), "{err}");
         let retry = send_once(&idem, &sender, &key, &message, Policy::AtLeastOnce).await.unwrap();
@@ -677,19 +705,19 @@ mod tests {
         assert_eq!(sender.sent().len(), 2, "the possible copy, then the resend");
     }
 
-    /// The marker hashes the receipt's identity: a reworded receipt (a later release) replays,
+    /// The marker hashes the email's identity: a reworded email (a later release) replays,
     /// another recipient under the same key is key reuse, as before.
     #[tokio::test]
-    async fn a_reworded_receipt_replays_another_recipient_is_key_reuse() {
+    async fn a_reworded_email_replays_another_recipient_is_key_reuse() {
         let (idem, _) = setup();
         let sender = RecordingSender::new();
-        let key = email_key("pay_10").unwrap();
-        let first = send_once(&idem, &sender, &key, &receipt("j@example.com"), Policy::AtMostOnce).await.unwrap();
-        let mut reworded = receipt("j@example.com");
-        reworded.text = "Your payment has been received.".into();
+        let key = marker("msg_10");
+        let first = send_once(&idem, &sender, &key, &email("j@example.com"), Policy::AtMostOnce).await.unwrap();
+        let mut reworded = email("j@example.com");
+        reworded.text = "Your order has been received.".into();
         let again = send_once(&idem, &sender, &key, &reworded, Policy::AtMostOnce).await.unwrap();
         assert_eq!(again, Outcome::Replayed(first.into_inner()));
-        let other = send_once(&idem, &sender, &key, &receipt("k@example.com"), Policy::AtMostOnce).await.unwrap_err();
+        let other = send_once(&idem, &sender, &key, &email("k@example.com"), Policy::AtMostOnce).await.unwrap_err();
         assert!(
             matches!(&other, Error::Idempotency(e) if e.kind() == effectively_once::ErrorKind::KeyReused),
             "{other}"
@@ -703,8 +731,8 @@ mod tests {
     async fn a_marker_hashing_the_whole_message_still_replays() {
         let (idem, _) = setup();
         let sender = RecordingSender::new();
-        let key = email_key("pay_11").unwrap();
-        let message = receipt("l@example.com");
+        let key = marker("msg_11");
+        let message = email("l@example.com");
         let Begin::Claimed(old) = idem.begin::<_, SendOutcome>(&key, &message).await.unwrap() else {
             panic!("claimed")
         };
@@ -730,8 +758,8 @@ mod tests {
                 }
             }
             let sender = RecordingSender::new();
-            let key = email_key("pay_12").unwrap();
-            let message = receipt("m@example.com");
+            let key = marker("msg_12");
+            let message = email("m@example.com");
             let first = send_once(&idem, &Slow(&sender, &clock), &key, &message, policy).await.unwrap();
             let sent = SendOutcome::Sent { message_id: "fake-1".into() };
             assert_eq!(first, Outcome::Fresh(sent.clone()), "{policy:?}");
@@ -746,8 +774,8 @@ mod tests {
     #[tokio::test]
     async fn a_late_answer_after_a_takeover_is_refused() {
         let (idem, clock) = setup();
-        let key = email_key("pay_13").unwrap();
-        let message = receipt("n@example.com");
+        let key = marker("msg_13");
+        let message = email("n@example.com");
         let Begin::Claimed(first) = begin_marker(&idem, &key, &message).await.unwrap() else { panic!("claimed") };
         clock.advance(Duration::from_secs(61));
         let taker = RecordingSender::new();
@@ -901,12 +929,12 @@ mod tests {
             eprintln!("MSG {}", SendError::from_ses(unmodeled(500, "InternalFailure"), FROM).message);
             let literal = SendError { kind: SendErrorKind::Rejected, message: "refused carol@example.com".into() };
             assert!(!literal.to_string().contains("carol") && !format!("{literal:?}").contains("carol"));
-            let message = receipt("dave@example.com");
+            let message = email("dave@example.com");
             assert!(!format!("{message:?}").contains("dave"), "{message:?}");
         }
 
         /// Sending paused: not recorded as the message's fate. The marker is released and the
-        /// send retried once the account sends again: one email, never a `Failed` receipt.
+        /// send retried once the account sends again: one email, never a `Failed` outcome.
         #[tokio::test]
         async fn a_paused_account_releases_the_marker_and_the_retry_sends() {
             for blocked in [
@@ -917,8 +945,8 @@ mod tests {
             ] {
                 let (idem, _) = setup();
                 let ses = ScriptedSes { errors: Mutex::new(VecDeque::from([blocked])), inner: RecordingSender::new() };
-                let key = email_key("pay_7").unwrap();
-                let message = receipt("g@example.com");
+                let key = marker("msg_7");
+                let message = email("g@example.com");
                 let err = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap_err();
                 assert!(err.is_retryable(), "{err}");
                 assert!(matches!(&err, Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
@@ -935,13 +963,13 @@ mod tests {
             let (idem, _) = setup();
             let refused = rejected("Email address is not verified. The following identities failed the check in region US-EAST-1: hank@example.com");
             let ses = ScriptedSes { errors: Mutex::new(VecDeque::from([refused])), inner: RecordingSender::new() };
-            let key = email_key("pay_8").unwrap();
-            let first = send_once(&idem, &ses, &key, &receipt("hank@example.com"), Policy::AtMostOnce).await.unwrap();
+            let key = marker("msg_8");
+            let first = send_once(&idem, &ses, &key, &email("hank@example.com"), Policy::AtMostOnce).await.unwrap();
             let Outcome::Fresh(SendOutcome::Failed { reason }) = &first else { panic!("{first:?}") };
             assert!(reason.contains("h***@example.com") && !reason.contains("hank"), "{reason}");
             let stored = idem.store().get(key.as_str()).await.unwrap().unwrap();
             assert!(!stored.response.unwrap_or_default().contains("hank"), "the stored reason is redacted");
-            let again = send_once(&idem, &ses, &key, &receipt("hank@example.com"), Policy::AtMostOnce).await.unwrap();
+            let again = send_once(&idem, &ses, &key, &email("hank@example.com"), Policy::AtMostOnce).await.unwrap();
             assert!(again.is_replay());
             assert!(ses.inner.sent().is_empty());
         }
@@ -954,8 +982,8 @@ mod tests {
                 errors: Mutex::new(VecDeque::from([unmodeled(500, "InternalFailure")])),
                 inner: RecordingSender::new(),
             };
-            let key = email_key("pay_9").unwrap();
-            let message = receipt("i@example.com");
+            let key = marker("msg_9");
+            let message = email("i@example.com");
             let first = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
             assert_eq!(first, Outcome::Fresh(SendOutcome::Ambiguous));
             clock.advance(Duration::from_secs(3600));

@@ -1,17 +1,16 @@
-//! The crate's errors: [`Error`], what an effect returns, which callers branch on by variant
-//! and ask [`is_retryable`](Error::is_retryable); and [`SendError`], an email provider's failure
-//! (re-exported from [`email`](crate::email), where senders produce it).
+//! The crate's errors: [`Error`], what a keyed effect returns, which callers branch on by
+//! variant and ask [`is_retryable`](Error::is_retryable); [`CallerError`], the caller's own
+//! error carried through it; and [`SendError`], an email provider's failure (re-exported from
+//! [`email`](crate::email), where senders produce it).
 //!
 //! Each chains once ([`ErrorChain`](effectively_once::ErrorChain) formats the chain): [`Error`]
-//! is transparent, its `Display` and `source()` those of the error it carries; [`SendError`] and
-//! [`InvalidPayment`] have no cause.
+//! and [`CallerError`] are transparent, their `Display` and `source()` those of the error they
+//! carry; [`SendError`] has no cause.
 
 use std::fmt;
 
 use effectively_once::{ErrorKind, StoreError};
 use effectively_once_redact::redact_emails;
-
-use crate::payment::InvalidPayment;
 
 /// Why an effect did not produce an outcome.
 ///
@@ -20,54 +19,73 @@ use crate::payment::InvalidPayment;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// The message is not a valid payment event. Permanent.
-    InvalidPayment(InvalidPayment),
-    /// The idempotency layer refused or failed (key reused, in progress elsewhere, ...): the
-    /// once-only record, a payment's or an email marker.
+    /// The idempotency layer refused or failed (key reused, in progress elsewhere, ...) for the
+    /// effect's once-only record (an email marker, say).
     Idempotency(effectively_once::Error),
-    /// The effect's own write failed: the ledger's transaction was throttled, could not be sent,
-    /// or was refused for this message's items (too many, too large, invalid).
+    /// The effect's own write failed: throttled, could not be sent, or refused for this
+    /// message's items (too many, too large, invalid).
     Store(StoreError),
     /// The email provider failed in a way that may pass on retry (its marker was released, unless
     /// the message says the marker is still held: its release failed too).
     Email(SendError),
+    /// The caller's own error, with the caller's word on whether a retry may pass
+    /// ([`Error::caller`]).
+    Caller(CallerError),
 }
 
 impl Error {
+    /// The caller's own `error` (a validation failure, a business rule, a client of its own),
+    /// carried through this crate's error so a handler has one error type to return and to
+    /// map to a record result; `retryable` says whether a later delivery of the same message
+    /// may succeed (false: a verdict on the message, reported permanent).
+    ///
+    /// ```
+    /// use effectively_once_effects::Error;
+    ///
+    /// let invalid = Error::caller("order_id: missing", false);
+    /// assert!(!invalid.is_retryable());
+    /// assert_eq!(invalid.to_string(), "order_id: missing");
+    /// let busy = Error::caller(std::io::Error::other("inventory service unavailable"), true);
+    /// assert!(busy.is_retryable());
+    /// ```
+    pub fn caller(error: impl Into<Box<dyn std::error::Error + Send + Sync>>, retryable: bool) -> Self {
+        Error::Caller(CallerError { error: error.into(), retryable })
+    }
+
     /// Whether a later delivery of the same message may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::InvalidPayment(_) => false,
             Error::Idempotency(error) => error.is_retryable(),
             Error::Store(error) => error.is_retryable(),
             Error::Email(error) => error.is_retryable(),
+            Error::Caller(error) => error.is_retryable(),
         }
     }
 
     /// Whether this is a verdict on the message itself, which no later delivery, moment,
-    /// operator or deploy changes: an invalid payment event, a key reused or invalid, the
-    /// effect's own write refused for good (its items too many, too large or invalid), a send
-    /// refused for good. A once-only record the store refuses or cannot read back (a marker
-    /// that no longer deserialises, a request the store calls invalid) is not: that is the
-    /// store's or the deployment's fault, not the message's.
+    /// operator or deploy changes: a key reused or invalid, the effect's own write refused for
+    /// good (its items too many, too large or invalid), a send refused for good, a caller's
+    /// error it called not retryable. A once-only record the store refuses or cannot read back
+    /// (a marker that no longer deserialises, a request the store calls invalid) is not: that
+    /// is the store's or the deployment's fault, not the message's.
     pub fn is_verdict_on_the_message(&self) -> bool {
         match self {
-            Error::InvalidPayment(_) => true,
             // A stored response too large to replay stays too large: every duplicate meets it.
             Error::Idempotency(error) => {
                 matches!(error.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge)
             }
             Error::Store(error) => !error.is_retryable(),
             Error::Email(error) => !error.is_retryable(),
+            Error::Caller(error) => !error.is_retryable(),
         }
     }
 
     fn inner(&self) -> &(dyn std::error::Error + 'static) {
         match self {
-            Error::InvalidPayment(error) => error,
             Error::Idempotency(error) => error,
             Error::Store(error) => error,
             Error::Email(error) => error,
+            Error::Caller(error) => error,
         }
     }
 }
@@ -81,12 +99,6 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.inner().source()
-    }
-}
-
-impl From<InvalidPayment> for Error {
-    fn from(error: InvalidPayment) -> Self {
-        Error::InvalidPayment(error)
     }
 }
 
@@ -114,16 +126,60 @@ impl From<SendError> for Error {
     }
 }
 
+impl From<CallerError> for Error {
+    fn from(error: CallerError) -> Self {
+        Error::Caller(error)
+    }
+}
+
+/// The caller's own error inside an [`Error`], made by [`Error::caller`]. Transparent: its
+/// `Display` and `source()` are the carried error's.
+#[derive(Debug)]
+pub struct CallerError {
+    error: Box<dyn std::error::Error + Send + Sync>,
+    retryable: bool,
+}
+
+impl CallerError {
+    /// Whether the caller said a later delivery may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// The caller's error, to inspect (`downcast_ref`).
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.error
+    }
+
+    /// The caller's error, given back.
+    pub fn into_inner(self) -> Box<dyn std::error::Error + Send + Sync> {
+        self.error
+    }
+}
+
+impl fmt::Display for CallerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for CallerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
 /// The one mapping of an effect's failure to a record's, for every function that runs effects
-/// under a batch driver (the payments consumer and the receipts relay):
+/// under a batch driver:
 ///
 /// - another attempt holds the key ([`ErrorKind::InProgress`]): in progress elsewhere, and a
 ///   later delivery replays its outcome;
-/// - a verdict on the message itself ([`Error::is_verdict_on_the_message`]): permanent;
+/// - a verdict on the message itself ([`Error::is_verdict_on_the_message`], a caller's error
+///   it called not retryable included): permanent;
 /// - anything else: retryable. Throttling, an unreachable store or provider, an account the
 ///   provider blocks, and a fault of the store or the deployment, which a moment, an operator
 ///   or a deploy fixes: reported permanent, the SQS FIFO driver would go on with the group
-///   past it and the stream driver past the receipt, for good.
+///   past it and the stream driver past the record, for good.
 ///
 /// The reason is the whole chain ([`ErrorChain`](effectively_once::ErrorChain)); no address
 /// is in it (send errors are redacted when made).
@@ -229,7 +285,7 @@ mod tests {
             Error::Idempotency(effectively_once::Error::from(store)),
             Error::from(effectively_once::Key::new("email", "").unwrap_err()),
             Error::Email(SendError::new(SendErrorKind::Throttled, "Maximum sending rate exceeded.")),
-            Error::InvalidPayment(InvalidPayment { field: Some("amount_cents"), problem: "not an integer".into() }),
+            Error::caller(std::io::Error::other("order_id: missing"), false),
         ];
         for err in &errors {
             let messages = chain(err);
@@ -265,10 +321,11 @@ mod tests {
         assert_eq!(retry(marker(StoreErrorKind::Other)), Retry::Retryable);
         assert_eq!(retry(marker(StoreErrorKind::Malformed)), Retry::Retryable);
         assert_eq!(retry(Error::from(effectively_once::Key::new("email", "").unwrap_err())), Retry::Permanent);
-        let invalid = InvalidPayment { field: Some("currency"), problem: "not ISO 4217".into() };
-        let err = RecordError::from(Error::from(invalid));
-        assert_eq!(err.retry, Retry::Permanent);
-        assert_eq!(err.reason, "invalid payment event: currency: not ISO 4217");
+        let invalid = RecordError::from(Error::caller("order_id: missing", false));
+        assert_eq!(invalid.retry, Retry::Permanent, "the caller's verdict on the message");
+        assert_eq!(invalid.reason, "order_id: missing");
+        let busy = RecordError::from(Error::caller(std::io::Error::other("inventory unavailable"), true));
+        assert_eq!(busy.retry, Retry::Retryable, "the caller said a retry may pass");
         for kind in [SendErrorKind::Blocked, SendErrorKind::Throttled, SendErrorKind::Unavailable] {
             assert_eq!(retry(Error::Email(SendError::new(kind, "no"))), Retry::Retryable, "{kind:?}");
         }

@@ -1,74 +1,46 @@
-//! Keyed side effects on the idempotency core: a ledger post that is exactly-once in one
-//! DynamoDB transaction, an email fenced by a marker record, and a transactional outbox.
+//! Keyed side effects on the idempotency core: each effect is fenced by a once-only record
+//! under a key the caller builds, so a duplicate delivery answers with the first outcome
+//! instead of acting twice. Today: a keyed email ([`send_once`], SES v2 behind the
+//! [`EmailSender`] trait).
 //!
 //! ```no_run
-//! use effectively_once_effects::{Ledger, PaymentEvent, Posting};
 //! use effectively_once_dynamodb::DynamoDbStore;
+//! use effectively_once_effects::{send_once, Config, EmailMessage, Idempotency, Key, Policy, SendOutcome, SesSender};
 //!
-//! # async fn example(client: aws_sdk_dynamodb::Client) -> Result<(), Box<dyn std::error::Error>> {
-//! let ledger = Ledger::new(DynamoDbStore::new(client, "idempotency"), "ledger", Some("outbox".into()));
-//! let event = PaymentEvent::parse(r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}"#)?;
-//! let outcome = ledger.post(&event).await?;
-//! assert!(matches!(outcome.response(), Posting::Applied | Posting::Rejected { .. }));
+//! # async fn example(dynamodb: aws_sdk_dynamodb::Client, ses: aws_sdk_sesv2::Client) -> Result<(), effectively_once_effects::Error> {
+//! let markers = Idempotency::new(DynamoDbStore::new(dynamodb, "idempotency"), Config::default());
+//! let sender = SesSender::new(ses, "orders@example.com");
+//! let key = Key::new("order-confirmation", "ord_0001")?;
+//! let message = EmailMessage { to: "alice@example.com".into(), subject: "Your order".into(), text: "Received.".into() };
+//! match send_once(&markers, &sender, &key, &message, Policy::default()).await?.into_inner() {
+//!     SendOutcome::Sent { message_id } => println!("sent: {message_id}"),
+//!     SendOutcome::Failed { reason } => println!("refused for good: {reason}"),
+//!     SendOutcome::Ambiguous => println!("may have been sent: not resent, for an operator"),
+//! }
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! # Ledger posts: exactly once, in one request
+//! Everything [`send_once`]'s signature names is re-exported here ([`Idempotency`], [`Key`],
+//! [`Store`], [`Outcome`], [`Config`]), so a user of this crate needs no other crate of the
+//! family to call it; a store comes from `effectively-once` (`InMemoryStore`) or
+//! `effectively-once-dynamodb` (`DynamoDbStore`).
 //!
-//! [`Ledger::post`] validates nothing itself: [`PaymentEvent::parse`] does, with an error naming
-//! the field (`event_id`, `account_id`, `amount_cents`, `currency`, `receipt_email`). Then one
-//! `TransactWriteItems` writes the ledger entry (`pk = account#{account_id}`,
-//! `sk = entry#{event_id}`, `amount_cents`, `currency`, `event_id`, `posted_at`), updates the
-//! balance item (`balance_cents`, `entry_count`, `currency`), writes the event's idempotency
-//! record `payments#{event_id}` in the idempotency table, and, when the event has a
-//! `receipt_email`, puts the outbox row. The record is keyed by the event id alone, so an event
-//! id takes effect once across the whole ledger: a duplicate, or the same id sent for another
-//! account or with another amount, currency or address, finds it, and its `ALL_OLD` image,
-//! returned in the cancellation reason, is the replay (or `KeyReused`), with no second read.
-//! Ledger records never expire, like the entries. The entry and the outbox row are conditional
-//! on their absence: nothing ever overwrites them. The balance update's condition is the
-//! business rule: a credit needs the account's currency (or no account yet); a debit needs the
-//! currency and `balance_cents >= -amount`. Which cancellation reason fired tells a duplicate
-//! (the record) from a rejection (the balance).
+//! # Keyed email: fenced by a marker
 //!
-//! | item | why it is in the transaction |
-//! |---|---|
-//! | idempotency record `payments#{event_id}` | one effect per event id across accounts; the replay; keeps a rejection rejected |
-//! | ledger entry | the effect |
-//! | balance update | the effect; its condition is the business rule |
-//! | outbox row (with `receipt_email`) | the receipt is sent if and only if the payment applied |
-//!
-//! What these cost in write units per message, first and duplicate, against the Powertools
-//! pattern, is in the [cost model](https://github.com/effectively-once/effectively-once/blob/main/docs/cost-model.md) (units modelled by
-//! [`WriteUnits`](effectively_once_dynamodb::WriteUnits), requests measured by
-//! [`RequestCounter`](effectively_once_dynamodb::RequestCounter)).
-//!
-//! A rejection posts nothing; it is recorded as a completed record `payments#{event_id}` under
-//! the same key and condition, so a concurrent duplicate that applied the payment after a credit
-//! arrived wins and its answer stands, and a rejected debit's duplicate stays rejected after
-//! funds arrive. Transaction conflicts between concurrent duplicates are retried: one commits,
-//! the rest replay. More than 100 actions, an item over 400 KB or a transaction over 4 MB is
-//! refused before sending, with the limit in the message. On a standard queue a debit that
-//! arrives before its funding credit is rejected for good: [delivery order](https://github.com/effectively-once/effectively-once/blob/main/docs/ordering.md)
-//! says why, and how a FIFO queue (message group = account) removes it.
-//!
-//! # Receipt email: fenced by a marker
-//!
-//! [`send_once`] claims the marker `email#{event_id}`, sends through an [`EmailSender`]
+//! [`send_once`] claims the marker under the caller's key (a prefix naming the email and the
+//! event's business id, [`email`] says how to choose it), sends through an [`EmailSender`]
 //! ([`SesSender`] for SES v2, `RecordingSender` for tests, with the `test-util` feature), and
-//! completes the marker with
-//! SES's message id. SES's answers are classified in one place (`SendError::from_ses` in
-//! [`email`]):
+//! completes the marker with SES's message id. SES's answers are classified in one place
+//! (`SendError::from_ses` in [`email`]):
 //!
 //! - throttled: the marker is released and the retry sends;
 //! - refused for the account or configuration (sending paused, account suspended, sender or
 //!   mail-from domain not verified, configuration set or identity not found, quota spent,
 //!   credentials or IAM refused): no verdict on the message, so the marker is released and the
-//!   record retried, and the relay raises it for an operator (an `EmailBlocked` EMF metric and
-//!   an error log);
+//!   record retried; the caller raises it for an operator ([`SendErrorKind::Blocked`]);
 //! - refused for this message (`MessageRejected` for its recipient, an invalid request):
-//!   recorded as failed, the row marked `FAILED`, not retried;
+//!   recorded as [`SendOutcome::Failed`], not retried;
 //! - ambiguous (a 5xx, a timeout, a connection broken after the request left): SES may have
 //!   accepted it.
 //!
@@ -76,81 +48,45 @@
 //! before the marker completed), follow the [`Policy`]:
 //!
 //! - [`Policy::AtMostOnce`] (**default**): never resend; an ambiguous answer is recorded
-//!   ambiguous at once, and a dead attempt's marker by the attempt that takes it over after the
-//!   lease; the relay marks the row `AMBIGUOUS`, acks the record and raises it (an
-//!   `EmailAmbiguous` metric and an error log). A payment receipt sent twice looks like a double
-//!   charge to a customer, while the window is milliseconds wide, so a missing receipt is rare,
-//!   visible, and fixable by hand from SES's sending events.
-//! - [`Policy::AtLeastOnce`]: the takeover resends. No receipt is lost; a duplicate is possible
+//!   [`SendOutcome::Ambiguous`] at once, and a dead attempt's marker by the attempt that takes
+//!   it over after the lease, with an error log for an operator. An email sent twice (a
+//!   receipt, a confirmation) looks like a bug to its reader, while the window is milliseconds
+//!   wide, so a missing email is rare, visible, and fixable by hand from SES's sending events.
+//! - [`Policy::AtLeastOnce`]: the takeover resends. No email is lost; a duplicate is possible
 //!   only in that window. For messages whose loss costs more than a copy.
 //!
-//! A stream retry that finds a dead attempt's marker (its sandbox crashed) waits the lease out
-//! within its own invocation when it ends before the deadline, rather than failing the record
-//! until the stream's few retries run out and the row stays `PENDING`. Addresses are redacted
-//! (`a***@example.com`) in logs, in every send error (SES echoes the refused address), in stored
-//! failure reasons and in `Debug` output.
+//! Addresses are redacted (`a***@example.com`) in logs, in every send error (SES echoes the
+//! refused address), in stored failure reasons and in `Debug` output.
 //!
-//! # Outbox
+//! # Errors
 //!
-//! The outbox row (`OUTBOX_TABLE`, key `pk = receipt#{event_id}`, stream with new images)
-//! carries what the receipt needs: `event_id`, `account_id`, `amount_cents`, `currency`,
-//! `receipt_email`, `created_at`, `status = PENDING`. The relay reads the [`ReceiptRow`] out of
-//! the stream record and marks the row `SENT` (with `message_id`), `FAILED` or `AMBIGUOUS`
-//! through an [`Outbox`] ([`outbox`]).
+//! One error type, [`Error`]: the once-only record's ([`Error::Idempotency`]), an effect's own
+//! write ([`Error::Store`]), the provider's ([`Error::Email`]), and the caller's own
+//! ([`Error::caller`], with its word on whether a retry may pass), so a handler that runs
+//! effects returns one type. [`Error::is_retryable`] answers "retry or give up?"; with the
+//! `lambda` feature, `RecordError::from` maps it to a batch driver's record result.
 //!
 //! # Features
 //!
-//! - `lambda`: [`ReceiptRow::from_stream_record`] (a DynamoDB Streams record of
-//!   `aws_lambda_events`) and the one mapping of an [`Error`] to a batch driver's record result
+//! - `lambda`: the one mapping of an [`Error`] to a batch driver's record result
 //!   (`impl From<Error> for effectively_once_lambda::RecordError`).
-//! - `test-util`: `RecordingSender` (a fake sender that records and fails as scripted) and
-//!   `tables` (the ledger and outbox tables, for tests and the local AWS).
+//! - `test-util`: `RecordingSender` (a fake sender that records and fails as scripted).
 //!
 //! # Guarantees
 //!
 //! | effect | guarantee | survives |
 //! |---|---|---|
-//! | ledger entry and balance | exactly once per event id | duplicate deliveries, producer retries with new message ids, DLQ redrive, concurrent consumers, a crash at any point (the transaction is all or nothing), a lost response (the retry finds the entry) |
-//! | rejection (overdraft, currency) | the same answer for every duplicate, within the 14-day window | duplicates after the balance changed; a duplicate racing the rejection |
-//! | outbox row | written if and only if the payment applied, once | everything the ledger survives |
-//! | receipt email, at most once | never two emails per event; ambiguous cases flagged | duplicates, throttling and account-level refusals (released and retried), a 5xx or lost answer and a crash after SES accepted (flagged, not resent) |
-//! | receipt email, at least once | never a lost email; a copy only in the ambiguous window | duplicates, throttling, a crash before or after SES accepted (resent after the lease) |
+//! | email, at most once | never two emails per key; ambiguous cases flagged | duplicates, throttling and account-level refusals (released and retried), a 5xx or lost answer and a crash after SES accepted (flagged, not resent) |
+//! | email, at least once | never a lost email; a copy only in the ambiguous window | duplicates, throttling, a crash before or after SES accepted (resent after the lease) |
 #![warn(missing_docs)]
 
 pub mod email;
 mod error;
-pub mod ledger;
-pub mod outbox;
-mod payment;
-#[cfg(feature = "test-util")]
-pub mod tables;
-mod time;
 
 #[cfg(any(test, feature = "test-util"))]
 pub use crate::email::RecordingSender;
-pub use crate::email::{redact_email, send_once, EmailMessage, EmailSender, Policy, SendOutcome, SesSender};
-pub use crate::error::Error;
-pub use crate::ledger::{Balance, Ledger, Migration, Posting, Rejection};
-pub use crate::outbox::{Outbox, OutboxRow, ReceiptRow, RowStatus};
-pub use crate::payment::{InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
-pub use crate::time::rfc3339;
-
-/// What the disable switch (`POWERTOOLS_IDEMPOTENCY_DISABLED`, `IDEMPOTENCY_DISABLED`) does to
-/// the effects here: nothing. [`Ledger::post`] and [`send_once`] keep their once-only conditions
-/// whatever `config` says: a ledger entry and an email marker are the business invariant, not a
-/// cache, and an environment variable left set in production must not post a payment twice or
-/// send a receipt twice. Only `Idempotency::run` (and what is built on it: `wrap`, the tower
-/// layer) honours the switch.
-///
-/// Returns whether the switch is on, after logging a warning that says so; a binary calls it at
-/// cold start with the config it built from the environment (`Config::from_env`).
-pub fn warn_if_disabled(config: &effectively_once::Config) -> bool {
-    if config.is_disabled() {
-        tracing::warn!(
-            variables = ?effectively_once::DISABLED_VARS,
-            "the idempotency disable switch is set: it does NOT switch off the ledger's once-only posting or the \
-             receipt email's once-only marker (the business invariant); only Idempotency::run and its layer honour it"
-        );
-    }
-    config.is_disabled()
-}
+pub use crate::email::{
+    redact_email, send_once, EmailMessage, EmailSender, Policy, SendError, SendErrorKind, SendOutcome, SesSender,
+};
+pub use crate::error::{CallerError, Error};
+pub use effectively_once::{Config, Idempotency, Key, KeyError, Outcome, Store};

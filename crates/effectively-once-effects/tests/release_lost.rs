@@ -14,8 +14,9 @@ use effectively_once::{
     Claim, Completion, Config, Idempotency, InMemoryStore, ManualClock, Outcome, Record, Status, Store, StoreError,
     StoreErrorKind,
 };
-use effectively_once_effects::email::{email_key, SendError, SendErrorKind};
-use effectively_once_effects::{send_once, EmailMessage, Error, Policy, RecordingSender, SendOutcome};
+use effectively_once_effects::{
+    send_once, EmailMessage, Error, Key, Policy, RecordingSender, SendError, SendErrorKind, SendOutcome,
+};
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -136,7 +137,7 @@ async fn a_failed_release_after_a_definite_failure_still_sends() {
         let (idem, clock) = setup([fault]);
         let sender = RecordingSender::new();
         sender.fail_next(throttled());
-        let key = email_key("pay_r2").unwrap();
+        let key = Key::new("email", "msg_r2").unwrap();
 
         let first = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap_err();
         assert!(matches!(&first, Error::Email(e) if e.kind == SendErrorKind::Throttled), "{fault:?}: {first}");
@@ -164,7 +165,7 @@ async fn a_retry_that_finds_the_marker_claimed_afresh_within_the_lease_is_done()
     let (idem, _) = setup([Fault::AnswerLostThenClaimed]);
     let sender = RecordingSender::new();
     sender.fail_next(throttled());
-    let key = email_key("pay_r3").unwrap();
+    let key = Key::new("email", "msg_r3").unwrap();
     let err = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap_err();
     assert!(matches!(&err, Error::Email(e) if e.kind == SendErrorKind::Throttled), "{err}");
     assert!(!err.to_string().contains("held"), "released: {err}");
@@ -181,7 +182,7 @@ async fn a_retry_that_finds_the_marker_taken_over_after_the_lease_reports_it_hel
     let (idem, _) = setup([Fault::NotLandedThenTakenOver]);
     let sender = RecordingSender::new();
     sender.fail_next(throttled());
-    let key = email_key("pay_r4").unwrap();
+    let key = Key::new("email", "msg_r4").unwrap();
     let err = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
     assert!(matches!(&err, Error::Email(e) if e.kind == SendErrorKind::Throttled), "{err}");
@@ -198,7 +199,7 @@ async fn a_release_that_keeps_failing_says_the_marker_is_held() {
     let (idem, clock) = setup([Fault::NotLanded, Fault::NotLanded, Fault::NotLanded]);
     let sender = RecordingSender::new();
     sender.fail_next(SendError::new(SendErrorKind::Blocked, "Sending paused for r@example.com"));
-    let key = email_key("pay_r5").unwrap();
+    let key = Key::new("email", "msg_r5").unwrap();
     let err = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap_err();
     assert_eq!(idem.store().releases(), 3, "three tries");
     assert!(err.is_retryable(), "{err}");

@@ -10,8 +10,8 @@
 use effectively_once_redact::redact_emails;
 use proptest::prelude::*;
 
-/// The contract's rule, as `valid_email` in crates/effectively-once-effects/src/payment.rs states it (this crate
-/// cannot depend on `effectively-once-effects`): one `@`, a local part, a dotted domain, no whitespace or control
+/// The contract's rule, as `valid_email` in crates/payments/src/payment.rs states it (this crate
+/// cannot depend on `payments`): one `@`, a local part, a dotted domain, no whitespace or control
 /// character, at most 254 bytes.
 fn valid_email(s: &str) -> bool {
     let Some((local, domain)) = s.split_once('@') else { return false };

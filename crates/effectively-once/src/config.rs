@@ -135,15 +135,16 @@ impl Config {
     /// running the handler again is what a debugging session wants. The two-phase API
     /// ([`begin`](crate::Idempotency::begin) / [`complete`](crate::Idempotency::complete) /
     /// [`release`](crate::Idempotency::release)) ignores it, and so do the effects built on it
-    /// or on a store directly: in `effectively-once-effects`, a ledger post (`Ledger::post`, one
-    /// transaction whose conditions are the uniqueness of the payment) and a receipt email's
-    /// marker (`send_once`). Their conditions are the business invariant, not a cache: a
-    /// variable left set in production must not post a payment twice or send a receipt twice.
+    /// or on a store directly: a keyed email's marker (`effectively_once_effects::send_once`)
+    /// and, in the payments showcase, a ledger post (`payments::Ledger::post`, one transaction
+    /// whose conditions are the uniqueness of the payment). Their conditions are the business
+    /// invariant, not a cache: a variable left set in production must not post a payment twice
+    /// or send a receipt twice.
     ///
     /// The shipped functions (`payments-consumer`, `receipts-relay`) build their config with
     /// [`from_env`](Self::from_env), so the switch is read there; as they run nothing but a
     /// ledger post and an email marker, it switches nothing off, and they log a warning at cold
-    /// start that says so (`effectively_once_effects::warn_if_disabled`).
+    /// start that says so (`payments::warn_if_disabled`).
     pub fn with_disabled(mut self, disabled: bool) -> Self {
         self.disabled = disabled;
         self

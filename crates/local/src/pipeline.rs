@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::{EmailSender, Ledger, Policy, SesSender};
+use effectively_once_effects::{EmailSender, Policy, SesSender};
+use payments::Ledger;
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
 

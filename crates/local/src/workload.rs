@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use effectively_once_effects::{PaymentEvent, Rejection};
+use payments::{PaymentEvent, Rejection};
 use serde_json::json;
 
 use crate::error::{Result, ResultExt};

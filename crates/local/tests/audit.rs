@@ -5,10 +5,10 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::{Ledger, PaymentEvent};
 use local::invariants::audit;
 use local::resources::{self, Clients};
 use local::workload::{Kind, Plan, Sent};
+use payments::{Ledger, PaymentEvent};
 
 fn sent(id: &str, account: &str, amount: i64, kind: Kind) -> Sent {
     let event = PaymentEvent {

@@ -9,10 +9,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Record, Status};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
-use effectively_once_effects::{EmailMessage, EmailSender, Ledger, PaymentEvent, SendOutcome, SesSender};
+use effectively_once_effects::{EmailMessage, EmailSender, SendOutcome, SesSender};
 use local::invariants::{audit, Audit};
 use local::resources::{self, Clients, Resources, RECEIPT_FROM};
 use local::workload::{Kind, Plan, Sent};
+use payments::{Ledger, PaymentEvent};
 
 fn receipts_hold(found: &Audit) -> bool {
     found.checks.iter().find(|c| c.name.starts_with("one receipt per applied event")).unwrap().ok
@@ -46,7 +47,7 @@ async fn mark_row(clients: &Clients, r: &Resources, event_id: &str, status: &str
         .dynamodb
         .update_item()
         .table_name(&r.outbox_table)
-        .key("pk", AttributeValue::S(effectively_once_effects::outbox::row_key(event_id)))
+        .key("pk", AttributeValue::S(payments::outbox::row_key(event_id)))
         .update_expression("SET #s = :a")
         .expression_attribute_names("#s", "status")
         .expression_attribute_values(":a", AttributeValue::S(status.into()))

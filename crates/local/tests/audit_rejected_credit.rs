@@ -8,10 +8,10 @@
 use effectively_once::{Record, Status};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
-use effectively_once_effects::{Ledger, PaymentEvent, Posting, Rejection};
 use local::invariants::audit;
 use local::resources::{self, Clients};
 use local::workload::{Kind, Plan, Sent};
+use payments::{Ledger, PaymentEvent, Posting, Rejection};
 
 #[tokio::test]
 async fn a_rejected_funding_credit_fails_an_invariant() {

@@ -5,10 +5,10 @@ use std::process::Command;
 
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::Ledger;
 use local::esm;
 use local::resources::{self, Clients};
 use local::workload;
+use payments::Ledger;
 
 #[tokio::test]
 async fn a_process_killed_after_the_commit_and_before_the_ack_applies_nothing_twice() {

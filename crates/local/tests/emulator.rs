@@ -9,13 +9,13 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::SqsMessage;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::{Ledger, PaymentEvent};
 use effectively_once_lambda::{sqs, streams, RecordError, RecordResult};
 use local::esm::{self, Emulator, SqsMapping, StreamMapping};
 use local::invariants::sent_emails;
 use local::invoke::{InProcess, SqsFunction, StreamFunction};
 use local::resources::{self, Clients, Resources};
 use local::{workload, Pipeline};
+use payments::{Ledger, PaymentEvent};
 
 async fn setup() -> (Clients, Resources) {
     let clients = Clients::local().await;
@@ -201,7 +201,7 @@ async fn a_receipt_row_with_attributes_of_every_type_is_relayed() {
     let to = format!("all@{run}.example.com");
     let mut e = PaymentEvent::parse(&payment(&format!("pay-{run}"), "acct-t", 10)).unwrap();
     e.receipt_email = Some(to.clone());
-    let mut item = effectively_once_effects::outbox::row_item(&e, &to, "2026-11-18T11:06:40.123Z");
+    let mut item = payments::outbox::row_item(&e, &to, "2026-11-18T11:06:40.123Z");
     item.extend([
         ("blob".to_owned(), Av::B(Blob::new(vec![0u8, 1, 2]))),
         ("numbers".to_owned(), Av::Ns(vec!["1".into(), "2.5".into()])),
@@ -231,7 +231,7 @@ async fn a_receipt_row_with_attributes_of_every_type_is_relayed() {
         .dynamodb
         .get_item()
         .table_name(&r.outbox_table)
-        .key("pk", Av::S(effectively_once_effects::outbox::row_key(&e.event_id)))
+        .key("pk", Av::S(payments::outbox::row_key(&e.event_id)))
         .consistent_read(true)
         .send()
         .await

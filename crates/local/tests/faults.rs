@@ -7,13 +7,11 @@ use aws_sdk_dynamodb::config::{Credentials, Region};
 use effectively_once::{Config, Idempotency, ManualClock, Outcome};
 use effectively_once_dynamodb::testing::{endpoint, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::email::email_key;
-use effectively_once_effects::{
-    send_once, EmailMessage, Ledger, PaymentEvent, Policy, Posting, SendOutcome, SesSender,
-};
+use effectively_once_effects::{send_once, EmailMessage, Policy, SendOutcome, SesSender};
 use local::invariants::sent_emails;
 use local::proxy::{Fault, Proxy, ScriptedFaults};
 use local::resources::{self, Clients};
+use payments::{receipt_key, Ledger, PaymentEvent, Posting};
 
 async fn sdk_through(proxy: &Proxy) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
@@ -77,7 +75,7 @@ async fn a_lost_ses_answer_is_ambiguous_and_never_resent_at_most_once() {
     let ses = SesSender::new(aws_sdk_sesv2::Client::new(&sdk), resources::RECEIPT_FROM);
     let to = format!("{}@example.com", unique_name("lost"));
     let message = EmailMessage { to: to.clone(), subject: "Receipt".into(), text: "Paid".into() };
-    let key = email_key(&unique_name("pay")).unwrap();
+    let key = receipt_key(&unique_name("pay")).unwrap();
     // The lost answer is recorded ambiguous at once (no retry waits for a lease).
     let first = send_once(&markers, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();
     assert_eq!(first, Outcome::Fresh(SendOutcome::Ambiguous));

@@ -12,11 +12,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::{EmailSender, Ledger, PaymentEvent, Policy, SesSender};
+use effectively_once_effects::{EmailSender, Policy, SesSender};
 use local::esm::{self, StreamMapping};
 use local::invariants::sent_emails;
 use local::invoke::{InProcess, StreamFunction};
 use local::resources::{self, Clients, Resources};
+use payments::{Ledger, PaymentEvent};
 use receipts_relay::{Alerts, Receipts};
 
 const FROM: &str = "receipts@example.com";
@@ -54,7 +55,7 @@ async fn row_status(clients: &Clients, r: &Resources, event_id: &str) -> Option<
         .dynamodb
         .get_item()
         .table_name(&r.outbox_table)
-        .key("pk", AttributeValue::S(effectively_once_effects::outbox::row_key(event_id)))
+        .key("pk", AttributeValue::S(payments::outbox::row_key(event_id)))
         .consistent_read(true)
         .send()
         .await
@@ -102,7 +103,7 @@ async fn a_deleted_row_does_not_take_the_receipts_behind_it_down() {
         .dynamodb
         .delete_item()
         .table_name(&r.outbox_table)
-        .key("pk", AttributeValue::S(effectively_once_effects::outbox::row_key(&posted[0].0)))
+        .key("pk", AttributeValue::S(payments::outbox::row_key(&posted[0].0)))
         .send()
         .await
         .unwrap();

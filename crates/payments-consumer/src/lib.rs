@@ -4,8 +4,8 @@
 use aws_lambda_events::event::sqs::SqsMessage;
 use effectively_once::{Config, Outcome};
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::{Ledger, PaymentEvent, Posting};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
+use payments::{Ledger, PaymentEvent, Posting};
 
 /// The function's name in metrics where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent.
 pub const FUNCTION: &str = "payments-consumer";
@@ -21,7 +21,7 @@ pub struct Env {
     pub outbox_table: Option<String>,
     /// [`Config::from_env_with`]: the disable switch (`POWERTOOLS_IDEMPOTENCY_DISABLED`) is read,
     /// and the ledger ignores it: a post keeps its once-only condition whatever the environment
-    /// says ([`effectively_once_effects::warn_if_disabled`], which `main` calls at cold start).
+    /// says ([`payments::warn_if_disabled`], which `main` calls at cold start).
     pub config: Config,
 }
 
@@ -71,8 +71,7 @@ impl Payments {
 impl effectively_once_lambda::sqs::Handler for Payments {
     async fn handle(&self, message: &SqsMessage, _deadline_ms: Option<u64>) -> RecordResult {
         let body = message.body.as_deref().ok_or_else(|| RecordError::permanent("message has no body"))?;
-        let event =
-            PaymentEvent::parse(body).map_err(|e| RecordError::from(effectively_once_effects::Error::from(e)))?;
+        let event = PaymentEvent::parse(body).map_err(|e| RecordError::from(payments::Error::from(e)))?;
         tracing::Span::current().record("event_id", event.event_id.as_str());
         // The post is one transaction: no lease to bound by the deadline.
         match self.ledger.post(&event).await {

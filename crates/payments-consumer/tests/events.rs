@@ -2,16 +2,16 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_effects::Ledger;
 use effectively_once_lambda::sqs::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
+use payments::Ledger;
 use payments_consumer::Payments;
 
 async fn handler() -> Payments {
     let (store, _) = fresh_store().await;
     let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    effectively_once_effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    effectively_once_effects::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
+    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
     Payments::new(Ledger::new(store, ledger, Some(outbox)))
 }
 

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::Ledger;
 use effectively_once_lambda::sqs::{process, Options};
 use effectively_once_lambda::RecordResult;
 use lambda_runtime::{Context, LambdaEvent};
+use payments::Ledger;
 use payments_consumer::Payments;
 
 fn fifo_message(id: &str, group: &str, body: &str) -> serde_json::Value {
@@ -66,8 +66,8 @@ fn group(account: &str, credit_id: &str, debit_id: &str) -> Vec<serde_json::Valu
 async fn a_configuration_fault_on_a_credit_holds_the_debit_behind_it() {
     let (store, _) = fresh_store().await;
     let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    effectively_once_effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    effectively_once_effects::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
+    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
     let account = unique_name("acct");
     let (credit_id, debit_id) = (unique_name("credit"), unique_name("debit"));
 
@@ -96,8 +96,8 @@ async fn a_server_error_on_a_credit_holds_the_debit_behind_it() {
         effectively_once_dynamodb::testing::answering(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
     let (store, _) = fresh_store().await;
     let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    effectively_once_effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    effectively_once_effects::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
+    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
         .endpoint_url(format!("http://127.0.0.1:{port}"))
         .build();

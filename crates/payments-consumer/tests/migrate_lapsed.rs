@@ -8,13 +8,13 @@
 
 use effectively_once::{Outcome, Record, Status};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_effects::{Ledger, PaymentEvent, Posting};
+use payments::{Ledger, PaymentEvent, Posting};
 
 #[tokio::test]
 async fn a_lapsed_rejection_still_in_the_table_is_made_permanent() {
     let (store, _) = fresh_store().await;
     let ledger_table = unique_name("ledger");
-    effectively_once_effects::tables::create_ledger_table(store.client(), &ledger_table).await.unwrap();
+    payments::tables::create_ledger_table(store.client(), &ledger_table).await.unwrap();
     let ledger = Ledger::new(store.clone(), ledger_table, None);
     let account = unique_name("acct");
     let debit_id = unique_name("debit");
@@ -26,8 +26,7 @@ async fn a_lapsed_rejection_still_in_the_table_is_made_permanent() {
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     // 0.1.0 hashed payloads under version 1 (bare hex).
     let hash = effectively_once::Config::default().payload_hash(&debit).unwrap().v1().to_owned();
-    let rejected =
-        Posting::Rejected { reason: effectively_once_effects::Rejection::InsufficientFunds { balance_cents: 0 } };
+    let rejected = Posting::Rejected { reason: payments::Rejection::InsufficientFunds { balance_cents: 0 } };
     let record = Record {
         id: format!("payments#{debit_id}"),
         status: Status::Completed,

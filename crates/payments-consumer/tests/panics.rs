@@ -3,17 +3,17 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_effects::Ledger;
 use effectively_once_lambda::sqs::{process, Handler, Options};
 use effectively_once_lambda::RecordResult;
 use lambda_runtime::{Context, LambdaEvent};
+use payments::Ledger;
 use payments_consumer::Payments;
 
 async fn payments() -> Payments {
     let (store, _) = fresh_store().await;
     let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    effectively_once_effects::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    effectively_once_effects::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
+    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
     Payments::new(Ledger::new(store, ledger, Some(outbox)))
 }
 

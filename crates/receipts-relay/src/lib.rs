@@ -10,9 +10,10 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
 use effectively_once::{Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::email::{email_key, redact_emails, SendErrorKind};
-use effectively_once_effects::{rfc3339, send_once, EmailSender, Outbox, Policy, ReceiptRow, RowStatus, SendOutcome};
+use effectively_once_effects::email::{redact_emails, SendErrorKind};
+use effectively_once_effects::{send_once, EmailSender, Policy, SendOutcome};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
+use payments::{receipt_key, rfc3339, Outbox, ReceiptRow, RowStatus};
 
 pub use crate::alerts::{Alert, Alerts};
 
@@ -42,7 +43,7 @@ pub struct Env {
     pub receipt_from: String,
     /// [`Config::from_env_with`]: the disable switch (`POWERTOOLS_IDEMPOTENCY_DISABLED`) is read,
     /// and the email markers ignore it: a receipt keeps its once-only marker whatever the
-    /// environment says ([`effectively_once_effects::warn_if_disabled`], which `main` calls at
+    /// environment says ([`payments::warn_if_disabled`], which `main` calls at
     /// cold start).
     pub config: Config,
 }
@@ -222,7 +223,8 @@ impl<E: EmailSender> effectively_once_lambda::streams::Handler for Receipts<E> {
 impl<E: EmailSender> Receipts<E> {
     /// Sends `row`'s receipt once and marks the row.
     async fn relay(&self, row: &ReceiptRow, deadline_ms: Option<u64>) -> RecordResult {
-        let key = email_key(&row.event_id).map_err(|e| RecordError::from(effectively_once_effects::Error::from(e)))?;
+        let key =
+            receipt_key(&row.event_id).map_err(|e| RecordError::from(effectively_once_effects::Error::from(e)))?;
         let markers = match deadline_ms {
             Some(deadline) => self.markers.with_deadline(deadline),
             None => self.markers.clone(),

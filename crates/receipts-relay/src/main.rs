@@ -13,7 +13,7 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let env = Env::from_env()?;
     // The switch is honoured by nothing this function runs: say so once, at cold start.
-    effectively_once_effects::warn_if_disabled(&env.config);
+    payments::warn_if_disabled(&env.config);
     // Namespace, `Function` dimension and service read from the environment once, here; the
     // alerts go where the batch metrics go.
     let options = Options::new(FUNCTION);

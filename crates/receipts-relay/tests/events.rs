@@ -8,9 +8,10 @@ use std::time::Duration;
 use aws_lambda_events::event::dynamodb::Event;
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::testing::{emails_to, fresh_store, unique_name};
-use effectively_once_effects::{Ledger, PaymentEvent, Policy};
+use effectively_once_effects::Policy;
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
+use payments::{Ledger, PaymentEvent};
 use receipts_relay::Receipts;
 
 #[tokio::test]
@@ -18,8 +19,8 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
     let (store, _) = fresh_store().await;
     let client = store.client().clone();
     let (ledger_table, outbox_table) = (unique_name("ledger"), unique_name("outbox"));
-    effectively_once_effects::tables::create_ledger_table(&client, &ledger_table).await.unwrap();
-    effectively_once_effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
+    payments::tables::create_ledger_table(&client, &ledger_table).await.unwrap();
+    payments::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
 
     // The sample stream event, for a recipient of this test's own.
     let to = format!("{}@example.com", unique_name("alice"));

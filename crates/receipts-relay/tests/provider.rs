@@ -21,11 +21,12 @@ use common::{verified_ses, Pending};
 use effectively_once::{Begin, Idempotency, ManualClock, Store};
 use effectively_once_dynamodb::testing::{emails_to, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::email::{email_key, SendError};
+use effectively_once_effects::email::SendError;
 use effectively_once_effects::{EmailMessage, EmailSender, Policy, SendOutcome, SesSender};
 use effectively_once_lambda::streams::{process, Handler, Options};
 use effectively_once_lambda::Retry;
 use lambda_runtime::{Context, LambdaEvent};
+use payments::receipt_key;
 use receipts_relay::{Alert, Receipts, MARKER_LEASE};
 
 /// A payment's outbox row on fresh tables, its stream record, and a relay's parts.
@@ -75,7 +76,7 @@ impl Setup {
 
     /// An attempt claimed the marker, SES accepted the email, and the attempt died holding it.
     async fn died_after_sending(&self, ses: &SesSender) {
-        let key = email_key(&self.event_id).unwrap();
+        let key = receipt_key(&self.event_id).unwrap();
         let message = self.message();
         let Begin::Claimed(dead) = self.markers.begin::<_, SendOutcome>(&key, &message).await.unwrap() else {
             panic!("fresh marker")
@@ -86,7 +87,7 @@ impl Setup {
 
     /// The marker's stored response, if any.
     async fn marker(&self) -> Option<effectively_once::Record> {
-        self.markers.store().get(email_key(&self.event_id).unwrap().as_str()).await.unwrap()
+        self.markers.store().get(receipt_key(&self.event_id).unwrap().as_str()).await.unwrap()
     }
 }
 

@@ -4,10 +4,10 @@
 mod common;
 
 use common::Pending;
-use effectively_once_effects::email::email_key;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
+use payments::receipt_key;
 
 /// The event's marker records a receipt to another recipient (same key, another address: a
 /// producer bug, an edited redrive): key reuse, which no retry changes.
@@ -20,7 +20,7 @@ async fn key_reuse_marks_the_row_failed_redacted_and_the_stream_goes_on() {
     let mut other = p.receipt().message();
     other.to = "first.recipient@example.com".into();
     let first = RecordingSender::new();
-    send_once(&markers, &first, &email_key(event_id).unwrap(), &other, Policy::AtMostOnce).await.unwrap();
+    send_once(&markers, &first, &receipt_key(event_id).unwrap(), &other, Policy::AtMostOnce).await.unwrap();
 
     let sender = RecordingSender::new();
     let relay = common::relay(markers.clone(), &sender, &p.outbox_table, Policy::AtMostOnce);

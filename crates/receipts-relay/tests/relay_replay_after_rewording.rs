@@ -11,10 +11,10 @@
 mod common;
 
 use common::Pending;
-use effectively_once_effects::email::email_key;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
+use payments::receipt_key;
 
 #[tokio::test]
 async fn a_replay_after_a_wording_change_is_a_duplicate() {
@@ -25,7 +25,7 @@ async fn a_replay_after_a_wording_change_is_a_duplicate() {
     let mut earlier = p.receipt().message();
     earlier.text = earlier.text.replace(" was credited ", " has been credited ");
     let old_sender = RecordingSender::new();
-    let key = email_key(&p.event_id).unwrap();
+    let key = receipt_key(&p.event_id).unwrap();
     send_once(&markers, &old_sender, &key, &earlier, Policy::AtMostOnce).await.unwrap();
     assert_eq!(old_sender.sent().len(), 1);
 

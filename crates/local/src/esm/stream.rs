@@ -398,7 +398,7 @@ fn read(r: &aws_sdk_dynamodbstreams::types::Record, stream_arn: &str) -> Result<
 /// record", <https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html>).
 fn failure_record(mapping: &StreamMapping, shard: &Shard, batch: &[Read], condition: Condition) -> Value {
     let now = mapping.now();
-    let arrival = |r: Option<&Read>| r?.created_secs.map(|s| effectively_once_effects::rfc3339(s as u64 * 1000));
+    let arrival = |r: Option<&Read>| r?.created_secs.map(|s| payments::rfc3339(s as u64 * 1000));
     let mut response_context = json!({"statusCode": 200, "executedVersion": "$LATEST"});
     if shard.function_error {
         response_context["functionError"] = json!("Unhandled");
@@ -412,7 +412,7 @@ fn failure_record(mapping: &StreamMapping, shard: &Shard, batch: &[Read], condit
         },
         "responseContext": response_context,
         "version": "1.0",
-        "timestamp": effectively_once_effects::rfc3339(now.as_millis() as u64),
+        "timestamp": payments::rfc3339(now.as_millis() as u64),
         "DDBStreamBatchInfo": {
             "shardId": shard.id,
             "startSequenceNumber": batch.first().map(|r| &r.sequence),

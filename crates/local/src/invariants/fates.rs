@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use effectively_once_effects::{PaymentEvent, Posting, Rejection};
+use payments::{PaymentEvent, Posting, Rejection};
 
 use super::read::{s, ReadBack};
 use super::Check;

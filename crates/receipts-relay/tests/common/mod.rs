@@ -9,8 +9,9 @@ use aws_lambda_events::event::dynamodb::Event;
 use effectively_once::{Config, Idempotency, ManualClock};
 use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::outbox::row_item;
-use effectively_once_effects::{EmailSender, Outbox, OutboxRow, PaymentEvent, Policy, ReceiptRow, SesSender};
+use effectively_once_effects::{EmailSender, Policy, SesSender};
+use payments::outbox::row_item;
+use payments::{Outbox, OutboxRow, PaymentEvent, ReceiptRow};
 use receipts_relay::{Alerts, Receipts, MARKER_LEASE};
 
 /// When the ledger wrote the row, as the sample stream record shows it.
@@ -44,7 +45,7 @@ impl Pending {
         let (store, _) = fresh_store().await;
         let client = store.client().clone();
         let outbox_table = unique_name("outbox");
-        effectively_once_effects::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
+        payments::tables::create_outbox_table(&client, &outbox_table).await.unwrap();
         let event_id = unique_name("pay");
         let to = format!("{}@example.com", unique_name(who));
         let mut payment = PaymentEvent::parse(&format!(

@@ -147,7 +147,7 @@ impl Ledger {
         match self.store.commit_once(&commit, now_ms).await? {
             Committed::Fresh => Ok(Outcome::Fresh(Posting::Applied)),
             Committed::Exists(record) => Ok(Outcome::Replayed(record.replay(&hash)?)),
-            Committed::ConditionFailed { write: BALANCE, item } => {
+            Committed::ConditionFailed { write, item, .. } if write == BALANCE => {
                 let posting = Posting::Rejected { reason: rejection(event, item.as_ref()) };
                 self.record_rejection(event, &key, hash, posting, now_ms).await
             }
@@ -155,7 +155,7 @@ impl Ledger {
             // entries (a carried record), or the record was deleted by hand. The entry is the
             // effect, so it answers: the same amount and currency is a duplicate, anything else
             // reuses the key.
-            Committed::ConditionFailed { write: ENTRY, item: Some(item) } => {
+            Committed::ConditionFailed { write, item: Some(item), .. } if write == ENTRY => {
                 let record = carried_from_item(&item).unwrap_or_else(|_| Record {
                     id: key.as_str().to_owned(),
                     status: Status::Completed,

@@ -2,7 +2,7 @@
 //! a decimal that is not an integer but rounds to one in a double is refused, not posted rounded
 //! (review of issue 12).
 
-use effectively_once_effects::PaymentEvent;
+use payments::PaymentEvent;
 
 fn parse(amount: &str) -> Result<i64, String> {
     let body = format!(r#"{{"event_id": "e", "account_id": "a", "amount_cents": {amount}, "currency": "USD"}}"#);

@@ -5,7 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::email::redact_email;
+use effectively_once_redact::redact_email;
 
 /// Largest absolute amount, in cents.
 pub const MAX_AMOUNT_CENTS: i64 = 1_000_000_000_000;
@@ -72,10 +72,10 @@ impl PaymentEvent {
     ///
     /// ```
     /// let body = r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}"#;
-    /// let event = effectively_once_effects::PaymentEvent::parse(body).unwrap();
+    /// let event = payments::PaymentEvent::parse(body).unwrap();
     /// assert_eq!(event.amount_cents, 1250);
     ///
-    /// let err = effectively_once_effects::PaymentEvent::parse(r#"{"event_id": "p", "account_id": "a", "amount_cents": 0, "currency": "USD"}"#).unwrap_err();
+    /// let err = payments::PaymentEvent::parse(r#"{"event_id": "p", "account_id": "a", "amount_cents": 0, "currency": "USD"}"#).unwrap_err();
     /// assert_eq!(err.field, Some("amount_cents"));
     /// ```
     pub fn parse(body: &str) -> Result<PaymentEvent, InvalidPayment> {

@@ -14,8 +14,8 @@ use effectively_once::{StoreError, StoreErrorKind};
 use effectively_once_dynamodb::{classify, DynamoDbStore};
 use serde::Deserialize;
 
-use crate::email::{redact_email, redact_emails};
 use crate::payment::PaymentEvent;
+use effectively_once_redact::{redact_email, redact_emails};
 
 /// The row's partition key attribute (S): `receipt#{event_id}`.
 pub(crate) const KEY: &str = "pk";
@@ -157,10 +157,10 @@ impl ReceiptRow {
     }
 
     /// The receipt email for this row.
-    pub fn message(&self) -> crate::email::EmailMessage {
+    pub fn message(&self) -> effectively_once_effects::EmailMessage {
         let (verb, amount) =
             if self.amount_cents >= 0 { ("credited", self.amount_cents) } else { ("debited", -self.amount_cents) };
-        crate::email::EmailMessage {
+        effectively_once_effects::EmailMessage {
             to: self.receipt_email.clone(),
             subject: format!("Receipt for payment {}", self.event_id),
             text: format!(

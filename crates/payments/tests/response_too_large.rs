@@ -1,9 +1,9 @@
-//! The one `From<effects::Error> for RecordError` mapping keeps what the payments consumer did
+//! The one `From<payments::Error> for RecordError` mapping keeps what the payments consumer did
 //! before it (review of issue 13): an answer no retry can change stays permanent.
 
 use effectively_once::{Config, ErrorKind, Record, Status};
-use effectively_once_effects::{Error, Posting};
 use effectively_once_lambda::{RecordError, Retry};
+use payments::{Error, Posting};
 
 /// A payment's once-only record completed without its response (`ResponseTooLarge`, which its
 /// own docs call permanent: "duplicates get this error too"). At 0582c91 the payments consumer

@@ -1,0 +1,218 @@
+//! The payments errors: [`Error`], what a ledger post or a payment's parse returns, which
+//! callers branch on by variant and ask [`is_retryable`](Error::is_retryable).
+//!
+//! It chains once ([`ErrorChain`](effectively_once::ErrorChain) formats the chain): [`Error`]
+//! is transparent, its `Display` and `source()` those of the error it carries;
+//! [`InvalidPayment`] has no cause.
+
+use std::fmt;
+
+use effectively_once::{ErrorKind, StoreError};
+
+use crate::payment::InvalidPayment;
+
+/// Why a payment did not produce an outcome.
+///
+/// Transparent: its `Display` is the carried error's message and its `source()` that error's
+/// cause, so a chain shows each message once.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The message is not a valid payment event. Permanent.
+    InvalidPayment(InvalidPayment),
+    /// The idempotency layer refused or failed (key reused, in progress elsewhere, ...) for the
+    /// payment's once-only record.
+    Idempotency(effectively_once::Error),
+    /// The ledger's own write failed: its transaction was throttled, could not be sent, or was
+    /// refused for this message's items (too many, too large, invalid).
+    Store(StoreError),
+    /// The receipt's keyed email failed (`effectively_once_effects::send_once`).
+    Receipt(effectively_once_effects::Error),
+}
+
+impl Error {
+    /// Whether a later delivery of the same message may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::InvalidPayment(_) => false,
+            Error::Idempotency(error) => error.is_retryable(),
+            Error::Store(error) => error.is_retryable(),
+            Error::Receipt(error) => error.is_retryable(),
+        }
+    }
+
+    /// Whether this is a verdict on the message itself, which no later delivery, moment,
+    /// operator or deploy changes: an invalid payment event, a key reused or invalid, the
+    /// ledger's own write refused for good (its items too many, too large or invalid), a
+    /// receipt refused for good. A once-only record the store refuses or cannot read back is
+    /// not: that is the store's or the deployment's fault, not the message's.
+    pub fn is_verdict_on_the_message(&self) -> bool {
+        match self {
+            Error::InvalidPayment(_) => true,
+            // A stored response too large to replay stays too large: every duplicate meets it.
+            Error::Idempotency(error) => {
+                matches!(error.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge)
+            }
+            Error::Store(error) => !error.is_retryable(),
+            Error::Receipt(error) => error.is_verdict_on_the_message(),
+        }
+    }
+
+    fn inner(&self) -> &(dyn std::error::Error + 'static) {
+        match self {
+            Error::InvalidPayment(error) => error,
+            Error::Idempotency(error) => error,
+            Error::Store(error) => error,
+            Error::Receipt(error) => error,
+        }
+    }
+
+    /// The same failure as a keyed effect's, for the family's one record mapping: an invalid
+    /// payment is the caller's error, not retryable.
+    #[cfg(feature = "lambda")]
+    fn into_effect(self) -> effectively_once_effects::Error {
+        match self {
+            Error::InvalidPayment(error) => effectively_once_effects::Error::caller(error, false),
+            Error::Idempotency(error) => effectively_once_effects::Error::Idempotency(error),
+            Error::Store(error) => effectively_once_effects::Error::Store(error),
+            Error::Receipt(error) => error,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.inner(), f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner().source()
+    }
+}
+
+impl From<InvalidPayment> for Error {
+    fn from(error: InvalidPayment) -> Self {
+        Error::InvalidPayment(error)
+    }
+}
+
+impl From<effectively_once::Error> for Error {
+    fn from(error: effectively_once::Error) -> Self {
+        Error::Idempotency(error)
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(error: StoreError) -> Self {
+        Error::Store(error)
+    }
+}
+
+impl From<effectively_once::KeyError> for Error {
+    fn from(error: effectively_once::KeyError) -> Self {
+        Error::Idempotency(error.into())
+    }
+}
+
+impl From<effectively_once_effects::Error> for Error {
+    fn from(error: effectively_once_effects::Error) -> Self {
+        Error::Receipt(error)
+    }
+}
+
+/// The payments functions' mapping of a failure to a record's (the payments consumer and the
+/// receipts relay): the family's one mapping (`From<effectively_once_effects::Error>`), with
+/// an invalid payment a verdict on the message:
+///
+/// - another attempt holds the key ([`ErrorKind::InProgress`]): in progress elsewhere, and a
+///   later delivery replays its outcome;
+/// - a verdict on the message itself ([`Error::is_verdict_on_the_message`]): permanent;
+/// - anything else: retryable. Throttling, an unreachable store or provider, an account the
+///   provider blocks, and a fault of the store or the deployment, which a moment, an operator
+///   or a deploy fixes: reported permanent, the SQS FIFO driver would go on with the group
+///   past it and the stream driver past the receipt, for good.
+///
+/// The reason is the whole chain ([`ErrorChain`](effectively_once::ErrorChain)); no address
+/// is in it (send errors are redacted when made).
+#[cfg(feature = "lambda")]
+impl From<Error> for effectively_once_lambda::RecordError {
+    fn from(error: Error) -> Self {
+        effectively_once_lambda::RecordError::from(error.into_effect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use effectively_once::{ErrorChain, StoreErrorKind};
+    use effectively_once_effects::{SendError, SendErrorKind};
+
+    use super::*;
+
+    /// The messages of `err` and of each of its causes, outermost first.
+    fn chain(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+        std::iter::successors(Some(err), |e| e.source()).map(ToString::to_string).collect()
+    }
+
+    /// No message in the chain repeats another's, and the formatted chain shows each once.
+    #[test]
+    fn every_error_chains_once() {
+        let io = std::io::Error::other("connection reset by peer");
+        let store = StoreError::new(StoreErrorKind::Unavailable, "DynamoDB TransactWriteItems failed").with_source(io);
+        let errors = [
+            Error::Store(
+                StoreError::new(StoreErrorKind::Unavailable, "DynamoDB GetItem failed")
+                    .with_source(std::io::Error::other("timed out")),
+            ),
+            Error::Idempotency(effectively_once::Error::from(store)),
+            Error::from(effectively_once::Key::new("payments", "").unwrap_err()),
+            Error::Receipt(SendError::new(SendErrorKind::Throttled, "Maximum sending rate exceeded.").into()),
+            Error::InvalidPayment(InvalidPayment { field: Some("amount_cents"), problem: "not an integer".into() }),
+        ];
+        for err in &errors {
+            let messages = chain(err);
+            for (i, outer) in messages.iter().enumerate() {
+                for inner in &messages[i + 1..] {
+                    assert!(!outer.contains(inner.as_str()), "{outer:?} repeats {inner:?}: {messages:?}");
+                }
+            }
+            let formatted = ErrorChain(err).to_string();
+            for message in &messages {
+                assert_eq!(formatted.matches(message.as_str()).count(), 1, "{message:?} in {formatted:?}");
+            }
+        }
+        assert_eq!(
+            ErrorChain(&errors[1]).to_string(),
+            "idempotency store failed: store Unavailable: DynamoDB TransactWriteItems failed: connection reset by peer"
+        );
+        assert_eq!(errors[1].to_string(), "idempotency store failed", "transparent: the carried error's own message");
+    }
+
+    #[cfg(feature = "lambda")]
+    #[test]
+    fn payments_errors_map_to_record_errors_as_effect_errors_do() {
+        use effectively_once_lambda::{RecordError, Retry};
+        let retry = |e: Error| RecordError::from(e).retry;
+        let fault = |kind| Error::Store(StoreError::new(kind, "refused"));
+        assert_eq!(retry(fault(StoreErrorKind::Other)), Retry::Permanent, "the ledger's own write refused");
+        assert_eq!(retry(fault(StoreErrorKind::TooLarge)), Retry::Permanent);
+        assert_eq!(retry(fault(StoreErrorKind::Throttled)), Retry::Retryable);
+        assert_eq!(retry(fault(StoreErrorKind::Misconfigured)), Retry::Retryable);
+        // A once-only record the store refuses: the store's fault, not the message's.
+        let record = |kind| Error::Idempotency(effectively_once::Error::from(StoreError::new(kind, "refused")));
+        assert_eq!(retry(record(StoreErrorKind::Other)), Retry::Retryable);
+        assert_eq!(retry(record(StoreErrorKind::Malformed)), Retry::Retryable);
+        assert_eq!(retry(Error::from(effectively_once::Key::new("payments", "").unwrap_err())), Retry::Permanent);
+        let invalid = InvalidPayment { field: Some("currency"), problem: "not ISO 4217".into() };
+        let err = RecordError::from(Error::from(invalid));
+        assert_eq!(err.retry, Retry::Permanent);
+        assert_eq!(err.reason, "invalid payment event: currency: not ISO 4217");
+        for kind in [SendErrorKind::Blocked, SendErrorKind::Throttled, SendErrorKind::Unavailable] {
+            assert_eq!(retry(Error::Receipt(SendError::new(kind, "no").into())), Retry::Retryable, "{kind:?}");
+        }
+        assert_eq!(retry(Error::Receipt(SendError::new(SendErrorKind::Rejected, "no").into())), Retry::Permanent);
+        let chained = RecordError::from(record(StoreErrorKind::Unavailable));
+        assert_eq!(chained.reason, "idempotency store failed: store Unavailable: refused", "the whole chain");
+    }
+}
