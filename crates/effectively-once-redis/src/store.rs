@@ -174,8 +174,9 @@ impl RedisStore {
         &self.key_prefix
     }
 
-    /// Store calls sent so far by this store and its clones (one round trip each, but for a
-    /// script's one-time load after the server lost its script cache).
+    /// Store calls sent so far by this store and its clones, a resend after a dropped connection
+    /// included (one round trip each, but for a script's one-time load after the server lost
+    /// its script cache).
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
@@ -196,9 +197,28 @@ impl RedisStore {
         end_ms.saturating_sub(now_ms).saturating_add(grace).clamp(1, MAX_TTL_MS)
     }
 
-    fn sent(&self) -> ConnectionManager {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        self.connection.clone()
+    /// Runs `script`, sending it once more if the connection turned out dead before an answer
+    /// (after a Lambda sandbox was frozen, a failover, an idle timeout): the client reconnects
+    /// on such an error but does not resend. Resending is safe because each script is
+    /// idempotent for its owner: a claim that landed meets its own record, a completion its own
+    /// completed record, a release the record gone.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        what: &str,
+        script: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            match script.invoke_async(&mut self.connection.clone()).await {
+                Ok(value) => return Ok(value),
+                Err(e) if tries == 1 && (e.is_connection_dropped() || e.is_io_error()) => {
+                    tracing::debug!(error = %e, "redis {what}: connection lost; sending once more");
+                }
+                Err(e) => return Err(store_error(what, e)),
+            }
+        }
     }
 }
 
@@ -257,18 +277,16 @@ fn verdict(id: &str, code: i64) -> Result<(), StoreError> {
 impl Store for RedisStore {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
         let end_ms = window_end_ms(record.expiration_s).max(record.lease_expires_at_ms);
-        let (written, old): (i64, Vec<Vec<u8>>) = CLAIM
-            .key(self.key(&record.id))
+        let mut script = CLAIM.key(self.key(&record.id));
+        script
             .arg(now_ms)
             .arg(now_ms / 1000)
             .arg(self.ttl_ms(end_ms, now_ms))
             .arg(record.lease_expires_at_ms)
             .arg(record.expiration_s)
             .arg(&record.payload_hash)
-            .arg(&record.owner)
-            .invoke_async(&mut self.sent())
-            .await
-            .map_err(|e| store_error("claim", e))?;
+            .arg(&record.owner);
+        let (written, old): (i64, Vec<Vec<u8>>) = self.invoke("claim", &script).await?;
         match (written, old.is_empty()) {
             (1, true) => Ok(Claim::Acquired { replaced: None }),
             (1, false) => match parse(&record.id, old) {
@@ -284,35 +302,30 @@ impl Store for RedisStore {
 
     async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
         let ttl = self.ttl_ms(window_end_ms(completion.expiration_s), completion.now_ms);
-        let code: i64 = COMPLETE
-            .key(self.key(id))
+        let mut script = COMPLETE.key(self.key(id));
+        script
             .arg(owner)
             .arg(completion.now_ms)
             .arg(ttl)
             .arg(completion.expiration_s)
             .arg(if completion.response.is_some() { "1" } else { "0" })
-            .arg(completion.response.unwrap_or(""))
-            .invoke_async(&mut self.sent())
-            .await
-            .map_err(|e| store_error("complete", e))?;
-        verdict(id, code)
+            .arg(completion.response.unwrap_or(""));
+        verdict(id, self.invoke("complete", &script).await?)
     }
 
     async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
-        let code: i64 = RELEASE
-            .key(self.key(id))
-            .arg(owner)
-            .invoke_async(&mut self.sent())
-            .await
-            .map_err(|e| store_error("release", e))?;
+        let mut script = RELEASE.key(self.key(id));
+        script.arg(owner);
+        let code: i64 = self.invoke("release", &script).await?;
         // The release script says 3 for a completed record; complete's 3 is a lease ended.
         verdict(id, if code == 3 { 5 } else { code })
     }
 
     async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let fields: Vec<Vec<u8>> = redis::cmd("HGETALL")
             .arg(self.key(id))
-            .query_async(&mut self.sent())
+            .query_async(&mut self.connection.clone())
             .await
             .map_err(|e| store_error("get", e))?;
         if fields.is_empty() {

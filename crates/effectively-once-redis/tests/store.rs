@@ -171,3 +171,26 @@ async fn prefixes_keep_records_apart() {
     assert_eq!(claimed, Claim::Acquired { replaced: None });
     tokio::time::timeout(Duration::from_secs(5), store.get("p")).await.unwrap().unwrap().unwrap();
 }
+
+/// The server drops our connection (an idle timeout, a frozen Lambda sandbox, a failover): the
+/// next calls go through, on a new connection, with nothing lost or doubled.
+#[tokio::test]
+async fn a_dropped_connection_is_survived() {
+    let store = common::fresh_store("dropped").await;
+    let killer = common::fresh_store("killer").await;
+    let idem = Idempotency::new(store.clone(), Config::default());
+    let key = Key::new("t", "dropped").unwrap();
+    idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(1u32) }).await.unwrap();
+    let id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut store.connection()).await.unwrap();
+    let killed: i64 =
+        redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query_async(&mut killer.connection()).await.unwrap();
+    assert_eq!(killed, 1);
+    let replay = idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(2u32) }).await.unwrap();
+    assert_eq!(replay, Outcome::Replayed(1));
+    let other = Key::new("t", "after-drop").unwrap();
+    assert_eq!(
+        idem.run(&other, &json!(1), || async { Ok::<_, std::io::Error>(3u32) }).await.unwrap(),
+        Outcome::Fresh(3)
+    );
+    assert_eq!(store.get(other.as_str()).await.unwrap().unwrap().status, Status::Completed);
+}
