@@ -1,0 +1,23 @@
+//! Lambda entry point: `IDEMPOTENCY_TABLE` and `PROJECTIONS_TABLE` from the environment, the
+//! client built once, then the Streams driver (INSERT records only, its default).
+// The handler future (commit once inside the stream driver) nests deeper than the default limit.
+#![recursion_limit = "256"]
+
+use effectively_once::{Config, Idempotency};
+use effectively_once_dynamodb::{DynamoDbStore, Table};
+use effectively_once_lambda::streams::{self, Options};
+use effectively_once_lambda::Error;
+use streams_consumer::Projector;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let var = |name: &str| std::env::var(name).map_err(|_| format!("environment variable {name} is not set"));
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), var("IDEMPOTENCY_TABLE")?);
+    let handler = Projector {
+        idempotency: Idempotency::new(store, Config::from_env()),
+        projections: Table::new(var("PROJECTIONS_TABLE")?, "pk"),
+    };
+    streams::run(handler, Options::new("streams-consumer")).await
+}
