@@ -15,9 +15,18 @@ use redis::RedisError;
 /// - anything else: `Other`.
 pub fn classify(error: &RedisError) -> StoreErrorKind {
     use redis::ErrorKind as K;
-    match error.code() {
+    // Before Redis 7, an error raised by a command inside a script comes back as `ERR Error
+    // running script ... WRONGTYPE ...`: the command's own code is inside the message.
+    let code = match (error.code(), error.detail()) {
+        (Some("ERR"), Some(detail)) if detail.contains("script") => {
+            KNOWN.iter().copied().find(|code| detail.contains(&format!("{code} "))).or(Some("ERR"))
+        }
+        (code, _) => code,
+    };
+    match code {
         Some("BUSY" | "TRYAGAIN") => return StoreErrorKind::Throttled,
-        Some("LOADING" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN") => return StoreErrorKind::Unavailable,
+        // OOM: maxmemory reached under `noeviction`; writes resume once keys expire or memory grows.
+        Some("LOADING" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "OOM") => return StoreErrorKind::Unavailable,
         Some("NOAUTH" | "WRONGPASS" | "NOPERM" | "MOVED" | "ASK" | "CROSSSLOT") => {
             return StoreErrorKind::Misconfigured
         }
@@ -34,6 +43,21 @@ pub fn classify(error: &RedisError) -> StoreErrorKind {
         _ => StoreErrorKind::Other,
     }
 }
+
+/// The server codes [`classify`] tells apart.
+const KNOWN: [&str; 11] = [
+    "BUSY",
+    "TRYAGAIN",
+    "LOADING",
+    "MASTERDOWN",
+    "READONLY",
+    "CLUSTERDOWN",
+    "NOAUTH",
+    "WRONGPASS",
+    "NOPERM",
+    "OOM",
+    "WRONGTYPE",
+];
 
 /// A [`StoreError`] for `error`, met while doing `what`.
 pub(crate) fn store_error(what: &str, error: RedisError) -> StoreError {
@@ -62,10 +86,27 @@ mod tests {
             ("NOPERM", StoreErrorKind::Misconfigured),
             ("MOVED", StoreErrorKind::Misconfigured),
             ("WRONGTYPE", StoreErrorKind::Malformed),
+            ("OOM", StoreErrorKind::Unavailable),
             ("SOMETHINGNEW", StoreErrorKind::Other),
         ] {
             assert_eq!(classify(&server(code)), kind, "{code}");
         }
+    }
+
+    /// Redis before 7 wraps a script's command error in `ERR Error running script`.
+    #[test]
+    fn codes_inside_a_script_error() {
+        let wrapped = |inner: &str| {
+            make_extension_error(
+                "ERR".to_owned(),
+                Some(format!(
+                    "Error running script (call to f_0123): @user_script:10: {inner} Operation against a key"
+                )),
+            )
+        };
+        assert_eq!(classify(&wrapped("WRONGTYPE")), StoreErrorKind::Malformed);
+        assert_eq!(classify(&wrapped("OOM")), StoreErrorKind::Unavailable);
+        assert_eq!(classify(&wrapped("@something")), StoreErrorKind::Other);
     }
 
     #[test]
