@@ -167,8 +167,10 @@ impl<S: Store> Idempotency<S> {
     /// drivers read it ([`lambda_deadline_ms`]): `0` (`Context::default()` in tests) or a
     /// duration (`cargo lambda watch` sends `600000`). The configured lease then bounds the
     /// attempt; such a value does not refuse every record.
-    pub fn with_deadline(&self, deadline_ms: u64) -> Self {
-        Idempotency { deadline_ms: lambda_deadline_ms(deadline_ms), ..self.clone() }
+    ///
+    /// Takes the context's `u64` or a batch driver's `Option<u64>` (`None`: unknown) alike.
+    pub fn with_deadline(&self, deadline_ms: impl Into<Option<u64>>) -> Self {
+        Idempotency { deadline_ms: deadline_ms.into().and_then(lambda_deadline_ms), ..self.clone() }
     }
 
     /// The store.

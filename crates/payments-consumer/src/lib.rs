@@ -89,6 +89,11 @@ impl effectively_once_lambda::sqs::Handler for Payments {
         }
     }
 
+    /// The payment's span: its `event_id`, recorded once the body parses.
+    fn span(&self, _message: &SqsMessage) -> tracing::Span {
+        tracing::info_span!("payment", event_id = tracing::field::Empty)
+    }
+
     /// The event id: an in-batch duplicate runs after the first copy and is answered from it,
     /// instead of finding it in progress and going back to the queue. An unparseable body has
     /// none (it fails on its own in `handle`).

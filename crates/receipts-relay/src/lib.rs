@@ -201,6 +201,11 @@ impl Receipts<effectively_once_effects::SesSender> {
 }
 
 impl<E: EmailSender> effectively_once_lambda::streams::Handler for Receipts<E> {
+    /// The receipt's span: its `event_id`, recorded once the row is read.
+    fn span(&self, _record: &EventRecord) -> tracing::Span {
+        tracing::info_span!("receipt", event_id = tracing::field::Empty)
+    }
+
     async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
         let row =
             ReceiptRow::from_stream_record(record).map_err(|e| RecordError::permanent(ErrorChain(&e).to_string()))?;
