@@ -70,7 +70,9 @@
 //!
 //! - `lambda`: the one mapping of an [`Error`] to a batch driver's record result
 //!   (`impl From<Error> for effectively_once_lambda::RecordError`).
-//! - `test-util`: `RecordingSender` (a fake sender that records and fails as scripted).
+//! - `test-util`: `testing`, the helpers tests need in one place: SQS and DynamoDB Streams event
+//!   builders, tables with any key schema and a verified SES sender on the local AWS, the emails
+//!   the local SES recorded, and `RecordingSender` (a fake sender that records and fails as scripted).
 //!
 //! # Guarantees
 //!
@@ -82,6 +84,8 @@
 
 pub mod email;
 mod error;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 #[cfg(any(test, feature = "test-util"))]
 pub use crate::email::RecordingSender;
