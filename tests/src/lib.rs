@@ -142,11 +142,4 @@ impl LedgerHarness {
     }
 }
 
-pub use effectively_once_dynamodb::testing::emails_to;
-
-/// An SES v2 client for the test endpoint, with `from` verified as a sender.
-pub async fn ses_sender(from: &str) -> effectively_once_effects::SesSender {
-    let client = aws_sdk_sesv2::Client::new(&sdk_config().await);
-    client.create_email_identity().email_identity(from).send().await.expect("verify sender identity");
-    effectively_once_effects::SesSender::new(client, from)
-}
+pub use effectively_once_effects::testing::{emails_to, ses_sender};

@@ -88,7 +88,7 @@ async fn an_unverified_sender_is_retried_not_recorded_as_the_messages_fate() {
     assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released");
     assert!(emails_to(&to).is_empty());
 
-    client.create_email_identity().email_identity(&from).send().await.unwrap();
+    effectively_once_effects::testing::verify_sender(&client, &from).await;
     let retry = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })), "{retry:?}");
     assert_eq!(emails_to(&to).len(), 1);

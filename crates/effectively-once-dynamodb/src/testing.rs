@@ -80,27 +80,3 @@ pub async fn fresh_store() -> (DynamoDbStore, RequestCounter) {
     counter.reset();
     (DynamoDbStore::new(client, table), counter)
 }
-
-/// Every email the project's local AWS accepted through SES, oldest first, as
-/// `infra/local/serve.py` reports them at `GET /_local-aws/ses/messages` (`id`, `source`,
-/// `destinations`, `subject`, `body`). Only the project's local AWS serves this route.
-pub fn sent_emails() -> Result<Vec<serde_json::Value>, String> {
-    use std::io::{Read, Write};
-    let endpoint = endpoint();
-    let host = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
-    let mut stream = std::net::TcpStream::connect(&host).map_err(|e| format!("local AWS at {host}: {e}"))?;
-    write!(stream, "GET /_local-aws/ses/messages HTTP/1.0\r\nHost: {host}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).map_err(|e| e.to_string())?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    let data: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("sent emails: {e}"))?;
-    Ok(data["messages"].as_array().cloned().unwrap_or_default())
-}
-
-/// The emails the local AWS accepted for `recipient`.
-pub fn emails_to(recipient: &str) -> Vec<serde_json::Value> {
-    let sent = sent_emails().expect("the local AWS lists the emails it sent");
-    sent.into_iter()
-        .filter(|m| m["destinations"]["ToAddresses"].as_array().is_some_and(|to| to.iter().any(|a| a == recipient)))
-        .collect()
-}

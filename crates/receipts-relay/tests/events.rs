@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::Event;
 use effectively_once::{Config, Idempotency};
-use effectively_once_dynamodb::testing::{emails_to, fresh_store, unique_name};
+use effectively_once_dynamodb::testing::{fresh_store, unique_name};
+use effectively_once_effects::testing::emails_to;
 use effectively_once_effects::Policy;
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};

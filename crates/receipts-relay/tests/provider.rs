@@ -19,9 +19,10 @@ use aws_sdk_sesv2::types::error::{
 };
 use common::{verified_ses, Pending};
 use effectively_once::{Begin, Idempotency, ManualClock, Store};
-use effectively_once_dynamodb::testing::{emails_to, sdk_config, unique_name};
+use effectively_once_dynamodb::testing::{sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::SendError;
+use effectively_once_effects::testing::{emails_to, verify_sender};
 use effectively_once_effects::{EmailMessage, EmailSender, Policy, SendOutcome, SesSender};
 use effectively_once_lambda::streams::{process, Handler, Options};
 use effectively_once_lambda::Retry;
@@ -175,7 +176,7 @@ async fn an_unverified_sender_holds_receipts_back_until_it_is_verified() {
     assert_eq!(relay.alerts().count(Alert::EmailBlocked), 2);
     assert!(emails_to(&s.to).is_empty());
 
-    client.create_email_identity().email_identity(&from).send().await.unwrap();
+    verify_sender(&client, &from).await;
     assert!(s.deliver(&relay, Context::default()).await.is_empty());
     assert_eq!(s.row_status().await, "SENT");
     assert_eq!(emails_to(&s.to).len(), 1);

@@ -13,8 +13,8 @@ mod common;
 
 use common::Pending;
 use effectively_once::ManualClock;
-use effectively_once_dynamodb::testing::emails_to;
 use effectively_once_effects::email::SendError;
+use effectively_once_effects::testing::emails_to;
 use effectively_once_effects::{EmailMessage, EmailSender, Policy, SesSender};
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};

@@ -135,7 +135,7 @@ pub async fn audit(pipeline: &Pipeline, plan: &Plan, run: &str, ambiguous_explai
 
 /// Recipients of every email the local SES accepted.
 pub fn sent_emails() -> Result<Vec<String>> {
-    Ok(effectively_once_dynamodb::testing::sent_emails()?
+    Ok(effectively_once_effects::testing::sent_emails()?
         .iter()
         .flat_map(|m| m["destinations"]["ToAddresses"].as_array().cloned().unwrap_or_default())
         .filter_map(|a| a.as_str().map(str::to_owned))

@@ -105,9 +105,7 @@ pub fn relay<E: EmailSender>(
 
 /// A sender on the local SES with `from` verified.
 pub async fn verified_ses(from: &str) -> SesSender {
-    let client = aws_sdk_sesv2::Client::new(&sdk_config().await);
-    client.create_email_identity().email_identity(from).send().await.unwrap();
-    SesSender::new(client, from)
+    effectively_once_effects::testing::ses_sender(from).await
 }
 
 /// A DynamoDB client whose requests go to `127.0.0.1:port` (a fake or a proxy).
