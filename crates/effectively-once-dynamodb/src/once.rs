@@ -105,6 +105,10 @@ pub enum Otherwise<R> {
         /// Whether the item shows this payload's effect.
         same_payload: bool,
     },
+    /// The item holds the record of an earlier delivery (a carried record, say, read with
+    /// [`carried_from_item`](crate::carried_from_item)): it answers, as a record the claim met
+    /// would (a replay, or key reuse when its payload hash differs).
+    Recorded(Record),
 }
 
 type OtherwiseFn<R> = Box<dyn FnOnce(Option<&Item>) -> Otherwise<R> + Send>;
@@ -356,6 +360,7 @@ impl CommitOnce for Idempotency<DynamoDbStore> {
                         };
                         other.replay::<R>(&hash).map(Outcome::Replayed)
                     }
+                    Otherwise::Recorded(earlier) => earlier.replay::<R>(&hash).map(Outcome::Replayed),
                     Otherwise::Answer(answer) => {
                         let json = response_json(&answer, config.max_response_bytes())?;
                         let recorded = record(key, hash.to_string(), Some(json), expiration_s);

@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use effectively_once::{Config, HashVersion, Key, Outcome, PayloadHash, Record, Status, StoreError, StoreErrorKind};
+use effectively_once::{Config, HashVersion, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
 use effectively_once_dynamodb::{
-    attr, carried, carried_from_item, classify, Commit, Committed, DynamoDbStore, Placement, Write, WriteUnits,
+    attr, carried, carried_from_item, classify, CommitOnce, Committed, DynamoDbStore, Otherwise, Table, Tx, WriteUnits,
     NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
@@ -19,9 +19,6 @@ use crate::time::rfc3339;
 
 /// The key prefix of payment records: `payments#{event_id}`.
 pub const PREFIX: &str = "payments";
-const ENTRY: &str = "entry";
-const BALANCE: &str = "balance";
-const OUTBOX: &str = "outbox";
 
 /// What posting a payment did. Stored, so a duplicate gets the same answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,38 +98,65 @@ pub struct Balance {
 /// an event id lasts as long as its entry, at the price of one small item of storage per event.
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    store: DynamoDbStore,
-    table: String,
-    outbox: Option<String>,
+    idempotency: Idempotency<DynamoDbStore>,
+    table: Table,
+    outbox: Option<Table>,
     config: Config,
+}
+
+/// A ledger entry as stored (contract: `pk`, `sk`, `amount_cents`, `currency`, `event_id`,
+/// `posted_at`).
+#[derive(Serialize)]
+struct Entry<'a> {
+    pk: String,
+    sk: String,
+    amount_cents: i64,
+    currency: &'a str,
+    event_id: &'a str,
+    posted_at: &'a str,
+}
+
+/// An account's balance item's key.
+#[derive(Serialize)]
+struct BalanceKey {
+    pk: String,
+    sk: &'static str,
 }
 
 impl Ledger {
     /// A ledger on `table`, recording rejections in `store`'s idempotency table, writing receipt
     /// rows to `outbox` when given.
     pub fn new(store: DynamoDbStore, table: impl Into<String>, outbox: Option<String>) -> Self {
-        Ledger { store, table: table.into(), outbox, config: Config::default() }
+        Ledger {
+            idempotency: Idempotency::new(store, Config::default()),
+            table: Table::new(table, "pk").with_sort_key("sk"),
+            outbox: outbox.map(|name| Table::new(name, outbox::KEY)),
+            config: Config::default(),
+        }
     }
 
-    /// The clock and the dedup window of recorded rejections (default: system clock, 14 days).
+    /// The clock and the payload hash (default: system clock, the whole event). Records of a
+    /// ledger never expire, whatever the dedup window, and the disable switch does not reach
+    /// them: a post keeps its once-only condition ([`crate::warn_if_disabled`]).
     pub fn with_config(mut self, config: Config) -> Self {
+        self.idempotency = Idempotency::new(self.idempotency.store().clone(), config.clone());
         self.config = config;
         self
     }
 
     /// The ledger table's name.
     pub fn table(&self) -> &str {
-        &self.table
+        self.table.name()
     }
 
     /// The idempotency store.
     pub fn store(&self) -> &DynamoDbStore {
-        &self.store
+        self.idempotency.store()
     }
 
     /// The client.
     pub fn client(&self) -> &Client {
-        self.store.client()
+        self.store().client()
     }
 
     /// Posts a payment once: `Fresh` when this call decided it, `Replayed` for a duplicate,
@@ -141,143 +165,15 @@ impl Ledger {
     /// [`effectively_once::ErrorKind::KeyReused`]: nothing is posted.
     pub async fn post(&self, event: &PaymentEvent) -> Result<Outcome<Posting>, Error> {
         let key = Key::new(PREFIX, &event.event_id)?;
-        let hash = self.config.payload_hash(event)?;
-        let now_ms = self.config.now_ms();
-        let commit = self.commit(event, &key, hash.as_str(), now_ms)?;
-        match self.store.commit_once(&commit, now_ms).await? {
-            Committed::Fresh => Ok(Outcome::Fresh(Posting::Applied)),
-            Committed::Exists(record) => Ok(Outcome::Replayed(record.replay(&hash)?)),
-            Committed::ConditionFailed { write, item, .. } if write == BALANCE => {
-                let posting = Posting::Rejected { reason: rejection(event, item.as_ref()) };
-                self.record_rejection(event, &key, hash, posting, now_ms).await
-            }
-            // The entry exists but no record does: written before records were kept apart from
-            // entries (a carried record), or the record was deleted by hand. The entry is the
-            // effect, so it answers: the same amount and currency is a duplicate, anything else
-            // reuses the key.
-            Committed::ConditionFailed { write, item: Some(item), .. } if write == ENTRY => {
-                let record = carried_from_item(&item).unwrap_or_else(|_| Record {
-                    id: key.as_str().to_owned(),
-                    status: Status::Completed,
-                    lease_expires_at_ms: 0,
-                    expiration_s: NEVER_EXPIRES,
-                    // Only the amount and the currency are known: they stand for the payload.
-                    payload_hash: if entry_matches(event, &item) { hash.to_string() } else { String::new() },
-                    owner: String::new(),
-                    response: Some(serde_json::to_string(&Posting::Applied).expect("postings serialise")),
-                });
-                Ok(Outcome::Replayed(record.replay(&hash)?))
-            }
-            Committed::ConditionFailed { write, .. } => Err(Error::Store(StoreError::new(
-                StoreErrorKind::Other,
-                format!("unexpected condition failure on {write} for {}", event.event_id),
-            ))),
-        }
+        self.check_outbox(event)?;
+        Ok(self.idempotency.commit_once(&key, event, |tx| self.transaction(tx, event)).await?)
     }
 
-    /// Records a rejection so duplicates get it too, unless a concurrent duplicate applied the
-    /// payment meanwhile (a credit arrived between the two): its record has the same key, so the
-    /// claim condition finds it and that answer stands.
-    async fn record_rejection(
-        &self,
-        event: &PaymentEvent,
-        key: &Key,
-        payload_hash: PayloadHash,
-        posting: Posting,
-        now_ms: u64,
-    ) -> Result<Outcome<Posting>, Error> {
-        let response = serde_json::to_string(&posting).expect("postings serialise");
-        let record = Record {
-            id: key.as_str().to_owned(),
-            status: Status::Completed,
-            lease_expires_at_ms: 0,
-            expiration_s: NEVER_EXPIRES,
-            payload_hash: payload_hash.to_string(),
-            owner: String::new(),
-            response: Some(response),
-        };
-        match self.store.record_outcome(&record, now_ms, None).await? {
-            None => Ok(Outcome::Fresh(posting)),
-            Some(Committed::Exists(existing)) => Ok(Outcome::Replayed(existing.replay(&payload_hash)?)),
-            Some(other) => Err(Error::Store(StoreError::new(
-                StoreErrorKind::Other,
-                format!("recording the rejection of {} failed: {other:?}", event.event_id),
-            ))),
-        }
-    }
-
-    /// The transaction a payment's first delivery sends.
-    pub(crate) fn commit(
-        &self,
-        event: &PaymentEvent,
-        key: &Key,
-        payload_hash: &str,
-        now_ms: u64,
-    ) -> Result<Commit, Error> {
-        let built = |e: aws_sdk_dynamodb::error::BuildError| {
-            Error::Store(StoreError::new(StoreErrorKind::Other, e.to_string()))
-        };
-        let posted_at = rfc3339(now_ms);
-        let string = |value: &str| AttributeValue::S(value.to_owned());
-        let number = |value: i64| AttributeValue::N(value.to_string());
-        let mut entry_item = entry_key(event);
-        entry_item.extend([
-            ("amount_cents".to_owned(), number(event.amount_cents)),
-            ("currency".to_owned(), string(&event.currency)),
-            ("event_id".to_owned(), string(&event.event_id)),
-            ("posted_at".to_owned(), string(&posted_at)),
-        ]);
-        // An entry is never replaced: with the record in the same transaction this condition
-        // holds anyway, and where a record is missing it turns an overwrite into an answer.
-        let entry = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(entry_item))
-            .condition_expression("attribute_not_exists(pk)")
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(built)?;
-
-        // Credits need only the account's currency to match (or no account yet); a debit also
-        // needs the balance to cover it, and a new account has none to cover anything.
-        let condition = if event.amount_cents > 0 {
-            "attribute_not_exists(pk) OR #currency = :currency"
-        } else {
-            "#currency = :currency AND #balance >= :needed"
-        };
-        let mut balance = Update::builder()
-            .table_name(&self.table)
-            .key("pk", string(&account_pk(&event.account_id)))
-            .key("sk", string("balance"))
-            .update_expression(
-                "SET #balance = if_not_exists(#balance, :zero) + :amount, #currency = if_not_exists(#currency, :currency) \
-                 ADD #count :one",
-            )
-            .condition_expression(condition)
-            .expression_attribute_names("#balance", "balance_cents")
-            .expression_attribute_names("#currency", "currency")
-            .expression_attribute_names("#count", "entry_count")
-            .expression_attribute_values(":zero", number(0))
-            .expression_attribute_values(":one", number(1))
-            .expression_attribute_values(":amount", number(event.amount_cents))
-            .expression_attribute_values(":currency", string(&event.currency))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        if event.amount_cents < 0 {
-            balance = balance.expression_attribute_values(":needed", number(-event.amount_cents));
-        }
-        let balance = balance.build().map_err(built)?;
-
-        let response = serde_json::to_string(&Posting::Applied).expect("postings serialise");
-        // The record in its own item (not carried on the entry, which is keyed by the account):
-        // that is what makes the event id unique across accounts.
-        let mut commit = Commit::new(key.as_str(), payload_hash, response)
-            .placement(Placement::Own)
-            .expiration_s(NEVER_EXPIRES)
-            .write(Write::new(ENTRY, TransactWriteItem::builder().put(entry).build()))
-            .write(Write::new(BALANCE, TransactWriteItem::builder().update(balance).build()));
+    /// A receipt nobody can ever send: refuse to apply the payment. A deployment fault, not a
+    /// verdict on the payment: retryable, so the message waits for the fix (and a FIFO group
+    /// holds its order) instead of being given up on.
+    fn check_outbox(&self, event: &PaymentEvent) -> Result<(), Error> {
         if event.receipt_email.is_some() && self.outbox.is_none() {
-            // Applying it would ack a payment whose receipt nobody can ever send: refuse it. A
-            // deployment fault, not a verdict on the payment: retryable, so the message waits
-            // for the fix (and a FIFO group holds its order) instead of being given up on.
             return Err(Error::Store(StoreError::new(
                 StoreErrorKind::Misconfigured,
                 format!(
@@ -287,27 +183,87 @@ impl Ledger {
                 ),
             )));
         }
+        Ok(())
+    }
+
+    /// The writes of a payment's first delivery, beside its record `payments#{event_id}` (its
+    /// own item, never expiring: not carried on the entry, which is keyed by the account, as the
+    /// record must make the event id unique across accounts).
+    fn transaction(&self, tx: &mut Tx<Posting>, event: &PaymentEvent) -> Result<Posting, effectively_once::Error> {
+        tx.never_expires();
+        let posted_at = rfc3339(self.config.now_ms());
+        let entry = tx.put(
+            &self.table,
+            &Entry {
+                pk: account_pk(&event.account_id),
+                sk: format!("entry#{}", event.event_id),
+                amount_cents: event.amount_cents,
+                currency: &event.currency,
+                event_id: &event.event_id,
+                posted_at: &posted_at,
+            },
+        )?;
+        // The entry exists but the record does not: written before records were kept apart from
+        // entries (it carries its record then), or the record was deleted by hand. The entry is
+        // the effect, so it answers: the same amount and currency is a duplicate, anything else
+        // reuses the key.
+        let (amount, currency) = (event.amount_cents, event.currency.clone());
+        tx.otherwise(entry, move |item| match item.map(carried_from_item) {
+            Some(Ok(record)) => Otherwise::Recorded(record),
+            _ => Otherwise::AlreadyApplied {
+                response: Posting::Applied,
+                same_payload: item.is_some_and(|item| entry_matches(amount, &currency, item)),
+            },
+        });
+        // Credits need only the account's currency to match (or no account yet); a debit also
+        // needs the balance to cover it, and a new account has none to cover anything.
+        let condition = if event.amount_cents > 0 {
+            "attribute_not_exists(pk) OR #currency = :currency"
+        } else {
+            "#currency = :currency AND #balance >= :needed"
+        };
+        let string = |value: &str| AttributeValue::S(value.to_owned());
+        let number = |value: i64| AttributeValue::N(value.to_string());
+        let key = BalanceKey { pk: account_pk(&event.account_id), sk: "balance" };
+        let balance = tx.update(&self.table, &key, |update| {
+            let update = update
+                .update_expression(
+                    "SET #balance = if_not_exists(#balance, :zero) + :amount, #currency = if_not_exists(#currency, :currency) \
+                     ADD #count :one",
+                )
+                .condition_expression(condition)
+                .expression_attribute_names("#balance", "balance_cents")
+                .expression_attribute_names("#currency", "currency")
+                .expression_attribute_names("#count", "entry_count")
+                .expression_attribute_values(":zero", number(0))
+                .expression_attribute_values(":one", number(1))
+                .expression_attribute_values(":amount", number(event.amount_cents))
+                .expression_attribute_values(":currency", string(&event.currency));
+            if event.amount_cents < 0 {
+                update.expression_attribute_values(":needed", number(-event.amount_cents))
+            } else {
+                update
+            }
+        })?;
+        // A business rule said no: recorded (never expiring), so a duplicate stays rejected after
+        // funds arrive, unless a concurrent duplicate applied the payment meanwhile (a credit
+        // arrived between the two): its record has the same key, and that answer stands.
+        let rejected = event.clone();
+        tx.otherwise(balance, move |item| Otherwise::Answer(Posting::Rejected { reason: rejection(&rejected, item) }));
         if let (Some(outbox), Some(email)) = (&self.outbox, &event.receipt_email) {
-            // Never overwritten: a row's SENT state and message id belong to the first event,
-            // and an overwrite would be a MODIFY, which the relay's INSERT filter drops.
-            let row = Put::builder()
-                .table_name(outbox)
-                .set_item(Some(outbox::row_item(event, email, &posted_at)))
-                .condition_expression("attribute_not_exists(#pk)")
-                .expression_attribute_names("#pk", outbox::KEY)
-                .build()
-                .map_err(built)?;
-            commit = commit.write(Write::new(OUTBOX, TransactWriteItem::builder().put(row).build()));
+            // Never overwritten (a put is conditional on its absence): a row's SENT state and
+            // message id belong to the first event, and an overwrite would be a MODIFY, which
+            // the relay's INSERT filter drops.
+            tx.put_item(outbox, outbox::row_item(event, email, &posted_at))?;
         }
-        Ok(commit)
+        Ok(Posting::Applied)
     }
 
     /// Modelled write units of a payment's first delivery and of a duplicate.
     pub fn write_units(&self, event: &PaymentEvent) -> Result<WriteUnits, Error> {
         let key = Key::new(PREFIX, &event.event_id)?;
-        let hash = self.config.payload_hash(event)?;
-        let commit = self.commit(event, &key, hash.as_str(), self.config.now_ms())?;
-        Ok(commit.write_units(&self.store)?)
+        self.check_outbox(event)?;
+        Ok(self.idempotency.write_units(&key, |tx| self.transaction(tx, event))?)
     }
 
     /// Brings a ledger written by a build that carried each applied event's record on its entry
@@ -323,9 +279,9 @@ impl Ledger {
         let mut entries = self
             .client()
             .scan()
-            .table_name(&self.table)
+            .table_name(self.table.name())
             .filter_expression("attribute_exists(#key)")
-            .expression_attribute_names("#key", carried::KEY)
+            .expression_attribute_names("#key", carried::legacy::KEY)
             .consistent_read(true)
             .into_paginator()
             .items()
@@ -334,7 +290,7 @@ impl Ledger {
             let item = &item.map_err(|e| classify("Scan", e))?;
             let record = Record { expiration_s: NEVER_EXPIRES, ..carried_from_item(item)? };
             report.carried_entries += 1;
-            match self.store.record_outcome(&record, now_ms, None).await? {
+            match self.store().record_outcome(&record, now_ms, None).await? {
                 None => report.records_written += 1,
                 // The id already has a record of another payload: the same event id was
                 // used twice (for another account) before the migration. Both stand; an
@@ -358,7 +314,7 @@ impl Ledger {
         let mut lapsing = self
             .client()
             .scan()
-            .table_name(self.store.table())
+            .table_name(self.store().table())
             .filter_expression("begins_with(#id, :prefix) AND #status = :completed AND #expiration < :never")
             .expression_attribute_names("#id", attr::ID)
             .expression_attribute_names("#status", attr::STATUS)
@@ -379,7 +335,7 @@ impl Ledger {
             let updated = self
                 .client()
                 .update_item()
-                .table_name(self.store.table())
+                .table_name(self.store().table())
                 .key(attr::ID, id)
                 .update_expression("SET #expiration = :never")
                 .condition_expression("#status = :completed")
@@ -403,7 +359,7 @@ impl Ledger {
         let out = self
             .client()
             .get_item()
-            .table_name(&self.table)
+            .table_name(self.table.name())
             .key("pk", AttributeValue::S(account_pk(account_id)))
             .key("sk", AttributeValue::S("balance".into()))
             .consistent_read(true)
@@ -431,7 +387,7 @@ impl Ledger {
         let mut pages = self
             .client()
             .query()
-            .table_name(&self.table)
+            .table_name(self.table.name())
             .key_condition_expression("pk = :pk AND begins_with(sk, :entry)")
             .expression_attribute_values(":pk", AttributeValue::S(account_pk(account_id)))
             .expression_attribute_values(":entry", AttributeValue::S("entry#".into()))
@@ -460,18 +416,10 @@ fn account_pk(account_id: &str) -> String {
     format!("account#{account_id}")
 }
 
-/// The entry's key: `pk = account#{account_id}`, `sk = entry#{event_id}`.
-fn entry_key(event: &PaymentEvent) -> HashMap<String, AttributeValue> {
-    HashMap::from([
-        ("pk".to_owned(), AttributeValue::S(account_pk(&event.account_id))),
-        ("sk".to_owned(), AttributeValue::S(format!("entry#{}", event.event_id))),
-    ])
-}
-
-/// Whether an existing entry posted this event's amount in its currency.
-fn entry_matches(event: &PaymentEvent, entry: &HashMap<String, AttributeValue>) -> bool {
-    let amount = matches!(entry.get("amount_cents"), Some(AttributeValue::N(n)) if n.parse() == Ok(event.amount_cents));
-    let currency = matches!(entry.get("currency"), Some(AttributeValue::S(c)) if *c == event.currency);
+/// Whether an existing entry posted this amount in this currency.
+fn entry_matches(amount_cents: i64, currency: &str, entry: &HashMap<String, AttributeValue>) -> bool {
+    let amount = matches!(entry.get("amount_cents"), Some(AttributeValue::N(n)) if n.parse() == Ok(amount_cents));
+    let currency = matches!(entry.get("currency"), Some(AttributeValue::S(c)) if c == currency);
     amount && currency
 }
 
