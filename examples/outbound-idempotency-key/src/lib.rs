@@ -1,6 +1,7 @@
 //! An SQS consumer that charges each payment through a provider's HTTP API once: the call
 //! carries an `Idempotency-Key` derived from the record's own `Key`, the provider's answer is
 //! stored when it is a verdict (2xx, 4xx) and retried when it is not (5xx, 409, 429).
+#![warn(missing_docs)]
 
 use effectively_once::outbound::{self, classify};
 use effectively_once::{Idempotency, Key, Outcome};

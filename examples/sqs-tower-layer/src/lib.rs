@@ -1,5 +1,6 @@
 //! A generic SQS consumer: an existing tower `Service` (it adds to a counter item) made
 //! idempotent with `IdempotencyLayer`, and the adapter that hands it each SQS message.
+#![warn(missing_docs)]
 
 use std::fmt;
 
@@ -79,7 +80,8 @@ pub fn layer<S: Store>(idempotency: Idempotency<S>) -> IdempotencyLayer<S, Incre
     })
 }
 
-/// The adapter: an `sqs::Handler` over any service taking an [`Increment`].
+/// The adapter: an `sqs::Handler` over any service taking an [`Increment`]. The layer sees no
+/// invocation deadline, so its leases are the config's (`Config::with_lease`).
 pub struct Consumer<S> {
     /// The service, cloned per message (tower's way to call a service from `&self`).
     pub service: S,

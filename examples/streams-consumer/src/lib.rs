@@ -1,6 +1,7 @@
 //! A DynamoDB Streams consumer: each order inserted into the orders table is projected once
 //! (an order row plus its customer's running totals, in one transaction with the record). A
 //! transient failure fails that record, and the driver checkpoints there.
+#![warn(missing_docs)]
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Idempotency, Key};
