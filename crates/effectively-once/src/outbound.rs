@@ -118,20 +118,20 @@ use crate::key::{Key, KeyError};
 pub const HEADER: &str = "Idempotency-Key";
 
 /// The longest key [`key`] returns: Stripe takes idempotency keys "up to 255 characters long"
-/// (<https://docs.stripe.com/idempotency>), while a 64-character kind and a 200-character event
-/// id, both valid, join to 265.
+/// (<https://docs.stripe.com/idempotency>), while a 64-character kind and a 200-character business
+/// key, both valid, join to 265.
 pub const MAX_LEN: usize = 255;
 
-/// What marks a shortened key: a character no kind or event id holds, so a shortened key never
+/// What marks a shortened key: a character no kind or business key holds, so a shortened key never
 /// equals a plain one.
 const DIGEST_MARK: char = '~';
 
-/// The key for the `kind` of call an event makes downstream: `{kind}-{event_id}`
+/// The key for the `kind` of call an event makes downstream: `{kind}-{business_key}`
 /// (`invoice-pay_0001`). Deterministic, never random: a retry after a lost response, a
 /// redelivery or a DLQ redrive sends the same key, and the downstream returns its first result.
 ///
-/// Two different `(kind, event_id)` pairs never share a key, or one event's call would be
-/// answered with another's result. A kind may hold `-` and an event id may too, so each `-` of
+/// Two different `(kind, business_key)` pairs never share a key, or one event's call would be
+/// answered with another's result. A kind may hold `-` and a business key may too, so each `-` of
 /// the kind is written `:` (a character no kind holds): the first `-` of the key then always
 /// ends the kind. A kind without `-`, the common case, keeps the plain form, and so the keys it
 /// sent before this encoding existed.
@@ -149,15 +149,15 @@ const DIGEST_MARK: char = '~';
 /// assert_eq!(key("invoice", "v2-pay_1").unwrap(), "invoice-v2-pay_1");
 /// assert_eq!(effectively_once::outbound::HEADER, "Idempotency-Key");
 /// ```
-pub fn key(kind: &str, event_id: &str) -> Result<String, KeyError> {
+pub fn key(kind: &str, business_key: &str) -> Result<String, KeyError> {
     // Validated like any key: the kind is `[A-Za-z0-9._-]` (no `:`, which the encoding relies
-    // on), the event id `[A-Za-z0-9._:#-]`, so the key is safe in a header.
-    Ok(Key::new(kind, event_id)?.idempotency_key())
+    // on), the business key `[A-Za-z0-9._:#-]`, so the key is safe in a header.
+    Ok(Key::new(kind, business_key)?.idempotency_key())
 }
 
 /// [`key`] for parts already validated (a [`Key`]'s): the encoding alone, so it cannot fail.
-pub(crate) fn encode(kind: &str, event_id: &str) -> String {
-    let plain = format!("{}-{event_id}", kind.replace('-', ":"));
+pub(crate) fn encode(kind: &str, business_key: &str) -> String {
+    let plain = format!("{}-{business_key}", kind.replace('-', ":"));
     if plain.len() <= MAX_LEN {
         return plain;
     }
@@ -167,9 +167,9 @@ pub(crate) fn encode(kind: &str, event_id: &str) -> String {
     format!("{}{DIGEST_MARK}{digest}", &plain[..keep])
 }
 
-/// The header to add to the request: `(HEADER, key(kind, event_id))`.
-pub fn header(kind: &str, event_id: &str) -> Result<(&'static str, String), KeyError> {
-    Ok((HEADER, key(kind, event_id)?))
+/// The header to add to the request: `(HEADER, key(kind, business_key))`.
+pub fn header(kind: &str, business_key: &str) -> Result<(&'static str, String), KeyError> {
+    Ok((HEADER, key(kind, business_key)?))
 }
 
 /// What to do with a provider's answer to a keyed call (see the
