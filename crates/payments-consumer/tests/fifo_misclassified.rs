@@ -10,53 +10,30 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsMessage};
 use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::testing::sqs::{Batch, Message};
 use effectively_once_lambda::sqs::{process, Options};
 use effectively_once_lambda::RecordResult;
 use lambda_runtime::{Context, LambdaEvent};
 use payments::Ledger;
 use payments_consumer::Payments;
 
-fn fifo_message(id: &str, group: &str, body: &str) -> serde_json::Value {
-    serde_json::json!({
-        "messageId": id,
-        "receiptHandle": format!("AQEB-{id}"),
-        "body": body,
-        "attributes": {
-            "ApproximateReceiveCount": "1",
-            "SentTimestamp": "1795000000000",
-            "SenderId": "AIDAEXAMPLE",
-            "ApproximateFirstReceiveTimestamp": "1795000000001",
-            "MessageGroupId": group,
-            "MessageDeduplicationId": id,
-            "SequenceNumber": "18849496460467696128"
-        },
-        "messageAttributes": {},
-        "md5OfBody": "x",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:payments.fifo",
-        "awsRegion": "us-east-1"
-    })
-}
-
-async fn invoke<H: effectively_once_lambda::sqs::Handler>(
-    handler: &H,
-    records: Vec<serde_json::Value>,
-) -> SqsBatchResponse {
-    let event: SqsEvent = serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
+async fn invoke<H: effectively_once_lambda::sqs::Handler>(handler: &H, messages: Vec<Message>) -> SqsBatchResponse {
+    let event = Batch::new().queue("payments.fifo").messages(messages).build();
     process(handler, LambdaEvent::new(event, Context::default()), &Options { metrics: false, ..Options::new("test") })
         .await
 }
 
-fn group(account: &str, credit_id: &str, debit_id: &str) -> Vec<serde_json::Value> {
+/// A credit and a debit of one account, in one FIFO group.
+fn group(account: &str, credit_id: &str, debit_id: &str) -> Vec<Message> {
     let credit = format!(
         r#"{{"event_id": "{credit_id}", "account_id": "{account}", "amount_cents": 500, "currency": "USD", "receipt_email": "c@example.com"}}"#
     );
     let debit =
         format!(r#"{{"event_id": "{debit_id}", "account_id": "{account}", "amount_cents": -300, "currency": "USD"}}"#);
-    vec![fifo_message("m-credit", account, &credit), fifo_message("m-debit", account, &debit)]
+    vec![Message::new(credit).id("m-credit").group(account), Message::new(debit).id("m-debit").group(account)]
 }
 
 /// Consumer deployed without an outbox table: the receipt-bearing credit is failed

@@ -3,6 +3,7 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
+use effectively_once_effects::testing::sqs::Batch;
 use effectively_once_lambda::sqs::{process, Handler, Options};
 use effectively_once_lambda::RecordResult;
 use lambda_runtime::{Context, LambdaEvent};
@@ -53,21 +54,14 @@ impl Handler for PanicsOn {
 /// Five credits on a standard queue: `m-1` .. `m-3` to `acct_p1`, `m-4` and `m-5` to
 /// `acct_p2`; `m-3` (`pay_p3`) is the one the tests panic on.
 fn batch() -> SqsEvent {
-    let mut event: SqsEvent = serde_json::from_slice(include_bytes!("../../../events/sqs-payment.json")).unwrap();
-    let template = event.records[0].clone();
     let payments = [("acct_p1", 1000), ("acct_p1", 250), ("acct_p1", 500), ("acct_p2", 200), ("acct_p2", 50)];
-    event.records = (1..)
-        .zip(payments)
-        .map(|(i, (account, amount))| {
-            let mut m = template.clone();
-            m.message_id = Some(format!("m-{i}"));
-            m.body = Some(format!(
-                r#"{{"event_id": "pay_p{i}", "account_id": "{account}", "amount_cents": {amount}, "currency": "USD", "receipt_email": "alice@example.com"}}"#
-            ));
-            m
-        })
-        .collect();
-    event
+    let bodies = (1..).zip(payments).map(|(i, (account, amount))| {
+        format!(
+            r#"{{"event_id": "pay_p{i}", "account_id": "{account}", "amount_cents": {amount}, "currency": "USD", "receipt_email": "alice@example.com"}}"#
+        )
+    });
+    // Message ids m-1 .. m-5, in order.
+    Batch::new().messages(bodies).build()
 }
 
 async fn invoke(handler: &impl Handler) -> SqsBatchResponse {

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::dynamodb::{Event, StreamViewType};
 use effectively_once::{Config, Idempotency, ManualClock};
 use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_effects::testing::streams;
 use effectively_once_effects::{EmailSender, Policy, SesSender};
 use payments::outbox::row_item;
 use payments::{Outbox, OutboxRow, PaymentEvent, ReceiptRow};
@@ -54,10 +55,16 @@ impl Pending {
         .unwrap();
         payment.receipt_email = Some(to.clone());
         let item = serde_dynamo::Item::from(row_item(&payment, &to, WRITTEN_AT));
-        let sample = include_str!("../../../../events/dynamodb-stream-outbox.json")
-            .replace("alice@example.com", &to)
-            .replace("pay_0001", &event_id);
-        let event: Event = serde_json::from_str(&sample).unwrap();
+        // The stream as the sample event shows it (events/dynamodb-stream-outbox.json): the row's
+        // insert, then its update to SENT, new images only.
+        let mut sent = item.clone();
+        sent.insert("status".into(), serde_dynamo::AttributeValue::S("SENT".into()));
+        sent.insert("message_id".into(), serde_dynamo::AttributeValue::S("example-message-id".into()));
+        let event = streams::Batch::new(&outbox_table, &["pk"])
+            .view(StreamViewType::NewImage)
+            .change("INSERT", None, Some(item.clone()))
+            .change("MODIFY", Some(item.clone()), Some(sent))
+            .build();
         Pending { store, client, outbox_table, event_id, to, item, event }
     }
 
