@@ -432,7 +432,7 @@ async fn stored_hash(p: &LedgerHarness, id: &str) -> String {
 /// invariant, not a cache; only `Idempotency::run` and its layer honour the switch.
 #[tokio::test]
 async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplicate_once() {
-    use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+    use effectively_once_effects::testing::sqs::Batch;
     use effectively_once_lambda::{sqs, Disposition};
     use lambda_runtime::{Context, LambdaEvent};
     use sqs::Handler as _;
@@ -449,17 +449,13 @@ async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplica
     assert!(payments::warn_if_disabled(&env.config), "and warned about");
     let handler = payments_consumer::Payments::from_env(p.ledger.client().clone(), &env);
 
-    let mut message = SqsMessage::default();
-    message.message_id = Some("m-1".into());
-    message.body =
-        Some(r#"{"event_id": "pay_off", "account_id": "acct_off", "amount_cents": 1250, "currency": "USD"}"#.into());
-    assert_eq!(handler.handle(&message, None).await, Ok(Disposition::Applied));
-    assert_eq!(handler.handle(&message, None).await, Ok(Disposition::Duplicate));
-    // And through the SQS driver, the same message twice in one batch.
-    let mut batch = SqsEvent::default();
-    let mut again = message.clone();
-    again.message_id = Some("m-2".into());
-    batch.records = vec![message, again];
+    let body = r#"{"event_id": "pay_off", "account_id": "acct_off", "amount_cents": 1250, "currency": "USD"}"#;
+    // The same message twice in one batch (m-1, m-2).
+    let batch = Batch::new().messages([body, body]).build();
+    let message = &batch.records[0];
+    assert_eq!(handler.handle(message, None).await, Ok(Disposition::Applied));
+    assert_eq!(handler.handle(message, None).await, Ok(Disposition::Duplicate));
+    // And through the SQS driver.
     let options = sqs::Options { metrics: false, ..sqs::Options::new(payments_consumer::FUNCTION) };
     let response = sqs::process(&handler, LambdaEvent::new(batch, Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty());
