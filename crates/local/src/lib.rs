@@ -8,8 +8,10 @@
 //! - [`esm`]: the emulator ([`esm::sqs`], [`esm::stream`], [`esm::queue`]);
 //! - [`invariants`]: what the demo and the chaos scenario check, read back from the tables;
 //! - [`demo`], [`chaos`], [`workload`]: the scenarios and what they send;
-//! - [`proxy`]: the fault-injecting proxy between the SDK and the local AWS.
+//! - [`proxy`]: the fault-injecting proxy between the SDK and the local AWS;
+//! - [`api`]: an HTTP function (the payments API) served over real HTTP in process.
 
+pub mod api;
 pub mod chaos;
 pub mod cli;
 pub mod demo;

@@ -1,0 +1,392 @@
+//! The payments API, the pipeline's inbound edge: `POST /payments` with an `Idempotency-Key`
+//! header, answered behind a Lambda Function URL or an API Gateway HTTP API (payload 2.0).
+//!
+//! The contract (docs/api.md has the curl session):
+//!
+//! | request | answer |
+//! |---|---|
+//! | first, valid | `202 {"event_id": KEY}` once the payment event is on the queue (`PAYMENTS_QUEUE_URL`) |
+//! | same key, same body | the stored status and body again, with `Idempotent-Replayed: true` |
+//! | same key, other body | `422 {"error": "idempotency_key_reused", ...}` |
+//! | same key, first still in flight | `409 {"error": "request_in_progress", ...}` with `Retry-After` (seconds to the lease end) |
+//! | key or body missing or invalid | `400 {"error": "invalid_idempotency_key" \| "invalid_body", "message": "FIELD: ..."}` |
+//!
+//! The body is the payment event's fields without `event_id`: the key becomes the event id, and
+//! the event is validated by [`PaymentEvent::parse`], so the API and the consumer apply one set
+//! of rules. "Same body" means the same validated event (RFC 8785 canonical form: key order,
+//! `1250` against `1250.0` and unknown fields do not count).
+//!
+//! # Order of writes
+//!
+//! The key's record (`api#{key}` in `IDEMPOTENCY_TABLE`, apart from the consumer's
+//! `payments#{event_id}`) is claimed **before** the message is sent: [`Idempotency::begin`],
+//! then `SendMessage`, then [`Idempotency::complete`] with the answer, which replays serve.
+//! A send that fails releases the record ([`Idempotency::release`]), so the client's retry
+//! sends again. A send whose answer was lost (it landed; the client saw a timeout or a 503) is
+//! sent again by that retry, and that is safe: the consumer keys on the event id, so two
+//! messages of one event make one ledger entry and one receipt. A completion that fails after
+//! the send still answers `202`: the message is on the queue; the record stays in progress
+//! until its lease ends (retries get `409`), then the next retry sends again, harmlessly.
+//!
+//! Leases are bounded by the invocation's deadline ([`Idempotency::with_deadline`]): a timed-out
+//! invocation frees its key when Lambda gives up on it. Stored answers expire after the dedup
+//! window, `API_DEDUP_WINDOW_SECONDS` (default 24 hours, as Stripe keeps its keys); after it a
+//! key is new again. FIFO queues (the URL ends in `.fifo`, or `PAYMENTS_QUEUE_FIFO=true`) get
+//! `MessageGroupId = account_id` and `MessageDeduplicationId = event_id`.
+#![warn(missing_docs)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use effectively_once::{Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Store};
+use effectively_once_redact::redact_emails;
+use lambda_http::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use lambda_http::{Body, Request, RequestExt, Response};
+use payments::PaymentEvent;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The function's name in metrics and logs.
+pub const FUNCTION: &str = "payments-api";
+/// The key prefix of the API's records: `api#{Idempotency-Key}`.
+pub const PREFIX: &str = "api";
+/// The request header carrying the key.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The answer header that marks a replay.
+pub const REPLAYED: &str = "idempotent-replayed";
+/// How long a stored answer is replayed, unless `API_DEDUP_WINDOW_SECONDS` says otherwise.
+pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// The path the API serves.
+pub const PATH: &str = "/payments";
+
+/// The environment the function reads.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// `IDEMPOTENCY_TABLE`: the API's records, under [`PREFIX`].
+    pub idempotency_table: String,
+    /// `PAYMENTS_QUEUE_URL`: where payment events go.
+    pub queue_url: String,
+    /// `PAYMENTS_QUEUE_FIFO` (`true`/`false`), else whether the URL ends in `.fifo`.
+    pub fifo: bool,
+    /// The dedup window from `API_DEDUP_WINDOW_SECONDS` (default [`DEFAULT_DEDUP_WINDOW`]).
+    pub config: Config,
+}
+
+impl Env {
+    /// Reads the process environment; a missing or malformed variable is named in the error.
+    pub fn from_env() -> Result<Env, String> {
+        Env::from_env_with(|name| std::env::var(name).ok())
+    }
+
+    /// The same, with the variables read through `var` (`None` for unset): tests pass a map.
+    pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Result<Env, String> {
+        let required = |name: &str| var(name).ok_or_else(|| format!("environment variable {name} is not set"));
+        let queue_url = required("PAYMENTS_QUEUE_URL")?;
+        let fifo = match var("PAYMENTS_QUEUE_FIFO").as_deref().map(str::trim) {
+            None | Some("") => queue_url.ends_with(".fifo"),
+            Some("true" | "1" | "yes") => true,
+            Some("false" | "0" | "no") => false,
+            Some(other) => return Err(format!("PAYMENTS_QUEUE_FIFO must be true or false, is {other:?}")),
+        };
+        let window =
+            match var("API_DEDUP_WINDOW_SECONDS") {
+                None => DEFAULT_DEDUP_WINDOW,
+                Some(s) => Duration::from_secs(s.trim().parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    format!("API_DEDUP_WINDOW_SECONDS must be a positive number of seconds, is {s:?}")
+                })?),
+            };
+        Ok(Env {
+            idempotency_table: required("IDEMPOTENCY_TABLE")?,
+            queue_url,
+            fifo,
+            config: Config::from_env_with(&var).with_dedup_window(window),
+        })
+    }
+}
+
+/// The answer stored with a key's record and replayed to its retries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The JSON body.
+    pub body: Value,
+}
+
+/// Why a payment event could not be put on the queue. Whether it landed is unknown (a lost
+/// answer): the record is released either way, and a retry sends again.
+#[derive(Debug)]
+pub struct EnqueueError(pub Box<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for EnqueueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "could not enqueue the payment event: {}", ErrorChain(&*self.0))
+    }
+}
+
+impl std::error::Error for EnqueueError {}
+
+/// Where accepted payment events go: [`SqsQueue`], or a test's wrapper around it.
+pub trait Queue: Send + Sync {
+    /// Sends one event.
+    fn send(&self, event: &PaymentEvent) -> impl Future<Output = Result<(), EnqueueError>> + Send;
+}
+
+impl<Q: Queue + ?Sized> Queue for std::sync::Arc<Q> {
+    fn send(&self, event: &PaymentEvent) -> impl Future<Output = Result<(), EnqueueError>> + Send {
+        (**self).send(event)
+    }
+}
+
+/// The payments queue on SQS, standard or FIFO.
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: aws_sdk_sqs::Client,
+    url: String,
+    fifo: bool,
+}
+
+impl SqsQueue {
+    /// The queue at `url`; `fifo` adds the message group (the account) and the deduplication id
+    /// (the event id).
+    pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>, fifo: bool) -> Self {
+        SqsQueue { client, url: url.into(), fifo }
+    }
+}
+
+impl Queue for SqsQueue {
+    async fn send(&self, event: &PaymentEvent) -> Result<(), EnqueueError> {
+        let body = serde_json::to_string(event).map_err(|e| EnqueueError(e.into()))?;
+        let mut request = self.client.send_message().queue_url(&self.url).message_body(body);
+        if self.fifo {
+            // Per-account order, as the consumer's FIFO mode expects; SQS drops a copy of the
+            // same event id within its 5-minute window, the consumer's record any later one.
+            request = request.message_group_id(&event.account_id).message_deduplication_id(&event.event_id);
+        }
+        request.send().await.map(drop).map_err(|e| EnqueueError(e.into()))
+    }
+}
+
+/// The handler: validates, claims the key, enqueues, stores and replays answers.
+#[derive(Debug, Clone)]
+pub struct Api<S, Q> {
+    idempotency: Idempotency<S>,
+    queue: Q,
+}
+
+/// The API as deployed: records in DynamoDB, events on SQS.
+pub type DeployedApi = Api<effectively_once_dynamodb::DynamoDbStore, SqsQueue>;
+
+impl DeployedApi {
+    /// The API on the table and queue `env` names.
+    pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Self {
+        let store =
+            effectively_once_dynamodb::DynamoDbStore::new(aws_sdk_dynamodb::Client::new(sdk), &env.idempotency_table);
+        let queue = SqsQueue::new(aws_sdk_sqs::Client::new(sdk), &env.queue_url, env.fifo);
+        Api::new(Idempotency::new(store, env.config.clone()), queue)
+    }
+}
+
+impl<S: Store, Q: Queue> Api<S, Q> {
+    /// The API over its records and its queue.
+    pub fn new(idempotency: Idempotency<S>, queue: Q) -> Self {
+        Api { idempotency, queue }
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &Q {
+        &self.queue
+    }
+
+    /// Answers one request. Never fails: every outcome is an HTTP answer (a store or queue
+    /// outage is a `503` with `Retry-After`).
+    pub async fn handle(&self, request: Request) -> Response<Body> {
+        let deadline_ms = request.lambda_context_ref().map(|context| context.deadline);
+        if request.uri().path() != PATH {
+            return reply(error(StatusCode::NOT_FOUND, "not_found", format!("no route {}", request.uri().path())));
+        }
+        if request.method() != Method::POST {
+            let mut response = reply(error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use POST"));
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+            return response;
+        }
+        let event = match parse(request.headers(), request.body()) {
+            Ok(event) => event,
+            Err(refusal) => return reply(refusal),
+        };
+        self.accept(&event, deadline_ms).await
+    }
+
+    /// Claims the key, sends the event, stores the answer; or replays, or refuses.
+    async fn accept(&self, event: &PaymentEvent, deadline_ms: Option<u64>) -> Response<Body> {
+        let key = Key::new(PREFIX, &event.event_id).expect("the event id was validated by the key's rules");
+        let idempotency = self.idempotency.with_deadline(deadline_ms);
+        let attempt = match idempotency.begin::<_, Answer>(&key, event).await {
+            Ok(Begin::Claimed(attempt)) => attempt,
+            Ok(Begin::Replayed(answer)) => {
+                tracing::info!(event_id = %event.event_id, status = answer.status, "replayed");
+                let mut response = reply(answer);
+                response.headers_mut().insert(REPLAYED, HeaderValue::from_static("true"));
+                return response;
+            }
+            Err(e) if e.kind() == ErrorKind::KeyReused => {
+                let message = format!("Idempotency-Key {} was used with another body", event.event_id);
+                return reply(error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", message));
+            }
+            Err(e) if e.kind() == ErrorKind::InProgress => return self.in_progress(&key).await,
+            Err(e) => return unavailable(&event.event_id, &e),
+        };
+        if let Err(e) = self.queue.send(event).await {
+            // Sent or not, the client retries and sends again; the consumer keys on the event id.
+            if let Err(release) = idempotency.release(attempt).await {
+                tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
+            }
+            return unavailable(&event.event_id, &e);
+        }
+        let answer = Answer { status: StatusCode::ACCEPTED.as_u16(), body: json!({ "event_id": event.event_id }) };
+        if let Err(e) = idempotency.complete(attempt, &answer).await {
+            // The event is on the queue, so the answer is still 202. Retries meet the record in
+            // progress until its lease ends, then send again: one ledger entry all the same.
+            tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "enqueued, answer not stored");
+        }
+        tracing::info!(?event, "enqueued");
+        reply(answer)
+    }
+
+    /// `409` with `Retry-After`: the seconds until the holder's lease ends (at least one).
+    async fn in_progress(&self, key: &Key) -> Response<Body> {
+        let now_ms = self.idempotency.config().now_ms();
+        let seconds = match self.idempotency.get::<Answer>(key).await {
+            Ok(Lookup::InProgress { lease_expires_at_ms }) => lease_expires_at_ms.saturating_sub(now_ms).div_ceil(1000),
+            _ => 1,
+        }
+        .max(1);
+        let message = format!("a request with Idempotency-Key {} is in progress", key.business_key());
+        let mut response = reply(error(StatusCode::CONFLICT, "request_in_progress", message));
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        response
+    }
+}
+
+/// The event a request stands for: the body's fields and the key as `event_id`, validated by
+/// [`PaymentEvent::parse`]. A refusal names the field (`Idempotency-Key` for the key).
+pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
+    let key_error = |message: String| error(StatusCode::BAD_REQUEST, "invalid_idempotency_key", message);
+    let body_error = |message: String| error(StatusCode::BAD_REQUEST, "invalid_body", message);
+    let key = match headers.get(IDEMPOTENCY_KEY).map(HeaderValue::to_str) {
+        None => return Err(key_error("Idempotency-Key: the header is required".into())),
+        Some(Err(_)) => return Err(key_error("Idempotency-Key: must be ASCII".into())),
+        Some(Ok(key)) => key,
+    };
+    let text = match body {
+        Body::Empty => "",
+        Body::Text(text) => text.as_str(),
+        Body::Binary(bytes) => std::str::from_utf8(bytes).map_err(|_| body_error("body: must be UTF-8 JSON".into()))?,
+        _ => "",
+    };
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(fields)) if fields.contains_key("event_id") => {
+            return Err(body_error(
+                "event_id: not allowed in the body; the Idempotency-Key header is the event id".into(),
+            ))
+        }
+        Ok(Value::Object(_)) => {}
+        _ => return Err(body_error("body: must be a JSON object with the payment's fields".into())),
+    }
+    // Spliced as text, not re-serialised: the amount is judged on the digits the client sent.
+    let rest = text.trim_start().strip_prefix('{').unwrap_or_default();
+    let comma = if rest.trim_start().starts_with('}') { "" } else { "," };
+    let key_json = serde_json::to_string(key).unwrap_or_default();
+    PaymentEvent::parse(&format!("{{\"event_id\":{key_json}{comma}{rest}")).map_err(|invalid| match invalid.field {
+        Some("event_id") => key_error(format!("Idempotency-Key: {}", invalid.problem)),
+        Some(field) => body_error(format!("{field}: {}", invalid.problem)),
+        None => body_error(format!("body: {}", invalid.problem)),
+    })
+}
+
+/// An error answer, `{"error": CODE, "message": TEXT}`.
+pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Answer {
+    Answer { status: status.as_u16(), body: json!({ "error": code, "message": message.into() }) }
+}
+
+/// `503` with `Retry-After: 1`: the store or the queue failed; nothing is stored, a retry
+/// starts over.
+fn unavailable(event_id: &str, cause: &(dyn std::error::Error + 'static)) -> Response<Body> {
+    tracing::warn!(event_id, error = %redact_emails(&ErrorChain(cause).to_string()), "unavailable");
+    let mut response = reply(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "try again"));
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// The HTTP response of an answer.
+pub fn reply(answer: Answer) -> Response<Body> {
+    let mut response = Response::new(Body::Text(answer.body.to_string()));
+    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(key: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = key {
+            headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_str(key).unwrap());
+        }
+        headers
+    }
+
+    fn refusal(key: Option<&str>, body: &str) -> (u16, String, String) {
+        let answer = parse(&headers(key), &Body::Text(body.into())).unwrap_err();
+        (answer.status, answer.body["error"].as_str().unwrap().into(), answer.body["message"].as_str().unwrap().into())
+    }
+
+    const BODY: &str = r#"{"account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}"#;
+
+    #[test]
+    fn the_key_becomes_the_event_id() {
+        let event = parse(&headers(Some("pay_0001")), &Body::Text(BODY.into())).unwrap();
+        assert_eq!((event.event_id.as_str(), event.amount_cents), ("pay_0001", 1250));
+        let empty = parse(&headers(Some("k")), &Body::Text("{}".into())).unwrap_err();
+        assert!(empty.body["message"].as_str().unwrap().starts_with("account_id:"), "{empty:?}");
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let (status, code, message) = refusal(None, BODY);
+        assert_eq!((status, code.as_str()), (400, "invalid_idempotency_key"));
+        assert!(message.starts_with("Idempotency-Key:"), "{message}");
+        let (_, code, message) = refusal(Some("pay 1"), BODY);
+        assert_eq!(code, "invalid_idempotency_key");
+        assert!(message.starts_with("Idempotency-Key: has the character ' '"), "{message}");
+        let (_, code, message) = refusal(Some("k"), r#"{"account_id": "a", "amount_cents": 0, "currency": "USD"}"#);
+        assert_eq!((code.as_str(), message.as_str()), ("invalid_body", "amount_cents: must not be zero"));
+        let (_, _, message) = refusal(Some("k"), "[1]");
+        assert!(message.starts_with("body:"), "{message}");
+        let (_, _, message) =
+            refusal(Some("k"), r#"{"event_id": "x", "account_id": "a", "amount_cents": 1, "currency": "USD"}"#);
+        assert!(message.starts_with("event_id:"), "{message}");
+    }
+
+    #[test]
+    fn env_reads_the_window_and_the_queue_type() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+        };
+        let env =
+            Env::from_env_with(vars(&[("IDEMPOTENCY_TABLE", "t"), ("PAYMENTS_QUEUE_URL", "http://q/p.fifo")])).unwrap();
+        assert!(env.fifo);
+        assert_eq!(env.config.dedup_window(), DEFAULT_DEDUP_WINDOW);
+        let env = Env::from_env_with(vars(&[
+            ("IDEMPOTENCY_TABLE", "t"),
+            ("PAYMENTS_QUEUE_URL", "http://q/p"),
+            ("API_DEDUP_WINDOW_SECONDS", "60"),
+        ]))
+        .unwrap();
+        assert!(!env.fifo);
+        assert_eq!(env.config.dedup_window(), Duration::from_secs(60));
+        assert!(Env::from_env_with(vars(&[("IDEMPOTENCY_TABLE", "t")])).unwrap_err().contains("PAYMENTS_QUEUE_URL"));
+    }
+}
