@@ -1,0 +1,133 @@
+//! Review (issue 14): `Otherwise::Answer` with a carried record. The answer is recorded in the
+//! idempotency table apart from the transaction, so a duplicate can apply the effect while (or
+//! after) the refusal is recorded: both the refusal and the application become observable.
+#![cfg(feature = "test-util")]
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use effectively_once::{Config, Idempotency, Key, Outcome};
+use effectively_once_dynamodb::testing::{fresh_store, unique_name};
+use effectively_once_dynamodb::{create_table, CommitOnce, DynamoDbStore, Otherwise, Table, Tx};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum Answer {
+    Taken,
+    Refused,
+}
+
+#[derive(Serialize)]
+struct Id<'a> {
+    id: &'a str,
+}
+
+async fn setup() -> (DynamoDbStore, Table) {
+    let (store, _) = fresh_store().await;
+    let name = unique_name("review-accounts");
+    create_table(store.client(), &name).await.unwrap();
+    (store, Table::new(name, "id"))
+}
+
+/// The entry (keyed by the event id, carrying the record) and a debit of the counter, refused
+/// through `Otherwise::Answer` when the counter is below 1. `before_answer` runs in the
+/// `otherwise` closure: between the cancelled transaction and the recording of the answer.
+fn take(
+    table: Table,
+    guard: bool,
+    before_answer: impl FnOnce() + Send + 'static,
+) -> impl FnOnce(&mut Tx<Answer>) -> Result<Answer, effectively_once::Error> + Send {
+    move |tx| {
+        let entry = tx.put(&table, &Id { id: "entry#e1" })?;
+        tx.carry_record(entry)?;
+        if guard {
+            tx.guard_recorded_answers();
+        }
+        let debit = tx.update(&table, &Id { id: "counter" }, |u| {
+            u.update_expression("ADD #n :minus")
+                .condition_expression("#n >= :one")
+                .expression_attribute_names("#n", "n")
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .expression_attribute_values(":minus", AttributeValue::N("-1".into()))
+        })?;
+        tx.otherwise(debit, move |_| {
+            before_answer();
+            Otherwise::Answer(Answer::Refused)
+        });
+        Ok(Answer::Taken)
+    }
+}
+
+async fn fund(store: &DynamoDbStore, table: &Table) {
+    store
+        .client()
+        .update_item()
+        .table_name(table.name())
+        .key("id", AttributeValue::S("counter".into()))
+        .update_expression("ADD #n :five")
+        .expression_attribute_names("#n", "n")
+        .expression_attribute_values(":five", AttributeValue::N("5".into()))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn entry_written(store: &DynamoDbStore, table: &Table) -> bool {
+    let out = store
+        .client()
+        .get_item()
+        .table_name(table.name())
+        .key("id", AttributeValue::S("entry#e1".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    out.item().is_some()
+}
+
+/// Delivery A is refused (no funds); before A records its answer, funds arrive and duplicate B
+/// commits (the guard passes: nothing recorded yet). A then records "refused" anyway (its
+/// `record_outcome` checks only the idempotency table, not the carrier), so A acks the event as
+/// refused while its entry is applied, and a refusal record is left behind for the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "review: carried record + guard: a refusal recorded after a concurrent duplicate applied; both observable"]
+async fn a_refusal_recorded_while_a_duplicate_applies_is_never_both() {
+    let (store, table) = setup().await;
+    let idempotency = Idempotency::new(store.clone(), Config::default());
+    let key = Key::new("take", "e1").unwrap();
+    let concurrent = {
+        let (idempotency, store, table, key) = (idempotency.clone(), store.clone(), table.clone(), key.clone());
+        move || {
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    fund(&store, &table).await;
+                    let b = idempotency.commit_once(&key, "e1", take(table.clone(), true, || {})).await.unwrap();
+                    assert_eq!(b, Outcome::Fresh(Answer::Taken), "the duplicate applied");
+                })
+            })
+        }
+    };
+    let a = idempotency.commit_once(&key, "e1", take(table.clone(), true, concurrent)).await.unwrap();
+    assert!(entry_written(&store, &table).await, "B applied the entry");
+    let c = idempotency.commit_once(&key, "e1", take(table.clone(), true, || {})).await.unwrap();
+    // Once per event id: the event was applied, so no delivery may answer "refused".
+    // Once per event id: the event was applied, so no delivery (A, nor a later C) may answer
+    // "refused".
+    let taken = Outcome::Replayed(Answer::Taken);
+    assert_eq!((a, c), (taken.clone(), taken), "(A, C): a refusal of an applied event");
+}
+
+/// `Otherwise::Answer` promises "every duplicate gets it too, even after the condition would
+/// pass". With a carried record and no `guard_recorded_answers` (nothing refuses the mix), the
+/// recorded refusal is never consulted: the duplicate after funds arrive applies the event.
+#[tokio::test]
+#[ignore = "review: carried record without guard: a recorded Otherwise::Answer is ignored, the duplicate applies"]
+async fn a_recorded_refusal_holds_for_a_carried_record_without_the_guard() {
+    let (store, table) = setup().await;
+    let idempotency = Idempotency::new(store.clone(), Config::default());
+    let key = Key::new("take", "e1").unwrap();
+    let first = idempotency.commit_once(&key, "e1", take(table.clone(), false, || {})).await.unwrap();
+    assert_eq!(first, Outcome::Fresh(Answer::Refused));
+    fund(&store, &table).await;
+    let duplicate = idempotency.commit_once(&key, "e1", take(table.clone(), false, || {})).await;
+    assert!(!entry_written(&store, &table).await, "a refused event was applied by its duplicate");
+    assert!(matches!(duplicate, Ok(Outcome::Replayed(Answer::Refused)) | Err(_)), "{duplicate:?}");
+}
