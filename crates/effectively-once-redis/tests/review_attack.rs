@@ -67,3 +67,27 @@ fn builder_debug_hides_the_password() {
     let shown = format!("{builder:?}");
     assert!(!shown.contains("hunter2-secret"), "{shown}");
 }
+
+/// `AnyStore::from_env` reads `IDEMPOTENCY_STORE` with `unwrap_or_default`: a value that is not
+/// UTF-8 reads as unset, and the handler silently runs on DynamoDB, while the functions that read
+/// `redis` keep their records in Redis, so the same message is claimed once in each store.
+/// Anything but `dynamodb`/`redis`/unset is documented as `Misconfigured`.
+#[cfg(all(unix, feature = "dynamodb"))]
+#[tokio::test]
+#[ignore = "review: a non-UTF-8 IDEMPOTENCY_STORE silently selects DynamoDB"]
+async fn an_unreadable_store_choice_is_misconfigured_not_dynamodb() {
+    use std::os::unix::ffi::OsStrExt;
+
+    use effectively_once::StoreErrorKind;
+    use effectively_once_redis::AnyStore;
+
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .build();
+    let client = aws_sdk_dynamodb::Client::from_conf(config);
+    std::env::set_var("IDEMPOTENCY_TABLE", "review-table");
+    std::env::set_var("IDEMPOTENCY_STORE", std::ffi::OsStr::from_bytes(b"redis\xff"));
+    let chosen = AnyStore::from_env(&client).await;
+    assert!(matches!(&chosen, Err(error) if error.kind() == StoreErrorKind::Misconfigured), "{chosen:?}");
+}
