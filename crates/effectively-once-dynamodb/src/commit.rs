@@ -67,6 +67,11 @@ impl Write {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The action as sent.
+    pub fn into_item(self) -> TransactWriteItem {
+        self.item
+    }
 }
 
 /// Where the idempotency record lives.
@@ -167,7 +172,7 @@ impl Commit {
     }
 
     /// The actions as sent, with the record's own action (the own put, or the guard) last.
-    fn actions(&self, store: &DynamoDbStore, now_ms: u64) -> Result<Vec<TransactWriteItem>, StoreError> {
+    pub(crate) fn actions(&self, store: &DynamoDbStore, now_ms: u64) -> Result<Vec<TransactWriteItem>, StoreError> {
         let mut actions = Vec::with_capacity(self.writes.len() + 1);
         for write in &self.writes {
             match &self.placement {
@@ -477,7 +482,7 @@ pub fn carried_from_item(item: &HashMap<String, AttributeValue>) -> Result<Recor
     })
 }
 
-fn check_limits(actions: &[TransactWriteItem]) -> Result<(), StoreError> {
+pub(crate) fn check_limits(actions: &[TransactWriteItem]) -> Result<(), StoreError> {
     if actions.len() > MAX_TRANSACTION_ITEMS {
         return Err(StoreError::new(
             StoreErrorKind::TooLarge,
@@ -506,7 +511,7 @@ fn check_limits(actions: &[TransactWriteItem]) -> Result<(), StoreError> {
 
 /// The size DynamoDB counts for an action's item: for a put, its item; otherwise the key and
 /// the values it sends.
-fn action_size(action: &TransactWriteItem) -> usize {
+pub(crate) fn action_size(action: &TransactWriteItem) -> usize {
     let map_size = item_size;
     let values = |v: Option<&HashMap<String, AttributeValue>>| v.map(|m| m.values().map(value_size).sum()).unwrap_or(0);
     if let Some(put) = action.put() {

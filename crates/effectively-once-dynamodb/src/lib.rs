@@ -57,6 +57,7 @@
 //! | `response` | S | the stored response as JSON; kept up to 380,000 bytes (DynamoDB items stop at 400 KB) |
 #![warn(missing_docs)]
 
+mod batch;
 mod commit;
 mod counter;
 mod error;
@@ -66,6 +67,7 @@ mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+pub use crate::batch::{BatchWrites, Member, MAX_ROUNDS};
 pub use crate::commit::{carried, carried_from_item, Commit, Committed, Placement, Write, WriteUnits, NEVER_EXPIRES};
 pub use crate::counter::RequestCounter;
 pub use crate::error::classify;

@@ -39,7 +39,7 @@ use aws_sdk_dynamodb::types::builders::{ConditionCheckBuilder, UpdateBuilder};
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
-use effectively_once::{Error, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
+use effectively_once::{Error, Idempotency, Key, Outcome, PayloadHash, Record, Status, StoreError, StoreErrorKind};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -125,11 +125,11 @@ enum Lifetime {
 /// The writes of one commit-once transaction, built in [`CommitOnce::commit_once`]'s closure.
 /// At most 99 writes with an own record (DynamoDB takes 100 actions), checked before sending.
 pub struct Tx<R> {
-    writes: Vec<Write>,
+    pub(crate) writes: Vec<Write>,
     /// The table and partition key of each put, for [`Tx::carry_record`].
     puts: HashMap<usize, String>,
     otherwise: HashMap<usize, OtherwiseFn<R>>,
-    carrier: Option<usize>,
+    pub(crate) carrier: Option<usize>,
     lifetime: Lifetime,
     guard: bool,
 }
@@ -154,7 +154,7 @@ fn item_of<T: Serialize + ?Sized>(value: &T, what: &str) -> Result<Item, Error> 
 }
 
 impl<R> Tx<R> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Tx {
             writes: Vec::new(),
             puts: HashMap::new(),
@@ -270,7 +270,14 @@ impl<R> Tx<R> {
         self.guard = true;
     }
 
-    fn into_commit(self, key: &Key, payload_hash: &str, response: String, now_ms: u64, window_s: u64) -> Parts<R> {
+    pub(crate) fn into_commit(
+        self,
+        key: &Key,
+        payload_hash: &str,
+        response: String,
+        now_ms: u64,
+        window_s: u64,
+    ) -> Parts<R> {
         let expiration_s = match self.lifetime {
             Lifetime::Never => NEVER_EXPIRES,
             Lifetime::Window => now_ms / 1000 + window_s.max(1),
@@ -290,10 +297,29 @@ impl<R> Tx<R> {
     }
 }
 
-struct Parts<R> {
-    commit: Commit,
+pub(crate) struct Parts<R> {
+    pub(crate) commit: Commit,
     otherwise: HashMap<usize, OtherwiseFn<R>>,
     expiration_s: u64,
+}
+
+impl<R> Tx<R> {
+    /// Appends `other`'s writes (and what they answer otherwise) after this one's.
+    pub(crate) fn append(&mut self, other: Tx<R>) {
+        let offset = self.writes.len();
+        for (index, write) in other.writes.into_iter().enumerate() {
+            self.writes.push(Write::new(format!("write {}", offset + index), write.into_item()));
+        }
+        self.puts.extend(other.puts.into_iter().map(|(index, key)| (offset + index, key)));
+        self.otherwise.extend(other.otherwise.into_iter().map(|(index, answer)| (offset + index, answer)));
+        if self.carrier.is_none() {
+            self.carrier = other.carrier.map(|index| offset + index);
+        }
+        if other.lifetime == Lifetime::Never {
+            self.lifetime = Lifetime::Never;
+        }
+        self.guard |= other.guard;
+    }
 }
 
 /// Commit once on an [`Idempotency`] over DynamoDB.
@@ -323,6 +349,32 @@ pub trait CommitOnce {
     where
         R: Serialize,
         F: FnOnce(&mut Tx<R>) -> Result<R, Error>;
+
+    /// Commits a batch's members in as few transactions as DynamoDB's limits (100 actions,
+    /// 4 MB) allow, and answers each as [`CommitOnce::commit_once`] would have, committed one
+    /// by one in batch order: the result at each position is that member's.
+    ///
+    /// - A key twice in the batch is answered from its first occurrence, with no request (key
+    ///   reuse when the payloads differ).
+    /// - A cancelled transaction is read reason by reason: a member whose record exists is a
+    ///   duplicate, answered from the record returned with the reason; a group whose shared
+    ///   write failed (a balance that would not cover its debits) falls back to one transaction
+    ///   per member, in order, so exactly the members that would fail alone fail; a member whose
+    ///   own write failed does too; conflicts back off (capped, jittered) and the rest is sent
+    ///   again as a batch, at most [`MAX_ROUNDS`](crate::MAX_ROUNDS) rounds.
+    /// - In a group, a member that failed in a way a retry may undo holds back the group's later
+    ///   members in the fallback, so none overtakes it.
+    ///
+    /// A first delivery of a batch of ten members with no duplicates is one request.
+    fn commit_batch<P, R, B>(
+        &self,
+        members: &[crate::Member<'_, P>],
+        writes: &B,
+    ) -> impl Future<Output = Vec<Result<Outcome<R>, Error>>> + Send
+    where
+        P: Serialize + ?Sized + Sync,
+        R: Serialize + DeserializeOwned + Clone + Send + Sync,
+        B: crate::BatchWrites<R>;
 }
 
 impl CommitOnce for Idempotency<DynamoDbStore> {
@@ -332,52 +384,23 @@ impl CommitOnce for Idempotency<DynamoDbStore> {
         R: Serialize + DeserializeOwned + Send,
         F: FnOnce(&mut Tx<R>) -> Result<R, Error> + Send,
     {
-        let config = self.config();
-        let hash = config.payload_hash(payload)?;
+        let hash = self.config().payload_hash(payload)?;
         let mut tx = Tx::new();
         let response = build(&mut tx)?;
-        let json = response_json(&response, config.max_response_bytes())?;
-        let now_ms = config.now_ms();
-        let Parts { commit, mut otherwise, expiration_s } =
-            tx.into_commit(key, hash.as_str(), json, now_ms, config.dedup_window().as_secs());
-        match self.store().commit_once(&commit, now_ms).await? {
-            Committed::Fresh => Ok(Outcome::Fresh(response)),
-            Committed::Exists(record) => Ok(Outcome::Replayed(record.replay(&hash)?)),
-            Committed::ConditionFailed { index, item, .. } => {
-                let Some(answer) = otherwise.remove(&index) else {
-                    return Err(StoreError::new(
-                        StoreErrorKind::Other,
-                        format!("the condition of write {index} of {key} failed, and the transaction says nothing otherwise"),
-                    )
-                    .into());
-                };
-                match answer(item.as_ref()) {
-                    Otherwise::AlreadyApplied { response, same_payload: true } => Ok(Outcome::Replayed(response)),
-                    Otherwise::AlreadyApplied { same_payload: false, .. } => {
-                        let other = Record {
-                            payload_hash: format!("{}:other", effectively_once::PAYLOAD_HASH_VERSION),
-                            ..record(key, String::new(), None, 0)
-                        };
-                        other.replay::<R>(&hash).map(Outcome::Replayed)
-                    }
-                    Otherwise::Recorded(earlier) => earlier.replay::<R>(&hash).map(Outcome::Replayed),
-                    Otherwise::Answer(answer) => {
-                        let json = response_json(&answer, config.max_response_bytes())?;
-                        let recorded = record(key, hash.to_string(), Some(json), expiration_s);
-                        match self.store().record_outcome(&recorded, now_ms, None).await? {
-                            None => Ok(Outcome::Fresh(answer)),
-                            // A concurrent duplicate committed (the condition passed for it).
-                            Some(Committed::Exists(existing)) => Ok(Outcome::Replayed(existing.replay(&hash)?)),
-                            Some(other) => Err(StoreError::new(
-                                StoreErrorKind::Other,
-                                format!("recording the answer of {key} failed: {other:?}"),
-                            )
-                            .into()),
-                        }
-                    }
-                }
-            }
-        }
+        settle(self, key, &hash, tx, response).await
+    }
+
+    async fn commit_batch<P, R, B>(
+        &self,
+        members: &[crate::Member<'_, P>],
+        writes: &B,
+    ) -> Vec<Result<Outcome<R>, Error>>
+    where
+        P: Serialize + ?Sized + Sync,
+        R: Serialize + DeserializeOwned + Clone + Send + Sync,
+        B: crate::BatchWrites<R>,
+    {
+        crate::batch::commit_batch(self, members, writes).await
     }
 
     fn write_units<R, F>(&self, key: &Key, build: F) -> Result<crate::WriteUnits, Error>
@@ -396,7 +419,71 @@ impl CommitOnce for Idempotency<DynamoDbStore> {
     }
 }
 
-fn record(key: &Key, payload_hash: String, response: Option<String>, expiration_s: u64) -> Record {
+/// Sends one key's transaction and reads what happened.
+pub(crate) async fn settle<R>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    key: &Key,
+    hash: &PayloadHash,
+    tx: Tx<R>,
+    response: R,
+) -> Result<Outcome<R>, Error>
+where
+    R: Serialize + DeserializeOwned + Send,
+{
+    let config = idempotency.config();
+    let json = response_json(&response, config.max_response_bytes())?;
+    let now_ms = config.now_ms();
+    let Parts { commit, mut otherwise, expiration_s } =
+        tx.into_commit(key, hash.as_str(), json, now_ms, config.dedup_window().as_secs());
+    match idempotency.store().commit_once(&commit, now_ms).await? {
+        Committed::Fresh => Ok(Outcome::Fresh(response)),
+        Committed::Exists(record) => Ok(Outcome::Replayed(record.replay(hash)?)),
+        Committed::ConditionFailed { index, item, .. } => {
+            let Some(answer) = otherwise.remove(&index) else {
+                return Err(StoreError::new(
+                    StoreErrorKind::Other,
+                    format!(
+                        "the condition of write {index} of {key} failed, and the transaction says nothing otherwise"
+                    ),
+                )
+                .into());
+            };
+            match answer(item.as_ref()) {
+                Otherwise::AlreadyApplied { response, same_payload: true } => Ok(Outcome::Replayed(response)),
+                Otherwise::AlreadyApplied { same_payload: false, .. } => Err(key_reused(key, hash)),
+                Otherwise::Recorded(earlier) => earlier.replay::<R>(hash).map(Outcome::Replayed),
+                Otherwise::Answer(answer) => {
+                    let json = response_json(&answer, config.max_response_bytes())?;
+                    let recorded = record(key, hash.to_string(), Some(json), expiration_s);
+                    match idempotency.store().record_outcome(&recorded, now_ms, None).await? {
+                        None => Ok(Outcome::Fresh(answer)),
+                        // A concurrent duplicate committed (the condition passed for it).
+                        Some(Committed::Exists(existing)) => Ok(Outcome::Replayed(existing.replay(hash)?)),
+                        Some(other) => Err(StoreError::new(
+                            StoreErrorKind::Other,
+                            format!("recording the answer of {key} failed: {other:?}"),
+                        )
+                        .into()),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `KeyReused` for `key`: the core makes it only from a record whose payload hash differs.
+pub(crate) fn key_reused(key: &Key, hash: &PayloadHash) -> Error {
+    let other = Record {
+        payload_hash: format!("{}:other", effectively_once::PAYLOAD_HASH_VERSION),
+        ..record(key, String::new(), None, 0)
+    };
+    match other.replay::<serde_json::Value>(hash) {
+        Err(error) => error,
+        Ok(_) => unreachable!("a record of another payload never replays"),
+    }
+}
+
+pub(crate) fn record(key: &Key, payload_hash: String, response: Option<String>, expiration_s: u64) -> Record {
     Record {
         id: key.as_str().to_owned(),
         status: Status::Completed,
@@ -408,7 +495,7 @@ fn record(key: &Key, payload_hash: String, response: Option<String>, expiration_
     }
 }
 
-fn response_json<R: Serialize>(response: &R, max: usize) -> Result<String, Error> {
+pub(crate) fn response_json<R: Serialize>(response: &R, max: usize) -> Result<String, Error> {
     let json = serde_json::to_string(response)
         .map_err(|e| StoreError::new(StoreErrorKind::Other, format!("the response does not serialise: {e}")))?;
     if json.len() > max {

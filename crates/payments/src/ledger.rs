@@ -7,8 +7,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::{Config, HashVersion, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
 use effectively_once_dynamodb::{
-    attr, carried, carried_from_item, classify, CommitOnce, Committed, DynamoDbStore, Otherwise, Table, Tx, WriteUnits,
-    NEVER_EXPIRES,
+    attr, carried, carried_from_item, classify, BatchWrites, CommitOnce, Committed, DynamoDbStore, Member, Otherwise,
+    Table, Tx, WriteUnits, NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +116,25 @@ struct Entry<'a> {
     posted_at: &'a str,
 }
 
+/// A batch's events as [`BatchWrites`]: member `i` is `events[positions[i]]`.
+struct Postings<'a> {
+    ledger: &'a Ledger,
+    events: &'a [PaymentEvent],
+    positions: &'a [usize],
+    posted_at: String,
+}
+
+impl BatchWrites<Posting> for Postings<'_> {
+    fn writes(&self, index: usize, tx: &mut Tx<Posting>) -> Result<Posting, effectively_once::Error> {
+        self.ledger.own_writes(tx, &self.events[self.positions[index]], &self.posted_at)
+    }
+
+    fn shared(&self, members: &[usize], tx: &mut Tx<Posting>) -> Result<(), effectively_once::Error> {
+        let events: Vec<&PaymentEvent> = members.iter().map(|&m| &self.events[self.positions[m]]).collect();
+        self.ledger.balance_update(tx, &events)
+    }
+}
+
 /// An account's balance item's key.
 #[derive(Serialize)]
 struct BalanceKey {
@@ -190,8 +209,20 @@ impl Ledger {
     /// own item, never expiring: not carried on the entry, which is keyed by the account, as the
     /// record must make the event id unique across accounts).
     fn transaction(&self, tx: &mut Tx<Posting>, event: &PaymentEvent) -> Result<Posting, effectively_once::Error> {
+        let posting = self.own_writes(tx, event, &rfc3339(self.config.now_ms()))?;
+        self.balance_update(tx, &[event])?;
+        Ok(posting)
+    }
+
+    /// An event's own writes: its entry and its outbox row (its record is added beside them,
+    /// never expiring).
+    fn own_writes(
+        &self,
+        tx: &mut Tx<Posting>,
+        event: &PaymentEvent,
+        posted_at: &str,
+    ) -> Result<Posting, effectively_once::Error> {
         tx.never_expires();
-        let posted_at = rfc3339(self.config.now_ms());
         let entry = tx.put(
             &self.table,
             &Entry {
@@ -200,7 +231,7 @@ impl Ledger {
                 amount_cents: event.amount_cents,
                 currency: &event.currency,
                 event_id: &event.event_id,
-                posted_at: &posted_at,
+                posted_at,
             },
         )?;
         // The entry exists but the record does not: written before records were kept apart from
@@ -215,48 +246,106 @@ impl Ledger {
                 same_payload: item.is_some_and(|item| entry_matches(amount, &currency, item)),
             },
         });
-        // Credits need only the account's currency to match (or no account yet); a debit also
-        // needs the balance to cover it, and a new account has none to cover anything.
-        let condition = if event.amount_cents > 0 {
+        if let (Some(outbox), Some(email)) = (&self.outbox, &event.receipt_email) {
+            // Never overwritten (a put is conditional on its absence): a row's SENT state and
+            // message id belong to the first event, and an overwrite would be a MODIFY, which
+            // the relay's INSERT filter drops.
+            tx.put_item(outbox, outbox::row_item(event, email, posted_at))?;
+        }
+        Ok(Posting::Applied)
+    }
+
+    /// One update of an account's balance for `events` (of that account, in batch order, one
+    /// currency): their sum, their count, on a condition that holds if and only if posting them
+    /// one by one in this order would apply every one. Sequentially, each debit needs the
+    /// currency and the balance before it to cover it, that is the balance plus every prefix sum
+    /// up to it non-negative; credits only raise prefix sums. So the condition is the currency,
+    /// and `balance >= -min(0, smallest prefix sum)`; with no prefix below zero, a new account
+    /// (no item) passes too, as a first credit does. A single event gets the rejection as its
+    /// answer when the condition fails; a batch that fails it falls back to one event at a time.
+    fn balance_update(&self, tx: &mut Tx<Posting>, events: &[&PaymentEvent]) -> Result<(), effectively_once::Error> {
+        let Some(first) = events.first() else { return Ok(()) };
+        if events.iter().any(|e| e.currency != first.currency || e.account_id != first.account_id) {
+            // Another currency in the group: only one at a time says which event sets it.
+            return Err(StoreError::new(StoreErrorKind::Other, "mixed currencies in one account's batch").into());
+        }
+        let (mut sum, mut lowest) = (0i64, 0i64);
+        for event in events {
+            sum += event.amount_cents;
+            lowest = lowest.min(sum);
+        }
+        let needed = -lowest;
+        // Credits need only the account's currency to match (or no account yet); debits also
+        // need the balance to cover them, and a new account has none to cover anything.
+        let condition = if needed == 0 {
             "attribute_not_exists(pk) OR #currency = :currency"
         } else {
             "#currency = :currency AND #balance >= :needed"
         };
         let string = |value: &str| AttributeValue::S(value.to_owned());
         let number = |value: i64| AttributeValue::N(value.to_string());
-        let key = BalanceKey { pk: account_pk(&event.account_id), sk: "balance" };
+        let key = BalanceKey { pk: account_pk(&first.account_id), sk: "balance" };
         let balance = tx.update(&self.table, &key, |update| {
             let update = update
                 .update_expression(
                     "SET #balance = if_not_exists(#balance, :zero) + :amount, #currency = if_not_exists(#currency, :currency) \
-                     ADD #count :one",
+                     ADD #count :count",
                 )
                 .condition_expression(condition)
                 .expression_attribute_names("#balance", "balance_cents")
                 .expression_attribute_names("#currency", "currency")
                 .expression_attribute_names("#count", "entry_count")
                 .expression_attribute_values(":zero", number(0))
-                .expression_attribute_values(":one", number(1))
-                .expression_attribute_values(":amount", number(event.amount_cents))
-                .expression_attribute_values(":currency", string(&event.currency));
-            if event.amount_cents < 0 {
-                update.expression_attribute_values(":needed", number(-event.amount_cents))
+                .expression_attribute_values(":count", number(events.len() as i64))
+                .expression_attribute_values(":amount", number(sum))
+                .expression_attribute_values(":currency", string(&first.currency));
+            if needed > 0 {
+                update.expression_attribute_values(":needed", number(needed))
             } else {
                 update
             }
         })?;
-        // A business rule said no: recorded (never expiring), so a duplicate stays rejected after
-        // funds arrive, unless a concurrent duplicate applied the payment meanwhile (a credit
-        // arrived between the two): its record has the same key, and that answer stands.
-        let rejected = event.clone();
-        tx.otherwise(balance, move |item| Otherwise::Answer(Posting::Rejected { reason: rejection(&rejected, item) }));
-        if let (Some(outbox), Some(email)) = (&self.outbox, &event.receipt_email) {
-            // Never overwritten (a put is conditional on its absence): a row's SENT state and
-            // message id belong to the first event, and an overwrite would be a MODIFY, which
-            // the relay's INSERT filter drops.
-            tx.put_item(outbox, outbox::row_item(event, email, &posted_at))?;
+        if let [event] = events {
+            // A business rule said no: recorded (never expiring), so a duplicate stays rejected
+            // after funds arrive, unless a concurrent duplicate applied the payment meanwhile (a
+            // credit arrived between the two): its record has the same key, and that answer stands.
+            let rejected = (*event).clone();
+            tx.otherwise(balance, move |item| {
+                Otherwise::Answer(Posting::Rejected { reason: rejection(&rejected, item) })
+            });
         }
-        Ok(Posting::Applied)
+        Ok(())
+    }
+
+    /// Posts the valid events of one invocation as [`Ledger::post`] posts each, committed one
+    /// by one in this order, would: the result at each position is that event's. In as few
+    /// transactions as DynamoDB's limits allow (one for ten events), with one balance update per
+    /// account per transaction ([`CommitOnce::commit_batch`]): an event id twice in the batch is
+    /// answered from the first, with no request; an account whose aggregate fails its condition
+    /// is posted one event at a time, so exactly the right debits are rejected and recorded.
+    pub async fn post_batch(&self, events: &[PaymentEvent]) -> Vec<Result<Outcome<Posting>, Error>> {
+        let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
+        let mut members = Vec::with_capacity(events.len());
+        let mut positions = Vec::with_capacity(events.len());
+        for (position, event) in events.iter().enumerate() {
+            let checked = Key::new(PREFIX, &event.event_id).map_err(Error::from).and_then(|key| {
+                self.check_outbox(event)?;
+                Ok(key)
+            });
+            match checked {
+                Ok(key) => {
+                    members.push(Member { key, payload: event, group: Some(event.account_id.clone()) });
+                    positions.push(position);
+                }
+                Err(error) => results[position] = Some(Err(error)),
+            }
+        }
+        let batch = Postings { ledger: self, events, positions: &positions, posted_at: rfc3339(self.config.now_ms()) };
+        let posted = self.idempotency.commit_batch(&members, &batch).await;
+        for (result, position) in posted.into_iter().zip(&positions) {
+            results[*position] = Some(result.map_err(Error::from));
+        }
+        results.into_iter().map(|r| r.expect("every event answered")).collect()
     }
 
     /// Modelled write units of a payment's first delivery and of a duplicate.

@@ -1,0 +1,498 @@
+//! Commit once for a batch: the members of one invocation (an SQS batch's valid messages) in as
+//! few `TransactWriteItems` as DynamoDB's limits allow, each member with its own record and
+//! writes, and writes its group shares (one balance update per account) once per transaction.
+//! A cancelled transaction is read reason by reason: duplicates are answered from their records,
+//! a group whose shared write failed falls back to one member at a time, conflicts are retried,
+//! and the rest is committed again as a batch.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{CancellationReason, TransactWriteItem};
+use effectively_once::{
+    Error, ErrorKind, Idempotency, Key, Outcome, PayloadHash, Record, Status, StoreError, StoreErrorKind,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::commit::{action_size, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
+use crate::error::classify;
+use crate::item::from_item;
+use crate::once::{key_reused, record, settle, Tx};
+use crate::store::DynamoDbStore;
+
+/// Rounds of a batch: a conflict or a cancellation by other members sends the rest again, at
+/// most this many times in all, before the rest is reported retryable.
+pub const MAX_ROUNDS: u32 = 8;
+
+/// One member of a batch: its key, its payload (hashed as the config says), and the group whose
+/// shared writes it takes part in (an account: its balance), if any.
+#[derive(Debug, Clone)]
+pub struct Member<'a, P: ?Sized> {
+    /// The record's key.
+    pub key: Key,
+    /// What is hashed.
+    pub payload: &'a P,
+    /// Members of one group share writes ([`BatchWrites::shared`]) and keep their order.
+    pub group: Option<String>,
+}
+
+/// The writes of a batch's members, built as often as rounds and fallbacks need (so each call
+/// must build the same writes).
+pub trait BatchWrites<R>: Sync {
+    /// Member `index`'s own writes, and its response. Its record is added for it.
+    fn writes(&self, index: usize, tx: &mut Tx<R>) -> Result<R, Error>;
+
+    /// The writes `members` (of one group, in batch order) share, as one transaction holds them:
+    /// their effects aggregated, with a condition that holds if and only if committing the
+    /// members one by one in this order would pass every one of theirs. Called with one member
+    /// when a member falls back to a transaction of its own: then the writes' own
+    /// [`Tx::otherwise`] answers apply. Default: none.
+    fn shared(&self, members: &[usize], tx: &mut Tx<R>) -> Result<(), Error> {
+        let _ = (members, tx);
+        Ok(())
+    }
+}
+
+/// Who an action of a batch transaction belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// A member's own write.
+    Write(usize),
+    /// A member's record.
+    Record(usize),
+    /// A group's shared write (the group's index in the transaction).
+    Shared(usize),
+}
+
+/// One transaction of a round.
+struct Planned<R> {
+    actions: Vec<TransactWriteItem>,
+    owners: Vec<Owner>,
+    /// Members, with their responses.
+    members: Vec<(usize, R)>,
+    /// Groups: their members.
+    groups: Vec<Vec<usize>>,
+}
+
+impl<R> Planned<R> {
+    fn new() -> Self {
+        Planned { actions: Vec::new(), owners: Vec::new(), members: Vec::new(), groups: Vec::new() }
+    }
+
+    fn bytes(&self) -> usize {
+        self.actions.iter().map(action_size).sum()
+    }
+}
+
+/// A group's part of a transaction, built.
+struct Part<R> {
+    actions: Vec<TransactWriteItem>,
+    owners: Vec<Owner>,
+    members: Vec<(usize, R)>,
+}
+
+/// What a member's result is while the batch runs.
+type Slot<R> = Option<Result<Outcome<R>, Error>>;
+
+pub(crate) async fn commit_batch<P, R, B>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    members: &[Member<'_, P>],
+    writes: &B,
+) -> Vec<Result<Outcome<R>, Error>>
+where
+    P: Serialize + ?Sized + Sync,
+    R: Serialize + DeserializeOwned + Clone + Send,
+    B: BatchWrites<R>,
+{
+    let config = idempotency.config();
+    let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
+    let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
+    for (index, member) in members.iter().enumerate() {
+        match config.payload_hash(member.payload) {
+            Ok(hash) => hashes.push(Some(hash)),
+            Err(error) => {
+                hashes.push(None);
+                results[index] = Some(Err(error));
+            }
+        }
+    }
+    // In-batch duplicates are answered from the first occurrence, with no request of their own.
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut copies: Vec<(usize, usize)> = Vec::new();
+    let mut live: Vec<usize> = Vec::new();
+    for (index, member) in members.iter().enumerate() {
+        if hashes[index].is_none() {
+            continue;
+        }
+        match first.get(member.key.as_str()) {
+            Some(&earlier) => copies.push((index, earlier)),
+            None => {
+                first.insert(member.key.as_str(), index);
+                live.push(index);
+            }
+        }
+    }
+    let mut alone: Vec<usize> = Vec::new();
+    let mut round = 0;
+    while !live.is_empty() {
+        if round == MAX_ROUNDS {
+            for index in live.drain(..) {
+                results[index] = Some(Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format!(
+                        "{}: its batch was cancelled {MAX_ROUNDS} times (conflicts); retried later",
+                        members[index].key
+                    ),
+                )
+                .into()));
+            }
+            break;
+        }
+        round += 1;
+        let (plans, refused) = plan(idempotency, members, &hashes, &live, writes);
+        alone.extend(refused);
+        let mut next = Vec::new();
+        let mut conflicted = false;
+        for planned in plans {
+            let outcome = send(idempotency, members, &hashes, planned, &mut results).await;
+            conflicted |= outcome.conflicted;
+            next.extend(outcome.again);
+            alone.extend(outcome.alone);
+        }
+        next.sort_unstable();
+        live = next;
+        if conflicted && !live.is_empty() {
+            // Back off with jitter, capped, so two consumers on a hot account do not meet again.
+            let jitter = (uuid::Uuid::new_v4().as_u128() % 20) as u64;
+            tokio::time::sleep(Duration::from_millis((10 * u64::from(round)).min(100) + jitter)).await;
+        }
+    }
+    // One at a time, in batch order; a group's later members wait for an earlier one that may
+    // still take effect (its failure was retryable), or they could overtake it.
+    alone.sort_unstable();
+    let mut held: HashMap<String, Key> = HashMap::new();
+    for index in alone {
+        let member = &members[index];
+        if let Some(earlier) = member.group.as_ref().and_then(|group| held.get(group)) {
+            results[index] = Some(Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!("{}: not started, {earlier} before it in its group failed", member.key),
+            )
+            .into()));
+            continue;
+        }
+        let hash = hashes[index].as_ref().expect("live members have hashes");
+        let result = one(idempotency, index, &member.key, hash, writes).await;
+        if let (Err(error), Some(group)) = (&result, &member.group) {
+            if error.is_retryable() {
+                held.insert(group.clone(), member.key.clone());
+            }
+        }
+        results[index] = Some(result);
+    }
+    for (copy, earlier) in copies {
+        let hash = hashes[copy].as_ref().expect("copies have hashes");
+        let same = hashes[earlier].as_ref().is_some_and(|h| h.as_str() == hash.as_str());
+        if !same {
+            // Another payload than the first copy's. When the first committed, the key's record
+            // is the first's: reuse, with no request. Otherwise the record decides (reuse, or a
+            // replay when the first copy was itself the reuse), as it would one by one.
+            results[copy] = Some(match &results[earlier] {
+                Some(Ok(Outcome::Fresh(_))) => Err(key_reused(&members[copy].key, hash)),
+                _ => one(idempotency, copy, &members[copy].key, hash, writes).await,
+            });
+            continue;
+        }
+        results[copy] = Some(match &results[earlier] {
+            Some(Ok(outcome)) => Ok(Outcome::Replayed(outcome.response().clone())),
+            Some(Err(error)) => Err(copy_error(&members[copy].key, hash, error)),
+            None => Err(StoreError::new(StoreErrorKind::Unavailable, "the first copy was not run").into()),
+        });
+    }
+    results
+        .into_iter()
+        .map(|slot| slot.unwrap_or_else(|| Err(StoreError::new(StoreErrorKind::Unavailable, "not run").into())))
+        .collect()
+}
+
+/// The first copy's failure, for an in-batch duplicate: key reuse and in progress as such (a
+/// copy of a reused key is reuse too), anything else as retryable as it was.
+fn copy_error(key: &Key, hash: &PayloadHash, error: &Error) -> Error {
+    match error.kind() {
+        ErrorKind::KeyReused => key_reused(key, hash),
+        ErrorKind::InProgress => {
+            let held = Record { status: Status::InProgress, ..record(key, hash.to_string(), None, 0) };
+            match held.replay::<serde_json::Value>(hash) {
+                Err(error) => error,
+                Ok(_) => unreachable!("an in-progress record never replays"),
+            }
+        }
+        _ => {
+            let kind = if error.is_retryable() { StoreErrorKind::Unavailable } else { StoreErrorKind::Other };
+            StoreError::new(kind, format!("{key}: the first copy in this batch failed: {error}")).into()
+        }
+    }
+}
+
+/// A member alone: its writes and its share of its group's, in one transaction of its own.
+async fn one<R, B>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    index: usize,
+    key: &Key,
+    hash: &PayloadHash,
+    writes: &B,
+) -> Result<Outcome<R>, Error>
+where
+    R: Serialize + DeserializeOwned + Send,
+    B: BatchWrites<R>,
+{
+    let mut tx = Tx::new();
+    let response = writes.writes(index, &mut tx)?;
+    let mut shared = Tx::new();
+    writes.shared(&[index], &mut shared)?;
+    tx.append(shared);
+    settle(idempotency, key, hash, tx, response).await
+}
+
+/// The transactions of a round, and the members that must go alone (a carried record, a
+/// build that failed is answered at once in `results` by the caller's next round... here: alone).
+fn plan<P, R, B>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    members: &[Member<'_, P>],
+    hashes: &[Option<PayloadHash>],
+    live: &[usize],
+    writes: &B,
+) -> (Vec<Planned<R>>, Vec<usize>)
+where
+    P: ?Sized,
+    R: Serialize,
+    B: BatchWrites<R>,
+{
+    let mut alone = Vec::new();
+    // Groups in order of first appearance; ungrouped members are groups of one.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for &index in live {
+        match members[index].group.as_deref() {
+            Some(name) => match by_name.get(name) {
+                Some(&at) => groups[at].push(index),
+                None => {
+                    by_name.insert(name, groups.len());
+                    groups.push(vec![index]);
+                }
+            },
+            None => groups.push(vec![index]),
+        }
+    }
+    let mut plans = Vec::new();
+    let mut current = Planned::new();
+    for group in groups {
+        // A group too large for one transaction goes in chunks, in order: each chunk's shared
+        // write is conditioned on the state the chunk before it left.
+        let mut pending: &[usize] = &group;
+        while !pending.is_empty() {
+            let (part, taken) = match build_part(idempotency, members, hashes, pending, writes) {
+                Ok(built) => built,
+                Err(_) => {
+                    // A member whose writes do not build, or that carries its record, goes alone,
+                    // where its error (or its carried record) is handled as for a single commit.
+                    alone.extend_from_slice(pending);
+                    break;
+                }
+            };
+            pending = &pending[taken..];
+            let bytes: usize = part.actions.iter().map(action_size).sum();
+            if current.actions.len() + part.actions.len() > MAX_TRANSACTION_ITEMS
+                || current.bytes() + bytes > MAX_TRANSACTION_BYTES
+            {
+                plans.push(std::mem::replace(&mut current, Planned::new()));
+            }
+            let group_index = current.groups.len();
+            current.groups.push(part.members.iter().map(|(index, _)| *index).collect());
+            current.actions.extend(part.actions);
+            current.owners.extend(part.owners.into_iter().map(|owner| match owner {
+                Owner::Shared(_) => Owner::Shared(group_index),
+                other => other,
+            }));
+            current.members.extend(part.members);
+        }
+    }
+    if !current.actions.is_empty() {
+        plans.push(current);
+    }
+    (plans, alone)
+}
+
+/// The longest prefix of `pending` (at least one member) whose actions and shared writes fit one
+/// transaction, built; and how many members it took.
+fn build_part<P, R, B>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    members: &[Member<'_, P>],
+    hashes: &[Option<PayloadHash>],
+    pending: &[usize],
+    writes: &B,
+) -> Result<(Part<R>, usize), Error>
+where
+    P: ?Sized,
+    R: Serialize,
+    B: BatchWrites<R>,
+{
+    let config = idempotency.config();
+    let now_ms = config.now_ms();
+    let mut take = pending.len();
+    loop {
+        let chunk = &pending[..take];
+        let mut part = Part { actions: Vec::new(), owners: Vec::new(), members: Vec::new() };
+        for &index in chunk {
+            let mut tx = Tx::new();
+            let response = writes.writes(index, &mut tx)?;
+            if tx.carrier.is_some() {
+                return Err(StoreError::new(StoreErrorKind::Other, "a carried record commits alone").into());
+            }
+            let json = crate::once::response_json(&response, config.max_response_bytes())?;
+            let hash = hashes[index].as_ref().expect("live members have hashes");
+            let parts =
+                tx.into_commit(&members[index].key, hash.as_str(), json, now_ms, config.dedup_window().as_secs());
+            let actions = parts.commit.actions(idempotency.store(), now_ms)?;
+            let count = actions.len();
+            part.owners.extend((0..count - 1).map(|_| Owner::Write(index)));
+            part.owners.push(Owner::Record(index));
+            part.actions.extend(actions);
+            part.members.push((index, response));
+        }
+        let mut shared = Tx::<R>::new();
+        if members[chunk[0]].group.is_some() {
+            writes.shared(chunk, &mut shared)?;
+        }
+        for write in shared.writes {
+            part.actions.push(write.into_item());
+            part.owners.push(Owner::Shared(0));
+        }
+        let bytes: usize = part.actions.iter().map(action_size).sum();
+        if (part.actions.len() <= MAX_TRANSACTION_ITEMS && bytes <= MAX_TRANSACTION_BYTES) || take == 1 {
+            return Ok((part, take));
+        }
+        // Shrink in proportion, at least by one.
+        let fits = take * MAX_TRANSACTION_ITEMS / part.actions.len().max(1);
+        take = fits.clamp(1, take - 1);
+    }
+}
+
+/// What one transaction of a round left to do.
+struct Sent {
+    /// Members to send again in the next round.
+    again: Vec<usize>,
+    /// Members to commit one at a time.
+    alone: Vec<usize>,
+    /// Whether a conflict cancelled it.
+    conflicted: bool,
+}
+
+async fn send<P, R>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    members: &[Member<'_, P>],
+    hashes: &[Option<PayloadHash>],
+    planned: Planned<R>,
+    results: &mut [Slot<R>],
+) -> Sent
+where
+    P: ?Sized,
+    R: DeserializeOwned,
+{
+    let mut sent = Sent { again: Vec::new(), alone: Vec::new(), conflicted: false };
+    let request = idempotency.store().client().transact_write_items().set_transact_items(Some(planned.actions));
+    let reasons: Vec<CancellationReason> = match request.send().await {
+        Ok(_) => {
+            for (index, response) in planned.members {
+                results[index] = Some(Ok(Outcome::Fresh(response)));
+            }
+            return sent;
+        }
+        Err(SdkError::ServiceError(service))
+            if matches!(service.err(), TransactWriteItemsError::TransactionCanceledException(_)) =>
+        {
+            match service.into_err() {
+                TransactWriteItemsError::TransactionCanceledException(cancelled) => {
+                    cancelled.cancellation_reasons.unwrap_or_default()
+                }
+                _ => unreachable!("matched above"),
+            }
+        }
+        Err(error) => {
+            let error = classify("TransactWriteItems", error);
+            for (index, _) in planned.members {
+                let copy = StoreError::new(error.kind(), error.to_string());
+                results[index] = Some(Err(copy.into()));
+            }
+            return sent;
+        }
+    };
+    let code = |at: usize| reasons.get(at).and_then(|r| r.code()).unwrap_or("None");
+    let mut settled: HashMap<usize, ()> = HashMap::new();
+    let mut to_alone: Vec<usize> = Vec::new();
+    for (at, owner) in planned.owners.iter().enumerate() {
+        if code(at) != "ConditionalCheckFailed" {
+            continue;
+        }
+        match *owner {
+            Owner::Record(index) => {
+                let hash = hashes[index].as_ref().expect("live members have hashes");
+                let answer = match reasons[at].item() {
+                    Some(item) => from_item(item).map_err(Error::from).and_then(|r| r.replay::<R>(hash)),
+                    None => {
+                        match effectively_once::Store::get(idempotency.store(), members[index].key.as_str()).await {
+                            Ok(Some(found)) => found.replay::<R>(hash),
+                            Ok(None) => {
+                                // Gone since (expired and deleted): send it again.
+                                sent.again.push(index);
+                                settled.insert(index, ());
+                                continue;
+                            }
+                            Err(error) => Err(error.into()),
+                        }
+                    }
+                };
+                results[index] = Some(answer.map(Outcome::Replayed));
+                settled.insert(index, ());
+            }
+            Owner::Write(index) => to_alone.push(index),
+            Owner::Shared(group) => to_alone.extend(planned.groups[group].iter().copied()),
+        }
+    }
+    let codes: Vec<&str> =
+        (0..reasons.len()).map(code).filter(|c| *c != "None" && *c != "ConditionalCheckFailed").collect();
+    sent.conflicted = codes.contains(&"TransactionConflict");
+    let failure = codes.iter().find(|c| **c != "TransactionConflict").map(|c| {
+        let kind = match *c {
+            "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded" => StoreErrorKind::Throttled,
+            "ItemCollectionSizeLimitExceeded" => StoreErrorKind::TooLarge,
+            "ValidationError" => StoreErrorKind::Other,
+            // A reason this code does not know is not a verdict on the message.
+            _ => StoreErrorKind::Unavailable,
+        };
+        (kind, format!("batch transaction cancelled: {codes:?}"))
+    });
+    for (index, _) in planned.members {
+        if settled.contains_key(&index) {
+            continue;
+        }
+        if to_alone.contains(&index) {
+            sent.alone.push(index);
+        } else if let Some((kind, message)) = &failure {
+            if *kind == StoreErrorKind::Other {
+                // A request refused for one member's items: each alone gets its own verdict,
+                // rather than every member of the batch one that is not theirs.
+                sent.alone.push(index);
+            } else {
+                results[index] = Some(Err(StoreError::new(*kind, format!("{}: {message}", members[index].key)).into()));
+            }
+        } else {
+            // Cancelled by another member's condition, or a conflict: not decided, send again.
+            sent.again.push(index);
+        }
+    }
+    sent
+}

@@ -1,0 +1,134 @@
+//! The ledger's batch path (`Ledger::post_batch`) against posting one by one, on the local AWS:
+//! the same answers, balances and entries, in fewer requests.
+
+use std::collections::BTreeMap;
+
+use effectively_once::Outcome;
+use end_to_end::LedgerHarness;
+use payments::{PaymentEvent, Posting};
+
+/// An answer as the two paths are compared: fresh or replayed, the posting, or the error's kind.
+fn summary(result: &Result<Outcome<Posting>, payments::Error>) -> String {
+    match result {
+        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
+        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
+        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
+        Err(error) => format!("error retryable={}", error.is_retryable()),
+    }
+}
+
+async fn balances(h: &LedgerHarness, accounts: &[&str]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for account in accounts {
+        let balance = h.ledger.balance(account).await.unwrap();
+        let entries = h.ledger.entries(account).await.unwrap();
+        out.insert(account.to_string(), format!("{balance:?} {entries:?}"));
+    }
+    out
+}
+
+/// Ten first deliveries over three accounts: one request, every event applied.
+#[tokio::test]
+async fn ten_events_are_one_transaction() {
+    let h = LedgerHarness::new().await;
+    let events: Vec<PaymentEvent> = (0..10)
+        .map(|i| LedgerHarness::event(&format!("b10-{i}"), &format!("acct-{}", i % 3), 100 + i, "USD"))
+        .collect();
+    h.requests.reset();
+    let results = h.ledger.post_batch(&events).await;
+    assert!(results.iter().all(|r| matches!(r, Ok(Outcome::Fresh(Posting::Applied)))), "{results:?}");
+    assert_eq!(h.requests.total(), 1, "one TransactWriteItems for the batch");
+    let balance = h.ledger.balance("acct-0").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (100 + 103 + 106 + 109, 4));
+    // The same batch again: every event a duplicate, answered from the cancellation reasons.
+    h.requests.reset();
+    let again = h.ledger.post_batch(&events).await;
+    assert!(again.iter().all(|r| matches!(r, Ok(Outcome::Replayed(Posting::Applied)))), "{again:?}");
+    assert!(h.requests.total() <= 2, "a duplicate batch costs {} requests", h.requests.total());
+    let balance = h.ledger.balance("acct-0").await.unwrap().unwrap();
+    assert_eq!(balance.entry_count, 4, "nothing posted twice");
+}
+
+/// In-batch duplicates cost nothing, and another payload under a seen id is key reuse.
+#[tokio::test]
+async fn in_batch_copies_are_answered_from_the_first() {
+    let h = LedgerHarness::new().await;
+    let first = LedgerHarness::event("copy-1", "acct-c", 500, "USD");
+    let reused = LedgerHarness::event("copy-1", "acct-d", 500, "USD");
+    let events = vec![first.clone(), first.clone(), reused, first];
+    h.requests.reset();
+    let results = h.ledger.post_batch(&events).await;
+    let summaries: Vec<String> = results.iter().map(summary).collect();
+    assert_eq!(
+        summaries,
+        ["fresh Applied", "replayed Applied", "error KeyReused", "replayed Applied"].map(String::from).to_vec()
+    );
+    assert_eq!(h.requests.total(), 1);
+    assert_eq!(h.ledger.balance("acct-d").await.unwrap(), None, "the reused id posted nothing");
+}
+
+/// A small deterministic generator (xorshift): the same schedules on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Random batches (duplicates, reused ids, overdrafts, a second currency, debits before their
+/// credits) posted as batches on one ledger and one by one on another: every answer, balance and
+/// entry is the same.
+#[tokio::test]
+async fn a_batch_answers_as_one_by_one_in_batch_order() {
+    let batched = LedgerHarness::new().await;
+    let single = LedgerHarness::new().await;
+    let accounts = ["acct-a", "acct-b", "acct-c"];
+    let mut rng = Rng(0x5eed_1234_abcd_9876);
+    for round in 0..30 {
+        let size = 1 + rng.below(24) as usize;
+        let events: Vec<PaymentEvent> = (0..size)
+            .map(|_| {
+                // A small pool of ids: copies within and across batches, some with other payloads.
+                let id = format!("ev-{}", rng.below(40));
+                let account = accounts[rng.below(3) as usize];
+                let amount = if rng.below(3) == 0 { -(1 + rng.below(400) as i64) } else { 1 + rng.below(300) as i64 };
+                let currency = if rng.below(12) == 0 { "EUR" } else { "USD" };
+                // The same id keeps its payload most of the time (a duplicate), not always (reuse).
+                if rng.below(5) == 0 {
+                    LedgerHarness::event(&id, account, amount, currency)
+                } else {
+                    let n: u64 = id[3..].parse().unwrap();
+                    let amount = if n.is_multiple_of(3) { -(n as i64 * 7 + 1) } else { n as i64 * 11 + 1 };
+                    let mut event = LedgerHarness::event(&id, accounts[(n % 3) as usize], amount, "USD");
+                    if n.is_multiple_of(5) {
+                        event.receipt_email = Some(format!("{id}@example.com"));
+                    }
+                    event
+                }
+            })
+            .collect();
+        let from_batch: Vec<String> = batched.ledger.post_batch(&events).await.iter().map(summary).collect();
+        let mut one_by_one = Vec::new();
+        for event in &events {
+            one_by_one.push(summary(&single.ledger.post(event).await));
+        }
+        assert_eq!(from_batch, one_by_one, "round {round}: {events:?}");
+        assert_eq!(balances(&batched, &accounts).await, balances(&single, &accounts).await, "round {round}");
+        for event in &events {
+            let rows = (batched.outbox_row(&event.event_id).await, single.outbox_row(&event.event_id).await);
+            assert_eq!(
+                rows.0.map(|r| r.receipt.event_id),
+                rows.1.map(|r| r.receipt.event_id),
+                "round {round}: outbox rows"
+            );
+        }
+    }
+}
