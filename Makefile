@@ -85,12 +85,13 @@ run: local-up
 redrive: local-up
 	cargo run -q -p local -- redrive
 
-## watch: both functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
-##        the local AWS and its tables
+## watch: the functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
+##        the local AWS and its tables; the payments API answers at
+##        http://127.0.0.1:9000/lambda-url/payments-api/payments
 watch: local-up
 	infra/cargo-lambda.sh watch --invoke-address 127.0.0.1 --env-file .local-aws/lambda.env
 
-## invoke: FUNCTION=payments-consumer|receipts-relay EVENT=events/... against `make watch`
+## invoke: FUNCTION=payments-consumer|receipts-relay|payments-api EVENT=events/... against `make watch`
 invoke:
 	infra/cargo-lambda.sh invoke --invoke-address 127.0.0.1 $(FUNCTION) --data-file $(EVENT)
 

@@ -280,12 +280,13 @@ fn table_request(mut request: CreateTableFluentBuilder, props: &Value) -> Result
     Ok(request)
 }
 
-/// The functions' environment for these resources (`cargo lambda watch --env-file`).
+/// The functions' environment for these resources (`cargo lambda watch --env-file`); the
+/// payments API's queue (`PAYMENTS_QUEUE_URL`) included.
 pub fn lambda_env(resources: &Resources, endpoint: &str) -> String {
     format!(
-        "IDEMPOTENCY_TABLE={}\nLEDGER_TABLE={}\nOUTBOX_TABLE={}\nRECEIPT_FROM={RECEIPT_FROM}\n\
+        "IDEMPOTENCY_TABLE={}\nLEDGER_TABLE={}\nOUTBOX_TABLE={}\nRECEIPT_FROM={RECEIPT_FROM}\nPAYMENTS_QUEUE_URL={}\n\
          AWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\nAWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
-        resources.idempotency_table, resources.ledger_table, resources.outbox_table,
+        resources.idempotency_table, resources.ledger_table, resources.outbox_table, resources.queue_url,
     )
 }
 

@@ -389,4 +389,43 @@ mod tests {
         assert_eq!(env.config.dedup_window(), Duration::from_secs(60));
         assert!(Env::from_env_with(vars(&[("IDEMPOTENCY_TABLE", "t")])).unwrap_err().contains("PAYMENTS_QUEUE_URL"));
     }
+
+    /// A queue that counts what it is sent.
+    #[derive(Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl Queue for Counting {
+        async fn send(&self, _event: &PaymentEvent) -> Result<(), EnqueueError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// The sample events in `events/`, as Lambda delivers them, in their order: first request,
+    /// replay, key reuse, missing key; and the HTTP API's. One send in all but the HTTP API's.
+    #[tokio::test]
+    async fn the_sample_events_answer_as_documented() {
+        let api =
+            Api::new(Idempotency::new(effectively_once::InMemoryStore::new(), Config::default()), Counting::default());
+        let samples = [
+            (include_str!("../../../events/http-payment.json"), 202, None, None),
+            (include_str!("../../../events/http-payment-replay.json"), 202, Some("true"), None),
+            (include_str!("../../../events/http-key-reuse.json"), 422, None, Some("idempotency_key_reused")),
+            (include_str!("../../../events/http-missing-key.json"), 400, None, Some("invalid_idempotency_key")),
+            (include_str!("../../../events/apigw-http-payment.json"), 202, None, None),
+        ];
+        for (i, (event, status, replayed, code)) in samples.into_iter().enumerate() {
+            let request = lambda_http::request::from_str(event).unwrap();
+            let response = api.handle(request).await;
+            assert_eq!(response.status().as_u16(), status, "sample {i}");
+            assert_eq!(response.headers().get(REPLAYED).map(|v| v.to_str().unwrap()), replayed, "sample {i}");
+            let Body::Text(text) = response.body() else { panic!("a text body") };
+            let body: Value = serde_json::from_str(text).unwrap();
+            match code {
+                Some(code) => assert_eq!(body["error"], code, "sample {i}"),
+                None => assert!(body["event_id"].as_str().unwrap().starts_with("pay_http_"), "sample {i}"),
+            }
+        }
+        assert_eq!(api.queue().0.load(std::sync::atomic::Ordering::SeqCst), 2, "two first requests sent");
+    }
 }
