@@ -51,7 +51,7 @@ PYTHON="${PYTHON:-python3}"
 ARCH="${ARCH:-x86_64}"
 STACK="${STACK:-effectively-once}"
 export -n ARCH STACK # ours, not the compilers' or build scripts'
-FUNCTIONS=(payments-consumer receipts-relay)
+FUNCTIONS=(payments-consumer receipts-relay payments-api)
 # The newest glibc of the provided.al2023 runtime (Amazon Linux 2023 ships glibc 2.34).
 GLIBC_FLOOR=2.34
 SAM_PIN="aws-sam-cli==1.170.0"

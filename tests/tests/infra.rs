@@ -763,3 +763,169 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
         println!("{role}: {} requests, all allowed: {seen:?}", requests.len());
     }
 }
+
+const API: &str = "PaymentsApiRole";
+
+fn api_record() -> String {
+    format!("{}#pay_0001", payments_api::PREFIX)
+}
+
+/// The payments API claims, completes, releases and reads its own records (`api#`), and nothing
+/// else: not a payment record, an email marker, the ledger or the outbox; nor may the
+/// consumer or the relay write an API record.
+#[test]
+fn the_api_keeps_to_its_own_records() {
+    let t = template();
+    let (record, payment, marker) = (api_record(), payment_record(), email_marker());
+    for action in ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:GetItem"] {
+        let request = Request { action, table: "IdempotencyTable", key: &record };
+        assert!(allows(&t, API, request), "the API needs {action} on {record}");
+    }
+    for action in WRITES {
+        for key in [payment.as_str(), marker.as_str(), "other#pay_0001"] {
+            assert!(!allows(&t, API, Request { action, table: "IdempotencyTable", key }), "the API may {action} {key}");
+        }
+        for table in ["LedgerTable", "OutboxTable"] {
+            assert!(
+                !allows(&t, API, Request { action, table, key: "account#acct_42" }),
+                "the API may {action} on {table}"
+            );
+        }
+        for role in [CONSUMER, RELAY] {
+            let request = Request { action, table: "IdempotencyTable", key: &record };
+            assert!(!allows(&t, role, request), "{role} may {action} the API's {record}");
+        }
+    }
+}
+
+/// The API sends to the payments queue and does nothing else with SQS; its function URL takes
+/// IAM-signed requests only, and producers get a policy to call it.
+#[test]
+fn the_api_sends_to_the_payments_queue_alone_behind_iam() {
+    let t = template();
+    let on_sqs = |s: &Value| list(&s["Action"]).iter().any(|a| a.as_str().is_some_and(|a| a.starts_with("sqs:")));
+    let sqs: Vec<Value> = statements(&t, API).into_iter().filter(on_sqs).collect();
+    assert_eq!(sqs.len(), 1, "one SQS statement: {sqs:?}");
+    assert_eq!(sqs[0]["Effect"], "Allow");
+    assert_eq!(list(&sqs[0]["Action"]), [json!("sqs:SendMessage")]);
+    assert_eq!(sqs[0]["Resource"], json!({"Fn::GetAtt": ["PaymentsQueue", "Arn"]}));
+    for statement in statements(&t, API) {
+        for action in list(&statement["Action"]) {
+            let action = action.as_str().unwrap();
+            assert!(!action.contains('*'), "{action}: no wildcard actions");
+        }
+    }
+
+    let function = &t["Resources"]["PaymentsApiFunction"]["Properties"];
+    assert_eq!(function["FunctionUrlConfig"]["AuthType"], "AWS_IAM");
+    assert_eq!(function["Role"], json!({"Fn::GetAtt": [API, "Arn"]}));
+    let env = &function["Environment"]["Variables"];
+    assert_eq!(env["PAYMENTS_QUEUE_URL"], json!({"Ref": "PaymentsQueue"}));
+    assert_eq!(env["IDEMPOTENCY_TABLE"], json!({"Ref": "IdempotencyTable"}));
+    // FIFO follows the queue type, so the API sends group and deduplication ids to a FIFO queue.
+    assert_eq!(env["PAYMENTS_QUEUE_FIFO"], json!({"Fn::If": ["IsFifo", "true", "false"]}));
+    assert_eq!(env["API_DEDUP_WINDOW_SECONDS"], json!({"Ref": "ApiDedupWindowSeconds"}));
+    assert_eq!(
+        t["Parameters"]["ApiDedupWindowSeconds"]["Default"].as_u64(),
+        Some(payments_api::DEFAULT_DEDUP_WINDOW.as_secs()),
+        "the template's default window is the code's"
+    );
+
+    // A producer's policy: both actions Lambda requires of a function URL caller, on the alias
+    // the URL belongs to.
+    let invoke = &t["Resources"]["PaymentsApiInvokePolicy"]["Properties"]["PolicyDocument"]["Statement"];
+    let actions: Vec<Value> = list(invoke).iter().flat_map(|s| list(&s["Action"])).collect();
+    assert_eq!(actions, [json!("lambda:InvokeFunctionUrl"), json!("lambda:InvokeFunction")]);
+    for statement in list(invoke) {
+        assert_eq!(statement["Resource"], json!({"Ref": "PaymentsApiFunction.Alias"}));
+    }
+}
+
+/// The API's alarms, as the other functions': failed and throttled invocations, and its URL's
+/// 5xx answers (a 503 is an answer, not a failed invocation, so Errors alone would miss a
+/// failing table or queue).
+#[test]
+fn the_api_has_the_alarms_of_a_function() {
+    let t = template();
+    let function = json!([{"Name": "FunctionName", "Value": {"Ref": "PaymentsApiFunction"}}]);
+    for metric in ["Errors", "Throttles", "Url5xxCount"] {
+        let alarm = alarm_on(&t, &json!("AWS/Lambda"), metric, function.clone())
+            .unwrap_or_else(|| panic!("no alarm on the API's {metric}"));
+        assert_eq!(alarm["AlarmActions"], alarm_actions(), "{metric}");
+        assert_eq!((&alarm["ComparisonOperator"], &alarm["Threshold"]), (&json!("GreaterThanThreshold"), &json!(0)));
+        assert_eq!(alarm["TreatMissingData"], "notBreaching", "{metric}");
+        assert!(alarm["AlarmDescription"].as_str().is_some_and(|d| d.len() > 40), "{metric}: say what it means");
+    }
+}
+
+/// A queue that fails its first send (the API releases the record) and takes the rest.
+#[derive(Default)]
+struct FailsFirst(std::sync::atomic::AtomicBool);
+
+impl payments_api::Queue for FailsFirst {
+    async fn send(&self, _event: &payments::PaymentEvent) -> Result<(), payments_api::EnqueueError> {
+        match self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            false => Err(payments_api::EnqueueError("injected".into())),
+            true => Ok(()),
+        }
+    }
+}
+
+/// Every DynamoDB request of the API, through each of its paths (a failed send and its
+/// release, the send, a replay, a key reuse, a key in flight read for Retry-After), is allowed
+/// by its role.
+#[tokio::test]
+async fn every_request_the_api_sends_is_allowed_by_its_role() {
+    use effectively_once::{Begin, Config, Idempotency, Key};
+    use effectively_once_dynamodb::testing::{sdk_config, unique_name};
+    use effectively_once_dynamodb::DynamoDbStore;
+    use lambda_http::http::{HeaderMap, HeaderValue};
+    use lambda_http::Body;
+
+    let sdk = sdk_config().await;
+    let setup = aws_sdk_dynamodb::Client::new(&sdk);
+    let idempotency = unique_name("idem");
+    effectively_once_dynamodb::create_table(&setup, &idempotency).await.unwrap();
+    let recorder = Recorder::default();
+    let config = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(recorder.clone()).build();
+    let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::from_conf(config), &idempotency);
+    let api = payments_api::Api::new(Idempotency::new(store, Config::default()), FailsFirst::default());
+
+    let body = r#"{"account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}"#;
+    let request = |key: &str, body: &str| {
+        let mut request = lambda_http::Request::new(Body::Text(body.to_owned()));
+        *request.method_mut() = lambda_http::http::Method::POST;
+        *request.uri_mut() = "/payments".parse().unwrap();
+        request.headers_mut().insert(payments_api::IDEMPOTENCY_KEY, HeaderValue::from_str(key).unwrap());
+        request
+    };
+    let statuses = [
+        api.handle(request("pay_0001", body)).await.status(),
+        api.handle(request("pay_0001", body)).await.status(),
+        api.handle(request("pay_0001", body)).await.status(),
+        api.handle(request("pay_0001", &body.replace("1250", "99"))).await.status(),
+    ];
+    assert_eq!(statuses.map(|s| s.as_u16()), [503, 202, 202, 422]);
+    // A key in flight: claimed by another attempt (through the unrecorded client).
+    let mut headers = HeaderMap::new();
+    headers.insert(payments_api::IDEMPOTENCY_KEY, HeaderValue::from_static("pay_0002"));
+    let event = payments_api::parse(&headers, &Body::Text(body.to_owned())).unwrap();
+    let other = Idempotency::new(DynamoDbStore::new(setup, &idempotency), Config::default());
+    let key = Key::new(payments_api::PREFIX, "pay_0002").unwrap();
+    let Ok(Begin::Claimed(_held)) = other.begin::<_, payments_api::Answer>(&key, &event).await else {
+        panic!("claimed")
+    };
+    assert_eq!(api.handle(request("pay_0002", body)).await.status().as_u16(), 409);
+
+    let t = template();
+    let requests = recorder.take();
+    let mut seen = std::collections::BTreeSet::new();
+    for (action, table, key) in &requests {
+        assert_eq!(table, &idempotency);
+        let request = Request { action, table: "IdempotencyTable", key };
+        assert!(allows(&t, API, request), "the API sends {action} on key {key:?}: its role denies it");
+        seen.insert(action.clone());
+    }
+    let all = ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"];
+    assert_eq!(seen.iter().map(String::as_str).collect::<Vec<_>>(), all, "every path ran");
+}
