@@ -96,22 +96,22 @@ impl fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
-/// An idempotency failure as a record's result: another attempt holding the key is
-/// [`Retry::InProgressElsewhere`]; a verdict on the message (the key reused with another
-/// payload, an invalid key, a stored response too large to replay, which every duplicate meets)
-/// is [`Retry::Permanent`]; anything else (the store throttled, unreachable or misconfigured, a
-/// lease lost, a stored response this build cannot read) is the store's or the deployment's
-/// fault, not the message's, and is retried. The reason is the error's chain, addresses redacted.
+/// An idempotency failure as a record's result, as [`effectively_once::Error::is_retryable`]
+/// says: another attempt holding the key is [`Retry::InProgressElsewhere`]; what may pass later
+/// (the store throttled, unreachable or misconfigured, a lease lost) is retried; everything else
+/// is [`Retry::Permanent`]: the key reused with another payload, an invalid key, a stored
+/// response too large to replay, and a write the store refused for good (a commit-once put whose
+/// item exists, a condition that failed with nothing to answer otherwise). A permanent failure
+/// goes to the DLQ (SQS) or past the checkpoint (Streams), logged with its reason, rather than
+/// coming back forever: on a stream, a verdict retried would stall the shard. The reason is the
+/// error's chain, addresses redacted.
 impl From<effectively_once::Error> for RecordError {
     fn from(error: effectively_once::Error) -> Self {
-        use effectively_once::ErrorKind;
         let reason = redact_emails(&effectively_once::ErrorChain(&error).to_string());
         match error.kind() {
-            ErrorKind::InProgress => RecordError::in_progress_elsewhere(reason),
-            ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge => {
-                RecordError::permanent(reason)
-            }
-            _ => RecordError::retryable(reason),
+            effectively_once::ErrorKind::InProgress => RecordError::in_progress_elsewhere(reason),
+            _ if error.is_retryable() => RecordError::retryable(reason),
+            _ => RecordError::permanent(reason),
         }
     }
 }

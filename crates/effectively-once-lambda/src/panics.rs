@@ -13,7 +13,7 @@ use std::sync::Once;
 
 use futures_util::FutureExt;
 
-use crate::{redact_emails, RecordResult};
+use crate::redact_emails;
 
 /// The longest panic message kept, in bytes: a message may carry a whole message body (up to
 /// 256 KB on SQS), which belongs in no log line.
@@ -30,10 +30,10 @@ const MAX_MESSAGE: usize = 1024;
 /// `AssertUnwindSafe`: after a panic the driver drops the future and reads nothing it touched.
 /// What the handler shares across records (`&self`) must stay consistent if a record's future
 /// stops at any point, which it must anyway: Lambda can end an invocation at any await.
-pub(crate) async fn catch<M, F>(make: M) -> Result<RecordResult, String>
+pub(crate) async fn catch<M, F, T>(make: M) -> Result<T, String>
 where
     M: FnOnce() -> F,
-    F: Future<Output = RecordResult>,
+    F: Future<Output = T>,
 {
     let future = std::panic::catch_unwind(AssertUnwindSafe(make)).map_err(|payload| message(&*payload))?;
     AssertUnwindSafe(future).catch_unwind().await.map_err(|payload| message(&*payload))
@@ -106,18 +106,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_becomes_its_redacted_message() {
-        let caught = catch(|| async { panic!("cannot post for alice@example.com") }).await;
+        let caught: Result<crate::RecordResult, String> =
+            catch(|| async { panic!("cannot post for alice@example.com") }).await;
         assert_eq!(caught, Err("cannot post for a***@example.com".to_owned()));
-        let caught = catch(|| async { std::panic::panic_any(42_u8) }).await;
+        let caught: Result<crate::RecordResult, String> = catch(|| async { std::panic::panic_any(42_u8) }).await;
         assert_eq!(caught, Err("a panic payload that is not a string".to_owned()));
-        let caught = catch(|| async { Ok(crate::Disposition::Applied) }).await;
+        let caught: Result<crate::RecordResult, String> = catch(|| async { Ok(crate::Disposition::Applied) }).await;
         assert_eq!(caught, Ok(Ok(crate::Disposition::Applied)));
     }
 
     /// A panic while the future is made, before there is a future to poll, is caught too.
     #[tokio::test]
     async fn a_panic_while_making_the_future_is_caught() {
-        fn make() -> std::future::Ready<RecordResult> {
+        fn make() -> std::future::Ready<crate::RecordResult> {
             panic!("cannot parse the body for alice@example.com")
         }
         assert_eq!(catch(make).await, Err("cannot parse the body for a***@example.com".to_owned()));

@@ -176,6 +176,204 @@ pub async fn run<H: Handler>(handler: H, options: Options) -> Result<(), lambda_
     .await
 }
 
+/// Handles a batch's messages together, for a handler that does better than one message at a
+/// time (one transaction for the batch, say). It is a [`Handler`] too: the driver falls back to
+/// one message at a time through [`Handler::handle`] when a call panics.
+pub trait BatchHandler: Handler {
+    /// Handles `messages`, returning one result per message, in the same order; `deadline_ms`
+    /// is the invocation's deadline, when known. On a FIFO queue each call holds at most one
+    /// message per message group, the next of its group, so a group's order holds whatever
+    /// the handler does within a call.
+    fn handle_batch(
+        &self,
+        messages: &[&SqsMessage],
+        deadline_ms: Option<u64>,
+    ) -> impl Future<Output = Vec<RecordResult>> + Send;
+}
+
+/// [`process`] for a [`BatchHandler`]: the batch in as few calls as order allows.
+///
+/// - Standard queues: one call with every message.
+/// - FIFO queues: rounds, each a call with the next message of every group still going; a
+///   failure that a later delivery may undo holds back the rest of its group (reported failed,
+///   not started), a permanent one does not, as in [`process`].
+/// - A round is not started within [`Options::deadline_margin`] of the deadline: its messages
+///   are reported failed, retryable.
+/// - A call that panics is not trusted with any of its messages: each is handled again alone
+///   through [`Handler::handle`] (with its panic caught); what the panicking call committed is
+///   found by the handler's own idempotency and answered as a duplicate.
+///
+/// Partial batch failures are reported per message, as in [`process`], with the same spans,
+/// logs and metrics.
+pub async fn process_batch<H: BatchHandler>(
+    handler: &H,
+    event: LambdaEvent<SqsEvent>,
+    options: &Options,
+) -> SqsBatchResponse {
+    let (cold_start, span) = metrics::invocation_span(options.emf.emf(), &event.context);
+    let request_id = event.context.request_id.clone();
+    let (response, counts) = whole(handler, event, options).instrument(span).await;
+    options.emf.flush(&counts, cold_start, &request_id, options.metrics);
+    response
+}
+
+/// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
+pub async fn run_batch<H: BatchHandler>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
+    let (handler, options) = (&handler, &options);
+    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, lambda_runtime::Error>(process_batch(handler, event, options).await)
+    }))
+    .await
+}
+
+async fn whole<H: BatchHandler>(
+    handler: &H,
+    event: LambdaEvent<SqsEvent>,
+    options: &Options,
+) -> (SqsBatchResponse, Counts) {
+    panics::install_hook();
+    panics::warn_if_aborting();
+    let deadline = deadline_of(&event.context);
+    let records = &event.payload.records;
+    let mut results: Vec<Option<RecordResult>> = records.iter().map(|_| None).collect();
+    // The queues a round takes from: every group on a FIFO queue, the whole batch otherwise.
+    let mut queues: Vec<std::collections::VecDeque<usize>> = Vec::new();
+    if records.first().is_some_and(is_fifo) {
+        let mut index_of: HashMap<&str, usize> = HashMap::new();
+        for (position, record) in records.iter().enumerate() {
+            let group = record.attributes.get("MessageGroupId").map(String::as_str).unwrap_or("");
+            let at = *index_of.entry(group).or_insert_with(|| {
+                queues.push(Default::default());
+                queues.len() - 1
+            });
+            queues[at].push_back(position);
+        }
+    } else {
+        queues = (0..records.len()).map(|position| std::collections::VecDeque::from([position])).collect();
+    }
+    let mut held: Vec<Option<String>> = queues.iter().map(|_| None).collect();
+    loop {
+        let round: Vec<(usize, usize)> = queues
+            .iter_mut()
+            .enumerate()
+            .filter(|(at, _)| held[*at].is_none())
+            .filter_map(|(at, queue)| queue.pop_front().map(|position| (at, position)))
+            .collect();
+        if round.is_empty() {
+            break;
+        }
+        let positions: Vec<usize> = round.iter().map(|(_, position)| *position).collect();
+        for (position, result) in run_round(handler, records, &positions, deadline, options).await {
+            let may_take_effect_later = result.as_ref().is_err_and(|e| e.retry != Retry::Permanent);
+            if may_take_effect_later {
+                if let Some((at, _)) = round.iter().find(|(_, p)| *p == position) {
+                    held[*at].get_or_insert_with(|| records[position].message_id.clone().unwrap_or_default());
+                }
+            }
+            results[position] = Some(result);
+        }
+    }
+    for (at, queue) in queues.iter().enumerate() {
+        for &position in queue {
+            let earlier = held[at].as_deref().unwrap_or("");
+            results[position] = Some(Err(RecordError::retryable(format!(
+                "not started: message {earlier} before it in its group failed"
+            ))));
+        }
+    }
+    let mut counts = Counts::default();
+    let mut response = SqsBatchResponse::default();
+    for (position, result) in results.into_iter().enumerate() {
+        let result = result.unwrap_or_else(|| Err(RecordError::retryable("not handled")));
+        counts.add(&result);
+        if result.is_err() {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = records[position].message_id.clone().unwrap_or_default();
+            response.batch_item_failures.push(failure);
+        }
+    }
+    (response, counts)
+}
+
+/// One call of the handler with the messages at `positions`; the results by position.
+async fn run_round<H: BatchHandler>(
+    handler: &H,
+    records: &[SqsMessage],
+    positions: &[usize],
+    deadline: Option<u64>,
+    options: &Options,
+) -> Vec<(usize, RecordResult)> {
+    let mut out = Vec::with_capacity(positions.len());
+    let mut called = Vec::with_capacity(positions.len());
+    for &position in positions {
+        let message = &records[position];
+        let refused = if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
+            Some(RecordError::retryable("not started: the invocation's deadline is near"))
+        } else if message.message_id.is_none() {
+            Some(RecordError::permanent("message has no messageId"))
+        } else {
+            None
+        };
+        match refused {
+            Some(error) => {
+                let result = Err(error);
+                record_span(message).in_scope(|| log(&result));
+                out.push((position, result));
+            }
+            None => called.push(position),
+        }
+    }
+    if called.is_empty() {
+        return out;
+    }
+    let messages: Vec<&SqsMessage> = called.iter().map(|&position| &records[position]).collect();
+    match panics::catch(|| handler.handle_batch(&messages, deadline)).await {
+        Ok(results) if results.len() == called.len() => {
+            for (position, result) in called.into_iter().zip(results) {
+                record_span(&records[position]).in_scope(|| log(&result));
+                out.push((position, result));
+            }
+        }
+        Ok(results) => {
+            tracing::error!(
+                returned = results.len(),
+                messages = called.len(),
+                "batch handler returned a result count unlike its messages'; each handled again alone"
+            );
+            out.extend(alone(handler, records, called, deadline, options).await);
+        }
+        Err(panic) => {
+            tracing::error!(panic = %panic, "batch handler panicked; each of its messages handled again alone");
+            out.extend(alone(handler, records, called, deadline, options).await);
+        }
+    }
+    out
+}
+
+/// Messages one at a time through the per-message path (its panics caught per message).
+async fn alone<H: Handler>(
+    handler: &H,
+    records: &[SqsMessage],
+    positions: Vec<usize>,
+    deadline: Option<u64>,
+    options: &Options,
+) -> Vec<(usize, RecordResult)> {
+    let mut out = Vec::with_capacity(positions.len());
+    for position in positions {
+        out.extend(run_group(handler, vec![(position, &records[position])], false, deadline, options).await);
+    }
+    out
+}
+
+fn record_span(message: &SqsMessage) -> tracing::Span {
+    let message_id = message.message_id.as_deref().unwrap_or("");
+    let span = tracing::info_span!("record", message_id, xray_trace_id = tracing::field::Empty);
+    if let Some(trace) = message.attributes.get("AWSTraceHeader").and_then(|h| trace_id(h)) {
+        span.record("xray_trace_id", trace);
+    }
+    span
+}
+
 async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &Options) -> (SqsBatchResponse, Counts) {
     panics::install_hook();
     panics::warn_if_aborting();
@@ -251,10 +449,7 @@ async fn run_group<H: Handler>(
     let mut held_back_by: Option<String> = None;
     for (position, message) in group {
         let message_id = message.message_id.as_deref().unwrap_or("");
-        let span = tracing::info_span!("record", message_id, xray_trace_id = tracing::field::Empty);
-        if let Some(trace) = message.attributes.get("AWSTraceHeader").and_then(|h| trace_id(h)) {
-            span.record("xray_trace_id", trace);
-        }
+        let span = record_span(message);
         let mut panicked = false;
         // The handler's own span (its fields), a child of `span`: the outcome is logged in it.
         let mut own = tracing::Span::none();

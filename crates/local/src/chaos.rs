@@ -20,7 +20,7 @@ use receipts_relay::Receipts;
 use crate::error::Result;
 use crate::esm::{Emulator, Feed};
 use crate::invariants::{self, Audit, Table};
-use crate::invoke::{InProcess, Panicking, SqsFunction, StreamFunction};
+use crate::invoke::{Batched, InProcess, Panicking, SqsFunction, StreamFunction};
 use crate::pipeline::Pipeline;
 use crate::progress::Tracker;
 use crate::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
@@ -275,8 +275,7 @@ fn fault_rules(seed: u64) -> RefuseRecipients<RandomFaults> {
     RefuseRecipients::new(REFUSED_PREFIX, faults)
 }
 
-type Faulty =
-    Emulator<CrashingPayments<InProcess<Panicking<Payments>>>, TimedRelay<InProcess<Receipts<AcceptThenDie>>>>;
+type Faulty = Emulator<CrashingPayments<Batched<Panicking<Payments>>>, TimedRelay<InProcess<Receipts<AcceptThenDie>>>>;
 
 /// The emulator with both functions behind the fault proxy (SDK configuration `sdk`) and the
 /// crash points: the payments function crashes `crash_per_mille`, SES half as often.
@@ -289,7 +288,7 @@ fn faulty_emulator(
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let ledger = pipeline.ledger(&dynamodb);
     let payments = CrashingPayments {
-        inner: InProcess::new(Panicking::new(Payments::new(ledger)), payments_consumer::FUNCTION),
+        inner: Batched::new(Panicking::new(Payments::new(ledger)), payments_consumer::FUNCTION),
         crashes: crashes.clone(),
         per_mille: options.crash_per_mille,
     };

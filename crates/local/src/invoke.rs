@@ -97,6 +97,13 @@ impl<H: sqs::Handler> sqs::Handler for Counting<H> {
     }
 }
 
+impl<H: sqs::BatchHandler> sqs::BatchHandler for Counting<H> {
+    async fn handle_batch(&self, messages: &[&SqsMessage], deadline_ms: Option<u64>) -> Vec<RecordResult> {
+        let results = self.inner.handle_batch(messages, deadline_ms).await;
+        results.into_iter().map(|result| self.count(result)).collect()
+    }
+}
+
 impl<H: streams::Handler> streams::Handler for Counting<H> {
     async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
         self.count(self.inner.handle(record, deadline_ms).await)
@@ -111,6 +118,34 @@ impl<H: sqs::Handler> SqsFunction for InProcess<H> {
     async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
         let options = sqs::Options { metrics: false, ..sqs::Options::new(&self.function) };
         Ok(sqs::process(&self.handler, LambdaEvent::new(event, context()), &options).await)
+    }
+}
+
+/// An [`InProcess`] function served through the batch path (`sqs::process_batch`), as the
+/// payments consumer is deployed.
+pub struct Batched<H>(pub InProcess<H>);
+
+impl<H> Batched<H> {
+    /// Wraps a handler.
+    pub fn new(handler: H, function: &str) -> Self {
+        Batched(InProcess::new(handler, function))
+    }
+
+    /// What the handler's records came to so far.
+    pub fn counts(&self) -> Counts {
+        self.0.counts()
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        self.0.handler()
+    }
+}
+
+impl<H: sqs::BatchHandler> SqsFunction for Batched<H> {
+    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
+        let options = sqs::Options { metrics: false, ..sqs::Options::new(&self.0.function) };
+        Ok(sqs::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &options).await)
     }
 }
 
@@ -187,16 +222,37 @@ impl<H> Panicking<H> {
         &self.inner
     }
 
+    /// In a batch call: marked always, or marked once and not yet panicked (not counted as its
+    /// one panic: the record's own path still panics once).
+    fn should_panic_in_batch(&self, message: &SqsMessage) -> bool {
+        let Some(id) = event_id(message) else { return false };
+        id.contains(crate::workload::PANIC_ALWAYS)
+            || (id.contains(crate::workload::PANIC_ONCE)
+                && !self.panicked_once.lock().unwrap_or_else(|p| p.into_inner()).contains(&id))
+    }
+
     fn should_panic(&self, message: &SqsMessage) -> bool {
-        let id = message
-            .body
-            .as_deref()
-            .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
-            .and_then(|v| v["event_id"].as_str().map(str::to_owned));
-        let Some(id) = id else { return false };
+        let Some(id) = event_id(message) else { return false };
         id.contains(crate::workload::PANIC_ALWAYS)
             || (id.contains(crate::workload::PANIC_ONCE)
                 && self.panicked_once.lock().unwrap_or_else(|p| p.into_inner()).insert(id))
+    }
+}
+
+/// A batch call panics when any of its messages is marked: the driver then handles each alone,
+/// where the marked one panics again (or, marked to panic once, goes through).
+/// The event id a message's body holds, if any.
+fn event_id(message: &SqsMessage) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_str(message.body.as_deref()?).ok()?;
+    body["event_id"].as_str().map(str::to_owned)
+}
+
+impl<H: sqs::BatchHandler> sqs::BatchHandler for Panicking<H> {
+    async fn handle_batch(&self, messages: &[&SqsMessage], deadline_ms: Option<u64>) -> Vec<RecordResult> {
+        if messages.iter().any(|message| self.should_panic_in_batch(message)) {
+            panic!("injected panic: the workload marks one of this batch's event ids");
+        }
+        self.inner.handle_batch(messages, deadline_ms).await
     }
 }
 

@@ -12,7 +12,7 @@ use receipts_relay::Receipts;
 
 use crate::error::Result;
 use crate::esm::Emulator;
-use crate::invoke::{InProcess, SqsFunction, StreamFunction};
+use crate::invoke::{Batched, InProcess, SqsFunction, StreamFunction};
 use crate::resources::{self, Clients, Resources, RECEIPT_FROM};
 
 /// One set of local resources and the clients that reach them.
@@ -58,8 +58,8 @@ impl Pipeline {
     }
 
     /// The in-process payments function.
-    pub fn payments(&self) -> InProcess<Payments> {
-        InProcess::new(Payments::new(self.ledger(&self.clients.dynamodb)), payments_consumer::FUNCTION)
+    pub fn payments(&self) -> Batched<Payments> {
+        Batched::new(Payments::new(self.ledger(&self.clients.dynamodb)), payments_consumer::FUNCTION)
     }
 
     /// The in-process receipts relay, at most once, sending through the local SES.

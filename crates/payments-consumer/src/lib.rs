@@ -68,25 +68,35 @@ impl Payments {
     }
 }
 
+/// A message's payment event, or why it has none (permanent: malformed).
+fn parse(message: &SqsMessage) -> Result<PaymentEvent, RecordError> {
+    let body = message.body.as_deref().ok_or_else(|| RecordError::permanent("message has no body"))?;
+    PaymentEvent::parse(body).map_err(|e| RecordError::from(payments::Error::from(e)))
+}
+
+/// A post's answer as the record's result, logged.
+fn disposition(posted: Result<Outcome<Posting>, payments::Error>) -> RecordResult {
+    match posted {
+        Ok(Outcome::Fresh(Posting::Applied)) => Ok(Disposition::Applied),
+        Ok(Outcome::Fresh(Posting::Rejected { reason })) => {
+            tracing::info!(?reason, "payment rejected; recorded, not retried");
+            Ok(Disposition::Rejected)
+        }
+        Ok(Outcome::Replayed(posting)) => {
+            tracing::info!(?posting, "duplicate; answered from the first delivery");
+            Ok(Disposition::Duplicate)
+        }
+        // In progress elsewhere, permanent for a verdict on the payment, retryable else.
+        Err(error) => Err(error.into()),
+    }
+}
+
 impl effectively_once_lambda::sqs::Handler for Payments {
     async fn handle(&self, message: &SqsMessage, _deadline_ms: Option<u64>) -> RecordResult {
-        let body = message.body.as_deref().ok_or_else(|| RecordError::permanent("message has no body"))?;
-        let event = PaymentEvent::parse(body).map_err(|e| RecordError::from(payments::Error::from(e)))?;
+        let event = parse(message)?;
         tracing::Span::current().record("event_id", event.event_id.as_str());
         // The post is one transaction: no lease to bound by the deadline.
-        match self.ledger.post(&event).await {
-            Ok(Outcome::Fresh(Posting::Applied)) => Ok(Disposition::Applied),
-            Ok(Outcome::Fresh(Posting::Rejected { reason })) => {
-                tracing::info!(?reason, "payment rejected; recorded, not retried");
-                Ok(Disposition::Rejected)
-            }
-            Ok(Outcome::Replayed(posting)) => {
-                tracing::info!(?posting, "duplicate; answered from the first delivery");
-                Ok(Disposition::Duplicate)
-            }
-            // In progress elsewhere, permanent for a verdict on the payment, retryable else.
-            Err(error) => Err(error.into()),
-        }
+        disposition(self.ledger.post(&event).await)
     }
 
     /// The payment's span: its `event_id`, recorded once the body parses.
@@ -103,6 +113,31 @@ impl effectively_once_lambda::sqs::Handler for Payments {
             event_id: String,
         }
         serde_json::from_str::<Key>(message.body.as_deref()?).ok().map(|key| key.event_id)
+    }
+}
+
+/// The batch path, the function's default: the valid payments of a batch in one transaction
+/// (as few as DynamoDB's limits allow, [`Ledger::post_batch`]), each answered as if posted alone
+/// in batch order; a malformed message fails alone.
+impl effectively_once_lambda::sqs::BatchHandler for Payments {
+    async fn handle_batch(&self, messages: &[&SqsMessage], _deadline_ms: Option<u64>) -> Vec<RecordResult> {
+        let mut results: Vec<Option<RecordResult>> = messages.iter().map(|_| None).collect();
+        let (mut events, mut positions) = (Vec::with_capacity(messages.len()), Vec::with_capacity(messages.len()));
+        for (position, message) in messages.iter().enumerate() {
+            match parse(message) {
+                Ok(event) => {
+                    events.push(event);
+                    positions.push(position);
+                }
+                Err(error) => results[position] = Some(Err(error)),
+            }
+        }
+        let posted = self.ledger.post_batch(&events).await;
+        for ((result, position), event) in posted.into_iter().zip(positions).zip(&events) {
+            let span = tracing::info_span!("payment", event_id = event.event_id.as_str());
+            results[position] = Some(span.in_scope(|| disposition(result)));
+        }
+        results.into_iter().map(|r| r.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
     }
 }
 

@@ -1,4 +1,7 @@
 //! Lambda entry point: SQS payment events to the ledger, once each.
+// The batch path's future (a batch transaction inside the runtime's service) nests deeper than
+// the default limit of 128 lets rustc compute its layout.
+#![recursion_limit = "256"]
 
 use effectively_once_lambda::sqs::{self, Options};
 use effectively_once_lambda::Error;
@@ -16,5 +19,6 @@ async fn main() -> Result<(), Error> {
     let options = Options::new(FUNCTION);
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);
-    sqs::run(handler, options).await
+    // The batch path: a batch's payments in one transaction (sqs::run would post one at a time).
+    sqs::run_batch(handler, options).await
 }
