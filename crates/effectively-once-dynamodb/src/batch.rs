@@ -354,8 +354,7 @@ where
             }
             let json = crate::once::response_json(&response, config.max_response_bytes())?;
             let hash = hashes[index].as_ref().expect("live members have hashes");
-            let parts =
-                tx.into_commit(&members[index].key, hash.as_str(), json, now_ms, config.dedup_window().as_secs());
+            let parts = tx.into_commit(&members[index].key, hash.as_str(), json, now_ms, crate::once::window_s(config));
             let actions = parts.commit.actions(idempotency.store(), now_ms)?;
             let count = actions.len();
             part.owners.extend((0..count - 1).map(|_| Owner::Write(index)));

@@ -68,6 +68,11 @@ impl Write {
         &self.name
     }
 
+    /// The action.
+    pub fn item(&self) -> &TransactWriteItem {
+        &self.item
+    }
+
     /// The action as sent.
     pub fn into_item(self) -> TransactWriteItem {
         self.item
@@ -386,7 +391,16 @@ impl DynamoDbStore {
             if code(index) == "ConditionalCheckFailed" {
                 let item = reasons[index].item();
                 let record = match (item, index < commit.writes.len()) {
-                    (Some(item), true) => carried_from_item(item)?,
+                    (Some(item), true) => match carried_from_item(item) {
+                        Ok(record) => record,
+                        // The carrier's item is there without a record (written apart from
+                        // commit once): not a duplicate this layer can tell; the write's own
+                        // answer (`Otherwise`) decides.
+                        Err(_) => {
+                            let write = commit.writes[index].name.clone();
+                            return Ok(Some(Committed::ConditionFailed { index, write, item: Some(item.clone()) }));
+                        }
+                    },
                     (Some(item), false) => from_item(item)?,
                     (None, _) => match self.get_record(commit.id()).await? {
                         Some(record) => record,
@@ -429,7 +443,7 @@ impl DynamoDbStore {
         &self,
         record: &Record,
         now_ms: u64,
-        unless_exists: Option<(String, HashMap<String, AttributeValue>, &'static str)>,
+        unless_exists: Option<(String, HashMap<String, AttributeValue>, String)>,
     ) -> Result<Option<Committed>, StoreError> {
         let mut commit = Commit::new(&record.id, &record.payload_hash, record.response.clone().unwrap_or_default())
             .expiration_s(record.expiration_s);

@@ -26,11 +26,14 @@
 //! # }
 //! ```
 //!
-//! What no setting can do: write twice. The record is part of the transaction and expires at
-//! the end of the dedup window counted from the commit (never at 0, never before it is written),
-//! or never ([`Tx::never_expires`]); a carried record ([`Tx::carry_record`]) lives as long as its
-//! item. Puts are conditional on their item's absence, so not even a record lost by hand lets a
-//! put overwrite what an earlier delivery wrote.
+//! What no setting can do: write twice within the dedup window. The record is part of the
+//! transaction and expires at the end of the dedup window counted from the commit (never at 0,
+//! never before it is written, and never sooner than the lease, whatever the window says), or
+//! never ([`Tx::never_expires`]); a carried record ([`Tx::carry_record`]) lives as long as its
+//! item. Puts are conditional on their item's absence, so not even a record past its window or
+//! lost by hand lets a put overwrite what an earlier delivery wrote; an update alone is applied
+//! again by a delivery after the window, which is why the window must outlast every redelivery
+//! (14 days by default: SQS's longest retention).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -126,8 +129,8 @@ enum Lifetime {
 /// At most 99 writes with an own record (DynamoDB takes 100 actions), checked before sending.
 pub struct Tx<R> {
     pub(crate) writes: Vec<Write>,
-    /// The table and partition key of each put, for [`Tx::carry_record`].
-    puts: HashMap<usize, String>,
+    /// The table of each put, for [`Tx::carry_record`].
+    puts: HashMap<usize, Table>,
     otherwise: HashMap<usize, OtherwiseFn<R>>,
     pub(crate) carrier: Option<usize>,
     lifetime: Lifetime,
@@ -195,7 +198,7 @@ impl<R> Tx<R> {
             .build()
             .map_err(built)?;
         let id = self.push(TransactWriteItem::builder().put(put).build());
-        self.puts.insert(id.0, table.partition_key.clone());
+        self.puts.insert(id.0, table.clone());
         Ok(id)
     }
 
@@ -283,17 +286,32 @@ impl<R> Tx<R> {
             Lifetime::Window => now_ms / 1000 + window_s.max(1),
         };
         let mut commit = Commit::new(key.as_str(), payload_hash, response).expiration_s(expiration_s);
+        let mut carrier_key = None;
         if let Some(carrier) = self.carrier {
             let write = self.writes[carrier].name().to_owned();
-            let key_attribute = self.puts[&carrier].clone();
+            let table = &self.puts[&carrier];
+            // A carried record with an answer recorded apart from it (Otherwise::Answer on
+            // another write) must see that answer: the record's table is checked too, so a
+            // duplicate of a refused event is not applied once its condition would pass.
+            let answers = self.otherwise.keys().any(|&index| index != carrier);
             commit = commit
-                .placement(Placement::Carried { write: write.into(), key_attribute: key_attribute.into() })
-                .guard_recorded_outcome(self.guard);
+                .placement(Placement::Carried {
+                    write: write.into(),
+                    key_attribute: table.partition_key.clone().into(),
+                })
+                .guard_recorded_outcome(self.guard || answers);
+            let item = self.writes[carrier].item().put().map(|put| put.item().clone()).unwrap_or_default();
+            let key: Item = [Some(table.partition_key.as_str()), table.sort_key()]
+                .into_iter()
+                .flatten()
+                .filter_map(|name| item.get(name).map(|value| (name.to_owned(), value.clone())))
+                .collect();
+            carrier_key = Some((table.name.clone(), key, table.partition_key.clone()));
         }
         for write in self.writes {
             commit = commit.write(write);
         }
-        Parts { commit, otherwise: self.otherwise, expiration_s }
+        Parts { commit, otherwise: self.otherwise, expiration_s, carrier_key }
     }
 }
 
@@ -301,6 +319,8 @@ pub(crate) struct Parts<R> {
     pub(crate) commit: Commit,
     otherwise: HashMap<usize, OtherwiseFn<R>>,
     expiration_s: u64,
+    /// A carried record's carrier: its table, key, and partition key attribute.
+    carrier_key: Option<(String, Item, String)>,
 }
 
 impl<R> Tx<R> {
@@ -414,7 +434,7 @@ impl CommitOnce for Idempotency<DynamoDbStore> {
         let json = response_json(&response, config.max_response_bytes())?;
         // A hash's length, so the record is sized as sent.
         let hash = format!("{}:{}", effectively_once::PAYLOAD_HASH_VERSION, "0".repeat(64));
-        let parts = tx.into_commit(key, &hash, json, config.now_ms(), config.dedup_window().as_secs());
+        let parts = tx.into_commit(key, &hash, json, config.now_ms(), window_s(config));
         Ok(parts.commit.write_units(self.store())?)
     }
 }
@@ -433,11 +453,11 @@ where
     let config = idempotency.config();
     let json = response_json(&response, config.max_response_bytes())?;
     let now_ms = config.now_ms();
-    let Parts { commit, mut otherwise, expiration_s } =
-        tx.into_commit(key, hash.as_str(), json, now_ms, config.dedup_window().as_secs());
+    let Parts { commit, mut otherwise, expiration_s, carrier_key } =
+        tx.into_commit(key, hash.as_str(), json, now_ms, window_s(config));
     match idempotency.store().commit_once(&commit, now_ms).await? {
         Committed::Fresh => Ok(Outcome::Fresh(response)),
-        Committed::Exists(record) => Ok(Outcome::Replayed(record.replay(hash)?)),
+        Committed::Exists(record) => replay_own(key, hash, record),
         Committed::ConditionFailed { index, item, .. } => {
             let Some(answer) = otherwise.remove(&index) else {
                 return Err(StoreError::new(
@@ -455,10 +475,12 @@ where
                 Otherwise::Answer(answer) => {
                     let json = response_json(&answer, config.max_response_bytes())?;
                     let recorded = record(key, hash.to_string(), Some(json), expiration_s);
-                    match idempotency.store().record_outcome(&recorded, now_ms, None).await? {
+                    // With a carried record, only while the carrier is absent: a concurrent
+                    // duplicate whose condition passed may have applied the effect meanwhile.
+                    match idempotency.store().record_outcome(&recorded, now_ms, carrier_key).await? {
                         None => Ok(Outcome::Fresh(answer)),
                         // A concurrent duplicate committed (the condition passed for it).
-                        Some(Committed::Exists(existing)) => Ok(Outcome::Replayed(existing.replay(hash)?)),
+                        Some(Committed::Exists(existing)) => replay_own(key, hash, existing),
                         Some(other) => Err(StoreError::new(
                             StoreErrorKind::Other,
                             format!("recording the answer of {key} failed: {other:?}"),
@@ -469,6 +491,23 @@ where
             }
         }
     }
+}
+
+/// A record that blocked `key`'s transaction, replayed: only if it is `key`'s. A carried record
+/// of another key means the carrier is not keyed by the business key (one item per customer,
+/// say, for per-order keys): answering the other key's response would ack an event never applied.
+fn replay_own<R: DeserializeOwned>(key: &Key, hash: &PayloadHash, record: Record) -> Result<Outcome<R>, Error> {
+    if record.id != key.as_str() {
+        return Err(StoreError::new(
+            StoreErrorKind::Other,
+            format!(
+                "{key}: the carrier item holds the record of {}; carry_record needs an item keyed by the business key",
+                record.id
+            ),
+        )
+        .into());
+    }
+    Ok(Outcome::Replayed(record.replay(hash)?))
 }
 
 /// `KeyReused` for `key`: the core makes it only from a record whose payload hash differs.
@@ -493,6 +532,14 @@ pub(crate) fn record(key: &Key, payload_hash: String, response: Option<String>, 
         owner: String::new(),
         response,
     }
+}
+
+/// A commit-once record's dedup window in seconds: the config's, but never shorter than its
+/// lease. A window shorter than the time a redelivery takes (a visibility timeout, a retry's
+/// backoff) would let the redelivery apply an update twice; no attempt is in flight longer than
+/// a lease, so a record lives at least that long.
+pub(crate) fn window_s(config: &effectively_once::Config) -> u64 {
+    config.dedup_window().max(config.lease()).as_secs().max(1)
 }
 
 pub(crate) fn response_json<R: Serialize>(response: &R, max: usize) -> Result<String, Error> {

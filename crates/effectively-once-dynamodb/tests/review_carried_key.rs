@@ -20,7 +20,6 @@ struct Latest<'a> {
 /// the second commit meets the first's carried record, `__once_key` = `orders#o-1`, and
 /// answers `Replayed`. Nothing of o-2 was written; the caller acks it as a duplicate.
 #[tokio::test]
-#[ignore = "review: a carried record of another key is replayed; the event is acked as a duplicate, never applied"]
 async fn a_carried_record_of_another_key_is_not_a_replay() {
     let (store, _) = fresh_store().await;
     let name = unique_name("review-latest");

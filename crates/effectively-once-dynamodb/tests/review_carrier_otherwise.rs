@@ -18,7 +18,6 @@ struct Order<'a> {
 }
 
 #[tokio::test]
-#[ignore = "review: the carrier put's otherwise is ignored; an item without a record is a Malformed error, retried"]
 async fn the_carrier_puts_otherwise_answers_an_item_without_a_record() {
     let (store, _) = fresh_store().await;
     let name = unique_name("review-orders");

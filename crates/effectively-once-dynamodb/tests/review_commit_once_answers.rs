@@ -88,7 +88,6 @@ async fn entry_written(store: &DynamoDbStore, table: &Table) -> bool {
 /// `record_outcome` checks only the idempotency table, not the carrier), so A acks the event as
 /// refused while its entry is applied, and a refusal record is left behind for the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "review: carried record + guard: a refusal recorded after a concurrent duplicate applied; both observable"]
 async fn a_refusal_recorded_while_a_duplicate_applies_is_never_both() {
     let (store, table) = setup().await;
     let idempotency = Idempotency::new(store.clone(), Config::default());
@@ -119,7 +118,6 @@ async fn a_refusal_recorded_while_a_duplicate_applies_is_never_both() {
 /// pass". With a carried record and no `guard_recorded_answers` (nothing refuses the mix), the
 /// recorded refusal is never consulted: the duplicate after funds arrive applies the event.
 #[tokio::test]
-#[ignore = "review: carried record without guard: a recorded Otherwise::Answer is ignored, the duplicate applies"]
 async fn a_recorded_refusal_holds_for_a_carried_record_without_the_guard() {
     let (store, table) = setup().await;
     let idempotency = Idempotency::new(store.clone(), Config::default());

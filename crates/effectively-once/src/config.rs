@@ -180,6 +180,11 @@ impl Config {
         self.disabled
     }
 
+    /// How long a claim holds its key before another attempt may take it over.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     /// The largest response, in bytes of JSON, a record keeps.
     pub fn max_response_bytes(&self) -> usize {
         self.max_response_bytes

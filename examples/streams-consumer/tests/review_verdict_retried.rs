@@ -21,7 +21,6 @@ use streams_consumer::Projector;
 /// expired, so its put is refused: `commit_once` answers a non-retryable error. The driver must
 /// not checkpoint on it forever: order 2, behind it, must be projected.
 #[tokio::test]
-#[ignore = "review: commit_once's non-retryable condition failure converts into a retryable RecordError; a stream stalls"]
 async fn a_refused_put_past_the_window_does_not_stall_the_shard() {
     let (store, _) = fresh_store().await;
     let client = store.client().clone();
