@@ -80,7 +80,7 @@ async fn main() {
     let per_round = (messages / rounds).max(1);
     let run = uuid::Uuid::new_v4().simple().to_string();
     let url = test_url();
-    let redis = RedisStore::connect(&url, &format!("bench:{run}:"))
+    let redis = RedisStore::connect(&url, &format!("bench.{run}"))
         .await
         .unwrap_or_else(|e| panic!("Redis at {url}: {e} (make local-redis-up)"));
     let (dynamodb, counter) = fresh_store().await;

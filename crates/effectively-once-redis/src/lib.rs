@@ -8,7 +8,7 @@
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! // ElastiCache with in-transit encryption and an AUTH user: rediss://user:password@host:6379
-//! let store = RedisStore::connect("redis://127.0.0.1:6380", "idempotency:").await?;
+//! let store = RedisStore::connect("redis://127.0.0.1:6380", "idempotency").await?;
 //! let idempotency = Idempotency::new(store, Config::default());
 //! let key = Key::new("payments", "pay_0001")?;
 //! let outcome = idempotency

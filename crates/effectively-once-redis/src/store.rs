@@ -17,7 +17,12 @@ pub const URL_ENV: &str = "IDEMPOTENCY_REDIS_URL";
 pub const PREFIX_ENV: &str = "IDEMPOTENCY_REDIS_PREFIX";
 /// The key prefix when none is configured: a record of id `payments#pay_1` is the hash
 /// `idempotency:payments#pay_1`.
-pub const DEFAULT_KEY_PREFIX: &str = "idempotency:";
+///
+/// A prefix is one or more characters from `[A-Za-z0-9._-]`, and the store puts a `:` between
+/// it and the record's id. No prefix holds a `:`, so a key splits one way only: two stores with
+/// different prefixes never share a key, whatever their ids hold (`app` + `2orders#1` and `app2`
+/// + `orders#1` are `app:2orders#1` and `app2:orders#1`).
+pub const DEFAULT_KEY_PREFIX: &str = "idempotency";
 /// How long a key outlives the end of its record's window (or lease), by the caller's clock.
 /// See [`RedisStore`] on expiry.
 pub const DEFAULT_EXPIRY_GRACE: Duration = Duration::from_secs(300);
@@ -36,9 +41,9 @@ static RELEASE: LazyLock<Script> =
 
 /// Idempotency records on Valkey or Redis (ElastiCache, MemoryDB, a server of your own).
 ///
-/// One hash per record at `{key_prefix}{id}`, with the fields of the DynamoDB item: `status`,
-/// `lease_expires_at` (ms), `expiration` (s), `payload_hash`, `owner` and, once completed,
-/// `response`. Claim, complete and release are each one Lua script, which the server runs
+/// One hash per record at `{key_prefix}:{id}` (see [`DEFAULT_KEY_PREFIX`] on prefixes), with
+/// the fields of the DynamoDB item: `status`, `lease_expires_at` (ms), `expiration` (s),
+/// `payload_hash`, `owner` and, once completed, `response`. Claim, complete and release are each one Lua script, which the server runs
 /// atomically, so each costs one round trip; `get` is one `HGETALL`. A first delivery is two
 /// round trips (claim, complete), a duplicate one (the claim returns the blocking record).
 ///
@@ -67,8 +72,8 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// Options for [`RedisStore`], from [`RedisStore::builder`].
-#[derive(Debug, Clone)]
+/// Options for [`RedisStore`], from [`RedisStore::builder`]. Its `Debug` hides the URL's password.
+#[derive(Clone)]
 pub struct Builder {
     url: String,
     key_prefix: String,
@@ -78,9 +83,71 @@ pub struct Builder {
     expiry_grace: Duration,
 }
 
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("url", &redacted(&self.url))
+            .field("key_prefix", &self.key_prefix)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("reconnect_tries", &self.reconnect_tries)
+            .field("expiry_grace", &self.expiry_grace)
+            .finish()
+    }
+}
+
+/// `url` with its password hidden, for `Debug`: the password in the userinfo
+/// (`redis://user:password@host`) and a `pass` or `password` query parameter (`redis+unix://`
+/// URLs carry it there). The user name stays, as it names an identity, not a secret, and helps
+/// to read a `WRONGPASS`. A URL that does not parse is hidden whole: where its password sits is
+/// not known.
+fn redacted(url: &str) -> String {
+    const HIDDEN: &str = "REDACTED";
+    let Some(mut parsed) = redis::parse_redis_url(url) else {
+        return "<unparseable URL, hidden>".to_owned();
+    };
+    if parsed.password().is_some() && parsed.set_password(Some(HIDDEN)).is_err() {
+        return "<URL hidden>".to_owned();
+    }
+    if parsed.query().is_some() {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(name, value)| {
+                let secret = matches!(name.as_ref(), "pass" | "password");
+                (name.into_owned(), if secret { HIDDEN.to_owned() } else { value.into_owned() })
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.into()
+}
+
+/// `Ok` if `prefix` may prefix keys: one or more characters from `[A-Za-z0-9._-]`. Without `:`
+/// (the delimiter the store adds), a key names one prefix and one id; see [`DEFAULT_KEY_PREFIX`].
+fn check_prefix(prefix: &str) -> Result<(), StoreError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if !prefix.is_empty() && prefix.chars().all(allowed) {
+        return Ok(());
+    }
+    let hint = match prefix.strip_suffix(':') {
+        Some(bare) if !bare.is_empty() && bare.chars().all(allowed) => {
+            format!(" (write it `{bare}`: the store adds the `:` itself, so its keys stay the same)")
+        }
+        _ => String::new(),
+    };
+    Err(StoreError::new(
+        StoreErrorKind::Misconfigured,
+        format!(
+            "key prefix {prefix:?}: expected one or more characters from [A-Za-z0-9._-]{hint}; keys are \
+             `{{prefix}}:{{id}}`, so a prefix without `:` keeps every store's keys apart"
+        ),
+    ))
+}
+
 impl Builder {
     /// The prefix of every key (default [`DEFAULT_KEY_PREFIX`]): one per application sharing a
-    /// server. On a cluster, a `{tag}` in it pins every record to one slot.
+    /// server; one or more characters from `[A-Za-z0-9._-]`, else [`Builder::connect`] fails
+    /// with `Misconfigured`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
@@ -113,8 +180,10 @@ impl Builder {
         self
     }
 
-    /// Connects (eagerly: a wrong host, password or TLS set-up fails here, at start-up).
+    /// Connects (eagerly: a wrong host, password or TLS set-up fails here, at start-up). An
+    /// invalid key prefix is `Misconfigured`, before any connection.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        check_prefix(&self.key_prefix)?;
         #[cfg(feature = "tls")]
         if self.url.starts_with("rediss://") {
             // The process-wide crypto provider for rustls; an error means one is installed.
@@ -156,17 +225,27 @@ impl RedisStore {
     }
 
     /// Connects with the URL from [`URL_ENV`] (required) and the prefix from [`PREFIX_ENV`]
-    /// (default [`DEFAULT_KEY_PREFIX`]). A missing URL is `Misconfigured`.
+    /// (default [`DEFAULT_KEY_PREFIX`]). A missing URL, a value that is not UTF-8, or an invalid
+    /// prefix is `Misconfigured`.
     pub async fn from_env() -> Result<RedisStore, StoreError> {
-        let url = std::env::var(URL_ENV)
-            .map_err(|_| StoreError::new(StoreErrorKind::Misconfigured, format!("{URL_ENV} is not set")))?;
-        let prefix = std::env::var(PREFIX_ENV).unwrap_or_else(|_| DEFAULT_KEY_PREFIX.to_owned());
+        let url = std::env::var(URL_ENV).map_err(|_| {
+            StoreError::new(StoreErrorKind::Misconfigured, format!("{URL_ENV} is not set, or not UTF-8"))
+        })?;
+        let prefix = match std::env::var(PREFIX_ENV) {
+            Ok(prefix) => prefix,
+            Err(std::env::VarError::NotPresent) => DEFAULT_KEY_PREFIX.to_owned(),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(StoreError::new(StoreErrorKind::Misconfigured, format!("{PREFIX_ENV} is not UTF-8")))
+            }
+        };
         Self::builder(url).key_prefix(prefix).connect().await
     }
 
-    /// The same server and connection, keys under another prefix.
-    pub fn with_key_prefix(&self, prefix: &str) -> RedisStore {
-        RedisStore { key_prefix: prefix.into(), requests: Arc::default(), ..self.clone() }
+    /// The same server and connection, keys under another prefix; an invalid prefix (see
+    /// [`Builder::key_prefix`]) is `Misconfigured`.
+    pub fn with_key_prefix(&self, prefix: &str) -> Result<RedisStore, StoreError> {
+        check_prefix(prefix)?;
+        Ok(RedisStore { key_prefix: prefix.into(), requests: Arc::default(), ..self.clone() })
     }
 
     /// The prefix of every key.
@@ -186,9 +265,9 @@ impl RedisStore {
         self.connection.clone()
     }
 
-    /// The Redis key of record `id`.
+    /// The Redis key of record `id`: `{prefix}:{id}`.
     pub fn key(&self, id: &str) -> String {
-        format!("{}{id}", self.key_prefix)
+        format!("{}:{id}", self.key_prefix)
     }
 
     /// Time to live, from the caller's `now_ms`, of a key whose record matters until `end_ms`.
@@ -201,18 +280,18 @@ impl RedisStore {
     /// (after a Lambda sandbox was frozen, a failover, an idle timeout): the client reconnects
     /// on such an error but does not resend. Resending is safe because each script is
     /// idempotent for its owner: a claim that landed meets its own record, a completion its own
-    /// completed record, a release the record gone.
+    /// completed record, a release the record gone. Answers whether the answer is a resend's.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         what: &str,
         script: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, StoreError> {
+    ) -> Result<(T, bool), StoreError> {
         let mut tries = 0;
         loop {
             tries += 1;
             self.requests.fetch_add(1, Ordering::Relaxed);
             match script.invoke_async(&mut self.connection.clone()).await {
-                Ok(value) => return Ok(value),
+                Ok(value) => return Ok((value, tries > 1)),
                 Err(e) if tries == 1 && (e.is_connection_dropped() || e.is_io_error()) => {
                     tracing::debug!(error = %e, "redis {what}: connection lost; sending once more");
                 }
@@ -286,7 +365,7 @@ impl Store for RedisStore {
             .arg(record.expiration_s)
             .arg(&record.payload_hash)
             .arg(&record.owner);
-        let (written, old): (i64, Vec<Vec<u8>>) = self.invoke("claim", &script).await?;
+        let ((written, old), _): ((i64, Vec<Vec<u8>>), _) = self.invoke("claim", &script).await?;
         match (written, old.is_empty()) {
             (1, true) => Ok(Claim::Acquired { replaced: None }),
             (1, false) => match parse(&record.id, old) {
@@ -310,15 +389,30 @@ impl Store for RedisStore {
             .arg(completion.expiration_s)
             .arg(if completion.response.is_some() { "1" } else { "0" })
             .arg(completion.response.unwrap_or(""));
-        verdict(id, self.invoke("complete", &script).await?)
+        verdict(id, self.invoke("complete", &script).await?.0)
     }
 
     async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
         let mut script = RELEASE.key(self.key(id));
         script.arg(owner);
-        let code: i64 = self.invoke("release", &script).await?;
+        let (code, resent): (i64, bool) = self.invoke("release", &script).await?;
         // The release script says 3 for a completed record; complete's 3 is a lease ended.
-        verdict(id, if code == 3 { 5 } else { code })
+        match verdict(id, if code == 3 { 5 } else { code }) {
+            // A resend that finds the record another attempt's, or completed, follows a first
+            // send that may have landed (deleted the record, the answer lost with the connection)
+            // before another delivery claimed the free key. The store cannot tell whether it did,
+            // and need not: a release follows a failed handler, whose message is retried either
+            // way, and this answer changes no record (the resend touched nothing, as the script
+            // deletes only this owner's record). So it is success, as "already gone" is. The core
+            // makes the same call for its own retries; this resend is hidden from it, which
+            // would make it a first try's `Fenced`, `LeaseLost` for a release that landed.
+            // Claim and complete resends need no such rule: each meets its own record.
+            Err(error) if resent && error.kind() == StoreErrorKind::Fenced => {
+                tracing::info!(key = %id, "a resent release found the record not ours: the first send may have landed");
+                Ok(())
+            }
+            answer => answer,
+        }
     }
 
     async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
@@ -338,6 +432,31 @@ impl Store for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacted_hides_passwords_only() {
+        for (url, shown) in [
+            ("rediss://user:hunter2@cache.example:6379", "rediss://user:REDACTED@cache.example:6379"),
+            ("redis://:hunter2@127.0.0.1:6380/2", "redis://:REDACTED@127.0.0.1:6380/2"),
+            ("redis://user@127.0.0.1:6380", "redis://user@127.0.0.1:6380"),
+            ("redis://127.0.0.1:6380?protocol=resp3", "redis://127.0.0.1:6380?protocol=resp3"),
+            ("redis+unix:///tmp/r.sock?user=u&pass=hunter2", "redis+unix:///tmp/r.sock?user=u&pass=REDACTED"),
+            ("redis://u:hunter2@host:notaport", "<unparseable URL, hidden>"),
+            ("hunter2", "<unparseable URL, hidden>"),
+        ] {
+            assert_eq!(redacted(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn prefixes_without_the_delimiter_only() {
+        for good in ["idempotency", "a", "App-2_v1.x", "0"] {
+            check_prefix(good).unwrap();
+        }
+        for bad in ["", ":", "idempotency:", "a:b", "a#b", "{tag}", "a b", "caf\u{e9}"] {
+            assert_eq!(check_prefix(bad).unwrap_err().kind(), StoreErrorKind::Misconfigured, "{bad:?}");
+        }
+    }
 
     #[test]
     fn window_end_matches_the_claim_predicate() {

@@ -1,11 +1,14 @@
 //! `AnyStore::from_env`: the store a handler runs on is chosen by `IDEMPOTENCY_STORE`.
-//! One test, as it sets the process's environment.
+//! The tests set the process's environment, so each holds `ENV` while it runs.
 
 mod common;
 
 use effectively_once::{Config, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
 use effectively_once_redis::{test_url, AnyStore};
 use serde_json::json;
+
+/// Held by each test while it sets and reads the environment: tests run on parallel threads.
+static ENV: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn run_twice(store: AnyStore) -> AnyStore {
     let idem = Idempotency::new(store, Config::default());
@@ -21,6 +24,7 @@ async fn run_twice(store: AnyStore) -> AnyStore {
 async fn the_store_is_chosen_by_configuration() {
     let (dynamodb, _) = effectively_once_dynamodb::testing::fresh_store().await;
     let client = dynamodb.client().clone();
+    let _env = ENV.lock().await;
 
     std::env::set_var("IDEMPOTENCY_STORE", "redis");
     std::env::set_var("IDEMPOTENCY_REDIS_URL", test_url());
@@ -35,4 +39,39 @@ async fn the_store_is_chosen_by_configuration() {
 
     std::env::set_var("IDEMPOTENCY_STORE", "memcached");
     assert_eq!(AnyStore::from_env(&client).await.unwrap_err().kind(), StoreErrorKind::Misconfigured);
+}
+
+/// A configuration half done for Redis (its URL or prefix set, `IDEMPOTENCY_STORE` not) is
+/// `Misconfigured`, saying what to set, and does not run on DynamoDB while other functions,
+/// configured in full, keep their records in Redis. An empty choice is no choice either.
+#[tokio::test]
+async fn a_redis_url_without_the_store_choice_is_misconfigured() {
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build(),
+    );
+    let _env = ENV.lock().await;
+    std::env::set_var("IDEMPOTENCY_TABLE", "a-table");
+    std::env::remove_var("IDEMPOTENCY_STORE");
+    std::env::remove_var("IDEMPOTENCY_REDIS_PREFIX");
+    std::env::set_var("IDEMPOTENCY_REDIS_URL", test_url());
+    let error = AnyStore::from_env(&client).await.unwrap_err();
+    assert_eq!(error.kind(), StoreErrorKind::Misconfigured, "{error}");
+    assert!(error.to_string().contains("set IDEMPOTENCY_STORE=redis"), "{error}");
+
+    std::env::remove_var("IDEMPOTENCY_REDIS_URL");
+    std::env::set_var("IDEMPOTENCY_REDIS_PREFIX", "payments");
+    let error = AnyStore::from_env(&client).await.unwrap_err();
+    assert!(error.to_string().contains("IDEMPOTENCY_REDIS_PREFIX is set"), "{error}");
+
+    std::env::remove_var("IDEMPOTENCY_REDIS_PREFIX");
+    std::env::set_var("IDEMPOTENCY_STORE", "");
+    assert_eq!(AnyStore::from_env(&client).await.unwrap_err().kind(), StoreErrorKind::Misconfigured);
+
+    // Unset, with no Redis setting: DynamoDB, on the table named.
+    std::env::remove_var("IDEMPOTENCY_STORE");
+    let store = AnyStore::from_env(&client).await.unwrap();
+    assert!(matches!(&store, AnyStore::DynamoDb(table) if table.table() == "a-table"), "{store:?}");
 }

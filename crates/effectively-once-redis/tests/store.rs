@@ -164,12 +164,62 @@ async fn requests_per_message() {
 #[tokio::test]
 async fn prefixes_keep_records_apart() {
     let store = common::fresh_store("prefix").await;
-    let other = store.with_key_prefix(&format!("{}other:", store.key_prefix()));
+    let other = store.with_key_prefix(&format!("{}other", store.key_prefix())).unwrap();
     store.claim(&record("p", "a", NOW, NOW / 1000 + 60), NOW).await.unwrap();
     assert_eq!(other.get("p").await.unwrap(), None);
     let claimed = other.claim(&record("p", "b", NOW, NOW / 1000 + 60), NOW).await.unwrap();
     assert_eq!(claimed, Claim::Acquired { replaced: None });
     tokio::time::timeout(Duration::from_secs(5), store.get("p")).await.unwrap().unwrap().unwrap();
+}
+
+/// A key is `{prefix}:{id}`; the default prefix `idempotency` keeps the keys the store wrote
+/// when its default was `idempotency:`.
+#[tokio::test]
+async fn the_key_is_the_prefix_a_colon_and_the_id() {
+    let store = RedisStore::connect(&test_url(), effectively_once_redis::DEFAULT_KEY_PREFIX).await.unwrap();
+    let id = format!("t#{}", uuid::Uuid::new_v4().simple());
+    store.claim(&record(&id, "o", NOW, NOW / 1000 + 60), NOW).await.unwrap();
+    let expected = format!("idempotency:{id}");
+    assert_eq!(store.key(&id), expected);
+    let owner: Option<String> =
+        redis::cmd("HGET").arg(&expected).arg("owner").query_async(&mut store.connection()).await.unwrap();
+    assert_eq!(owner.as_deref(), Some("o"));
+    raw(&store, &["DEL", &expected]).await;
+}
+
+/// A prefix that is empty or holds a character outside `[A-Za-z0-9._-]` (the `:` delimiter
+/// above all) is refused before any connection, and by `with_key_prefix`; a prefix that ended
+/// in `:` is told how to keep its keys.
+#[tokio::test]
+async fn an_invalid_key_prefix_is_refused_at_construction() {
+    let store = common::fresh_store("prefixes").await;
+    for prefix in ["", "idempotency:", "x:a#b:", "a#b", "{tag}", "caf\u{e9}", "a b"] {
+        // A closed port: the prefix is refused before any connection is tried.
+        let built = RedisStore::builder("redis://127.0.0.1:1").key_prefix(prefix).connect().await;
+        let error = built.expect_err(prefix);
+        assert_eq!(error.kind(), StoreErrorKind::Misconfigured, "{prefix:?}: {error}");
+        assert!(error.to_string().contains("[A-Za-z0-9._-]"), "{error}");
+        let derived = store.with_key_prefix(prefix).expect_err(prefix);
+        assert_eq!(derived.kind(), StoreErrorKind::Misconfigured, "{prefix:?}");
+    }
+    let error = RedisStore::connect(&test_url(), "idempotency:").await.unwrap_err();
+    assert!(error.to_string().contains("write it `idempotency`"), "{error}");
+    for prefix in ["a", "app-2", "App_2.v1", "0"] {
+        store.with_key_prefix(prefix).unwrap();
+    }
+}
+
+/// The store's `Debug` shows its prefix and no part of the URL's password.
+#[tokio::test]
+async fn the_store_debug_hides_the_password() {
+    // The test server's default user has no password, so it takes any one.
+    let url = test_url().replacen("redis://", "redis://default:hunter2-secret@", 1);
+    let store = RedisStore::connect(&url, "debug").await.unwrap();
+    store.get("nothing").await.unwrap();
+    let shown = format!("{store:?}");
+    assert!(shown.contains("\"debug\"") && !shown.contains("hunter2"), "{shown}");
+    let builder = format!("{:?}", RedisStore::builder(&url));
+    assert!(builder.contains("default:REDACTED@") && !builder.contains("hunter2"), "{builder}");
 }
 
 /// The server drops our connection (an idle timeout, a frozen Lambda sandbox, a failover): the

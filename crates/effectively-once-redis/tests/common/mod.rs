@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use effectively_once_redis::{test_url, RedisStore};
 
 /// A prefix no other test in any process uses: tests share one server and run in parallel.
+/// `name` is from the prefix's character set, `[A-Za-z0-9._-]`.
 pub fn unique_prefix(name: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let sequence = NEXT.fetch_add(1, Ordering::SeqCst);
-    format!("test:{name}:{}:{}:", std::process::id(), uuid::Uuid::new_v4().simple()) + &sequence.to_string() + ":"
+    format!("test.{name}.{}.{}.{sequence}", std::process::id(), uuid::Uuid::new_v4().simple())
 }
 
 /// A store on the test server (`REDIS_URL`, else the local one). Panics with the way out when
