@@ -71,13 +71,15 @@ where
 async fn call<H, F>(handler: &H, request: Request<Incoming>) -> Result<Response<Full<Bytes>>>
 where
     H: Fn(lambda_http::Request) -> F,
-    F: Future<Output = lambda_http::Response<lambda_http::Body>>,
+    F: Future<Output = lambda_http::Response<lambda_http::Body>> + Send + 'static,
 {
     let (parts, body) = request.into_parts();
     let body = body.collect().await?.to_bytes();
     let event = function_url_event(&parts, &body);
     let request = lambda_http::request::from_str(&event.to_string())?;
-    let (parts, body) = handler(request).await.into_parts();
+    // In a task of its own: a client that gives up does not stop the invocation, as on Lambda
+    // (hyper drops a request's future when its connection closes).
+    let (parts, body) = tokio::spawn(handler(request)).await?.into_parts();
     let bytes = match body {
         lambda_http::Body::Text(text) => Bytes::from(text),
         lambda_http::Body::Binary(bytes) => Bytes::from(bytes),

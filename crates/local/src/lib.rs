@@ -9,7 +9,8 @@
 //! - [`invariants`]: what the demo and the chaos scenario check, read back from the tables;
 //! - [`demo`], [`chaos`], [`workload`]: the scenarios and what they send;
 //! - [`proxy`]: the fault-injecting proxy between the SDK and the local AWS;
-//! - [`api`]: an HTTP function (the payments API) served over real HTTP in process.
+//! - [`api`]: an HTTP function (the payments API) served over real HTTP in process;
+//! - [`via_api`]: the demo through the payments API, with client timeouts and lost answers.
 
 pub mod api;
 pub mod chaos;
@@ -25,6 +26,7 @@ pub mod progress;
 pub mod proxy;
 pub mod resources;
 pub mod rng;
+pub mod via_api;
 pub mod workload;
 
 pub use error::{Error, Result};
