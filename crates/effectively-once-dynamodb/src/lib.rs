@@ -37,9 +37,11 @@
 //!    `attribute_not_exists(id) OR (owner = :owner AND status = IN_PROGRESS)`.
 //!
 //! What that costs per message, as [`RequestCounter`] counts it in the tests, is under
-//! [`DynamoDbStore`]. [`Commit`] goes further for effects that are DynamoDB items themselves:
-//! the record is written completed in the effect's own `TransactWriteItems`, so a first delivery
-//! is one request and there is no window between the effect and its record.
+//! [`DynamoDbStore`]. [`CommitOnce::commit_once`] goes further for effects that are DynamoDB
+//! items themselves: the record is written completed in the effect's own `TransactWriteItems`
+//! (the writes typed, built in a closure: [`Tx`]), so a first delivery is one request and there
+//! is no window between the effect and its record; [`CommitOnce::commit_batch`] does it for a
+//! whole batch in one transaction. [`Commit`] is the same at the level of SDK actions.
 //!
 //! # The item
 //!
