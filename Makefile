@@ -126,7 +126,7 @@ unit:
 		-p effectively-once-redact --tests
 	cargo test -p effectively-once-dynamodb --lib --test classify
 	cargo test -p effectively-once-redis --lib
-	cargo test -p payments-consumer -p receipts-relay -p local --lib --bins
+	cargo test -p payments-consumer -p receipts-relay -p payments-api -p local --lib --bins
 	cargo test -p local --test proxy
 	cargo test -p end-to-end --test scripts
 	cargo test --workspace --doc

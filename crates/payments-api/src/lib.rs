@@ -1,7 +1,7 @@
 //! The payments API, the pipeline's inbound edge: `POST /payments` with an `Idempotency-Key`
 //! header, answered behind a Lambda Function URL or an API Gateway HTTP API (payload 2.0).
 //!
-//! The contract (docs/api.md has the curl session):
+//! The contract (docs/local.md, "The payments API over HTTP", has a curl session):
 //!
 //! | request | answer |
 //! |---|---|

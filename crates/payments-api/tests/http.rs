@@ -205,3 +205,49 @@ async fn a_lost_enqueue_answer_is_sent_again_and_posted_once() {
     assert_eq!(drain_and_count_entries(&pipeline, "acct_lost").await, 1, "the consumer posts the event once");
     pipeline.down().await.unwrap();
 }
+
+/// On a FIFO queue the message carries the account as its group and the event id as its
+/// deduplication id; a send whose answer was lost and is sent again is dropped by SQS itself.
+#[tokio::test]
+async fn a_fifo_queue_gets_the_account_as_group_and_the_event_id_as_deduplication_id() {
+    use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+
+    let pipeline = pipeline().await;
+    let sqs_client = pipeline.clients.sqs.clone();
+    let fifo = sqs_client
+        .create_queue()
+        .queue_name(format!("{}.fifo", unique_name("api")))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let rules = ScriptedFaults::new().then("amazonsqs:SendMessage", Fault::DropResponse);
+    let proxy = Proxy::to_local_aws(Arc::new(rules)).await.unwrap();
+    let sdk = proxy.sdk_config(aws_config::retry::RetryConfig::disabled()).await;
+    let server = serve(&pipeline, SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &fifo, true)).await;
+    let key = unique_name("pay");
+
+    assert_error(&pay(&server, Some(&key), &body("acct_fifo", 800)).await, 503, "unavailable");
+    let retry = pay(&server, Some(&key), &body("acct_fifo", 800)).await;
+    assert_eq!(retry.status, 202, "{retry:?}");
+
+    let received = sqs_client
+        .receive_message()
+        .queue_url(&fifo)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let messages = received.messages();
+    assert_eq!(messages.len(), 1, "SQS dropped the resend by its deduplication id: {messages:?}");
+    let attributes = messages[0].attributes().unwrap();
+    assert_eq!(attributes[&MessageSystemAttributeName::MessageGroupId], "acct_fifo");
+    assert_eq!(attributes[&MessageSystemAttributeName::MessageDeduplicationId], key);
+    let event = PaymentEvent::parse(messages[0].body().unwrap()).unwrap();
+    assert_eq!((event.event_id.as_str(), event.amount_cents), (key.as_str(), 800));
+    sqs_client.delete_queue().queue_url(&fifo).send().await.unwrap();
+    pipeline.down().await.unwrap();
+}
