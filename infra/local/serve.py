@@ -6,9 +6,14 @@ conditional write's check and its write, so two concurrent `PutItem`s with an
 lets that happen, and our concurrency tests depend on it, so this wrapper keeps
 werkzeug's threaded connection handling but runs the moto application under one
 process-wide lock, and drains the response body inside it.
+
+Connections are kept alive (HTTP/1.1), as DynamoDB's endpoints keep them: werkzeug's server
+answers every request with `Connection: close`, so each SDK request paid a TCP handshake, a
+thread start and a 10 ms drain of the socket, distorting every latency and throughput figure.
 """
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -60,8 +65,66 @@ def operation_of(environ):
     return f"http:{environ.get('REQUEST_METHOD', '')} {environ.get('PATH_INFO', '')}"
 
 
+# Modelled DynamoDB write units, by operation, from the requests themselves (moto reports no
+# consumed capacity), as docs/cost-model.md models them: a put costs its item's size in 1 KB
+# units, an update, a delete or a condition check 1 unit (the items these workloads update are
+# under 1 KB); every action of a TransactWriteItems twice that (prepare and commit), once (the
+# prepare phase) when the transaction is cancelled; a failed conditional write still costs its
+# units.
+WRITE_UNITS = {}
+
+
+def item_size(item):
+    """DynamoDB's item size: attribute names plus values (numbers about 1 byte per 2 digits)."""
+    return sum(len(name.encode()) + value_size(value) for name, value in item.items())
+
+
+def value_size(value):
+    (kind, v), = value.items()
+    if kind == "S":
+        return len(v.encode())
+    if kind == "N":
+        return len(v.lstrip("-").replace(".", "")) // 2 + 1
+    if kind == "B":
+        return len(v) * 3 // 4
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + 1 + value_size(x) for k, x in v.items())
+    if kind == "L":
+        return 3 + sum(1 + value_size(x) for x in v)
+    if kind in ("SS", "NS", "BS"):
+        return sum(value_size({kind[0]: x}) for x in v)
+    return 0
+
+
+def write_units_of(op, body, cancelled=False):
+    """Modelled write units of one DynamoDB request (0 for reads and control calls)."""
+    try:
+        request = json.loads(body or b"{}")
+        if op == "dynamodb:PutItem":
+            return -(-item_size(request["Item"]) // 1024) or 1
+        if op in ("dynamodb:UpdateItem", "dynamodb:DeleteItem"):
+            return 1
+        if op == "dynamodb:BatchWriteItem":
+            return sum(
+                (-(-item_size(w["PutRequest"]["Item"]) // 1024) or 1) if "PutRequest" in w else 1
+                for writes in request["RequestItems"].values()
+                for w in writes
+            )
+        if op == "dynamodb:TransactWriteItems":
+            return sum(
+                (1 if cancelled else 2) * ((-(-item_size(a["Put"]["Item"]) // 1024) or 1) if "Put" in a else 1)
+                for a in request["TransactItems"]
+            )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return 0
+
+
 def reset_requests():
     REQUESTS.clear()
+    WRITE_UNITS.clear()
     return {"reset": True}
 
 
@@ -70,7 +133,10 @@ def reset_requests():
 LOCAL_ROUTES = {
     "/_local-aws/health": lambda: {"server": "moto", "serialized": True},
     "/_local-aws/ses/messages": lambda: {"messages": sent_emails()},
-    "/_local-aws/requests": lambda: {"requests": dict(sorted(REQUESTS.items()))},
+    "/_local-aws/requests": lambda: {
+        "requests": dict(sorted(REQUESTS.items())),
+        "write_units": dict(sorted(WRITE_UNITS.items())),
+    },
     "/_local-aws/requests/reset": reset_requests,
 }
 
@@ -360,15 +426,88 @@ class Serialized:
                 return [body]
             op = operation_of(environ)
             REQUESTS[op] = REQUESTS.get(op, 0) + 1
-            body = self.app(environ, start_response)
+            statuses = []
+
+            def recording_start_response(status, headers, exc_info=None):
+                statuses.append(status)
+                return start_response(status, headers, exc_info)
+
+            body = self.app(environ, recording_start_response)
             try:
                 # Materialise the body under the lock: a lazy iterator would
                 # read backend state after another request had changed it.
-                return [b"".join(body)]
+                data = b"".join(body)
             finally:
                 close = getattr(body, "close", None)
                 if close is not None:
                     close()
+            if op.startswith("dynamodb:") and hasattr(environ["wsgi.input"], "getvalue"):
+                failed = bool(statuses) and not statuses[-1].startswith("2")
+                units = write_units_of(op, environ["wsgi.input"].getvalue(), cancelled=failed)
+                if units:
+                    WRITE_UNITS[op] = WRITE_UNITS.get(op, 0) + units
+            return [data]
+
+
+class KeepAliveRequestHandler(MotoRequestHandler):
+    """moto's request handler, keeping the connection open between requests.
+
+    Hand-written because werkzeug (3.1) closes every connection by design: its `run_wsgi` always
+    sends `Connection: close`, then drains the socket for 10 ms, which would swallow the next
+    request of a kept-alive connection. Here the request body is read whole before the
+    application runs (so the stream is at the next request line afterwards), and the one body
+    `Serialized` materialises is sent with its Content-Length.
+    """
+
+    protocol_version = "HTTP/1.1"
+    # Headers and body leave in one write, without waiting for the client's delayed ACK.
+    disable_nagle_algorithm = True
+
+    def run_wsgi(self):
+        if self.headers.get("Expect", "").lower().strip() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        environ = self.make_environ()
+        if environ.get("wsgi.input_terminated"):  # chunked: werkzeug dechunks it
+            raw = environ["wsgi.input"].read()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length > 0 else b""
+        environ["wsgi.input"] = io.BytesIO(raw)
+        environ["CONTENT_LENGTH"] = str(len(raw))
+        environ.pop("wsgi.input_terminated", None)
+        started = []
+
+        def start_response(status, headers, exc_info=None):
+            started[:] = [status, headers]
+            return lambda data: started.append(data)
+
+        try:
+            chunks = self.server.app(environ, start_response)
+            try:
+                body = b"".join(started[2:]) + b"".join(chunks)
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+            status, headers = started[0], started[1]
+        except Exception:
+            logging.getLogger("werkzeug").exception("error on %s %s", self.command, self.path)
+            status, headers, body = "500 INTERNAL SERVER ERROR", [("Content-Type", "text/plain")], b"error"
+        code, _, message = status.partition(" ")
+        self.send_response(int(code), message)
+        for key, value in headers:
+            if key.lower() not in ("content-length", "connection", "transfer-encoding"):
+                self.send_header(key, value)
+        no_body = self.command == "HEAD" or int(code) in (204, 304) or 100 <= int(code) < 200
+        if not (int(code) in (204, 304) or 100 <= int(code) < 200):
+            self.send_header("Content-Length", str(len(body)))
+        if "close" in environ.get("HTTP_CONNECTION", "").lower():
+            self.close_connection = True
+            self.send_header("Connection", "close")
+        self._headers_buffer.append(b"\r\n")
+        if body and not no_body:
+            self._headers_buffer.append(body)
+        self.flush_headers()
 
 
 def main():
@@ -391,7 +530,7 @@ def main():
         args.port,
         Serialized(app),
         threaded=True,
-        request_handler=MotoRequestHandler,
+        request_handler=KeepAliveRequestHandler,
     )
 
 

@@ -182,5 +182,82 @@ class Query(unittest.TestCase):
         self.assertEqual(none["Items"], [])
 
 
+class KeepAlive(unittest.TestCase):
+    """The server keeps a client's connection open between requests (HTTP/1.1), as DynamoDB's
+    endpoints do, and still serves each request whole."""
+
+    def setUp(self):
+        import logging
+        import threading
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+        from werkzeug.serving import make_server
+
+        apps = {}
+
+        def app(environ, start_response):
+            body = environ["wsgi.input"].read()
+            apps.setdefault("bodies", []).append(body)
+            payload = json.dumps({"echo": body.decode(), "path": environ["PATH_INFO"]}).encode()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [payload]
+
+        self.bodies = apps
+        self.server = make_server("127.0.0.1", 0, serve.Serialized(app), threaded=True,
+                                  request_handler=serve.KeepAliveRequestHandler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.addCleanup(self.server.shutdown)
+
+    def test_two_requests_on_one_connection_each_with_its_own_body(self):
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=10)
+        self.addCleanup(conn.close)
+        conn.request("POST", "/a", body=b'{"n":1}', headers={"Content-Type": "application/json"})
+        first = conn.getresponse()
+        self.assertEqual(json.loads(first.read()), {"echo": '{"n":1}', "path": "/a"})
+        self.assertIsNone(first.getheader("Connection"))
+        sock = conn.sock
+        conn.request("POST", "/b", body=b'{"n":2}')
+        second = conn.getresponse()
+        self.assertEqual(json.loads(second.read()), {"echo": '{"n":2}', "path": "/b"})
+        self.assertIs(conn.sock, sock)  # the same connection served both
+        self.assertEqual(self.bodies["bodies"], [b'{"n":1}', b'{"n":2}'])
+        self.assertGreaterEqual(serve.REQUESTS.get("http:POST /b", 0), 1)  # still counted
+
+    def test_a_client_asking_to_close_gets_its_connection_closed(self):
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=10)
+        self.addCleanup(conn.close)
+        conn.request("GET", "/c", headers={"Connection": "close"})
+        response = conn.getresponse()
+        self.assertEqual(json.loads(response.read())["path"], "/c")
+        self.assertEqual(response.getheader("Connection"), "close")
+
+
+class WriteUnits(unittest.TestCase):
+    """The modelled write units of docs/cost-model.md, from the request alone."""
+
+    def test_transaction_actions_cost_two_units_each_and_one_when_cancelled(self):
+        small = {"id": {"S": "payments#e1"}, "n": {"N": "1500"}}
+        big = {"id": {"S": "k"}, "blob": {"S": "x" * 1500}}
+        tx = json.dumps({"TransactItems": [
+            {"Put": {"TableName": "t", "Item": small}},
+            {"Put": {"TableName": "t", "Item": big}},
+            {"Update": {"TableName": "t", "Key": {"id": {"S": "b"}}}},
+            {"ConditionCheck": {"TableName": "t", "Key": {"id": {"S": "c"}}}},
+        ]}).encode()
+        self.assertEqual(serve.write_units_of("dynamodb:TransactWriteItems", tx), 2 * (1 + 2 + 1 + 1))
+        self.assertEqual(serve.write_units_of("dynamodb:TransactWriteItems", tx, cancelled=True), 1 + 2 + 1 + 1)
+
+    def test_single_writes_and_reads(self):
+        put = json.dumps({"TableName": "t", "Item": {"id": {"S": "a"}}}).encode()
+        self.assertEqual(serve.write_units_of("dynamodb:PutItem", put), 1)
+        self.assertEqual(serve.write_units_of("dynamodb:UpdateItem", b"{}"), 1)
+        self.assertEqual(serve.write_units_of("dynamodb:GetItem", b"{}"), 0)
+
+
 if __name__ == "__main__":
     unittest.main()
