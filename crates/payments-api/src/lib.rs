@@ -234,7 +234,16 @@ impl<S: Store, Q: Queue> Api<S, Q> {
                 return reply(error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", message));
             }
             Err(e) if e.kind() == ErrorKind::InProgress => return self.in_progress(&key).await,
-            Err(e) => return unavailable(&event.event_id, &e),
+            Err(e) if e.is_retryable() => return unavailable(&event.event_id, &e),
+            Err(e) => {
+                // A malformed record or a store that refuses for good: retrying will not help.
+                tracing::error!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "idempotency store failed");
+                return reply(error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal_error",
+                    "the request could not be recorded",
+                ));
+            }
         };
         if let Err(e) = self.queue.send(event).await {
             // Sent or not, the client retries and sends again; the consumer keys on the event id.
