@@ -48,7 +48,6 @@ async fn differential(account: &str, seed: &[PaymentEvent], events: &[PaymentEve
 /// condition; the first chunk then goes one at a time, after the 1000 arrived, and the debit
 /// that must be rejected is applied.
 #[tokio::test]
-#[ignore = "review: a later chunk of an account commits before an earlier, cancelled chunk; a debit rejected one by one is applied"]
 async fn a_later_chunk_does_not_fund_an_earlier_debit() {
     let account = "acct-chunk-new";
     let mut events = vec![LedgerHarness::event("chunk-debit", account, -10, "USD")];
@@ -63,7 +62,6 @@ async fn a_later_chunk_does_not_fund_an_earlier_debit() {
 /// the seed's record, the second chunk (a credit and the last debit) commits, and the first debit
 /// is then rejected in its place.
 #[tokio::test]
-#[ignore = "review: a chunk cancelled by a duplicate is overtaken by the next chunk; the wrong debit is rejected"]
 async fn a_duplicate_in_the_first_chunk_lets_the_second_overtake() {
     let account = "acct-chunk-seeded";
     let seed = LedgerHarness::event("chunk-seed", account, 100, "USD");

@@ -136,59 +136,88 @@ where
         }
     }
     let mut alone: Vec<usize> = Vec::new();
-    let mut round = 0;
+    // A group's members take effect in batch order: the first member of a group that failed in
+    // a way a retry may undo holds back the group's later members (never started), and a member
+    // that goes alone takes its group's later members with it.
+    let mut held: HashMap<String, usize> = HashMap::new();
+    let mut cancellations = 0;
+    let mut round = 0u64;
     while !live.is_empty() {
-        if round == MAX_ROUNDS {
-            for index in live.drain(..) {
-                results[index] = Some(Err(StoreError::new(
-                    StoreErrorKind::Unavailable,
-                    format!(
-                        "{}: its batch was cancelled {MAX_ROUNDS} times (conflicts); retried later",
-                        members[index].key
-                    ),
-                )
-                .into()));
-            }
-            break;
-        }
         round += 1;
-        let (plans, refused) = plan(idempotency, members, &hashes, &live, writes);
+        let (plans, refused, deferred) = plan(idempotency, members, &hashes, &live, writes);
         alone.extend(refused);
-        let mut next = Vec::new();
-        let mut conflicted = false;
+        let mut next = deferred;
+        let (mut conflicted, mut cancelled) = (false, false);
         for planned in plans {
             let outcome = send(idempotency, members, &hashes, planned, &mut results).await;
             conflicted |= outcome.conflicted;
+            cancelled |= !outcome.again.is_empty();
             next.extend(outcome.again);
             alone.extend(outcome.alone);
         }
-        next.sort_unstable();
-        live = next;
+        for (index, result) in results.iter().enumerate() {
+            if let (Some(Err(error)), Some(group)) = (result, &members[index].group) {
+                if error.is_retryable() {
+                    let first = held.entry(group.clone()).or_insert(index);
+                    *first = (*first).min(index);
+                }
+            }
+        }
+        let mut gone_alone: HashMap<&str, usize> = HashMap::new();
+        for &index in &alone {
+            if let Some(group) = members[index].group.as_deref() {
+                let first = gone_alone.entry(group).or_insert(index);
+                *first = (*first).min(index);
+            }
+        }
+        let mut still = Vec::with_capacity(next.len());
+        for index in next {
+            let group = members[index].group.as_deref();
+            if group.and_then(|g| held.get(g)).is_some_and(|&failed| failed < index) {
+                results[index] = Some(Err(held_back(&members[index].key)));
+            } else if group.and_then(|g| gone_alone.get(g)).is_some_and(|&first| first < index) {
+                alone.push(index);
+            } else {
+                still.push(index);
+            }
+        }
+        still.sort_unstable();
+        live = still;
+        if cancelled {
+            cancellations += 1;
+            if cancellations == MAX_ROUNDS && !live.is_empty() {
+                for index in live.drain(..) {
+                    results[index] = Some(Err(StoreError::new(
+                        StoreErrorKind::Unavailable,
+                        format!(
+                            "{}: its batch was cancelled {MAX_ROUNDS} times (conflicts); retried later",
+                            members[index].key
+                        ),
+                    )
+                    .into()));
+                }
+            }
+        }
         if conflicted && !live.is_empty() {
             // Back off with jitter, capped, so two consumers on a hot account do not meet again.
             let jitter = (uuid::Uuid::new_v4().as_u128() % 20) as u64;
-            tokio::time::sleep(Duration::from_millis((10 * u64::from(round)).min(100) + jitter)).await;
+            tokio::time::sleep(Duration::from_millis((10 * round).min(100) + jitter)).await;
         }
     }
-    // One at a time, in batch order; a group's later members wait for an earlier one that may
-    // still take effect (its failure was retryable), or they could overtake it.
+    // One at a time, in batch order, held back as above.
     alone.sort_unstable();
-    let mut held: HashMap<String, Key> = HashMap::new();
+    alone.dedup();
     for index in alone {
         let member = &members[index];
-        if let Some(earlier) = member.group.as_ref().and_then(|group| held.get(group)) {
-            results[index] = Some(Err(StoreError::new(
-                StoreErrorKind::Unavailable,
-                format!("{}: not started, {earlier} before it in its group failed", member.key),
-            )
-            .into()));
+        if member.group.as_ref().and_then(|group| held.get(group)).is_some_and(|&failed| failed < index) {
+            results[index] = Some(Err(held_back(&member.key)));
             continue;
         }
         let hash = hashes[index].as_ref().expect("live members have hashes");
         let result = one(idempotency, index, &member.key, hash, writes).await;
         if let (Err(error), Some(group)) = (&result, &member.group) {
             if error.is_retryable() {
-                held.insert(group.clone(), member.key.clone());
+                held.entry(group.clone()).or_insert(index);
             }
         }
         results[index] = Some(result);
@@ -202,6 +231,13 @@ where
             // replay when the first copy was itself the reuse), as it would one by one.
             results[copy] = Some(match &results[earlier] {
                 Some(Ok(Outcome::Fresh(_))) => Err(key_reused(&members[copy].key, hash)),
+                // Undecided: the first copy may yet take the key when it is redelivered, so this
+                // one must not take it with its own payload now.
+                Some(Err(error)) if error.is_retryable() => Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format!("{}: not started, the first copy in this batch is undecided", members[copy].key),
+                )
+                .into()),
                 _ => one(idempotency, copy, &members[copy].key, hash, writes).await,
             });
             continue;
@@ -216,6 +252,15 @@ where
         .into_iter()
         .map(|slot| slot.unwrap_or_else(|| Err(StoreError::new(StoreErrorKind::Unavailable, "not run").into())))
         .collect()
+}
+
+/// A member not started because an earlier member of its group failed in a way a retry may undo.
+fn held_back(key: &Key) -> Error {
+    StoreError::new(
+        StoreErrorKind::Unavailable,
+        format!("{key}: not started, an earlier event of its group in this batch failed"),
+    )
+    .into()
 }
 
 /// The first copy's failure, for an in-batch duplicate: key reuse and in progress as such (a
@@ -257,15 +302,16 @@ where
     settle(idempotency, key, hash, tx, response).await
 }
 
-/// The transactions of a round, and the members that must go alone (a carried record, a
-/// build that failed is answered at once in `results` by the caller's next round... here: alone).
+/// The transactions of a round (the first chunk of each group), the members that must go alone
+/// (a carried record, writes that do not build), and the members deferred to the next round (a
+/// group's later chunks).
 fn plan<P, R, B>(
     idempotency: &Idempotency<DynamoDbStore>,
     members: &[Member<'_, P>],
     hashes: &[Option<PayloadHash>],
     live: &[usize],
     writes: &B,
-) -> (Vec<Planned<R>>, Vec<usize>)
+) -> (Vec<Planned<R>>, Vec<usize>, Vec<usize>)
 where
     P: ?Sized,
     R: Serialize,
@@ -289,41 +335,41 @@ where
     }
     let mut plans = Vec::new();
     let mut current = Planned::new();
+    let mut deferred = Vec::new();
     for group in groups {
-        // A group too large for one transaction goes in chunks, in order: each chunk's shared
-        // write is conditioned on the state the chunk before it left.
-        let mut pending: &[usize] = &group;
-        while !pending.is_empty() {
-            let (part, taken) = match build_part(idempotency, members, hashes, pending, writes) {
-                Ok(built) => built,
-                Err(_) => {
-                    // A member whose writes do not build, or that carries its record, goes alone,
-                    // where its error (or its carried record) is handled as for a single commit.
-                    alone.extend_from_slice(pending);
-                    break;
-                }
-            };
-            pending = &pending[taken..];
-            let bytes: usize = part.actions.iter().map(action_size).sum();
-            if current.actions.len() + part.actions.len() > MAX_TRANSACTION_ITEMS
-                || current.bytes() + bytes > MAX_TRANSACTION_BYTES
-            {
-                plans.push(std::mem::replace(&mut current, Planned::new()));
+        // A group too large for one transaction goes one chunk per round, in order: a later
+        // chunk's shared write is conditioned on the state the chunk before it left, so it is
+        // sent only once that chunk is settled (committed, or its members gone alone, which
+        // take the rest of the group with them).
+        let (part, taken) = match build_part(idempotency, members, hashes, &group, writes) {
+            Ok(built) => built,
+            Err(_) => {
+                // A member whose writes do not build, or that carries its record, goes alone,
+                // where its error (or its carried record) is handled as for a single commit.
+                alone.extend_from_slice(&group);
+                continue;
             }
-            let group_index = current.groups.len();
-            current.groups.push(part.members.iter().map(|(index, _)| *index).collect());
-            current.actions.extend(part.actions);
-            current.owners.extend(part.owners.into_iter().map(|owner| match owner {
-                Owner::Shared(_) => Owner::Shared(group_index),
-                other => other,
-            }));
-            current.members.extend(part.members);
+        };
+        deferred.extend_from_slice(&group[taken..]);
+        let bytes: usize = part.actions.iter().map(action_size).sum();
+        if current.actions.len() + part.actions.len() > MAX_TRANSACTION_ITEMS
+            || current.bytes() + bytes > MAX_TRANSACTION_BYTES
+        {
+            plans.push(std::mem::replace(&mut current, Planned::new()));
         }
+        let group_index = current.groups.len();
+        current.groups.push(part.members.iter().map(|(index, _)| *index).collect());
+        current.actions.extend(part.actions);
+        current.owners.extend(part.owners.into_iter().map(|owner| match owner {
+            Owner::Shared(_) => Owner::Shared(group_index),
+            other => other,
+        }));
+        current.members.extend(part.members);
     }
     if !current.actions.is_empty() {
         plans.push(current);
     }
-    (plans, alone)
+    (plans, alone, deferred)
 }
 
 /// The longest prefix of `pending` (at least one member) whose actions and shared writes fit one
