@@ -97,6 +97,8 @@ mod store;
 
 #[cfg(any(test, feature = "contract"))]
 pub mod contract;
+#[cfg(any(test, feature = "contract"))]
+pub mod schedules;
 
 pub use crate::cache::{CachedStore, DEFAULT_CAPACITY};
 pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
