@@ -157,3 +157,24 @@ async fn fifo_ids_fit_sqs_limits_for_every_valid_key() {
     assert!(dedup.len() <= 128, "MessageDeduplicationId has {} characters", dedup.len());
     assert!(group.len() <= 128, "MessageGroupId has {} characters", group.len());
 }
+
+/// Behind an API Gateway HTTP API on a named stage (`prod`), API Gateway sends
+/// `rawPath: "/prod/payments"`, and `lambda_http` keeps the stage in the path (unless
+/// `AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH` is set, which nothing sets): every request is
+/// answered `404 no route /prod/payments`. The crate says it serves HTTP API events; only the
+/// `$default` stage works.
+#[tokio::test]
+#[ignore = "review: HTTP API on a named stage: POST /prod/payments (rawPath with the stage) is answered 404 not_found"]
+async fn an_http_api_on_a_named_stage_reaches_the_route() {
+    let mut event: Value = serde_json::from_str(include_str!("../../../events/apigw-http-payment.json")).unwrap();
+    event["rawPath"] = json!("/prod/payments");
+    event["requestContext"]["http"]["path"] = json!("/prod/payments");
+    event["requestContext"]["stage"] = json!("prod");
+    event["headers"]["idempotency-key"] = json!("pay_stage");
+    let queue = Recording::default();
+    let api = Api::new(Idempotency::new(InMemoryStore::new(), Config::default()), queue.clone());
+    let response = api.handle(lambda_http::request::from_str(&event.to_string()).unwrap()).await;
+    let Body::Text(text) = response.body() else { panic!("a text body") };
+    assert_eq!(response.status().as_u16(), 202, "{text}");
+    assert_eq!(queue.sent().len(), 1);
+}
