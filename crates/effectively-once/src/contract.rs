@@ -481,13 +481,7 @@ pub async fn a_handler_that_outruns_its_lease_is_not_completed<S: Store>(store: 
 /// A completion whose answer is lost is sent again before the record is left to its lease:
 /// whether the first write landed (the retry finds its own completed record) or not.
 pub async fn a_lost_completion_answer_is_retried<S: Store>(store: S) {
-    let store = LoseCompletionAnswers {
-        store,
-        lost: AtomicUsize::new(0),
-        land: AtomicBool::new(false),
-        sent: AtomicUsize::new(0),
-    };
-    let (idem, _) = setup(store);
+    let (idem, _) = setup(LoseCompletionAnswers::new(store));
     for landed in [true, false] {
         let key = unique(if landed { "lost-answer-landed" } else { "lost-answer-not-landed" });
         let runs = Counted::default();
@@ -505,12 +499,24 @@ pub async fn a_lost_completion_answer_is_retried<S: Store>(store: S) {
 }
 
 /// A store that loses the answers of the next `lost` completions, each after its write landed
-/// (`land`) or before.
-struct LoseCompletionAnswers<S> {
-    store: S,
-    lost: AtomicUsize,
-    land: AtomicBool,
-    sent: AtomicUsize,
+/// (`land`) or before, counting the completions `sent`. The schedules suite uses it too.
+pub(crate) struct LoseCompletionAnswers<S> {
+    pub(crate) store: S,
+    pub(crate) lost: AtomicUsize,
+    pub(crate) land: AtomicBool,
+    pub(crate) sent: AtomicUsize,
+}
+
+impl<S> LoseCompletionAnswers<S> {
+    /// `store`, losing no answer until told to.
+    pub(crate) fn new(store: S) -> Self {
+        LoseCompletionAnswers {
+            store,
+            lost: AtomicUsize::new(0),
+            land: AtomicBool::new(false),
+            sent: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl<S: Store> Store for LoseCompletionAnswers<S> {

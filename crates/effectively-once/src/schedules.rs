@@ -14,17 +14,15 @@
 //! store `make_store` returns, with the same keys: give each call a namespace of its own.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::json;
 
-use crate::{
-    Begin, Claim, Clock, Completion, Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, Record, RunError,
-    Status, Store, StoreError, StoreErrorKind,
-};
+use crate::contract::LoseCompletionAnswers;
+use crate::{Begin, Clock, Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, RunError, Status, Store};
 
 // The macro's `proptest!` and config reach proptest through here, so a caller needs no
 // dependency of its own on it.
@@ -162,44 +160,8 @@ pub fn outrun_after_effect() -> Vec<Step> {
     vec![Step::Slow { event: 1, advance_ms: 2 * LEASE_MS, before_effect: false }, Step::Deliver(1)]
 }
 
-/// The store under test, losing the answers of as many completions as it is told to.
-struct Lossy<S> {
-    store: S,
-    lose: AtomicU32,
-    land: AtomicBool,
-}
-
-impl<S> Lossy<S> {
-    fn new(store: S) -> Self {
-        Lossy { store, lose: AtomicU32::new(0), land: AtomicBool::new(false) }
-    }
-}
-
-impl<S: Store> Store for Lossy<S> {
-    async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
-        self.store.claim(record, now_ms).await
-    }
-    async fn complete(&self, id: &str, owner: &str, c: Completion<'_>) -> Result<(), StoreError> {
-        let lose = self.lose.load(Ordering::SeqCst);
-        if lose == 0 {
-            return self.store.complete(id, owner, c).await;
-        }
-        self.lose.store(lose - 1, Ordering::SeqCst);
-        if self.land.load(Ordering::SeqCst) {
-            self.store.complete(id, owner, c).await?;
-        }
-        Err(StoreError::new(StoreErrorKind::Unavailable, "answer lost"))
-    }
-    async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
-        self.store.release(id, owner).await
-    }
-    async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        self.store.get(id).await
-    }
-}
-
 /// Tries `Idempotency::complete` makes before giving up.
-const COMPLETE_TRIES: u32 = 3;
+const COMPLETE_TRIES: usize = 3;
 
 fn key(e: usize) -> Key {
     Key::new("prop", &format!("event-{e}")).unwrap()
@@ -280,7 +242,7 @@ async fn handler(
 }
 
 struct Env<'a, S> {
-    idem: &'a Idempotency<Lossy<S>>,
+    idem: &'a Idempotency<LoseCompletionAnswers<S>>,
     world: &'a Shared,
     clock: &'a Arc<ManualClock>,
     reused: &'a HashMap<usize, bool>,
@@ -289,7 +251,7 @@ struct Env<'a, S> {
 async fn deliver<S: Store>(env: &Env<'_, S>, e: usize, slow: Option<Slowness>) {
     let applied = Arc::new(Mutex::new(false));
     let run = || handler(env.world.clone(), e, env.clock.clone(), slow, applied.clone());
-    let lost_all = env.idem.store().lose.load(Ordering::SeqCst) >= COMPLETE_TRIES;
+    let lost_all = env.idem.store().lost.load(Ordering::SeqCst) >= COMPLETE_TRIES;
     let outcome = env.idem.run(&key(e), &payload(e, env.reused), run).await;
     if let (Some(s), Ok(Outcome::Fresh(_))) = (slow, &outcome) {
         // A handler that ran longer than its whole lease outran it: its result must not be
@@ -325,7 +287,7 @@ async fn deliver<S: Store>(env: &Env<'_, S>, e: usize, slow: Option<Slowness>) {
     }
 }
 
-async fn check<S: Store>(idem: &Idempotency<Lossy<S>>, world: &Shared) {
+async fn check<S: Store>(idem: &Idempotency<LoseCompletionAnswers<S>>, world: &Shared) {
     {
         let w = world.lock().unwrap();
         for e in 0..EVENTS {
@@ -363,7 +325,7 @@ pub async fn run<S: Store>(store: S, steps: Vec<Step>) {
         .with_lease(Duration::from_millis(LEASE_MS))
         .with_dedup_window(Duration::from_secs(365 * 24 * 3600))
         .with_clock(clock.clone());
-    let idem = Idempotency::new(Lossy::new(store), config);
+    let idem = Idempotency::new(LoseCompletionAnswers::new(store), config);
     let world: Shared = Arc::default();
     let mut reused = HashMap::new();
     for step in steps {
@@ -379,11 +341,11 @@ pub async fn run<S: Store>(store: S, steps: Vec<Step>) {
                 tokio::join!(deliver(&env, event, Some(slow)), deliver(&env, event, None));
             }
             Step::LostCompletions { event, lost, landed } => {
-                idem.store().lose.store(lost, Ordering::SeqCst);
+                idem.store().lost.store(lost as usize, Ordering::SeqCst);
                 idem.store().land.store(landed, Ordering::SeqCst);
                 deliver(&env, event, None).await;
                 // A replay sent no completion: no lost answer may leak into later steps.
-                idem.store().lose.store(0, Ordering::SeqCst);
+                idem.store().lost.store(0, Ordering::SeqCst);
             }
             Step::CrashAfterClaim(e) => {
                 if let Ok(Begin::Claimed(attempt)) = idem.begin::<_, u64>(&key(e), &payload(e, &reused)).await {
@@ -434,7 +396,7 @@ pub async fn run<S: Store>(store: S, steps: Vec<Step>) {
 pub async fn outrun_alone<S: Store>(store: S) {
     let clock = Arc::new(ManualClock::at(1_800_000_000_000));
     let config = Config::default().with_lease(Duration::from_millis(LEASE_MS)).with_clock(clock.clone());
-    let idem = Idempotency::new(Lossy::new(store), config);
+    let idem = Idempotency::new(LoseCompletionAnswers::new(store), config);
     let (world, reused) = (Shared::default(), HashMap::new());
     let env = Env { idem: &idem, world: &world, clock: &clock, reused: &reused };
     deliver(&env, 2, Some(Slowness { advance_ms: 2 * LEASE_MS, before_effect: false })).await;
