@@ -85,7 +85,6 @@ fn cancelled(codes: &[&str]) -> (u16, String) {
 /// are committed alone: a2, after a0 in its account, is decided before a0 (here applied; on a
 /// real table, the debit without a0's credit is rejected and the rejection recorded for good).
 #[tokio::test]
-#[ignore = "review: rounds run out for an earlier member, yet the group's later members gone alone are committed"]
 async fn rounds_run_out_and_a_later_member_is_not_committed_alone() {
     let mut script = vec![cancelled(&["None", "None", "ConditionalCheckFailed", "None", "None", "None", "None"])];
     for _ in 1..MAX_ROUNDS {

@@ -187,6 +187,11 @@ where
             cancellations += 1;
             if cancellations == MAX_ROUNDS && !live.is_empty() {
                 for index in live.drain(..) {
+                    // Undecided: its group's later members (gone alone) must wait for it.
+                    if let Some(group) = &members[index].group {
+                        let first = held.entry(group.clone()).or_insert(index);
+                        *first = (*first).min(index);
+                    }
                     results[index] = Some(Err(StoreError::new(
                         StoreErrorKind::Unavailable,
                         format!(
