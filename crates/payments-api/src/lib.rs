@@ -9,7 +9,7 @@
 //! | same key, same body | the stored status and body again, with `Idempotent-Replayed: true` |
 //! | same key, other body | `422 {"error": "idempotency_key_reused", ...}` |
 //! | same key, first still in flight | `409 {"error": "request_in_progress", ...}` with `Retry-After` (seconds to the lease end) |
-//! | key or body missing or invalid | `400 {"error": "invalid_idempotency_key" \| "invalid_body", "message": "FIELD: ..."}` |
+//! | key or body missing or invalid | `400 {"error": "invalid_idempotency_key" \| "invalid_body", "message": "FIELD: ..."}` (a field named twice included) |
 //!
 //! The body is the payment event's fields without `event_id`: the key becomes the event id, and
 //! the event is validated by [`PaymentEvent::parse`], so the API and the consumer apply one set
@@ -21,24 +21,41 @@
 //! The key's record (`api#{key}` in `IDEMPOTENCY_TABLE`, apart from the consumer's
 //! `payments#{event_id}`) is claimed **before** the message is sent: [`Idempotency::begin`],
 //! then `SendMessage`, then [`Idempotency::complete`] with the answer, which replays serve.
-//! A send that fails releases the record ([`Idempotency::release`]), so the client's retry
-//! sends again. A send whose answer was lost (it landed; the client saw a timeout or a 503) is
-//! sent again by that retry, and that is safe: the consumer keys on the event id, so two
-//! messages of one event make one ledger entry and one receipt. A completion that fails after
-//! the send still answers `202`: the message is on the queue; the record stays in progress
-//! until its lease ends (retries get `409`), then the next retry sends again, harmlessly.
+//!
+//! The record binds the key to its body: an event id names one payment in the ledger for good,
+//! so two different events must never carry it (the consumer would post one and send the
+//! other to the DLQ as key reuse, after the client got a `202` for it). Hence:
+//!
+//! - A send SQS **refused** (4xx: access denied, no such queue, an invalid request; or never
+//!   sent) releases the record ([`Idempotency::release`]): nothing is on the queue, and the
+//!   retry, whatever its body, starts over.
+//! - A send whose outcome is **unknown** (a timeout, a dropped connection, a 5xx: it may have
+//!   landed) completes the record with a pending `503`. A retry with the same body meets it and
+//!   sends again, which is safe: the consumer keys on the event id, so two messages of one
+//!   event make one ledger entry and one receipt. Another body meets it and gets `422`.
+//! - A completion that fails after the send still answers `202`: the message is on the queue;
+//!   the record stays in progress until its lease ends (retries get `409`), then the same body
+//!   sends again, harmlessly.
+//! - A claim that overwrote a record past its window, or in progress past its lease, checks
+//!   what it overwrote ([`Attempt::replaced`]): another body's record (or a stored `422` for
+//!   this one) makes it `422`, stored for this body, and nothing is sent.
 //!
 //! Leases are bounded by the invocation's deadline ([`Idempotency::with_deadline`]): a timed-out
-//! invocation frees its key when Lambda gives up on it. Stored answers expire after the dedup
-//! window, `API_DEDUP_WINDOW_SECONDS` (default 24 hours, as Stripe keeps its keys); after it a
-//! key is new again. FIFO queues (the URL ends in `.fifo`, or `PAYMENTS_QUEUE_FIFO=true`) get
-//! `MessageGroupId = account_id` and `MessageDeduplicationId = event_id`.
+//! invocation frees its key when Lambda gives up on it. Records are kept for
+//! `API_DEDUP_WINDOW_SECONDS`, by default for good ([`DEFAULT_DEDUP_WINDOW`], 100 years), as
+//! long as the ledger keeps the event id; Stripe's 24 hours would let DynamoDB's TTL delete the
+//! body's hash, and then the key's next body would be accepted. Past a shorter window, a retry
+//! of the same body is sent again (a `202`, not a replay), another body is refused as long as
+//! the record has not been deleted. FIFO queues (the URL ends in `.fifo`, or
+//! `PAYMENTS_QUEUE_FIFO=true`, any case) get `MessageGroupId = account_id` and
+//! `MessageDeduplicationId = event_id`, each hashed ([`fifo_id`]) when over SQS's 128 characters.
+//! Behind an HTTP API on a named stage the stage is stripped from the path ([`route_path`]).
 #![warn(missing_docs)]
 
 use std::future::Future;
 use std::time::Duration;
 
-use effectively_once::{Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Store};
+use effectively_once::{Attempt, Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Store};
 use effectively_once_redact::redact_emails;
 use lambda_http::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -54,8 +71,11 @@ pub const PREFIX: &str = "api";
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The answer header that marks a replay.
 pub const REPLAYED: &str = "idempotent-replayed";
-/// How long a stored answer is replayed, unless `API_DEDUP_WINDOW_SECONDS` says otherwise.
-pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// How long a key's record (its body's hash and its answer) is kept, unless
+/// `API_DEDUP_WINDOW_SECONDS` says otherwise: for good (100 years), because an event id is
+/// unique in the ledger for good, and a record that DynamoDB's TTL has deleted can no longer
+/// refuse another body under its key.
+pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// The path the API serves.
 pub const PATH: &str = "/payments";
 
@@ -66,7 +86,7 @@ pub struct Env {
     pub idempotency_table: String,
     /// `PAYMENTS_QUEUE_URL`: where payment events go.
     pub queue_url: String,
-    /// `PAYMENTS_QUEUE_FIFO` (`true`/`false`), else whether the URL ends in `.fifo`.
+    /// `PAYMENTS_QUEUE_FIFO` (`true`/`false`, any case), else whether the URL ends in `.fifo`.
     pub fifo: bool,
     /// The dedup window from `API_DEDUP_WINDOW_SECONDS` (default [`DEFAULT_DEDUP_WINDOW`]).
     pub config: Config,
@@ -82,7 +102,7 @@ impl Env {
     pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Result<Env, String> {
         let required = |name: &str| var(name).ok_or_else(|| format!("environment variable {name} is not set"));
         let queue_url = required("PAYMENTS_QUEUE_URL")?;
-        let fifo = match var("PAYMENTS_QUEUE_FIFO").as_deref().map(str::trim) {
+        let fifo = match var("PAYMENTS_QUEUE_FIFO").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
             None | Some("") => queue_url.ends_with(".fifo"),
             Some("true" | "1" | "yes") => true,
             Some("false" | "0" | "no") => false,
@@ -113,10 +133,38 @@ pub struct Answer {
     pub body: Value,
 }
 
-/// Why a payment event could not be put on the queue. Whether it landed is unknown (a lost
-/// answer): the record is released either way, and a retry sends again.
+/// Why a payment event could not be put on the queue. Built from an error alone
+/// (`EnqueueError(e)`), it is **ambiguous**: the message may have landed (a timeout, a lost
+/// answer), so the key keeps its payload until a retry of the same body sends again.
+/// [`EnqueueError::refused`] is a definite refusal (access denied, no such queue, an invalid
+/// request): nothing was sent, and the key's record is released.
 #[derive(Debug)]
 pub struct EnqueueError(pub Box<dyn std::error::Error + Send + Sync>);
+
+/// The cause of a definite refusal, inside an [`EnqueueError`].
+#[derive(Debug)]
+struct Refused(Box<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refused: {}", ErrorChain(&*self.0))
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl EnqueueError {
+    /// A definite refusal: the queue answered, and the message is not on it.
+    pub fn refused(cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        EnqueueError(Box::new(Refused(cause.into())))
+    }
+
+    /// Whether the message is known not to be on the queue ([`EnqueueError::refused`]);
+    /// otherwise it may have landed.
+    pub fn is_refused(&self) -> bool {
+        self.0.is::<Refused>()
+    }
+}
 
 impl std::fmt::Display for EnqueueError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,6 +173,21 @@ impl std::fmt::Display for EnqueueError {
 }
 
 impl std::error::Error for EnqueueError {}
+
+/// The longest `MessageDeduplicationId` and `MessageGroupId` SQS takes.
+pub const MAX_FIFO_ID: usize = 128;
+
+/// A FIFO queue's id for `value` (an event id or an account id, up to 200 characters by the
+/// contract): the value itself when it fits SQS's 128 characters, else the lower-case hex
+/// SHA-256 of it (64 characters). Deterministic, so a resend carries the same ids; the
+/// contract's characters are all allowed in these ids.
+pub fn fifo_id(value: &str) -> String {
+    use sha2::{Digest, Sha256};
+    if value.len() <= MAX_FIFO_ID {
+        return value.to_owned();
+    }
+    Sha256::digest(value.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// Where accepted payment events go: [`SqsQueue`], or a test's wrapper around it.
 pub trait Queue: Send + Sync {
@@ -148,7 +211,7 @@ pub struct SqsQueue {
 
 impl SqsQueue {
     /// The queue at `url`; `fifo` adds the message group (the account) and the deduplication id
-    /// (the event id).
+    /// (the event id), each through [`fifo_id`].
     pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>, fifo: bool) -> Self {
         SqsQueue { client, url: url.into(), fifo }
     }
@@ -161,9 +224,25 @@ impl Queue for SqsQueue {
         if self.fifo {
             // Per-account order, as the consumer's FIFO mode expects; SQS drops a copy of the
             // same event id within its 5-minute window, the consumer's record any later one.
-            request = request.message_group_id(&event.account_id).message_deduplication_id(&event.event_id);
+            request =
+                request.message_group_id(fifo_id(&event.account_id)).message_deduplication_id(fifo_id(&event.event_id));
         }
-        request.send().await.map(drop).map_err(|e| EnqueueError(e.into()))
+        request.send().await.map(drop).map_err(|e| {
+            use aws_sdk_sqs::error::SdkError;
+            // Refused for sure: never sent, or SQS answered 4xx (access denied, no such queue,
+            // invalid parameter, throttled). A timeout, a dropped connection, an unreadable
+            // answer or a 5xx may hide a message that landed.
+            let refused = match &e {
+                SdkError::ConstructionFailure(_) => true,
+                SdkError::ServiceError(service) => service.raw().status().is_client_error(),
+                _ => false,
+            };
+            if refused {
+                EnqueueError::refused(e)
+            } else {
+                EnqueueError(e.into())
+            }
+        })
     }
 }
 
@@ -202,8 +281,9 @@ impl<S: Store, Q: Queue> Api<S, Q> {
     /// outage is a `503` with `Retry-After`).
     pub async fn handle(&self, request: Request) -> Response<Body> {
         let deadline_ms = request.lambda_context_ref().map(|context| context.deadline);
-        if request.uri().path() != PATH {
-            return reply(error(StatusCode::NOT_FOUND, "not_found", format!("no route {}", request.uri().path())));
+        let path = route_path(&request);
+        if path != PATH {
+            return reply(error(StatusCode::NOT_FOUND, "not_found", format!("no route {path}")));
         }
         if request.method() != Method::POST {
             let mut response = reply(error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use POST"));
@@ -223,16 +303,24 @@ impl<S: Store, Q: Queue> Api<S, Q> {
         let idempotency = self.idempotency.with_deadline(deadline_ms);
         let attempt = match idempotency.begin::<_, Answer>(&key, event).await {
             Ok(Begin::Claimed(attempt)) => attempt,
+            Ok(Begin::Replayed(answer)) if answer.status == PENDING.as_u16() => {
+                // A send of this very body whose answer was lost: sending again is safe (the
+                // consumer keys on the event id), and the only way to learn it is on the queue.
+                return match self.queue.send(event).await {
+                    Ok(()) => {
+                        tracing::info!(?event, "enqueued again after a lost answer");
+                        reply(accepted(event))
+                    }
+                    Err(e) => unavailable(&event.event_id, &e),
+                };
+            }
             Ok(Begin::Replayed(answer)) => {
                 tracing::info!(event_id = %event.event_id, status = answer.status, "replayed");
                 let mut response = reply(answer);
                 response.headers_mut().insert(REPLAYED, HeaderValue::from_static("true"));
                 return response;
             }
-            Err(e) if e.kind() == ErrorKind::KeyReused => {
-                let message = format!("Idempotency-Key {} was used with another body", event.event_id);
-                return reply(error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", message));
-            }
+            Err(e) if e.kind() == ErrorKind::KeyReused => return reply(key_reused(event)),
             Err(e) if e.kind() == ErrorKind::InProgress => return self.in_progress(&key).await,
             Err(e) if e.is_retryable() => return unavailable(&event.event_id, &e),
             Err(e) => {
@@ -245,14 +333,37 @@ impl<S: Store, Q: Queue> Api<S, Q> {
                 ));
             }
         };
+        if self.claimed_over_another_body(&attempt, event) {
+            // The claim overwrote a record past its window (or stalled) that holds the event id
+            // for another body, or refused this one before: the event id is taken in the
+            // ledger for good. The refusal is stored with this body, so its retries replay it
+            // and a later claim over it finds the refusal again.
+            let answer = key_reused(event);
+            if let Err(e) = idempotency.complete(attempt, &answer).await {
+                tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "refusal not stored");
+            }
+            return reply(answer);
+        }
         if let Err(e) = self.queue.send(event).await {
-            // Sent or not, the client retries and sends again; the consumer keys on the event id.
-            if let Err(release) = idempotency.release(attempt).await {
-                tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
+            if e.is_refused() {
+                // Not on the queue: free the key, so the retry (any body) starts over.
+                if let Err(release) = idempotency.release(attempt).await {
+                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
+                }
+            } else {
+                // Maybe on the queue: the key keeps this body. A retry of the same body meets
+                // the pending answer and sends again; another body meets it and is refused
+                // (422), so no second, different event carries this event id.
+                let pending = error(PENDING, "unavailable", "try again");
+                if let Err(complete) = idempotency.complete(attempt, &pending).await {
+                    // Left in progress: retries get 409 until the lease ends, then the same
+                    // body takes it over and sends again, another is refused.
+                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&complete).to_string()), "pending answer not stored; the key waits for its lease");
+                }
             }
             return unavailable(&event.event_id, &e);
         }
-        let answer = Answer { status: StatusCode::ACCEPTED.as_u16(), body: json!({ "event_id": event.event_id }) };
+        let answer = accepted(event);
         if let Err(e) = idempotency.complete(attempt, &answer).await {
             // The event is on the queue, so the answer is still 202. Retries meet the record in
             // progress until its lease ends, then send again: one ledger entry all the same.
@@ -260,6 +371,21 @@ impl<S: Store, Q: Queue> Api<S, Q> {
         }
         tracing::info!(?event, "enqueued");
         reply(answer)
+    }
+
+    /// Whether the record `attempt` overwrote binds the key to another body: its payload hash
+    /// differs, or it stored a refusal (`422`) for this one. Such a record is past its window,
+    /// or in progress past its lease (its send may have landed).
+    fn claimed_over_another_body(&self, attempt: &Attempt, event: &PaymentEvent) -> bool {
+        let Some(old) = attempt.replaced() else { return false };
+        let Ok(hash) = self.idempotency.config().payload_hash(event) else { return false };
+        let refused = || {
+            old.response
+                .as_deref()
+                .and_then(|json| serde_json::from_str::<Answer>(json).ok())
+                .is_some_and(|answer| answer.status == StatusCode::UNPROCESSABLE_ENTITY.as_u16())
+        };
+        !hash.matches(&old.payload_hash) || refused()
     }
 
     /// `409` with `Retry-After`: the seconds until the holder's lease ends (at least one).
@@ -311,6 +437,43 @@ pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
         Some(field) => body_error(format!("{field}: {}", invalid.problem)),
         None => body_error(format!("body: {}", invalid.problem)),
     })
+}
+
+/// The stored status of a send whose answer was lost (the message may be on the queue): the
+/// client is answered `503`, and the same body's retry sends again.
+const PENDING: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
+
+/// `202 {"event_id": KEY}`: the event is on the queue.
+fn accepted(event: &PaymentEvent) -> Answer {
+    Answer { status: StatusCode::ACCEPTED.as_u16(), body: json!({ "event_id": event.event_id }) }
+}
+
+/// `422`: the key is bound to another body.
+fn key_reused(event: &PaymentEvent) -> Answer {
+    let message = format!("Idempotency-Key {} was used with another body", event.event_id);
+    error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", message)
+}
+
+/// The request's path without an API Gateway stage: an HTTP API on a named stage (`prod`)
+/// sends `/prod/payments`, and `lambda_http` keeps the stage unless
+/// `AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH` is set (then the path has none, and is kept). A
+/// Function URL's stage, like the HTTP API's default one, is `$default`, never in the path.
+pub fn route_path(request: &Request) -> &str {
+    use lambda_http::request::RequestContext;
+    let path = request.uri().path();
+    #[allow(unreachable_patterns)] // one variant or several, as the workspace's features unify
+    let stage = match request.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(context)) => context.stage.as_deref(),
+        _ => None,
+    };
+    match stage {
+        Some(stage) if stage != "$default" && !stage.is_empty() => path
+            .strip_prefix('/')
+            .and_then(|rest| rest.strip_prefix(stage))
+            .filter(|rest| rest.starts_with('/'))
+            .unwrap_or(path),
+        _ => path,
+    }
 }
 
 /// An error answer, `{"error": CODE, "message": TEXT}`.
@@ -397,6 +560,42 @@ mod tests {
         assert!(!env.fifo);
         assert_eq!(env.config.dedup_window(), Duration::from_secs(60));
         assert!(Env::from_env_with(vars(&[("IDEMPOTENCY_TABLE", "t")])).unwrap_err().contains("PAYMENTS_QUEUE_URL"));
+        for (value, fifo) in [("TRUE", true), ("True", true), (" yes ", true), ("FALSE", false), ("No", false)] {
+            let env = Env::from_env_with(|name: &str| match name {
+                "IDEMPOTENCY_TABLE" => Some("t".into()),
+                "PAYMENTS_QUEUE_URL" => Some("http://q/p".into()),
+                "PAYMENTS_QUEUE_FIFO" => Some(value.into()),
+                _ => None,
+            });
+            assert_eq!(env.unwrap().fifo, fifo, "{value}");
+        }
+    }
+
+    #[test]
+    fn fifo_ids_keep_what_fits_and_hash_the_rest() {
+        let fits = format!("pay_{}", "k".repeat(124));
+        assert_eq!(fifo_id(&fits), fits, "128 characters are kept as they are");
+        let long = format!("pay_{}", "k".repeat(125));
+        let hashed = fifo_id(&long);
+        assert_eq!(hashed.len(), 64);
+        assert!(hashed.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{hashed}");
+        assert_eq!(fifo_id(&long), hashed, "deterministic: a resend carries the same id");
+        assert_ne!(fifo_id(&format!("{long}x")), hashed);
+    }
+
+    #[test]
+    fn a_named_stage_is_stripped_from_the_path() {
+        let event = |path: &str, stage: &str| {
+            let mut event: Value =
+                serde_json::from_str(include_str!("../../../events/apigw-http-payment.json")).unwrap();
+            event["rawPath"] = json!(path);
+            event["requestContext"]["stage"] = json!(stage);
+            lambda_http::request::from_str(&event.to_string()).unwrap()
+        };
+        assert_eq!(route_path(&event("/prod/payments", "prod")), "/payments");
+        assert_eq!(route_path(&event("/payments", "prod")), "/payments", "already stripped (IGNORE_STAGE_IN_PATH)");
+        assert_eq!(route_path(&event("/payments", "$default")), "/payments");
+        assert_eq!(route_path(&event("/production/payments", "prod")), "/production/payments");
     }
 
     /// A queue that counts what it is sent.
@@ -411,7 +610,7 @@ mod tests {
     }
 
     /// The sample events in `events/`, as Lambda delivers them, in their order: first request,
-    /// replay, key reuse, missing key; and the HTTP API's. One send in all but the HTTP API's.
+    /// replay, key reuse, missing key; and the HTTP API's, on its default stage and on `prod`.
     #[tokio::test]
     async fn the_sample_events_answer_as_documented() {
         let api =
@@ -422,6 +621,7 @@ mod tests {
             (include_str!("../../../events/http-key-reuse.json"), 422, None, Some("idempotency_key_reused")),
             (include_str!("../../../events/http-missing-key.json"), 400, None, Some("invalid_idempotency_key")),
             (include_str!("../../../events/apigw-http-payment.json"), 202, None, None),
+            (include_str!("../../../events/apigw-http-payment-stage.json"), 202, None, None),
         ];
         for (i, (event, status, replayed, code)) in samples.into_iter().enumerate() {
             let request = lambda_http::request::from_str(event).unwrap();
@@ -435,6 +635,6 @@ mod tests {
                 None => assert!(body["event_id"].as_str().unwrap().starts_with("pay_http_"), "sample {i}"),
             }
         }
-        assert_eq!(api.queue().0.load(std::sync::atomic::Ordering::SeqCst), 2, "two first requests sent");
+        assert_eq!(api.queue().0.load(std::sync::atomic::Ordering::SeqCst), 3, "three first requests sent");
     }
 }

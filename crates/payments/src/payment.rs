@@ -89,6 +89,10 @@ impl PaymentEvent {
         let Value::Object(map) = value else {
             return Err(InvalidPayment { field: None, problem: "body is not a JSON object".into() });
         };
+        if let Some(field) = repeated_field(body) {
+            // A map keeps the last copy; which one the producer meant is not ours to guess.
+            return Err(invalid(field, "appears more than once in the body"));
+        }
         let id = |field: &'static str| -> Result<String, InvalidPayment> {
             let s = match map.get(field) {
                 None | Some(Value::Null) => return Err(invalid(field, "is required")),
@@ -135,6 +139,42 @@ impl PaymentEvent {
         };
         Ok(PaymentEvent { event_id, account_id, amount_cents, currency, receipt_email })
     }
+}
+
+/// The contract's fields, the ones a repeated member makes ambiguous.
+const FIELDS: [&str; 5] = ["event_id", "account_id", "amount_cents", "currency", "receipt_email"];
+
+/// The first of the contract's fields that the body's top-level object names more than once
+/// (`{"amount_cents": 5, "amount_cents": 7}`): a JSON map keeps the last copy, another parser
+/// the first. Unknown fields are ignored, their copies too. `None` when no field repeats or
+/// the body is not an object (judged elsewhere).
+fn repeated_field(body: &str) -> Option<&'static str> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+
+    struct Members;
+    impl<'de> Visitor<'de> for Members {
+        type Value = Option<&'static str>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut seen = [false; FIELDS.len()];
+            let mut repeated = None;
+            while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                map.next_value::<IgnoredAny>()?;
+                if let Some(i) = FIELDS.iter().position(|field| *field == name) {
+                    if seen[i] {
+                        repeated = repeated.or(Some(FIELDS[i]));
+                    }
+                    seen[i] = true;
+                }
+            }
+            Ok(repeated)
+        }
+    }
+    serde_json::Deserializer::from_str(body).deserialize_map(Members).ok().flatten()
 }
 
 /// The text of `amount_cents` as the producer wrote it: a double cannot tell `1250.0000000000001`
@@ -287,5 +327,29 @@ mod tests {
         }
         let without = PaymentEvent { receipt_email: None, ..event };
         assert!(format!("{without:?}").contains("receipt_email: None"), "{without:?}");
+    }
+
+    #[test]
+    fn a_field_named_twice_is_refused_by_name() {
+        let event =
+            r#""event_id": "e", "account_id": "a", "amount_cents": 5, "currency": "USD", "receipt_email": "a@b.co""#;
+        for (field, copy) in [
+            ("amount_cents", r#""amount_cents": 7"#),
+            ("amount_cents", r#""amount_cents": 5"#),
+            ("account_id", r#""account_id": "b""#),
+            ("event_id", r#""event_id": "e""#),
+            ("currency", r#""currency": "EUR""#),
+            ("receipt_email", r#""receipt_email": null"#),
+        ] {
+            let err = PaymentEvent::parse(&format!("{{{event}, {copy}}}")).unwrap_err();
+            assert_eq!(
+                (err.field, err.problem.as_str()),
+                (Some(field), "appears more than once in the body"),
+                "{copy}"
+            );
+        }
+        // Unknown fields are ignored, their copies too.
+        let event = PaymentEvent::parse(&format!(r#"{{{event}, "trace": 1, "trace": 2}}"#)).unwrap();
+        assert_eq!(event.amount_cents, 5);
     }
 }
