@@ -858,14 +858,15 @@ fn the_api_has_the_alarms_of_a_function() {
     }
 }
 
-/// A queue that fails its first send (the API releases the record) and takes the rest.
+/// A queue that refuses its first send (a definite refusal: the API releases the record) and
+/// takes the rest.
 #[derive(Default)]
 struct FailsFirst(std::sync::atomic::AtomicBool);
 
 impl payments_api::Queue for FailsFirst {
     async fn send(&self, _event: &payments::PaymentEvent) -> Result<(), payments_api::EnqueueError> {
         match self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            false => Err(payments_api::EnqueueError("injected".into())),
+            false => Err(payments_api::EnqueueError::refused("injected")),
             true => Ok(()),
         }
     }
