@@ -1,4 +1,5 @@
-//! Review of issue 16 (the payments API): failing tests, ignored, for what the API lets through.
+//! Review of issue 16 (the payments API): what the API let through, each test failing before its
+//! fix (they were ignored until then), plus the fixes' other halves.
 //! The handler is called as Lambda calls it (a Function URL event parsed by `lambda_http`), over
 //! an in-memory store and a queue that records what it is sent; the FIFO test sends to the local
 //! AWS's SQS.
