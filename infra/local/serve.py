@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 
-from werkzeug.serving import run_simple
+from werkzeug.serving import ThreadedWSGIServer, run_simple
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -525,6 +525,9 @@ def main():
     # One log line per request is a tenth of the server's time under load; errors still log.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app = DomainDispatcherApplication(create_backend_app)
+    # Kept-alive connections sit idle in their (daemon) threads: stopping must not wait for them
+    # (socketserver joins every connection's thread on close by default).
+    ThreadedWSGIServer.block_on_close = False
     run_simple(
         args.host,
         args.port,
