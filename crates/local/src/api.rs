@@ -77,6 +77,12 @@ where
     let body = body.collect().await?.to_bytes();
     let event = function_url_event(&parts, &body);
     let request = lambda_http::request::from_str(&event.to_string())?;
+    // A deadline as Lambda gives one (the template's 10 s timeout): it bounds the API's leases,
+    // so a request whose send outcome is unknown frees its key within seconds, as deployed.
+    let mut context = lambda_http::Context::default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    context.deadline = now.as_millis() as u64 + 10_000;
+    let request = lambda_http::RequestExt::with_lambda_context(request, context);
     // In a task of its own: a client that gives up does not stop the invocation, as on Lambda
     // (hyper drops a request's future when its connection closes).
     let (parts, body) = tokio::spawn(handler(request)).await?.into_parts();

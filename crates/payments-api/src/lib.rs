@@ -30,9 +30,11 @@
 //!   sent) releases the record ([`Idempotency::release`]): nothing is on the queue, and the
 //!   retry, whatever its body, starts over.
 //! - A send whose outcome is **unknown** (a timeout, a dropped connection, a 5xx: it may have
-//!   landed) completes the record with a pending `503`. A retry with the same body meets it and
-//!   sends again, which is safe: the consumer keys on the event id, so two messages of one
-//!   event make one ledger entry and one receipt. Another body meets it and gets `422`.
+//!   landed) answers `503` with `Retry-After` and leaves the record in progress until its lease
+//!   ends (at the invocation's deadline): retries get `409` until then; after it the same body
+//!   takes the key over and sends again, which is safe (the consumer keys on the event id, so
+//!   two messages of one event make one ledger entry and one receipt), and its `202` is stored,
+//!   so later retries replay it. Another body gets `422`, during the lease or after it.
 //! - A completion that fails after the send still answers `202`: the message is on the queue;
 //!   the record stays in progress until its lease ends (retries get `409`), then the same body
 //!   sends again, harmlessly.
@@ -303,17 +305,6 @@ impl<S: Store, Q: Queue> Api<S, Q> {
         let idempotency = self.idempotency.with_deadline(deadline_ms);
         let attempt = match idempotency.begin::<_, Answer>(&key, event).await {
             Ok(Begin::Claimed(attempt)) => attempt,
-            Ok(Begin::Replayed(answer)) if answer.status == PENDING.as_u16() => {
-                // A send of this very body whose answer was lost: sending again is safe (the
-                // consumer keys on the event id), and the only way to learn it is on the queue.
-                return match self.queue.send(event).await {
-                    Ok(()) => {
-                        tracing::info!(?event, "enqueued again after a lost answer");
-                        reply(accepted(event))
-                    }
-                    Err(e) => unavailable(&event.event_id, &e),
-                };
-            }
             Ok(Begin::Replayed(answer)) => {
                 tracing::info!(event_id = %event.event_id, status = answer.status, "replayed");
                 let mut response = reply(answer);
@@ -351,15 +342,19 @@ impl<S: Store, Q: Queue> Api<S, Q> {
                     tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
                 }
             } else {
-                // Maybe on the queue: the key keeps this body. A retry of the same body meets
-                // the pending answer and sends again; another body meets it and is refused
-                // (422), so no second, different event carries this event id.
-                let pending = error(PENDING, "unavailable", "try again");
-                if let Err(complete) = idempotency.complete(attempt, &pending).await {
-                    // Left in progress: retries get 409 until the lease ends, then the same
-                    // body takes it over and sends again, another is refused.
-                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&complete).to_string()), "pending answer not stored; the key waits for its lease");
-                }
+                // Maybe on the queue: the key keeps this body, in progress until its lease ends
+                // (at the invocation's deadline): retries get `409` with `Retry-After` until
+                // then; after it, the same body takes the key over and sends again (safe: the
+                // consumer keys on the event id) and its `202` is stored, so later retries
+                // replay it; another body is refused (`422`), during the lease or after it
+                // (the record it takes over names the other body). Not completed with a
+                // pending answer: a retry could then never store its `202`.
+                let seconds =
+                    attempt.lease_expires_at_ms().saturating_sub(self.idempotency.config().now_ms()).div_ceil(1000);
+                tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "send outcome unknown; the key is held until its lease ends");
+                let mut response = reply(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "try again"));
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+                return response;
             }
             return unavailable(&event.event_id, &e);
         }
@@ -438,10 +433,6 @@ pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
         None => body_error(format!("body: {}", invalid.problem)),
     })
 }
-
-/// The stored status of a send whose answer was lost (the message may be on the queue): the
-/// client is answered `503`, and the same body's retry sends again.
-const PENDING: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
 
 /// `202 {"event_id": KEY}`: the event is on the queue.
 fn accepted(event: &PaymentEvent) -> Answer {

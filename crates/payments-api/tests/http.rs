@@ -31,7 +31,10 @@ async fn pipeline() -> Pipeline {
 /// The API on the pipeline's idempotency table, sending to `queue`, served over HTTP.
 async fn serve<Q: Queue + 'static>(pipeline: &Pipeline, queue: Q) -> Server {
     let store = DynamoDbStore::new(pipeline.clients.dynamodb.clone(), &pipeline.resources.idempotency_table);
-    let api = Arc::new(Api::new(Idempotency::new(store, Config::default()), queue));
+    // A 2 s lease: a send whose outcome is unknown holds its key that long (on Lambda, until
+    // the invocation's deadline), so the tests' retries after it wait seconds, not minutes.
+    let config = Config::default().with_lease(std::time::Duration::from_secs(2));
+    let api = Arc::new(Api::new(Idempotency::new(store, config), queue));
     local::api::serve(move |request| {
         let api = api.clone();
         async move { api.handle(request).await }
@@ -195,13 +198,23 @@ async fn a_lost_enqueue_answer_is_sent_again_and_posted_once() {
 
     let lost = pay(&server, Some(&key), &body("acct_lost", 4200)).await;
     assert_error(&lost, 503, "unavailable");
-    assert_eq!(lost.header("retry-after"), Some("1"));
+    let wait: u64 = lost.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=2).contains(&wait), "the key is held until the lease ends: {lost:?}");
     assert_eq!(proxy.injected().values().sum::<u64>(), 1, "{:?}", proxy.injected());
     assert_eq!(depth(&pipeline).await, 1, "the send landed");
+    let held = pay(&server, Some(&key), &body("acct_lost", 4200)).await;
+    assert_error(&held, 409, "request_in_progress");
+    let other = pay(&server, Some(&key), &body("acct_lost", 9999)).await;
+    assert_eq!(other.status, 422, "{other:?}");
 
+    // After the lease (the client honours Retry-After), the same body takes the key over.
+    tokio::time::sleep(std::time::Duration::from_millis(wait * 1000 + 200)).await;
     let retry = pay(&server, Some(&key), &body("acct_lost", 4200)).await;
     assert_eq!((retry.status, retry.header("idempotent-replayed")), (202, None), "{retry:?}");
     assert_eq!(depth(&pipeline).await, 2, "sent again");
+    let replay = pay(&server, Some(&key), &body("acct_lost", 4200)).await;
+    assert_eq!((replay.status, replay.header("idempotent-replayed")), (202, Some("true")), "its 202 is stored");
+    assert_eq!(depth(&pipeline).await, 2, "a replay sends nothing");
     assert_eq!(drain_and_count_entries(&pipeline, "acct_lost").await, 1, "the consumer posts the event once");
     pipeline.down().await.unwrap();
 }
@@ -229,7 +242,10 @@ async fn a_fifo_queue_gets_the_account_as_group_and_the_event_id_as_deduplicatio
     let server = serve(&pipeline, SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &fifo, true)).await;
     let key = unique_name("pay");
 
-    assert_error(&pay(&server, Some(&key), &body("acct_fifo", 800)).await, 503, "unavailable");
+    let lost = pay(&server, Some(&key), &body("acct_fifo", 800)).await;
+    assert_error(&lost, 503, "unavailable");
+    let wait: u64 = lost.header("retry-after").unwrap().parse().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(wait * 1000 + 200)).await;
     let retry = pay(&server, Some(&key), &body("acct_fifo", 800)).await;
     assert_eq!(retry.status, 202, "{retry:?}");
 

@@ -56,6 +56,12 @@ async fn pay<S: effectively_once::Store>(api: &Api<S, Recording>, key: &str, bod
     (response.status().as_u16(), serde_json::from_str(text).unwrap())
 }
 
+/// The status, and whether the answer says it is replayed.
+async fn pay_replayed<S: effectively_once::Store>(api: &Api<S, Recording>, key: &str, body: &str) -> (u16, bool) {
+    let response = api.handle(request(key, body)).await;
+    (response.status().as_u16(), response.headers().get(payments_api::REPLAYED).is_some())
+}
+
 fn body(account: &str, cents: i64) -> String {
     format!(r#"{{"account_id": "{account}", "amount_cents": {cents}, "currency": "USD"}}"#)
 }
@@ -105,17 +111,25 @@ async fn a_lost_send_then_another_body_is_not_accepted() {
     assert_eq!((status, &answer["error"]), (422, &json!("idempotency_key_reused")), "{answer}");
 }
 
-/// The fix's other half: after a lost send the same body is sent again (safe: the consumer keys
-/// on the event id) and answered 202; another body stays refused.
+/// The fix's other half: after a lost send the key is held until the lease ends (409 with
+/// Retry-After); then the same body is sent again (safe: the consumer keys on the event id), its
+/// 202 is stored and replayed to later retries; another body stays refused throughout.
 #[tokio::test]
 async fn a_lost_send_then_the_same_body_is_sent_again() {
     let queue = Recording::default();
     queue.lose_first.store(true, Ordering::SeqCst);
-    let api = Api::new(Idempotency::new(InMemoryStore::new(), Config::default()), queue.clone());
+    let clock = Arc::new(ManualClock::new());
+    let config = Config::default().with_lease(Duration::from_secs(10)).with_clock(clock.clone());
+    let api = Api::new(Idempotency::new(InMemoryStore::new(), config), queue.clone());
 
     assert_eq!(pay(&api, "pay_again", &body("acct_a", 1250)).await.0, 503);
+    assert_eq!(pay(&api, "pay_again", &body("acct_a", 1250)).await.0, 409, "held until the lease ends");
+    assert_eq!(pay(&api, "pay_again", &body("acct_a", 9999)).await.0, 422);
+    clock.advance(Duration::from_secs(11));
     let (status, answer) = pay(&api, "pay_again", &body("acct_a", 1250)).await;
     assert_eq!((status, answer), (202, json!({"event_id": "pay_again"})));
+    let replay = pay_replayed(&api, "pay_again", &body("acct_a", 1250)).await;
+    assert_eq!(replay, (202, true), "the stored 202 is replayed, not sent again");
     assert_eq!(pay(&api, "pay_again", &body("acct_a", 9999)).await.0, 422);
     let amounts: Vec<i64> = queue.sent().iter().map(|event| event.amount_cents).collect();
     assert_eq!(amounts, [1250, 1250], "the same event twice, never the other body");
