@@ -40,11 +40,27 @@ async fn ten_events_are_one_transaction() {
     assert_eq!(h.requests.total(), 1, "one TransactWriteItems for the batch");
     let balance = h.ledger.balance("acct-0").await.unwrap().unwrap();
     assert_eq!((balance.balance_cents, balance.entry_count), (100 + 103 + 106 + 109, 4));
-    // The same batch again: every event a duplicate, answered from the cancellation reasons.
+    // The same batch again: every event a duplicate, answered from the answers this ledger
+    // remembers, with no request.
     h.requests.reset();
     let again = h.ledger.post_batch(&events).await;
     assert!(again.iter().all(|r| matches!(r, Ok(Outcome::Replayed(Posting::Applied)))), "{again:?}");
+    assert_eq!(h.requests.total(), 0, "a duplicate batch this sandbox answered before");
+    // Another sandbox (a ledger that remembers nothing) answers from the cancellation reasons.
+    let other = h.ledger.clone_forgetting();
+    h.requests.reset();
+    let again = other.post_batch(&events).await;
+    assert!(again.iter().all(|r| matches!(r, Ok(Outcome::Replayed(Posting::Applied)))), "{again:?}");
     assert!(h.requests.total() <= 2, "a duplicate batch costs {} requests", h.requests.total());
+    // A remembered id with another payload is key reuse, as its record would say.
+    let reused = LedgerHarness::event("b10-0", "acct-0", 999, "USD");
+    h.requests.reset();
+    let answer = h.ledger.post_batch(&[reused]).await;
+    assert!(
+        matches!(&answer[0], Err(payments::Error::Idempotency(e)) if e.kind() == effectively_once::ErrorKind::KeyReused),
+        "{answer:?}"
+    );
+    assert_eq!(h.requests.total(), 0);
     let balance = h.ledger.balance("acct-0").await.unwrap().unwrap();
     assert_eq!(balance.entry_count, 4, "nothing posted twice");
 }
