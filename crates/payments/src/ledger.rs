@@ -359,6 +359,9 @@ impl Ledger {
     /// account per transaction ([`CommitOnce::commit_batch`]): an event id twice in the batch is
     /// answered from the first, with no request; an account whose aggregate fails its condition
     /// is posted one event at a time, so exactly the right debits are rejected and recorded.
+    /// An event id this ledger saw answered (its last [`SEEN_CAPACITY`] ids, in this sandbox) is
+    /// answered from memory, with no request: a ledger's records never expire or change, so the
+    /// copy says what the record would (a replay, or key reuse for another payload).
     pub async fn post_batch(&self, events: &[PaymentEvent]) -> Vec<Result<Outcome<Posting>, Error>> {
         let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
         let mut members = Vec::with_capacity(events.len());
