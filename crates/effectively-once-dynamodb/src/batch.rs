@@ -37,6 +37,9 @@ pub struct Member<'a, P: ?Sized> {
     pub payload: &'a P,
     /// Members of one group share writes ([`BatchWrites::shared`]) and keep their order.
     pub group: Option<String>,
+    /// The payload's hash under the idempotency's config, when the caller has it already (it
+    /// looked the key up first, say): not computed again.
+    pub hash: Option<PayloadHash>,
 }
 
 /// The writes of a batch's members, built as often as rounds and fallbacks need (so each call
@@ -111,7 +114,11 @@ where
     let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
     let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
     for (index, member) in members.iter().enumerate() {
-        match config.payload_hash(member.payload) {
+        let hash = match &member.hash {
+            Some(hash) => Ok(hash.clone()),
+            None => config.payload_hash(member.payload),
+        };
+        match hash {
             Ok(hash) => hashes.push(Some(hash)),
             Err(error) => {
                 hashes.push(None);

@@ -226,6 +226,41 @@ pub async fn run_batch<H: BatchHandler>(handler: H, options: Options) -> Result<
     .await
 }
 
+/// The positions of a FIFO batch's records, by message group, groups in order of first
+/// appearance, each in batch order.
+fn fifo_groups(records: &[SqsMessage]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut index_of: HashMap<&str, usize> = HashMap::new();
+    for (position, record) in records.iter().enumerate() {
+        let group = record.attributes.get("MessageGroupId").map(String::as_str).unwrap_or("");
+        let at = *index_of.entry(group).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[at].push(position);
+    }
+    groups
+}
+
+/// The batch response (every failed record's message id) and the counts of the results, given
+/// by position.
+fn respond<'r>(
+    records: &[SqsMessage],
+    results: impl IntoIterator<Item = (usize, &'r RecordResult)>,
+) -> (SqsBatchResponse, Counts) {
+    let mut counts = Counts::default();
+    let mut response = SqsBatchResponse::default();
+    for (position, result) in results {
+        counts.add(result);
+        if result.is_err() {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = records[position].message_id.clone().unwrap_or_default();
+            response.batch_item_failures.push(failure);
+        }
+    }
+    (response, counts)
+}
+
 async fn whole<H: BatchHandler>(
     handler: &H,
     event: LambdaEvent<SqsEvent>,
@@ -237,20 +272,11 @@ async fn whole<H: BatchHandler>(
     let records = &event.payload.records;
     let mut results: Vec<Option<RecordResult>> = records.iter().map(|_| None).collect();
     // The queues a round takes from: every group on a FIFO queue, the whole batch otherwise.
-    let mut queues: Vec<std::collections::VecDeque<usize>> = Vec::new();
-    if records.first().is_some_and(is_fifo) {
-        let mut index_of: HashMap<&str, usize> = HashMap::new();
-        for (position, record) in records.iter().enumerate() {
-            let group = record.attributes.get("MessageGroupId").map(String::as_str).unwrap_or("");
-            let at = *index_of.entry(group).or_insert_with(|| {
-                queues.push(Default::default());
-                queues.len() - 1
-            });
-            queues[at].push_back(position);
-        }
+    let mut queues: Vec<std::collections::VecDeque<usize>> = if records.first().is_some_and(is_fifo) {
+        fifo_groups(records).into_iter().map(Into::into).collect()
     } else {
-        queues = (0..records.len()).map(|position| std::collections::VecDeque::from([position])).collect();
-    }
+        (0..records.len()).map(|position| std::collections::VecDeque::from([position])).collect()
+    };
     let mut held: Vec<Option<String>> = queues.iter().map(|_| None).collect();
     loop {
         let round: Vec<(usize, usize)> = queues
@@ -281,18 +307,11 @@ async fn whole<H: BatchHandler>(
             ))));
         }
     }
-    let mut counts = Counts::default();
-    let mut response = SqsBatchResponse::default();
-    for (position, result) in results.into_iter().enumerate() {
-        let result = result.unwrap_or_else(|| Err(RecordError::retryable("not handled")));
-        counts.add(&result);
-        if result.is_err() {
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = records[position].message_id.clone().unwrap_or_default();
-            response.batch_item_failures.push(failure);
-        }
-    }
-    (response, counts)
+    let results: Vec<RecordResult> = results
+        .into_iter()
+        .map(|result| result.unwrap_or_else(|| Err(RecordError::retryable("not handled"))))
+        .collect();
+    respond(records, results.iter().enumerate())
 }
 
 /// One call of the handler with the messages at `positions`; the results by position.
@@ -382,15 +401,10 @@ async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &
     let fifo = records.first().is_some_and(is_fifo);
     let mut groups: Vec<Vec<(usize, &SqsMessage)>> = Vec::new();
     if fifo {
-        let mut index_of: HashMap<&str, usize> = HashMap::new();
-        for (position, record) in records.iter().enumerate() {
-            let group = record.attributes.get("MessageGroupId").map(String::as_str).unwrap_or("");
-            let group_index = *index_of.entry(group).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-            groups[group_index].push((position, record));
-        }
+        groups = fifo_groups(&records)
+            .into_iter()
+            .map(|group| group.into_iter().map(|position| (position, &records[position])).collect())
+            .collect();
     } else {
         // Equal keys share a group, in batch order; a record without a key is alone.
         let mut index_of: HashMap<String, usize> = HashMap::new();
@@ -420,17 +434,7 @@ async fn batch<H: Handler>(handler: &H, event: LambdaEvent<SqsEvent>, options: &
     let mut results: Vec<(usize, RecordResult)> = results.into_iter().flatten().collect();
     results.sort_by_key(|(i, _)| *i);
 
-    let mut counts = Counts::default();
-    let mut response = SqsBatchResponse::default();
-    for (position, result) in &results {
-        counts.add(result);
-        if result.is_err() {
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = records[*position].message_id.clone().unwrap_or_default();
-            response.batch_item_failures.push(failure);
-        }
-    }
-    (response, counts)
+    respond(&records, results.iter().map(|(position, result)| (*position, result)))
 }
 
 async fn run_group<H: Handler>(

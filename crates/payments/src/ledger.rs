@@ -108,12 +108,12 @@ pub struct Ledger {
 /// How many event ids' answers a ledger remembers ([`Ledger::post_batch`]): about 1.5 MB.
 pub const SEEN_CAPACITY: usize = 10_000;
 
-/// The answers of the event ids this ledger (this sandbox) posted or met lately, with their
-/// payload hashes: a ledger's records never expire and never change once written (an answer is
-/// final), so a copy of one answers a later duplicate exactly as the record would, with no
-/// request. Shared by clones.
+/// Copies of the records of the event ids this ledger (this sandbox) posted or met lately: a
+/// ledger's records never expire and never change once written (an answer is final), so a copy
+/// answers a later duplicate exactly as the record would ([`Record::replay`]), with no request.
+/// Shared by clones.
 #[derive(Clone)]
-struct Seen(std::sync::Arc<std::sync::Mutex<lru::LruCache<String, (String, Posting)>>>);
+struct Seen(std::sync::Arc<std::sync::Mutex<lru::LruCache<String, Record>>>);
 
 impl Seen {
     fn new() -> Self {
@@ -121,7 +121,7 @@ impl Seen {
         Seen(std::sync::Arc::new(std::sync::Mutex::new(lru::LruCache::new(capacity))))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, lru::LruCache<String, (String, Posting)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, lru::LruCache<String, Record>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -366,7 +366,6 @@ impl Ledger {
         let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
         let mut members = Vec::with_capacity(events.len());
         let mut positions = Vec::with_capacity(events.len());
-        let mut hashes = Vec::with_capacity(events.len());
         for (position, event) in events.iter().enumerate() {
             let checked = Key::new(PREFIX, &event.event_id).map_err(Error::from).and_then(|key| {
                 self.check_outbox(event)?;
@@ -374,27 +373,19 @@ impl Ledger {
             });
             match checked {
                 Ok((key, hash)) => {
-                    // An event id this sandbox saw answered: the record says the same, for free.
-                    if let Some((stored, posting)) = self.seen.lock().get(key.as_str()).cloned() {
-                        results[position] = Some(if hash.matches(&stored) {
-                            Ok(Outcome::Replayed(posting))
-                        } else {
-                            let record = Record {
-                                id: key.as_str().to_owned(),
-                                status: Status::Completed,
-                                lease_expires_at_ms: 0,
-                                expiration_s: NEVER_EXPIRES,
-                                payload_hash: stored,
-                                owner: String::new(),
-                                response: None,
-                            };
-                            record.replay::<Posting>(&hash).map(Outcome::Replayed).map_err(Error::from)
-                        });
+                    // An event id this sandbox saw answered: its record says the same, for free
+                    // (a replay, or key reuse for another payload).
+                    if let Some(record) = self.seen.lock().get(key.as_str()) {
+                        results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
                         continue;
                     }
-                    members.push(Member { key, payload: event, group: Some(event.account_id.clone()) });
+                    members.push(Member {
+                        key,
+                        payload: event,
+                        group: Some(event.account_id.clone()),
+                        hash: Some(hash),
+                    });
                     positions.push(position);
-                    hashes.push(hash);
                 }
                 Err(error) => results[position] = Some(Err(error)),
             }
@@ -402,11 +393,20 @@ impl Ledger {
         let batch = Postings { ledger: self, events, positions: &positions, posted_at: rfc3339(self.config.now_ms()) };
         let posted = self.idempotency.commit_batch(&members, &batch).await;
         let mut seen = self.seen.lock();
-        for ((result, position), (member, hash)) in posted.into_iter().zip(&positions).zip(members.iter().zip(&hashes))
-        {
+        for ((result, position), member) in posted.into_iter().zip(&positions).zip(&members) {
             // Fresh: this payload's record was written; replayed: the record matched it.
-            if let Ok(outcome) = &result {
-                seen.put(member.key.as_str().to_owned(), (hash.as_str().to_owned(), outcome.response().clone()));
+            if let (Ok(outcome), Some(hash)) = (&result, &member.hash) {
+                let response = serde_json::to_string(outcome.response()).expect("postings serialise");
+                let record = Record {
+                    id: member.key.as_str().to_owned(),
+                    status: Status::Completed,
+                    lease_expires_at_ms: 0,
+                    expiration_s: NEVER_EXPIRES,
+                    payload_hash: hash.as_str().to_owned(),
+                    owner: String::new(),
+                    response: Some(response),
+                };
+                seen.put(member.key.as_str().to_owned(), record);
             }
             results[*position] = Some(result.map_err(Error::from));
         }
