@@ -80,3 +80,12 @@ pub async fn fresh_store() -> (DynamoDbStore, RequestCounter) {
     counter.reset();
     (DynamoDbStore::new(client, table), counter)
 }
+
+/// [`fresh_store`], and a table of the caller's own beside it (keyed by `id`, as
+/// [`create_table`] makes tables) for commit-once writes.
+pub async fn fresh_store_and_table(prefix: &str) -> (DynamoDbStore, crate::Table) {
+    let (store, _) = fresh_store().await;
+    let name = unique_name(prefix);
+    create_table(store.client(), &name).await.expect("a table of the caller's own");
+    (store, crate::Table::new(name, crate::attr::ID))
+}

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, ErrorKind, Idempotency, Key, ManualClock, Outcome};
-use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::{carried, create_table, CommitOnce, DynamoDbStore, Otherwise, Table, Tx};
+use effectively_once_dynamodb::testing::fresh_store_and_table;
+use effectively_once_dynamodb::{carried, CommitOnce, DynamoDbStore, Otherwise, Table, Tx};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -24,10 +24,7 @@ struct CounterKey<'a> {
 
 /// A store, and a table of the caller's own keyed by `id`.
 async fn setup() -> (DynamoDbStore, Table) {
-    let (store, _) = fresh_store().await;
-    let name = unique_name("orders");
-    create_table(store.client(), &name).await.unwrap();
-    (store, Table::new(name, "id"))
+    fresh_store_and_table("orders").await
 }
 
 /// The order item, a counter bumped in the same transaction (a second commit would show), and

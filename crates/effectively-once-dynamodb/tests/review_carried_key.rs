@@ -4,8 +4,8 @@
 #![cfg(feature = "test-util")]
 
 use effectively_once::{Config, Idempotency, Key, Outcome};
-use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::{create_table, CommitOnce, Table, Tx};
+use effectively_once_dynamodb::testing::fresh_store_and_table;
+use effectively_once_dynamodb::{CommitOnce, Tx};
 use serde::Serialize;
 
 /// A customer's latest-order item: keyed by the customer, not by the order (the mistake
@@ -21,10 +21,7 @@ struct Latest<'a> {
 /// answers `Replayed`. Nothing of o-2 was written; the caller acks it as a duplicate.
 #[tokio::test]
 async fn a_carried_record_of_another_key_is_not_a_replay() {
-    let (store, _) = fresh_store().await;
-    let name = unique_name("review-latest");
-    create_table(store.client(), &name).await.unwrap();
-    let latest = Table::new(name, "id");
+    let (store, latest) = fresh_store_and_table("review-latest").await;
     let idempotency = Idempotency::new(store.clone(), Config::default());
     let build = |tx: &mut Tx<String>| {
         let put = tx.put(&latest, &Latest { id: "customer#c-1", total_cents: 500 })?;

@@ -7,8 +7,8 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency, Key, Outcome};
-use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::{create_table, CommitOnce, Otherwise, Table, Tx};
+use effectively_once_dynamodb::testing::fresh_store_and_table;
+use effectively_once_dynamodb::{CommitOnce, Otherwise, Tx};
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -19,10 +19,7 @@ struct Order<'a> {
 
 #[tokio::test]
 async fn the_carrier_puts_otherwise_answers_an_item_without_a_record() {
-    let (store, _) = fresh_store().await;
-    let name = unique_name("review-orders");
-    create_table(store.client(), &name).await.unwrap();
-    let orders = Table::new(name, "id");
+    let (store, orders) = fresh_store_and_table("review-orders").await;
     // The order is there already, written before the consumer kept records.
     store
         .client()

@@ -5,8 +5,8 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency, Key, Outcome};
-use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::{create_table, CommitOnce, DynamoDbStore, Otherwise, Table, Tx};
+use effectively_once_dynamodb::testing::fresh_store_and_table;
+use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Otherwise, Table, Tx};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,10 +21,7 @@ struct Id<'a> {
 }
 
 async fn setup() -> (DynamoDbStore, Table) {
-    let (store, _) = fresh_store().await;
-    let name = unique_name("review-accounts");
-    create_table(store.client(), &name).await.unwrap();
-    (store, Table::new(name, "id"))
+    fresh_store_and_table("review-accounts").await
 }
 
 /// The entry (keyed by the event id, carrying the record) and a debit of the counter, refused

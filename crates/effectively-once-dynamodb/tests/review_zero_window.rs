@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency, Key, ManualClock};
-use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::{create_table, CommitOnce, Table, Tx};
+use effectively_once_dynamodb::testing::fresh_store_and_table;
+use effectively_once_dynamodb::{CommitOnce, Tx};
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -20,10 +20,7 @@ struct Id<'a> {
 
 #[tokio::test]
 async fn a_zero_window_does_not_apply_an_update_twice() {
-    let (store, _) = fresh_store().await;
-    let name = unique_name("review-counter");
-    create_table(store.client(), &name).await.unwrap();
-    let table = Table::new(name, "id");
+    let (store, table) = fresh_store_and_table("review-counter").await;
     let clock = Arc::new(ManualClock::new());
     let config = Config::default().with_clock(clock.clone()).with_dedup_window(Duration::ZERO);
     let idempotency = Idempotency::new(store.clone(), config);
