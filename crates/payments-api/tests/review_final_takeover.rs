@@ -70,3 +70,65 @@ async fn the_first_body_takes_its_key_over_after_another_bodys_refusal() {
     let sent: Vec<i64> = queue.sent.lock().unwrap().iter().map(|e| e.amount_cents).collect();
     assert_eq!((retry.status, sent), (202, vec![4200]), "the first body's retry is accepted and enqueued: {retry:?}");
 }
+
+/// A queue that answers from a script: the first send lands but its answer is lost (unknown),
+/// the second is refused (nothing sent), the rest land.
+#[derive(Default)]
+struct Scripted {
+    sent: Mutex<Vec<PaymentEvent>>,
+    calls: Mutex<u32>,
+}
+
+impl Queue for Scripted {
+    async fn send(&self, event: &PaymentEvent) -> Result<(), EnqueueError> {
+        let call = {
+            let mut calls = self.calls.lock().unwrap();
+            *calls += 1;
+            *calls
+        };
+        match call {
+            1 => {
+                self.sent.lock().unwrap().push(event.clone());
+                Err(EnqueueError("the answer was lost: the outcome is unknown".into()))
+            }
+            2 => Err(EnqueueError::refused("throttled: nothing sent")),
+            _ => {
+                self.sent.lock().unwrap().push(event.clone());
+                Ok(())
+            }
+        }
+    }
+}
+
+#[tokio::test]
+#[ignore = "review: a refused resend releases a key whose earlier send landed; another body then gets 202 and is never posted"]
+async fn a_refused_takeover_keeps_the_key_of_a_send_that_may_have_landed() {
+    let (store, _) = fresh_store().await;
+    let clock = Arc::new(ManualClock::new());
+    let config = Config::default().with_lease(Duration::from_secs(2)).with_clock(clock.clone());
+    let queue = Arc::new(Scripted::default());
+    let api = Arc::new(Api::new(Idempotency::new(store, config), queue.clone()));
+    let server = local::api::serve(move |request| {
+        let api = api.clone();
+        async move { api.handle(request).await }
+    })
+    .await
+    .unwrap();
+    let key = effectively_once_dynamodb::testing::unique_name("pay");
+
+    // Body A: its send lands, its answer is lost.
+    let first = pay(&server, &key, &body("acct_a", 4200)).await;
+    assert_eq!(first.status, 503, "{first:?}");
+    // After the lease, A's retry takes the key over; its resend is refused, and the key released.
+    clock.advance(Duration::from_secs(3));
+    let retry = pay(&server, &key, &body("acct_a", 4200)).await;
+    assert_eq!(retry.status, 503, "{retry:?}");
+    // Body B under the same key: A's event is on the queue, so B must be refused (422).
+    let other = pay(&server, &key, &body("acct_a", 9999)).await;
+    let sent: Vec<i64> = queue.sent.lock().unwrap().iter().map(|e| e.amount_cents).collect();
+    assert_eq!(
+        (other.status, sent),
+        (422, vec![4200]),
+        "one body per event id on the queue; a 202 for B would be a payment the consumer drops as key reuse"
+    );
+}
