@@ -133,6 +133,11 @@ pub struct Answer {
     pub status: u16,
     /// The JSON body.
     pub body: Value,
+    /// On a refusal stored over another body's send whose outcome was unknown: that body's
+    /// payload hash. The key stays that body's: its retries send again (safe, the consumer keys
+    /// on the event id), where the record alone would refuse them. Never in the HTTP answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_for: Option<String>,
 }
 
 /// Why a payment event could not be put on the queue. Built from an error alone
@@ -311,7 +316,7 @@ impl<S: Store, Q: Queue> Api<S, Q> {
                 response.headers_mut().insert(REPLAYED, HeaderValue::from_static("true"));
                 return response;
             }
-            Err(e) if e.kind() == ErrorKind::KeyReused => return reply(key_reused(event)),
+            Err(e) if e.kind() == ErrorKind::KeyReused => return self.reused(&key, event).await,
             Err(e) if e.kind() == ErrorKind::InProgress => return self.in_progress(&key).await,
             Err(e) if e.is_retryable() => return unavailable(&event.event_id, &e),
             Err(e) => {
@@ -329,15 +334,23 @@ impl<S: Store, Q: Queue> Api<S, Q> {
             // for another body, or refused this one before: the event id is taken in the
             // ledger for good. The refusal is stored with this body, so its retries replay it
             // and a later claim over it finds the refusal again.
-            let answer = key_reused(event);
+            let mut answer = key_reused(event);
+            // Over a send whose outcome was unknown (a record in progress, its lease ended),
+            // the key stays that body's: it may be on the queue.
+            answer.held_for = attempt
+                .replaced()
+                .filter(|old| old.status == effectively_once::Status::InProgress)
+                .map(|old| old.payload_hash.clone());
             if let Err(e) = idempotency.complete(attempt, &answer).await {
                 tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "refusal not stored");
             }
             return reply(answer);
         }
         if let Err(e) = self.queue.send(event).await {
-            if e.is_refused() {
-                // Not on the queue: free the key, so the retry (any body) starts over.
+            if e.is_refused() && attempt.replaced().is_none() {
+                // Not on the queue, and no earlier attempt sent anything: free the key, so the
+                // retry (any body) starts over. A claim that took over an earlier attempt's key
+                // keeps it (below): that attempt's send may have landed.
                 if let Err(release) = idempotency.release(attempt).await {
                     tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
                 }
@@ -366,6 +379,32 @@ impl<S: Store, Q: Queue> Api<S, Q> {
         }
         tracing::info!(?event, "enqueued");
         reply(answer)
+    }
+
+    /// The key is bound to another body: `422`, unless its record is a refusal stored over this
+    /// body's send whose outcome was unknown ([`Answer::held_for`]): then this body sends again
+    /// (safe: the consumer keys on the event id) and is answered `202`, not stored (the record
+    /// keeps refusing the other body). One read, on this rare path only.
+    async fn reused(&self, key: &Key, event: &PaymentEvent) -> Response<Body> {
+        let held = match effectively_once::Store::get(self.idempotency.store(), key.as_str()).await {
+            Ok(Some(record)) => record
+                .response
+                .as_deref()
+                .and_then(|json| serde_json::from_str::<Answer>(json).ok())
+                .and_then(|answer| answer.held_for),
+            _ => None,
+        };
+        let ours = self.idempotency.config().payload_hash(event).ok();
+        if !held.is_some_and(|held| ours.is_some_and(|ours| ours.matches(&held))) {
+            return reply(key_reused(event));
+        }
+        match self.queue.send(event).await {
+            Ok(()) => {
+                tracing::info!(?event, "enqueued again: the key is held for this body");
+                reply(accepted(event))
+            }
+            Err(e) => unavailable(&event.event_id, &e),
+        }
     }
 
     /// Whether the record `attempt` overwrote binds the key to another body: its payload hash
@@ -436,7 +475,7 @@ pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
 
 /// `202 {"event_id": KEY}`: the event is on the queue.
 fn accepted(event: &PaymentEvent) -> Answer {
-    Answer { status: StatusCode::ACCEPTED.as_u16(), body: json!({ "event_id": event.event_id }) }
+    Answer { status: StatusCode::ACCEPTED.as_u16(), body: json!({ "event_id": event.event_id }), held_for: None }
 }
 
 /// `422`: the key is bound to another body.
@@ -469,7 +508,7 @@ pub fn route_path(request: &Request) -> &str {
 
 /// An error answer, `{"error": CODE, "message": TEXT}`.
 pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Answer {
-    Answer { status: status.as_u16(), body: json!({ "error": code, "message": message.into() }) }
+    Answer { status: status.as_u16(), body: json!({ "error": code, "message": message.into() }), held_for: None }
 }
 
 /// `503` with `Retry-After: 1`: the store or the queue failed; nothing is stored, a retry

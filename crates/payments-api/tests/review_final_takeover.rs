@@ -44,7 +44,6 @@ async fn pay(server: &Server, key: &str, body: &str) -> Reply {
 }
 
 #[tokio::test]
-#[ignore = "review: another body's 422 stored over an expired unknown send refuses the first body's retries for good; its event is never enqueued"]
 async fn the_first_body_takes_its_key_over_after_another_bodys_refusal() {
     let (store, _) = fresh_store().await;
     let clock = Arc::new(ManualClock::new());
@@ -101,7 +100,6 @@ impl Queue for Scripted {
 }
 
 #[tokio::test]
-#[ignore = "review: a refused resend releases a key whose earlier send landed; another body then gets 202 and is never posted"]
 async fn a_refused_takeover_keeps_the_key_of_a_send_that_may_have_landed() {
     let (store, _) = fresh_store().await;
     let clock = Arc::new(ManualClock::new());
