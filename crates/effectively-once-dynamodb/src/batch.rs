@@ -5,7 +5,7 @@
 //! a group whose shared write failed falls back to one member at a time, conflicts are retried,
 //! and the rest is committed again as a batch.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -100,7 +100,119 @@ struct Part<R> {
 /// What a member's result is while the batch runs.
 type Slot<R> = Option<Result<Outcome<R>, Error>>;
 
+/// The batch in passes: a member whose key came earlier in the batch with another payload (key
+/// reuse, or the reuse's own first copy) waits for the next pass with every later member of its
+/// group and key, so what the first copy did is settled before it, and its group keeps its
+/// order, as one by one. Such a member whose first copy committed is key reuse with no request;
+/// one whose first copy is undecided (a retryable failure) waits, as do its group's later members.
 pub(crate) async fn commit_batch<P, R, B>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    members: &[Member<'_, P>],
+    writes: &B,
+) -> Vec<Result<Outcome<R>, Error>>
+where
+    P: Serialize + ?Sized + Sync,
+    R: Serialize + DeserializeOwned + Clone + Send,
+    B: BatchWrites<R>,
+{
+    let config = idempotency.config();
+    let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
+    let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
+    for (index, member) in members.iter().enumerate() {
+        match member.hash.clone().map_or_else(|| config.payload_hash(member.payload), Ok) {
+            Ok(hash) => hashes.push(Some(hash)),
+            Err(error) => {
+                hashes.push(None);
+                results[index] = Some(Err(error));
+            }
+        }
+    }
+    let mut pending: Vec<usize> = (0..members.len()).filter(|&index| hashes[index].is_some()).collect();
+    // Keys and groups whose member failed in a way a retry may undo: their later members wait.
+    let mut undecided: HashSet<String> = HashSet::new();
+    // Keys committed in an earlier pass: the member that took each.
+    let mut taken: HashMap<String, usize> = HashMap::new();
+    while !pending.is_empty() {
+        let (mut now, mut later) = (Vec::new(), Vec::new());
+        let mut first: HashMap<&str, &str> = HashMap::new();
+        let mut deferred: HashSet<&str> = HashSet::new();
+        for index in pending {
+            let member = &members[index];
+            let hash = hashes[index].as_ref().expect("pending members have hashes");
+            let key = member.key.as_str();
+            let group = member.group.as_deref();
+            let waits = [Some(key), group].into_iter().flatten().any(|name| undecided.contains(name));
+            if waits {
+                results[index] = Some(Err(held_back(&member.key)));
+            } else if let Some(&earlier) = taken.get(key) {
+                // Answered from the member that took the key, with no request.
+                let same = hashes[earlier].as_ref().is_some_and(|h| h.as_str() == hash.as_str());
+                results[index] = Some(match &results[earlier] {
+                    Some(Ok(outcome)) if same => Ok(Outcome::Replayed(outcome.response().clone())),
+                    _ => Err(key_reused(&member.key, hash)),
+                });
+            } else if first.get(key).is_some_and(|h| *h != hash.as_str())
+                || [Some(key), group].into_iter().flatten().any(|name| deferred.contains(name))
+            {
+                deferred.insert(key);
+                deferred.extend(group);
+                later.push(index);
+            } else {
+                first.entry(key).or_insert(hash.as_str());
+                now.push(index);
+            }
+        }
+        let subset: Vec<Member<'_, P>> = now
+            .iter()
+            .map(|&index| Member {
+                key: members[index].key.clone(),
+                payload: members[index].payload,
+                group: members[index].group.clone(),
+                hash: hashes[index].clone(),
+            })
+            .collect();
+        let answers = pass(idempotency, &subset, &Subset { writes, map: &now }).await;
+        for (&index, answer) in now.iter().zip(answers) {
+            let member = &members[index];
+            match &answer {
+                Ok(Outcome::Fresh(_)) => {
+                    taken.insert(member.key.to_string(), index);
+                }
+                Err(error) if error.is_retryable() => {
+                    undecided.insert(member.key.to_string());
+                    undecided.extend(member.group.clone());
+                }
+                _ => {}
+            }
+            results[index] = Some(answer);
+        }
+        pending = later;
+    }
+    results
+        .into_iter()
+        .map(|slot| slot.unwrap_or_else(|| Err(StoreError::new(StoreErrorKind::Unavailable, "not run").into())))
+        .collect()
+}
+
+/// A batch's writes for a subset of its members: member `i` of the subset is `map[i]`.
+struct Subset<'w, B> {
+    writes: &'w B,
+    map: &'w [usize],
+}
+
+impl<R, B: BatchWrites<R>> BatchWrites<R> for Subset<'_, B> {
+    fn writes(&self, index: usize, tx: &mut Tx<R>) -> Result<R, Error> {
+        self.writes.writes(self.map[index], tx)
+    }
+
+    fn shared(&self, members: &[usize], tx: &mut Tx<R>) -> Result<(), Error> {
+        let mapped: Vec<usize> = members.iter().map(|&member| self.map[member]).collect();
+        self.writes.shared(&mapped, tx)
+    }
+}
+
+/// One pass: every copy of a key has the payload of its first.
+async fn pass<P, R, B>(
     idempotency: &Idempotency<DynamoDbStore>,
     members: &[Member<'_, P>],
     writes: &B,
@@ -236,24 +348,8 @@ where
     }
     for (copy, earlier) in copies {
         let hash = hashes[copy].as_ref().expect("copies have hashes");
-        let same = hashes[earlier].as_ref().is_some_and(|h| h.as_str() == hash.as_str());
-        if !same {
-            // Another payload than the first copy's. When the first committed, the key's record
-            // is the first's: reuse, with no request. Otherwise the record decides (reuse, or a
-            // replay when the first copy was itself the reuse), as it would one by one.
-            results[copy] = Some(match &results[earlier] {
-                Some(Ok(Outcome::Fresh(_))) => Err(key_reused(&members[copy].key, hash)),
-                // Undecided: the first copy may yet take the key when it is redelivered, so this
-                // one must not take it with its own payload now.
-                Some(Err(error)) if error.is_retryable() => Err(StoreError::new(
-                    StoreErrorKind::Unavailable,
-                    format!("{}: not started, the first copy in this batch is undecided", members[copy].key),
-                )
-                .into()),
-                _ => one(idempotency, copy, &members[copy].key, hash, writes).await,
-            });
-            continue;
-        }
+        // Same payload as the first copy: `commit_batch` keeps copies of another payload for
+        // a later pass.
         results[copy] = Some(match &results[earlier] {
             Some(Ok(outcome)) => Ok(Outcome::Replayed(outcome.response().clone())),
             Some(Err(error)) => Err(copy_error(&members[copy].key, hash, error)),
