@@ -21,6 +21,50 @@ pub mod attr {
     pub const OWNER: &str = "owner";
     /// The stored response, JSON (S); absent while in progress.
     pub const RESPONSE: &str = "response";
+    /// While in progress: the `status` of the record the claim replaced, or NULL when the key
+    /// was free. With the other `replaced_*` attributes, it tells a claim whose answer was lost
+    /// (and which meets its own record on the retry) what its first write replaced.
+    pub const REPLACED_STATUS: &str = "replaced_status";
+    /// While in progress: the replaced record's `lease_expires_at` (or NULL).
+    pub const REPLACED_LEASE_EXPIRES_AT: &str = "replaced_lease_expires_at";
+    /// While in progress: the replaced record's `expiration` (or NULL).
+    pub const REPLACED_EXPIRATION: &str = "replaced_expiration";
+    /// While in progress: the replaced record's `payload_hash` (or NULL).
+    pub const REPLACED_PAYLOAD_HASH: &str = "replaced_payload_hash";
+    /// While in progress: the replaced record's `owner` (or NULL).
+    pub const REPLACED_OWNER: &str = "replaced_owner";
+    /// While in progress: the replaced record's `response` (or NULL, also when it had none).
+    pub const REPLACED_RESPONSE: &str = "replaced_response";
+}
+
+/// Each record attribute and the attribute that keeps its value from the replaced record.
+pub(crate) const REPLACED: [(&str, &str); 6] = [
+    (attr::STATUS, attr::REPLACED_STATUS),
+    (attr::LEASE_EXPIRES_AT, attr::REPLACED_LEASE_EXPIRES_AT),
+    (attr::EXPIRATION, attr::REPLACED_EXPIRATION),
+    (attr::PAYLOAD_HASH, attr::REPLACED_PAYLOAD_HASH),
+    (attr::OWNER, attr::REPLACED_OWNER),
+    (attr::RESPONSE, attr::REPLACED_RESPONSE),
+];
+
+/// What the claim of an in-progress item replaced, from its `replaced_*` attributes: `None`
+/// when they are absent (an item written before they were kept, or by another writer: unknown),
+/// `Some(None)` when the key was free, else the replaced record.
+pub(crate) fn replaced_from_item(item: &HashMap<String, AttributeValue>) -> Option<Result<Option<Record>, StoreError>> {
+    match item.get(attr::REPLACED_STATUS)? {
+        AttributeValue::Null(_) => Some(Ok(None)),
+        _ => {
+            let mut old: HashMap<String, AttributeValue> = REPLACED
+                .iter()
+                .filter_map(|(name, kept)| match item.get(*kept) {
+                    None | Some(AttributeValue::Null(_)) => None,
+                    Some(value) => Some(((*name).to_owned(), value.clone())),
+                })
+                .collect();
+            old.insert(attr::ID.to_owned(), item.get(attr::ID)?.clone());
+            Some(from_item(&old).map(Some))
+        }
+    }
 }
 
 /// Encodes a record. Numbers are integers: TTL ignores anything else (TypeScript #2298 stored a

@@ -1,10 +1,10 @@
 //! `DynamoDbStore`: the claim / complete / release protocol as DynamoDB conditional writes.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::Client;
 use effectively_once::{Claim, Completion, ErrorChain, Record, Status, Store, StoreError, StoreErrorKind};
 
 use crate::error::classify;
-use crate::item::{attr, from_item, to_item};
+use crate::item::{attr, from_item, replaced_from_item, REPLACED};
 
 /// The claim condition. The write succeeds when no record exists, when the record's dedup
 /// window has ended, or when it is in progress and its lease has ended (its attempt died or
@@ -25,6 +25,13 @@ use crate::item::{attr, from_item, to_item};
 /// them and records stuck).
 pub(crate) const CLAIM_CONDITION: &str =
     "attribute_not_exists(#id) OR #expiration < :now_s OR (#status = :in_progress AND #lease < :now_ms)";
+/// The store's claim condition: [`CLAIM_CONDITION`], and never over a record of the claimant's
+/// own owner token. A claim whose answer was lost is sent again and must meet its own record
+/// (and what it replaced), not overwrite it once its lease has ended: that would replace the
+/// record of what the first write replaced with the first write itself. The same rule as
+/// `effectively_once::protocol::claim`.
+const OWN_CLAIM_CONDITION: &str = "(attribute_not_exists(#id) OR #expiration < :now_s OR \
+     (#status = :in_progress AND #lease < :now_ms)) AND (attribute_not_exists(#owner) OR #owner <> :owner)";
 
 /// Completion is fenced by the owner token and the lease: an attempt whose key another attempt
 /// took over must not overwrite the newer record, and an attempt whose lease has ended must
@@ -40,8 +47,8 @@ const RELEASE_CONDITION: &str = "attribute_not_exists(#id) OR (#owner = :owner A
 
 /// Idempotency records in a DynamoDB table keyed by `id` (S), with TTL on `expiration`.
 ///
-/// Cost: a first delivery takes one `PutItem` and one `UpdateItem`; a duplicate one `PutItem`
-/// (its condition fails and returns the record).
+/// Cost: a first delivery takes two `UpdateItem`s (claim, complete); a duplicate one (its
+/// condition fails and returns the record).
 #[derive(Debug, Clone)]
 pub struct DynamoDbStore {
     client: Client,
@@ -81,29 +88,91 @@ impl DynamoDbStore {
             .map_err(|e| classify("GetItem", e))?;
         out.item().map(from_item).transpose()
     }
+
+    /// The claim: an `UpdateItem` that writes the record in progress and keeps the replaced
+    /// record's attributes as `replaced_*` (NULL where it had none; all NULL for a free key),
+    /// on [`OWN_CLAIM_CONDITION`].
+    fn claim_request(&self, record: &Record, now_ms: u64) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        let names = [
+            ("#id", attr::ID),
+            ("#status", attr::STATUS),
+            ("#lease", attr::LEASE_EXPIRES_AT),
+            ("#expiration", attr::EXPIRATION),
+            ("#payload_hash", attr::PAYLOAD_HASH),
+            ("#owner", attr::OWNER),
+            ("#response", attr::RESPONSE),
+        ];
+        // DynamoDB reads every right-hand side from the item as it was before the update.
+        let kept: Vec<String> = REPLACED
+            .iter()
+            .map(|(name, kept)| format!("{kept} = if_not_exists(#{}, :null)", short(name)))
+            .collect();
+        let expression = format!(
+            "SET {}, #status = :in_progress, #lease = :lease, #expiration = :exp, #payload_hash = :hash, \
+             #owner = :owner REMOVE #response",
+            kept.join(", ")
+        );
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::ID, Self::id(&record.id))
+            .update_expression(expression)
+            .condition_expression(OWN_CLAIM_CONDITION)
+            .expression_attribute_values(":null", AttributeValue::Null(true))
+            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
+            .expression_attribute_values(":lease", AttributeValue::N(record.lease_expires_at_ms.to_string()))
+            .expression_attribute_values(":exp", AttributeValue::N(record.expiration_s.to_string()))
+            .expression_attribute_values(":hash", AttributeValue::S(record.payload_hash.clone()))
+            .expression_attribute_values(":owner", AttributeValue::S(record.owner.clone()))
+            .expression_attribute_values(":now_s", AttributeValue::N((now_ms / 1000).to_string()))
+            .expression_attribute_values(":now_ms", AttributeValue::N(now_ms.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            // On success, the overwritten item (expired, or a dead attempt's) comes back at no
+            // extra cost: effects that must not repeat check it.
+            .return_values(ReturnValue::AllOld);
+        for (placeholder, name) in names {
+            request = request.expression_attribute_names(placeholder, name);
+        }
+        request
+    }
+}
+
+/// The `replaced_*` attributes, for a completion's `REMOVE`: only a claim's retry reads them,
+/// and a completed record would otherwise carry a second response toward the item limit.
+fn drop_replaced() -> String {
+    REPLACED.iter().map(|(_, kept)| *kept).collect::<Vec<_>>().join(", ")
+}
+
+/// The placeholder of a record attribute in the claim's expression (`#status`, ...).
+fn short(name: &str) -> &str {
+    match name {
+        attr::LEASE_EXPIRES_AT => "lease",
+        other => other,
+    }
+}
+
+/// What a failed claim answers, from the record that blocked it: the claimant's own record in
+/// progress (its earlier write landed, the answer was lost) is acquired, with what that write
+/// replaced from its `replaced_*` attributes, as `effectively_once::protocol::claim` answers; a record without
+/// them (written before they were kept) is left to the core, which assumes a takeover.
+fn own_claim(record: &Record, (existing, item): (Record, Option<&HashMap<String, AttributeValue>>)) -> Claim {
+    if existing.owner != record.owner || existing.status != Status::InProgress {
+        return Claim::Exists(existing);
+    }
+    match item.and_then(replaced_from_item) {
+        Some(Ok(replaced)) => Claim::Acquired { replaced },
+        Some(Err(error)) => {
+            tracing::warn!(id = %record.id, error = %ErrorChain(&error), "claimed over an unreadable item");
+            Claim::AcquiredOverUnreadable
+        }
+        None => Claim::Exists(existing),
+    }
 }
 
 impl Store for DynamoDbStore {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_item(record)))
-            .condition_expression(CLAIM_CONDITION)
-            .expression_attribute_names("#id", attr::ID)
-            .expression_attribute_names("#expiration", attr::EXPIRATION)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#lease", attr::LEASE_EXPIRES_AT)
-            .expression_attribute_values(":now_s", AttributeValue::N((now_ms / 1000).to_string()))
-            .expression_attribute_values(":now_ms", AttributeValue::N(now_ms.to_string()))
-            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            // On success, the overwritten item (expired, or a dead attempt's) comes back at no
-            // extra cost: effects that must not repeat check it.
-            .return_values(ReturnValue::AllOld)
-            .send()
-            .await;
+        let result = self.claim_request(record, now_ms).send().await;
         match result {
             Ok(out) => match out.attributes.as_ref().map(from_item).transpose() {
                 Ok(replaced) => Ok(Claim::Acquired { replaced }),
@@ -116,23 +185,26 @@ impl Store for DynamoDbStore {
                 }
             },
             Err(SdkError::ServiceError(error))
-                if matches!(error.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+                if matches!(error.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {
-                let PutItemError::ConditionalCheckFailedException(failed) = error.err() else { unreachable!() };
-                match failed.item() {
-                    Some(item) => Ok(Claim::Exists(from_item(item)?)),
+                let UpdateItemError::ConditionalCheckFailedException(failed) = error.err() else { unreachable!() };
+                let existing = match failed.item() {
+                    Some(item) => (from_item(item)?, Some(item)),
                     // A DynamoDB-compatible server without ALL_OLD on condition failure: read
-                    // it, at the price of a second request.
+                    // it, at the price of a second request (and without what it replaced).
                     None => match self.read(&record.id).await? {
-                        Some(existing) => Ok(Claim::Exists(existing)),
-                        None => Err(StoreError::new(
-                            StoreErrorKind::Unavailable,
-                            format!("record {} was released between the claim and the read", record.id),
-                        )),
+                        Some(existing) => (existing, None),
+                        None => {
+                            return Err(StoreError::new(
+                                StoreErrorKind::Unavailable,
+                                format!("record {} was released between the claim and the read", record.id),
+                            ))
+                        }
                     },
-                }
+                };
+                Ok(own_claim(record, existing))
             }
-            Err(error) => Err(classify("PutItem", error)),
+            Err(error) => Err(classify("UpdateItem", error)),
         }
     }
 
@@ -156,9 +228,9 @@ impl Store for DynamoDbStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         update = match completion.response {
             Some(response) => update
-                .update_expression("SET #status = :completed, #expiration = :exp, #response = :response")
+                .update_expression(format!("SET #status = :completed, #expiration = :exp, #response = :response REMOVE {}", drop_replaced()))
                 .expression_attribute_values(":response", AttributeValue::S(response.to_owned())),
-            None => update.update_expression("SET #status = :completed, #expiration = :exp REMOVE #response"),
+            None => update.update_expression(format!("SET #status = :completed, #expiration = :exp REMOVE #response, {}", drop_replaced())),
         };
         let failed = match update.send().await {
             Ok(_) => return Ok(()),

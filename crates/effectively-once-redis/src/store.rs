@@ -43,7 +43,9 @@ static RELEASE: LazyLock<Script> =
 ///
 /// One hash per record at `{key_prefix}:{id}` (see [`DEFAULT_KEY_PREFIX`] on prefixes), with
 /// the fields of the DynamoDB item: `status`, `lease_expires_at` (ms), `expiration` (s),
-/// `payload_hash`, `owner` and, once completed, `response`. Claim, complete and release are each one Lua script, which the server runs
+/// `payload_hash`, `owner` and, once completed, `response`; while in progress also `replaced` (`0`:
+/// the key was free, `1`: the `replaced_*` fields copy the record the claim replaced), so a resent
+/// claim that meets its own record learns what its first write replaced. Claim, complete and release are each one Lua script, which the server runs
 /// atomically, so each costs one round trip; `get` is one `HGETALL`. A first delivery is two
 /// round trips (claim, complete), a duplicate one (the claim returns the blocking record).
 ///
@@ -368,7 +370,9 @@ impl Store for RedisStore {
         let ((written, old), _): ((i64, Vec<Vec<u8>>), _) = self.invoke("claim", &script).await?;
         match (written, old.is_empty()) {
             (1, true) => Ok(Claim::Acquired { replaced: None }),
-            (1, false) => match parse(&record.id, old) {
+            // Written, or a resent claim that met its own record: what the write replaced.
+            (1 | 2, true) => Ok(Claim::Acquired { replaced: None }),
+            (1 | 2, false) => match parse(&record.id, old) {
                 Ok(replaced) => Ok(Claim::Acquired { replaced: Some(replaced) }),
                 Err(error) => {
                     tracing::warn!(id = %record.id, %error, "claimed over an unreadable record");

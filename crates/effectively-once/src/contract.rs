@@ -29,6 +29,7 @@ macro_rules! store_contract_tests {
             get_returns_every_field,
             duplicate_replays_the_stored_response,
             lost_claim_answer_retried_counts_as_claimed,
+            a_lost_claim_answer_still_tells_what_it_replaced,
             handler_error_releases_and_a_retry_runs,
             dropped_attempt_blocks_until_its_lease_ends,
             stale_owner_is_fenced,
@@ -132,7 +133,7 @@ pub async fn duplicate_replays_the_stored_response<S: Store>(store: S) {
 }
 
 /// A claim whose answer was lost and which was sent again meets its own record: claimed, not
-/// "in progress elsewhere".
+/// "in progress elsewhere", and on a free key it replaced nothing.
 pub async fn lost_claim_answer_retried_counts_as_claimed<S: Store>(store: S) {
     let (idem, _) = setup(ClaimTwice(store));
     let key = unique("retried-claim");
@@ -140,13 +141,39 @@ pub async fn lost_claim_answer_retried_counts_as_claimed<S: Store>(store: S) {
     let crate::Begin::Claimed(attempt) = idem.begin::<_, u64>(&key, &json!({"n": 1})).await.unwrap() else {
         panic!("a retried claim that meets its own record is a claim")
     };
-    assert!(attempt.took_over(), "what the lost write replaced is unknown: assume a takeover");
+    assert_eq!(attempt.replaced(), None, "the key was free");
+    assert!(!attempt.took_over(), "the retry learns its first write replaced nothing");
     idem.release(attempt).await.unwrap();
     let outcome = idem.run(&key, &json!({"n": 1}), || counted(runs.clone(), 7)).await.unwrap();
     assert_eq!(outcome, Outcome::Fresh(7));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let record = idem.store().0.get(key.as_str()).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Completed);
+}
+
+/// A claim whose answer was lost, after another attempt died in progress, learns on its retry
+/// what its first write replaced: the dead attempt's record, its body's hash included. Without
+/// it the takeover is hidden (the payments API would send a second body under one key).
+pub async fn a_lost_claim_answer_still_tells_what_it_replaced<S: Store>(store: S) {
+    let (idem, clock) = setup(ClaimTwice(store));
+    let key = unique("retried-takeover");
+    let crate::Begin::Claimed(dead) = idem.begin::<_, u64>(&key, &json!({"body": "x"})).await.unwrap() else {
+        panic!("claimed")
+    };
+    let dead_record = idem.store().get(key.as_str()).await.unwrap().unwrap();
+    clock.advance(Duration::from_millis(dead.lease_expires_at_ms() - clock.now_ms() + 1));
+    drop(dead);
+    let crate::Begin::Claimed(takeover) = idem.begin::<_, u64>(&key, &json!({"body": "y"})).await.unwrap() else {
+        panic!("a claim past the lease takes the key over")
+    };
+    assert_eq!(takeover.replaced(), Some(&dead_record), "what the first write replaced, as stored");
+    assert!(takeover.took_over());
+    // The retry did not overwrite its own record: the record is the takeover's, in progress.
+    let record = idem.store().get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!((record.owner.as_str(), record.status), (takeover.owner(), Status::InProgress));
+    idem.complete(takeover, &1u64).await.unwrap();
+    let done = idem.store().get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!((done.status, done.response.as_deref()), (Status::Completed, Some("1")));
 }
 
 /// A store whose every claim is sent twice, as an SDK does when the first answer is lost.

@@ -92,6 +92,7 @@ pub mod layer;
 mod lookup;
 mod memory;
 pub mod outbound;
+pub mod protocol;
 mod record;
 mod store;
 

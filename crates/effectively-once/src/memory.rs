@@ -5,15 +5,17 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::record::{Record, Status};
-use crate::store::{Claim, Completion, Store, StoreError, StoreErrorKind};
+use crate::protocol::{self, Stored};
+use crate::record::Record;
+use crate::store::{Claim, Completion, Store, StoreError};
 
-/// Records in a map behind a mutex. The claim condition is [`Record::blocks_claim_at`], the
-/// same predicate the DynamoDB store sends as its condition expression, and the store contract
+/// Records in a map behind a mutex, each step one of [`protocol`](crate::protocol)'s pure
+/// functions under the lock: the claim condition is [`Record::blocks_claim_at`], the same
+/// predicate the DynamoDB store sends as its condition expression, and the store contract
 /// suite holds both to the same behaviour.
 #[derive(Debug, Default)]
 pub struct InMemoryStore {
-    records: Mutex<HashMap<String, Record>>,
+    records: Mutex<HashMap<String, Stored>>,
     requests: AtomicU64,
 }
 
@@ -30,81 +32,45 @@ impl InMemoryStore {
 
     /// Every record held, expired or not, sorted by id.
     pub fn records(&self) -> Vec<Record> {
-        let mut all: Vec<_> = self.lock().values().cloned().collect();
+        let mut all: Vec<_> = self.lock().values().map(|stored| stored.record.clone()).collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
-        // A panic while holding the lock cannot leave a half-written record: every critical
-        // section below is a single insert, update or remove.
+    /// Runs one protocol step on the slot of `id` under the lock.
+    fn step<T>(&self, id: &str, step: impl FnOnce(&mut Option<Stored>) -> T) -> T {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        // A panic while holding the lock cannot leave a half-written record: each step below
+        // replaces the slot whole.
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = records.remove(id);
+        let out = step(&mut slot);
+        if let Some(stored) = slot {
+            records.insert(id.to_owned(), stored);
+        }
+        out
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Stored>> {
         self.records.lock().unwrap_or_else(|p| p.into_inner())
     }
-
-    fn count(&self) {
-        self.requests.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn fenced(id: &str) -> StoreError {
-    StoreError::new(StoreErrorKind::Fenced, format!("{id} is owned by another attempt"))
-}
-
-fn lease_ended(id: &str, lease_expires_at_ms: u64) -> StoreError {
-    StoreError::new(StoreErrorKind::Fenced, format!("{id}: the lease ended at {lease_expires_at_ms} ms; not completed"))
-}
-
-fn completed(id: &str) -> StoreError {
-    StoreError::new(StoreErrorKind::Fenced, format!("{id} is completed; a completed record is never released"))
 }
 
 impl Store for InMemoryStore {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
-        self.count();
-        let mut records = self.lock();
-        match records.get(&record.id) {
-            Some(existing) if existing.blocks_claim_at(now_ms) => Ok(Claim::Exists(existing.clone())),
-            _ => {
-                let replaced = records.insert(record.id.clone(), record.clone());
-                Ok(Claim::Acquired { replaced })
-            }
-        }
+        Ok(self.step(&record.id, |slot| protocol::claim(slot, record, now_ms)))
     }
 
     async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
-        self.count();
-        let mut records = self.lock();
-        match records.get_mut(id) {
-            // A retried completion that finds its own write landed.
-            Some(record) if record.owner == owner && record.status == Status::Completed => Ok(()),
-            Some(record) if record.owner == owner && record.lease_expires_at_ms >= completion.now_ms => {
-                record.status = Status::Completed;
-                record.response = completion.response.map(str::to_owned);
-                record.expiration_s = completion.expiration_s;
-                Ok(())
-            }
-            Some(record) if record.owner == owner => Err(lease_ended(id, record.lease_expires_at_ms)),
-            _ => Err(fenced(id)),
-        }
+        self.step(id, |slot| protocol::complete(slot, owner, &completion))
     }
 
     async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
-        self.count();
-        let mut records = self.lock();
-        match records.get(id) {
-            None => Ok(()),
-            Some(record) if record.owner == owner && record.status == Status::InProgress => {
-                records.remove(id);
-                Ok(())
-            }
-            Some(record) if record.status == Status::Completed => Err(completed(id)),
-            Some(_) => Err(fenced(id)),
-        }
+        self.step(id, |slot| protocol::release(slot, owner))
     }
 
     async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        self.count();
-        Ok(self.lock().get(id).cloned())
+        Ok(self.step(id, |slot| slot.as_ref().map(|stored| stored.record.clone())))
     }
 }
 

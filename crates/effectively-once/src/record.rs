@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// The state of a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
     /// An attempt holds the key until its lease ends.
     InProgress,
@@ -38,7 +38,7 @@ impl fmt::Display for Status {
 }
 
 /// An idempotency record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Record {
     /// `{prefix}#{business key}`, the store's partition key.
     pub id: String,

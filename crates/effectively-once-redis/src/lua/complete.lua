@@ -14,6 +14,9 @@ if status ~= 'IN_PROGRESS' or not is_uint(lease) then return 4 end
 -- lease >= now_ms completes; a lease that ended is refused even with no takeover yet.
 if lt(lease, ARGV[2]) then return 3 end
 redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'expiration', ARGV[4])
+-- Only a resent claim reads the copy of the replaced record; a completed record drops it.
+redis.call('HDEL', KEYS[1], 'replaced', 'replaced_status', 'replaced_lease_expires_at', 'replaced_expiration',
+  'replaced_payload_hash', 'replaced_owner', 'replaced_response')
 if ARGV[5] == '1' then
   redis.call('HSET', KEYS[1], 'response', ARGV[6])
 else
