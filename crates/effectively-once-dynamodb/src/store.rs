@@ -92,7 +92,11 @@ impl DynamoDbStore {
     /// The claim: an `UpdateItem` that writes the record in progress and keeps the replaced
     /// record's attributes as `replaced_*` (NULL where it had none; all NULL for a free key),
     /// on [`OWN_CLAIM_CONDITION`].
-    fn claim_request(&self, record: &Record, now_ms: u64) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    fn claim_request(
+        &self,
+        record: &Record,
+        now_ms: u64,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
         let names = [
             ("#id", attr::ID),
             ("#status", attr::STATUS),
@@ -103,10 +107,8 @@ impl DynamoDbStore {
             ("#response", attr::RESPONSE),
         ];
         // DynamoDB reads every right-hand side from the item as it was before the update.
-        let kept: Vec<String> = REPLACED
-            .iter()
-            .map(|(name, kept)| format!("{kept} = if_not_exists(#{}, :null)", short(name)))
-            .collect();
+        let kept: Vec<String> =
+            REPLACED.iter().map(|(name, kept)| format!("{kept} = if_not_exists(#{}, :null)", short(name))).collect();
         let expression = format!(
             "SET {}, #status = :in_progress, #lease = :lease, #expiration = :exp, #payload_hash = :hash, \
              #owner = :owner REMOVE #response",
@@ -228,9 +230,15 @@ impl Store for DynamoDbStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         update = match completion.response {
             Some(response) => update
-                .update_expression(format!("SET #status = :completed, #expiration = :exp, #response = :response REMOVE {}", drop_replaced()))
+                .update_expression(format!(
+                    "SET #status = :completed, #expiration = :exp, #response = :response REMOVE {}",
+                    drop_replaced()
+                ))
                 .expression_attribute_values(":response", AttributeValue::S(response.to_owned())),
-            None => update.update_expression(format!("SET #status = :completed, #expiration = :exp REMOVE #response, {}", drop_replaced())),
+            None => update.update_expression(format!(
+                "SET #status = :completed, #expiration = :exp REMOVE #response, {}",
+                drop_replaced()
+            )),
         };
         let failed = match update.send().await {
             Ok(_) => return Ok(()),

@@ -106,6 +106,18 @@ impl Attempt {
         self.replaced.as_ref()
     }
 
+    /// What this attempt's claim replaced: nothing (a free key), a record (past its window, or
+    /// in progress past its lease), or something unknown (an item that could not be read, or
+    /// a store that could not say what a claim whose answer was lost had replaced). An effect
+    /// that must not repeat takes [`Replaced::Unknown`] for the worst.
+    pub fn what_it_replaced(&self) -> Replaced<'_> {
+        match (&self.replaced, self.replaced_unknown) {
+            (_, true) => Replaced::Unknown,
+            (Some(record), false) => Replaced::Record(record),
+            (None, false) => Replaced::Nothing,
+        }
+    }
+
     /// Whether this attempt may have taken the key over from an attempt that died (or timed
     /// out) while in progress, whose effect may or may not have happened. True when the claim
     /// replaced such a record, and also when the claim's answer was lost and its retry met the
@@ -115,6 +127,17 @@ impl Attempt {
     pub fn took_over(&self) -> bool {
         self.replaced_unknown || self.replaced.as_ref().is_some_and(|r| r.status == Status::InProgress)
     }
+}
+
+/// What a claim replaced: [`Attempt::what_it_replaced`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaced<'a> {
+    /// The key was free.
+    Nothing,
+    /// This record, as it was stored.
+    Record(&'a Record),
+    /// Not known: assume the worst (an attempt that died mid-effect, with another payload).
+    Unknown,
 }
 
 /// 2001-09-09 in milliseconds since the Unix epoch: no real invocation deadline is earlier.

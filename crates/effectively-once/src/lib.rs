@@ -109,7 +109,9 @@ pub use crate::config::{
 pub use crate::error::{Error, ErrorChain, ErrorKind, RunError};
 pub use crate::function::Idempotent;
 pub use crate::hash::{HashVersion, PayloadHash, PAYLOAD_HASH_VERSION};
-pub use crate::idempotency::{lambda_deadline_ms, Attempt, Begin, Idempotency, Outcome, PLAUSIBLE_DEADLINE_MS};
+pub use crate::idempotency::{
+    lambda_deadline_ms, Attempt, Begin, Idempotency, Outcome, Replaced, PLAUSIBLE_DEADLINE_MS,
+};
 pub use crate::key::{Key, KeyError, KeyErrorKind, KeyPart};
 pub use crate::lookup::Lookup;
 pub use crate::memory::InMemoryStore;

@@ -123,7 +123,11 @@ mod tests {
         claim(&mut slot, &x, 10);
         let y = record("y", "hy", 300);
         assert_eq!(claim(&mut slot, &y, 150), Claim::Acquired { replaced: Some(x.clone()) });
-        assert_eq!(claim(&mut slot, &y, 151), Claim::Acquired { replaced: Some(x) }, "the retry's answer is the first's");
+        assert_eq!(
+            claim(&mut slot, &y, 151),
+            Claim::Acquired { replaced: Some(x) },
+            "the retry's answer is the first's"
+        );
         // Even past its own lease: a claim never overwrites its own owner's record.
         assert_eq!(slot.as_ref().unwrap().record, y);
         assert!(matches!(claim(&mut slot, &y, 400), Claim::Acquired { replaced: Some(r) } if r.owner == "x"));

@@ -42,6 +42,13 @@
 //!   what it overwrote ([`Attempt::replaced`]): another body's record (or a stored `422` for
 //!   this one) makes it `422`, stored for this body, and nothing is sent.
 //!
+//! - A claim whose answer was lost meets its own record on the retry, which keeps what the
+//!   first write replaced, so the checks above see the record it replaced all the same. Where
+//!   that is unknown (an item that could not be read), the key is **held**: nothing is sent, and
+//!   every body is answered `503 {"error": "key_held"}` until an operator resolves it.
+//!
+//! These rules are pure functions in [`rules`], explored by the protocol model (`tests/model`).
+//!
 //! Leases are bounded by the invocation's deadline ([`Idempotency::with_deadline`]): a timed-out
 //! invocation frees its key when Lambda gives up on it. Records are kept for
 //! `API_DEDUP_WINDOW_SECONDS`, by default for good ([`DEFAULT_DEDUP_WINDOW`], 100 years), as
@@ -54,10 +61,12 @@
 //! Behind an HTTP API on a named stage the stage is stripped from the path ([`route_path`]).
 #![warn(missing_docs)]
 
+pub mod rules;
+
 use std::future::Future;
 use std::time::Duration;
 
-use effectively_once::{Attempt, Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Store};
+use effectively_once::{Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Store};
 use effectively_once_redact::redact_emails;
 use lambda_http::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -329,47 +338,60 @@ impl<S: Store, Q: Queue> Api<S, Q> {
                 ));
             }
         };
-        if self.claimed_over_another_body(&attempt, event) {
-            // The claim overwrote a record past its window (or stalled) that holds the event id
-            // for another body, or refused this one before: the event id is taken in the
-            // ledger for good. The refusal is stored with this body, so its retries replay it
-            // and a later claim over it finds the refusal again.
-            let mut answer = key_reused(event);
-            // Over a send whose outcome was unknown (a record in progress, its lease ended),
-            // the key stays that body's: it may be on the queue.
-            answer.held_for = attempt
-                .replaced()
-                .filter(|old| old.status == effectively_once::Status::InProgress)
-                .map(|old| old.payload_hash.clone());
-            if let Err(e) = idempotency.complete(attempt, &answer).await {
-                tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "refusal not stored");
+        let hash = match self.idempotency.config().payload_hash(event) {
+            Ok(hash) => hash,
+            Err(e) => return unavailable(&event.event_id, &e),
+        };
+        match rules::on_claim(attempt.what_it_replaced(), &hash) {
+            rules::OnClaim::Send => {}
+            rules::OnClaim::Refuse { held_for } => {
+                // The claim overwrote a record past its window (or stalled) that holds the
+                // event id for another body, or refused this one before: the event id is
+                // taken in the ledger for good. The refusal is stored with this body, so its
+                // retries replay it and a later claim over it finds the refusal again; over a
+                // send whose outcome was unknown it names that body (`held_for`).
+                let answer = Answer { held_for, ..key_reused(event) };
+                if let Err(e) = idempotency.complete(attempt, &answer).await {
+                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "refusal not stored");
+                }
+                return reply(answer);
             }
-            return reply(answer);
+            rules::OnClaim::Hold => {
+                tracing::error!(event_id = %event.event_id, "claimed over a record that could not be read: the key is held");
+                let answer = key_held(event);
+                if let Err(e) = idempotency.complete(attempt, &answer).await {
+                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "hold not stored");
+                }
+                return reply(answer);
+            }
         }
         if let Err(e) = self.queue.send(event).await {
-            if e.is_refused() && attempt.replaced().is_none() {
-                // Not on the queue, and no earlier attempt sent anything: free the key, so the
-                // retry (any body) starts over. A claim that took over an earlier attempt's key
-                // keeps it (below): that attempt's send may have landed.
-                if let Err(release) = idempotency.release(attempt).await {
-                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
+            match rules::on_failed_send(e.is_refused(), attempt.what_it_replaced()) {
+                rules::OnFailedSend::Release => {
+                    // Not on the queue, and no earlier attempt sent anything: free the key, so
+                    // the retry (any body) starts over.
+                    if let Err(release) = idempotency.release(attempt).await {
+                        tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
+                    }
+                    return unavailable(&event.event_id, &e);
                 }
-            } else {
-                // Maybe on the queue: the key keeps this body, in progress until its lease ends
-                // (at the invocation's deadline): retries get `409` with `Retry-After` until
-                // then; after it, the same body takes the key over and sends again (safe: the
-                // consumer keys on the event id) and its `202` is stored, so later retries
-                // replay it; another body is refused (`422`), during the lease or after it
-                // (the record it takes over names the other body). Not completed with a
-                // pending answer: a retry could then never store its `202`.
-                let seconds =
-                    attempt.lease_expires_at_ms().saturating_sub(self.idempotency.config().now_ms()).div_ceil(1000);
-                tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "send outcome unknown; the key is held until its lease ends");
-                let mut response = reply(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "try again"));
-                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
-                return response;
+                rules::OnFailedSend::Hold => {
+                    // Maybe on the queue (this send, or an earlier attempt's): the key keeps this
+                    // body, in progress until its lease ends (at the invocation's deadline):
+                    // retries get `409` with `Retry-After` until then; after it, the same body
+                    // takes the key over and sends again (safe: the consumer keys on the event
+                    // id) and its `202` is stored, so later retries replay it; another body is
+                    // refused (`422`), during the lease or after it (the record it takes over
+                    // names the other body). Not completed with a pending answer: a retry could
+                    // then never store its `202`.
+                    let seconds =
+                        attempt.lease_expires_at_ms().saturating_sub(self.idempotency.config().now_ms()).div_ceil(1000);
+                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "send outcome unknown; the key is held until its lease ends");
+                    let mut response = reply(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "try again"));
+                    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+                    return response;
+                }
             }
-            return unavailable(&event.event_id, &e);
         }
         let answer = accepted(event);
         if let Err(e) = idempotency.complete(attempt, &answer).await {
@@ -386,17 +408,15 @@ impl<S: Store, Q: Queue> Api<S, Q> {
     /// (safe: the consumer keys on the event id) and is answered `202`, not stored (the record
     /// keeps refusing the other body). One read, on this rare path only.
     async fn reused(&self, key: &Key, event: &PaymentEvent) -> Response<Body> {
-        let held = match effectively_once::Store::get(self.idempotency.store(), key.as_str()).await {
-            Ok(Some(record)) => record
-                .response
-                .as_deref()
-                .and_then(|json| serde_json::from_str::<Answer>(json).ok())
-                .and_then(|answer| answer.held_for),
-            _ => None,
+        let record = effectively_once::Store::get(self.idempotency.store(), key.as_str()).await.ok().flatten();
+        let rule = match self.idempotency.config().payload_hash(event) {
+            Ok(hash) => rules::on_reused(record.as_ref(), &hash),
+            Err(_) => rules::OnReused::Refuse,
         };
-        let ours = self.idempotency.config().payload_hash(event).ok();
-        if !held.is_some_and(|held| ours.is_some_and(|ours| ours.matches(&held))) {
-            return reply(key_reused(event));
+        match rule {
+            rules::OnReused::Refuse => return reply(key_reused(event)),
+            rules::OnReused::Held => return reply(key_held(event)),
+            rules::OnReused::SendAgain => {}
         }
         match self.queue.send(event).await {
             Ok(()) => {
@@ -405,21 +425,6 @@ impl<S: Store, Q: Queue> Api<S, Q> {
             }
             Err(e) => unavailable(&event.event_id, &e),
         }
-    }
-
-    /// Whether the record `attempt` overwrote binds the key to another body: its payload hash
-    /// differs, or it stored a refusal (`422`) for this one. Such a record is past its window,
-    /// or in progress past its lease (its send may have landed).
-    fn claimed_over_another_body(&self, attempt: &Attempt, event: &PaymentEvent) -> bool {
-        let Some(old) = attempt.replaced() else { return false };
-        let Ok(hash) = self.idempotency.config().payload_hash(event) else { return false };
-        let refused = || {
-            old.response
-                .as_deref()
-                .and_then(|json| serde_json::from_str::<Answer>(json).ok())
-                .is_some_and(|answer| answer.status == StatusCode::UNPROCESSABLE_ENTITY.as_u16())
-        };
-        !hash.matches(&old.payload_hash) || refused()
     }
 
     /// `409` with `Retry-After`: the seconds until the holder's lease ends (at least one).
@@ -482,6 +487,16 @@ fn accepted(event: &PaymentEvent) -> Answer {
 fn key_reused(event: &PaymentEvent) -> Answer {
     let message = format!("Idempotency-Key {} was used with another body", event.event_id);
     error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", message)
+}
+
+/// `503 key_held`, stored for good: the key's claim replaced a record that could not be read,
+/// which may be another body's send ([`rules::OnClaim::Hold`]).
+fn key_held(event: &PaymentEvent) -> Answer {
+    let message = format!(
+        "Idempotency-Key {} is held: its earlier request could not be read back; contact support",
+        event.event_id
+    );
+    error(StatusCode::SERVICE_UNAVAILABLE, rules::KEY_HELD, message)
 }
 
 /// The request's path without an API Gateway stage: an HTTP API on a named stage (`prod`)
