@@ -369,7 +369,6 @@ impl Store for RedisStore {
             .arg(&record.owner);
         let ((written, old), _): ((i64, Vec<Vec<u8>>), _) = self.invoke("claim", &script).await?;
         match (written, old.is_empty()) {
-            (1, true) => Ok(Claim::Acquired { replaced: None }),
             // Written, or a resent claim that met its own record: what the write replaced.
             (1 | 2, true) => Ok(Claim::Acquired { replaced: None }),
             (1 | 2, false) => match parse(&record.id, old) {
