@@ -28,7 +28,7 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package local-down send \
-	run redrive duplicates local-redis-up local-redis-down local-redis-status bench-stores
+	run redrive duplicates local-redis-up local-redis-down local-redis-status bench-stores model
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
 ##       and the local Redis (the store contract suite runs on both)
@@ -36,6 +36,12 @@ test: lint lint-infra local-aws-up local-redis-up
 	cargo test --workspace
 	cargo test -p effectively-once-redis --features dynamodb --test any_store
 	cargo run -q -p local -- chaos --events 300 --poison 4
+
+## model: the protocol models (claim / complete / release, the payments API's held-key rules,
+##        keyed email) checked exhaustively with stateright, larger than `make test` checks them
+##        (MODEL_ARGS="--workers 4 --horizon 6"); prints the states explored (docs/model.md)
+model:
+	cargo run -q --release -p protocol-model --bin model -- $(MODEL_ARGS)
 
 ## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more)
 chaos: local-aws-up

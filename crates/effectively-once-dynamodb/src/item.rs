@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once::{Record, Status, StoreError, StoreErrorKind};
+use effectively_once::{protocol, Claim, Record, Status, StoreError, StoreErrorKind};
 
 /// Attribute names of the record item.
 pub mod attr {
@@ -21,49 +21,72 @@ pub mod attr {
     pub const OWNER: &str = "owner";
     /// The stored response, JSON (S); absent while in progress.
     pub const RESPONSE: &str = "response";
-    /// While in progress: the `status` of the record the claim replaced, or NULL when the key
-    /// was free. With the other `replaced_*` attributes, it tells a claim whose answer was lost
-    /// (and which meets its own record on the retry) what its first write replaced.
-    pub const REPLACED_STATUS: &str = "replaced_status";
-    /// While in progress: the replaced record's `lease_expires_at` (or NULL).
-    pub const REPLACED_LEASE_EXPIRES_AT: &str = "replaced_lease_expires_at";
-    /// While in progress: the replaced record's `expiration` (or NULL).
-    pub const REPLACED_EXPIRATION: &str = "replaced_expiration";
-    /// While in progress: the replaced record's `payload_hash` (or NULL).
-    pub const REPLACED_PAYLOAD_HASH: &str = "replaced_payload_hash";
-    /// While in progress: the replaced record's `owner` (or NULL).
-    pub const REPLACED_OWNER: &str = "replaced_owner";
-    /// While in progress: the replaced record's `response` (or NULL, also when it had none).
-    pub const REPLACED_RESPONSE: &str = "replaced_response";
+    /// Prefix of the attributes that keep, while the record is in progress, the record its
+    /// claim replaced (`replaced_status`, `replaced_lease_expires_at`, ...; `replaced_status`
+    /// is NULL when the key was free). A claim whose answer was lost is sent again, meets its
+    /// own record and learns from them what its first write replaced.
+    pub const REPLACED: &str = "replaced_";
+    /// Prefix of the attributes that keep, while in progress, the record the run of takeovers
+    /// this claim continued began with (see `effectively_once::protocol::Stored`); absent when
+    /// that is the replaced record itself.
+    pub const FIRST: &str = "first_";
 }
 
-/// Each record attribute and the attribute that keeps its value from the replaced record.
-pub(crate) const REPLACED: [(&str, &str); 6] = [
-    (attr::STATUS, attr::REPLACED_STATUS),
-    (attr::LEASE_EXPIRES_AT, attr::REPLACED_LEASE_EXPIRES_AT),
-    (attr::EXPIRATION, attr::REPLACED_EXPIRATION),
-    (attr::PAYLOAD_HASH, attr::REPLACED_PAYLOAD_HASH),
-    (attr::OWNER, attr::REPLACED_OWNER),
-    (attr::RESPONSE, attr::REPLACED_RESPONSE),
-];
+/// The attributes of a record that `replaced_*` and `first_*` copy (all but the id).
+const COPIED: [&str; 6] =
+    [attr::STATUS, attr::LEASE_EXPIRES_AT, attr::EXPIRATION, attr::PAYLOAD_HASH, attr::OWNER, attr::RESPONSE];
 
-/// What the claim of an in-progress item replaced, from its `replaced_*` attributes: `None`
-/// when they are absent (an item written before they were kept, or by another writer: unknown),
-/// `Some(None)` when the key was free, else the replaced record.
-pub(crate) fn replaced_from_item(item: &HashMap<String, AttributeValue>) -> Option<Result<Option<Record>, StoreError>> {
-    match item.get(attr::REPLACED_STATUS)? {
-        AttributeValue::Null(_) => Some(Ok(None)),
-        _ => {
-            let mut old: HashMap<String, AttributeValue> = REPLACED
-                .iter()
-                .filter_map(|(name, kept)| match item.get(*kept) {
-                    None | Some(AttributeValue::Null(_)) => None,
-                    Some(value) => Some(((*name).to_owned(), value.clone())),
-                })
-                .collect();
-            old.insert(attr::ID.to_owned(), item.get(attr::ID)?.clone());
-            Some(from_item(&old).map(Some))
+/// The `replaced_*` and `first_*` attribute names, for a completion's `REMOVE`.
+pub(crate) fn copies() -> impl Iterator<Item = String> {
+    [attr::REPLACED, attr::FIRST]
+        .into_iter()
+        .flat_map(|prefix| COPIED.iter().map(move |name| format!("{prefix}{name}")))
+}
+
+/// The claim's item: `record`, what its claim replaced (`None`: the key was free) and the
+/// run's first record (kept when it is not the replaced one).
+pub(crate) fn claim_item(
+    record: &Record,
+    replaced: Option<&Record>,
+    first: Option<&Record>,
+) -> HashMap<String, AttributeValue> {
+    let mut item = to_item(record);
+    let Some(replaced) = replaced else {
+        item.insert(format!("{}{}", attr::REPLACED, attr::STATUS), AttributeValue::Null(true));
+        return item;
+    };
+    for (prefix, copied) in [(attr::REPLACED, Some(replaced)), (attr::FIRST, first.filter(|f| *f != replaced))] {
+        for (name, value) in copied.map(to_item).into_iter().flatten() {
+            if name != attr::ID {
+                item.insert(format!("{prefix}{name}"), value);
+            }
         }
+    }
+    item
+}
+
+/// The claim's answer for an in-progress item's own attempt, from its `replaced_*` and
+/// `first_*` attributes: `None` when they are absent (an item written before they were kept:
+/// what it replaced is unknown); a copy that does not decode is `AcquiredOverUnreadable`.
+pub(crate) fn claim_answer(item: &HashMap<String, AttributeValue>) -> Option<Claim> {
+    let copied = |prefix: &str| -> Option<Result<Record, StoreError>> {
+        item.get(&format!("{prefix}{}", attr::STATUS))?;
+        let mut old: HashMap<String, AttributeValue> = COPIED
+            .iter()
+            .filter_map(|name| item.get(&format!("{prefix}{name}")).map(|v| ((*name).to_owned(), v.clone())))
+            .collect();
+        old.insert(attr::ID.to_owned(), item.get(attr::ID)?.clone());
+        Some(from_item(&old))
+    };
+    if let AttributeValue::Null(_) = item.get(&format!("{}{}", attr::REPLACED, attr::STATUS))? {
+        return Some(Claim::Acquired { replaced: None });
+    }
+    match (copied(attr::REPLACED)?, copied(attr::FIRST).transpose()) {
+        (Ok(replaced), Ok(first)) => {
+            let first = first.unwrap_or_else(|| replaced.clone());
+            Some(protocol::acquired(Some(replaced), Some(first)))
+        }
+        _ => Some(Claim::AcquiredOverUnreadable),
     }
 }
 

@@ -1,4 +1,4 @@
-//! DynamoDB store for the `effectively-once` crate: one conditional `UpdateItem` claims a key and, when
+//! DynamoDB store for the `effectively-once` crate: one conditional `PutItem` claims a key and, when
 //! it fails, returns the blocking record (`ALL_OLD`), so a duplicate costs one request.
 //!
 //! ```no_run
@@ -26,14 +26,17 @@
 //! [claim, run, complete](mod@effectively_once#the-record-protocol) as three conditional writes on
 //! one item per key:
 //!
-//! 1. **Claim**: `UpdateItem` writing the record `IN_PROGRESS` with a fresh owner token, on condition
-//!    `(attribute_not_exists(id) OR expiration < :now_s OR (status = IN_PROGRESS AND lease_expires_at < :now_ms))
-//!    AND (attribute_not_exists(owner) OR owner <> :owner)`,
-//!    with `ReturnValuesOnConditionCheckFailure=ALL_OLD`: a failed claim returns the record that
-//!    blocked it, so replay, in progress and key reuse are told apart with no second request.
-//!    The update keeps the replaced record's attributes as `replaced_*` (NULL for a free key)
-//!    until completion: a claim whose answer was lost is sent again by the SDK, meets its own
-//!    record, and learns from them what its first write replaced (a takeover stays visible).
+//! 1. **Claim**: `PutItem` of the record `IN_PROGRESS` with a fresh owner token, on condition
+//!    `attribute_not_exists(id)`, with `ReturnValuesOnConditionCheckFailure=ALL_OLD`: a failed
+//!    claim returns the record that blocked it, so replay, in progress and key reuse are told
+//!    apart with no second request. A record past its dedup window, or in progress past its
+//!    lease (`expiration < :now_s OR (status = IN_PROGRESS AND lease_expires_at < :now_ms)`), is
+//!    taken over by a second `PutItem` on condition that the item is still the one read (its
+//!    `owner` and `status`) and still claimable. The claimed item keeps what it replaced
+//!    (`replaced_*`, NULL for a free key) and the record its run of takeovers began with
+//!    (`first_*`) until completion: a claim whose answer was lost is sent again by the SDK,
+//!    meets its own record, and learns from them what its first write replaced, so a takeover
+//!    stays visible.
 //! 2. **Complete**: `UpdateItem` on condition
 //!    `owner = :owner AND status = IN_PROGRESS AND lease_expires_at >= :now_ms`, storing the
 //!    response and restarting the dedup window.
@@ -61,7 +64,8 @@
 //! | `payload_hash` | S | `v2:` and the SHA-256 (hex) of the payload's RFC 8785 canonical JSON (JSON Canonicalization Scheme: `1`, `1.0` and `1e0`, key order, whitespace and escapes hash the same), or of selected JSON pointers; compared under the version the record carries, so bare hex (version 1, written before versions were tagged) still matches its payload ([`HashVersion`](effectively_once::HashVersion)) |
 //! | `owner` | S | the claiming attempt's token; only it may complete or release |
 //! | `response` | S | the stored response as JSON; kept up to 380,000 bytes (DynamoDB items stop at 400 KB) |
-//! | `replaced_status`, `replaced_lease_expires_at`, `replaced_expiration`, `replaced_payload_hash`, `replaced_owner`, `replaced_response` | as above, or NULL | while in progress only: the record the claim replaced (all NULL when the key was free); removed at completion |
+//! | `replaced_status`, `replaced_lease_expires_at`, `replaced_expiration`, `replaced_payload_hash`, `replaced_owner`, `replaced_response` | as above | while in progress only: the record the claim replaced (`replaced_status` NULL when the key was free); removed at completion |
+//! | `first_status`, `first_lease_expires_at`, ... `first_response` | as above | while in progress only, after a run of takeovers: the record the run began with; removed at completion |
 #![warn(missing_docs)]
 
 mod batch;

@@ -5,16 +5,17 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValuesOnConditionCheckFailure,
+    ScalarAttributeType, TimeToLiveSpecification,
 };
 use aws_sdk_dynamodb::Client;
-use effectively_once::{Claim, Completion, ErrorChain, Record, Status, Store, StoreError, StoreErrorKind};
+use effectively_once::{protocol, Claim, Completion, ErrorChain, Record, Status, Store, StoreError, StoreErrorKind};
 
 use crate::error::classify;
-use crate::item::{attr, from_item, replaced_from_item, REPLACED};
+use crate::item::{attr, claim_answer, claim_item, copies, from_item, to_item};
 
 /// The claim condition. The write succeeds when no record exists, when the record's dedup
 /// window has ended, or when it is in progress and its lease has ended (its attempt died or
@@ -25,13 +26,13 @@ use crate::item::{attr, from_item, replaced_from_item, REPLACED};
 /// them and records stuck).
 pub(crate) const CLAIM_CONDITION: &str =
     "attribute_not_exists(#id) OR #expiration < :now_s OR (#status = :in_progress AND #lease < :now_ms)";
-/// The store's claim condition: [`CLAIM_CONDITION`], and never over a record of the claimant's
-/// own owner token. A claim whose answer was lost is sent again and must meet its own record
-/// (and what it replaced), not overwrite it once its lease has ended: that would replace the
-/// record of what the first write replaced with the first write itself. The same rule as
-/// `effectively_once::protocol::claim`.
-const OWN_CLAIM_CONDITION: &str = "(attribute_not_exists(#id) OR #expiration < :now_s OR \
-     (#status = :in_progress AND #lease < :now_ms)) AND (attribute_not_exists(#owner) OR #owner <> :owner)";
+/// How often a claim tries to take over a record that other claims keep changing under it.
+const CLAIM_TRIES: usize = 3;
+/// A takeover overwrites only the item it read (same owner token, same status) and only while
+/// the claim condition still holds for it: a record completed, released or claimed by another
+/// attempt since the read fails it, and the claim judges what it then finds.
+const TAKEOVER_CONDITION: &str = "#owner = :old_owner AND #status = :old_status AND \
+     (#expiration < :now_s OR (#status = :in_progress AND #lease < :now_ms))";
 
 /// Completion is fenced by the owner token and the lease: an attempt whose key another attempt
 /// took over must not overwrite the newer record, and an attempt whose lease has ended must
@@ -47,8 +48,9 @@ const RELEASE_CONDITION: &str = "attribute_not_exists(#id) OR (#owner = :owner A
 
 /// Idempotency records in a DynamoDB table keyed by `id` (S), with TTL on `expiration`.
 ///
-/// Cost: a first delivery takes two `UpdateItem`s (claim, complete); a duplicate one (its
-/// condition fails and returns the record).
+/// Cost: a first delivery takes one `PutItem` and one `UpdateItem`; a duplicate one `PutItem`
+/// (its condition fails and returns the record); taking over a record past its lease or window
+/// one `PutItem` more (the second overwrites the item the first returned).
 #[derive(Debug, Clone)]
 pub struct DynamoDbStore {
     client: Client,
@@ -77,6 +79,11 @@ impl DynamoDbStore {
 
     /// The record, read strongly consistent.
     async fn read(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        self.read_item(id).await?.as_ref().map(from_item).transpose()
+    }
+
+    /// The record's item, read strongly consistent.
+    async fn read_item(&self, id: &str) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -86,128 +93,145 @@ impl DynamoDbStore {
             .send()
             .await
             .map_err(|e| classify("GetItem", e))?;
-        out.item().map(from_item).transpose()
+        Ok(out.item)
     }
 
-    /// The claim: an `UpdateItem` that writes the record in progress and keeps the replaced
-    /// record's attributes as `replaced_*` (NULL where it had none; all NULL for a free key),
-    /// on [`OWN_CLAIM_CONDITION`].
-    fn claim_request(
+    /// Puts a claim's item: on a free key (`over` is `None`), or over the item `over` as it was
+    /// read (its owner and status, and still claimable at `now_ms`). `None` when written; else
+    /// the item that blocked it (`ALL_OLD`, or read at the price of a second request from a
+    /// server that does not return it), empty when there is none.
+    async fn put_claim(
+        &self,
+        item: &HashMap<String, AttributeValue>,
+        over: Option<&Record>,
+        now_ms: u64,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        let mut request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item.clone()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        request = match over {
+            None => {
+                request.condition_expression("attribute_not_exists(#id)").expression_attribute_names("#id", attr::ID)
+            }
+            Some(old) => request
+                .condition_expression(TAKEOVER_CONDITION)
+                .expression_attribute_names("#owner", attr::OWNER)
+                .expression_attribute_names("#expiration", attr::EXPIRATION)
+                .expression_attribute_names("#status", attr::STATUS)
+                .expression_attribute_names("#lease", attr::LEASE_EXPIRES_AT)
+                .expression_attribute_values(":old_owner", AttributeValue::S(old.owner.clone()))
+                .expression_attribute_values(":old_status", AttributeValue::S(old.status.as_str().into()))
+                .expression_attribute_values(":now_s", AttributeValue::N((now_ms / 1000).to_string()))
+                .expression_attribute_values(":now_ms", AttributeValue::N(now_ms.to_string()))
+                .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into())),
+        };
+        match request.send().await {
+            Ok(_) => Ok(None),
+            Err(SdkError::ServiceError(error))
+                if matches!(error.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let PutItemError::ConditionalCheckFailedException(failed) = error.into_err() else { unreachable!() };
+                match failed.item {
+                    Some(item) => Ok(Some(item)),
+                    None => {
+                        let id = item.get(attr::ID).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                        Ok(Some(self.read_item(&id).await?.unwrap_or_default()))
+                    }
+                }
+            }
+            Err(error) => Err(classify("PutItem", error)),
+        }
+    }
+
+    /// A claim over an item that does not decode: overwritten if the claim condition passes
+    /// (without knowing what it replaced), else the decoding error, as the item blocks.
+    async fn claim_over_unreadable(
         &self,
         record: &Record,
         now_ms: u64,
-    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-        let names = [
-            ("#id", attr::ID),
-            ("#status", attr::STATUS),
-            ("#lease", attr::LEASE_EXPIRES_AT),
-            ("#expiration", attr::EXPIRATION),
-            ("#payload_hash", attr::PAYLOAD_HASH),
-            ("#owner", attr::OWNER),
-            ("#response", attr::RESPONSE),
-        ];
-        // DynamoDB reads every right-hand side from the item as it was before the update.
-        let kept: Vec<String> =
-            REPLACED.iter().map(|(name, kept)| format!("{kept} = if_not_exists(#{}, :null)", short(name))).collect();
-        let expression = format!(
-            "SET {}, #status = :in_progress, #lease = :lease, #expiration = :exp, #payload_hash = :hash, \
-             #owner = :owner REMOVE #response",
-            kept.join(", ")
-        );
-        let mut request = self
+        error: StoreError,
+    ) -> Result<Claim, StoreError> {
+        let result = self
             .client
-            .update_item()
+            .put_item()
             .table_name(&self.table)
-            .key(attr::ID, Self::id(&record.id))
-            .update_expression(expression)
-            .condition_expression(OWN_CLAIM_CONDITION)
-            .expression_attribute_values(":null", AttributeValue::Null(true))
-            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
-            .expression_attribute_values(":lease", AttributeValue::N(record.lease_expires_at_ms.to_string()))
-            .expression_attribute_values(":exp", AttributeValue::N(record.expiration_s.to_string()))
-            .expression_attribute_values(":hash", AttributeValue::S(record.payload_hash.clone()))
-            .expression_attribute_values(":owner", AttributeValue::S(record.owner.clone()))
+            .set_item(Some(to_item(record)))
+            .condition_expression(CLAIM_CONDITION)
+            .expression_attribute_names("#id", attr::ID)
+            .expression_attribute_names("#expiration", attr::EXPIRATION)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease", attr::LEASE_EXPIRES_AT)
             .expression_attribute_values(":now_s", AttributeValue::N((now_ms / 1000).to_string()))
             .expression_attribute_values(":now_ms", AttributeValue::N(now_ms.to_string()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            // On success, the overwritten item (expired, or a dead attempt's) comes back at no
-            // extra cost: effects that must not repeat check it.
-            .return_values(ReturnValue::AllOld);
-        for (placeholder, name) in names {
-            request = request.expression_attribute_names(placeholder, name);
+            .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => {
+                tracing::warn!(id = %record.id, error = %ErrorChain(&error), "claimed over an unreadable item");
+                Ok(Claim::AcquiredOverUnreadable)
+            }
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+                Err(error)
+            }
+            Err(e) => Err(classify("PutItem", e)),
         }
-        request
     }
 }
 
-/// The `replaced_*` attributes, for a completion's `REMOVE`: only a claim's retry reads them,
-/// and a completed record would otherwise carry a second response toward the item limit.
+/// The `replaced_*` and `first_*` attributes, for a completion's `REMOVE`: only a claim's
+/// retry reads them, and a completed record would otherwise carry more responses toward the
+/// item limit.
 fn drop_replaced() -> String {
-    REPLACED.iter().map(|(_, kept)| *kept).collect::<Vec<_>>().join(", ")
-}
-
-/// The placeholder of a record attribute in the claim's expression (`#status`, ...).
-fn short(name: &str) -> &str {
-    match name {
-        attr::LEASE_EXPIRES_AT => "lease",
-        other => other,
-    }
-}
-
-/// What a failed claim answers, from the record that blocked it: the claimant's own record in
-/// progress (its earlier write landed, the answer was lost) is acquired, with what that write
-/// replaced from its `replaced_*` attributes, as `effectively_once::protocol::claim` answers; a record without
-/// them (written before they were kept) is left to the core, which assumes a takeover.
-fn own_claim(record: &Record, (existing, item): (Record, Option<&HashMap<String, AttributeValue>>)) -> Claim {
-    if existing.owner != record.owner || existing.status != Status::InProgress {
-        return Claim::Exists(existing);
-    }
-    match item.and_then(replaced_from_item) {
-        Some(Ok(replaced)) => Claim::Acquired { replaced },
-        Some(Err(error)) => {
-            tracing::warn!(id = %record.id, error = %ErrorChain(&error), "claimed over an unreadable item");
-            Claim::AcquiredOverUnreadable
-        }
-        None => Claim::Exists(existing),
-    }
+    copies().collect::<Vec<_>>().join(", ")
 }
 
 impl Store for DynamoDbStore {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
-        let result = self.claim_request(record, now_ms).send().await;
-        match result {
-            Ok(out) => match out.attributes.as_ref().map(from_item).transpose() {
-                Ok(replaced) => Ok(Claim::Acquired { replaced }),
-                // The write landed: this attempt holds the record whatever the old item was.
-                // Failing here would leave it believing it failed while its record blocks
-                // every retry until the lease ends (and a malformed item is permanent).
-                Err(error) => {
-                    tracing::warn!(id = %record.id, error = %ErrorChain(&error), "claimed over an unreadable item");
-                    Ok(Claim::AcquiredOverUnreadable)
-                }
-            },
-            Err(SdkError::ServiceError(error))
-                if matches!(error.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                let UpdateItemError::ConditionalCheckFailedException(failed) = error.err() else { unreachable!() };
-                let existing = match failed.item() {
-                    Some(item) => (from_item(item)?, Some(item)),
-                    // A DynamoDB-compatible server without ALL_OLD on condition failure: read
-                    // it, at the price of a second request (and without what it replaced).
-                    None => match self.read(&record.id).await? {
-                        Some(existing) => (existing, None),
-                        None => {
-                            return Err(StoreError::new(
-                                StoreErrorKind::Unavailable,
-                                format!("record {} was released between the claim and the read", record.id),
-                            ))
-                        }
-                    },
-                };
-                Ok(own_claim(record, existing))
+        // A free key, the common case, is one request; a takeover two (the first fails and
+        // returns the item, the second overwrites that very item).
+        let mut seen = match self.put_claim(&claim_item(record, None, None), None, now_ms).await? {
+            None => return Ok(Claim::Acquired { replaced: None }),
+            Some(item) => item,
+        };
+        for _ in 0..CLAIM_TRIES {
+            let existing = match from_item(&seen) {
+                Ok(existing) => existing,
+                Err(error) => return self.claim_over_unreadable(record, now_ms, error).await,
+            };
+            if existing.owner == record.owner {
+                // This claim's own earlier write (its answer lost): what that write replaced.
+                return Ok(match (existing.status, claim_answer(&seen)) {
+                    (Status::InProgress, Some(answer)) => answer,
+                    _ => Claim::Exists(existing),
+                });
             }
-            Err(error) => Err(classify("UpdateItem", error)),
+            if existing.blocks_claim_at(now_ms) {
+                return Ok(Claim::Exists(existing));
+            }
+            // A record in progress that had taken the key over itself passes on its run's first
+            // record (`effectively_once::protocol::Stored::first_for_successor`).
+            let first = match claim_answer(&seen) {
+                Some(Claim::AcquiredInRun { first, .. } | Claim::Acquired { replaced: Some(first) })
+                    if existing.status == Status::InProgress =>
+                {
+                    first
+                }
+                _ => existing.clone(),
+            };
+            let item = claim_item(record, Some(&existing), Some(&first));
+            seen = match self.put_claim(&item, Some(&existing), now_ms).await? {
+                None => return Ok(protocol::acquired(Some(existing), Some(first))),
+                Some(item) => item,
+            };
         }
+        Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            format!("record {}: claimed by others {CLAIM_TRIES} times while this claim took it over", record.id),
+        ))
     }
 
     async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {

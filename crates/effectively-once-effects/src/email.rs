@@ -490,7 +490,7 @@ pub async fn send_once<S: Store, E: EmailSender>(
         }
         Begin::Claimed(attempt) => attempt,
     };
-    if attempt.took_over() && policy == Policy::AtMostOnce {
+    if !sends_once_claimed(attempt.what_it_replaced(), policy) {
         tracing::error!(
             key = %effect_key,
             to = %to,
@@ -509,13 +509,13 @@ pub async fn send_once<S: Store, E: EmailSender>(
             tracing::info!(key = %effect_key, to = %to, "email sent");
             Ok(Outcome::Fresh(outcome))
         }
-        Err(error) if error.kind == SendErrorKind::Rejected => {
+        Err(error) if on_send_error(error.kind, policy) == OnSendError::RecordFailed => {
             tracing::warn!(key = %effect_key, to = %to, error = %error, "email refused for good");
             let outcome = SendOutcome::Failed { reason: redact_emails(&error.message) };
             idempotency.complete_while_owned(attempt, &outcome).await?;
             Ok(Outcome::Fresh(outcome))
         }
-        Err(error) if error.kind == SendErrorKind::Ambiguous && policy == Policy::AtMostOnce => {
+        Err(error) if on_send_error(error.kind, policy) == OnSendError::RecordAmbiguous => {
             // Never released: the retry would send a second copy of a message that may have
             // gone out. Nor left in progress: every retry until the lease ends would find it
             // busy and spend the trigger's retries on it (a stream gives up after a few), while
@@ -551,6 +551,36 @@ pub async fn send_once<S: Store, E: EmailSender>(
             }
             Err(Error::Email(error))
         }
+    }
+}
+
+/// Whether an attempt that claimed the marker sends: not under at most once when its claim
+/// may have taken the marker over from an attempt that died mid-send
+/// ([`Replaced::is_takeover`](effectively_once::Replaced::is_takeover)); it records the email
+/// ambiguous instead. One of the keyed email's two rules, pure so the protocol model
+/// (`tests/model`) explores the same ones.
+pub fn sends_once_claimed(replaced: &effectively_once::Replaced, policy: Policy) -> bool {
+    !(replaced.is_takeover() && policy == Policy::AtMostOnce)
+}
+
+/// What a failed send does to the marker ([`on_send_error`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSendError {
+    /// Complete it with [`SendOutcome::Failed`]: the provider refused this message for good.
+    RecordFailed,
+    /// Complete it with [`SendOutcome::Ambiguous`]: the message may be out, and at most once
+    /// never sends it again.
+    RecordAmbiguous,
+    /// Release it, so the retry sends: nothing went out (or, at least once, a copy may).
+    Release,
+}
+
+/// The keyed email's other rule: what a send that failed with `kind` does to the marker.
+pub fn on_send_error(kind: SendErrorKind, policy: Policy) -> OnSendError {
+    match kind {
+        SendErrorKind::Rejected => OnSendError::RecordFailed,
+        SendErrorKind::Ambiguous if policy == Policy::AtMostOnce => OnSendError::RecordAmbiguous,
+        _ => OnSendError::Release,
     }
 }
 

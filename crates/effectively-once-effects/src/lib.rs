@@ -90,7 +90,8 @@ pub mod testing;
 #[cfg(any(test, feature = "test-util"))]
 pub use crate::email::RecordingSender;
 pub use crate::email::{
-    redact_email, send_once, EmailMessage, EmailSender, Policy, SendError, SendErrorKind, SendOutcome, SesSender,
+    on_send_error, redact_email, send_once, sends_once_claimed, EmailMessage, EmailSender, OnSendError, Policy,
+    SendError, SendErrorKind, SendOutcome, SesSender,
 };
 pub use crate::error::{CallerError, Error};
 pub use effectively_once::{Config, Idempotency, Key, KeyError, Outcome, Store};

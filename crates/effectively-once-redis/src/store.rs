@@ -44,8 +44,9 @@ static RELEASE: LazyLock<Script> =
 /// One hash per record at `{key_prefix}:{id}` (see [`DEFAULT_KEY_PREFIX`] on prefixes), with
 /// the fields of the DynamoDB item: `status`, `lease_expires_at` (ms), `expiration` (s),
 /// `payload_hash`, `owner` and, once completed, `response`; while in progress also `replaced` (`0`:
-/// the key was free, `1`: the `replaced_*` fields copy the record the claim replaced), so a resent
-/// claim that meets its own record learns what its first write replaced. Claim, complete and release are each one Lua script, which the server runs
+/// the key was free, `1`: the `replaced_*` fields copy the record the claim replaced, and
+/// `first_*` the one its run of takeovers began with, if another), so a resent claim that
+/// meets its own record learns what its first write replaced. Claim, complete and release are each one Lua script, which the server runs
 /// atomically, so each costs one round trip; `get` is one `HGETALL`. A first delivery is two
 /// round trips (claim, complete), a duplicate one (the claim returns the blocking record).
 ///
@@ -341,6 +342,10 @@ fn parse(id: &str, fields: Vec<Vec<u8>>) -> Result<Record, StoreError> {
     })
 }
 
+/// The claim script's answer: its code, the replaced (or blocking) record's fields, and those of
+/// the record a run of takeovers began with.
+type ClaimAnswer = (i64, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 /// What the complete and release scripts answer, as a result.
 fn verdict(id: &str, code: i64) -> Result<(), StoreError> {
     let fenced = |why: &str| Err(StoreError::new(StoreErrorKind::Fenced, format!("{id}: {why}")));
@@ -367,18 +372,24 @@ impl Store for RedisStore {
             .arg(record.expiration_s)
             .arg(&record.payload_hash)
             .arg(&record.owner);
-        let ((written, old), _): ((i64, Vec<Vec<u8>>), _) = self.invoke("claim", &script).await?;
-        match (written, old.is_empty()) {
-            // Written, or a resent claim that met its own record: what the write replaced.
-            (1 | 2, true) => Ok(Claim::Acquired { replaced: None }),
-            (1 | 2, false) => match parse(&record.id, old) {
-                Ok(replaced) => Ok(Claim::Acquired { replaced: Some(replaced) }),
-                Err(error) => {
-                    tracing::warn!(id = %record.id, %error, "claimed over an unreadable record");
-                    Ok(Claim::AcquiredOverUnreadable)
-                }
-            },
-            _ => Ok(Claim::Exists(parse(&record.id, old)?)),
+        let ((code, old, first), _): (ClaimAnswer, _) = self.invoke("claim", &script).await?;
+        if code != 1 && code != 2 {
+            return Ok(Claim::Exists(parse(&record.id, old)?));
+        }
+        // Written, or a resent claim that met its own record: what the write replaced.
+        if old.is_empty() {
+            return Ok(Claim::Acquired { replaced: None });
+        }
+        let first = if first.is_empty() { None } else { Some(parse(&record.id, first)) };
+        match (parse(&record.id, old), first.transpose()) {
+            (Ok(replaced), Ok(first)) => {
+                let first = first.unwrap_or_else(|| replaced.clone());
+                Ok(effectively_once::protocol::acquired(Some(replaced), Some(first)))
+            }
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::warn!(id = %record.id, %error, "claimed over an unreadable record");
+                Ok(Claim::AcquiredOverUnreadable)
+            }
         }
     }
 

@@ -106,7 +106,9 @@ impl<S: Store> Store for CachedStore<S> {
         let claim = self.inner.claim(record, now_ms).await?;
         match &claim {
             Claim::Exists(existing) => self.remember(existing.clone()),
-            Claim::Acquired { .. } | Claim::AcquiredOverUnreadable => self.hold(record, now_ms),
+            Claim::Acquired { .. } | Claim::AcquiredInRun { .. } | Claim::AcquiredOverUnreadable => {
+                self.hold(record, now_ms)
+            }
         }
         Ok(claim)
     }

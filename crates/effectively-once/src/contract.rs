@@ -30,6 +30,7 @@ macro_rules! store_contract_tests {
             duplicate_replays_the_stored_response,
             lost_claim_answer_retried_counts_as_claimed,
             a_lost_claim_answer_still_tells_what_it_replaced,
+            a_run_of_takeovers_is_answered_with_its_first_record,
             handler_error_releases_and_a_retry_runs,
             dropped_attempt_blocks_until_its_lease_ends,
             stale_owner_is_fenced,
@@ -174,6 +175,30 @@ pub async fn a_lost_claim_answer_still_tells_what_it_replaced<S: Store>(store: S
     idem.complete(takeover, &1u64).await.unwrap();
     let done = idem.store().get(key.as_str()).await.unwrap().unwrap();
     assert_eq!((done.status, done.response.as_deref()), (Status::Completed, Some("1")));
+}
+
+/// Attempts that each take the key over and die make a run of takeovers: a claim that ends it
+/// is answered with the record it replaced and the one the run began with, first sent and
+/// resent alike; a completion ends the run.
+pub async fn a_run_of_takeovers_is_answered_with_its_first_record<S: Store>(store: S) {
+    let store = ClaimTwice(store);
+    let key = unique("run");
+    let now = 1_800_000_000_000;
+    let x = Record { payload_hash: "x".into(), ..in_progress(&key, "a", now, 1_000) };
+    assert_eq!(store.claim(&x, now).await.unwrap(), Claim::Acquired { replaced: None });
+    let y = Record { payload_hash: "y".into(), ..in_progress(&key, "b", now + 2_000, 1_000) };
+    assert_eq!(store.claim(&y, now + 2_000).await.unwrap(), Claim::Acquired { replaced: Some(x.clone()) });
+    let z = in_progress(&key, "c", now + 4_000, 1_000);
+    let run = Claim::AcquiredInRun { replaced: y.clone(), first: x.clone() };
+    assert_eq!(store.claim(&z, now + 4_000).await.unwrap(), run, "b died after taking a's over");
+    let w = in_progress(&key, "d", now + 6_000, 1_000);
+    let run = Claim::AcquiredInRun { replaced: z.clone(), first: x };
+    assert_eq!(store.claim(&w, now + 6_000).await.unwrap(), run, "the run still began with a");
+    let completion = Completion { response: Some("1"), expiration_s: 0, now_ms: now + 6_000 };
+    store.complete(&w.id, "d", completion).await.unwrap();
+    let done = store.get(&w.id).await.unwrap().unwrap();
+    let v = in_progress(&key, "e", now + 8_000, 1_000);
+    assert_eq!(store.claim(&v, now + 8_000).await.unwrap(), Claim::Acquired { replaced: Some(done) });
 }
 
 /// A store whose every claim is sent twice, as an SDK does when the first answer is lost.

@@ -12,8 +12,9 @@ use crate::config::Config;
 use crate::error::{Error, ErrorChain, ErrorKind, RunError};
 use crate::hash::{HashVersion, PayloadHash};
 use crate::key::Key;
+use crate::protocol::{self, Judged};
 use crate::record::{Record, Status};
-use crate::store::{Claim, Completion, Store, StoreErrorKind};
+use crate::store::{Completion, Store, StoreErrorKind};
 
 /// Tries of a completion whose answer did not come back (throttled, or unavailable: the write
 /// may have landed). A retry that finds the record completed by its own owner succeeds, so
@@ -80,8 +81,8 @@ pub struct Attempt {
     id: String,
     owner: String,
     lease_expires_at_ms: u64,
-    replaced: Option<Record>,
-    replaced_unknown: bool,
+    /// Boxed: two records, on the rare takeover path only.
+    replaced: Box<Replaced>,
 }
 
 impl Attempt {
@@ -103,41 +104,76 @@ impl Attempt {
     /// The record this attempt's claim overwrote: past its dedup window, or in progress with
     /// its lease ended.
     pub fn replaced(&self) -> Option<&Record> {
-        self.replaced.as_ref()
+        self.replaced.record()
     }
 
     /// What this attempt's claim replaced: nothing (a free key), a record (past its window, or
     /// in progress past its lease), or something unknown (an item that could not be read, or
     /// a store that could not say what a claim whose answer was lost had replaced). An effect
     /// that must not repeat takes [`Replaced::Unknown`] for the worst.
-    pub fn what_it_replaced(&self) -> Replaced<'_> {
-        match (&self.replaced, self.replaced_unknown) {
-            (_, true) => Replaced::Unknown,
-            (Some(record), false) => Replaced::Record(record),
-            (None, false) => Replaced::Nothing,
-        }
+    pub fn what_it_replaced(&self) -> &Replaced {
+        &self.replaced
     }
 
     /// Whether this attempt may have taken the key over from an attempt that died (or timed
     /// out) while in progress, whose effect may or may not have happened. True when the claim
-    /// replaced such a record, and also when the claim's answer was lost and its retry met the
-    /// claim's own record: what that first write replaced is then unknown, and an effect that
-    /// must not repeat has to assume the worst (found by the chaos scenario: a lost claim answer
-    /// after a takeover hid the takeover and a receipt went out twice).
+    /// replaced such a record, and also when what it replaced is unknown
+    /// ([`Replaced::is_takeover`]). Stores keep what a claim replaced with the record, so a
+    /// claim whose answer was lost learns it on the retry; a store that cannot answers
+    /// [`Replaced::Unknown`], and an effect that must not repeat assumes the worst.
     pub fn took_over(&self) -> bool {
-        self.replaced_unknown || self.replaced.as_ref().is_some_and(|r| r.status == Status::InProgress)
+        self.replaced.is_takeover()
     }
 }
 
 /// What a claim replaced: [`Attempt::what_it_replaced`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replaced<'a> {
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Replaced {
     /// The key was free.
     Nothing,
-    /// This record, as it was stored.
-    Record(&'a Record),
+    /// This record, as it was stored: past its dedup window, or in progress past its lease.
+    Record(Record),
+    /// `replaced`, an attempt that died in progress after taking the key over itself; `first`
+    /// began that run of takeovers ([`Claim::AcquiredInRun`](crate::Claim::AcquiredInRun)).
+    Run {
+        /// The record overwritten.
+        replaced: Record,
+        /// The record the run of takeovers began with.
+        first: Record,
+    },
     /// Not known: assume the worst (an attempt that died mid-effect, with another payload).
     Unknown,
+}
+
+impl Replaced {
+    /// Whether the claim may have taken the key over from an attempt that died (or timed out)
+    /// in progress, whose effect may or may not have happened: it replaced such a record, or
+    /// what it replaced is unknown.
+    pub fn is_takeover(&self) -> bool {
+        match self {
+            Replaced::Nothing => false,
+            Replaced::Record(record) => record.status == Status::InProgress,
+            Replaced::Run { .. } | Replaced::Unknown => true,
+        }
+    }
+
+    /// The record overwritten, if known.
+    pub fn record(&self) -> Option<&Record> {
+        match self {
+            Replaced::Record(record) | Replaced::Run { replaced: record, .. } => Some(record),
+            Replaced::Nothing | Replaced::Unknown => None,
+        }
+    }
+
+    /// The record that held the key before the attempts that died taking it over: the record
+    /// overwritten, or, after a run of takeovers, the one the run began with. What the key was
+    /// bound to is this record's.
+    pub fn first(&self) -> Option<&Record> {
+        match self {
+            Replaced::Record(record) | Replaced::Run { first: record, .. } => Some(record),
+            Replaced::Nothing | Replaced::Unknown => None,
+        }
+    }
 }
 
 /// 2001-09-09 in milliseconds since the Unix epoch: no real invocation deadline is earlier.
@@ -338,15 +374,20 @@ impl<S: Store> Idempotency<S> {
             owner: uuid::Uuid::new_v4().to_string(),
             response: None,
         };
-        match self.store.claim(&record, now_ms).await? {
-            Claim::Acquired { replaced } => Ok(Begin::Claimed(self.attempt(record, replaced))),
-            Claim::AcquiredOverUnreadable => {
-                tracing::warn!(key = %key, "claimed over a record that could not be read; assuming a takeover");
-                let mut attempt = self.attempt(record, None);
-                attempt.replaced_unknown = true;
-                Ok(Begin::Claimed(attempt))
+        match protocol::judge(self.store.claim(&record, now_ms).await?, &record) {
+            Judged::Claimed(replaced) => {
+                if replaced == Replaced::Unknown {
+                    tracing::warn!(key = %key, "what the claim replaced is unknown; assuming a takeover");
+                }
+                Ok(Begin::Claimed(self.attempt(record, replaced)))
             }
-            Claim::Exists(existing) => self.classify(record, &hash, existing),
+            Judged::Blocked(existing) => {
+                let response = existing.replay(&hash)?;
+                if let Some(hook) = &self.config.replay_hook {
+                    (hook.0)(&existing);
+                }
+                Ok(Begin::Replayed(response))
+            }
         }
     }
 
@@ -463,13 +504,12 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    fn attempt(&self, record: Record, replaced: Option<Record>) -> Attempt {
+    fn attempt(&self, record: Record, replaced: Replaced) -> Attempt {
         Attempt {
             id: record.id,
             owner: record.owner,
             lease_expires_at_ms: record.lease_expires_at_ms,
-            replaced,
-            replaced_unknown: false,
+            replaced: Box::new(replaced),
         }
     }
 
@@ -487,27 +527,6 @@ impl<S: Store> Idempotency<S> {
 
     fn expiration_s(&self, now_ms: u64) -> u64 {
         (now_ms / 1000).saturating_add(self.config.dedup_window.as_secs())
-    }
-
-    /// Tells apart what a failed claim found, from the record alone (no second read).
-    fn classify<R: DeserializeOwned>(
-        &self,
-        mine: Record,
-        hash: &PayloadHash,
-        existing: Record,
-    ) -> Result<Begin<R>, Error> {
-        if existing.owner == mine.owner && existing.status == Status::InProgress {
-            // Our own write landed and its answer was lost; the retried write met it. What that
-            // write replaced went with the lost answer.
-            let mut attempt = self.attempt(existing, None);
-            attempt.replaced_unknown = true;
-            return Ok(Begin::Claimed(attempt));
-        }
-        let response = existing.replay(hash)?;
-        if let Some(hook) = &self.config.replay_hook {
-            (hook.0)(&existing);
-        }
-        Ok(Begin::Replayed(response))
     }
 }
 
@@ -576,7 +595,7 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
-    use crate::{Clock as _, InMemoryStore, ManualClock, StoreError};
+    use crate::{Claim, Clock as _, InMemoryStore, ManualClock, StoreError};
 
     /// An emulator's `0` or `600000` (`cargo lambda watch`: the timeout, not an epoch time) is
     /// unknown, not passed; a real deadline, near or ten minutes away, is kept.

@@ -6,6 +6,7 @@
 //! contract suite holds all three to them; the protocol model (`tests/model`) explores them
 //! exhaustively, so the model and the stores cannot drift apart.
 
+use crate::idempotency::Replaced;
 use crate::record::{Record, Status};
 use crate::store::{Claim, Completion, StoreError, StoreErrorKind};
 
@@ -16,6 +17,11 @@ use crate::store::{Claim, Completion, StoreError, StoreErrorKind};
 /// retry, a resend after a dropped connection) and meets its own record; without this, what
 /// the first write replaced (another attempt's send that may have landed, another body's
 /// hash) would be gone with the lost answer, and the retry would look like a fresh key.
+///
+/// A claim over a record in progress whose attempt had itself taken the key over keeps the
+/// record that run of takeovers began with (`first`): an attempt that died before it finished
+/// may have died before it decided anything, so what the key was bound to is the run's first
+/// record's (the payments API's "one body per key" rests on it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Stored {
     /// The record.
@@ -23,6 +29,33 @@ pub struct Stored {
     /// What its claim replaced; dropped at completion (a completed record is never claimed by
     /// its own owner again, and the copy would double the item).
     pub replaced: Option<Record>,
+    /// The record the run of takeovers this claim continued began with: `replaced` itself,
+    /// unless `replaced` was in progress and had taken the key over too. `None` with
+    /// `replaced`; dropped at completion.
+    pub first: Option<Record>,
+}
+
+impl Stored {
+    /// What a claim that replaces this record keeps as its run's first record.
+    pub fn first_for_successor(&self) -> &Record {
+        match (&self.first, self.record.status) {
+            (Some(first), Status::InProgress) => first,
+            _ => &self.record,
+        }
+    }
+
+    /// The claim's answer for this record's own attempt: what its claim replaced.
+    pub fn acquired(&self) -> Claim {
+        acquired(self.replaced.clone(), self.first.clone())
+    }
+}
+
+/// The answer of a claim that replaced `replaced`, its run having begun with `first`.
+pub fn acquired(replaced: Option<Record>, first: Option<Record>) -> Claim {
+    match (replaced, first) {
+        (Some(replaced), Some(first)) if first != replaced => Claim::AcquiredInRun { replaced, first },
+        (replaced, _) => Claim::Acquired { replaced },
+    }
 }
 
 /// A claim of `record` at `now_ms` on `slot`.
@@ -38,7 +71,7 @@ pub fn claim(slot: &mut Option<Stored>, record: &Record, now_ms: u64) -> Claim {
     if let Some(stored) = slot.as_ref() {
         if stored.record.owner == record.owner {
             return match stored.record.status {
-                Status::InProgress => Claim::Acquired { replaced: stored.replaced.clone() },
+                Status::InProgress => stored.acquired(),
                 Status::Completed => Claim::Exists(stored.record.clone()),
             };
         }
@@ -46,9 +79,40 @@ pub fn claim(slot: &mut Option<Stored>, record: &Record, now_ms: u64) -> Claim {
             return Claim::Exists(stored.record.clone());
         }
     }
-    let replaced = slot.take().map(|stored| stored.record);
-    *slot = Some(Stored { record: record.clone(), replaced: replaced.clone() });
-    Claim::Acquired { replaced }
+    let stored = Stored {
+        record: record.clone(),
+        first: slot.as_ref().map(|old| old.first_for_successor().clone()),
+        replaced: slot.take().map(|old| old.record),
+    };
+    let answer = stored.acquired();
+    *slot = Some(stored);
+    answer
+}
+
+/// What a claim's answer means to the attempt that sent `mine`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Judged {
+    /// The attempt holds the key; what its claim replaced.
+    Claimed(Replaced),
+    /// Another record blocks the claim: a replay, an attempt in progress, or the key reused
+    /// with another payload, as [`Record::replay`] tells.
+    Blocked(Record),
+}
+
+/// Judges a claim's answer, from the answer alone (no second read). The attempt's own record in
+/// progress, from a store that could not say what the claim's first write replaced (the answer
+/// was lost), is claimed with [`Replaced::Unknown`].
+pub fn judge(claim: Claim, mine: &Record) -> Judged {
+    match claim {
+        Claim::Acquired { replaced: Some(record) } => Judged::Claimed(Replaced::Record(record)),
+        Claim::AcquiredInRun { replaced, first } => Judged::Claimed(Replaced::Run { replaced, first }),
+        Claim::Acquired { replaced: None } => Judged::Claimed(Replaced::Nothing),
+        Claim::AcquiredOverUnreadable => Judged::Claimed(Replaced::Unknown),
+        Claim::Exists(existing) if existing.owner == mine.owner && existing.status == Status::InProgress => {
+            Judged::Claimed(Replaced::Unknown)
+        }
+        Claim::Exists(existing) => Judged::Blocked(existing),
+    }
 }
 
 /// A completion of `slot` by `owner` (see [`Store::complete`](crate::Store::complete)): done
@@ -67,6 +131,7 @@ pub fn complete(slot: &mut Option<Stored>, owner: &str, completion: &Completion<
             record.response = completion.response.map(str::to_owned);
             record.expiration_s = completion.expiration_s;
             stored.replaced = None;
+            stored.first = None;
             Ok(())
         }
         Status::InProgress => {
@@ -134,12 +199,39 @@ mod tests {
     }
 
     #[test]
+    fn a_run_of_takeovers_keeps_the_record_it_began_with() {
+        let mut slot = None;
+        let x = record("x", "hx", 100);
+        claim(&mut slot, &x, 10);
+        let y = record("y", "hy", 300);
+        assert_eq!(claim(&mut slot, &y, 150), Claim::Acquired { replaced: Some(x.clone()) });
+        let z = record("z", "hx", 500);
+        let run = Claim::AcquiredInRun { replaced: y.clone(), first: x.clone() };
+        assert_eq!(claim(&mut slot, &z, 400), run, "y died in progress after taking x over");
+        assert_eq!(claim(&mut slot, &z, 401), run, "the retry's answer is the same");
+        complete(&mut slot, "z", &completion(450)).unwrap();
+        let w = record("w", "hw", 2_000);
+        slot.as_mut().unwrap().record.expiration_s = 0;
+        let done = slot.as_ref().unwrap().record.clone();
+        let expired = done.clone();
+        assert_eq!(
+            claim(&mut slot, &w, 1_500),
+            Claim::Acquired { replaced: Some(expired) },
+            "a completion ends the run"
+        );
+        let v = record("v", "hv", 4_000);
+        let run = Claim::AcquiredInRun { replaced: w, first: done };
+        assert_eq!(claim(&mut slot, &v, 3_000), run, "a run may begin with a completed record");
+    }
+
+    #[test]
     fn a_claim_of_a_completed_own_record_is_answered_with_it() {
         let mut slot = None;
         let x = record("x", "hx", 100);
         claim(&mut slot, &x, 10);
         complete(&mut slot, "x", &completion(50)).unwrap();
         assert!(slot.as_ref().unwrap().replaced.is_none(), "completion drops the copy");
+        assert!(slot.as_ref().unwrap().first.is_none());
         assert!(matches!(claim(&mut slot, &x, 60), Claim::Exists(r) if r.status == Status::Completed));
     }
 

@@ -15,6 +15,18 @@ pub enum Claim {
         /// The overwritten record, if any.
         replaced: Option<Record>,
     },
+    /// The record was written over `replaced`, an attempt that died in progress after taking
+    /// the key over itself (a run of takeovers, each attempt dying before it finished). `first`
+    /// is the record that run began with: the one the first of those attempts replaced,
+    /// completed before the run or in progress. What the key was bound to before the run is
+    /// `first`'s; an effect that must not repeat checks `replaced` (whose attempt may have done
+    /// its effect) as well. A claim that ends no such run answers [`Claim::Acquired`].
+    AcquiredInRun {
+        /// The overwritten record.
+        replaced: Record,
+        /// The record the run of takeovers began with.
+        first: Record,
+    },
     /// The record was written, but the item it overwrote could not be read back (a malformed
     /// item). The caller owns the key all the same: reporting an error here would leave an
     /// attempt that holds the record believing it failed, its key blocked until the lease

@@ -242,8 +242,8 @@ const RELAY_TIMED_OUT: &str = "relay invocation timed out (dropped)";
 /// - a completion or release of a marker (`UpdateItem`, `DeleteItem`) lost, throttled or
 ///   failed past the retries: the marker stays held and is taken over after its lease.
 ///
-/// A lost answer to a marker's claim (also an `UpdateItem`) explains none on its own: the
-/// SDK's retry meets the claim's own record, which names what the first write replaced.
+/// A lost answer to a marker's claim (`PutItem`) explains none on its own: the SDK's retry
+/// meets the claim's own record, which names what the first write replaced.
 ///
 /// An upper bound: the same faults hit the outbox rows' updates and the rejection records too,
 /// and most are absorbed by a retry. Delays, throttled or refused sends (definite: the marker

@@ -479,19 +479,19 @@ pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
 }
 
 /// `202 {"event_id": KEY}`: the event is on the queue.
-fn accepted(event: &PaymentEvent) -> Answer {
+pub fn accepted(event: &PaymentEvent) -> Answer {
     Answer { status: StatusCode::ACCEPTED.as_u16(), body: json!({ "event_id": event.event_id }), held_for: None }
 }
 
 /// `422`: the key is bound to another body.
-fn key_reused(event: &PaymentEvent) -> Answer {
+pub fn key_reused(event: &PaymentEvent) -> Answer {
     let message = format!("Idempotency-Key {} was used with another body", event.event_id);
     error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", message)
 }
 
 /// `503 key_held`, stored for good: the key's claim replaced a record that could not be read,
 /// which may be another body's send ([`rules::OnClaim::Hold`]).
-fn key_held(event: &PaymentEvent) -> Answer {
+pub fn key_held(event: &PaymentEvent) -> Answer {
     let message = format!(
         "Idempotency-Key {} is held: its earlier request could not be read back; contact support",
         event.event_id

@@ -29,18 +29,31 @@ pub enum OnClaim {
     Hold,
 }
 
-/// The rule for a claimed key.
-pub fn on_claim(replaced: Replaced<'_>, hash: &PayloadHash) -> OnClaim {
-    let old = match replaced {
-        Replaced::Nothing => return OnClaim::Send,
-        Replaced::Unknown => return OnClaim::Hold,
-        Replaced::Record(old) => old,
+/// The rule for a claimed key. The key is bound to the body of the record that held it before
+/// the attempts that died taking it over ([`Replaced::first`]): such an attempt may have died
+/// before deciding anything, so its own body proves nothing.
+pub fn on_claim(replaced: &Replaced, hash: &PayloadHash) -> OnClaim {
+    let first = match replaced.first() {
+        Some(first) => first,
+        None if *replaced == Replaced::Nothing => return OnClaim::Send,
+        None => return OnClaim::Hold,
     };
-    let refused_before = || stored_answer(old).is_some_and(|answer| answer.status == StatusCode::UNPROCESSABLE_ENTITY);
-    if hash.matches(&old.payload_hash) && !refused_before() {
-        return OnClaim::Send;
+    let answer = stored_answer(first);
+    match &answer {
+        Some(answer) if is_key_held(answer) => return OnClaim::Hold,
+        Some(answer) if answer.status == StatusCode::UNPROCESSABLE_ENTITY => {
+            // A refusal, stored for some body: the key is the body it was held for, if any.
+            return match &answer.held_for {
+                Some(held_for) if hash.matches(held_for) => OnClaim::Send,
+                held_for => OnClaim::Refuse { held_for: held_for.clone() },
+            };
+        }
+        _ if hash.matches(&first.payload_hash) => return OnClaim::Send,
+        _ => {}
     }
-    OnClaim::Refuse { held_for: (old.status == Status::InProgress).then(|| old.payload_hash.clone()) }
+    // Another body's: it may be on the queue if it was accepted, or its send's outcome unknown.
+    let maybe_queued = first.status == Status::InProgress || answer.is_some_and(|a| a.status == StatusCode::ACCEPTED);
+    OnClaim::Refuse { held_for: maybe_queued.then(|| first.payload_hash.clone()) }
 }
 
 /// What to do when the send failed.
@@ -56,7 +69,7 @@ pub enum OnFailedSend {
 /// The rule for a failed send: only a definite refusal (`refused`) on a key that was free
 /// releases it. A claim that replaced a record, or does not know what it replaced, keeps the
 /// key: the replaced attempt's send may have landed.
-pub fn on_failed_send(refused: bool, replaced: Replaced<'_>) -> OnFailedSend {
+pub fn on_failed_send(refused: bool, replaced: &Replaced) -> OnFailedSend {
     match (refused, replaced) {
         (true, Replaced::Nothing) => OnFailedSend::Release,
         _ => OnFailedSend::Hold,

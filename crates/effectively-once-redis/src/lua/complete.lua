@@ -15,8 +15,11 @@ if status ~= 'IN_PROGRESS' or not is_uint(lease) then return 4 end
 if lt(lease, ARGV[2]) then return 3 end
 redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'expiration', ARGV[4])
 -- Only a resent claim reads the copy of the replaced record; a completed record drops it.
-redis.call('HDEL', KEYS[1], 'replaced', 'replaced_status', 'replaced_lease_expires_at', 'replaced_expiration',
-  'replaced_payload_hash', 'replaced_owner', 'replaced_response')
+for _, prefix in ipairs({'replaced_', 'first_'}) do
+  redis.call('HDEL', KEYS[1], prefix .. 'status', prefix .. 'lease_expires_at', prefix .. 'expiration',
+    prefix .. 'payload_hash', prefix .. 'owner', prefix .. 'response')
+end
+redis.call('HDEL', KEYS[1], 'replaced')
 if ARGV[5] == '1' then
   redis.call('HSET', KEYS[1], 'response', ARGV[6])
 else

@@ -1,6 +1,7 @@
-//! One body per key when a claim's answer is lost: the claim's write lands, its answer does
-//! not, and the retry (the SDK's, or the Redis store's resend) meets the claim's own record. A
-//! takeover of another body's key must stay a takeover, whatever answer was lost.
+//! One body per key, whatever answer is lost and whoever dies: a claim's write lands and its
+//! answer does not (the retry, the SDK's or the Redis store's resend, meets the claim's own
+//! record), or an attempt takes the key over and dies before it decides. A takeover of another
+//! body's key must stay a takeover.
 //!
 //! The handler is called as Lambda calls it (a Function URL event parsed by `lambda_http`), over
 //! an in-memory store wrapped to lose answers and a queue that records what it is sent.
@@ -163,6 +164,24 @@ async fn a_refused_resend_over_a_lost_claim_answer_keeps_the_key() {
     }
     assert_eq!(s.pay("pay_c3", 100).await.0, 202, "X's retry sends again");
     assert!(s.queue.amounts().iter().all(|&cents| cents == 100), "only X on the queue: {:?}", s.queue.amounts());
+}
+
+/// Y's send lands with its answer lost; after the lease X takes the key over and dies before its
+/// refusal is stored (its record, X's body, stays in progress); after that lease X comes again.
+/// The key is still Y's: X is refused, never sent, and Y's retry is accepted.
+#[tokio::test]
+async fn an_attempt_that_died_before_deciding_does_not_bind_the_key() {
+    let s = setup();
+    s.queue.lose_next.store(true, Ordering::SeqCst);
+    assert_eq!(s.pay("pay_c5", 999).await.0, 503);
+    s.past_the_lease();
+    s.store.fail_next_completion.store(true, Ordering::SeqCst);
+    assert_eq!(s.pay("pay_c5", 100).await.0, 422, "its refusal is not stored");
+    s.past_the_lease();
+    let (status, answer) = s.pay("pay_c5", 100).await;
+    assert_eq!((status, &answer["error"]), (422, &json!("idempotency_key_reused")), "{answer}");
+    assert_eq!(s.pay("pay_c5", 999).await.0, 202, "Y, the body on the queue, keeps its key");
+    assert!(s.queue.amounts().iter().all(|&cents| cents == 999), "only Y on the queue: {:?}", s.queue.amounts());
 }
 
 /// A store that, like one that cannot keep what a claim replaced, answers a retried claim with
