@@ -148,3 +148,29 @@ async fn a_batch_answers_as_one_by_one_in_batch_order() {
         }
     }
 }
+
+/// A receipt asked of a ledger without an outbox waits for its table (retryable); the same
+/// account's later events wait with it, so SQS redelivers them in order: a debit behind that
+/// credit is not rejected for good. Once the outbox is there, the batch applies as one by one.
+#[tokio::test]
+async fn a_receipt_waiting_for_its_outbox_holds_back_its_accounts_later_events() {
+    let h = LedgerHarness::new().await;
+    let without_outbox = payments::Ledger::new(h.ledger.store().clone(), h.ledger.table(), None);
+    let mut credit = LedgerHarness::event("wait-credit", "acct-wait", 100, "USD");
+    credit.receipt_email = Some("payer@example.com".into());
+    let events = vec![
+        credit,
+        LedgerHarness::event("wait-debit", "acct-wait", -60, "USD"),
+        LedgerHarness::event("wait-other", "acct-wait-other", 5, "USD"),
+    ];
+    let first: Vec<String> = without_outbox.post_batch(&events).await.iter().map(summary).collect();
+    assert_eq!(first[2], "fresh Applied", "another account goes on: {first:?}");
+    assert!(first[..2].iter().all(|a| a == "error retryable=true"), "both wait for the outbox: {first:?}");
+    assert_eq!(h.ledger.balance("acct-wait").await.unwrap(), None, "nothing posted or recorded: {first:?}");
+    // The redelivery, to a ledger with its outbox: the credit, then the debit it covers.
+    let again: Vec<String> = h.ledger.post_batch(&events).await.iter().map(summary).collect();
+    assert_eq!(again, ["fresh Applied", "fresh Applied", "replayed Applied"]);
+    let balance = h.ledger.balance("acct-wait").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (40, 2));
+    assert!(h.outbox_row("wait-credit").await.is_some(), "the receipt's row");
+}
