@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::Outcome;
 use end_to_end::LedgerHarness;
 use payments::{PaymentEvent, Posting};
@@ -149,6 +150,18 @@ async fn a_batch_answers_as_one_by_one_in_batch_order() {
     }
 }
 
+/// Each answer as the payments consumer reports it to SQS: `ack` (applied, rejected or a
+/// duplicate), or the consumer's `Retry` for a failure (retryable ones come back, in order).
+fn as_reported(results: Vec<Result<Outcome<Posting>, payments::Error>>) -> Vec<String> {
+    results
+        .into_iter()
+        .map(|result| match result {
+            Ok(_) => "ack".to_owned(),
+            Err(error) => format!("{:?}", effectively_once_lambda::RecordError::from(error).retry),
+        })
+        .collect()
+}
+
 /// A receipt asked of a ledger without an outbox waits for its table (retryable); the same
 /// account's later events wait with it, so SQS redelivers them in order: a debit behind that
 /// credit is not rejected for good. Once the outbox is there, the batch applies as one by one.
@@ -173,4 +186,41 @@ async fn a_receipt_waiting_for_its_outbox_holds_back_its_accounts_later_events()
     let balance = h.ledger.balance("acct-wait").await.unwrap().unwrap();
     assert_eq!((balance.balance_cents, balance.entry_count), (40, 2));
     assert!(h.outbox_row("wait-credit").await.is_some(), "the receipt's row");
+}
+
+/// An event whose answer the consumer retries (its record unreadable: the store's fault, not
+/// the message's) holds back its account's later events in `commit_batch`, so SQS redelivers
+/// them after it: the debit it funds is not rejected for good first.
+#[tokio::test]
+async fn an_event_the_consumer_retries_holds_back_its_accounts_later_events() {
+    let h = LedgerHarness::new().await;
+    // A record of the credit's event id the store cannot read back.
+    h.ledger
+        .client()
+        .put_item()
+        .table_name(h.ledger.store().table())
+        .item(effectively_once_dynamodb::attr::ID, AttributeValue::S("payments#unread-credit".into()))
+        .send()
+        .await
+        .unwrap();
+    let events = vec![
+        LedgerHarness::event("unread-credit", "acct-unread", 100, "USD"),
+        LedgerHarness::event("unread-debit", "acct-unread", -60, "USD"),
+    ];
+    let reported = as_reported(h.ledger.post_batch(&events).await);
+    assert_eq!(reported, ["Retryable", "Retryable"], "the debit waits for its credit");
+    assert_eq!(h.ledger.balance("acct-unread").await.unwrap(), None, "nothing posted or recorded");
+    // An operator repairs the record; the redelivery posts the credit, then the debit.
+    h.ledger
+        .client()
+        .delete_item()
+        .table_name(h.ledger.store().table())
+        .key(effectively_once_dynamodb::attr::ID, AttributeValue::S("payments#unread-credit".into()))
+        .send()
+        .await
+        .unwrap();
+    let again: Vec<String> = h.ledger.clone_forgetting().post_batch(&events).await.iter().map(summary).collect();
+    assert_eq!(again, ["fresh Applied", "fresh Applied"]);
+    let balance = h.ledger.balance("acct-unread").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (40, 2));
 }

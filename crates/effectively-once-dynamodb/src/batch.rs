@@ -104,7 +104,8 @@ type Slot<R> = Option<Result<Outcome<R>, Error>>;
 /// reuse, or the reuse's own first copy) waits for the next pass with every later member of its
 /// group and key, so what the first copy did is settled before it, and its group keeps its
 /// order, as one by one. Such a member whose first copy committed is key reuse with no request;
-/// one whose first copy is undecided (a retryable failure) waits, as do its group's later members.
+/// one whose first copy is undecided (a failure that is no verdict on the message, so it is
+/// delivered again: [`Error::is_verdict_on_the_message`]) waits, as do its group's later members.
 pub(crate) async fn commit_batch<P, R, B>(
     idempotency: &Idempotency<DynamoDbStore>,
     members: &[Member<'_, P>],
@@ -118,18 +119,23 @@ where
     let config = idempotency.config();
     let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
     let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
+    // Keys and groups whose member failed with no verdict on it (it is delivered again): their
+    // later members wait.
+    let mut undecided: HashSet<String> = HashSet::new();
     for (index, member) in members.iter().enumerate() {
         match member.hash.clone().map_or_else(|| config.payload_hash(member.payload), Ok) {
             Ok(hash) => hashes.push(Some(hash)),
             Err(error) => {
+                if !error.is_verdict_on_the_message() {
+                    undecided.insert(member.key.to_string());
+                    undecided.extend(member.group.clone());
+                }
                 hashes.push(None);
                 results[index] = Some(Err(error));
             }
         }
     }
     let mut pending: Vec<usize> = (0..members.len()).filter(|&index| hashes[index].is_some()).collect();
-    // Keys and groups whose member failed in a way a retry may undo: their later members wait.
-    let mut undecided: HashSet<String> = HashSet::new();
     // Keys committed in an earlier pass: the member that took each.
     let mut taken: HashMap<String, usize> = HashMap::new();
     while !pending.is_empty() {
@@ -178,7 +184,7 @@ where
                 Ok(Outcome::Fresh(_)) => {
                     taken.insert(member.key.to_string(), index);
                 }
-                Err(error) if error.is_retryable() => {
+                Err(error) if !error.is_verdict_on_the_message() => {
                     undecided.insert(member.key.to_string());
                     undecided.extend(member.group.clone());
                 }
@@ -255,8 +261,8 @@ where
         }
     }
     let mut alone: Vec<usize> = Vec::new();
-    // A group's members take effect in batch order: the first member of a group that failed in
-    // a way a retry may undo holds back the group's later members (never started), and a member
+    // A group's members take effect in batch order: the first member of a group that failed
+    // with no verdict on it (delivered again) holds back the group's later members (never started), and a member
     // that goes alone takes its group's later members with it.
     let mut held: HashMap<String, usize> = HashMap::new();
     let mut cancellations = 0;
@@ -276,7 +282,7 @@ where
         }
         for (index, result) in results.iter().enumerate() {
             if let (Some(Err(error)), Some(group)) = (result, &members[index].group) {
-                if error.is_retryable() {
+                if !error.is_verdict_on_the_message() {
                     let first = held.entry(group.clone()).or_insert(index);
                     *first = (*first).min(index);
                 }
@@ -340,7 +346,7 @@ where
         let hash = hashes[index].as_ref().expect("live members have hashes");
         let result = one(idempotency, index, &member.key, hash, writes).await;
         if let (Err(error), Some(group)) = (&result, &member.group) {
-            if error.is_retryable() {
+            if !error.is_verdict_on_the_message() {
                 held.entry(group.clone()).or_insert(index);
             }
         }
@@ -362,7 +368,8 @@ where
         .collect()
 }
 
-/// A member not started because an earlier member of its group failed in a way a retry may undo.
+/// A member not started because an earlier member of its group failed with no verdict on it
+/// (it is delivered again): retryable, so it is delivered again too, after that one.
 fn held_back(key: &Key) -> Error {
     StoreError::new(
         StoreErrorKind::Unavailable,
@@ -383,8 +390,11 @@ fn copy_error(key: &Key, hash: &PayloadHash, error: &Error) -> Error {
                 Ok(_) => unreachable!("an in-progress record never replays"),
             }
         }
+        // A stored response too large to replay is the copy's answer too.
+        ErrorKind::ResponseTooLarge => StoreError::new(StoreErrorKind::TooLarge, format!("{key}: {error}")).into(),
         _ => {
-            let kind = if error.is_retryable() { StoreErrorKind::Unavailable } else { StoreErrorKind::Other };
+            let kind =
+                if error.is_verdict_on_the_message() { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
             StoreError::new(kind, format!("{key}: the first copy in this batch failed: {error}")).into()
         }
     }
