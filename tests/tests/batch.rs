@@ -66,6 +66,43 @@ async fn ten_events_are_one_transaction() {
     assert_eq!(balance.entry_count, 4, "nothing posted twice");
 }
 
+/// An entry with no record (written before records were kept apart, or its record deleted):
+/// the ledger answers its event id from the entry itself.
+async fn entry_without_record(h: &LedgerHarness, account: &str, event_id: &str, amount_cents: i64) {
+    h.ledger
+        .client()
+        .put_item()
+        .table_name(h.ledger.table())
+        .item("pk", AttributeValue::S(format!("account#{account}")))
+        .item("sk", AttributeValue::S(format!("entry#{event_id}")))
+        .item("amount_cents", AttributeValue::N(amount_cents.to_string()))
+        .item("currency", AttributeValue::S("USD".into()))
+        .item("event_id", AttributeValue::S(event_id.into()))
+        .item("posted_at", AttributeValue::S("2026-01-01T00:00:00Z".into()))
+        .send()
+        .await
+        .expect("an entry without its record");
+}
+
+/// A duplicate answered from an entry without its record is not remembered under its payload's
+/// hash (the entry holds no hash): a later copy with another payload gets the same answer from
+/// this sandbox as from any other.
+#[tokio::test]
+async fn an_entry_without_its_record_is_answered_alike_in_every_sandbox() {
+    let h = LedgerHarness::new().await;
+    entry_without_record(&h, "acct-bare", "bare-1", 100).await;
+    let mut with_receipt = LedgerHarness::event("bare-1", "acct-bare", 100, "USD");
+    with_receipt.receipt_email = Some("payer@example.com".into());
+    let plain = LedgerHarness::event("bare-1", "acct-bare", 100, "USD");
+    for event in [with_receipt, plain] {
+        let here = summary(&h.ledger.post_batch(std::slice::from_ref(&event)).await[0]);
+        let elsewhere = summary(&h.ledger.clone_forgetting().post_batch(std::slice::from_ref(&event)).await[0]);
+        assert_eq!(here, elsewhere, "{event:?}");
+    }
+    assert_eq!(h.ledger.entries("acct-bare").await.unwrap(), vec![("bare-1".to_owned(), 100)], "posted once");
+    assert!(h.outbox_row("bare-1").await.is_none(), "no receipt row for the duplicate");
+}
+
 /// In-batch duplicates cost nothing, and another payload under a seen id is key reuse.
 #[tokio::test]
 async fn in_batch_copies_are_answered_from_the_first() {

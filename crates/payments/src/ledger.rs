@@ -151,11 +151,17 @@ struct Postings<'a> {
     events: &'a [PaymentEvent],
     positions: &'a [usize],
     posted_at: String,
+    unrecorded: Unrecorded,
 }
+
+/// The event ids a batch answered from an entry without its record: such an answer is not
+/// remembered, as no record (no payload hash) stands behind it; the entry answers a later copy
+/// by its amount and currency, in this sandbox as in any other.
+type Unrecorded = std::sync::Arc<std::sync::Mutex<HashSet<String>>>;
 
 impl BatchWrites<Posting> for Postings<'_> {
     fn writes(&self, index: usize, tx: &mut Tx<Posting>) -> Result<Posting, effectively_once::Error> {
-        self.ledger.own_writes(tx, &self.events[self.positions[index]], &self.posted_at)
+        self.ledger.own_writes(tx, &self.events[self.positions[index]], &self.posted_at, Some(&self.unrecorded))
     }
 
     fn shared(&self, members: &[usize], tx: &mut Tx<Posting>) -> Result<(), effectively_once::Error> {
@@ -245,18 +251,20 @@ impl Ledger {
     /// own item, never expiring: not carried on the entry, which is keyed by the account, as the
     /// record must make the event id unique across accounts).
     fn transaction(&self, tx: &mut Tx<Posting>, event: &PaymentEvent) -> Result<Posting, effectively_once::Error> {
-        let posting = self.own_writes(tx, event, &rfc3339(self.config.now_ms()))?;
+        let posting = self.own_writes(tx, event, &rfc3339(self.config.now_ms()), None)?;
         self.balance_update(tx, &[event])?;
         Ok(posting)
     }
 
     /// An event's own writes: its entry and its outbox row (its record is added beside them,
-    /// never expiring).
+    /// never expiring). An answer from an entry without its record adds the event id to
+    /// `unrecorded`, when given.
     fn own_writes(
         &self,
         tx: &mut Tx<Posting>,
         event: &PaymentEvent,
         posted_at: &str,
+        unrecorded: Option<&Unrecorded>,
     ) -> Result<Posting, effectively_once::Error> {
         tx.never_expires();
         let entry = tx.put(
@@ -275,12 +283,18 @@ impl Ledger {
         // the effect, so it answers: the same amount and currency is a duplicate, anything else
         // reuses the key.
         let (amount, currency) = (event.amount_cents, event.currency.clone());
+        let (unrecorded, event_id) = (unrecorded.cloned(), event.event_id.clone());
         tx.otherwise(entry, move |item| match item.map(carried_from_item) {
             Some(Ok(record)) => Otherwise::Recorded(record),
-            _ => Otherwise::AlreadyApplied {
-                response: Posting::Applied,
-                same_payload: item.is_some_and(|item| entry_matches(amount, &currency, item)),
-            },
+            _ => {
+                if let Some(unrecorded) = unrecorded {
+                    unrecorded.lock().unwrap_or_else(|p| p.into_inner()).insert(event_id);
+                }
+                Otherwise::AlreadyApplied {
+                    response: Posting::Applied,
+                    same_payload: item.is_some_and(|item| entry_matches(amount, &currency, item)),
+                }
+            }
         });
         if let (Some(outbox), Some(email)) = (&self.outbox, &event.receipt_email) {
             // Never overwritten (a put is conditional on its absence): a row's SENT state and
@@ -361,15 +375,23 @@ impl Ledger {
     /// is posted one event at a time, so exactly the right debits are rejected and recorded.
     /// An event id this ledger saw answered (its last [`SEEN_CAPACITY`] ids, in this sandbox) is
     /// answered from memory, with no request: a ledger's records never expire or change, so the
-    /// copy says what the record would (a replay, or key reuse for another payload). An event
+    /// copy says what the record would (a replay, or key reuse for another payload); a duplicate
+    /// answered from an entry without its record is not remembered, as no record stands behind
+    /// it. An event
     /// that fails in a way a retry may undo holds back its account's later events (answered
     /// retryable too), so SQS redelivers them after it, in order.
     pub async fn post_batch(&self, events: &[PaymentEvent]) -> Vec<Result<Outcome<Posting>, Error>> {
         let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
         let (members, positions) = self.admit(events, &mut results);
-        let batch = Postings { ledger: self, events, positions: &positions, posted_at: rfc3339(self.config.now_ms()) };
+        let batch = Postings {
+            ledger: self,
+            events,
+            positions: &positions,
+            posted_at: rfc3339(self.config.now_ms()),
+            unrecorded: Unrecorded::default(),
+        };
         let posted = self.idempotency.commit_batch(&members, &batch).await;
-        self.remember(&members, &posted);
+        self.remember(&members, &posted, &batch.unrecorded);
         for (result, position) in posted.into_iter().zip(&positions) {
             results[*position] = Some(result.map_err(Error::from));
         }
@@ -421,14 +443,20 @@ impl Ledger {
         (members, positions)
     }
 
-    /// Remembers the answers `commit_batch` gave `members`, as copies of their records.
+    /// Remembers the answers `commit_batch` gave `members`, as copies of their records; not an
+    /// answer from an entry without its record (`unrecorded`), which has none.
     fn remember(
         &self,
         members: &[Member<'_, PaymentEvent>],
         posted: &[Result<Outcome<Posting>, effectively_once::Error>],
+        unrecorded: &Unrecorded,
     ) {
+        let unrecorded = unrecorded.lock().unwrap_or_else(|p| p.into_inner());
         let mut seen = self.seen.lock();
         for (result, member) in posted.iter().zip(members) {
+            if unrecorded.contains(&member.payload.event_id) {
+                continue;
+            }
             // Fresh: this payload's record was written; replayed: the record matched it.
             if let (Ok(outcome), Some(hash)) = (result, &member.hash) {
                 let response = serde_json::to_string(outcome.response()).expect("postings serialise");
