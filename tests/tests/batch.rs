@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::Outcome;
 use end_to_end::LedgerHarness;
 use payments::{PaymentEvent, Posting};
@@ -63,6 +64,43 @@ async fn ten_events_are_one_transaction() {
     assert_eq!(h.requests.total(), 0);
     let balance = h.ledger.balance("acct-0").await.unwrap().unwrap();
     assert_eq!(balance.entry_count, 4, "nothing posted twice");
+}
+
+/// An entry with no record (written before records were kept apart, or its record deleted):
+/// the ledger answers its event id from the entry itself.
+async fn entry_without_record(h: &LedgerHarness, account: &str, event_id: &str, amount_cents: i64) {
+    h.ledger
+        .client()
+        .put_item()
+        .table_name(h.ledger.table())
+        .item("pk", AttributeValue::S(format!("account#{account}")))
+        .item("sk", AttributeValue::S(format!("entry#{event_id}")))
+        .item("amount_cents", AttributeValue::N(amount_cents.to_string()))
+        .item("currency", AttributeValue::S("USD".into()))
+        .item("event_id", AttributeValue::S(event_id.into()))
+        .item("posted_at", AttributeValue::S("2026-01-01T00:00:00Z".into()))
+        .send()
+        .await
+        .expect("an entry without its record");
+}
+
+/// A duplicate answered from an entry without its record is not remembered under its payload's
+/// hash (the entry holds no hash): a later copy with another payload gets the same answer from
+/// this sandbox as from any other.
+#[tokio::test]
+async fn an_entry_without_its_record_is_answered_alike_in_every_sandbox() {
+    let h = LedgerHarness::new().await;
+    entry_without_record(&h, "acct-bare", "bare-1", 100).await;
+    let mut with_receipt = LedgerHarness::event("bare-1", "acct-bare", 100, "USD");
+    with_receipt.receipt_email = Some("payer@example.com".into());
+    let plain = LedgerHarness::event("bare-1", "acct-bare", 100, "USD");
+    for event in [with_receipt, plain] {
+        let here = summary(&h.ledger.post_batch(std::slice::from_ref(&event)).await[0]);
+        let elsewhere = summary(&h.ledger.clone_forgetting().post_batch(std::slice::from_ref(&event)).await[0]);
+        assert_eq!(here, elsewhere, "{event:?}");
+    }
+    assert_eq!(h.ledger.entries("acct-bare").await.unwrap(), vec![("bare-1".to_owned(), 100)], "posted once");
+    assert!(h.outbox_row("bare-1").await.is_none(), "no receipt row for the duplicate");
 }
 
 /// In-batch duplicates cost nothing, and another payload under a seen id is key reuse.
@@ -147,4 +185,119 @@ async fn a_batch_answers_as_one_by_one_in_batch_order() {
             );
         }
     }
+}
+
+/// Each answer as the payments consumer reports it to SQS: `ack` (applied, rejected or a
+/// duplicate), or the consumer's `Retry` for a failure (retryable ones come back, in order).
+fn as_reported(results: Vec<Result<Outcome<Posting>, payments::Error>>) -> Vec<String> {
+    results
+        .into_iter()
+        .map(|result| match result {
+            Ok(_) => "ack".to_owned(),
+            Err(error) => format!("{:?}", effectively_once_lambda::RecordError::from(error).retry),
+        })
+        .collect()
+}
+
+/// A receipt asked of a ledger without an outbox waits for its table (retryable); the same
+/// account's later events wait with it, so SQS redelivers them in order: a debit behind that
+/// credit is not rejected for good. Once the outbox is there, the batch applies as one by one.
+#[tokio::test]
+async fn a_receipt_waiting_for_its_outbox_holds_back_its_accounts_later_events() {
+    let h = LedgerHarness::new().await;
+    let without_outbox = payments::Ledger::new(h.ledger.store().clone(), h.ledger.table(), None);
+    let mut credit = LedgerHarness::event("wait-credit", "acct-wait", 100, "USD");
+    credit.receipt_email = Some("payer@example.com".into());
+    let events = vec![
+        credit,
+        LedgerHarness::event("wait-debit", "acct-wait", -60, "USD"),
+        LedgerHarness::event("wait-other", "acct-wait-other", 5, "USD"),
+    ];
+    let first: Vec<String> = without_outbox.post_batch(&events).await.iter().map(summary).collect();
+    assert_eq!(first[2], "fresh Applied", "another account goes on: {first:?}");
+    assert!(first[..2].iter().all(|a| a == "error retryable=true"), "both wait for the outbox: {first:?}");
+    assert_eq!(h.ledger.balance("acct-wait").await.unwrap(), None, "nothing posted or recorded: {first:?}");
+    // The redelivery, to a ledger with its outbox: the credit, then the debit it covers.
+    let again: Vec<String> = h.ledger.post_batch(&events).await.iter().map(summary).collect();
+    assert_eq!(again, ["fresh Applied", "fresh Applied", "replayed Applied"]);
+    let balance = h.ledger.balance("acct-wait").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (40, 2));
+    assert!(h.outbox_row("wait-credit").await.is_some(), "the receipt's row");
+}
+
+/// An event whose answer the consumer retries (its record unreadable: the store's fault, not
+/// the message's) holds back its account's later events in `commit_batch`, so SQS redelivers
+/// them after it: the debit it funds is not rejected for good first.
+#[tokio::test]
+async fn an_event_the_consumer_retries_holds_back_its_accounts_later_events() {
+    let h = LedgerHarness::new().await;
+    unreadable_record(&h, "unread-credit").await;
+    let events = vec![
+        LedgerHarness::event("unread-credit", "acct-unread", 100, "USD"),
+        LedgerHarness::event("unread-debit", "acct-unread", -60, "USD"),
+    ];
+    let reported = as_reported(h.ledger.post_batch(&events).await);
+    assert_eq!(reported, ["Retryable", "Retryable"], "the debit waits for its credit");
+    assert_eq!(h.ledger.balance("acct-unread").await.unwrap(), None, "nothing posted or recorded");
+    // An operator repairs the record; the redelivery posts the credit, then the debit.
+    h.ledger
+        .client()
+        .delete_item()
+        .table_name(h.ledger.store().table())
+        .key(effectively_once_dynamodb::attr::ID, AttributeValue::S("payments#unread-credit".into()))
+        .send()
+        .await
+        .unwrap();
+    let again: Vec<String> = h.ledger.clone_forgetting().post_batch(&events).await.iter().map(summary).collect();
+    assert_eq!(again, ["fresh Applied", "fresh Applied"]);
+    let balance = h.ledger.balance("acct-unread").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (40, 2));
+}
+
+/// A record of `event_id` the store cannot read back: a post of it fails, and is retried.
+async fn unreadable_record(h: &LedgerHarness, event_id: &str) {
+    h.ledger
+        .client()
+        .put_item()
+        .table_name(h.ledger.store().table())
+        .item(effectively_once_dynamodb::attr::ID, AttributeValue::S(format!("payments#{event_id}")))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// An account may be spelled like an event's record key (`payments#{event_id}`): the event
+/// waiting does not hold that account back. The account's events wait for the next pass (a copy
+/// of an event id with another payload is among them), and are posted as one by one posts them.
+#[tokio::test]
+async fn an_account_named_like_a_waiting_events_key_is_not_held_back() {
+    let h = LedgerHarness::new().await;
+    unreadable_record(&h, "coll-1").await;
+    let events = vec![
+        LedgerHarness::event("coll-1", "acct-coll-x", 100, "USD"),
+        LedgerHarness::event("coll-3", "acct-coll-c", 100, "USD"),
+        // Another payload under coll-3: key reuse, after coll-3 is settled, in the next pass.
+        LedgerHarness::event("coll-3", "payments#coll-1", 100, "USD"),
+        LedgerHarness::event("coll-4", "payments#coll-1", 50, "USD"),
+    ];
+    let answers: Vec<String> = h.ledger.post_batch(&events).await.iter().map(summary).collect();
+    assert_eq!(answers, ["error Store", "fresh Applied", "error KeyReused", "fresh Applied"]);
+    let balance = h.ledger.balance("payments#coll-1").await.unwrap().map(|b| (b.balance_cents, b.entry_count));
+    assert_eq!(balance, Some((50, 1)));
+}
+
+/// A copy of an event id with another payload that waits for its first copy (undecided) holds
+/// back its own account's later events too: they are redelivered after it, in order.
+#[tokio::test]
+async fn a_copy_waiting_for_its_first_copy_holds_back_its_accounts_later_events() {
+    let h = LedgerHarness::new().await;
+    unreadable_record(&h, "wait-copy").await;
+    let events = vec![
+        LedgerHarness::event("wait-copy", "acct-copy-a", 100, "USD"),
+        LedgerHarness::event("wait-copy", "acct-copy-b", 100, "USD"),
+        LedgerHarness::event("wait-copy-later", "acct-copy-b", 5, "USD"),
+    ];
+    let reported = as_reported(h.ledger.post_batch(&events).await);
+    assert_eq!(reported, ["Retryable", "Retryable", "Retryable"]);
+    assert_eq!(h.ledger.entries("acct-copy-b").await.unwrap(), vec![], "nothing posted to acct-copy-b");
 }

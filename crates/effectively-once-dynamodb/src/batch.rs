@@ -104,7 +104,8 @@ type Slot<R> = Option<Result<Outcome<R>, Error>>;
 /// reuse, or the reuse's own first copy) waits for the next pass with every later member of its
 /// group and key, so what the first copy did is settled before it, and its group keeps its
 /// order, as one by one. Such a member whose first copy committed is key reuse with no request;
-/// one whose first copy is undecided (a retryable failure) waits, as do its group's later members.
+/// one whose first copy is undecided (a failure that is no verdict on the message, so it is
+/// delivered again: [`Error::is_verdict_on_the_message`]) waits, as do its group's later members.
 pub(crate) async fn commit_batch<P, R, B>(
     idempotency: &Idempotency<DynamoDbStore>,
     members: &[Member<'_, P>],
@@ -115,60 +116,38 @@ where
     R: Serialize + DeserializeOwned + Clone + Send,
     B: BatchWrites<R>,
 {
-    let config = idempotency.config();
     let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
+    // Keys and groups whose member failed with no verdict on it (it is delivered again): their
+    // later members wait.
+    let mut undecided: HashSet<Name<'_>> = HashSet::new();
     let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
     for (index, member) in members.iter().enumerate() {
-        match member.hash.clone().map_or_else(|| config.payload_hash(member.payload), Ok) {
+        match member.hash.clone().map_or_else(|| idempotency.config().payload_hash(member.payload), Ok) {
             Ok(hash) => hashes.push(Some(hash)),
             Err(error) => {
+                if !error.is_verdict_on_the_message() {
+                    undecided.extend(names(member));
+                }
                 hashes.push(None);
                 results[index] = Some(Err(error));
             }
         }
     }
     let mut pending: Vec<usize> = (0..members.len()).filter(|&index| hashes[index].is_some()).collect();
-    // Keys and groups whose member failed in a way a retry may undo: their later members wait.
-    let mut undecided: HashSet<String> = HashSet::new();
     // Keys committed in an earlier pass: the member that took each.
-    let mut taken: HashMap<String, usize> = HashMap::new();
+    let mut taken: HashMap<&str, usize> = HashMap::new();
     while !pending.is_empty() {
-        let (mut now, mut later) = (Vec::new(), Vec::new());
-        let mut first: HashMap<&str, &str> = HashMap::new();
-        let mut deferred: HashSet<&str> = HashSet::new();
-        for index in pending {
-            let member = &members[index];
-            let hash = hashes[index].as_ref().expect("pending members have hashes");
-            let key = member.key.as_str();
-            let group = member.group.as_deref();
-            let waits = [Some(key), group].into_iter().flatten().any(|name| undecided.contains(name));
-            if waits {
-                results[index] = Some(Err(held_back(&member.key)));
-            } else if let Some(&earlier) = taken.get(key) {
-                // Answered from the member that took the key, with no request.
-                let same = hashes[earlier].as_ref().is_some_and(|h| h.as_str() == hash.as_str());
-                results[index] = Some(match &results[earlier] {
-                    Some(Ok(outcome)) if same => Ok(Outcome::Replayed(outcome.response().clone())),
-                    _ => Err(key_reused(&member.key, hash)),
-                });
-            } else if first.get(key).is_some_and(|h| *h != hash.as_str())
-                || [Some(key), group].into_iter().flatten().any(|name| deferred.contains(name))
-            {
-                deferred.insert(key);
-                deferred.extend(group);
-                later.push(index);
-            } else {
-                first.entry(key).or_insert(hash.as_str());
-                now.push(index);
-            }
-        }
+        let (now, later) = schedule(members, &hashes, pending, &mut undecided, &taken, &mut results);
         let subset: Vec<Member<'_, P>> = now
             .iter()
-            .map(|&index| Member {
-                key: members[index].key.clone(),
-                payload: members[index].payload,
-                group: members[index].group.clone(),
-                hash: hashes[index].clone(),
+            .map(|&index| {
+                let member = &members[index];
+                Member {
+                    key: member.key.clone(),
+                    payload: member.payload,
+                    group: member.group.clone(),
+                    hash: hashes[index].clone(),
+                }
             })
             .collect();
         let answers = pass(idempotency, &subset, &Subset { writes, map: &now }).await;
@@ -176,12 +155,9 @@ where
             let member = &members[index];
             match &answer {
                 Ok(Outcome::Fresh(_)) => {
-                    taken.insert(member.key.to_string(), index);
+                    taken.insert(member.key.as_str(), index);
                 }
-                Err(error) if error.is_retryable() => {
-                    undecided.insert(member.key.to_string());
-                    undecided.extend(member.group.clone());
-                }
+                Err(error) if !error.is_verdict_on_the_message() => undecided.extend(names(member)),
                 _ => {}
             }
             results[index] = Some(answer);
@@ -192,6 +168,61 @@ where
         .into_iter()
         .map(|slot| slot.unwrap_or_else(|| Err(StoreError::new(StoreErrorKind::Unavailable, "not run").into())))
         .collect()
+}
+
+/// What holds a member back, or defers it to the next pass: its key, or its group. Apart, as a
+/// group may be spelled like a key (an account `payments#E1` is not event `E1`'s record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Name<'m> {
+    Key(&'m str),
+    Group(&'m str),
+}
+
+/// A member's names: its key, and its group if it has one.
+fn names<'m, P: ?Sized>(member: &'m Member<'_, P>) -> impl Iterator<Item = Name<'m>> {
+    std::iter::once(Name::Key(member.key.as_str())).chain(member.group.as_deref().map(Name::Group))
+}
+
+/// A pass's members, out of `pending`: those sent now, and those that wait for the next pass
+/// (a copy of a key with another payload than its first in this pass, and every later member
+/// of its key or group). The rest are answered in `results`: held back behind an undecided key
+/// or group (and then undecided themselves, so their own group's later members wait too), or
+/// answered from the member that took their key in an earlier pass, with no request.
+fn schedule<'m, P: ?Sized, R: Clone>(
+    members: &'m [Member<'_, P>],
+    hashes: &[Option<PayloadHash>],
+    pending: Vec<usize>,
+    undecided: &mut HashSet<Name<'m>>,
+    taken: &HashMap<&str, usize>,
+    results: &mut [Slot<R>],
+) -> (Vec<usize>, Vec<usize>) {
+    let (mut now, mut later) = (Vec::new(), Vec::new());
+    let mut first: HashMap<&str, &str> = HashMap::new();
+    let mut deferred: HashSet<Name<'m>> = HashSet::new();
+    for index in pending {
+        let member = &members[index];
+        let hash = hashes[index].as_ref().expect("pending members have hashes");
+        let key = member.key.as_str();
+        if names(member).any(|name| undecided.contains(&name)) {
+            undecided.extend(names(member));
+            results[index] = Some(Err(held_back(&member.key)));
+        } else if let Some(&earlier) = taken.get(key) {
+            let same = hashes[earlier].as_ref().is_some_and(|h| h.as_str() == hash.as_str());
+            results[index] = Some(match &results[earlier] {
+                Some(Ok(outcome)) if same => Ok(Outcome::Replayed(outcome.response().clone())),
+                _ => Err(key_reused(&member.key, hash)),
+            });
+        } else if first.get(key).is_some_and(|h| *h != hash.as_str())
+            || names(member).any(|name| deferred.contains(&name))
+        {
+            deferred.extend(names(member));
+            later.push(index);
+        } else {
+            first.entry(key).or_insert(hash.as_str());
+            now.push(index);
+        }
+    }
+    (now, later)
 }
 
 /// A batch's writes for a subset of its members: member `i` of the subset is `map[i]`.
@@ -255,8 +286,8 @@ where
         }
     }
     let mut alone: Vec<usize> = Vec::new();
-    // A group's members take effect in batch order: the first member of a group that failed in
-    // a way a retry may undo holds back the group's later members (never started), and a member
+    // A group's members take effect in batch order: the first member of a group that failed
+    // with no verdict on it (delivered again) holds back the group's later members (never started), and a member
     // that goes alone takes its group's later members with it.
     let mut held: HashMap<String, usize> = HashMap::new();
     let mut cancellations = 0;
@@ -276,7 +307,7 @@ where
         }
         for (index, result) in results.iter().enumerate() {
             if let (Some(Err(error)), Some(group)) = (result, &members[index].group) {
-                if error.is_retryable() {
+                if !error.is_verdict_on_the_message() {
                     let first = held.entry(group.clone()).or_insert(index);
                     *first = (*first).min(index);
                 }
@@ -340,7 +371,7 @@ where
         let hash = hashes[index].as_ref().expect("live members have hashes");
         let result = one(idempotency, index, &member.key, hash, writes).await;
         if let (Err(error), Some(group)) = (&result, &member.group) {
-            if error.is_retryable() {
+            if !error.is_verdict_on_the_message() {
                 held.entry(group.clone()).or_insert(index);
             }
         }
@@ -362,7 +393,8 @@ where
         .collect()
 }
 
-/// A member not started because an earlier member of its group failed in a way a retry may undo.
+/// A member not started because an earlier member of its group failed with no verdict on it
+/// (it is delivered again): retryable, so it is delivered again too, after that one.
 fn held_back(key: &Key) -> Error {
     StoreError::new(
         StoreErrorKind::Unavailable,
@@ -383,8 +415,11 @@ fn copy_error(key: &Key, hash: &PayloadHash, error: &Error) -> Error {
                 Ok(_) => unreachable!("an in-progress record never replays"),
             }
         }
+        // A stored response too large to replay is the copy's answer too.
+        ErrorKind::ResponseTooLarge => StoreError::new(StoreErrorKind::TooLarge, format!("{key}: {error}")).into(),
         _ => {
-            let kind = if error.is_retryable() { StoreErrorKind::Unavailable } else { StoreErrorKind::Other };
+            let kind =
+                if error.is_verdict_on_the_message() { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
             StoreError::new(kind, format!("{key}: the first copy in this batch failed: {error}")).into()
         }
     }

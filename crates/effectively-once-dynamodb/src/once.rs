@@ -382,8 +382,9 @@ pub trait CommitOnce {
     ///   per member, in order, so exactly the members that would fail alone fail; a member whose
     ///   own write failed does too; conflicts back off (capped, jittered) and the rest is sent
     ///   again as a batch, at most [`MAX_ROUNDS`](crate::MAX_ROUNDS) rounds.
-    /// - In a group, a member that failed in a way a retry may undo holds back the group's later
-    ///   members in the fallback, so none overtakes it.
+    /// - In a group, a member that failed with no verdict on the message
+    ///   ([`Error::is_verdict_on_the_message`]: it is delivered again) holds back the group's
+    ///   later members, answered retryable, so none overtakes it.
     ///
     /// A first delivery of a batch of ten members with no duplicates is one request.
     fn commit_batch<P, R, B>(

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use effectively_once::{ErrorKind, StoreError};
+use effectively_once::StoreError;
 use effectively_once_redact::redact_emails;
 
 /// Why an effect did not produce an outcome.
@@ -70,10 +70,7 @@ impl Error {
     /// is the store's or the deployment's fault, not the message's.
     pub fn is_verdict_on_the_message(&self) -> bool {
         match self {
-            // A stored response too large to replay stays too large: every duplicate meets it.
-            Error::Idempotency(error) => {
-                matches!(error.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge)
-            }
+            Error::Idempotency(error) => error.is_verdict_on_the_message(),
             Error::Store(error) => !error.is_retryable(),
             Error::Email(error) => !error.is_retryable(),
             Error::Caller(error) => !error.is_retryable(),
@@ -172,7 +169,7 @@ impl std::error::Error for CallerError {
 /// The one mapping of an effect's failure to a record's, for every function that runs effects
 /// under a batch driver:
 ///
-/// - another attempt holds the key ([`ErrorKind::InProgress`]): in progress elsewhere, and a
+/// - another attempt holds the key ([`ErrorKind::InProgress`](effectively_once::ErrorKind::InProgress)): in progress elsewhere, and a
 ///   later delivery replays its outcome;
 /// - a verdict on the message itself ([`Error::is_verdict_on_the_message`], a caller's error
 ///   it called not retryable included): permanent;
@@ -189,7 +186,7 @@ impl From<Error> for effectively_once_lambda::RecordError {
         use effectively_once_lambda::RecordError;
         let reason = effectively_once::ErrorChain(&error).to_string();
         match &error {
-            Error::Idempotency(cause) if cause.kind() == ErrorKind::InProgress => {
+            Error::Idempotency(cause) if cause.kind() == effectively_once::ErrorKind::InProgress => {
                 RecordError::in_progress_elsewhere(reason)
             }
             _ if error.is_verdict_on_the_message() => RecordError::permanent(reason),

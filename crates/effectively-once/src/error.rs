@@ -53,6 +53,17 @@ impl ErrorKind {
                 | ErrorKind::DeadlineExceeded
         )
     }
+
+    /// Whether this is a verdict on the message itself, which no later delivery, moment,
+    /// operator or deploy changes: the key reused with another payload, an invalid key, a stored
+    /// response too large to replay (every duplicate meets it). Everything else is no verdict:
+    /// a consumer mapping failures as `effectively_once_effects` does has the message delivered
+    /// again (a store that refuses a record, or cannot read one back, is the store's or the
+    /// deployment's fault, not the message's), so a batch holds the later members of its group
+    /// back behind it. The one answer both give, decided here.
+    pub fn is_verdict_on_the_message(self) -> bool {
+        matches!(self, ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge)
+    }
 }
 
 /// An idempotency failure.
@@ -81,6 +92,12 @@ impl Error {
     /// Whether a later delivery of the same message may succeed.
     pub fn is_retryable(&self) -> bool {
         self.kind.is_retryable()
+    }
+
+    /// Whether this is a verdict on the message itself ([`ErrorKind::is_verdict_on_the_message`]):
+    /// when not, the message is delivered again, and a batch's later members of its group wait.
+    pub fn is_verdict_on_the_message(&self) -> bool {
+        self.kind.is_verdict_on_the_message()
     }
 }
 

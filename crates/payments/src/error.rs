@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use effectively_once::{ErrorKind, StoreError};
+use effectively_once::StoreError;
 
 use crate::payment::InvalidPayment;
 
@@ -31,14 +31,13 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether a later delivery of the same message may succeed.
+    /// Whether a later delivery of the same message may succeed: whenever this is no verdict on
+    /// the message ([`Error::is_verdict_on_the_message`]), as the payments functions report it
+    /// (retried, or in progress elsewhere) and as a batch holds its account's later events back
+    /// behind it. One meaning: a once-only record the store refuses or cannot read back is
+    /// retryable here as it is to SQS.
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::InvalidPayment(_) => false,
-            Error::Idempotency(error) => error.is_retryable(),
-            Error::Store(error) => error.is_retryable(),
-            Error::Receipt(error) => error.is_retryable(),
-        }
+        !self.is_verdict_on_the_message()
     }
 
     /// Whether this is a verdict on the message itself, which no later delivery, moment,
@@ -49,10 +48,8 @@ impl Error {
     pub fn is_verdict_on_the_message(&self) -> bool {
         match self {
             Error::InvalidPayment(_) => true,
-            // A stored response too large to replay stays too large: every duplicate meets it.
-            Error::Idempotency(error) => {
-                matches!(error.kind(), ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge)
-            }
+            // The idempotency layer's one answer, which `commit_batch` holds a group back on.
+            Error::Idempotency(error) => error.is_verdict_on_the_message(),
             Error::Store(error) => !error.is_retryable(),
             Error::Receipt(error) => error.is_verdict_on_the_message(),
         }
@@ -126,7 +123,7 @@ impl From<effectively_once_effects::Error> for Error {
 /// receipts relay): the family's one mapping (`From<effectively_once_effects::Error>`), with
 /// an invalid payment a verdict on the message:
 ///
-/// - another attempt holds the key ([`ErrorKind::InProgress`]): in progress elsewhere, and a
+/// - another attempt holds the key ([`ErrorKind::InProgress`](effectively_once::ErrorKind::InProgress)): in progress elsewhere, and a
 ///   later delivery replays its outcome;
 /// - a verdict on the message itself ([`Error::is_verdict_on_the_message`]): permanent;
 /// - anything else: retryable. Throttling, an unreachable store or provider, an account the

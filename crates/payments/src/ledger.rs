@@ -1,7 +1,7 @@
 //! Exactly-once ledger posts: entry, balance, idempotency record and outbox row in one
 //! `TransactWriteItems`, so a first delivery is one request and nothing can half-happen.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
@@ -151,11 +151,17 @@ struct Postings<'a> {
     events: &'a [PaymentEvent],
     positions: &'a [usize],
     posted_at: String,
+    unrecorded: Unrecorded,
 }
+
+/// The event ids a batch answered from an entry without its record: such an answer is not
+/// remembered, as no record (no payload hash) stands behind it; the entry answers a later copy
+/// by its amount and currency, in this sandbox as in any other.
+type Unrecorded = std::sync::Arc<std::sync::Mutex<HashSet<String>>>;
 
 impl BatchWrites<Posting> for Postings<'_> {
     fn writes(&self, index: usize, tx: &mut Tx<Posting>) -> Result<Posting, effectively_once::Error> {
-        self.ledger.own_writes(tx, &self.events[self.positions[index]], &self.posted_at)
+        self.ledger.own_writes(tx, &self.events[self.positions[index]], &self.posted_at, Some(&self.unrecorded))
     }
 
     fn shared(&self, members: &[usize], tx: &mut Tx<Posting>) -> Result<(), effectively_once::Error> {
@@ -245,18 +251,20 @@ impl Ledger {
     /// own item, never expiring: not carried on the entry, which is keyed by the account, as the
     /// record must make the event id unique across accounts).
     fn transaction(&self, tx: &mut Tx<Posting>, event: &PaymentEvent) -> Result<Posting, effectively_once::Error> {
-        let posting = self.own_writes(tx, event, &rfc3339(self.config.now_ms()))?;
+        let posting = self.own_writes(tx, event, &rfc3339(self.config.now_ms()), None)?;
         self.balance_update(tx, &[event])?;
         Ok(posting)
     }
 
     /// An event's own writes: its entry and its outbox row (its record is added beside them,
-    /// never expiring).
+    /// never expiring). An answer from an entry without its record adds the event id to
+    /// `unrecorded`, when given.
     fn own_writes(
         &self,
         tx: &mut Tx<Posting>,
         event: &PaymentEvent,
         posted_at: &str,
+        unrecorded: Option<&Unrecorded>,
     ) -> Result<Posting, effectively_once::Error> {
         tx.never_expires();
         let entry = tx.put(
@@ -275,12 +283,18 @@ impl Ledger {
         // the effect, so it answers: the same amount and currency is a duplicate, anything else
         // reuses the key.
         let (amount, currency) = (event.amount_cents, event.currency.clone());
+        let (unrecorded, event_id) = (unrecorded.cloned(), event.event_id.clone());
         tx.otherwise(entry, move |item| match item.map(carried_from_item) {
             Some(Ok(record)) => Otherwise::Recorded(record),
-            _ => Otherwise::AlreadyApplied {
-                response: Posting::Applied,
-                same_payload: item.is_some_and(|item| entry_matches(amount, &currency, item)),
-            },
+            _ => {
+                if let Some(unrecorded) = unrecorded {
+                    unrecorded.lock().unwrap_or_else(|p| p.into_inner()).insert(event_id);
+                }
+                Otherwise::AlreadyApplied {
+                    response: Posting::Applied,
+                    same_payload: item.is_some_and(|item| entry_matches(amount, &currency, item)),
+                }
+            }
         });
         if let (Some(outbox), Some(email)) = (&self.outbox, &event.receipt_email) {
             // Never overwritten (a put is conditional on its absence): a row's SENT state and
@@ -361,41 +375,90 @@ impl Ledger {
     /// is posted one event at a time, so exactly the right debits are rejected and recorded.
     /// An event id this ledger saw answered (its last [`SEEN_CAPACITY`] ids, in this sandbox) is
     /// answered from memory, with no request: a ledger's records never expire or change, so the
-    /// copy says what the record would (a replay, or key reuse for another payload).
+    /// copy says what the record would (a replay, or key reuse for another payload); a duplicate
+    /// answered from an entry without its record is not remembered, as no record stands behind
+    /// it. An event
+    /// that fails in a way a retry may undo holds back its account's later events (answered
+    /// retryable too), so SQS redelivers them after it, in order.
     pub async fn post_batch(&self, events: &[PaymentEvent]) -> Vec<Result<Outcome<Posting>, Error>> {
         let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
+        let (members, positions) = self.admit(events, &mut results);
+        let batch = Postings {
+            ledger: self,
+            events,
+            positions: &positions,
+            posted_at: rfc3339(self.config.now_ms()),
+            unrecorded: Unrecorded::default(),
+        };
+        let posted = self.idempotency.commit_batch(&members, &batch).await;
+        self.remember(&members, &posted, &batch.unrecorded);
+        for (result, position) in posted.into_iter().zip(&positions) {
+            results[*position] = Some(result.map_err(Error::from));
+        }
+        results.into_iter().map(|r| r.expect("every event answered")).collect()
+    }
+
+    /// The events of a batch that go to [`CommitOnce::commit_batch`], as members, with their
+    /// positions; the others are answered in `results`: from the answers this ledger remembers,
+    /// or with the failure of their checks. An event whose check fails in a way a retry may undo
+    /// (a receipt with no outbox table) holds back the later events of its account and of its
+    /// event id, as `commit_batch` does for its own such failures: they are answered retryable
+    /// too, so SQS redelivers them after it, in order, and none overtakes it.
+    fn admit<'e>(
+        &self,
+        events: &'e [PaymentEvent],
+        results: &mut [Option<Result<Outcome<Posting>, Error>>],
+    ) -> (Vec<Member<'e, PaymentEvent>>, Vec<usize>) {
         let mut members = Vec::with_capacity(events.len());
         let mut positions = Vec::with_capacity(events.len());
+        let mut waiting = Waiting::default();
         for (position, event) in events.iter().enumerate() {
+            if waiting.holds(event) {
+                results[position] = Some(Err(held_back(event)));
+                continue;
+            }
             let checked = Key::new(PREFIX, &event.event_id).map_err(Error::from).and_then(|key| {
                 self.check_outbox(event)?;
                 Ok((key, self.config.payload_hash(event)?))
             });
-            match checked {
-                Ok((key, hash)) => {
-                    // An event id this sandbox saw answered: its record says the same, for free
-                    // (a replay, or key reuse for another payload).
-                    if let Some(record) = self.seen.lock().get(key.as_str()) {
-                        results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
-                        continue;
+            let (key, hash) = match checked {
+                Ok(checked) => checked,
+                Err(error) => {
+                    if error.is_retryable() {
+                        waiting.hold(event);
                     }
-                    members.push(Member {
-                        key,
-                        payload: event,
-                        group: Some(event.account_id.clone()),
-                        hash: Some(hash),
-                    });
-                    positions.push(position);
+                    results[position] = Some(Err(error));
+                    continue;
                 }
-                Err(error) => results[position] = Some(Err(error)),
+            };
+            // An event id this sandbox saw answered: its record says the same, for free (a
+            // replay, or key reuse for another payload).
+            if let Some(record) = self.seen.lock().get(key.as_str()) {
+                results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
+                continue;
             }
+            members.push(Member { key, payload: event, group: Some(event.account_id.clone()), hash: Some(hash) });
+            positions.push(position);
         }
-        let batch = Postings { ledger: self, events, positions: &positions, posted_at: rfc3339(self.config.now_ms()) };
-        let posted = self.idempotency.commit_batch(&members, &batch).await;
+        (members, positions)
+    }
+
+    /// Remembers the answers `commit_batch` gave `members`, as copies of their records; not an
+    /// answer from an entry without its record (`unrecorded`), which has none.
+    fn remember(
+        &self,
+        members: &[Member<'_, PaymentEvent>],
+        posted: &[Result<Outcome<Posting>, effectively_once::Error>],
+        unrecorded: &Unrecorded,
+    ) {
+        let unrecorded = unrecorded.lock().unwrap_or_else(|p| p.into_inner());
         let mut seen = self.seen.lock();
-        for ((result, position), member) in posted.into_iter().zip(&positions).zip(&members) {
+        for (result, member) in posted.iter().zip(members) {
+            if unrecorded.contains(&member.payload.event_id) {
+                continue;
+            }
             // Fresh: this payload's record was written; replayed: the record matched it.
-            if let (Ok(outcome), Some(hash)) = (&result, &member.hash) {
+            if let (Ok(outcome), Some(hash)) = (result, &member.hash) {
                 let response = serde_json::to_string(outcome.response()).expect("postings serialise");
                 let record = Record {
                     id: member.key.as_str().to_owned(),
@@ -408,10 +471,7 @@ impl Ledger {
                 };
                 seen.put(member.key.as_str().to_owned(), record);
             }
-            results[*position] = Some(result.map_err(Error::from));
         }
-        drop(seen);
-        results.into_iter().map(|r| r.expect("every event answered")).collect()
     }
 
     /// Modelled write units of a payment's first delivery and of a duplicate.
@@ -569,6 +629,37 @@ impl Ledger {
 
 fn account_pk(account_id: &str) -> String {
     format!("account#{account_id}")
+}
+
+/// The accounts and event ids of a batch whose earlier event failed in a way a retry may undo:
+/// their later events wait. Two sets, as an account id may be spelled like an event id.
+#[derive(Default)]
+struct Waiting<'e> {
+    accounts: HashSet<&'e str>,
+    event_ids: HashSet<&'e str>,
+}
+
+impl<'e> Waiting<'e> {
+    fn hold(&mut self, event: &'e PaymentEvent) {
+        self.accounts.insert(&event.account_id);
+        self.event_ids.insert(&event.event_id);
+    }
+
+    fn holds(&self, event: &PaymentEvent) -> bool {
+        self.accounts.contains(event.account_id.as_str()) || self.event_ids.contains(event.event_id.as_str())
+    }
+}
+
+/// An event not started because an earlier event of its account or of its event id in the
+/// batch failed in a way a retry may undo: retryable, so it is redelivered after that one.
+fn held_back(event: &PaymentEvent) -> Error {
+    Error::Store(StoreError::new(
+        StoreErrorKind::Unavailable,
+        format!(
+            "payment {}: not started, an earlier event of its account or event id in this batch failed; retried",
+            event.event_id
+        ),
+    ))
 }
 
 /// Whether an existing entry posted this amount in this currency.
