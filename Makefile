@@ -128,7 +128,7 @@ deploy-function:
 unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
 unit: export REDIS_URL := redis://127.0.0.1:9
 unit:
-	cargo test -p effectively-once -p effectively-once-effects -p payments -p effectively-once-lambda \
+	cargo test -p effectively-once -p effectively-once-effects -p payments -p effectively-once-lambda -p protocol-model \
 		-p effectively-once-redact --tests
 	cargo test -p effectively-once-dynamodb --lib --test classify
 	cargo test -p effectively-once-redis --lib

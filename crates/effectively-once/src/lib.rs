@@ -50,8 +50,13 @@
 //!    returns the blocking record with no second request, and it says which case it is:
 //!    *completed* with the same payload hash is a replay (its stored response is returned), *in
 //!    progress* is a retryable error ([`ErrorKind::InProgress`]), another payload hash is *key
-//!    reused* ([`ErrorKind::KeyReused`], permanent), and our own owner token means our earlier
-//!    write landed and the SDK retried it: claimed.
+//!    reused* ([`ErrorKind::KeyReused`], permanent). A claim never overwrites a record of its
+//!    own owner token: a claim whose answer was lost is sent again and meets its own record,
+//!    which keeps, while in progress, what the claim replaced, so the retry is answered as the
+//!    lost answer would have been ([`Attempt::what_it_replaced`]). A record in progress whose
+//!    attempt had itself taken the key over passes on the record that run of takeovers began
+//!    with ([`Replaced::first`]). The steps are pure functions in [`protocol`], which
+//!    [`InMemoryStore`] applies and a model checker explores (`tests/model`, docs/model.md).
 //! 2. **Run** the handler, bounded by its lease: once the lease ends the handler is dropped at
 //!    its next `.await` (as a crash would be) and its result is not recorded; `run` returns
 //!    [`ErrorKind::LeaseLost`] (retryable), never a fresh success. So no other attempt runs

@@ -1,8 +1,9 @@
 //! The demo through the inbound edge (`local demo --via-api`): producers send every payment to
 //! the payments API over HTTP with its `Idempotency-Key`, as clients that time out and retry,
-//! while the API's `SendMessage` answers are delayed or lost on the way back; then the pipeline
-//! drains the queue and the invariants are read back from the tables: one ledger entry and one
-//! receipt per key, however many requests and messages each key took.
+//! while the API's `SendMessage` answers are delayed or lost on the way back, and its claims'
+//! answers are lost after the write landed (the SDK sends them again); then the pipeline drains
+//! the queue and the invariants are read back from the tables: one ledger entry and one receipt
+//! per key, however many requests and messages each key took.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,6 +34,9 @@ pub struct Faults {
     pub lost_per_mille: u32,
     /// `SendMessage` calls slowed past the client's timeout, per mille.
     pub slow_per_mille: u32,
+    /// The API's claims (`PutItem` on its records) whose answer is lost after the write landed,
+    /// per mille: the SDK sends the claim again, and it meets its own record.
+    pub lost_claims_per_mille: u32,
     /// The API's lease: `409` answers say to retry when it ends.
     pub lease: Duration,
 }
@@ -44,6 +48,7 @@ impl Default for Faults {
             client_timeout: Duration::from_millis(500),
             lost_per_mille: 50,
             slow_per_mille: 50,
+            lost_claims_per_mille: 100,
             lease: Duration::from_secs(2),
         }
     }
@@ -118,13 +123,14 @@ pub async fn run(pipeline: &Pipeline, workload: &Workload, pollers: usize, fault
     let (proxy, server) = start_api(pipeline, faults, workload.seed).await?;
     let addr = server.addr().to_string();
     eprintln!(
-        "sending {} payments through the API at {} ({} producers, {} ms client timeout, {}‰ lost and {}‰ slow SendMessage answers, {} % sent again)",
+        "sending {} payments through the API at {} ({} producers, {} ms client timeout, {}‰ lost and {}‰ slow SendMessage answers, {}‰ lost claim answers, {} % sent again)",
         plan.sent.len(),
         server.url(),
         faults.producers,
         faults.client_timeout.as_millis(),
         faults.lost_per_mille,
         faults.slow_per_mille,
+        faults.lost_claims_per_mille,
         workload.duplicate_pct
     );
 
@@ -168,18 +174,24 @@ pub async fn run(pipeline: &Pipeline, workload: &Workload, pollers: usize, fault
 /// The API on `pipeline`'s table and queue, served on `127.0.0.1:0`, its `SendMessage` calls
 /// through a fault proxy that loses and slows answers as `faults` says.
 async fn start_api(pipeline: &Pipeline, faults: &Faults, seed: u64) -> Result<(Proxy, Server)> {
-    let rules = RandomFaults::new(seed).on(
-        "amazonsqs:SendMessage",
-        &[
-            (Fault::DropResponse, faults.lost_per_mille),
-            (Fault::Delay(faults.client_timeout * 2), faults.slow_per_mille),
-        ],
-    );
+    let rules = RandomFaults::new(seed)
+        .on(
+            "amazonsqs:SendMessage",
+            &[
+                (Fault::DropResponse, faults.lost_per_mille),
+                (Fault::Delay(faults.client_timeout * 2), faults.slow_per_mille),
+            ],
+        )
+        .on("dynamodb:PutItem", &[(Fault::DropResponse, faults.lost_claims_per_mille)]);
     let proxy = Proxy::to_local_aws(Arc::new(rules)).await.context("fault proxy")?;
-    // No SDK retries: a lost answer reaches the API, which answers 503, and the client retries.
+    // No SDK retries on the queue: a lost answer reaches the API, which answers 503, and the
+    // client retries.
     let sdk = proxy.sdk_config(aws_config::retry::RetryConfig::disabled()).await;
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &pipeline.resources.queue_url, false);
-    let store = DynamoDbStore::new(pipeline.clients.dynamodb.clone(), &pipeline.resources.idempotency_table);
+    // The SDK's own retries on the records, as deployed: a claim whose answer is lost is sent
+    // again and meets the claim's own record (what it replaced must not be lost with it).
+    let records = proxy.sdk_config(aws_config::retry::RetryConfig::standard()).await;
+    let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&records), &pipeline.resources.idempotency_table);
     let api = Arc::new(Api::new(Idempotency::new(store, Config::default().with_lease(faults.lease)), queue));
     let server = serve(move |request| {
         let api = api.clone();
