@@ -32,6 +32,9 @@ pub mod attr {
     pub const FIRST: &str = "first_";
 }
 
+/// A DynamoDB item.
+type Item = HashMap<String, AttributeValue>;
+
 /// The attributes of a record that `replaced_*` and `first_*` copy (all but the id).
 const COPIED: [&str; 6] =
     [attr::STATUS, attr::LEASE_EXPIRES_AT, attr::EXPIRATION, attr::PAYLOAD_HASH, attr::OWNER, attr::RESPONSE];
@@ -63,6 +66,36 @@ pub(crate) fn claim_item(
         }
     }
     item
+}
+
+/// The claim's item over an item that does not decode: its attributes kept raw as `replaced_*`
+/// (`replaced_status` set to `UNREADABLE` if it had none), so the claim's retry, and every claim
+/// that continues its run, find the copy unreadable and answer `AcquiredOverUnreadable`.
+pub(crate) fn claim_item_over_unreadable(record: &Record, unreadable: &Item) -> Item {
+    let mut item = to_item(record);
+    copy_raw(unreadable, "", attr::REPLACED, &mut item);
+    let status = format!("{}{}", attr::REPLACED, attr::STATUS);
+    item.entry(status).or_insert_with(|| AttributeValue::S("UNREADABLE".into()));
+    item
+}
+
+/// The claim's item over `existing`, in progress, whose run's first record is unknown: the
+/// unreadable copy `seen` keeps (its `first_*`, else its `replaced_*`) is passed on raw.
+pub(crate) fn claim_item_unknown_first(record: &Record, existing: &Record, seen: &Item) -> Item {
+    let mut item = claim_item(record, Some(existing), None);
+    let has_first = seen.contains_key(&format!("{}{}", attr::FIRST, attr::STATUS));
+    copy_raw(seen, if has_first { attr::FIRST } else { attr::REPLACED }, attr::FIRST, &mut item);
+    item
+}
+
+/// Copies the record attributes under `from_prefix` in `from` to `into`, under `to_prefix`, as
+/// they are.
+fn copy_raw(from: &Item, from_prefix: &str, to_prefix: &str, into: &mut Item) {
+    for name in COPIED {
+        if let Some(value) = from.get(&format!("{from_prefix}{name}")) {
+            into.insert(format!("{to_prefix}{name}"), value.clone());
+        }
+    }
 }
 
 /// The claim's answer for an in-progress item's own attempt, from its `replaced_*` and

@@ -15,7 +15,9 @@ use aws_sdk_dynamodb::Client;
 use effectively_once::{protocol, Claim, Completion, ErrorChain, Record, Status, Store, StoreError, StoreErrorKind};
 
 use crate::error::classify;
-use crate::item::{attr, claim_answer, claim_item, copies, from_item, to_item};
+use crate::item::{
+    attr, claim_answer, claim_item, claim_item_over_unreadable, claim_item_unknown_first, copies, from_item,
+};
 
 /// The claim condition. The write succeeds when no record exists, when the record's dedup
 /// window has ended, or when it is in progress and its lease has ended (its attempt died or
@@ -83,7 +85,7 @@ impl DynamoDbStore {
     }
 
     /// The record's item, read strongly consistent.
-    async fn read_item(&self, id: &str) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+    async fn read_item(&self, id: &str) -> Result<Option<Item>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -97,15 +99,10 @@ impl DynamoDbStore {
     }
 
     /// Puts a claim's item: on a free key (`over` is `None`), or over the item `over` as it was
-    /// read (its owner and status, and still claimable at `now_ms`). `None` when written; else
+    /// read (its owner and status, and still claimable at `now_ms`). When the condition fails,
     /// the item that blocked it (`ALL_OLD`, or read at the price of a second request from a
-    /// server that does not return it), empty when there is none.
-    async fn put_claim(
-        &self,
-        item: &HashMap<String, AttributeValue>,
-        over: Option<&Record>,
-        now_ms: u64,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+    /// server that does not return it), or none.
+    async fn put_claim(&self, item: &Item, over: Option<&Record>, now_ms: u64) -> Result<Put, StoreError> {
         let mut request = self
             .client
             .put_item()
@@ -129,36 +126,42 @@ impl DynamoDbStore {
                 .expression_attribute_values(":in_progress", AttributeValue::S(Status::InProgress.as_str().into())),
         };
         match request.send().await {
-            Ok(_) => Ok(None),
+            Ok(_) => Ok(Put::Written),
             Err(SdkError::ServiceError(error))
                 if matches!(error.err(), PutItemError::ConditionalCheckFailedException(_)) =>
             {
                 let PutItemError::ConditionalCheckFailedException(failed) = error.into_err() else { unreachable!() };
-                match failed.item {
-                    Some(item) => Ok(Some(item)),
+                let blocking = match failed.item {
+                    Some(item) => Some(item),
+                    // No item came back: none is there (a takeover's item that was released or
+                    // expired since it was read), or the server does not return it.
                     None => {
                         let id = item.get(attr::ID).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-                        Ok(Some(self.read_item(&id).await?.unwrap_or_default()))
+                        self.read_item(&id).await?
                     }
-                }
+                };
+                Ok(blocking.map_or(Put::Gone, Put::Blocked))
             }
             Err(error) => Err(classify("PutItem", error)),
         }
     }
 
     /// A claim over an item that does not decode: overwritten if the claim condition passes
-    /// (without knowing what it replaced), else the decoding error, as the item blocks.
+    /// (without knowing what it replaced, so the item keeps the unreadable copy and every claim
+    /// that continues its run answers `AcquiredOverUnreadable` too), else the decoding error,
+    /// as the item blocks.
     async fn claim_over_unreadable(
         &self,
         record: &Record,
         now_ms: u64,
         error: StoreError,
+        unreadable: &Item,
     ) -> Result<Claim, StoreError> {
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(to_item(record)))
+            .set_item(Some(claim_item_over_unreadable(record, unreadable)))
             .condition_expression(CLAIM_CONDITION)
             .expression_attribute_names("#id", attr::ID)
             .expression_attribute_names("#expiration", attr::EXPIRATION)
@@ -182,6 +185,71 @@ impl DynamoDbStore {
     }
 }
 
+/// A DynamoDB item.
+type Item = HashMap<String, AttributeValue>;
+
+/// What a claim's `PutItem` found.
+enum Put {
+    /// Written.
+    Written,
+    /// The condition failed on this item.
+    Blocked(Item),
+    /// The condition failed, and no item is there.
+    Gone,
+}
+
+/// What a claim does next about the item that blocked its `PutItem`.
+enum Next {
+    /// Answer this.
+    Answer(Claim),
+    /// The item does not decode.
+    Unreadable(StoreError, Item),
+    /// Take it over: put `item` over `over`; if written, answer `answer`.
+    Put {
+        /// The claim's item.
+        item: Item,
+        /// The record read.
+        over: Record,
+        /// The answer once written.
+        answer: Claim,
+    },
+}
+
+/// Judges the item that blocked a claim of `record` at `now_ms`, as
+/// `effectively_once::protocol::claim` does: the claim's own record (its answer lost) is
+/// answered with what it replaced; a live record is answered as it stands; a record past its
+/// window or lease is taken over, keeping it as `replaced_*` and its run's first record as
+/// `first_*` (unknown, and so answered `AcquiredOverUnreadable`, when its copy does not decode).
+fn takeover(record: &Record, now_ms: u64, seen: Item) -> Next {
+    let existing = match from_item(&seen) {
+        Ok(existing) => existing,
+        Err(error) => return Next::Unreadable(error, seen),
+    };
+    if existing.owner == record.owner {
+        return Next::Answer(match (existing.status, claim_answer(&seen)) {
+            (Status::InProgress, Some(answer)) => answer,
+            _ => Claim::Exists(existing),
+        });
+    }
+    if existing.blocks_claim_at(now_ms) {
+        return Next::Answer(Claim::Exists(existing));
+    }
+    // A record in progress that had taken the key over itself passes on its run's first record
+    // (`effectively_once::protocol::Stored::first_for_successor`).
+    let in_progress = existing.status == Status::InProgress;
+    let (item, answer) = match claim_answer(&seen) {
+        Some(Claim::AcquiredOverUnreadable) if in_progress => {
+            (claim_item_unknown_first(record, &existing, &seen), Claim::AcquiredOverUnreadable)
+        }
+        Some(Claim::AcquiredInRun { first, .. } | Claim::Acquired { replaced: Some(first) }) if in_progress => {
+            let answer = protocol::acquired(Some(existing.clone()), Some(first.clone()));
+            (claim_item(record, Some(&existing), Some(&first)), answer)
+        }
+        _ => (claim_item(record, Some(&existing), None), Claim::Acquired { replaced: Some(existing.clone()) }),
+    };
+    Next::Put { item, over: existing, answer }
+}
+
 /// The `replaced_*` and `first_*` attributes, for a completion's `REMOVE`: only a claim's
 /// retry reads them, and a completed record would otherwise carry more responses toward the
 /// item limit.
@@ -193,44 +261,34 @@ impl Store for DynamoDbStore {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
         // A free key, the common case, is one request; a takeover two (the first fails and
         // returns the item, the second overwrites that very item).
-        let mut seen = match self.put_claim(&claim_item(record, None, None), None, now_ms).await? {
-            None => return Ok(Claim::Acquired { replaced: None }),
-            Some(item) => item,
-        };
+        let mut seen = None;
         for _ in 0..CLAIM_TRIES {
-            let existing = match from_item(&seen) {
-                Ok(existing) => existing,
-                Err(error) => return self.claim_over_unreadable(record, now_ms, error).await,
+            let put = match seen.take() {
+                None => match self.put_claim(&claim_item(record, None, None), None, now_ms).await? {
+                    Put::Written => return Ok(Claim::Acquired { replaced: None }),
+                    other => other,
+                },
+                Some(item) => match takeover(record, now_ms, item) {
+                    Next::Answer(claim) => return Ok(claim),
+                    Next::Unreadable(error, item) => {
+                        return self.claim_over_unreadable(record, now_ms, error, &item).await
+                    }
+                    Next::Put { item, over, answer } => match self.put_claim(&item, Some(&over), now_ms).await? {
+                        Put::Written => return Ok(answer),
+                        other => other,
+                    },
+                },
             };
-            if existing.owner == record.owner {
-                // This claim's own earlier write (its answer lost): what that write replaced.
-                return Ok(match (existing.status, claim_answer(&seen)) {
-                    (Status::InProgress, Some(answer)) => answer,
-                    _ => Claim::Exists(existing),
-                });
-            }
-            if existing.blocks_claim_at(now_ms) {
-                return Ok(Claim::Exists(existing));
-            }
-            // A record in progress that had taken the key over itself passes on its run's first
-            // record (`effectively_once::protocol::Stored::first_for_successor`).
-            let first = match claim_answer(&seen) {
-                Some(Claim::AcquiredInRun { first, .. } | Claim::Acquired { replaced: Some(first) })
-                    if existing.status == Status::InProgress =>
-                {
-                    first
-                }
-                _ => existing.clone(),
-            };
-            let item = claim_item(record, Some(&existing), Some(&first));
-            seen = match self.put_claim(&item, Some(&existing), now_ms).await? {
-                None => return Ok(protocol::acquired(Some(existing), Some(first))),
-                Some(item) => item,
+            // Blocked: judge what blocked it. Gone (released, or deleted by TTL, since it was
+            // read): the key is free again.
+            seen = match put {
+                Put::Blocked(item) => Some(item),
+                Put::Gone | Put::Written => None,
             };
         }
         Err(StoreError::new(
             StoreErrorKind::Unavailable,
-            format!("record {}: claimed by others {CLAIM_TRIES} times while this claim took it over", record.id),
+            format!("record {}: changed by others {CLAIM_TRIES} times while this claim took it", record.id),
         ))
     }
 

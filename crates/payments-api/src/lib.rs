@@ -228,8 +228,15 @@ pub struct SqsQueue {
 impl SqsQueue {
     /// The queue at `url`; `fifo` adds the message group (the account) and the deduplication id
     /// (the event id), each through [`fifo_id`].
+    ///
+    /// Each send is one attempt: the client's retries are turned off here. A refusal must mean
+    /// that nothing landed, since it releases a free key ([`rules::on_failed_send`]); with the
+    /// SDK's retries, an attempt that may have landed (a 500, a timeout) followed by a refused
+    /// one (throttled) would read as a refusal, and the key would be freed for another body
+    /// while the first may be on the queue. The caller retries instead (a `503`).
     pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>, fifo: bool) -> Self {
-        SqsQueue { client, url: url.into(), fifo }
+        let once = client.config().to_builder().retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled());
+        SqsQueue { client: aws_sdk_sqs::Client::from_conf(once.build()), url: url.into(), fifo }
     }
 }
 
