@@ -23,11 +23,13 @@ pub const PREFIX_ENV: &str = "IDEMPOTENCY_REDIS_PREFIX";
 /// different prefixes never share a key, whatever their ids hold (`app` + `2orders#1` and `app2`
 /// + `orders#1` are `app:2orders#1` and `app2:orders#1`).
 pub const DEFAULT_KEY_PREFIX: &str = "idempotency";
-/// How long a key outlives the end of its record's window (or lease), by the caller's clock.
-/// See [`RedisStore`] on expiry.
+/// How long a key outlives the end of its record's window (or lease), by the writer's clock and
+/// by the server's; the largest clock difference from the server's a caller may have. See
+/// [`RedisStore`] on expiry.
 pub const DEFAULT_EXPIRY_GRACE: Duration = Duration::from_secs(300);
 /// A key's longest time to live, about 100 years: a record that "never expires" (the DynamoDB
-/// crate's `NEVER_EXPIRES`) lives this long, as `PEXPIRE` takes no larger value safely.
+/// crate's `NEVER_EXPIRES`) lives this long, as `PEXPIRE` takes no larger value safely. The
+/// scripts' `MAX_TTL_MS` (`lua/common.lua`) is the same.
 const MAX_TTL_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
 // Each script is the shared helpers followed by its body; `Script` sends EVALSHA and falls back
@@ -53,12 +55,20 @@ static RELEASE: LazyLock<Script> =
 /// # Clocks and expiry
 ///
 /// Every condition uses the caller's clock (`now_ms` as the core passes it), as the DynamoDB
-/// store does, never the server's `TIME`. The key's time to live is set relative to that clock:
-/// from the end of the record's window (or its lease, if later) minus the caller's now, plus a
-/// grace ([`DEFAULT_EXPIRY_GRACE`]). So a caller whose clock runs behind the server's, or a test
-/// clock set in the past, never sees a record vanish before its window ends by its own clock;
-/// and keeping a key past its window is harmless, as the claim script reads the window from the
-/// record. A record is never written already expired: the grace is a floor.
+/// store does, never the server's `TIME`. The key's time to live is the longer of two, each
+/// plus a grace ([`DEFAULT_EXPIRY_GRACE`]): the end of the record's window (or its lease, if
+/// later) minus the writer's now, and that same end minus the server's `TIME`, read by the
+/// script. The end is an absolute time stated in the writer's clock, and every other caller
+/// judges it on its own: counted on the writer's clock alone, a writer whose clock runs ahead
+/// of the others' by more than the grace would have Redis delete the record before its window
+/// ends by theirs, and a duplicate would then find the key free and run again. With both, the
+/// key outlives the window's end as the writer counts it (so a caller whose clock runs behind
+/// the server's, or a test clock set in the past, never sees its record vanish early) and as any
+/// caller whose clock is within the grace of the server's counts it. The bound: a caller whose
+/// clock runs *behind* the server's by more than the grace may still see a key go while it
+/// counts the window open; keep clocks synchronised, or raise the grace past the largest
+/// difference. Keeping a key past its window is harmless, as the claim script reads the window
+/// from the record. A record is never written already expired: the grace is a floor.
 ///
 /// Cloning is cheap: clones share one multiplexed, self-reconnecting connection.
 #[derive(Clone)]
@@ -176,8 +186,9 @@ impl Builder {
         self
     }
 
-    /// How long a key outlives the end of its record's window by the caller's clock (default
-    /// [`DEFAULT_EXPIRY_GRACE`]); covers the clock differences between callers.
+    /// How long a key outlives the end of its record's window, by the writer's clock and by
+    /// the server's (default [`DEFAULT_EXPIRY_GRACE`]); covers the clock differences between
+    /// callers and the server (see [`RedisStore`] on expiry).
     pub fn expiry_grace(mut self, grace: Duration) -> Self {
         self.expiry_grace = grace;
         self
@@ -273,10 +284,14 @@ impl RedisStore {
         format!("{}:{id}", self.key_prefix)
     }
 
-    /// Time to live, from the caller's `now_ms`, of a key whose record matters until `end_ms`.
-    fn ttl_ms(&self, end_ms: u64, now_ms: u64) -> u64 {
+    /// The expiry arguments of a key whose record matters until `end_ms`, stated in the
+    /// writer's clock: its time to live counted from the writer's `now_ms`, and the server time
+    /// (`end_ms` plus the grace) until which the script keeps it at least (see `expire` in
+    /// `lua/common.lua`, and [`RedisStore`] on expiry).
+    fn expiry(&self, end_ms: u64, now_ms: u64) -> (u64, u64) {
         let grace = u64::try_from(self.expiry_grace.as_millis()).unwrap_or(u64::MAX);
-        end_ms.saturating_sub(now_ms).saturating_add(grace).clamp(1, MAX_TTL_MS)
+        let ttl = end_ms.saturating_sub(now_ms).saturating_add(grace).clamp(1, MAX_TTL_MS);
+        (ttl, end_ms.saturating_add(grace))
     }
 
     /// Runs `script`, sending it once more if the connection turned out dead before an answer
@@ -363,15 +378,17 @@ fn verdict(id: &str, code: i64) -> Result<(), StoreError> {
 impl Store for RedisStore {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
         let end_ms = window_end_ms(record.expiration_s).max(record.lease_expires_at_ms);
+        let (ttl, deadline) = self.expiry(end_ms, now_ms);
         let mut script = CLAIM.key(self.key(&record.id));
         script
             .arg(now_ms)
             .arg(now_ms / 1000)
-            .arg(self.ttl_ms(end_ms, now_ms))
+            .arg(ttl)
             .arg(record.lease_expires_at_ms)
             .arg(record.expiration_s)
             .arg(&record.payload_hash)
-            .arg(&record.owner);
+            .arg(&record.owner)
+            .arg(deadline);
         let ((code, old, first), _): (ClaimAnswer, _) = self.invoke("claim", &script).await?;
         if code != 1 && code != 2 {
             return Ok(Claim::Exists(parse(&record.id, old)?));
@@ -394,7 +411,7 @@ impl Store for RedisStore {
     }
 
     async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
-        let ttl = self.ttl_ms(window_end_ms(completion.expiration_s), completion.now_ms);
+        let (ttl, deadline) = self.expiry(window_end_ms(completion.expiration_s), completion.now_ms);
         let mut script = COMPLETE.key(self.key(id));
         script
             .arg(owner)
@@ -402,7 +419,8 @@ impl Store for RedisStore {
             .arg(ttl)
             .arg(completion.expiration_s)
             .arg(if completion.response.is_some() { "1" } else { "0" })
-            .arg(completion.response.unwrap_or(""));
+            .arg(completion.response.unwrap_or(""))
+            .arg(deadline);
         verdict(id, self.invoke("complete", &script).await?.0)
     }
 
@@ -470,6 +488,12 @@ mod tests {
         for bad in ["", ":", "idempotency:", "a:b", "a#b", "{tag}", "a b", "caf\u{e9}"] {
             assert_eq!(check_prefix(bad).unwrap_err().kind(), StoreErrorKind::Misconfigured, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_scripts_cap_the_ttl_as_the_store_does() {
+        let line = format!("local MAX_TTL_MS = {MAX_TTL_MS}\n");
+        assert!(include_str!("lua/common.lua").contains(&line), "{line}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 -- Claim: write the record IN_PROGRESS unless a record blocks it at the caller's clock.
 -- KEYS[1] the record's key
--- ARGV: now_ms, now_s, ttl_ms, lease_expires_at (ms), expiration (s), payload_hash, owner
+-- ARGV: now_ms, now_s, ttl_ms, lease_expires_at (ms), expiration (s), payload_hash, owner,
+-- deadline_ms (the window's end plus the grace: see `expire`)
 -- Returns {code, replaced, first}: code 1 when written, 0 when a record blocks (replaced is then
 -- the blocking record: a duplicate costs one round trip), 2 when the record is the caller's own,
 -- in progress (a resent claim whose first send landed). For 1 and 2, replaced is the record the
@@ -53,7 +54,7 @@ else
   for i = 1, #first, 2 do redis.call('HSET', KEYS[1], 'first_' .. first[i], first[i + 1]) end
   redis.call('HSET', KEYS[1], 'status', 'IN_PROGRESS', 'lease_expires_at', ARGV[4], 'expiration', ARGV[5],
     'payload_hash', ARGV[6], 'owner', ARGV[7])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  expire(KEYS[1], ARGV[3], ARGV[8])
   -- Stripped of its own copies: the answer is the record as it stood.
   local plain = {}
   for _, name in ipairs(KEPT) do
@@ -63,5 +64,5 @@ else
 end
 redis.call('HSET', KEYS[1], 'status', 'IN_PROGRESS', 'lease_expires_at', ARGV[4], 'expiration', ARGV[5],
   'payload_hash', ARGV[6], 'owner', ARGV[7])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+expire(KEYS[1], ARGV[3], ARGV[8])
 return {1, {}, {}}
