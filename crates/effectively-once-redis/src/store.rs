@@ -48,9 +48,12 @@ static RELEASE: LazyLock<Script> =
 /// `payload_hash`, `owner` and, once completed, `response`; while in progress also `replaced` (`0`:
 /// the key was free, `1`: the `replaced_*` fields copy the record the claim replaced, and
 /// `first_*` the one its run of takeovers began with, if another), so a resent claim that
-/// meets its own record learns what its first write replaced. Claim, complete and release are each one Lua script, which the server runs
-/// atomically, so each costs one round trip; `get` is one `HGETALL`. A first delivery is two
-/// round trips (claim, complete), a duplicate one (the claim returns the blocking record).
+/// meets its own record learns what its first write replaced. Beside the record (or without
+/// one), a release leaves a fence of the released owner, `released:{owner}`, with
+/// `released_until`: see [`RedisStore`] on resends. Claim, complete and release are each one
+/// Lua script, which the server runs atomically, so each costs one round trip; `get` is one
+/// `HGETALL`. A first delivery is two round trips (claim, complete), a duplicate one (the claim
+/// returns the blocking record).
 ///
 /// # Clocks and expiry
 ///
@@ -69,6 +72,21 @@ static RELEASE: LazyLock<Script> =
 /// counts the window open; keep clocks synchronised, or raise the grace past the largest
 /// difference. Keeping a key past its window is harmless, as the claim script reads the window
 /// from the record. A record is never written already expired: the grace is a floor.
+///
+/// # Resends
+///
+/// A script whose connection died before its answer is sent once more (see `invoke`), and the
+/// first send may still run on the server later, after the resend was answered and the attempt
+/// went on. Complete and release are conditional on the record as it then is. A claim would not
+/// be: after its attempt failed and released the record, a late first send would write the
+/// record in progress again, blocking the key until that lease ends and then making the next
+/// taker believe it took over a crashed attempt (at most once, an effect it would have run is
+/// then held back as ambiguous). So a release leaves a fence of its owner in the hash, until the
+/// released lease's end plus the grace on the server's clock (at least the grace from the
+/// release): a claim by a fenced owner writes nothing and is answered `Fenced`. Owners are unique
+/// per attempt, so a fence never stops another claim; `get` does not see it, and the key lives
+/// at least as long as its fences. Not fenced: a first send later still than that, and a late
+/// claim of an attempt that was taken over rather than released (judged as any claim is).
 ///
 /// Cloning is cheap: clones share one multiplexed, self-reconnecting connection.
 #[derive(Clone)]
@@ -298,7 +316,9 @@ impl RedisStore {
     /// (after a Lambda sandbox was frozen, a failover, an idle timeout): the client reconnects
     /// on such an error but does not resend. Resending is safe because each script is
     /// idempotent for its owner: a claim that landed meets its own record, a completion its own
-    /// completed record, a release the record gone. Answers whether the answer is a resend's.
+    /// completed record, a release the record gone; and a first send that runs late, after its
+    /// attempt released its record, meets its owner's fence (see [`RedisStore`] on resends).
+    /// Answers whether the answer is a resend's.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         what: &str,
@@ -323,6 +343,12 @@ impl RedisStore {
 /// `expiration_s < now_ms / 1000` holds from `(expiration_s + 1) * 1000` on.
 fn window_end_ms(expiration_s: u64) -> u64 {
     expiration_s.saturating_add(1).saturating_mul(1000)
+}
+
+/// Whether a hash field is a released owner's fence (`released:{owner}`, `released_until`; see
+/// `lua/common.lua`), kept beside a record, not part of it.
+fn is_fence(name: &[u8]) -> bool {
+    name == b"released_until" || name.starts_with(b"released:")
 }
 
 /// A record from the flat field list `HGETALL` answers (or a script passes back).
@@ -390,6 +416,15 @@ impl Store for RedisStore {
             .arg(&record.owner)
             .arg(deadline);
         let ((code, old, first), _): (ClaimAnswer, _) = self.invoke("claim", &script).await?;
+        if code == 3 {
+            // A late copy of a claim whose attempt has released its record: nothing written.
+            // No live caller sends one (owners are unique per attempt); its answer goes to a
+            // connection given up on, and says the record is gone, as a release would leave it.
+            return Err(StoreError::new(
+                StoreErrorKind::Fenced,
+                format!("{}: this owner released its record; a late copy of its claim writes nothing", record.id),
+            ));
+        }
         if code != 1 && code != 2 {
             return Ok(Claim::Exists(parse(&record.id, old)?));
         }
@@ -425,8 +460,9 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
+        let grace = u64::try_from(self.expiry_grace.as_millis()).unwrap_or(u64::MAX);
         let mut script = RELEASE.key(self.key(id));
-        script.arg(owner);
+        script.arg(owner).arg(grace);
         let (code, resent): (i64, bool) = self.invoke("release", &script).await?;
         // The release script says 3 for a completed record; complete's 3 is a lease ended.
         match verdict(id, if code == 3 { 5 } else { code }) {
@@ -454,7 +490,8 @@ impl Store for RedisStore {
             .query_async(&mut self.connection.clone())
             .await
             .map_err(|e| store_error("get", e))?;
-        if fields.is_empty() {
+        // A key that holds only the fences of released owners holds no record.
+        if !fields.chunks(2).any(|field| !is_fence(&field[0])) {
             return Ok(None);
         }
         parse(id, fields).map(Some)

@@ -133,6 +133,69 @@ async fn a_completion_after_the_key_is_gone_is_fenced_and_writes_nothing() {
     store.release("g", "o").await.unwrap();
 }
 
+/// The store resends a claim whose connection died; the first send may still reach the server
+/// late, after the resend was answered, the handler failed and the attempt released its record.
+/// That late copy (the same owner, the same arguments) must recreate nothing: a record in
+/// progress again would block the key until its lease ends, then make the next taker believe it
+/// took over a crashed attempt. It is answered `Fenced` (its record is gone), the key holds no
+/// record, and another owner's claim takes the key at once, as a free key, and keeps it.
+#[tokio::test]
+async fn a_late_copy_of_a_released_claim_recreates_nothing() {
+    let store = common::fresh_store("late-claim").await;
+    let grace = DEFAULT_EXPIRY_GRACE.as_millis() as u64;
+    let now = server_now_ms(&store).await;
+    let mine = record("l", "released", now, now / 1000 + 60);
+    assert_eq!(store.claim(&mine, now).await.unwrap(), Claim::Acquired { replaced: None });
+    store.release("l", "released").await.unwrap();
+
+    let late = store.claim(&mine, now).await;
+    assert!(matches!(&late, Err(e) if e.kind() == StoreErrorKind::Fenced), "{late:?}");
+    assert_eq!(store.get("l").await.unwrap(), None, "no record recreated");
+    let status: Option<String> =
+        redis::cmd("HGET").arg(store.key("l")).arg("status").query_async(&mut store.connection()).await.unwrap();
+    assert_eq!(status, None);
+    // The fence lasts at least to the released attempt's lease end plus the grace.
+    assert!(expires_no_earlier_than(&store, "l").await + 5 >= mine.lease_expires_at_ms + grace);
+
+    let next = record("l", "next", now + 1, now / 1000 + 60);
+    assert_eq!(store.claim(&next, now + 1).await.unwrap(), Claim::Acquired { replaced: None }, "no takeover");
+    assert_eq!(store.get("l").await.unwrap(), Some(next.clone()));
+    let late = store.claim(&mine, now).await;
+    assert!(matches!(&late, Err(e) if e.kind() == StoreErrorKind::Fenced), "{late:?}");
+    assert_eq!(store.get("l").await.unwrap(), Some(next), "the late copy changed nothing");
+    let done = Completion { response: Some("1"), expiration_s: now / 1000 + 60, now_ms: now + 2 };
+    store.complete("l", "next", done).await.unwrap();
+    let kept = store.get("l").await.unwrap().unwrap();
+    assert_eq!((kept.owner.as_str(), kept.status, kept.response.as_deref()), ("next", Status::Completed, Some("1")));
+}
+
+/// A released owner's fence is no part of the record: it stays through other owners' claims,
+/// takeovers and releases, each released owner fenced on its own, and no claim answers it.
+/// (Only released owners: `b`, taken over, is not fenced.)
+#[tokio::test]
+async fn fences_of_released_owners_outlast_takeovers_and_other_releases() {
+    let store = common::fresh_store("fences").await;
+    let now = server_now_ms(&store).await;
+    let a = record("f", "a", now, now / 1000 + 60);
+    store.claim(&a, now).await.unwrap();
+    store.release("f", "a").await.unwrap();
+    let b = Record { lease_expires_at_ms: now + 1_000, ..record("f", "b", now, now / 1000 + 60) };
+    assert_eq!(store.claim(&b, now).await.unwrap(), Claim::Acquired { replaced: None });
+    let later = now + 2_000;
+    let c = record("f", "c", later, later / 1000 + 60);
+    assert_eq!(store.claim(&c, later).await.unwrap(), Claim::Acquired { replaced: Some(b.clone()) });
+    assert_eq!(store.release("f", "b").await.unwrap_err().kind(), StoreErrorKind::Fenced, "c holds it");
+    store.release("f", "c").await.unwrap();
+    for (late, at) in [(&a, now), (&c, later)] {
+        let answer = store.claim(late, at).await;
+        assert!(matches!(&answer, Err(e) if e.kind() == StoreErrorKind::Fenced), "{}: {answer:?}", late.owner);
+    }
+    assert_eq!(store.get("f").await.unwrap(), None);
+    let d = record("f", "d", later, later / 1000 + 60);
+    assert_eq!(store.claim(&d, later).await.unwrap(), Claim::Acquired { replaced: None });
+    assert_eq!(store.get("f").await.unwrap(), Some(d));
+}
+
 /// A takeover replaces every field: the old response does not survive into the new record.
 #[tokio::test]
 async fn a_takeover_after_the_window_leaves_nothing_of_the_old_record() {

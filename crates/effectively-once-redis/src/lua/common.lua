@@ -33,8 +33,25 @@ end
 -- clock in the past) is served by its own count. With the longer of the two, the key outlives
 -- the window end as judged by the writer and by any caller whose clock is within the grace of
 -- the server's. A longer life is harmless: claims read the window from the record.
+--
+-- Never shorter than the key's fences need (see below): `released_until` is the latest.
 local function expire(key, caller_ttl, deadline)
-  local ttl = math.max(tonumber(caller_ttl), tonumber(deadline) - server_now_ms())
+  local now = server_now_ms()
+  local fenced_until = tonumber(redis.call('HGET', key, 'released_until') or '0') or 0
+  local ttl = math.max(tonumber(caller_ttl), tonumber(deadline) - now, fenced_until - now)
   ttl = math.min(math.max(ttl, 1), MAX_TTL_MS)
   redis.call('PEXPIRE', key, string.format('%d', ttl))
+end
+
+-- Fences of released owners, kept in the record's hash beside (or without) a record:
+-- `released:{owner}` holds the server time (ms) until which a claim by that owner writes nothing,
+-- and `released_until` the latest of them. Why: the store resends a script whose connection died,
+-- and the first send may still reach the server late, after its resend was answered, the
+-- handler failed and the attempt released its record. Without a fence that late claim would
+-- recreate the released record in progress, blocking the key until its lease ends and then making
+-- the next taker believe it took over a crashed attempt. Owners are unique per attempt, so no
+-- live claim is ever fenced. A fence is no record: `get` and the scripts see past it.
+local FENCE = 'released:'
+local function is_fence(name)
+  return name == 'released_until' or name:sub(1, #FENCE) == FENCE
 end
