@@ -23,14 +23,16 @@
 //!
 //! # The record protocol on Redis
 //!
-//! 1. **Claim** (`lua/claim.lua`): `HGETALL`; if a record blocks at the caller's clock (its
+//! 1. **Claim** (`lua/claim.lua`): `HGETALL`; a claim by an owner that released its record (a
+//!    late copy of its claim) writes nothing; if a record blocks at the caller's clock (its
 //!    window not ended, and completed or in progress within its lease) return it; else replace
-//!    it (`DEL`, `HSET`, `PEXPIRE`) and return the record it replaced.
+//!    it (`HDEL`, `HSET`, `PEXPIRE`) and return the record it replaced.
 //! 2. **Complete** (`lua/complete.lua`): only the owner, only in progress, only within the lease
 //!    (`lease_expires_at >= now`); a record the owner already completed answers success
 //!    unchanged; a missing record is never recreated.
-//! 3. **Release** (`lua/release.lua`): deletes the owner's in-progress record; a missing one is
-//!    released already; a completed one is never deleted.
+//! 3. **Release** (`lua/release.lua`): deletes the owner's in-progress record, leaving a fence of
+//!    that owner until its lease's end plus the grace; a missing one is released already; a
+//!    completed one is never deleted.
 //!
 //! What Redis does not give, next to DynamoDB (no transaction with DynamoDB effects, durability
 //! on failover), is in `docs/redis.md`.

@@ -23,11 +23,13 @@ pub const PREFIX_ENV: &str = "IDEMPOTENCY_REDIS_PREFIX";
 /// different prefixes never share a key, whatever their ids hold (`app` + `2orders#1` and `app2`
 /// + `orders#1` are `app:2orders#1` and `app2:orders#1`).
 pub const DEFAULT_KEY_PREFIX: &str = "idempotency";
-/// How long a key outlives the end of its record's window (or lease), by the caller's clock.
-/// See [`RedisStore`] on expiry.
+/// How long a key outlives the end of its record's window (or lease), by the writer's clock and
+/// by the server's; the largest clock difference from the server's a caller may have. See
+/// [`RedisStore`] on expiry.
 pub const DEFAULT_EXPIRY_GRACE: Duration = Duration::from_secs(300);
 /// A key's longest time to live, about 100 years: a record that "never expires" (the DynamoDB
-/// crate's `NEVER_EXPIRES`) lives this long, as `PEXPIRE` takes no larger value safely.
+/// crate's `NEVER_EXPIRES`) lives this long, as `PEXPIRE` takes no larger value safely. The
+/// scripts' `MAX_TTL_MS` (`lua/common.lua`) is the same.
 const MAX_TTL_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
 // Each script is the shared helpers followed by its body; `Script` sends EVALSHA and falls back
@@ -46,19 +48,45 @@ static RELEASE: LazyLock<Script> =
 /// `payload_hash`, `owner` and, once completed, `response`; while in progress also `replaced` (`0`:
 /// the key was free, `1`: the `replaced_*` fields copy the record the claim replaced, and
 /// `first_*` the one its run of takeovers began with, if another), so a resent claim that
-/// meets its own record learns what its first write replaced. Claim, complete and release are each one Lua script, which the server runs
-/// atomically, so each costs one round trip; `get` is one `HGETALL`. A first delivery is two
-/// round trips (claim, complete), a duplicate one (the claim returns the blocking record).
+/// meets its own record learns what its first write replaced. Beside the record (or without
+/// one), a release leaves a fence of the released owner, `released:{owner}`, with
+/// `released_until`: see [`RedisStore`] on resends. Claim, complete and release are each one
+/// Lua script, which the server runs atomically, so each costs one round trip; `get` is one
+/// `HGETALL`. A first delivery is two round trips (claim, complete), a duplicate one (the claim
+/// returns the blocking record).
 ///
 /// # Clocks and expiry
 ///
 /// Every condition uses the caller's clock (`now_ms` as the core passes it), as the DynamoDB
-/// store does, never the server's `TIME`. The key's time to live is set relative to that clock:
-/// from the end of the record's window (or its lease, if later) minus the caller's now, plus a
-/// grace ([`DEFAULT_EXPIRY_GRACE`]). So a caller whose clock runs behind the server's, or a test
-/// clock set in the past, never sees a record vanish before its window ends by its own clock;
-/// and keeping a key past its window is harmless, as the claim script reads the window from the
-/// record. A record is never written already expired: the grace is a floor.
+/// store does, never the server's `TIME`. The key's time to live is the longer of two, each
+/// plus a grace ([`DEFAULT_EXPIRY_GRACE`]): the end of the record's window (or its lease, if
+/// later) minus the writer's now, and that same end minus the server's `TIME`, read by the
+/// script. The end is an absolute time stated in the writer's clock, and every other caller
+/// judges it on its own: counted on the writer's clock alone, a writer whose clock runs ahead
+/// of the others' by more than the grace would have Redis delete the record before its window
+/// ends by theirs, and a duplicate would then find the key free and run again. With both, the
+/// key outlives the window's end as the writer counts it (so a caller whose clock runs behind
+/// the server's, or a test clock set in the past, never sees its record vanish early) and as any
+/// caller whose clock is within the grace of the server's counts it. The bound: a caller whose
+/// clock runs *behind* the server's by more than the grace may still see a key go while it
+/// counts the window open; keep clocks synchronised, or raise the grace past the largest
+/// difference. Keeping a key past its window is harmless, as the claim script reads the window
+/// from the record. A record is never written already expired: the grace is a floor.
+///
+/// # Resends
+///
+/// A script whose connection died before its answer is sent once more (see `invoke`), and the
+/// first send may still run on the server later, after the resend was answered and the attempt
+/// went on. Complete and release are conditional on the record as it then is. A claim would not
+/// be: after its attempt failed and released the record, a late first send would write the
+/// record in progress again, blocking the key until that lease ends and then making the next
+/// taker believe it took over a crashed attempt (at most once, an effect it would have run is
+/// then held back as ambiguous). So a release leaves a fence of its owner in the hash, until the
+/// released lease's end plus the grace on the server's clock (at least the grace from the
+/// release): a claim by a fenced owner writes nothing and is answered `Fenced`. Owners are unique
+/// per attempt, so a fence never stops another claim; `get` does not see it, and the key lives
+/// at least as long as its fences. Not fenced: a first send later still than that, and a late
+/// claim of an attempt that was taken over rather than released (judged as any claim is).
 ///
 /// Cloning is cheap: clones share one multiplexed, self-reconnecting connection.
 #[derive(Clone)]
@@ -176,8 +204,9 @@ impl Builder {
         self
     }
 
-    /// How long a key outlives the end of its record's window by the caller's clock (default
-    /// [`DEFAULT_EXPIRY_GRACE`]); covers the clock differences between callers.
+    /// How long a key outlives the end of its record's window, by the writer's clock and by
+    /// the server's (default [`DEFAULT_EXPIRY_GRACE`]); covers the clock differences between
+    /// callers and the server (see [`RedisStore`] on expiry).
     pub fn expiry_grace(mut self, grace: Duration) -> Self {
         self.expiry_grace = grace;
         self
@@ -273,17 +302,23 @@ impl RedisStore {
         format!("{}:{id}", self.key_prefix)
     }
 
-    /// Time to live, from the caller's `now_ms`, of a key whose record matters until `end_ms`.
-    fn ttl_ms(&self, end_ms: u64, now_ms: u64) -> u64 {
+    /// The expiry arguments of a key whose record matters until `end_ms`, stated in the
+    /// writer's clock: its time to live counted from the writer's `now_ms`, and the server time
+    /// (`end_ms` plus the grace) until which the script keeps it at least (see `expire` in
+    /// `lua/common.lua`, and [`RedisStore`] on expiry).
+    fn expiry(&self, end_ms: u64, now_ms: u64) -> (u64, u64) {
         let grace = u64::try_from(self.expiry_grace.as_millis()).unwrap_or(u64::MAX);
-        end_ms.saturating_sub(now_ms).saturating_add(grace).clamp(1, MAX_TTL_MS)
+        let ttl = end_ms.saturating_sub(now_ms).saturating_add(grace).clamp(1, MAX_TTL_MS);
+        (ttl, end_ms.saturating_add(grace))
     }
 
     /// Runs `script`, sending it once more if the connection turned out dead before an answer
     /// (after a Lambda sandbox was frozen, a failover, an idle timeout): the client reconnects
     /// on such an error but does not resend. Resending is safe because each script is
     /// idempotent for its owner: a claim that landed meets its own record, a completion its own
-    /// completed record, a release the record gone. Answers whether the answer is a resend's.
+    /// completed record, a release the record gone; and a first send that runs late, after its
+    /// attempt released its record, meets its owner's fence (see [`RedisStore`] on resends).
+    /// Answers whether the answer is a resend's.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         what: &str,
@@ -308,6 +343,12 @@ impl RedisStore {
 /// `expiration_s < now_ms / 1000` holds from `(expiration_s + 1) * 1000` on.
 fn window_end_ms(expiration_s: u64) -> u64 {
     expiration_s.saturating_add(1).saturating_mul(1000)
+}
+
+/// Whether a hash field is a released owner's fence (`released:{owner}`, `released_until`; see
+/// `lua/common.lua`), kept beside a record, not part of it.
+fn is_fence(name: &[u8]) -> bool {
+    name == b"released_until" || name.starts_with(b"released:")
 }
 
 /// A record from the flat field list `HGETALL` answers (or a script passes back).
@@ -363,16 +404,27 @@ fn verdict(id: &str, code: i64) -> Result<(), StoreError> {
 impl Store for RedisStore {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
         let end_ms = window_end_ms(record.expiration_s).max(record.lease_expires_at_ms);
+        let (ttl, deadline) = self.expiry(end_ms, now_ms);
         let mut script = CLAIM.key(self.key(&record.id));
         script
             .arg(now_ms)
             .arg(now_ms / 1000)
-            .arg(self.ttl_ms(end_ms, now_ms))
+            .arg(ttl)
             .arg(record.lease_expires_at_ms)
             .arg(record.expiration_s)
             .arg(&record.payload_hash)
-            .arg(&record.owner);
+            .arg(&record.owner)
+            .arg(deadline);
         let ((code, old, first), _): (ClaimAnswer, _) = self.invoke("claim", &script).await?;
+        if code == 3 {
+            // A late copy of a claim whose attempt has released its record: nothing written.
+            // No live caller sends one (owners are unique per attempt); its answer goes to a
+            // connection given up on, and says the record is gone, as a release would leave it.
+            return Err(StoreError::new(
+                StoreErrorKind::Fenced,
+                format!("{}: this owner released its record; a late copy of its claim writes nothing", record.id),
+            ));
+        }
         if code != 1 && code != 2 {
             return Ok(Claim::Exists(parse(&record.id, old)?));
         }
@@ -394,7 +446,7 @@ impl Store for RedisStore {
     }
 
     async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
-        let ttl = self.ttl_ms(window_end_ms(completion.expiration_s), completion.now_ms);
+        let (ttl, deadline) = self.expiry(window_end_ms(completion.expiration_s), completion.now_ms);
         let mut script = COMPLETE.key(self.key(id));
         script
             .arg(owner)
@@ -402,13 +454,15 @@ impl Store for RedisStore {
             .arg(ttl)
             .arg(completion.expiration_s)
             .arg(if completion.response.is_some() { "1" } else { "0" })
-            .arg(completion.response.unwrap_or(""));
+            .arg(completion.response.unwrap_or(""))
+            .arg(deadline);
         verdict(id, self.invoke("complete", &script).await?.0)
     }
 
     async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
+        let grace = u64::try_from(self.expiry_grace.as_millis()).unwrap_or(u64::MAX);
         let mut script = RELEASE.key(self.key(id));
-        script.arg(owner);
+        script.arg(owner).arg(grace);
         let (code, resent): (i64, bool) = self.invoke("release", &script).await?;
         // The release script says 3 for a completed record; complete's 3 is a lease ended.
         match verdict(id, if code == 3 { 5 } else { code }) {
@@ -436,7 +490,8 @@ impl Store for RedisStore {
             .query_async(&mut self.connection.clone())
             .await
             .map_err(|e| store_error("get", e))?;
-        if fields.is_empty() {
+        // A key that holds only the fences of released owners holds no record.
+        if !fields.chunks(2).any(|field| !is_fence(&field[0])) {
             return Ok(None);
         }
         parse(id, fields).map(Some)
@@ -470,6 +525,12 @@ mod tests {
         for bad in ["", ":", "idempotency:", "a:b", "a#b", "{tag}", "a b", "caf\u{e9}"] {
             assert_eq!(check_prefix(bad).unwrap_err().kind(), StoreErrorKind::Misconfigured, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_scripts_cap_the_ttl_as_the_store_does() {
+        let line = format!("local MAX_TTL_MS = {MAX_TTL_MS}\n");
+        assert!(include_str!("lua/common.lua").contains(&line), "{line}");
     }
 
     #[test]

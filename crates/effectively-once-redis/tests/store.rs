@@ -1,5 +1,6 @@
-//! What the Redis store adds to the contract: key expiry from the caller's clock, a record gone
-//! from the server, malformed keys, connection and auth failures, requests per message.
+//! What the Redis store adds to the contract: key expiry on the caller's and the server's clocks,
+//! a record gone from the server, malformed keys, connection and auth failures, requests per
+//! message.
 
 mod common;
 
@@ -30,6 +31,21 @@ async fn pttl(store: &RedisStore, id: &str) -> i64 {
     redis::cmd("PTTL").arg(store.key(id)).query_async(&mut store.connection()).await.unwrap()
 }
 
+/// The server's clock (`TIME`), in milliseconds since the Unix epoch.
+async fn server_now_ms(store: &RedisStore) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut store.connection()).await.unwrap();
+    s * 1000 + us / 1000
+}
+
+/// The server time at which the key of `id` expires, at the earliest: read the server's clock,
+/// then the key's PTTL (the PTTL is counted from a moment no earlier than that reading).
+async fn expires_no_earlier_than(store: &RedisStore, id: &str) -> u64 {
+    let before = server_now_ms(store).await;
+    let ttl = pttl(store, id).await;
+    assert!(ttl > 0, "the key of {id} has a time to live: {ttl}");
+    before + ttl as u64
+}
+
 async fn raw(store: &RedisStore, args: &[&str]) {
     let mut cmd = redis::cmd(args[0]);
     for arg in &args[1..] {
@@ -39,19 +55,21 @@ async fn raw(store: &RedisStore, args: &[&str]) {
 }
 
 /// The key lives until the end of the window by the caller's clock, plus the grace; completion
-/// restarts it from the new window.
+/// restarts it from the new window. (The caller's clock is the server's here, to the second: the
+/// server's clock asks no longer a life.)
 #[tokio::test]
 async fn the_key_expires_with_the_window_on_the_callers_clock() {
     let store = common::fresh_store("ttl").await;
     let grace = DEFAULT_EXPIRY_GRACE.as_millis() as i64;
-    store.claim(&record("a", "o", NOW, NOW / 1000 + 60), NOW).await.unwrap();
+    let now = server_now_ms(&store).await / 1000 * 1000;
+    store.claim(&record("a", "o", now, now / 1000 + 60), now).await.unwrap();
     let ttl = pttl(&store, "a").await;
-    // The window ends at (expiration + 1) s, 61 s from NOW (which is on a whole second).
+    // The window ends at (expiration + 1) s, 61 s from now (which is on a whole second).
     assert!((61_000 + grace - 1_000..=61_000 + grace).contains(&ttl), "ttl {ttl}");
-    let completion = Completion { response: Some("1"), expiration_s: NOW / 1000 + 3600, now_ms: NOW + 10_000 };
+    let completion = Completion { response: Some("1"), expiration_s: now / 1000 + 3600, now_ms: now };
     store.complete("a", "o", completion).await.unwrap();
     let ttl = pttl(&store, "a").await;
-    assert!((3_591_000 + grace - 1_000..=3_591_000 + grace).contains(&ttl), "ttl {ttl}");
+    assert!((3_601_000 + grace - 1_000..=3_601_000 + grace).contains(&ttl), "ttl {ttl}");
 }
 
 /// A caller whose clock stands in the past (a test clock, or a clock far behind the server's):
@@ -67,6 +85,30 @@ async fn a_clock_in_the_past_keeps_its_records() {
     let second = idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(2u32) }).await.unwrap();
     assert_eq!((first, second), (Outcome::Fresh(1), Outcome::Replayed(1)));
     assert!(pttl(idem.store(), key.as_str()).await > 14 * 24 * 3600 * 1000, "the whole window, from the caller's now");
+}
+
+/// A writer whose clock runs an hour ahead of the server's (and of the other callers', which
+/// keep to the server's) states its window in its own clock: a window of a minute by its clock
+/// ends an hour and a minute from now by theirs. The key must outlive that end, plus the grace,
+/// on the server's clock, or Redis deletes the record while the others still count its window
+/// open and a duplicate runs the effect again. Claim and completion alike.
+#[tokio::test]
+async fn a_writer_clock_ahead_of_the_servers_keeps_the_key_for_the_window_the_server_counts() {
+    let store = common::fresh_store("ahead").await;
+    let grace = DEFAULT_EXPIRY_GRACE.as_millis() as u64;
+    let ahead = server_now_ms(&store).await + 3_600_000;
+    store.claim(&record("a", "o", ahead, ahead / 1000 + 60), ahead).await.unwrap();
+    let window_end = (ahead / 1000 + 61) * 1000;
+    let expires = expires_no_earlier_than(&store, "a").await;
+    // 5 ms for the server's script clock against `TIME`.
+    assert!(expires + 5 >= window_end + grace, "expires {} ms early", window_end + grace - expires);
+
+    let completion = Completion { response: Some("1"), expiration_s: ahead / 1000 + 120, now_ms: ahead + 1_000 };
+    store.complete("a", "o", completion).await.unwrap();
+    let window_end = (ahead / 1000 + 121) * 1000;
+    let expires = expires_no_earlier_than(&store, "a").await;
+    assert!(expires + 5 >= window_end + grace, "expires {} ms early", window_end + grace - expires);
+    assert_eq!(store.get("a").await.unwrap().unwrap().status, Status::Completed);
 }
 
 /// A window that never ends (u64::MAX / 2 s) keeps the key about a century, no overflow.
@@ -89,6 +131,69 @@ async fn a_completion_after_the_key_is_gone_is_fenced_and_writes_nothing() {
     assert_eq!(store.complete("g", "o", completion).await.unwrap_err().kind(), StoreErrorKind::Fenced);
     assert_eq!(store.get("g").await.unwrap(), None);
     store.release("g", "o").await.unwrap();
+}
+
+/// The store resends a claim whose connection died; the first send may still reach the server
+/// late, after the resend was answered, the handler failed and the attempt released its record.
+/// That late copy (the same owner, the same arguments) must recreate nothing: a record in
+/// progress again would block the key until its lease ends, then make the next taker believe it
+/// took over a crashed attempt. It is answered `Fenced` (its record is gone), the key holds no
+/// record, and another owner's claim takes the key at once, as a free key, and keeps it.
+#[tokio::test]
+async fn a_late_copy_of_a_released_claim_recreates_nothing() {
+    let store = common::fresh_store("late-claim").await;
+    let grace = DEFAULT_EXPIRY_GRACE.as_millis() as u64;
+    let now = server_now_ms(&store).await;
+    let mine = record("l", "released", now, now / 1000 + 60);
+    assert_eq!(store.claim(&mine, now).await.unwrap(), Claim::Acquired { replaced: None });
+    store.release("l", "released").await.unwrap();
+
+    let late = store.claim(&mine, now).await;
+    assert!(matches!(&late, Err(e) if e.kind() == StoreErrorKind::Fenced), "{late:?}");
+    assert_eq!(store.get("l").await.unwrap(), None, "no record recreated");
+    let status: Option<String> =
+        redis::cmd("HGET").arg(store.key("l")).arg("status").query_async(&mut store.connection()).await.unwrap();
+    assert_eq!(status, None);
+    // The fence lasts at least to the released attempt's lease end plus the grace.
+    assert!(expires_no_earlier_than(&store, "l").await + 5 >= mine.lease_expires_at_ms + grace);
+
+    let next = record("l", "next", now + 1, now / 1000 + 60);
+    assert_eq!(store.claim(&next, now + 1).await.unwrap(), Claim::Acquired { replaced: None }, "no takeover");
+    assert_eq!(store.get("l").await.unwrap(), Some(next.clone()));
+    let late = store.claim(&mine, now).await;
+    assert!(matches!(&late, Err(e) if e.kind() == StoreErrorKind::Fenced), "{late:?}");
+    assert_eq!(store.get("l").await.unwrap(), Some(next), "the late copy changed nothing");
+    let done = Completion { response: Some("1"), expiration_s: now / 1000 + 60, now_ms: now + 2 };
+    store.complete("l", "next", done).await.unwrap();
+    let kept = store.get("l").await.unwrap().unwrap();
+    assert_eq!((kept.owner.as_str(), kept.status, kept.response.as_deref()), ("next", Status::Completed, Some("1")));
+}
+
+/// A released owner's fence is no part of the record: it stays through other owners' claims,
+/// takeovers and releases, each released owner fenced on its own, and no claim answers it.
+/// (Only released owners: `b`, taken over, is not fenced.)
+#[tokio::test]
+async fn fences_of_released_owners_outlast_takeovers_and_other_releases() {
+    let store = common::fresh_store("fences").await;
+    let now = server_now_ms(&store).await;
+    let a = record("f", "a", now, now / 1000 + 60);
+    store.claim(&a, now).await.unwrap();
+    store.release("f", "a").await.unwrap();
+    let b = Record { lease_expires_at_ms: now + 1_000, ..record("f", "b", now, now / 1000 + 60) };
+    assert_eq!(store.claim(&b, now).await.unwrap(), Claim::Acquired { replaced: None });
+    let later = now + 2_000;
+    let c = record("f", "c", later, later / 1000 + 60);
+    assert_eq!(store.claim(&c, later).await.unwrap(), Claim::Acquired { replaced: Some(b.clone()) });
+    assert_eq!(store.release("f", "b").await.unwrap_err().kind(), StoreErrorKind::Fenced, "c holds it");
+    store.release("f", "c").await.unwrap();
+    for (late, at) in [(&a, now), (&c, later)] {
+        let answer = store.claim(late, at).await;
+        assert!(matches!(&answer, Err(e) if e.kind() == StoreErrorKind::Fenced), "{}: {answer:?}", late.owner);
+    }
+    assert_eq!(store.get("f").await.unwrap(), None);
+    let d = record("f", "d", later, later / 1000 + 60);
+    assert_eq!(store.claim(&d, later).await.unwrap(), Claim::Acquired { replaced: None });
+    assert_eq!(store.get("f").await.unwrap(), Some(d));
 }
 
 /// A takeover replaces every field: the old response does not survive into the new record.

@@ -1,6 +1,7 @@
 -- Complete: mark the record COMPLETED if `owner` holds it in progress within its lease.
 -- KEYS[1] the record's key
--- ARGV: owner, now_ms, ttl_ms, expiration (s), has_response ('1' or '0'), response
+-- ARGV: owner, now_ms, ttl_ms, expiration (s), has_response ('1' or '0'), response,
+-- deadline_ms (the new window's end plus the grace: see `expire`)
 -- Returns 0 done (or already completed by this owner: a retry whose answer was lost),
 -- 1 no record, 2 another owner's, 3 the lease ended, 4 malformed.
 local f = redis.call('HMGET', KEYS[1], 'status', 'owner', 'lease_expires_at')
@@ -26,5 +27,5 @@ else
   redis.call('HDEL', KEYS[1], 'response')
 end
 -- The dedup window restarts at completion: the key lives as long as the new expiration.
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+expire(KEYS[1], ARGV[3], ARGV[7])
 return 0
