@@ -73,6 +73,9 @@ pub enum Action {
     SendAgain(usize, SendFault),
     /// The invocation dies.
     Crash(usize),
+    /// A claim request of request `usize` that was lost on the way lands after all, late (its
+    /// answer goes nowhere).
+    StrayLands(usize),
     /// The clock moves on.
     Tick,
 }
@@ -86,6 +89,8 @@ pub struct State {
     pub queue: u8,
     /// The requests.
     pub reqs: Vec<Req>,
+    /// Per request, a claim request lost on the way that may still land.
+    pub strays: Vec<Option<Unanswered>>,
 }
 
 /// `n` requests' bodies: the first half X (0), the rest Y (1): X, X, Y for three.
@@ -202,9 +207,9 @@ impl ApiModel {
             (Req::Idle, Action::Claim(_, fault)) => {
                 let request =
                     Unanswered { record: claim_record(&owner, hash.as_str(), state.world.now), now: state.world.now };
-                self.claim(state, request, *fault, body)
+                self.claim(state, i, body, request, *fault)
             }
-            (Req::ClaimUnanswered(request), Action::Claim(_, fault)) => self.claim(state, request, *fault, body),
+            (Req::ClaimUnanswered(request), Action::Claim(_, fault)) => self.claim(state, i, body, request, *fault),
             (Req::ClaimUnanswered(_), Action::GiveUp(_)) => Req::Done(Some(503)),
             (Req::Send(replaced), Action::Send(_, fault)) => {
                 if *fault != SendFault::Refused {
@@ -257,7 +262,11 @@ impl ApiModel {
         Some(())
     }
 
-    fn claim(&self, state: &mut State, request: Unanswered, fault: ClaimFault, body: usize) -> Req {
+    fn claim(&self, state: &mut State, i: usize, body: usize, request: Unanswered, fault: ClaimFault) -> Req {
+        if fault == ClaimFault::RequestLost {
+            // Lost on the way: it may never land, or land late, after anything else.
+            state.strays[i] = Some(request.clone());
+        }
         match send_claim(&mut state.world, &request, fault, self.reverted) {
             Some(judged) => self.judged(judged, body),
             None => Req::ClaimUnanswered(request),
@@ -271,6 +280,7 @@ impl ApiModel {
         state.world.now += 2 * crate::LEASE + 2;
         let i = state.reqs.len();
         state.reqs.push(Req::Idle);
+        state.strays.push(None);
         for _ in 0..8 {
             let action = match &state.reqs[i] {
                 Req::Idle | Req::ClaimUnanswered(_) => Action::Claim(i, ClaimFault::Answered),
@@ -305,7 +315,8 @@ impl Model for ApiModel {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![State { world: World::new(self.horizon), queue: 0, reqs: vec![Req::Idle; self.bodies.len()] }]
+        let n = self.bodies.len();
+        vec![State { world: World::new(self.horizon), queue: 0, reqs: vec![Req::Idle; n], strays: vec![None; n] }]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
@@ -328,6 +339,11 @@ impl Model for ApiModel {
                 actions.push(Action::Crash(i));
             }
         }
+        for (i, stray) in state.strays.iter().enumerate() {
+            if stray.is_some() {
+                actions.push(Action::StrayLands(i));
+            }
+        }
         if state.world.can_tick() {
             actions.push(Action::Tick);
         }
@@ -338,6 +354,11 @@ impl Model for ApiModel {
         let i = match &action {
             Action::Tick => {
                 state.world.now += 1;
+                return Some(state);
+            }
+            Action::StrayLands(i) => {
+                let stray = state.strays[*i].take()?;
+                send_claim(&mut state.world, &stray, ClaimFault::AnswerLost, self.reverted);
                 return Some(state);
             }
             Action::Claim(i, _)
@@ -370,7 +391,8 @@ impl Model for ApiModel {
                     let queued = state.queue & (1 << body) != 0;
                     let other_queued = state.queue & !(1 << body) != 0;
                     match model.probe(state, body) {
-                        // The body on the queue still gets its 202, or the key is held for all.
+                        // (A fault-free probe answers 503 only as `key_held`: nothing it sends
+                        // fails.) The body on the queue still gets its 202, or the key is held.
                         Some(202 | 503) if queued => true,
                         // Another body is on the queue: refused, or held.
                         Some(422 | 503) if other_queued => true,

@@ -69,6 +69,8 @@ pub enum Action {
     Release(usize, bool),
     /// The invocation dies.
     Crash(usize),
+    /// A marker claim of relay `usize` that was lost on the way lands after all, late.
+    StrayLands(usize),
     /// The clock moves on.
     Tick,
 }
@@ -82,6 +84,8 @@ pub struct State {
     pub emails: u8,
     /// The invocations.
     pub relays: Vec<Relay>,
+    /// Per relay, a claim request lost on the way that may still land.
+    pub strays: Vec<Option<Unanswered>>,
 }
 
 /// The model: `relays` invocations of one receipt, under `policy`.
@@ -133,7 +137,8 @@ impl Model for EmailModel {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![State { world: World::new(self.horizon), emails: 0, relays: vec![Relay::Idle; self.relays] }]
+        let n = self.relays;
+        vec![State { world: World::new(self.horizon), emails: 0, relays: vec![Relay::Idle; n], strays: vec![None; n] }]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
@@ -153,6 +158,11 @@ impl Model for EmailModel {
                 actions.push(Action::Crash(i));
             }
         }
+        for (i, stray) in state.strays.iter().enumerate() {
+            if stray.is_some() {
+                actions.push(Action::StrayLands(i));
+            }
+        }
         if state.world.can_tick() {
             actions.push(Action::Tick);
         }
@@ -166,6 +176,11 @@ impl Model for EmailModel {
                 state.world.now += 1;
                 return Some(state);
             }
+            Action::StrayLands(i) => {
+                let stray = state.strays[i].take()?;
+                send_claim(&mut state.world, &stray, ClaimFault::AnswerLost, false);
+                return Some(state);
+            }
             Action::Claim(i, fault) => {
                 let request = match &state.relays[i] {
                     Relay::Idle => Unanswered { record: claim_record(&Self::owner(i), self.hash.as_str(), now), now },
@@ -173,6 +188,9 @@ impl Model for EmailModel {
                     _ => return None,
                 };
                 let lease = request.record.lease_expires_at_ms;
+                if fault == ClaimFault::RequestLost {
+                    state.strays[i] = Some(request.clone());
+                }
                 let next = match send_claim(&mut state.world, &request, fault, false) {
                     Some(Judged::Claimed(replaced)) => self.claimed(&replaced, lease),
                     // A replay (or another attempt in progress): nothing sent.
