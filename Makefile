@@ -38,8 +38,8 @@ test: lint lint-infra local-aws-up local-redis-up
 	cargo run -q -p local -- chaos --events 300 --poison 4
 
 ## model: the protocol models (claim / complete / release, the payments API's held-key rules,
-##        keyed email) checked exhaustively with stateright, larger than `make test` checks them
-##        (MODEL_ARGS="--workers 4 --horizon 6"); prints the states explored (docs/model.md)
+##        keyed email) checked exhaustively with stateright, further in time than `make test`
+##        checks them (MODEL_ARGS="--workers 3 --horizon 6"); prints the states explored (docs/model.md)
 model:
 	cargo run -q --release -p protocol-model --bin model -- $(MODEL_ARGS)
 

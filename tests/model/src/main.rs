@@ -1,13 +1,14 @@
 //! `make model`: checks the protocol models, larger than `make test` does, and prints the states
 //! explored. `model [--workers N] [--horizon MS] [--depth N] [--threads N]`: workers per key
-//! (deliveries, requests, relay invocations; default 4), the clock's last moment (default 6,
-//! leases of 1), a depth bound (default none: every reachable state), threads (default 2).
+//! (deliveries, requests, relay invocations; default 3), the clock's last moment (default 6,
+//! leases of 1: three generations of takeovers; `make test` stops at 4), a depth bound (default
+//! none: every reachable state), threads (default 2). Four workers outgrow 16 GB of states.
 
 use protocol_model::{api::ApiModel, check, email::EmailModel, run::RunModel};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut workers, mut horizon, mut depth, mut threads) = (4, 6, None, 2);
+    let (mut workers, mut horizon, mut depth, mut threads) = (3, 6, None, 2);
     while let Some(arg) = args.next() {
         let value = args.next().and_then(|v| v.parse::<usize>().ok());
         match (arg.as_str(), value) {
