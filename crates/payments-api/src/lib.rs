@@ -34,7 +34,9 @@
 //!   ends (at the invocation's deadline): retries get `409` until then; after it the same body
 //!   takes the key over and sends again, which is safe (the consumer keys on the event id, so
 //!   two messages of one event make one ledger entry and one receipt), and its `202` is stored,
-//!   so later retries replay it. Another body gets `422`, during the lease or after it.
+//!   so later retries replay it. Another body gets `409` during the lease (a record in progress
+//!   may be a refusal not stored yet, over the body on the queue: it gives no final answer),
+//!   `422` after it.
 //! - A completion that fails after the send still answers `202`: the message is on the queue;
 //!   the record stays in progress until its lease ends (retries get `409`), then the same body
 //!   sends again, harmlessly.
@@ -387,10 +389,10 @@ impl<S: Store, Q: Queue> Api<S, Q> {
                     // body, in progress until its lease ends (at the invocation's deadline):
                     // retries get `409` with `Retry-After` until then; after it, the same body
                     // takes the key over and sends again (safe: the consumer keys on the event
-                    // id) and its `202` is stored, so later retries replay it; another body is
-                    // refused (`422`), during the lease or after it (the record it takes over
-                    // names the other body). Not completed with a pending answer: a retry could
-                    // then never store its `202`.
+                    // id) and its `202` is stored, so later retries replay it; another body
+                    // waits (`409`) during the lease and is refused (`422`) after it (the record
+                    // it takes over names this body). Not completed with a pending answer: a
+                    // retry could then never store its `202`.
                     let seconds =
                         attempt.lease_expires_at_ms().saturating_sub(self.idempotency.config().now_ms()).div_ceil(1000);
                     tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "send outcome unknown; the key is held until its lease ends");
@@ -423,6 +425,7 @@ impl<S: Store, Q: Queue> Api<S, Q> {
         match rule {
             rules::OnReused::Refuse => return reply(key_reused(event)),
             rules::OnReused::Held => return reply(key_held(event)),
+            rules::OnReused::InProgress => return self.in_progress(key).await,
             rules::OnReused::SendAgain => {}
         }
         match self.queue.send(event).await {

@@ -86,11 +86,25 @@ pub enum OnReused {
     SendAgain,
     /// Answer the stored `503 key_held`: the key is held for every body ([`OnClaim::Hold`]).
     Held,
+    /// `409` with `Retry-After`: the record is in progress, its answer not stored yet (a
+    /// refusal, say, over this very body's send), or gone since the claim met it: its lease,
+    /// or the next claim, decides, not this read.
+    InProgress,
 }
 
 /// The rule for a key bound to another body, from its record as read back.
 pub fn on_reused(record: Option<&Record>, hash: &PayloadHash) -> OnReused {
-    let Some(answer) = record.and_then(stored_answer) else { return OnReused::Refuse };
+    let Some(record) = record else {
+        // Gone since the claim met it (released: its send was refused): the key is free again,
+        // so this body's retry may take it.
+        return OnReused::InProgress;
+    };
+    // In progress, or this body's since the claim met another's (released, then claimed by
+    // this body's other request): a retry decides.
+    if record.status == Status::InProgress || hash.matches(&record.payload_hash) {
+        return OnReused::InProgress;
+    }
+    let Some(answer) = stored_answer(record) else { return OnReused::Refuse };
     if is_key_held(&answer) {
         return OnReused::Held;
     }

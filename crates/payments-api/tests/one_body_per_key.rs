@@ -184,6 +184,25 @@ async fn an_attempt_that_died_before_deciding_does_not_bind_the_key() {
     assert!(s.queue.amounts().iter().all(|&cents| cents == 999), "only Y on the queue: {:?}", s.queue.amounts());
 }
 
+/// X is answered 202 (on the queue) but its completion fails; after X's lease Y takes the key
+/// over and is refused, but its refusal is not stored either, so Y's record stays in progress.
+/// X's retry during Y's lease meets Y's record: `409` in flight, not a final `422`; after the
+/// lease X is accepted again.
+#[tokio::test]
+async fn the_body_on_the_queue_is_never_refused() {
+    let s = setup();
+    s.store.fail_next_completion.store(true, Ordering::SeqCst);
+    assert_eq!(s.pay("pay_c6", 100).await.0, 202, "X accepted: on the queue");
+    s.past_the_lease();
+    s.store.fail_next_completion.store(true, Ordering::SeqCst);
+    assert_eq!(s.pay("pay_c6", 999).await.0, 422, "Y refused; its refusal not stored");
+    let (status, answer) = s.pay("pay_c6", 100).await;
+    assert_eq!((status, &answer["error"]), (409, &json!("request_in_progress")), "{answer}");
+    s.past_the_lease();
+    assert_eq!(s.pay("pay_c6", 100).await.0, 202);
+    assert!(s.queue.amounts().iter().all(|&cents| cents == 100), "only X on the queue: {:?}", s.queue.amounts());
+}
+
 /// A store that, like one that cannot keep what a claim replaced, answers a retried claim with
 /// the claim's own record: what the first write replaced is unknown.
 #[derive(Default, Clone)]

@@ -108,12 +108,13 @@ async fn a_lost_send_then_another_body_is_not_accepted() {
         sent.iter().all(|event| event.amount_cents == sent[0].amount_cents),
         "one event id, two payloads on the queue ({status} {answer}): {sent:?}"
     );
-    assert_eq!((status, &answer["error"]), (422, &json!("idempotency_key_reused")), "{answer}");
+    // In flight until the first's lease ends (409), refused after it (422).
+    assert_eq!((status, &answer["error"]), (409, &json!("request_in_progress")), "{answer}");
 }
 
 /// The fix's other half: after a lost send the key is held until the lease ends (409 with
 /// Retry-After); then the same body is sent again (safe: the consumer keys on the event id), its
-/// 202 is stored and replayed to later retries; another body stays refused throughout.
+/// 202 is stored and replayed to later retries; another body waits (409), then is refused.
 #[tokio::test]
 async fn a_lost_send_then_the_same_body_is_sent_again() {
     let queue = Recording::default();
@@ -124,7 +125,7 @@ async fn a_lost_send_then_the_same_body_is_sent_again() {
 
     assert_eq!(pay(&api, "pay_again", &body("acct_a", 1250)).await.0, 503);
     assert_eq!(pay(&api, "pay_again", &body("acct_a", 1250)).await.0, 409, "held until the lease ends");
-    assert_eq!(pay(&api, "pay_again", &body("acct_a", 9999)).await.0, 422);
+    assert_eq!(pay(&api, "pay_again", &body("acct_a", 9999)).await.0, 409, "another body waits too");
     clock.advance(Duration::from_secs(11));
     let (status, answer) = pay(&api, "pay_again", &body("acct_a", 1250)).await;
     assert_eq!((status, answer), (202, json!({"event_id": "pay_again"})));

@@ -121,7 +121,11 @@ async fn a_refused_takeover_keeps_the_key_of_a_send_that_may_have_landed() {
     clock.advance(Duration::from_secs(3));
     let retry = pay(&server, &key, &body("acct_a", 4200)).await;
     assert_eq!(retry.status, 503, "{retry:?}");
-    // Body B under the same key: A's event is on the queue, so B must be refused (422).
+    // Body B under the same key: A's event is on the queue, so B must never be accepted: it
+    // waits while A's retry holds the key (409), and is refused after (422).
+    let other = pay(&server, &key, &body("acct_a", 9999)).await;
+    assert_eq!(other.status, 409, "{other:?}");
+    clock.advance(Duration::from_secs(3));
     let other = pay(&server, &key, &body("acct_a", 9999)).await;
     let sent: Vec<i64> = queue.sent.lock().unwrap().iter().map(|e| e.amount_cents).collect();
     assert_eq!(

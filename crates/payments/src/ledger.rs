@@ -402,8 +402,9 @@ impl Ledger {
     /// positions; the others are answered in `results`: from the answers this ledger remembers,
     /// or with the failure of their checks. An event whose check fails in a way a retry may undo
     /// (a receipt with no outbox table) holds back the later events of its account and of its
-    /// event id, as `commit_batch` does for its own such failures: they are answered retryable
-    /// too, so SQS redelivers them after it, in order, and none overtakes it.
+    /// event id, and each event held back holds back those of its own account and event id, as
+    /// `commit_batch` does for its own such failures: they are answered retryable too, so SQS
+    /// redelivers them after it, in order, and none overtakes it.
     fn admit<'e>(
         &self,
         events: &'e [PaymentEvent],
@@ -414,6 +415,10 @@ impl Ledger {
         let mut waiting = Waiting::default();
         for (position, event) in events.iter().enumerate() {
             if waiting.holds(event) {
+                // Held back, it holds back in turn its own account and event id: a later event
+                // of either must not overtake it (a debit before its credit, an event id taken
+                // by another account first).
+                waiting.hold(event);
                 results[position] = Some(Err(held_back(event)));
                 continue;
             }

@@ -242,6 +242,7 @@ impl ApiModel {
             (Req::ReadBack, Action::ReadBack(_)) => match rules::on_reused(state.world.record(), hash) {
                 OnReused::Refuse => Req::Done(Some(422)),
                 OnReused::Held => Req::Done(Some(503)),
+                OnReused::InProgress => Req::Done(Some(409)),
                 OnReused::SendAgain => Req::SendAgain,
             },
             (Req::SendAgain, Action::SendAgain(_, fault)) => {
@@ -380,6 +381,13 @@ impl Model for ApiModel {
                 model.one_body_answered(state)
             }),
             Property::always("at most one body on the queue", |_, state: &State| state.queue.count_ones() <= 1),
+            Property::always("the body on the queue is never refused (422)", |model: &ApiModel, state: &State| {
+                state
+                    .reqs
+                    .iter()
+                    .zip(&model.bodies)
+                    .all(|(r, body)| *r != Req::Done(Some(422)) || state.queue & (1 << body) == 0)
+            }),
             Property::always("a body on the queue is never forgotten", |_, state: &State| {
                 state.queue == 0 || state.world.slot.is_some()
             }),

@@ -175,10 +175,33 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
-    use stateright::{Checker, Expectation};
+    explore(name, model, depth, threads, None)
+}
+
+/// Explores `model` breadth first until it finds a counterexample to `property` (the shortest),
+/// or has seen every reachable state.
+pub fn find<M>(name: &'static str, model: M, property: &'static str, threads: usize) -> Report
+where
+    M: stateright::Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    explore(name, model, None, threads, Some(property))
+}
+
+fn explore<M>(name: &'static str, model: M, depth: Option<usize>, threads: usize, until: Option<&'static str>) -> Report
+where
+    M: stateright::Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    use stateright::{Checker, Expectation, HasDiscoveries};
     let mut builder = model.checker().threads(threads);
     if let Some(depth) = depth {
         builder = builder.target_max_depth(depth);
+    }
+    if let Some(property) = until {
+        builder = builder.finish_when(HasDiscoveries::AnyOf([property].into()));
     }
     let checker = builder.spawn_bfs().join();
     let mut violations = Vec::new();
