@@ -225,6 +225,19 @@ mod tests {
     }
 
     #[test]
+    fn an_own_record_from_a_store_that_cannot_say_what_it_replaced_is_an_unknown_takeover() {
+        let mine = record("x", "hx", 100);
+        assert_eq!(judge(Claim::Exists(mine.clone()), &mine), Judged::Claimed(Replaced::Unknown));
+        let other = record("y", "hx", 100);
+        assert_eq!(judge(Claim::Exists(other.clone()), &mine), Judged::Blocked(other.clone()));
+        let done = Record { status: Status::Completed, response: Some("1".into()), ..mine.clone() };
+        assert_eq!(judge(Claim::Exists(done.clone()), &mine), Judged::Blocked(done), "completed: a replay");
+        assert_eq!(judge(Claim::AcquiredOverUnreadable, &mine), Judged::Claimed(Replaced::Unknown));
+        let run = Claim::AcquiredInRun { replaced: other.clone(), first: mine.clone() };
+        assert_eq!(judge(run, &mine), Judged::Claimed(Replaced::Run { replaced: other, first: mine }));
+    }
+
+    #[test]
     fn a_claim_of_a_completed_own_record_is_answered_with_it() {
         let mut slot = None;
         let x = record("x", "hx", 100);
