@@ -41,9 +41,9 @@
 //!   the record stays in progress until its lease ends (retries get `409`), then the same body
 //!   sends again, harmlessly.
 //! - A claim that overwrote a record past its window, or in progress past its lease, checks
-//!   what it overwrote ([`Attempt::replaced`]): another body's record (or a stored `422` for
-//!   this one) makes it `422`, stored for this body, and nothing is sent.
-//!
+//!   what it overwrote ([`effectively_once::Attempt::what_it_replaced`]; after a run of
+//!   takeovers whose attempts died, the record the run began with): another body's record (or
+//!   a stored `422` for this one) makes it `422`, stored for this body, and nothing is sent.
 //! - A claim whose answer was lost meets its own record on the retry, which keeps what the
 //!   first write replaced, so the checks above see the record it replaced all the same. Where
 //!   that is unknown (an item that could not be read), the key is **held**: nothing is sent, and
