@@ -9,6 +9,7 @@
 //! | same key, same body | the stored status and body again, with `Idempotent-Replayed: true` |
 //! | same key, other body | `422 {"error": "idempotency_key_reused", ...}` |
 //! | same key, first still in flight | `409 {"error": "request_in_progress", ...}` with `Retry-After` (seconds to the lease end) |
+//! | body over `API_MAX_BODY_BYTES` (default 8 KiB) | `413 {"error": "payload_too_large", ...}`, before it is parsed |
 //! | key or body missing or invalid | `400 {"error": "invalid_idempotency_key" \| "invalid_body", "message": "FIELD: ..."}` (a field named twice included) |
 //!
 //! The body is the payment event's fields without `event_id`: the key becomes the event id, and
@@ -89,6 +90,9 @@ pub const REPLAYED: &str = "idempotent-replayed";
 /// unique in the ledger for good, and a record that DynamoDB's TTL has deleted can no longer
 /// refuse another body under its key.
 pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// The largest body accepted unless `API_MAX_BODY_BYTES` says otherwise: a payment's fields take
+/// a few hundred bytes; anything over 8 KiB is answered `413` before it is parsed.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024;
 /// The path the API serves.
 pub const PATH: &str = "/payments";
 
@@ -103,6 +107,8 @@ pub struct Env {
     pub fifo: bool,
     /// The dedup window from `API_DEDUP_WINDOW_SECONDS` (default [`DEFAULT_DEDUP_WINDOW`]).
     pub config: Config,
+    /// `API_MAX_BODY_BYTES` (default [`DEFAULT_MAX_BODY_BYTES`]): larger bodies get `413`.
+    pub max_body_bytes: usize,
 }
 
 impl Env {
@@ -128,7 +134,17 @@ impl Env {
                     format!("API_DEDUP_WINDOW_SECONDS must be a positive number of seconds, is {s:?}")
                 })?),
             };
+        let max_body_bytes = match var("API_MAX_BODY_BYTES") {
+            None => DEFAULT_MAX_BODY_BYTES,
+            Some(s) => s
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("API_MAX_BODY_BYTES must be a positive number of bytes, is {s:?}"))?,
+        };
         Ok(Env {
+            max_body_bytes,
             idempotency_table: required("IDEMPOTENCY_TABLE")?,
             queue_url,
             fifo,
@@ -276,6 +292,7 @@ impl Queue for SqsQueue {
 pub struct Api<S, Q> {
     idempotency: Idempotency<S>,
     queue: Q,
+    max_body_bytes: usize,
 }
 
 /// The API as deployed: records in DynamoDB, events on SQS.
@@ -287,14 +304,20 @@ impl DeployedApi {
         let store =
             effectively_once_dynamodb::DynamoDbStore::new(aws_sdk_dynamodb::Client::new(sdk), &env.idempotency_table);
         let queue = SqsQueue::new(aws_sdk_sqs::Client::new(sdk), &env.queue_url, env.fifo);
-        Api::new(Idempotency::new(store, env.config.clone()), queue)
+        Api::new(Idempotency::new(store, env.config.clone()), queue).with_max_body_bytes(env.max_body_bytes)
     }
 }
 
 impl<S: Store, Q: Queue> Api<S, Q> {
     /// The API over its records and its queue.
     pub fn new(idempotency: Idempotency<S>, queue: Q) -> Self {
-        Api { idempotency, queue }
+        Api { idempotency, queue, max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+    }
+
+    /// The same API, answering `413` to a body over `bytes` before it is parsed.
+    pub fn with_max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
     }
 
     /// The queue.
@@ -314,6 +337,16 @@ impl<S: Store, Q: Queue> Api<S, Q> {
             let mut response = reply(error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use POST"));
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             return response;
+        }
+        let size = match request.body() {
+            Body::Text(text) => text.len(),
+            Body::Binary(bytes) => bytes.len(),
+            _ => 0,
+        };
+        if size > self.max_body_bytes {
+            // Bounded before it is parsed or hashed: a payment's fields take a few hundred bytes.
+            let message = format!("body: {size} bytes, over the limit of {}", self.max_body_bytes);
+            return reply(error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message));
         }
         let event = match parse(request.headers(), request.body()) {
             Ok(event) => event,
@@ -624,6 +657,26 @@ mod tests {
             });
             assert_eq!(env.unwrap().fifo, fifo, "{value}");
         }
+    }
+
+    /// A body over the limit is refused before it is parsed: a 2 MB unknown field is never
+    /// hashed nor sent.
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_413_before_it_is_parsed() {
+        let api =
+            Api::new(Idempotency::new(effectively_once::InMemoryStore::new(), Config::default()), Counting::default());
+        let mut event: Value = serde_json::from_str(include_str!("../../../events/http-payment.json")).unwrap();
+        let padding = "x".repeat(2 * 1024 * 1024);
+        event["body"] =
+            json!(format!(r#"{{"account_id": "a", "amount_cents": 1, "currency": "USD", "pad": "{padding}"}}"#));
+        let response = api.handle(lambda_http::request::from_str(&event.to_string()).unwrap()).await;
+        assert_eq!(response.status().as_u16(), 413);
+        let Body::Text(text) = response.body() else { panic!("a text body") };
+        assert!(text.contains("payload_too_large"), "{text}");
+        assert_eq!(api.queue().0.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing sent");
+        let small = api.with_max_body_bytes(16);
+        let request = lambda_http::request::from_str(include_str!("../../../events/http-payment.json")).unwrap();
+        assert_eq!(small.handle(request).await.status().as_u16(), 413, "the limit is configurable");
     }
 
     #[test]

@@ -125,3 +125,108 @@ fn is_key_held(answer: &Answer) -> bool {
 fn stored_answer(record: &Record) -> Option<Answer> {
     record.response.as_deref().and_then(|json| serde_json::from_str::<Answer>(json).ok())
 }
+
+#[cfg(test)]
+mod tests {
+    use effectively_once::Config;
+    use payments::PaymentEvent;
+
+    use super::*;
+
+    fn event(cents: i64) -> PaymentEvent {
+        PaymentEvent {
+            event_id: "k".into(),
+            account_id: "a".into(),
+            amount_cents: cents,
+            currency: "USD".into(),
+            receipt_email: None,
+        }
+    }
+
+    fn hash(cents: i64) -> PayloadHash {
+        Config::default().payload_hash(&event(cents)).unwrap()
+    }
+
+    /// A record of body `cents`, completed with `answer`, or in progress without one.
+    fn record(cents: i64, answer: Option<Answer>) -> Record {
+        Record {
+            id: "api#k".into(),
+            status: if answer.is_some() { Status::Completed } else { Status::InProgress },
+            lease_expires_at_ms: 1,
+            expiration_s: 1,
+            payload_hash: hash(cents).as_str().to_owned(),
+            owner: "o".into(),
+            response: answer.map(|a| serde_json::to_string(&a).unwrap()),
+        }
+    }
+
+    fn refusal(held_for: Option<i64>) -> Answer {
+        Answer { held_for: held_for.map(|c| hash(c).as_str().to_owned()), ..crate::key_reused(&event(0)) }
+    }
+
+    fn claim(first: Record) -> Replaced {
+        Replaced::Record(first)
+    }
+
+    #[test]
+    fn a_claim_sends_only_for_the_body_the_key_is_bound_to() {
+        let x = hash(100);
+        assert_eq!(on_claim(&Replaced::Nothing, &x), OnClaim::Send);
+        assert_eq!(on_claim(&Replaced::Unknown, &x), OnClaim::Hold);
+        assert_eq!(on_claim(&claim(record(100, None)), &x), OnClaim::Send, "this body's send, maybe landed");
+        assert_eq!(on_claim(&claim(record(100, Some(crate::accepted(&event(100))))), &x), OnClaim::Send);
+        let y_in_progress = on_claim(&claim(record(999, None)), &x);
+        assert_eq!(y_in_progress, OnClaim::Refuse { held_for: Some(hash(999).as_str().to_owned()) });
+        let y_accepted = on_claim(&claim(record(999, Some(crate::accepted(&event(999))))), &x);
+        assert_eq!(y_accepted, OnClaim::Refuse { held_for: Some(hash(999).as_str().to_owned()) }, "on the queue");
+        let y_refused_for_good = on_claim(&claim(record(999, Some(crate::key_reused(&event(999))))), &x);
+        assert_eq!(y_refused_for_good, OnClaim::Refuse { held_for: None }, "a refusal of its own, nothing queued");
+    }
+
+    #[test]
+    fn a_stored_refusal_passes_on_whom_it_held_the_key_for() {
+        let x = hash(100);
+        // Refused for this body before, held for nobody: refused again.
+        assert_eq!(on_claim(&claim(record(100, Some(refusal(None)))), &x), OnClaim::Refuse { held_for: None });
+        // Y's refusal, held for X: the key is X's.
+        assert_eq!(on_claim(&claim(record(999, Some(refusal(Some(100))))), &x), OnClaim::Send);
+        // Y's refusal held for Z: refused, still held for Z.
+        let z = Some(hash(7).as_str().to_owned());
+        assert_eq!(on_claim(&claim(record(999, Some(refusal(Some(7))))), &x), OnClaim::Refuse { held_for: z });
+        // Held for everyone.
+        assert_eq!(on_claim(&claim(record(100, Some(crate::key_held(&event(100))))), &x), OnClaim::Hold);
+    }
+
+    #[test]
+    fn a_run_of_takeovers_is_judged_by_its_first_record() {
+        let x = hash(100);
+        let run = Replaced::Run { replaced: record(100, None), first: record(999, None) };
+        assert_eq!(on_claim(&run, &x), OnClaim::Refuse { held_for: Some(hash(999).as_str().to_owned()) });
+        let run = Replaced::Run { replaced: record(999, None), first: record(100, None) };
+        assert_eq!(on_claim(&run, &x), OnClaim::Send);
+    }
+
+    #[test]
+    fn only_a_refusal_on_a_free_key_releases_it() {
+        assert_eq!(on_failed_send(true, &Replaced::Nothing), OnFailedSend::Release);
+        assert_eq!(on_failed_send(false, &Replaced::Nothing), OnFailedSend::Hold);
+        assert_eq!(on_failed_send(true, &Replaced::Unknown), OnFailedSend::Hold);
+        assert_eq!(on_failed_send(true, &claim(record(100, None))), OnFailedSend::Hold);
+    }
+
+    #[test]
+    fn another_bodys_record_refuses_only_when_it_binds_the_key_for_good() {
+        let x = hash(100);
+        assert_eq!(on_reused(None, &x), OnReused::InProgress, "gone since the claim: retry");
+        assert_eq!(on_reused(Some(&record(999, None)), &x), OnReused::InProgress, "in progress: its lease decides");
+        let mine = record(100, Some(crate::accepted(&event(100))));
+        assert_eq!(on_reused(Some(&mine), &x), OnReused::InProgress, "this body's now: the retry replays it");
+        let y = record(999, Some(crate::accepted(&event(999))));
+        assert_eq!(on_reused(Some(&y), &x), OnReused::Refuse);
+        assert_eq!(on_reused(Some(&record(999, Some(refusal(Some(100))))), &x), OnReused::SendAgain);
+        assert_eq!(on_reused(Some(&record(999, Some(refusal(Some(7))))), &x), OnReused::Refuse);
+        assert_eq!(on_reused(Some(&record(999, Some(crate::key_held(&event(999))))), &x), OnReused::Held);
+        let garbled = Record { response: Some("not json".into()), ..y };
+        assert_eq!(on_reused(Some(&garbled), &x), OnReused::Refuse);
+    }
+}
