@@ -226,6 +226,11 @@ mod tests {
         assert_eq!(on_reused(Some(&record(999, Some(refusal(Some(100))))), &x), OnReused::SendAgain);
         assert_eq!(on_reused(Some(&record(999, Some(refusal(Some(7))))), &x), OnReused::Refuse);
         assert_eq!(on_reused(Some(&record(999, Some(crate::key_held(&event(999))))), &x), OnReused::Held);
+        // Held only by a stored `503 key_held`, not by any 503 nor any `key_held` code.
+        let other_503 = crate::error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "try again");
+        assert_eq!(on_reused(Some(&record(999, Some(other_503))), &x), OnReused::Refuse);
+        let other_status = crate::error(StatusCode::CONFLICT, KEY_HELD, "not held");
+        assert_eq!(on_reused(Some(&record(999, Some(other_status))), &x), OnReused::Refuse);
         let garbled = Record { response: Some("not json".into()), ..y };
         assert_eq!(on_reused(Some(&garbled), &x), OnReused::Refuse);
     }
