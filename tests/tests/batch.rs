@@ -301,3 +301,57 @@ async fn a_copy_waiting_for_its_first_copy_holds_back_its_accounts_later_events(
     assert_eq!(reported, ["Retryable", "Retryable", "Retryable"]);
     assert_eq!(h.ledger.entries("acct-copy-b").await.unwrap(), vec![], "nothing posted to acct-copy-b");
 }
+
+// A batch's pre-check hold-back (`Ledger::admit`) passes on: an event held back because its
+// event id (or its account) waits makes its own account (and event id) wait too, so no later
+// event overtakes it and is decided for good in an order posting one by one never takes.
+
+/// E1 (id k1, acct A, receipt, ledger without an outbox): retryable, holds account A and id k1.
+/// E2 (id k1, acct B, +500): held back by its id, and so holds back account B.
+/// E3 (id k3, acct B, -500): held back too, not rejected over an empty account: one by one in
+/// batch order, E2 applies first (E1 wrote nothing) and E3's debit is covered.
+#[tokio::test]
+async fn an_event_held_back_by_its_event_id_holds_back_its_account() {
+    let h = LedgerHarness::new().await;
+    let no_outbox = payments::Ledger::new(h.ledger.store().clone(), h.ledger.table().to_owned(), None);
+    let mut e1 = LedgerHarness::event("atk-k1", "atk-acct-A", 100, "USD");
+    e1.receipt_email = Some("payer@example.com".into());
+    let e2: PaymentEvent = LedgerHarness::event("atk-k1", "atk-acct-B", 500, "USD");
+    let e3: PaymentEvent = LedgerHarness::event("atk-k3", "atk-acct-B", -500, "USD");
+    let results = no_outbox.post_batch(&[e1, e2, e3]).await;
+    let summaries: Vec<String> = results.iter().map(summary).collect();
+    // E3 must not be decided before E2: held back (retryable) like E2, or applied after it.
+    assert_ne!(
+        summaries[2], "fresh Rejected { reason: InsufficientFunds { balance_cents: 0 } }",
+        "E3 overtook E2 in account B and was rejected for good: {summaries:?}"
+    );
+    assert!(
+        !summaries[2].starts_with("fresh Rejected"),
+        "E3 overtook E2 in account B and was rejected for good: {summaries:?}"
+    );
+}
+
+/// The other direction: an event held back by its account holds back its event id.
+/// E1 (id k1, acct A, receipt, no outbox): retryable, holds account A and id k1.
+/// E2 (id k2, acct A, +700): held back by its account, and so holds back id k2.
+/// E3 (id k2, acct C, +700): held back too, not posted to account C: one by one in batch order,
+/// E2 credits account A with k2 and E3 is key reuse (DLQ).
+#[tokio::test]
+async fn an_event_held_back_by_its_account_holds_back_its_event_id() {
+    let h = LedgerHarness::new().await;
+    let no_outbox = payments::Ledger::new(h.ledger.store().clone(), h.ledger.table().to_owned(), None);
+    let mut e1 = LedgerHarness::event("atk2-k1", "atk2-acct-A", 100, "USD");
+    e1.receipt_email = Some("payer@example.com".into());
+    let e2 = LedgerHarness::event("atk2-k2", "atk2-acct-A", 700, "USD");
+    let e3 = LedgerHarness::event("atk2-k2", "atk2-acct-C", 700, "USD");
+    let results = no_outbox.post_batch(&[e1, e2.clone(), e3]).await;
+    let summaries: Vec<String> = results.iter().map(summary).collect();
+    let credited_c = no_outbox.balance("atk2-acct-C").await.unwrap();
+    // Redelivered E2 (as SQS would, after E1's fix): key reuse, where one by one applied it.
+    let e2_again = summary(&no_outbox.post_batch(&[e2]).await[0]);
+    assert!(
+        credited_c.is_none(),
+        "E3 took event id k2 for account C ahead of E2 (account A): {summaries:?}; C = {credited_c:?}; \
+         E2 redelivered: {e2_again}"
+    );
+}

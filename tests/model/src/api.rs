@@ -10,7 +10,7 @@ use payments_api::rules::{self, OnClaim, OnFailedSend, OnReused};
 use payments_api::Answer;
 use stateright::{Model, Property};
 
-use crate::{claim_record, send_claim, ClaimFault, Unanswered, World, CLAIM_FAULTS};
+use crate::{claim_record, land_stray, send_claim, shared_actions, ClaimFault, Unanswered, World, CLAIM_FAULTS};
 
 /// Where one request is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -340,14 +340,7 @@ impl Model for ApiModel {
                 actions.push(Action::Crash(i));
             }
         }
-        for (i, stray) in state.strays.iter().enumerate() {
-            if stray.is_some() {
-                actions.push(Action::StrayLands(i));
-            }
-        }
-        if state.world.can_tick() {
-            actions.push(Action::Tick);
-        }
+        shared_actions(&state.world, &state.strays, Action::StrayLands, Action::Tick, actions);
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -358,8 +351,7 @@ impl Model for ApiModel {
                 return Some(state);
             }
             Action::StrayLands(i) => {
-                let stray = state.strays[*i].take()?;
-                send_claim(&mut state.world, &stray, ClaimFault::AnswerLost, self.reverted);
+                land_stray(&mut state.world, &mut state.strays, *i, self.reverted)?;
                 return Some(state);
             }
             Action::Claim(i, _)

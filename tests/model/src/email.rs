@@ -9,7 +9,7 @@ use effectively_once::{Config, PayloadHash, Replaced};
 use effectively_once_effects::{on_send_error, sends_once_claimed, OnSendError, Policy, SendErrorKind};
 use stateright::{Model, Property};
 
-use crate::{claim_record, send_claim, ClaimFault, Unanswered, World, CLAIM_FAULTS};
+use crate::{claim_record, land_stray, send_claim, shared_actions, ClaimFault, Unanswered, World, CLAIM_FAULTS};
 
 /// Where one relay invocation is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -158,14 +158,7 @@ impl Model for EmailModel {
                 actions.push(Action::Crash(i));
             }
         }
-        for (i, stray) in state.strays.iter().enumerate() {
-            if stray.is_some() {
-                actions.push(Action::StrayLands(i));
-            }
-        }
-        if state.world.can_tick() {
-            actions.push(Action::Tick);
-        }
+        shared_actions(&state.world, &state.strays, Action::StrayLands, Action::Tick, actions);
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -177,8 +170,7 @@ impl Model for EmailModel {
                 return Some(state);
             }
             Action::StrayLands(i) => {
-                let stray = state.strays[i].take()?;
-                send_claim(&mut state.world, &stray, ClaimFault::AnswerLost, false);
+                land_stray(&mut state.world, &mut state.strays, i, false)?;
                 return Some(state);
             }
             Action::Claim(i, fault) => {

@@ -134,6 +134,28 @@ pub fn send_claim(
     (fault == ClaimFault::Answered).then(|| protocol::judge(answer, &request.record))
 }
 
+/// The steps every model offers besides its workers' own: each claim request lost on the way
+/// may land late (`stray(i)`), and the clock may move on (`tick`) until its horizon.
+pub fn shared_actions<A>(
+    world: &World,
+    strays: &[Option<Unanswered>],
+    stray: impl Fn(usize) -> A,
+    tick: A,
+    actions: &mut Vec<A>,
+) {
+    actions.extend(strays.iter().enumerate().filter(|(_, s)| s.is_some()).map(|(i, _)| stray(i)));
+    if world.can_tick() {
+        actions.push(tick);
+    }
+}
+
+/// Lands worker `i`'s stray claim request late: applied, its answer going nowhere.
+pub fn land_stray(world: &mut World, strays: &mut [Option<Unanswered>], i: usize, forgets: bool) -> Option<()> {
+    let stray = strays[i].take()?;
+    send_claim(world, &stray, ClaimFault::AnswerLost, forgets);
+    Some(())
+}
+
 /// What a check found: the states explored, how deep, and each violated property's trace.
 #[derive(Debug)]
 pub struct Report {
