@@ -69,7 +69,7 @@ pub mod rules;
 use std::future::Future;
 use std::time::Duration;
 
-use effectively_once::{Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Store};
+use effectively_once::{Attempt, Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Store};
 use effectively_once_redact::redact_emails;
 use lambda_http::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -384,56 +384,55 @@ impl<S: Store, Q: Queue> Api<S, Q> {
             Ok(hash) => hash,
             Err(e) => return unavailable(&event.event_id, &e),
         };
-        match rules::on_claim(attempt.what_it_replaced(), &hash) {
-            rules::OnClaim::Send => {}
-            rules::OnClaim::Refuse { held_for } => {
-                // The claim overwrote a record past its window (or stalled) that holds the
-                // event id for another body, or refused this one before: the event id is
-                // taken in the ledger for good. The refusal is stored with this body, so its
-                // retries replay it and a later claim over it finds the refusal again; over a
-                // send whose outcome was unknown it names that body (`held_for`).
-                let answer = Answer { held_for, ..key_reused(event) };
-                if let Err(e) = idempotency.complete(attempt, &answer).await {
-                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "refusal not stored");
-                }
-                return reply(answer);
-            }
+        let answer = match rules::on_claim(attempt.what_it_replaced(), &hash) {
+            rules::OnClaim::Send => return self.send(&idempotency, attempt, event).await,
+            // The claim overwrote a record past its window (or stalled) that holds the event id
+            // for another body, or refused this one before: the event id is taken in the ledger
+            // for good. The refusal is stored with this body, so its retries replay it and a
+            // later claim over it finds the refusal again; over a send whose outcome was unknown
+            // it names that body (`held_for`).
+            rules::OnClaim::Refuse { held_for } => Answer { held_for, ..key_reused(event) },
             rules::OnClaim::Hold => {
                 tracing::error!(event_id = %event.event_id, "claimed over a record that could not be read: the key is held");
-                let answer = key_held(event);
-                if let Err(e) = idempotency.complete(attempt, &answer).await {
-                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "hold not stored");
-                }
-                return reply(answer);
+                key_held(event)
             }
+        };
+        if let Err(e) = idempotency.complete(attempt, &answer).await {
+            tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "answer not stored");
         }
+        reply(answer)
+    }
+
+    /// Sends the event under the key `attempt` holds and stores the `202`; or, when the send
+    /// fails, releases the key or holds it ([`rules::on_failed_send`]).
+    async fn send(&self, idempotency: &Idempotency<S>, attempt: Attempt, event: &PaymentEvent) -> Response<Body> {
         if let Err(e) = self.queue.send(event).await {
-            match rules::on_failed_send(e.is_refused(), attempt.what_it_replaced()) {
+            return match rules::on_failed_send(e.is_refused(), attempt.what_it_replaced()) {
                 rules::OnFailedSend::Release => {
                     // Not on the queue, and no earlier attempt sent anything: free the key, so
                     // the retry (any body) starts over.
                     if let Err(release) = idempotency.release(attempt).await {
                         tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
                     }
-                    return unavailable(&event.event_id, &e);
+                    unavailable(&event.event_id, &e)
                 }
+                // Maybe on the queue (this send, or an earlier attempt's): the key keeps this
+                // body, in progress until its lease ends (at the invocation's deadline): retries
+                // get `409` with `Retry-After` until then; after it, the same body takes the key
+                // over and sends again (safe: the consumer keys on the event id) and its `202`
+                // is stored, so later retries replay it; another body waits (`409`) during the
+                // lease and is refused (`422`) after it (the record it takes over names this
+                // body). Not completed with a pending answer: a retry could then never store
+                // its `202`.
                 rules::OnFailedSend::Hold => {
-                    // Maybe on the queue (this send, or an earlier attempt's): the key keeps this
-                    // body, in progress until its lease ends (at the invocation's deadline):
-                    // retries get `409` with `Retry-After` until then; after it, the same body
-                    // takes the key over and sends again (safe: the consumer keys on the event
-                    // id) and its `202` is stored, so later retries replay it; another body
-                    // waits (`409`) during the lease and is refused (`422`) after it (the record
-                    // it takes over names this body). Not completed with a pending answer: a
-                    // retry could then never store its `202`.
-                    let seconds =
-                        attempt.lease_expires_at_ms().saturating_sub(self.idempotency.config().now_ms()).div_ceil(1000);
+                    let now_ms = self.idempotency.config().now_ms();
+                    let seconds = attempt.lease_expires_at_ms().saturating_sub(now_ms).div_ceil(1000);
                     tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "send outcome unknown; the key is held until its lease ends");
                     let mut response = reply(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "try again"));
                     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
-                    return response;
+                    response
                 }
-            }
+            };
         }
         let answer = accepted(event);
         if let Err(e) = idempotency.complete(attempt, &answer).await {
