@@ -1,6 +1,7 @@
 //! `DynamoDbStore`: the claim / complete / release protocol as DynamoDB conditional writes.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -102,12 +103,12 @@ impl DynamoDbStore {
     /// read (its owner and status, and still claimable at `now_ms`). When the condition fails,
     /// the item that blocked it (`ALL_OLD`, or read at the price of a second request from a
     /// server that does not return it), or none.
-    async fn put_claim(&self, item: &Item, over: Option<&Record>, now_ms: u64) -> Result<Put, StoreError> {
+    async fn put_claim(&self, id: &str, item: Item, over: Option<&Record>, now_ms: u64) -> Result<Put, StoreError> {
         let mut request = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item.clone()))
+            .set_item(Some(item))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         request = match over {
             None => {
@@ -135,10 +136,7 @@ impl DynamoDbStore {
                     Some(item) => Some(item),
                     // No item came back: none is there (a takeover's item that was released or
                     // expired since it was read), or the server does not return it.
-                    None => {
-                        let id = item.get(attr::ID).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-                        self.read_item(&id).await?
-                    }
+                    None => self.read_item(id).await?,
                 };
                 Ok(blocking.map_or(Put::Gone, Put::Blocked))
             }
@@ -253,8 +251,10 @@ fn takeover(record: &Record, now_ms: u64, seen: Item) -> Next {
 /// The `replaced_*` and `first_*` attributes, for a completion's `REMOVE`: only a claim's
 /// retry reads them, and a completed record would otherwise carry more responses toward the
 /// item limit.
-fn drop_replaced() -> String {
-    copies().collect::<Vec<_>>().join(", ")
+fn drop_replaced() -> &'static str {
+    // Built once: every first delivery's completion names them.
+    static NAMES: LazyLock<String> = LazyLock::new(|| copies().collect::<Vec<_>>().join(", "));
+    &NAMES
 }
 
 impl Store for DynamoDbStore {
@@ -264,7 +264,7 @@ impl Store for DynamoDbStore {
         let mut seen = None;
         for _ in 0..CLAIM_TRIES {
             let put = match seen.take() {
-                None => match self.put_claim(&claim_item(record, None, None), None, now_ms).await? {
+                None => match self.put_claim(&record.id, claim_item(record, None, None), None, now_ms).await? {
                     Put::Written => return Ok(Claim::Acquired { replaced: None }),
                     other => other,
                 },
@@ -273,10 +273,12 @@ impl Store for DynamoDbStore {
                     Next::Unreadable(error, item) => {
                         return self.claim_over_unreadable(record, now_ms, error, &item).await
                     }
-                    Next::Put { item, over, answer } => match self.put_claim(&item, Some(&over), now_ms).await? {
-                        Put::Written => return Ok(answer),
-                        other => other,
-                    },
+                    Next::Put { item, over, answer } => {
+                        match self.put_claim(&record.id, item, Some(&over), now_ms).await? {
+                            Put::Written => return Ok(answer),
+                            other => other,
+                        }
+                    }
                 },
             };
             // Blocked: judge what blocked it. Gone (released, or deleted by TTL, since it was

@@ -1,16 +1,16 @@
 //! `DynamoDbStore` cases beyond the store contract, against DynamoDB (the local AWS, or
-//! `AWS_ENDPOINT_URL`): a claim over an item it cannot read, and commit once under a lease that
-//! would have ended mid-handler.
+//! `AWS_ENDPOINT_URL`): a claim over an item it cannot read (and the run of takeovers after it),
+//! and commit once under a lease that would have ended mid-handler.
 #![cfg(feature = "test-util")]
 
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use effectively_once::{
-    Begin, Clock, Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, RunError, Status, Store,
+    Begin, Claim, Clock, Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, Record, RunError, Status, Store,
 };
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::{attr, create_table, Commit, Committed, Placement, Write};
+use effectively_once_dynamodb::{attr, create_table, Commit, Committed, DynamoDbStore, Placement, Write};
 
 /// A claim whose write landed over an item that does not parse (here: an expired item with an
 /// unknown status) is a claim: the attempt holds the record and must know it, and must assume
@@ -19,16 +19,7 @@ use effectively_once_dynamodb::{attr, create_table, Commit, Committed, Placement
 async fn a_claim_over_an_unreadable_item_is_still_a_claim() {
     let (store, _) = fresh_store().await;
     let id = "payments#pay_garbled";
-    store
-        .client()
-        .put_item()
-        .table_name(store.table())
-        .item(attr::ID, AttributeValue::S(id.into()))
-        .item(attr::STATUS, AttributeValue::S("HALF_WRITTEN".into()))
-        .item(attr::EXPIRATION, AttributeValue::N("1".into()))
-        .send()
-        .await
-        .unwrap();
+    put_half_written(&store, id).await;
     let idem = Idempotency::new(store, Config::default());
     let key = Key::new("payments", "pay_garbled").unwrap();
     let attempt = match idem.begin::<_, u64>(&key, &serde_json::json!({"n": 1})).await {
@@ -41,6 +32,42 @@ async fn a_claim_over_an_unreadable_item_is_still_a_claim() {
     idem.complete(attempt, &5u64).await.unwrap();
     let done = idem.store().get(id).await.unwrap().unwrap();
     assert_eq!((done.status, done.response.as_deref()), (Status::Completed, Some("5")));
+}
+
+/// An item no record decodes from: an unknown status, its window long over.
+async fn put_half_written(store: &DynamoDbStore, id: &str) {
+    store
+        .client()
+        .put_item()
+        .table_name(store.table())
+        .item(attr::ID, AttributeValue::S(id.into()))
+        .item(attr::STATUS, AttributeValue::S("HALF_WRITTEN".into()))
+        .item(attr::EXPIRATION, AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// What a claim over an unreadable item replaced stays unknown through a run of takeovers: if
+/// its attempt dies (before the payments API stores its `503 key_held`, say), the claim after its
+/// lease is answered `AcquiredOverUnreadable` too, not as if the dead attempt began the run (the
+/// API would then send that attempt's body), as the Redis store answers.
+#[tokio::test]
+async fn a_claim_over_an_unreadable_item_stays_unknown_when_its_attempt_dies() {
+    let (store, _) = fresh_store().await;
+    let id = "api#garbled_then_crash";
+    put_half_written(&store, id).await;
+    let in_progress = |owner: &str, lease_expires_at_ms: u64| Record {
+        id: id.into(),
+        status: Status::InProgress,
+        lease_expires_at_ms,
+        expiration_s: 4_000_000_000,
+        payload_hash: "hx".into(),
+        owner: owner.into(),
+        response: None,
+    };
+    assert_eq!(store.claim(&in_progress("x", 11_000), 10_000).await.unwrap(), Claim::AcquiredOverUnreadable);
+    assert_eq!(store.claim(&in_progress("y", 30_000), 20_000).await.unwrap(), Claim::AcquiredOverUnreadable);
 }
 
 /// Commit once holds no lease, so there is none to outrun: an attempt that starts, stalls for

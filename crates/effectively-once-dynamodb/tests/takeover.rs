@@ -1,6 +1,5 @@
 //! A takeover's two `PutItem`s: a record released between them leaves a free key, not an
-//! unreadable one; a claim over an unreadable item keeps it unknown through a run of takeovers
-//! (the payments API keeps the key held), as `InMemoryStore` and the Redis store answer.
+//! unreadable one, as `InMemoryStore` and the Redis store answer.
 #![cfg(feature = "test-util")]
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,38 +98,5 @@ async fn a_release_between_the_two_puts_is_not_an_unreadable_item() {
     assert!(
         answer == released_first || answer == Claim::Acquired { replaced: Some(a.clone()) },
         "DynamoDB answered {answer:?}; InMemoryStore answers {released_first:?} (or Acquired over A)"
-    );
-}
-
-/// A claim over an unreadable item (AcquiredOverUnreadable: the API holds the key, 503
-/// key_held, because the item may be another body's send) writes the record with no
-/// `replaced_*` attributes at all. If that attempt dies before its `key_held` answer is stored
-/// (a crash, a completion past its lease), the next claim after its lease reads it as a record
-/// that replaced nothing and makes it the run's first: `Acquired { replaced: Some(X) }`, so the
-/// API binds the key to X's body and sends it. Redis, for the same history, keeps the unreadable
-/// copy and answers `AcquiredOverUnreadable` again (the key stays held).
-#[tokio::test]
-async fn a_hold_over_an_unreadable_item_survives_its_holder_dying() {
-    let (store, _) = fresh_store().await;
-    let id = "api#garbled_then_crash";
-    store
-        .client()
-        .put_item()
-        .table_name(store.table())
-        .item(attr::ID, AttributeValue::S(id.into()))
-        .item(attr::STATUS, AttributeValue::S("HALF_WRITTEN".into()))
-        .item(attr::EXPIRATION, AttributeValue::N("1".into()))
-        .send()
-        .await
-        .unwrap();
-    let x = record(id, "x", "hx", 11_000);
-    assert_eq!(store.claim(&x, 10_000).await.unwrap(), Claim::AcquiredOverUnreadable);
-    // X dies before storing its 503 key_held. After X's lease, a retry of X's body claims.
-    let y = record(id, "y", "hx", 30_000);
-    let answer = store.claim(&y, 20_000).await.unwrap();
-    assert_eq!(
-        answer,
-        Claim::AcquiredOverUnreadable,
-        "the run began with an unreadable item; DynamoDB forgot it (the API would now Send body hx)"
     );
 }

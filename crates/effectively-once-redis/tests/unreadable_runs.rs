@@ -1,6 +1,6 @@
 //! An unreadable record stays unknown through a run of takeovers: the successor of a claim
 //! over it, once that claim's attempt died, is answered `AcquiredOverUnreadable` (the payments
-//! API keeps the key held), as on DynamoDB (`effectively-once-dynamodb/tests/takeover.rs`).
+//! API keeps the key held), as on DynamoDB (`effectively-once-dynamodb/tests/store.rs`).
 
 mod common;
 

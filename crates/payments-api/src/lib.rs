@@ -69,7 +69,7 @@ pub mod rules;
 use std::future::Future;
 use std::time::Duration;
 
-use effectively_once::{Attempt, Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Store};
+use effectively_once::{Attempt, Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Replaced, Store};
 use effectively_once_redact::redact_emails;
 use lambda_http::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -380,6 +380,10 @@ impl<S: Store, Q: Queue> Api<S, Q> {
                 ));
             }
         };
+        if *attempt.what_it_replaced() == Replaced::Nothing {
+            // A free key, the common case: nothing to compare, so no second hash of the body.
+            return self.send(&idempotency, attempt, event).await;
+        }
         let hash = match self.idempotency.config().payload_hash(event) {
             Ok(hash) => hash,
             Err(e) => return unavailable(&event.event_id, &e),

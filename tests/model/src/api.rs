@@ -10,7 +10,7 @@ use payments_api::rules::{self, OnClaim, OnFailedSend, OnReused};
 use payments_api::Answer;
 use stateright::{Model, Property};
 
-use crate::{claim_record, land_stray, send_claim, shared_actions, ClaimFault, Unanswered, World, CLAIM_FAULTS};
+use crate::{claim_actions, claim_record, land_stray, send_claim, shared_actions, ClaimFault, Unanswered, World};
 
 /// Where one request is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -324,10 +324,8 @@ impl Model for ApiModel {
         for (i, req) in state.reqs.iter().enumerate() {
             match req {
                 Req::Idle | Req::ClaimUnanswered(_) => {
-                    actions.extend(CLAIM_FAULTS.iter().map(|fault| Action::Claim(i, *fault)));
-                    if matches!(req, Req::ClaimUnanswered(_)) {
-                        actions.push(Action::GiveUp(i));
-                    }
+                    let unanswered = matches!(req, Req::ClaimUnanswered(_));
+                    claim_actions(i, unanswered, Action::Claim, Action::GiveUp, actions);
                 }
                 Req::Send(_) => actions.extend(SEND_FAULTS.iter().map(|fault| Action::Send(i, *fault))),
                 Req::Complete { .. } => actions.extend([Action::Complete(i, true), Action::Complete(i, false)]),

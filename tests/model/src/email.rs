@@ -9,7 +9,7 @@ use effectively_once::{Config, PayloadHash, Replaced};
 use effectively_once_effects::{on_send_error, sends_once_claimed, OnSendError, Policy, SendErrorKind};
 use stateright::{Model, Property};
 
-use crate::{claim_record, land_stray, send_claim, shared_actions, ClaimFault, Unanswered, World, CLAIM_FAULTS};
+use crate::{claim_actions, claim_record, land_stray, send_claim, shared_actions, ClaimFault, Unanswered, World};
 
 /// Where one relay invocation is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -144,10 +144,9 @@ impl Model for EmailModel {
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
         for (i, relay) in state.relays.iter().enumerate() {
             match relay {
-                Relay::Idle => actions.extend(CLAIM_FAULTS.iter().map(|f| Action::Claim(i, *f))),
-                Relay::ClaimUnanswered(_) => {
-                    actions.extend(CLAIM_FAULTS.iter().map(|f| Action::Claim(i, *f)));
-                    actions.push(Action::GiveUp(i));
+                Relay::Idle | Relay::ClaimUnanswered(_) => {
+                    let unanswered = matches!(relay, Relay::ClaimUnanswered(_));
+                    claim_actions(i, unanswered, Action::Claim, Action::GiveUp, actions);
                 }
                 Relay::Sending { .. } => actions.extend(SENDS.iter().map(|s| Action::Send(i, *s))),
                 Relay::Recording { .. } => actions.extend([Action::Record(i, true), Action::Record(i, false)]),

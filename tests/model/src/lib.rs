@@ -101,7 +101,7 @@ pub enum ClaimFault {
     RequestLost,
 }
 
-/// The claim faults, for the models' action lists.
+/// The claim faults, for the models' action lists ([`claim_actions`]).
 pub const CLAIM_FAULTS: [ClaimFault; 3] = [ClaimFault::Answered, ClaimFault::AnswerLost, ClaimFault::RequestLost];
 
 /// A claim request in flight: the record and the clock it was sent with. A retry sends the same
@@ -132,6 +132,21 @@ pub fn send_claim(
         _ => protocol::claim(&mut world.slot, &request.record, request.now),
     };
     (fault == ClaimFault::Answered).then(|| protocol::judge(answer, &request.record))
+}
+
+/// A worker's claim steps: its claim sent (or sent again) under each fault, and, once a claim
+/// went unanswered, giving up on it.
+pub fn claim_actions<A>(
+    i: usize,
+    unanswered: bool,
+    claim: impl Fn(usize, ClaimFault) -> A,
+    give_up: impl Fn(usize) -> A,
+    actions: &mut Vec<A>,
+) {
+    actions.extend(CLAIM_FAULTS.iter().map(|fault| claim(i, *fault)));
+    if unanswered {
+        actions.push(give_up(i));
+    }
 }
 
 /// The steps every model offers besides its workers' own: each claim request lost on the way

@@ -7,7 +7,7 @@ use effectively_once::protocol::{self, Judged};
 use effectively_once::{Config, ErrorKind, PayloadHash, Status};
 use stateright::{Model, Property};
 
-use crate::{claim_record, send_claim, ClaimFault, Unanswered, World, CLAIM_FAULTS};
+use crate::{claim_actions, claim_record, send_claim, ClaimFault, Unanswered, World};
 
 /// Where one delivery is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -131,10 +131,9 @@ impl Model for RunModel {
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
         for (i, delivery) in state.deliveries.iter().enumerate() {
             match delivery {
-                Delivery::Idle => actions.extend(CLAIM_FAULTS.iter().map(|f| Action::Claim(i, *f))),
-                Delivery::ClaimUnanswered(_) => {
-                    actions.extend(CLAIM_FAULTS.iter().map(|f| Action::Claim(i, *f)));
-                    actions.push(Action::GiveUp(i));
+                Delivery::Idle | Delivery::ClaimUnanswered(_) => {
+                    let unanswered = matches!(delivery, Delivery::ClaimUnanswered(_));
+                    claim_actions(i, unanswered, Action::Claim, Action::GiveUp, actions);
                 }
                 Delivery::Running { .. } => actions.extend([Action::Effect(i), Action::HandlerFails(i)]),
                 Delivery::Completing { .. } => actions.extend([Action::Complete(i, true), Action::Complete(i, false)]),
