@@ -69,13 +69,17 @@ pub(crate) fn claim_item(
 }
 
 /// The claim's item over an item that does not decode: its attributes kept raw as `replaced_*`
-/// (`replaced_status` set to `UNREADABLE` if it had none), so the claim's retry, and every claim
+/// (`replaced_status` set to `UNREADABLE` unless it is a string), so the claim's retry, and every claim
 /// that continues its run, find the copy unreadable and answer `AcquiredOverUnreadable`.
 pub(crate) fn claim_item_over_unreadable(record: &Record, unreadable: &Item) -> Item {
     let mut item = to_item(record);
     copy_raw(unreadable, "", attr::REPLACED, &mut item);
+    // A status that is no string (missing, or NULL: the mark of a free key) becomes one no
+    // record has, so the copy never reads as "replaced nothing".
     let status = format!("{}{}", attr::REPLACED, attr::STATUS);
-    item.entry(status).or_insert_with(|| AttributeValue::S("UNREADABLE".into()));
+    if !matches!(item.get(&status), Some(AttributeValue::S(_))) {
+        item.insert(status, AttributeValue::S("UNREADABLE".into()));
+    }
     item
 }
 

@@ -36,12 +36,17 @@ async fn a_claim_over_an_unreadable_item_is_still_a_claim() {
 
 /// An item no record decodes from: an unknown status, its window long over.
 async fn put_half_written(store: &DynamoDbStore, id: &str) {
+    put_damaged(store, id, AttributeValue::S("HALF_WRITTEN".into())).await;
+}
+
+/// An item with this `status` and a window long over.
+async fn put_damaged(store: &DynamoDbStore, id: &str, status: AttributeValue) {
     store
         .client()
         .put_item()
         .table_name(store.table())
         .item(attr::ID, AttributeValue::S(id.into()))
-        .item(attr::STATUS, AttributeValue::S("HALF_WRITTEN".into()))
+        .item(attr::STATUS, status)
         .item(attr::EXPIRATION, AttributeValue::N("1".into()))
         .send()
         .await
@@ -51,23 +56,30 @@ async fn put_half_written(store: &DynamoDbStore, id: &str) {
 /// What a claim over an unreadable item replaced stays unknown through a run of takeovers: if
 /// its attempt dies (before the payments API stores its `503 key_held`, say), the claim after its
 /// lease is answered `AcquiredOverUnreadable` too, not as if the dead attempt began the run (the
-/// API would then send that attempt's body), as the Redis store answers.
+/// API would then send that attempt's body), as the Redis store answers. Whatever the damaged
+/// status: an unknown string, or a NULL (the mark a claim over a free key leaves).
 #[tokio::test]
 async fn a_claim_over_an_unreadable_item_stays_unknown_when_its_attempt_dies() {
     let (store, _) = fresh_store().await;
-    let id = "api#garbled_then_crash";
-    put_half_written(&store, id).await;
-    let in_progress = |owner: &str, lease_expires_at_ms: u64| Record {
-        id: id.into(),
-        status: Status::InProgress,
-        lease_expires_at_ms,
-        expiration_s: 4_000_000_000,
-        payload_hash: "hx".into(),
-        owner: owner.into(),
-        response: None,
-    };
-    assert_eq!(store.claim(&in_progress("x", 11_000), 10_000).await.unwrap(), Claim::AcquiredOverUnreadable);
-    assert_eq!(store.claim(&in_progress("y", 30_000), 20_000).await.unwrap(), Claim::AcquiredOverUnreadable);
+    for (id, status) in [
+        ("api#garbled_then_crash", AttributeValue::S("HALF_WRITTEN".into())),
+        ("api#null_status_then_crash", AttributeValue::Null(true)),
+    ] {
+        put_damaged(&store, id, status).await;
+        let in_progress = |owner: &str, lease_expires_at_ms: u64| Record {
+            id: id.into(),
+            status: Status::InProgress,
+            lease_expires_at_ms,
+            expiration_s: 4_000_000_000,
+            payload_hash: "hx".into(),
+            owner: owner.into(),
+            response: None,
+        };
+        let x = store.claim(&in_progress("x", 11_000), 10_000).await.unwrap();
+        assert_eq!(x, Claim::AcquiredOverUnreadable, "{id}");
+        let y = store.claim(&in_progress("y", 30_000), 20_000).await.unwrap();
+        assert_eq!(y, Claim::AcquiredOverUnreadable, "{id}: x died; what its run began with is still unknown");
+    }
 }
 
 /// Commit once holds no lease, so there is none to outrun: an attempt that starts, stalls for
