@@ -119,7 +119,7 @@ fn event_id_of(m: &Message) -> String {
 async fn deliver(p: &LedgerHarness, queue: &Queue, batch: &[Message]) -> Vec<String> {
     let handler = payments_consumer::Payments::new(p.ledger.clone());
     let mut options = sqs::Options::new(payments_consumer::FUNCTION);
-    options.metrics = false;
+    options.emit_metrics = false;
     let response = sqs::process(&handler, LambdaEvent::new(queue.event(batch), Context::default()), &options).await;
     response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
 }

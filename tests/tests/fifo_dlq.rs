@@ -68,7 +68,7 @@ async fn a_malformed_message_does_not_take_its_groups_valid_payments_to_the_dlq(
     }
 
     let handler = payments_consumer::Payments::new(p.ledger.clone());
-    let options = sqs::Options { metrics: false, ..sqs::Options::new(payments_consumer::FUNCTION) };
+    let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(payments_consumer::FUNCTION) };
     let mut empty = 0;
     for _ in 0..12 {
         let out = sqs_client

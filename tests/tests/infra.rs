@@ -723,7 +723,7 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
         r#"{"event_id": "pay_0002", "account_id": "acct_7", "amount_cents": -500, "currency": "USD"}"#,
         r#"{"event_id": "pay_0001", "account_id": "acct_9", "amount_cents": 1250, "currency": "USD"}"#,
     ];
-    let options = sqs_driver::Options { metrics: false, ..sqs_driver::Options::new("t") };
+    let options = sqs_driver::Options { emit_metrics: false, ..sqs_driver::Options::new("t") };
     for (i, body) in bodies.iter().enumerate() {
         let mut message = SqsMessage::default();
         message.message_id = Some(format!("m{i}"));
@@ -741,7 +741,7 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     let relay =
         receipts_relay::Receipts::new(markers, sender, &outbox_table, effectively_once_effects::Policy::default());
     let event: Event = serde_json::from_str(include_str!("../../events/dynamodb-stream-outbox.json")).unwrap();
-    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
     for _ in 0..3 {
         streams::process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;
     }

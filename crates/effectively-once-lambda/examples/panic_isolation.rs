@@ -9,8 +9,8 @@ use lambda_runtime::{Context, LambdaEvent};
 
 struct PanicsOnThird;
 
-impl sqs::Handler for PanicsOnThird {
-    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for PanicsOnThird {
+    async fn handle(&self, message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         tokio::task::yield_now().await;
         if message.message_id.as_deref() == Some("m-3") {
             panic!("cannot post {}", message.body.as_deref().unwrap_or_default());

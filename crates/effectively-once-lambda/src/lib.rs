@@ -1,9 +1,17 @@
 //! Batch drivers for Lambda triggers: each record is handled alone, and only records whose
 //! effect is durable are acknowledged.
 //!
+//! - [`driver`]: what every trigger shares: the [`Handler`] and [`BatchHandler`] traits (a
+//!   record and the invocation's `Context`), [`Options`], the per-record execution (deadline
+//!   margin, panic isolation, spans, the outcome's log line), ordered groups and batch rounds.
+//! - [`body`]: typed payloads: a [`BodyHandler`] gets the body decoded with serde into its own
+//!   type through [`Typed`]; a payload that does not decode fails its record alone, permanently.
 //! - [`sqs`]: partial batch failures (`batchItemFailures`), bounded concurrency, FIFO order per
-//!   message group, deadline awareness.
-//! - [`streams`]: DynamoDB Streams in order, checkpointing at the first failure.
+//!   message group, same-key records in turn.
+//! - [`streams`]: DynamoDB Streams in order, the checkpoint at the first record a later delivery
+//!   may still make take effect; event names chosen in [`Options::event_names`].
+//! - [`kinesis`]: Kinesis Data Streams, partition keys concurrently and in order within a key,
+//!   the checkpoint as for streams.
 //! - [`metrics`]: one CloudWatch Embedded Metric Format line per invocation (`ColdStart`, every
 //!   disposition, and the handler's own metrics), in the namespace and under the `Function`
 //!   dimension the environment names (`POWERTOOLS_METRICS_NAMESPACE`, `AWS_LAMBDA_FUNCTION_NAME`).
@@ -13,21 +21,36 @@
 //! - [`panics`]: a record whose handler panics fails alone; the rest of the batch goes on.
 #![warn(missing_docs)]
 
+pub mod body;
+pub mod driver;
+pub mod kinesis;
 pub mod metrics;
 pub mod panics;
 pub mod sqs;
 pub mod streams;
 
+pub use body::{BodyBatchHandler, BodyHandler, Payload, Typed};
+pub use driver::{BatchHandler, Handler, Options};
+
 /// The event types the drivers take and answer with, and the runtime's, re-exported so a
 /// function needs no `aws_lambda_events` or `lambda_runtime` dependency of its own.
 pub mod events {
+    pub use aws_lambda_events::dynamodb::StreamViewType;
+    pub use aws_lambda_events::encodings::{Base64Data, SecondTimestamp};
     pub use aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord, StreamRecord};
+    pub use aws_lambda_events::event::kinesis::{
+        KinesisEncryptionType, KinesisEvent, KinesisEventRecord, KinesisRecord,
+    };
     pub use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-    pub use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+    pub use aws_lambda_events::event::streams::{
+        DynamoDbBatchItemFailure, DynamoDbEventResponse, KinesisBatchItemFailure, KinesisEventResponse,
+    };
     pub use lambda_runtime::{Context, LambdaEvent};
+    /// A DynamoDB item as stream images carry it (`Keys`, `NewImage`, `OldImage`).
+    pub use serde_dynamo::Item;
 }
 
-/// The error [`sqs::run`] and [`streams::run`] return: `lambda_runtime`'s.
+/// The error the drivers' `run` functions return: `lambda_runtime`'s.
 pub use lambda_runtime::Error;
 
 /// Every email address in free text redacted (`a***@example.com`): the drivers run it over panic
@@ -137,22 +160,6 @@ impl<E: Into<RecordError>> From<effectively_once::RunError<E>> for RecordError {
 /// A handler's answer for one record.
 pub type RecordResult = Result<Disposition, RecordError>;
 
-/// 2001-09-09 in milliseconds since the epoch: no real deadline is earlier.
-const PLAUSIBLE_EPOCH_MS: u64 = 1_000_000_000_000;
-
-/// The invocation's deadline, in milliseconds since the epoch, or `None` when the context has
-/// none: `Context::default()` in tests carries 0, and `cargo lambda watch` sends the timeout as
-/// a duration (600000) rather than an epoch time. Such a value is not read as "the deadline has
-/// passed" (every record would be refused) nor as "no limit" for a lease: without a deadline,
-/// the idempotency layer uses its configured lease, so nothing is held forever.
-///
-/// The drivers hand handlers this value. It agrees with `effectively_once::lambda_deadline_ms`,
-/// which `Idempotency::with_deadline` applies to its argument: passing either the raw
-/// `context.deadline` or this value there gives the same lease.
-pub fn deadline_of(context: &lambda_runtime::Context) -> Option<u64> {
-    (context.deadline >= PLAUSIBLE_EPOCH_MS).then_some(context.deadline)
-}
-
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -184,30 +191,5 @@ mod tests {
         let layer: RunError<RecordError> =
             RunError::Idempotency(effectively_once::Error::from(StoreError::new(StoreErrorKind::Unavailable, "down")));
         assert_eq!(RecordError::from(layer).retry, Retry::Retryable);
-    }
-    #[test]
-    fn implausible_deadlines_are_unknown() {
-        let mut context = lambda_runtime::Context::default();
-        assert_eq!(super::deadline_of(&context), None);
-        context.deadline = 600_000;
-        assert_eq!(super::deadline_of(&context), None);
-        context.deadline = 1_795_000_000_000;
-        assert_eq!(super::deadline_of(&context), Some(1_795_000_000_000));
-    }
-
-    /// The driver and the core read a context's deadline alike: an emulator's `0` and
-    /// `600000` unknown, a real one ten minutes or a moment away kept.
-    #[test]
-    fn deadlines_agree_with_the_core() {
-        let now = super::now_ms();
-        let mut context = lambda_runtime::Context::default();
-        for deadline in [0, 600_000, now + 600_000, now + 200, now] {
-            context.deadline = deadline;
-            assert_eq!(super::deadline_of(&context), effectively_once::lambda_deadline_ms(deadline), "{deadline}");
-        }
-        context.deadline = now + 600_000;
-        assert_eq!(super::deadline_of(&context), Some(now + 600_000));
-        context.deadline = now + 200;
-        assert_eq!(super::deadline_of(&context), Some(now + 200));
     }
 }

@@ -34,16 +34,16 @@
 //! same namespace and dimension.
 //!
 //! ```
-//! use aws_lambda_events::event::sqs::SqsMessage;
+//! use effectively_once_lambda::events::{Context, SqsMessage};
 //! use effectively_once_lambda::metrics::{Metrics, Unit};
-//! use effectively_once_lambda::{sqs, Disposition, RecordResult};
+//! use effectively_once_lambda::{sqs, Disposition, Handler, RecordResult};
 //!
 //! struct Orders {
 //!     metrics: Metrics,
 //! }
 //!
-//! impl sqs::Handler for Orders {
-//!     async fn handle(&self, message: &SqsMessage, _deadline_ms: Option<u64>) -> RecordResult {
+//! impl Handler<SqsMessage> for Orders {
+//!     async fn handle(&self, message: &SqsMessage, _context: &Context) -> RecordResult {
 //!         // ... place the order ...
 //!         self.metrics.add("OrdersPlaced", 1);
 //!         self.metrics.add_with_unit("OrderBytes", message.body.as_deref().unwrap_or("").len() as f64, Unit::Bytes);
@@ -52,7 +52,7 @@
 //! }
 //!
 //! let options = sqs::Options::new("orders");
-//! let handler = Orders { metrics: options.emf.clone() };
+//! let handler = Orders { metrics: options.metrics.clone() };
 //! // lambda_runtime::run(service_fn(|event| async { Ok::<_, Error>(sqs::process(&handler, event, &options).await) }))
 //! # let _ = (handler, options);
 //! ```

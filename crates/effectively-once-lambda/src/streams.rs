@@ -1,106 +1,98 @@
-//! The DynamoDB Streams driver: records in order; the first retryable failure's sequence
-//! number is reported and the rest of the batch left, so Lambda resumes from there (a
+//! The DynamoDB Streams trigger: records in order; the first record that failed in a way a later
+//! delivery may undo is reported by its sequence number, and Lambda resumes from there (the
 //! checkpoint). A permanent failure is logged and counted, never the checkpoint.
-
-use std::future::Future;
-use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use lambda_runtime::LambdaEvent;
-use tracing::Instrument;
 
-use crate::metrics::{self, Counts, Emf, Metrics};
-use crate::{deadline_of, now_ms, panics, redact_emails, Disposition, RecordError, RecordResult, Retry};
+use crate::driver::{self, Record};
+pub use crate::driver::{BatchHandler, Handler, Options};
+use crate::{Disposition, RecordResult};
 
-/// Handles one stream record.
-pub trait Handler: Send + Sync {
-    /// Handles `record`; `deadline_ms` is the invocation's deadline, when known.
-    fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> impl Future<Output = RecordResult> + Send;
+impl Record for EventRecord {
+    const PERMANENT: &'static str =
+        "record failed permanently; not retried (a retry cannot change a permanent answer), the batch goes on";
+    const RETRY: &'static str = "record failed; checkpoint here";
+    const PANICKED: &'static str = "record handler panicked; checkpoint here";
 
-    /// The handler's own span for `record`, entered inside the driver's `record` span
-    /// (`event_name`, `sequence`): its fields are the handler's to name, recorded in `handle`
-    /// through `tracing::Span::current()`. Default: none.
-    fn span(&self, record: &EventRecord) -> tracing::Span {
-        let _ = record;
-        tracing::Span::none()
-    }
-}
-
-/// Driver settings.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Which event names the handler sees (default: `INSERT` only); others are skipped.
-    pub event_names: Vec<String>,
-    /// No record is started with less than this before the deadline. Default 1 s.
-    pub deadline_margin: Duration,
-    /// Where the metrics go (namespace, `Function` dimension, service: see [`metrics`]), and
-    /// the handle a handler adds metrics of its own through: clone it into the handler.
-    pub emf: Metrics,
-    /// Print the EMF metrics line after each batch. Default true.
-    pub metrics: bool,
-}
-
-impl Options {
-    /// Defaults for a function the code calls `function`: the metrics' namespace, `Function`
-    /// dimension and service are read from the environment now, once ([`Emf::from_env`];
-    /// `function` where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent). Build the options once,
-    /// outside the handler closure.
-    pub fn new(function: &str) -> Self {
-        Options::with_emf(Emf::from_env(function))
+    fn id(&self) -> Option<&str> {
+        self.change.sequence_number.as_deref()
     }
 
-    /// Defaults, with metrics going to `emf`.
-    pub fn with_emf(emf: Emf) -> Self {
-        Options {
-            event_names: vec!["INSERT".into()],
-            deadline_margin: Duration::from_secs(1),
-            emf: Metrics::new(emf),
-            metrics: true,
+    /// `event_name` and `sequence` (stream records carry no trace header).
+    fn span(&self) -> tracing::Span {
+        let sequence = self.change.sequence_number.as_deref().unwrap_or("");
+        tracing::info_span!("record", event_name = %self.event_name, sequence)
+    }
+
+    /// An event name the options do not name is skipped: counted, and logged at debug.
+    fn screen(&self, options: &Options) -> Option<RecordResult> {
+        if options.event_names.contains(&self.event_name) {
+            return None;
         }
+        self.span().in_scope(|| {
+            tracing::debug!(event_name = %self.event_name, "record skipped: its event name is not in Options::event_names")
+        });
+        Some(Ok(Disposition::Skipped))
     }
 }
 
-/// Processes a batch in order, stopping at the first retryable failure and reporting its sequence
-/// number. Records after it are redelivered with it, so handlers must be idempotent: they are.
+/// Processes a batch in order, one record at a time, stopping at the first failure a later
+/// delivery may undo (retryable, in progress elsewhere, a panic, not started for the deadline)
+/// and reporting its sequence number: the records after it are reported nowhere and come back
+/// with it, so handlers must be idempotent (they are).
 ///
-/// A [`Retry::Permanent`] failure is not the checkpoint: it is logged at error with its sequence
-/// number and reason (redacted), counted (`Failed`, and `PermanentFailures` beside it on the
-/// invocation's EMF line), and the batch goes on. A retry cannot change a permanent answer, and a shard's
-/// checkpoint holds every record behind it: under `MaximumRetryAttempts` -1 for up to the
-/// record age limit (24 h), after which the mapping discards the batch, innocent records
-/// included. The handler records the record's fate where it can (the receipts relay marks its
-/// row FAILED); the log line is the trace of the rest.
+/// Records whose event name is not in [`Options::event_names`] (default `INSERT` only) are
+/// skipped: counted `Skipped` on the EMF line and logged at debug with their event name.
+///
+/// A [`Retry::Permanent`](crate::Retry::Permanent) failure is not the checkpoint: it is logged
+/// at error with its sequence number and reason (redacted), counted (`Failed`, and
+/// `PermanentFailures` beside it on the invocation's EMF line), and the batch goes on. A retry
+/// cannot change a permanent answer, and a shard's checkpoint holds every record behind it:
+/// under `MaximumRetryAttempts` -1 for up to the record age limit (24 h), after which the
+/// mapping discards the batch, innocent records included. The handler records the record's
+/// fate where it can (the receipts relay marks its row FAILED); the log line is the trace of the
+/// rest.
+///
+/// A failure that may pass comes back until the mapping's `MaximumRetryAttempts` or
+/// `MaximumRecordAgeInSeconds` gives up on it; then the mapping sends the batch's metadata to
+/// its on-failure destination and the shard moves on (see docs/streams.md for replaying it).
 ///
 /// A handler that panics is a failure at its record: the checkpoint is there, with the panic's
-/// message (redacted) logged at error. The first call replaces the process's panic hook with a
-/// redacting one ([`panics::install_hook`]).
+/// message (redacted) logged at error.
 ///
 /// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
 /// `function_version`, `cold_start`) and each record's in a `record` span (`event_name`,
-/// `sequence`; stream records carry no trace header), and within it the handler's own ([`Handler::span`]). At the end one EMF line counts
-/// the batch's dispositions, skipped records included, and holds what the handler added to
-/// [`Options::emf`] (see [`metrics`]).
-pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options: &Options) -> DynamoDbEventResponse {
-    let (cold_start, span) = metrics::invocation_span(options.emf.emf(), &event.context);
-    let request_id = event.context.request_id.clone();
-    let (response, counts) = batch(handler, &event, options).instrument(span).await;
-    options.emf.flush(&counts, cold_start, &request_id, options.metrics);
-    response
+/// `sequence`), and within it the handler's own ([`Handler::span`]); a record done logs
+/// `record done` with its disposition. At the end one EMF line counts the batch's dispositions
+/// and holds what the handler added to [`Options::metrics`](crate::metrics).
+pub async fn process<H: Handler<EventRecord>>(
+    handler: &H,
+    event: LambdaEvent<Event>,
+    options: &Options,
+) -> DynamoDbEventResponse {
+    let records = &event.payload.records;
+    let batch = async {
+        let in_order = vec![(0..records.len()).collect()];
+        let one_at_a_time = Options { concurrency: 1, ..options.clone() };
+        checkpoint(records, driver::run_groups(handler, records, in_order, true, &event.context, &one_at_a_time).await)
+    };
+    driver::invocation(options, &event.context, batch).await
 }
 
 /// The common `main`: serves DynamoDB Streams batches from the Lambda runtime until it stops,
 /// each through [`process`] with `handler` and `options`. Build both once, before calling it:
 ///
 /// ```no_run
-/// use effectively_once_lambda::events::EventRecord;
-/// use effectively_once_lambda::streams::{self, Handler, Options};
-/// use effectively_once_lambda::{Disposition, RecordResult};
+/// use effectively_once_lambda::events::{Context, EventRecord};
+/// use effectively_once_lambda::streams::{self, Options};
+/// use effectively_once_lambda::{Disposition, Handler, RecordResult};
 ///
 /// struct Relay;
 ///
-/// impl Handler for Relay {
-///     async fn handle(&self, _record: &EventRecord, _deadline_ms: Option<u64>) -> RecordResult {
+/// impl Handler<EventRecord> for Relay {
+///     async fn handle(&self, _record: &EventRecord, _context: &Context) -> RecordResult {
 ///         Ok(Disposition::Applied)
 ///     }
 /// }
@@ -110,74 +102,56 @@ pub async fn process<H: Handler>(handler: &H, event: LambdaEvent<Event>, options
 ///     streams::run(Relay, Options::new("relay")).await
 /// }
 /// ```
-pub async fn run<H: Handler>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
+pub async fn run<H: Handler<EventRecord>>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
     let (handler, options) = (&handler, &options);
-    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<Event>| async move {
-        Ok::<DynamoDbEventResponse, lambda_runtime::Error>(process(handler, event, options).await)
-    }))
-    .await
+    driver::serve(move |event: LambdaEvent<Event>| process(handler, event, options)).await
 }
 
-async fn batch<H: Handler>(
+/// [`process`] for a [`BatchHandler`]: the batch in as few calls as order allows. Records are
+/// grouped by their item (`Keys`); each call holds the next record of every item still going,
+/// so one item's changes are handled in stream order and a batch of distinct items is one call
+/// (one `commit_batch`, as few transactions as DynamoDB's limits allow). A failure that may pass
+/// holds back the rest of its item; the checkpoint is the first record, in stream order, not
+/// durably done, so nothing after it is lost (records after it that took effect come back and
+/// are answered as duplicates). A call that panics is not trusted: each of its records is handled
+/// again alone through [`Handler::handle`].
+pub async fn process_batch<H: BatchHandler<EventRecord>>(
     handler: &H,
-    event: &LambdaEvent<Event>,
+    event: LambdaEvent<Event>,
     options: &Options,
-) -> (DynamoDbEventResponse, Counts) {
-    panics::install_hook();
-    panics::warn_if_aborting();
-    let deadline = deadline_of(&event.context);
-    let mut counts = Counts::default();
+) -> DynamoDbEventResponse {
+    let records = &event.payload.records;
+    let batch = async {
+        let groups = driver::groups_by(records, |record| Some(item_of(record)));
+        checkpoint(records, driver::run_rounds(handler, records, groups, &event.context, options).await)
+    };
+    driver::invocation(options, &event.context, batch).await
+}
+
+/// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
+pub async fn run_batch<H: BatchHandler<EventRecord>>(
+    handler: H,
+    options: Options,
+) -> Result<(), lambda_runtime::Error> {
+    let (handler, options) = (&handler, &options);
+    driver::serve(move |event: LambdaEvent<Event>| process_batch(handler, event, options)).await
+}
+
+/// The record's item, as text: its key attributes in name order (an item's `Keys` map has no
+/// order of its own).
+fn item_of(record: &EventRecord) -> String {
+    let keys: std::collections::BTreeMap<_, _> = record.change.keys.iter().collect();
+    serde_json::to_string(&keys).unwrap_or_default()
+}
+
+/// The answer: the sequence number of the first record a later delivery may still make take
+/// effect, if any; and the counts.
+fn checkpoint(records: &[EventRecord], results: Vec<RecordResult>) -> (DynamoDbEventResponse, crate::metrics::Counts) {
     let mut response = DynamoDbEventResponse::default();
-    for record in &event.payload.records {
-        let sequence = record.change.sequence_number.clone();
-        let span = tracing::info_span!("record", event_name = %record.event_name, sequence = sequence.as_deref().unwrap_or(""));
-        let mut panicked = false;
-        // The handler's own span (its fields), a child of `span`: the outcome is logged in it.
-        let mut own = tracing::Span::none();
-        let result = if !options.event_names.contains(&record.event_name) {
-            Ok(Disposition::Skipped)
-        } else if deadline.is_some_and(|d| now_ms() + options.deadline_margin.as_millis() as u64 >= d) {
-            Err(RecordError::retryable("not started: the invocation's deadline is near"))
-        } else {
-            let handle = || {
-                own = span.in_scope(|| handler.span(record));
-                handler.handle(record, deadline).instrument(own.clone())
-            };
-            match panics::catch(handle).instrument(span.clone()).await {
-                Ok(result) => result,
-                Err(panic) => {
-                    span.in_scope(|| {
-                        tracing::error!(sequence = sequence.as_deref().unwrap_or(""), panic = %panic, "record handler panicked; checkpoint here")
-                    });
-                    panicked = true;
-                    Err(RecordError::retryable(format!("handler panicked: {panic}")))
-                }
-            }
-        };
-        counts.add(&result);
-        if let Err(error) = result {
-            if error.retry == Retry::Permanent && !panicked {
-                span.in_scope(|| own.in_scope(|| {
-                    tracing::error!(
-                        sequence = sequence.as_deref().unwrap_or(""),
-                        reason = %redact_emails(&error.reason),
-                        "record failed permanently; not retried (a retry cannot change a permanent answer), the batch goes on"
-                    )
-                }));
-                continue;
-            }
-            if !panicked {
-                span.in_scope(|| {
-                    own.in_scope(
-                        || tracing::warn!(retry = ?error.retry, reason = %error.reason, "record failed; checkpoint here"),
-                    )
-                });
-            }
-            let mut failure = DynamoDbBatchItemFailure::default();
-            failure.item_identifier = sequence;
-            response.batch_item_failures.push(failure);
-            break;
-        }
+    if let Some(at) = driver::first_to_resume(&results) {
+        let mut failure = DynamoDbBatchItemFailure::default();
+        failure.item_identifier = records[at].change.sequence_number.clone();
+        response.batch_item_failures.push(failure);
     }
-    (response, counts)
+    (response, driver::count(&results))
 }

@@ -26,15 +26,19 @@ fn answer(message: &SqsMessage) -> RecordResult {
     }
 }
 
-impl sqs::Handler for Scripted {
-    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for Scripted {
+    async fn handle(&self, message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         self.alone.lock().unwrap().push(message.message_id.clone().unwrap());
         answer(message)
     }
 }
 
-impl sqs::BatchHandler for Scripted {
-    async fn handle_batch(&self, messages: &[&SqsMessage], _deadline: Option<u64>) -> Vec<RecordResult> {
+impl effectively_once_lambda::BatchHandler<SqsMessage> for Scripted {
+    async fn handle_batch(
+        &self,
+        messages: &[&SqsMessage],
+        _context: &effectively_once_lambda::events::Context,
+    ) -> Vec<RecordResult> {
         self.calls.lock().unwrap().push(messages.iter().map(|m| m.message_id.clone().unwrap()).collect());
         if messages.iter().any(|m| m.body.as_deref() == Some("panic")) {
             panic!("the batch call panics");
@@ -63,7 +67,7 @@ fn event(messages: &[(&str, &str, Option<&str>)]) -> LambdaEvent<SqsEvent> {
 }
 
 fn quiet() -> sqs::Options {
-    sqs::Options { metrics: false, ..sqs::Options::new("t") }
+    sqs::Options { emit_metrics: false, ..sqs::Options::new("t") }
 }
 
 #[tokio::test]

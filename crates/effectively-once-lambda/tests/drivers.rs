@@ -17,7 +17,7 @@ fn sqs_event(json: &[u8]) -> SqsEvent {
 }
 
 fn quiet(function: &str) -> sqs::Options {
-    sqs::Options { metrics: false, ..sqs::Options::new(function) }
+    sqs::Options { emit_metrics: false, ..sqs::Options::new(function) }
 }
 
 /// Accepts JSON objects with a string `event_id` and an integer `amount_cents`; records the
@@ -30,8 +30,8 @@ struct NeedsEventId {
     delay: Option<Duration>,
 }
 
-impl sqs::Handler for NeedsEventId {
-    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for NeedsEventId {
+    async fn handle(&self, message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         if let Some(delay) = self.delay {
@@ -77,8 +77,8 @@ struct FailsOne {
     applied: Mutex<Vec<String>>,
 }
 
-impl sqs::Handler for FailsOne {
-    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for FailsOne {
+    async fn handle(&self, message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let id = message.message_id.clone().unwrap();
         if id == self.message_id {
             return Err(self.error.clone());
@@ -158,8 +158,8 @@ struct Keyed {
     handled: Mutex<Vec<String>>,
 }
 
-impl sqs::Handler for Keyed {
-    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for Keyed {
+    async fn handle(&self, message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let key = message.body.clone().unwrap();
         let id = message.message_id.clone().unwrap();
         {
@@ -223,9 +223,9 @@ async fn same_key_records_of_a_standard_batch_run_one_after_the_other() {
 /// Keys like [`Keyed`], but `key` panics on the body `boom` (the user's code).
 struct PanickingKey(Keyed);
 
-impl sqs::Handler for PanickingKey {
-    async fn handle(&self, message: &SqsMessage, deadline: Option<u64>) -> RecordResult {
-        self.0.handle(message, deadline).await
+impl effectively_once_lambda::Handler<SqsMessage> for PanickingKey {
+    async fn handle(&self, message: &SqsMessage, context: &effectively_once_lambda::events::Context) -> RecordResult {
+        self.0.handle(message, context).await
     }
 
     fn key(&self, message: &SqsMessage) -> Option<String> {
@@ -264,8 +264,8 @@ async fn a_same_key_failure_holds_nothing_back_on_a_standard_queue() {
 /// Fails the record with the given sequence number, succeeds on the others.
 struct FailAt(Option<&'static str>, Mutex<Vec<String>>);
 
-impl streams::Handler for FailAt {
-    async fn handle(&self, record: &EventRecord, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<EventRecord> for FailAt {
+    async fn handle(&self, record: &EventRecord, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let seq = record.change.sequence_number.clone().unwrap();
         self.1.lock().unwrap().push(seq.clone());
         if Some(seq.as_str()) == self.0 {
@@ -277,7 +277,7 @@ impl streams::Handler for FailAt {
 
 #[tokio::test]
 async fn streams_handle_inserts_only_and_checkpoint_at_the_first_failure() {
-    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
     let ok = FailAt(None, Mutex::default());
     let response = streams::process(&ok, LambdaEvent::new(stream_event(), Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty());

@@ -20,8 +20,8 @@ struct Measuring {
     metrics: Metrics,
 }
 
-impl sqs::Handler for Measuring {
-    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for Measuring {
+    async fn handle(&self, message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let value: f64 = message.body.as_deref().unwrap().parse().unwrap();
         self.metrics.add("BytesSeen", value);
         Err(RecordError::permanent("malformed"))
@@ -34,7 +34,7 @@ async fn child_prints_two_lines() {
         return;
     }
     let options = sqs::Options::new("orders");
-    let handler = Measuring { metrics: options.emf.clone() };
+    let handler = Measuring { metrics: options.metrics.clone() };
     // Two finite values whose sum is not; then one finite value beyond CloudWatch's range.
     for bodies in [&["1.5e308", "1.5e308"][..], &["1e200"][..]] {
         let mut batch = SqsEvent::default();

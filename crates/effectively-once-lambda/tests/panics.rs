@@ -30,8 +30,8 @@ impl PanicsOn {
     }
 }
 
-impl sqs::Handler for PanicsOn {
-    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for PanicsOn {
+    async fn handle(&self, message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let body = message.body.as_deref().unwrap();
         let json: serde_json::Value = serde_json::from_str(body).unwrap();
         // An await first, so the panic comes from a later poll, not the first.
@@ -40,8 +40,8 @@ impl sqs::Handler for PanicsOn {
     }
 }
 
-impl streams::Handler for PanicsOn {
-    async fn handle(&self, record: &EventRecord, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<EventRecord> for PanicsOn {
+    async fn handle(&self, record: &EventRecord, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let sequence = record.change.sequence_number.clone().unwrap();
         tokio::task::yield_now().await;
         self.apply(&sequence, &format!("{{\"receipt_email\": \"{ADDRESS}\"}}"))
@@ -61,7 +61,7 @@ fn standard_batch() -> SqsEvent {
 }
 
 fn quiet(concurrency: usize) -> sqs::Options {
-    sqs::Options { concurrency, metrics: false, ..sqs::Options::new("t") }
+    sqs::Options { concurrency, emit_metrics: false, ..sqs::Options::new("t") }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +160,7 @@ async fn child_panic_logs() {
 
     let handler = PanicsOn::new("pay_3");
     sqs::process(&handler, LambdaEvent::new(standard_batch(), Context::default()), &quiet(10)).await;
-    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
     let stream_handler = PanicsOn::new("111000000000000000000001");
     streams::process(&stream_handler, LambdaEvent::new(stream_event(), Context::default()), &options).await;
 
@@ -182,7 +182,7 @@ async fn child_panic_logs() {
 
 #[tokio::test]
 async fn a_panicking_stream_record_is_the_checkpoint() {
-    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
 
     let handler = PanicsOn::new("111000000000000000000003");
     let response = streams::process(&handler, LambdaEvent::new(stream_event(), Context::default()), &options).await;

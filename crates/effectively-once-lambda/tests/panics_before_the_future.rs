@@ -34,21 +34,29 @@ impl PanicsOn {
     }
 }
 
-impl sqs::Handler for PanicsOn {
-    fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> impl Future<Output = RecordResult> + Send {
+impl effectively_once_lambda::Handler<SqsMessage> for PanicsOn {
+    fn handle(
+        &self,
+        message: &SqsMessage,
+        _context: &effectively_once_lambda::events::Context,
+    ) -> impl Future<Output = RecordResult> + Send {
         self.make(message.message_id.clone().unwrap())
     }
 }
 
-impl streams::Handler for PanicsOn {
-    fn handle(&self, record: &EventRecord, _deadline: Option<u64>) -> impl Future<Output = RecordResult> + Send {
+impl effectively_once_lambda::Handler<EventRecord> for PanicsOn {
+    fn handle(
+        &self,
+        record: &EventRecord,
+        _context: &effectively_once_lambda::events::Context,
+    ) -> impl Future<Output = RecordResult> + Send {
         self.make(record.change.sequence_number.clone().unwrap())
     }
 }
 
 #[tokio::test]
 async fn a_panic_before_the_handlers_future_fails_its_record_alone() {
-    let options = sqs::Options { metrics: false, ..sqs::Options::new("t") };
+    let options = sqs::Options { emit_metrics: false, ..sqs::Options::new("t") };
     // Spawned so that a panic escaping the driver shows as a failed task, not as this test's
     // own panic, and so that the batch future is shown to be `Send`.
     let run = tokio::spawn(async move {
@@ -67,7 +75,7 @@ async fn a_panic_before_the_handlers_future_fails_its_record_alone() {
 
 #[tokio::test]
 async fn a_panic_before_the_handlers_future_is_the_streams_checkpoint() {
-    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
     let run = tokio::spawn(async move {
         let handler = PanicsOn::new("111000000000000000000003");
         let response = streams::process(&handler, LambdaEvent::new(stream_event(), Context::default()), &options).await;

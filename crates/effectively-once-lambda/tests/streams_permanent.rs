@@ -15,8 +15,8 @@ struct Script {
     seen: Mutex<Vec<String>>,
 }
 
-impl streams::Handler for Script {
-    async fn handle(&self, record: &EventRecord, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<EventRecord> for Script {
+    async fn handle(&self, record: &EventRecord, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let seq = record.change.sequence_number.clone().unwrap();
         self.seen.lock().unwrap().push(seq.clone());
         if self.permanent.contains(&seq.as_str()) {
@@ -45,7 +45,7 @@ fn inserts() -> Event {
 }
 
 fn run(script: &Script) -> Vec<Option<String>> {
-    let options = streams::Options { metrics: false, ..streams::Options::new("t") };
+    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let response =
         runtime.block_on(streams::process(script, LambdaEvent::new(inserts(), Context::default()), &options));

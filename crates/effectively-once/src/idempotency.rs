@@ -184,7 +184,7 @@ pub const PLAUSIBLE_DEADLINE_MS: u64 = 1_000_000_000_000;
 /// or a duration (`cargo lambda watch` sends its timeout, `600000`). Read as "unknown", not as
 /// "already passed" (every record would be refused) nor as "no limit" (without a deadline the
 /// configured lease bounds an attempt). [`Idempotency::with_deadline`] reads its argument this
-/// way, and so do the `effectively-once-lambda` drivers (`deadline_of`).
+/// way, and so do the `effectively-once-lambda` drivers (they read the context's deadline through it).
 pub fn lambda_deadline_ms(deadline_ms: u64) -> Option<u64> {
     (deadline_ms >= PLAUSIBLE_DEADLINE_MS).then_some(deadline_ms)
 }

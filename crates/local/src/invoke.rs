@@ -1,6 +1,7 @@
 //! How the emulator invokes a function: in process (the handler crates' own code, the default)
 //! or through `cargo lambda watch`'s invoke endpoint, so the real binary runs.
 
+use effectively_once_lambda::{BatchHandler, Handler};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -83,9 +84,9 @@ impl<H> Counting<H> {
     }
 }
 
-impl<H: sqs::Handler> sqs::Handler for Counting<H> {
-    async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
-        self.count(self.inner.handle(message, deadline_ms).await)
+impl<H: Handler<SqsMessage>> Handler<SqsMessage> for Counting<H> {
+    async fn handle(&self, message: &SqsMessage, context: &Context) -> RecordResult {
+        self.count(self.inner.handle(message, context).await)
     }
 
     fn key(&self, message: &SqsMessage) -> Option<String> {
@@ -97,16 +98,16 @@ impl<H: sqs::Handler> sqs::Handler for Counting<H> {
     }
 }
 
-impl<H: sqs::BatchHandler> sqs::BatchHandler for Counting<H> {
-    async fn handle_batch(&self, messages: &[&SqsMessage], deadline_ms: Option<u64>) -> Vec<RecordResult> {
-        let results = self.inner.handle_batch(messages, deadline_ms).await;
+impl<H: BatchHandler<SqsMessage>> BatchHandler<SqsMessage> for Counting<H> {
+    async fn handle_batch(&self, messages: &[&SqsMessage], context: &Context) -> Vec<RecordResult> {
+        let results = self.inner.handle_batch(messages, context).await;
         results.into_iter().map(|result| self.count(result)).collect()
     }
 }
 
-impl<H: streams::Handler> streams::Handler for Counting<H> {
-    async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
-        self.count(self.inner.handle(record, deadline_ms).await)
+impl<H: Handler<EventRecord>> Handler<EventRecord> for Counting<H> {
+    async fn handle(&self, record: &EventRecord, context: &Context) -> RecordResult {
+        self.count(self.inner.handle(record, context).await)
     }
 
     fn span(&self, record: &EventRecord) -> tracing::Span {
@@ -114,9 +115,9 @@ impl<H: streams::Handler> streams::Handler for Counting<H> {
     }
 }
 
-impl<H: sqs::Handler> SqsFunction for InProcess<H> {
+impl<H: Handler<SqsMessage>> SqsFunction for InProcess<H> {
     async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
-        let options = sqs::Options { metrics: false, ..sqs::Options::new(&self.function) };
+        let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(&self.function) };
         Ok(sqs::process(&self.handler, LambdaEvent::new(event, context()), &options).await)
     }
 }
@@ -142,16 +143,16 @@ impl<H> Batched<H> {
     }
 }
 
-impl<H: sqs::BatchHandler> SqsFunction for Batched<H> {
+impl<H: BatchHandler<SqsMessage>> SqsFunction for Batched<H> {
     async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
-        let options = sqs::Options { metrics: false, ..sqs::Options::new(&self.0.function) };
+        let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(&self.0.function) };
         Ok(sqs::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &options).await)
     }
 }
 
-impl<H: streams::Handler> StreamFunction for InProcess<H> {
+impl<H: Handler<EventRecord>> StreamFunction for InProcess<H> {
     async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
-        let options = streams::Options { metrics: false, ..streams::Options::new(&self.function) };
+        let options = streams::Options { emit_metrics: false, ..streams::Options::new(&self.function) };
         Ok(streams::process(&self.handler, LambdaEvent::new(event, context()), &options).await)
     }
 }
@@ -247,21 +248,21 @@ fn event_id(message: &SqsMessage) -> Option<String> {
     body["event_id"].as_str().map(str::to_owned)
 }
 
-impl<H: sqs::BatchHandler> sqs::BatchHandler for Panicking<H> {
-    async fn handle_batch(&self, messages: &[&SqsMessage], deadline_ms: Option<u64>) -> Vec<RecordResult> {
+impl<H: BatchHandler<SqsMessage>> BatchHandler<SqsMessage> for Panicking<H> {
+    async fn handle_batch(&self, messages: &[&SqsMessage], context: &Context) -> Vec<RecordResult> {
         if messages.iter().any(|message| self.should_panic_in_batch(message)) {
             panic!("injected panic: the workload marks one of this batch's event ids");
         }
-        self.inner.handle_batch(messages, deadline_ms).await
+        self.inner.handle_batch(messages, context).await
     }
 }
 
-impl<H: sqs::Handler> sqs::Handler for Panicking<H> {
-    async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
+impl<H: Handler<SqsMessage>> Handler<SqsMessage> for Panicking<H> {
+    async fn handle(&self, message: &SqsMessage, context: &Context) -> RecordResult {
         if self.should_panic(message) {
             panic!("injected panic: the workload marks this record's event id");
         }
-        self.inner.handle(message, deadline_ms).await
+        self.inner.handle(message, context).await
     }
 
     fn key(&self, message: &SqsMessage) -> Option<String> {

@@ -9,7 +9,7 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::SqsMessage;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_lambda::{sqs, streams, RecordError, RecordResult};
+use effectively_once_lambda::{RecordError, RecordResult};
 use local::esm::{self, Emulator, SqsMapping, StreamMapping};
 use local::invariants::sent_emails;
 use local::invoke::{InProcess, SqsFunction, StreamFunction};
@@ -80,22 +80,22 @@ impl<H> Flaky<H> {
     }
 }
 
-impl<H: sqs::Handler> sqs::Handler for Flaky<H> {
-    async fn handle(&self, message: &SqsMessage, deadline: Option<u64>) -> RecordResult {
+impl<H: effectively_once_lambda::Handler<SqsMessage>> effectively_once_lambda::Handler<SqsMessage> for Flaky<H> {
+    async fn handle(&self, message: &SqsMessage, context: &effectively_once_lambda::events::Context) -> RecordResult {
         if self.fail(message.body.as_deref().unwrap_or("")) {
             return Err(RecordError::retryable("injected: downstream unavailable"));
         }
-        self.inner.handle(message, deadline).await
+        self.inner.handle(message, context).await
     }
 }
 
-impl<H: streams::Handler> streams::Handler for Flaky<H> {
-    async fn handle(&self, record: &EventRecord, deadline: Option<u64>) -> RecordResult {
+impl<H: effectively_once_lambda::Handler<EventRecord>> effectively_once_lambda::Handler<EventRecord> for Flaky<H> {
+    async fn handle(&self, record: &EventRecord, context: &effectively_once_lambda::events::Context) -> RecordResult {
         let text = serde_json::to_string(&record.change.new_image).unwrap();
         if self.fail(&text) {
             return Err(RecordError::retryable("injected: SES throttled"));
         }
-        self.inner.handle(record, deadline).await
+        self.inner.handle(record, context).await
     }
 }
 
@@ -213,10 +213,14 @@ async fn a_receipt_row_with_attributes_of_every_type_is_relayed() {
     ]);
     clients.dynamodb.put_item().table_name(&r.outbox_table).set_item(Some(item)).send().await.unwrap();
     struct Images<H>(H, Mutex<Vec<String>>);
-    impl<H: streams::Handler> streams::Handler for Images<H> {
-        async fn handle(&self, record: &EventRecord, deadline: Option<u64>) -> RecordResult {
+    impl<H: effectively_once_lambda::Handler<EventRecord>> effectively_once_lambda::Handler<EventRecord> for Images<H> {
+        async fn handle(
+            &self,
+            record: &EventRecord,
+            context: &effectively_once_lambda::events::Context,
+        ) -> RecordResult {
             self.1.lock().unwrap().push(serde_json::to_string(&record.change.new_image).unwrap());
-            self.0.handle(record, deadline).await
+            self.0.handle(record, context).await
         }
     }
     let relay = InProcess::new(Images(pipeline(&clients, &r).relay().handler().clone(), Mutex::default()), "t");

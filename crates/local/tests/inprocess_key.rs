@@ -1,4 +1,4 @@
-//! The local harness forwards `sqs::Handler::key` through its wrappers (`Counting`, `Panicking`),
+//! The local harness forwards `effectively_once_lambda::Handler<SqsMessage>::key` through its wrappers (`Counting`, `Panicking`),
 //! so same-key records of a standard batch run one after the other locally, as deployed (review of
 //! d1ad162).
 
@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use effectively_once_lambda::{sqs, Disposition, RecordResult};
+use effectively_once_lambda::{Disposition, RecordResult};
 use local::invoke::{InProcess, SqsFunction};
 
 #[derive(Default)]
@@ -15,8 +15,8 @@ struct Keyed {
     overlap: AtomicUsize,
 }
 
-impl sqs::Handler for Keyed {
-    async fn handle(&self, _message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for Keyed {
+    async fn handle(&self, _message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         if self.in_flight.fetch_add(1, Ordering::SeqCst) > 0 {
             self.overlap.fetch_add(1, Ordering::SeqCst);
         }

@@ -15,7 +15,7 @@ use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventR
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use effectively_once_dynamodb::testing::unique_name;
-use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use local::esm::{self, SqsMapping, StreamMapping};
 use local::invoke::{Http, InProcess, SqsFunction, StreamFunction};
 use local::resources::{self, Clients, Resources};
@@ -311,8 +311,8 @@ struct Ordered {
     handled: Mutex<Vec<String>>,
 }
 
-impl sqs::Handler for Ordered {
-    async fn handle(&self, message: &SqsMessage, _deadline: Option<u64>) -> RecordResult {
+impl effectively_once_lambda::Handler<SqsMessage> for Ordered {
+    async fn handle(&self, message: &SqsMessage, _context: &effectively_once_lambda::events::Context) -> RecordResult {
         let body = message.body.clone().unwrap_or_default();
         self.handled.lock().unwrap().push(body.clone());
         if body == "A1" {

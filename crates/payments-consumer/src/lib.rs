@@ -4,6 +4,8 @@
 use aws_lambda_events::event::sqs::SqsMessage;
 use effectively_once::{Config, Outcome};
 use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_lambda::events::Context;
+use effectively_once_lambda::{BatchHandler, Handler};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use payments::{Ledger, PaymentEvent, Posting};
 
@@ -91,8 +93,8 @@ fn disposition(posted: Result<Outcome<Posting>, payments::Error>) -> RecordResul
     }
 }
 
-impl effectively_once_lambda::sqs::Handler for Payments {
-    async fn handle(&self, message: &SqsMessage, _deadline_ms: Option<u64>) -> RecordResult {
+impl Handler<SqsMessage> for Payments {
+    async fn handle(&self, message: &SqsMessage, _context: &Context) -> RecordResult {
         let event = parse(message)?;
         tracing::Span::current().record("event_id", event.event_id.as_str());
         // The post is one transaction: no lease to bound by the deadline.
@@ -119,8 +121,8 @@ impl effectively_once_lambda::sqs::Handler for Payments {
 /// The batch path, the function's default: the valid payments of a batch in one transaction
 /// (as few as DynamoDB's limits allow, [`Ledger::post_batch`]), each answered as if posted alone
 /// in batch order; a malformed message fails alone.
-impl effectively_once_lambda::sqs::BatchHandler for Payments {
-    async fn handle_batch(&self, messages: &[&SqsMessage], _deadline_ms: Option<u64>) -> Vec<RecordResult> {
+impl BatchHandler<SqsMessage> for Payments {
+    async fn handle_batch(&self, messages: &[&SqsMessage], _context: &Context) -> Vec<RecordResult> {
         let mut results: Vec<Option<RecordResult>> = messages.iter().map(|_| None).collect();
         let (mut events, mut positions) = (Vec::with_capacity(messages.len()), Vec::with_capacity(messages.len()));
         for (position, message) in messages.iter().enumerate() {
@@ -143,7 +145,7 @@ impl effectively_once_lambda::sqs::BatchHandler for Payments {
 
 #[cfg(test)]
 mod tests {
-    use effectively_once_lambda::sqs::Handler;
+    use effectively_once_lambda::Handler;
 
     use super::*;
 

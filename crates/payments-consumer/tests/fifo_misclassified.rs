@@ -20,10 +20,17 @@ use lambda_runtime::{Context, LambdaEvent};
 use payments::Ledger;
 use payments_consumer::Payments;
 
-async fn invoke<H: effectively_once_lambda::sqs::Handler>(handler: &H, messages: Vec<Message>) -> SqsBatchResponse {
+async fn invoke<H: effectively_once_lambda::Handler<SqsMessage>>(
+    handler: &H,
+    messages: Vec<Message>,
+) -> SqsBatchResponse {
     let event = Batch::new().queue("payments.fifo").messages(messages).build();
-    process(handler, LambdaEvent::new(event, Context::default()), &Options { metrics: false, ..Options::new("test") })
-        .await
+    process(
+        handler,
+        LambdaEvent::new(event, Context::default()),
+        &Options { emit_metrics: false, ..Options::new("test") },
+    )
+    .await
 }
 
 /// A credit and a debit of one account, in one FIFO group.
@@ -86,12 +93,16 @@ async fn a_server_error_on_a_credit_holds_the_debit_behind_it() {
         real: Payments,
         used: AtomicBool,
     }
-    impl effectively_once_lambda::sqs::Handler for FirstFails {
-        async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
+    impl effectively_once_lambda::Handler<SqsMessage> for FirstFails {
+        async fn handle(
+            &self,
+            message: &SqsMessage,
+            context: &effectively_once_lambda::events::Context,
+        ) -> RecordResult {
             if !self.used.swap(true, Ordering::SeqCst) {
-                self.failing.handle(message, deadline_ms).await
+                self.failing.handle(message, context).await
             } else {
-                self.real.handle(message, deadline_ms).await
+                self.real.handle(message, context).await
             }
         }
     }

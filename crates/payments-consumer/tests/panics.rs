@@ -35,15 +35,15 @@ struct PanicsOn {
     when: When,
 }
 
-impl Handler for PanicsOn {
-    async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
+impl Handler<SqsMessage> for PanicsOn {
+    async fn handle(&self, message: &SqsMessage, context: &effectively_once_lambda::events::Context) -> RecordResult {
         let body = message.body.as_deref().unwrap_or_default();
         let event: serde_json::Value = serde_json::from_str(body).unwrap();
         let ours = event["event_id"] == self.event_id;
         if ours && matches!(self.when, When::BeforePosting) {
             panic!("cannot post {body}");
         }
-        let result = self.payments.handle(message, deadline_ms).await;
+        let result = self.payments.handle(message, context).await;
         if ours {
             panic!("posted, then lost the answer for {body}");
         }
@@ -64,7 +64,7 @@ fn batch() -> SqsEvent {
     Batch::new().messages(bodies).build()
 }
 
-async fn invoke(handler: &impl Handler) -> SqsBatchResponse {
+async fn invoke(handler: &impl Handler<SqsMessage>) -> SqsBatchResponse {
     process(handler, LambdaEvent::new(batch(), Context::default()), &Options::new("test")).await
 }
 

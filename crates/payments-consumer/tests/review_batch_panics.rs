@@ -14,15 +14,19 @@ use payments_consumer::Payments;
 /// The payments handler whose batch call panics after posting.
 struct PanicsAfterPosting(Payments);
 
-impl Handler for PanicsAfterPosting {
-    async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
-        self.0.handle(message, deadline_ms).await
+impl Handler<SqsMessage> for PanicsAfterPosting {
+    async fn handle(&self, message: &SqsMessage, context: &effectively_once_lambda::events::Context) -> RecordResult {
+        self.0.handle(message, context).await
     }
 }
 
-impl BatchHandler for PanicsAfterPosting {
-    async fn handle_batch(&self, messages: &[&SqsMessage], deadline_ms: Option<u64>) -> Vec<RecordResult> {
-        let results = self.0.handle_batch(messages, deadline_ms).await;
+impl BatchHandler<SqsMessage> for PanicsAfterPosting {
+    async fn handle_batch(
+        &self,
+        messages: &[&SqsMessage],
+        context: &effectively_once_lambda::events::Context,
+    ) -> Vec<RecordResult> {
+        let results = self.0.handle_batch(messages, context).await;
         panic!("posted {} payments, then lost the answers", results.len());
     }
 }

@@ -50,7 +50,7 @@ pub struct Alerts {
 }
 
 impl Alerts {
-    /// Alerts published to `emf` (say, the drivers' `options.emf.emf().clone()`, so both read
+    /// Alerts published to `emf` (say, the drivers' `options.metrics.emf().clone()`, so both read
     /// the environment once), or [`Emf::named`] in a test.
     pub fn new(emf: Emf) -> Self {
         Alerts { emf: Arc::new(emf), publish: true, counts: Arc::default() }

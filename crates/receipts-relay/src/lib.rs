@@ -4,6 +4,8 @@
 
 pub mod alerts;
 
+use effectively_once_lambda::events::Context;
+use effectively_once_lambda::Handler;
 use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
@@ -200,20 +202,20 @@ impl Receipts<effectively_once_effects::SesSender> {
     }
 }
 
-impl<E: EmailSender> effectively_once_lambda::streams::Handler for Receipts<E> {
+impl<E: EmailSender> Handler<EventRecord> for Receipts<E> {
     /// The receipt's span: its `event_id`, recorded once the row is read.
     fn span(&self, _record: &EventRecord) -> tracing::Span {
         tracing::info_span!("receipt", event_id = tracing::field::Empty)
     }
 
-    async fn handle(&self, record: &EventRecord, deadline_ms: Option<u64>) -> RecordResult {
+    async fn handle(&self, record: &EventRecord, context: &Context) -> RecordResult {
         let row =
             ReceiptRow::from_stream_record(record).map_err(|e| RecordError::permanent(ErrorChain(&e).to_string()))?;
         let Some(row) = row else {
             return Ok(Disposition::Skipped);
         };
         tracing::Span::current().record("event_id", row.event_id.as_str());
-        let result = self.relay(&row, deadline_ms).await;
+        let result = self.relay(&row, effectively_once::lambda_deadline_ms(context.deadline)).await;
         if let Err(error) = &result {
             if error.retry == Retry::Permanent {
                 // No retry changes a permanent answer, and the stream driver goes past it: the

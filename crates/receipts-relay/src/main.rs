@@ -19,6 +19,6 @@ async fn main() -> Result<(), Error> {
     let options = Options::new(FUNCTION);
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let handler = Receipts::from_env(aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sesv2::Client::new(&sdk), &env)
-        .with_alerts(Alerts::new(options.emf.emf().clone()));
+        .with_alerts(Alerts::new(options.metrics.emf().clone()));
     streams::run(handler, options).await
 }

@@ -40,7 +40,7 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
     let ses = common::verified_ses("receipts@example.com").await;
     let markers = Idempotency::new(store, Config::default().with_lease(Duration::from_secs(60)));
     let relay = Receipts::new(markers, ses, &outbox_table, Policy::default());
-    let options = Options { metrics: false, ..Options::new("test") };
+    let options = Options { emit_metrics: false, ..Options::new("test") };
     for _ in 0..2 {
         let response = process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;
         assert!(response.batch_item_failures.is_empty());

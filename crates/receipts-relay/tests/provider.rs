@@ -61,7 +61,7 @@ impl Setup {
 
     /// One delivery of the stream batch; the sequence numbers reported failed.
     async fn deliver<E: EmailSender>(&self, relay: &Receipts<E>, context: Context) -> Vec<String> {
-        let options = Options { metrics: false, ..Options::new("test") };
+        let options = Options { emit_metrics: false, ..Options::new("test") };
         let response = process(relay, LambdaEvent::new(self.event.clone(), context), &options).await;
         response.batch_item_failures.into_iter().filter_map(|f| f.item_identifier).collect()
     }
@@ -165,7 +165,7 @@ async fn an_unverified_sender_holds_receipts_back_until_it_is_verified() {
     let relay = s.relay(SesSender::new(client.clone(), &from), Policy::AtMostOnce);
 
     // The record's failure, as the driver logs it: SES's message names the sender, redacted.
-    let err = relay.handle(&s.event.records[0], None).await.unwrap_err();
+    let err = relay.handle(&s.event.records[0], &Default::default()).await.unwrap_err();
     assert_eq!(err.retry, Retry::Retryable, "{err}");
     assert!(err.reason.contains("r***@") && !err.reason.contains("receipts@"), "{err}");
 

@@ -13,7 +13,12 @@ async fn a_deleted_row_is_not_emailed() {
     let p = Pending::erased("erased").await;
     let sender = RecordingSender::new();
     let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    let result = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &relay,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await;
     assert_eq!(result, Ok(effectively_once_lambda::Disposition::Skipped), "reported skipped");
     assert!(
         sender.sent().is_empty(),

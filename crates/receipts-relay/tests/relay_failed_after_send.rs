@@ -111,7 +111,12 @@ async fn mark_meets(answer: &'static [u8]) {
     let direct = Idempotency::new(store.clone(), Config::default().with_lease(MARKER_LEASE));
     let sender = RecordingSender::new();
     let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    let result = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &relay,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await;
     assert_eq!(sender.sent().len(), 1, "the email went out");
     let marker = effectively_once::Store::get(store, &format!("email#{event_id}")).await.unwrap().unwrap();
     assert!(marker.response.unwrap_or_default().contains("sent"), "the marker records the send");
@@ -127,7 +132,12 @@ async fn mark_meets(answer: &'static [u8]) {
 
     // The stream's retry, with the store reachable again.
     let retry = common::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
-    let again = effectively_once_lambda::streams::Handler::handle(&retry, &p.event.records[0], None).await;
+    let again = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &retry,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await;
     assert_eq!(again.unwrap(), effectively_once_lambda::Disposition::Duplicate, "the marker's outcome replayed");
     assert_eq!(sender.sent().len(), 1, "not sent twice");
     let row = p.row().await.unwrap();

@@ -30,7 +30,7 @@ async fn a_row_with_attributes_of_every_type_still_gets_its_receipt() {
 
     let sender = RecordingSender::new();
     let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let options = Options { metrics: false, ..Options::new("test") };
+    let options = Options { emit_metrics: false, ..Options::new("test") };
     let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty(), "the checkpoint moves on: {:?}", response.batch_item_failures);
     let sent = sender.sent();

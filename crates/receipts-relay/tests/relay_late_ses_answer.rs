@@ -50,7 +50,7 @@ async fn a_send_accepted_after_the_lease_is_recorded_sent_once() {
             delay: MARKER_LEASE + Duration::from_secs(1),
         };
         let relay = common::relay(markers.clone(), sender, &p.outbox_table, policy);
-        let options = Options { metrics: false, ..Options::new("review") };
+        let options = Options { emit_metrics: false, ..Options::new("review") };
 
         // Deliveries as the stream makes them, each with a 15-minute function timeout.
         for _ in 0..3 {

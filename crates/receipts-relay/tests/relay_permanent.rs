@@ -24,7 +24,7 @@ async fn key_reuse_marks_the_row_failed_redacted_and_the_stream_goes_on() {
 
     let sender = RecordingSender::new();
     let relay = common::relay(markers.clone(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let options = Options { metrics: false, ..Options::new("test") };
+    let options = Options { emit_metrics: false, ..Options::new("test") };
     let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty(), "a permanent failure is not the checkpoint");
     assert!(sender.sent().is_empty(), "nothing sent under a reused key");
@@ -42,7 +42,12 @@ async fn a_deleted_row_is_skipped_not_failed() {
     let p = Pending::erased("erased").await;
     let sender = RecordingSender::new();
     let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    let result = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &relay,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await;
     assert_eq!(result, Ok(effectively_once_lambda::Disposition::Skipped));
     assert!(p.row().await.is_none(), "no row written back");
 }

@@ -32,10 +32,15 @@ async fn a_replay_after_a_wording_change_is_a_duplicate() {
     // The current release meets the same record again.
     let sender = RecordingSender::new();
     let relay = common::relay(markers.clone(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let options = Options { metrics: false, ..Options::new("review") };
+    let options = Options { emit_metrics: false, ..Options::new("review") };
     let mut context = Context::default();
     context.deadline = markers.config().now_ms() + 30_000;
-    let direct = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    let direct = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &relay,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await;
     let response = process(&relay, LambdaEvent::new(p.event.clone(), context), &options).await;
     assert!(sender.sent().is_empty(), "never a second copy");
     assert!(

@@ -26,7 +26,7 @@ async fn a_missing_marker_table_is_not_a_receipt_given_up_on() {
     let markers = Idempotency::new(missing, Config::default().with_lease(MARKER_LEASE));
     let sender = RecordingSender::new();
     let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
-    let options = Options { metrics: false, ..Options::new("test") };
+    let options = Options { emit_metrics: false, ..Options::new("test") };
     let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
     let status = p.status().await;
     assert!(sender.sent().is_empty());
@@ -65,7 +65,12 @@ async fn claim_meets(answer: &'static [u8]) {
     // The relay marks rows through the markers' client; the failure record goes there too, so
     // the row stays as the real table has it.
     let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = effectively_once_lambda::streams::Handler::handle(&relay, &p.event.records[0], None).await;
+    let result = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &relay,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await;
     let status = p.status().await;
     assert!(sender.sent().is_empty());
     let err = result.clone().unwrap_err();

@@ -4,8 +4,10 @@
 use effectively_once::{Idempotency, Key};
 use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Table};
 use effectively_once_effects::{send_once, EmailMessage, EmailSender, Policy};
+use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::SqsMessage;
-use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::Handler;
+use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 
 /// The message body.
@@ -42,8 +44,8 @@ fn parse(message: &SqsMessage) -> Result<Order, RecordError> {
         .map_err(|e| RecordError::permanent(format!("not an order: {e}")))
 }
 
-impl<E: EmailSender> sqs::Handler for Orders<E> {
-    async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
+impl<E: EmailSender> Handler<SqsMessage> for Orders<E> {
+    async fn handle(&self, message: &SqsMessage, context: &Context) -> RecordResult {
         let order = parse(message)?;
         tracing::Span::current().record("order_id", order.order_id.as_str());
         let key = Key::new("orders", &order.order_id)?;
@@ -64,7 +66,7 @@ impl<E: EmailSender> sqs::Handler for Orders<E> {
             subject: format!("Order {} confirmed", order.order_id),
             text: format!("We have your order; its total is {} cents.", order.total_cents),
         };
-        let markers = self.idempotency.with_deadline(deadline_ms);
+        let markers = self.idempotency.with_deadline(context.deadline);
         let email_key = Key::new("order-email", &order.order_id)?;
         send_once(&markers, &self.sender, &email_key, &email, Policy::AtMostOnce).await?;
         Ok(if stored.is_replay() { Disposition::Duplicate } else { Disposition::Applied })

@@ -21,7 +21,7 @@ async fn orders_handler() -> Orders<effectively_once_effects::SesSender> {
 }
 
 async fn deliver(handler: &Orders<effectively_once_effects::SesSender>, batch: &Batch) -> SqsBatchResponse {
-    let options = Options { metrics: false, ..Options::new("orders-consumer") };
+    let options = Options { emit_metrics: false, ..Options::new("orders-consumer") };
     sqs::process(handler, LambdaEvent::new(batch.build(), Context::default()), &options).await
 }
 

@@ -6,8 +6,10 @@
 use effectively_once::outbound::{self, classify};
 use effectively_once::{Idempotency, Key, Outcome};
 use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::SqsMessage;
-use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::Handler;
+use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -39,8 +41,8 @@ pub struct Charges {
     pub provider: Provider,
 }
 
-impl sqs::Handler for Charges {
-    async fn handle(&self, message: &SqsMessage, deadline_ms: Option<u64>) -> RecordResult {
+impl Handler<SqsMessage> for Charges {
+    async fn handle(&self, message: &SqsMessage, context: &Context) -> RecordResult {
         let payment = parse(message)?;
         let key = Key::new("charge", &payment.payment_id)?;
         let body = serde_json::to_string(&payment).map_err(|e| RecordError::permanent(e.to_string()))?;
@@ -56,7 +58,7 @@ impl sqs::Handler for Charges {
                 }
             }
         };
-        let outcome = self.idempotency.with_deadline(deadline_ms).run(&key, &payment, call).await?;
+        let outcome = self.idempotency.with_deadline(context.deadline).run(&key, &payment, call).await?;
         Ok(match outcome {
             Outcome::Replayed(_) => Disposition::Duplicate,
             Outcome::Fresh(answer) if answer.status >= 400 => Disposition::Rejected,

@@ -59,7 +59,7 @@ async fn charges(provider: Provider) -> Charges {
 /// Delivers `body` `copies` times in one batch; returns the message ids to redeliver.
 async fn deliver(charges: &Charges, body: &str, copies: usize) -> Vec<String> {
     let batch = (0..copies).fold(Batch::new(), |batch, _| batch.message(body));
-    let options = Options { metrics: false, ..Options::new("outbound-idempotency-key") };
+    let options = Options { emit_metrics: false, ..Options::new("outbound-idempotency-key") };
     let response = sqs::process(charges, LambdaEvent::new(batch.build(), Context::default()), &options).await;
     response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
 }

@@ -2,13 +2,15 @@
 //! idempotent with `IdempotencyLayer`, and the adapter that hands it each SQS message.
 #![warn(missing_docs)]
 
+use effectively_once_lambda::events::Context;
+use effectively_once_lambda::Handler;
 use std::fmt;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use effectively_once::layer::IdempotencyLayer;
 use effectively_once::{Idempotency, Store};
 use effectively_once_lambda::events::SqsMessage;
-use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use lambda_runtime::tower::{service_fn, Service, ServiceExt};
 use serde::{Deserialize, Serialize};
 
@@ -80,20 +82,20 @@ pub fn layer<S: Store>(idempotency: Idempotency<S>) -> IdempotencyLayer<S, Incre
     })
 }
 
-/// The adapter: an `sqs::Handler` over any service taking an [`Increment`]. The layer sees no
+/// The adapter: an `Handler<SqsMessage>` over any service taking an [`Increment`]. The layer sees no
 /// invocation deadline, so its leases are the config's (`Config::with_lease`).
 pub struct Consumer<S> {
     /// The service, cloned per message (tower's way to call a service from `&self`).
     pub service: S,
 }
 
-impl<S> sqs::Handler for Consumer<S>
+impl<S> Handler<SqsMessage> for Consumer<S>
 where
     S: Service<Increment, Response = Counted> + Clone + Send + Sync,
     S::Error: Into<RecordError>,
     S::Future: Send,
 {
-    async fn handle(&self, message: &SqsMessage, _deadline_ms: Option<u64>) -> RecordResult {
+    async fn handle(&self, message: &SqsMessage, _context: &Context) -> RecordResult {
         let increment = parse(message)?;
         self.service.clone().oneshot(increment).await.map_err(Into::into)?;
         Ok(Disposition::Applied)

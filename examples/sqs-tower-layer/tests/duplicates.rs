@@ -41,7 +41,7 @@ async fn the_same_event_three_times_adds_once_and_replays_the_stored_answer() {
         .message(Message::new(body.as_str()).id("m-1"))
         .message(Message::new(body.as_str()).id("m-1").receive_count(2))
         .message(Message::new(body.as_str()).id("m-2"));
-    let options = Options { metrics: false, ..Options::new("sqs-tower-layer") };
+    let options = Options { emit_metrics: false, ..Options::new("sqs-tower-layer") };
     let response = sqs::process(&consumer, LambdaEvent::new(batch.build(), Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty(), "no redelivery: {:?}", response.batch_item_failures);
     assert_eq!(counter_value(&client, &table, &counter).await.as_deref(), Some("1"), "added once");

@@ -6,8 +6,10 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Idempotency, Key};
 use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Table};
+use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::EventRecord;
-use effectively_once_lambda::{streams, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::Handler;
+use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 
 /// The orders table's item, as the stream's new image carries it.
@@ -37,8 +39,8 @@ pub struct Projector {
     pub projections: Table,
 }
 
-impl streams::Handler for Projector {
-    async fn handle(&self, record: &EventRecord, _deadline_ms: Option<u64>) -> RecordResult {
+impl Handler<EventRecord> for Projector {
+    async fn handle(&self, record: &EventRecord, _context: &Context) -> RecordResult {
         let order: Order = serde_dynamo::from_item(record.change.new_image.clone())
             .map_err(|e| RecordError::permanent(format!("not an order: {e}")))?;
         tracing::Span::current().record("order_id", order.order_id.as_str());

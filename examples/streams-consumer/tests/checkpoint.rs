@@ -98,7 +98,7 @@ async fn a_transient_failure_at_record_2_checkpoints_and_the_redelivery_projects
     });
     let event = batch.build();
     let sequence = |i: usize| event.records[i].change.sequence_number.clone().unwrap();
-    let options = Options { metrics: false, ..Options::new("streams-consumer") };
+    let options = Options { emit_metrics: false, ..Options::new("streams-consumer") };
 
     let first = streams::process(&handler, LambdaEvent::new(event.clone(), Context::default()), &options).await;
     let checkpoint: Vec<_> = first.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();

@@ -33,7 +33,7 @@ async fn a_refused_put_past_the_window_does_not_stall_the_shard() {
     let (first, second) = (unique_name("ord1"), unique_name("ord2"));
     let image =
         |id: &str| json!({"pk": format!("order#{id}"), "order_id": id, "customer_id": customer, "total_cents": 100});
-    let options = Options { metrics: false, ..Options::new("streams-consumer") };
+    let options = Options { emit_metrics: false, ..Options::new("streams-consumer") };
 
     let once = Batch::new("orders", &["pk"]).insert(image(&first)).build();
     let done = streams::process(&handler, LambdaEvent::new(once, Context::default()), &options).await;

@@ -1,0 +1,433 @@
+//! What every trigger shares: the handler traits, the options, the execution of one record
+//! (deadline margin, panic isolation, spans, the outcome's log line), the two ways a batch runs
+//! (record by record in ordered groups, or in rounds through a [`BatchHandler`]), the
+//! invocation around them (its span, the EMF line) and the run loop.
+//!
+//! A trigger module ([`crate::sqs`], [`crate::streams`], [`crate::kinesis`]) says only what is
+//! its own: how its records are grouped and ordered, and how failures go back to Lambda (SQS
+//! names each failed message; a stream names the first record it must resume from).
+
+use std::future::Future;
+use std::time::Duration;
+
+use lambda_runtime::{Context, LambdaEvent};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tracing::Instrument;
+
+use crate::metrics::{self, Counts, Emf, Metrics};
+use crate::{now_ms, panics, RecordError, RecordResult, Retry};
+
+/// Handles one record of a trigger's batch: `R` is the trigger's record type
+/// ([`SqsMessage`](crate::events::SqsMessage), a DynamoDB Streams
+/// [`EventRecord`](crate::events::EventRecord), a
+/// [`KinesisEventRecord`](crate::events::KinesisEventRecord)). For a typed body decoded with
+/// serde, implement [`BodyHandler`](crate::BodyHandler) and wrap it in [`Json`](crate::Json).
+pub trait Handler<R>: Send + Sync {
+    /// Handles `record`. `context` is the invocation's (`request_id`, `deadline`,
+    /// `invoked_function_arn`): hand `context.deadline` to
+    /// [`Idempotency::with_deadline`](effectively_once::Idempotency::with_deadline) so a lease
+    /// ends with the invocation. The driver opens a `record` span (the trigger's identifiers)
+    /// and runs `handle` inside [`Handler::span`] within it.
+    fn handle(&self, record: &R, context: &Context) -> impl Future<Output = RecordResult> + Send;
+
+    /// The record's business key (an idempotency key, say), when it has one. On a standard SQS
+    /// queue, records of one batch with equal keys run one after the other, in batch order, so
+    /// an in-batch duplicate is answered from the first instead of finding it in progress and
+    /// being redelivered. `None` (the default) puts no constraint on the record. Keep it cheap:
+    /// it is called once per record before any runs. Ordered triggers (FIFO queues, streams)
+    /// ignore it: their own order already runs such records one after the other.
+    fn key(&self, record: &R) -> Option<String> {
+        let _ = record;
+        None
+    }
+
+    /// The handler's own span for `record`, entered inside the driver's `record` span: its
+    /// fields are the handler's to name (`tracing::info_span!("order", order_id =
+    /// tracing::field::Empty)`), recorded in `handle` through `tracing::Span::current()`. The
+    /// outcome's log line is in it. Default: none, and the record span alone.
+    fn span(&self, record: &R) -> tracing::Span {
+        let _ = record;
+        tracing::Span::none()
+    }
+}
+
+impl<R, H: Handler<R> + ?Sized> Handler<R> for &H {
+    fn handle(&self, record: &R, context: &Context) -> impl Future<Output = RecordResult> + Send {
+        (**self).handle(record, context)
+    }
+
+    fn key(&self, record: &R) -> Option<String> {
+        (**self).key(record)
+    }
+
+    fn span(&self, record: &R) -> tracing::Span {
+        (**self).span(record)
+    }
+}
+
+/// Handles a batch's records together, for a handler that does better than one record at a
+/// time (one transaction for the batch, say, through `commit_batch`). It is a [`Handler`] too:
+/// the driver falls back to one record at a time through [`Handler::handle`] when a call
+/// panics or answers for another number of records.
+pub trait BatchHandler<R>: Handler<R> {
+    /// Handles `records`, returning one result per record, in the same order. On an ordered
+    /// trigger each call holds at most one record of each ordered group (a FIFO message group,
+    /// a stream item, a Kinesis partition key), the next of its group, so a group's order holds
+    /// whatever the handler does within a call.
+    fn handle_batch(&self, records: &[&R], context: &Context) -> impl Future<Output = Vec<RecordResult>> + Send;
+}
+
+/// Driver settings, shared by every trigger.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Groups in flight at once: SQS records (standard queues) or message groups (FIFO),
+    /// Kinesis partition keys. DynamoDB Streams records run one at a time in order. Default 10.
+    pub concurrency: usize,
+    /// A record is not started when less than this remains before the deadline; it is reported
+    /// failed and delivered again. Default 1 s: several transactions' worth, and a third of the
+    /// shortest (3 s) function timeout.
+    pub deadline_margin: Duration,
+    /// DynamoDB Streams only: the event names the handler sees (default `INSERT` only). A
+    /// record of another name is skipped: counted `Skipped`, and logged at debug with its event
+    /// name. Name `MODIFY` and `REMOVE` here to see them.
+    pub event_names: Vec<String>,
+    /// Where the metrics go (namespace, `Function` dimension, service: see [`metrics`]), and the
+    /// handle a handler adds metrics of its own through: clone it into the handler.
+    pub metrics: Metrics,
+    /// Print the EMF metrics line after each batch. Default true.
+    pub emit_metrics: bool,
+}
+
+impl Options {
+    /// Defaults for a function the code calls `function`: the metrics' namespace, `Function`
+    /// dimension and service are read from the environment now, once ([`Emf::from_env`];
+    /// `function` where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent). Build the options once,
+    /// outside the handler closure.
+    pub fn new(function: &str) -> Self {
+        Options::with_emf(Emf::from_env(function))
+    }
+
+    /// Defaults, with metrics going to `emf`.
+    pub fn with_emf(emf: Emf) -> Self {
+        Options {
+            concurrency: 10,
+            deadline_margin: Duration::from_secs(1),
+            event_names: vec!["INSERT".into()],
+            metrics: Metrics::new(emf),
+            emit_metrics: true,
+        }
+    }
+}
+
+/// A trigger's record, as the driver core needs it.
+pub(crate) trait Record: Sync {
+    /// How the trigger names the record back to Lambda (an SQS message id, a sequence number).
+    fn id(&self) -> Option<&str>;
+    /// The driver's `record` span, with the trigger's identifiers.
+    fn span(&self) -> tracing::Span;
+    /// Why the record cannot be handled at all, or why it is not for the handler, before any
+    /// handler sees it.
+    fn screen(&self, options: &Options) -> Option<RecordResult> {
+        let _ = options;
+        None
+    }
+    /// What a permanent failure of this trigger becomes, for the log line.
+    const PERMANENT: &'static str;
+    /// What a failure that may pass becomes, for the log line.
+    const RETRY: &'static str;
+    /// What a panic becomes, for the log line.
+    const PANICKED: &'static str;
+}
+
+/// One invocation: its span (`request_id`, `function_name`, `function_version`, `cold_start`),
+/// the batch run inside it, and the EMF line after it.
+pub(crate) async fn invocation<T>(options: &Options, context: &Context, batch: impl Future<Output = (T, Counts)>) -> T {
+    panics::install_hook();
+    panics::warn_if_aborting();
+    let (cold_start, span) = metrics::invocation_span(options.metrics.emf(), context);
+    let (response, counts) = batch.instrument(span).await;
+    options.metrics.flush(&counts, cold_start, &context.request_id, options.emit_metrics);
+    response
+}
+
+/// The run loop: serves the trigger's events from the Lambda runtime until it stops, each
+/// through `process`.
+pub(crate) async fn serve<E, T, F, Fut>(process: F) -> Result<(), lambda_runtime::Error>
+where
+    E: DeserializeOwned + Send + 'static,
+    T: Serialize + Send,
+    F: Fn(LambdaEvent<E>) -> Fut,
+    Fut: Future<Output = T> + Send,
+{
+    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<E>| {
+        let answer = process(event);
+        async move { Ok::<T, lambda_runtime::Error>(answer.await) }
+    }))
+    .await
+}
+
+/// Whether the invocation's deadline is within the margin: a record is not started then.
+fn too_late(context: &Context, options: &Options) -> bool {
+    effectively_once::lambda_deadline_ms(context.deadline)
+        .is_some_and(|deadline| now_ms() + options.deadline_margin.as_millis() as u64 >= deadline)
+}
+
+/// Whether a result leaves the record to take effect on a later delivery: the rest of its
+/// ordered group waits for it. A permanent failure holds nothing back: it never takes effect.
+fn may_take_effect_later(result: &RecordResult) -> bool {
+    result.as_ref().is_err_and(|e| e.retry != Retry::Permanent)
+}
+
+/// A record held back behind `earlier`, its group's failure: reported failed (SQS) or after the
+/// checkpoint (streams), and logged at debug only: the failure it waits for has its own line.
+fn not_started<R: Record>(record: &R, earlier: &str) -> RecordResult {
+    let reason = format!("not started: {earlier} before it in its group failed");
+    record.span().in_scope(|| tracing::debug!(reason, "record not started"));
+    Err(RecordError::retryable(reason))
+}
+
+/// One record: screened, not started near the deadline, or the handler's answer with its panic
+/// caught; the outcome logged in the record's spans.
+async fn one<R: Record, H: Handler<R>>(handler: &H, record: &R, context: &Context, options: &Options) -> RecordResult {
+    let span = record.span();
+    if let Some(result) = record.screen(options) {
+        // A record passed over (`Ok`) was logged by the screen, at debug.
+        if result.is_err() {
+            span.in_scope(|| log::<R>(&result));
+        }
+        return result;
+    }
+    if too_late(context, options) {
+        let result = Err(RecordError::retryable("not started: the invocation's deadline is near"));
+        span.in_scope(|| log::<R>(&result));
+        return result;
+    }
+    // The handler's own span (its fields), a child of `span`: the outcome is logged in it.
+    let mut own = tracing::Span::none();
+    let handle = || {
+        own = span.in_scope(|| handler.span(record));
+        handler.handle(record, context).instrument(own.clone())
+    };
+    match panics::catch(handle).instrument(span.clone()).await {
+        Ok(result) => {
+            span.in_scope(|| own.in_scope(|| log::<R>(&result)));
+            result
+        }
+        Err(panic) => {
+            let id = record.id().unwrap_or("");
+            span.in_scope(|| tracing::error!(id, panic = %panic, "{}", R::PANICKED));
+            Err(RecordError::retryable(format!("handler panicked: {panic}")))
+        }
+    }
+}
+
+/// Runs `groups` (positions into `records`, each group in order) record by record, the groups
+/// concurrently, at most [`Options::concurrency`] at once; the results by position. With
+/// `hold_back`, a failure that may take effect later leaves the rest of its group not started
+/// (reported failed, retryable): running them first would break the group's order.
+pub(crate) async fn run_groups<R: Record, H: Handler<R>>(
+    handler: &H,
+    records: &[R],
+    groups: Vec<Vec<usize>>,
+    hold_back: bool,
+    context: &Context,
+    options: &Options,
+) -> Vec<RecordResult> {
+    use futures_util::stream::{self, StreamExt};
+    // Futures made eagerly, not in a stream's `map` closure: a closure over borrowed records
+    // makes the batch future's `Send` unprovable for callers that spawn it.
+    let pending: Vec<_> =
+        groups.into_iter().map(|group| run_group(handler, records, group, hold_back, context, options)).collect();
+    let done: Vec<Vec<(usize, RecordResult)>> =
+        stream::iter(pending).buffer_unordered(options.concurrency.max(1)).collect().await;
+    by_position(records.len(), done.into_iter().flatten())
+}
+
+async fn run_group<R: Record, H: Handler<R>>(
+    handler: &H,
+    records: &[R],
+    group: Vec<usize>,
+    hold_back: bool,
+    context: &Context,
+    options: &Options,
+) -> Vec<(usize, RecordResult)> {
+    let mut out = Vec::with_capacity(group.len());
+    // The first record of the group that failed in a way a later delivery may undo.
+    let mut held_back_by: Option<String> = None;
+    for position in group {
+        let record = &records[position];
+        let result = match &held_back_by {
+            Some(earlier) => not_started(record, earlier),
+            None => one(handler, record, context, options).await,
+        };
+        if hold_back && held_back_by.is_none() && may_take_effect_later(&result) {
+            held_back_by = Some(format!("record {}", record.id().unwrap_or("")));
+        }
+        out.push((position, result));
+    }
+    out
+}
+
+/// Runs `groups` through a [`BatchHandler`] in rounds, each one call with the next record of
+/// every group still going; a failure that may take effect later holds back the rest of its
+/// group (reported failed, not started), a permanent one does not. A round is not started
+/// within the deadline margin: its records are reported failed, retryable. A call that panics
+/// is not trusted with any of its records: each is handled again alone through
+/// [`Handler::handle`] (its panic caught), and what the panicking call committed is found by the
+/// handler's own idempotency and answered as a duplicate. The results by position.
+pub(crate) async fn run_rounds<R: Record, H: BatchHandler<R>>(
+    handler: &H,
+    records: &[R],
+    groups: Vec<Vec<usize>>,
+    context: &Context,
+    options: &Options,
+) -> Vec<RecordResult> {
+    let mut results: Vec<Option<RecordResult>> = records.iter().map(|_| None).collect();
+    let mut queues: Vec<std::collections::VecDeque<usize>> = groups.into_iter().map(Into::into).collect();
+    let mut held: Vec<Option<String>> = queues.iter().map(|_| None).collect();
+    loop {
+        let round: Vec<(usize, usize)> = queues
+            .iter_mut()
+            .enumerate()
+            .filter(|(at, _)| held[*at].is_none())
+            .filter_map(|(at, queue)| queue.pop_front().map(|position| (at, position)))
+            .collect();
+        if round.is_empty() {
+            break;
+        }
+        let positions: Vec<usize> = round.iter().map(|(_, position)| *position).collect();
+        for ((at, position), result) in
+            round.iter().zip(run_round(handler, records, &positions, context, options).await)
+        {
+            if may_take_effect_later(&result) {
+                held[*at].get_or_insert_with(|| format!("record {}", records[*position].id().unwrap_or("")));
+            }
+            results[*position] = Some(result);
+        }
+    }
+    for (at, queue) in queues.iter().enumerate() {
+        for &position in queue {
+            results[position] = Some(not_started(&records[position], held[at].as_deref().unwrap_or("")));
+        }
+    }
+    results.into_iter().map(|result| result.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
+}
+
+/// One call of the handler with the records at `positions`; their results in that order.
+async fn run_round<R: Record, H: BatchHandler<R>>(
+    handler: &H,
+    records: &[R],
+    positions: &[usize],
+    context: &Context,
+    options: &Options,
+) -> Vec<RecordResult> {
+    let mut out: Vec<Option<RecordResult>> = positions.iter().map(|_| None).collect();
+    let mut called = Vec::with_capacity(positions.len());
+    let late = too_late(context, options);
+    for (at, &position) in positions.iter().enumerate() {
+        let record = &records[position];
+        let refused = record
+            .screen(options)
+            .or_else(|| late.then(|| Err(RecordError::retryable("not started: the invocation's deadline is near"))));
+        match refused {
+            Some(result) => {
+                if result.is_err() {
+                    record.span().in_scope(|| log::<R>(&result));
+                }
+                out[at] = Some(result);
+            }
+            None => called.push(at),
+        }
+    }
+    if !called.is_empty() {
+        let batch: Vec<&R> = called.iter().map(|&at| &records[positions[at]]).collect();
+        let answers = match panics::catch(|| handler.handle_batch(&batch, context)).await {
+            Ok(results) if results.len() == called.len() => Some(results),
+            Ok(results) => {
+                tracing::error!(
+                    returned = results.len(),
+                    records = called.len(),
+                    "batch handler returned a result count unlike its records'; each handled again alone"
+                );
+                None
+            }
+            Err(panic) => {
+                tracing::error!(panic = %panic, "batch handler panicked; each of its records handled again alone");
+                None
+            }
+        };
+        match answers {
+            Some(results) => {
+                for (&at, result) in called.iter().zip(results) {
+                    records[positions[at]].span().in_scope(|| log::<R>(&result));
+                    out[at] = Some(result);
+                }
+            }
+            None => {
+                for &at in &called {
+                    out[at] = Some(one(handler, &records[positions[at]], context, options).await);
+                }
+            }
+        }
+    }
+    out.into_iter().map(|result| result.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
+}
+
+fn by_position(len: usize, results: impl Iterator<Item = (usize, RecordResult)>) -> Vec<RecordResult> {
+    let mut out: Vec<Option<RecordResult>> = (0..len).map(|_| None).collect();
+    for (position, result) in results {
+        out[position] = Some(result);
+    }
+    out.into_iter().map(|result| result.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
+}
+
+/// The counts of a batch's results.
+pub(crate) fn count<'r>(results: impl IntoIterator<Item = &'r RecordResult>) -> Counts {
+    let mut counts = Counts::default();
+    for result in results {
+        counts.add(result);
+    }
+    counts
+}
+
+/// The outcome's log line: done at info, a permanent failure at error, one that may pass at
+/// warn, each saying what the trigger does with it.
+fn log<R: Record>(result: &RecordResult) {
+    match result {
+        Ok(disposition) => tracing::info!(?disposition, "record done"),
+        Err(error) => match error.retry {
+            Retry::Permanent => tracing::error!(reason = %error.reason, "{}", R::PERMANENT),
+            Retry::Retryable | Retry::InProgressElsewhere => {
+                tracing::warn!(retry = ?error.retry, reason = %error.reason, "{}", R::RETRY)
+            }
+        },
+    }
+}
+
+/// A stream's checkpoint: the position of the first record a later delivery may still make take
+/// effect (a permanent failure never will, and is not the checkpoint).
+pub(crate) fn first_to_resume(results: &[RecordResult]) -> Option<usize> {
+    results.iter().position(may_take_effect_later)
+}
+
+/// The positions of records in groups of equal `key`, groups in order of first appearance,
+/// each in batch order; a record without a key is alone.
+pub(crate) fn groups_by<R>(records: &[R], key: impl Fn(&R) -> Option<String>) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut index_of: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (position, record) in records.iter().enumerate() {
+        let at = match key(record) {
+            Some(key) => *index_of.entry(key).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            }),
+            None => {
+                groups.push(Vec::new());
+                groups.len() - 1
+            }
+        };
+        groups[at].push(position);
+    }
+    groups
+}

@@ -1,0 +1,125 @@
+//! The Kinesis Data Streams trigger: records grouped by partition key, in order within a key;
+//! the first record that failed in a way a later delivery may undo is reported by its sequence
+//! number (`batchItemFailures`), and Lambda resumes the shard from there (the checkpoint). The
+//! event source mapping needs `ReportBatchItemFailures`.
+//!
+//! Kinesis keeps order per shard, and a producer's order per partition key; the driver keeps
+//! the second, running different partition keys concurrently ([`Options::concurrency`]). With
+//! a `ParallelizationFactor` above 1, Lambda itself runs up to that many batches of one shard at
+//! once, still in order per partition key: the same guarantee this driver gives within a batch.
+//!
+//! Key a handler's effects on the business id in the record's data, never on its sequence
+//! number: a producer that retries a `PutRecord` whose answer it lost writes the same event
+//! again under a new sequence number, and a resharded stream can deliver a record again.
+
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
+use lambda_runtime::LambdaEvent;
+
+use crate::driver::{self, Record};
+pub use crate::driver::{BatchHandler, Handler, Options};
+use crate::RecordResult;
+
+impl Record for KinesisEventRecord {
+    const PERMANENT: &'static str =
+        "record failed permanently; not retried (a retry cannot change a permanent answer), the batch goes on";
+    const RETRY: &'static str = "record failed; checkpoint at the first such record";
+    const PANICKED: &'static str = "record handler panicked; checkpoint at the first such record";
+
+    fn id(&self) -> Option<&str> {
+        Some(self.kinesis.sequence_number.as_str())
+    }
+
+    /// `partition_key` and `sequence`.
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "record",
+            partition_key = self.kinesis.partition_key.as_str(),
+            sequence = self.kinesis.sequence_number.as_str()
+        )
+    }
+}
+
+/// Processes a batch record by record: partition keys concurrently (at most
+/// [`Options::concurrency`] at once), each key's records in order. After a failure a later
+/// delivery may undo (retryable, in progress elsewhere, a panic, not started for the deadline)
+/// the rest of that key's records are not started. The answer names the first such record in
+/// the batch by its sequence number: Lambda delivers the shard again from it, so records after
+/// it that took effect come back and are answered as duplicates, and none is lost.
+///
+/// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a body that does not decode, a key
+/// reused) is logged at error, counted, and not the checkpoint: a retry cannot change it, and a
+/// checkpoint held there would stall the shard until `MaximumRecordAgeInSeconds`.
+///
+/// A failure that may pass comes back until the mapping's `MaximumRetryAttempts` or
+/// `MaximumRecordAgeInSeconds` gives up on it; with `BisectBatchOnFunctionError` Lambda splits
+/// the failing batch first. Then it sends the batch's metadata (`KinesisBatchInfo`: shard,
+/// first and last sequence numbers) to the on-failure destination and the shard moves on (see
+/// docs/streams.md for replaying it).
+///
+/// Spans, logs, panics and metrics as in [`crate::sqs::process`], with `partition_key` and
+/// `sequence` on the `record` span.
+pub async fn process<H: Handler<KinesisEventRecord>>(
+    handler: &H,
+    event: LambdaEvent<KinesisEvent>,
+    options: &Options,
+) -> KinesisEventResponse {
+    let records = &event.payload.records;
+    let batch = async {
+        let groups = by_partition_key(records);
+        checkpoint(records, driver::run_groups(handler, records, groups, true, &event.context, options).await)
+    };
+    driver::invocation(options, &event.context, batch).await
+}
+
+/// The common `main`: serves Kinesis batches from the Lambda runtime until it stops, each
+/// through [`process`] with `handler` and `options`.
+pub async fn run<H: Handler<KinesisEventRecord>>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
+    let (handler, options) = (&handler, &options);
+    driver::serve(move |event: LambdaEvent<KinesisEvent>| process(handler, event, options)).await
+}
+
+/// [`process`] for a [`BatchHandler`]: rounds, each one call with the next record of every
+/// partition key still going, so a batch of distinct keys is one call (one `commit_batch`). A
+/// failure that may pass holds back the rest of its key; the checkpoint is the first record not
+/// durably done. A call that panics is not trusted: each of its records is handled again alone.
+pub async fn process_batch<H: BatchHandler<KinesisEventRecord>>(
+    handler: &H,
+    event: LambdaEvent<KinesisEvent>,
+    options: &Options,
+) -> KinesisEventResponse {
+    let records = &event.payload.records;
+    let batch = async {
+        let groups = by_partition_key(records);
+        checkpoint(records, driver::run_rounds(handler, records, groups, &event.context, options).await)
+    };
+    driver::invocation(options, &event.context, batch).await
+}
+
+/// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
+pub async fn run_batch<H: BatchHandler<KinesisEventRecord>>(
+    handler: H,
+    options: Options,
+) -> Result<(), lambda_runtime::Error> {
+    let (handler, options) = (&handler, &options);
+    driver::serve(move |event: LambdaEvent<KinesisEvent>| process_batch(handler, event, options)).await
+}
+
+fn by_partition_key(records: &[KinesisEventRecord]) -> Vec<Vec<usize>> {
+    driver::groups_by(records, |record| Some(record.kinesis.partition_key.clone()))
+}
+
+/// The answer: the sequence number of the first record a later delivery may still make take
+/// effect, if any; and the counts.
+fn checkpoint(
+    records: &[KinesisEventRecord],
+    results: Vec<RecordResult>,
+) -> (KinesisEventResponse, crate::metrics::Counts) {
+    let mut response = KinesisEventResponse::default();
+    if let Some(at) = driver::first_to_resume(&results) {
+        let mut failure = KinesisBatchItemFailure::default();
+        failure.item_identifier = Some(records[at].kinesis.sequence_number.clone());
+        response.batch_item_failures.push(failure);
+    }
+    (response, driver::count(&results))
+}
