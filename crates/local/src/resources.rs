@@ -31,6 +31,8 @@ pub struct Clients {
     pub sqs: aws_sdk_sqs::Client,
     /// SES v2.
     pub ses: aws_sdk_sesv2::Client,
+    /// Kinesis Data Streams.
+    pub kinesis: aws_sdk_kinesis::Client,
 }
 
 impl Clients {
@@ -42,6 +44,7 @@ impl Clients {
             streams: aws_sdk_dynamodbstreams::Client::new(&sdk),
             sqs: aws_sdk_sqs::Client::new(&sdk),
             ses: aws_sdk_sesv2::Client::new(&sdk),
+            kinesis: aws_sdk_kinesis::Client::new(&sdk),
         }
     }
 }
