@@ -61,6 +61,15 @@ pub async fn poll_kinesis<F: KinesisFunction>(
     poll
 }
 
+/// Replays the mapping's on-failure destination through `function`: see [`super::replay`].
+pub async fn replay_kinesis_failures<F: KinesisFunction>(
+    clients: &Clients,
+    mapping: &KinesisMapping,
+    function: &F,
+) -> Result<super::Replayed> {
+    super::replay::replay(clients, &mapping.settings, &Kinesis(function)).await
+}
+
 /// Every shard of the stream, open and closed, in the order Kinesis lists them (parents first).
 async fn list_shards(clients: &Clients, stream: &str) -> Result<Vec<Listed>> {
     let mut listed = Vec::new();

@@ -85,6 +85,16 @@ pub async fn poll_stream<F: StreamFunction>(
     poll
 }
 
+/// Replays the mapping's on-failure destination through `function`: see [`super::replay`].
+pub async fn replay_stream_failures<F: StreamFunction>(
+    clients: &Clients,
+    mapping: &StreamMapping,
+    function: &F,
+) -> Result<super::Replayed> {
+    let source = Dynamo { event_names: &mapping.event_names, function };
+    super::replay::replay(clients, &mapping.settings, &source).await
+}
+
 fn listed(shard: &aws_sdk_dynamodbstreams::types::Shard) -> Listed {
     Listed {
         id: shard.shard_id().unwrap_or_default().to_owned(),
