@@ -103,7 +103,10 @@ impl<F: KinesisFunction> Source for Kinesis<'_, F> {
     async fn read(&self, clients: &Clients, from: Position<'_>, limit: i32) -> Result<Vec<Read<KinesisEventRecord>>> {
         let kinesis = &clients.kinesis;
         let (kind, sequence) = from.iterator();
-        let iterator = kinesis.get_shard_iterator().stream_arn(from.stream_arn).shard_id(from.shard);
+        // By name: moto 5.2.5 builds an iterator that names no stream when asked by ARN alone,
+        // and GetRecords then fails; Kinesis takes either.
+        let name = from.stream_arn.rsplit_once("stream/").map_or(from.stream_arn, |(_, name)| name);
+        let iterator = kinesis.get_shard_iterator().stream_name(name).shard_id(from.shard);
         let iterator =
             iterator.shard_iterator_type(ShardIteratorType::from(kind)).set_starting_sequence_number(sequence);
         let iterator = iterator.send().await.context("kinesis shard iterator")?;

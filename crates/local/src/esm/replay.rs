@@ -32,14 +32,22 @@ pub(crate) async fn replay<S: Source>(clients: &Clients, settings: &Settings, so
     let mut seen = HashSet::new();
     loop {
         let messages = receive(clients, url).await?;
-        // A kept record comes back after its visibility timeout: once only those are left, stop.
-        let fresh: Vec<_> = messages.iter().filter(|m| seen.insert(m.message_id().unwrap_or("").to_owned())).collect();
+        let mut fresh = Vec::new();
+        for message in &messages {
+            if seen.insert(message.message_id().unwrap_or("").to_owned()) {
+                fresh.push(message);
+            } else {
+                // A kept record, received again: once only those come back, stop.
+                release(clients, url, message).await?;
+            }
+        }
         if fresh.is_empty() {
             return Ok(replayed);
         }
         for message in fresh {
             let record: Value = serde_json::from_str(message.body().unwrap_or("{}")).context("invocation record")?;
             let Some(n) = replay_batch(clients, settings, source, &record[S::BATCH_INFO]).await? else {
+                release(clients, url, message).await?;
                 replayed.kept += 1;
                 continue;
             };
@@ -49,6 +57,14 @@ pub(crate) async fn replay<S: Source>(clients: &Clients, settings: &Settings, so
             replayed.records += n;
         }
     }
+}
+
+/// A kept invocation record, visible again at once for the next replay or an operator's look.
+async fn release(clients: &Clients, url: &str, message: &aws_sdk_sqs::types::Message) -> Result<()> {
+    let handle = message.receipt_handle().unwrap_or_default();
+    let visible = clients.sqs.change_message_visibility().queue_url(url).receipt_handle(handle);
+    visible.visibility_timeout(0).send().await.context("change visibility")?;
+    Ok(())
 }
 
 /// The records of one batch info, in batches; `None` when one failed or none could be read.
