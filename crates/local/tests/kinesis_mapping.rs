@@ -4,8 +4,6 @@
 //! their children after a split, and the destination replayed. Each test reads the effect where
 //! Lambda leaves it: the batches the function is handed and the records in the failure queue.
 
-use std::sync::Mutex;
-
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
 use aws_sdk_kinesis::primitives::Blob;
@@ -14,6 +12,8 @@ use local::esm::{self, KinesisMapping};
 use local::invoke::KinesisFunction;
 use local::resources::Clients;
 use serde_json::Value;
+
+mod common;
 
 /// A stream of `shards` shards and a failure queue, both the test's own.
 async fn setup(shards: i32) -> (Clients, String, String) {
@@ -32,25 +32,8 @@ async fn put(clients: &Clients, stream: &str, keys: &[&str]) {
     }
 }
 
-type Answer = Box<dyn Fn(usize, &[(String, String)]) -> local::Result<KinesisEventResponse> + Send + Sync>;
-
 /// A function answering call `n` (from 0) on a batch of (data, sequence number) pairs.
-struct Script {
-    answer: Answer,
-    calls: Mutex<Vec<Vec<String>>>,
-}
-
-impl Script {
-    fn new(
-        answer: impl Fn(usize, &[(String, String)]) -> local::Result<KinesisEventResponse> + Send + Sync + 'static,
-    ) -> Self {
-        Script { answer: Box::new(answer), calls: Mutex::default() }
-    }
-
-    fn calls(&self) -> Vec<Vec<String>> {
-        self.calls.lock().unwrap().clone()
-    }
-}
+type Script = common::Script<KinesisEventResponse>;
 
 impl KinesisFunction for Script {
     async fn invoke(&self, event: KinesisEvent) -> local::Result<KinesisEventResponse> {
@@ -68,12 +51,7 @@ impl KinesisFunction for Script {
                 (String::from_utf8(r.kinesis.data.to_vec()).unwrap(), r.kinesis.sequence_number.clone())
             })
             .collect();
-        let n = {
-            let mut calls = self.calls.lock().unwrap();
-            calls.push(batch.iter().map(|(k, _)| k.clone()).collect());
-            calls.len() - 1
-        };
-        (self.answer)(n, &batch)
+        self.call(batch)
     }
 }
 

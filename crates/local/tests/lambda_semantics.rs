@@ -22,6 +22,8 @@ use local::resources::{self, Clients, Resources};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod common;
+
 // ---------------------------------------------------------------------------------------------
 // SQS
 
@@ -376,25 +378,8 @@ async fn insert(clients: &Clients, r: &Resources, keys: &[&str]) {
     }
 }
 
-type StreamAnswer = Box<dyn Fn(usize, &[(String, String)]) -> local::Result<DynamoDbEventResponse> + Send + Sync>;
-
 /// A stream function answering call `n` (from 0) on a batch of (key, sequence number) pairs.
-struct StreamScript {
-    answer: StreamAnswer,
-    calls: Mutex<Vec<Vec<String>>>,
-}
-
-impl StreamScript {
-    fn new(
-        answer: impl Fn(usize, &[(String, String)]) -> local::Result<DynamoDbEventResponse> + Send + Sync + 'static,
-    ) -> Self {
-        StreamScript { answer: Box::new(answer), calls: Mutex::default() }
-    }
-
-    fn calls(&self) -> Vec<Vec<String>> {
-        self.calls.lock().unwrap().clone()
-    }
-}
+type StreamScript = common::Script<DynamoDbEventResponse>;
 
 impl StreamFunction for StreamScript {
     async fn invoke(&self, event: Event) -> local::Result<DynamoDbEventResponse> {
@@ -407,12 +392,7 @@ impl StreamFunction for StreamScript {
                 (key, r.change.sequence_number.clone().unwrap_or_default())
             })
             .collect();
-        let n = {
-            let mut calls = self.calls.lock().unwrap();
-            calls.push(batch.iter().map(|(k, _)| k.clone()).collect());
-            calls.len() - 1
-        };
-        (self.answer)(n, &batch)
+        self.call(batch)
     }
 }
 
