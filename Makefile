@@ -28,7 +28,7 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package local-down send \
-	run redrive duplicates local-redis-up local-redis-down local-redis-status bench-stores model
+	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
 ##       and the local Redis (the store contract suite runs on both)
@@ -90,6 +90,12 @@ run: local-up
 ## redrive: move the DLQ back to the payments queue
 redrive: local-up
 	cargo run -q -p local -- redrive
+
+## replay-stream: replay the outbox stream's on-failure destination through the receipts relay
+##                (REPLAY_ARGS="--source orders --invoke-url http://127.0.0.1:9000" for the orders
+##                Kinesis stream's, through the kinesis-consumer under `make watch`)
+replay-stream: local-up
+	cargo run -q -p local -- replay-stream $(REPLAY_ARGS)
 
 ## watch: the functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
 ##        the local AWS and its tables; the payments API answers at

@@ -249,6 +249,56 @@ def install_query_by_partition():
     Table.query = query
 
 
+def install_kinesis_resharding():
+    """Reshard a Kinesis stream as Kinesis does.
+
+    moto 5.2.5's SplitShard empties the parent and puts its records again, through the key
+    routing, which still picks the closed parent: every record gets a new sequence number (a
+    checkpointed record is delivered again) and no write ever reaches a child. MergeShards copies
+    the parents' records into the child under new numbers. Kinesis closes a parent with its
+    records and sequence numbers (readable until retention ends, so a consumer finishes it before
+    its children) and routes new records by hash key to the open shards only.
+    """
+    from moto.kinesis.exceptions import InvalidArgumentError
+    from moto.kinesis.models import Stream
+    from moto.utilities.utils import md5_hash
+
+    def get_shard_for_key(self, partition_key, explicit_hash_key):
+        if not isinstance(partition_key, str) or len(partition_key) > 256:
+            raise InvalidArgumentError("partition_key")
+        if explicit_hash_key:
+            if not isinstance(explicit_hash_key, str) or int(explicit_hash_key) >= 2**128:
+                raise InvalidArgumentError("explicit_hash_key")
+            key = int(explicit_hash_key)
+        else:
+            key = int(md5_hash(partition_key.encode("utf-8")).hexdigest(), 16)
+        # A child's range ends at its EndingHashKey inclusive (moto's own check leaves it out).
+        for shard in self.shards.values():
+            if shard.is_open and shard.starting_hash <= key <= shard.ending_hash:
+                return shard
+        return None
+
+    def keeping_records(original, *positions):
+        """`original` with the records of the shards named at `positions` left where they are."""
+
+        def call(self, *args):
+            parents = [self.shards.get(args[i]) for i in positions]
+            kept = [(shard, shard.records) for shard in parents if shard is not None]
+            for shard, _ in kept:
+                shard.records = type(shard.records)()
+            try:
+                return original(self, *args)
+            finally:
+                for shard, records in kept:
+                    shard.records = records
+
+        return call
+
+    Stream.get_shard_for_key = get_shard_for_key
+    Stream.split_shard = keeping_records(Stream.split_shard, 0)
+    Stream.merge_shards = keeping_records(Stream.merge_shards, 0, 1)
+
+
 def install_sqs_costs_by_batch():
     """Make SQS calls cost what they receive or delete, not what the queue holds.
 
@@ -522,6 +572,7 @@ def main():
     install_item_level_rollback()
     install_sqs_costs_by_batch()
     install_query_by_partition()
+    install_kinesis_resharding()
     # One log line per request is a tenth of the server's time under load; errors still log.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app = DomainDispatcherApplication(create_backend_app)

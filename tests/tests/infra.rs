@@ -204,7 +204,7 @@ fn every_queue_denies_requests_without_tls() {
     let resources = t["Resources"].as_object().unwrap();
     let queues: Vec<&String> =
         resources.iter().filter(|(_, r)| r["Type"] == "AWS::SQS::Queue").map(|(id, _)| id).collect();
-    assert_eq!(queues.len(), 3, "the payments queue, its DLQ and the relay's failure queue");
+    assert_eq!(queues.len(), 4, "the payments queue, its DLQ and the relay's and orders' failure queues");
     for queue in queues {
         let arn = json!({"Fn::GetAtt": [queue, "Arn"]});
         let denies_plain_http = resources.values().filter(|r| r["Type"] == "AWS::SQS::QueuePolicy").any(|p| {
@@ -457,19 +457,76 @@ fn the_receipts_stream_retries_until_the_record_age_limit_and_every_hold_is_alar
         // One occurrence in a minute is enough: each is a receipt held or in doubt.
         assert_eq!((&alarm["Statistic"], &alarm["Threshold"]), (&json!("Sum"), &json!(0)), "{}", alert.metric());
     }
-    let iterator_age = alarms(&t)
-        .into_iter()
-        .find(|a| a["Namespace"] == "AWS/Lambda" && a["MetricName"] == "IteratorAge")
+    let relay_function = json!([{"Name": "FunctionName", "Value": {"Ref": "ReceiptsRelayFunction"}}]);
+    let iterator_age = alarm_on(&t, &json!("AWS/Lambda"), "IteratorAge", relay_function)
         .expect("an alarm on the relay's iterator age");
-    assert_eq!(
-        iterator_age["Dimensions"],
-        json!([{"Name": "FunctionName", "Value": {"Ref": "ReceiptsRelayFunction"}}])
-    );
     assert_eq!(iterator_age["Statistic"], "Maximum");
     // It fires long before records age out: the operator has most of the day to clear the hold.
     let fires_after_ms = iterator_age["Threshold"].as_u64().unwrap()
         + iterator_age["Period"].as_u64().unwrap() * iterator_age["EvaluationPeriods"].as_u64().unwrap() * 1000;
     assert!(fires_after_ms <= 3_600_000, "alarmed within the hour, not {fires_after_ms} ms");
+}
+
+/// The orders stream's mapping: a poison order is retried a few times, bisected away from its
+/// batch and discarded to a failure queue within the hour, not left to hold its shard for the
+/// stream's 24 h retention; the role reads that stream and sends to that queue only, and an
+/// operator is paged when the mapping falls behind or discards a batch.
+#[test]
+fn the_orders_stream_mapping_discards_poison_to_its_failure_queue_and_is_alarmed() {
+    let t = template();
+    let resources = &t["Resources"];
+    assert_eq!(resources["OrdersStream"]["Type"], "AWS::Kinesis::Stream");
+    let mapping = &resources["OrdersEventSourceMapping"]["Properties"];
+    assert_eq!(mapping["EventSourceArn"], json!({"Fn::GetAtt": ["OrdersStream", "Arn"]}));
+    assert_eq!(mapping["FunctionName"], json!({"Ref": "KinesisConsumerFunction.Alias"}));
+    assert_eq!(mapping["StartingPosition"], "TRIM_HORIZON");
+    assert_eq!(mapping["FunctionResponseTypes"], json!(["ReportBatchItemFailures"]));
+    assert_eq!(mapping["BisectBatchOnFunctionError"], true);
+    // One batch per shard at a time: records of a partition key stay in order, as the local
+    // emulator delivers them.
+    assert_eq!(mapping["ParallelizationFactor"], 1);
+    let retries = mapping["MaximumRetryAttempts"].as_i64().unwrap();
+    assert!((0..=10).contains(&retries), "a finite retry count, not {retries}");
+    let age = mapping["MaximumRecordAgeInSeconds"].as_i64().unwrap();
+    let retention = resources["OrdersStream"]["Properties"]["RetentionPeriodHours"].as_i64().unwrap() * 3600;
+    assert!((60..retention).contains(&age), "records are discarded ({age} s) before the stream drops them");
+    let failures = json!({"Fn::GetAtt": ["OrdersFailureQueue", "Arn"]});
+    assert_eq!(mapping["DestinationConfig"]["OnFailure"]["Destination"], failures);
+    let function = &resources["KinesisConsumerFunction"];
+    assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "kinesis-consumer");
+    assert_eq!(function["Properties"]["AutoPublishAlias"], "live");
+    assert_eq!(function["Properties"]["Tracing"], "Active");
+    // The role: the stream read on that stream, the destination send on that queue, nothing on "*"
+    // but X-Ray.
+    let role = "KinesisConsumerRole";
+    assert_eq!(function["Properties"]["Role"], json!({"Fn::GetAtt": [role, "Arn"]}));
+    let grants = statements(&t, role);
+    let on = |action: &str| -> Vec<&Value> {
+        grants.iter().filter(|s| s["Effect"] == "Allow" && action_matches(s, action)).collect()
+    };
+    for action in ["kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:DescribeStream", "kinesis:ListShards"] {
+        let allowed = on(action);
+        assert!(!allowed.is_empty(), "{role} cannot {action}");
+        assert!(allowed.iter().all(|s| s["Resource"] == json!({"Fn::GetAtt": ["OrdersStream", "Arn"]})), "{action}");
+    }
+    let send = on("sqs:SendMessage");
+    assert!(send.len() == 1 && send[0]["Resource"] == failures, "{role} sends to its failure queue only");
+    for s in grants.iter().filter(|s| s["Resource"] == "*") {
+        assert!(list(&s["Action"]).iter().all(|a| a.as_str().is_some_and(|a| a.starts_with("xray:"))), "{s}");
+    }
+    let iterator_age = json!([{"Name": "FunctionName", "Value": {"Ref": "KinesisConsumerFunction"}}]);
+    let stream_age = json!([{"Name": "StreamName", "Value": {"Ref": "OrdersStream"}}]);
+    let queue = json!([{"Name": "QueueName", "Value": {"Fn::GetAtt": ["OrdersFailureQueue", "QueueName"]}}]);
+    for (namespace, metric, dimensions) in [
+        ("AWS/Lambda", "IteratorAge", iterator_age),
+        ("AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds", stream_age),
+        ("AWS/SQS", "ApproximateNumberOfMessagesVisible", queue),
+    ] {
+        let alarm =
+            alarm_on(&t, &json!(namespace), metric, dimensions).unwrap_or_else(|| panic!("no alarm on {metric}"));
+        assert_eq!(alarm["AlarmActions"], alarm_actions(), "{metric}");
+        assert_eq!(alarm["TreatMissingData"], "notBreaching", "{metric}");
+    }
 }
 
 /// The dashboard body: a JSON string under `Fn::Sub`, so `${...}` stand for parameters,

@@ -42,6 +42,9 @@ pub enum Command {
     Run(RunArgs),
     /// Move the DLQ back to the payments queue
     Redrive(Target),
+    /// Replay a stream mapping's on-failure destination: fetch each discarded batch's records
+    /// from the stream by sequence number, invoke the function, delete the record once they pass
+    ReplayStream(ReplayArgs),
     /// A hostile workload through the pipeline, a DLQ redrive, and the invariants checked
     Demo(DemoArgs),
     /// The demo's workload with faults injected at every layer, on resources of its own
@@ -87,6 +90,29 @@ pub struct RunArgs {
     /// (http://127.0.0.1:9000) instead of in process
     #[arg(long, value_name = "URL")]
     invoke_url: Option<String>,
+}
+
+/// `local replay-stream`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Whose destination: the outbox stream's (the receipts relay) or the orders Kinesis stream's
+    #[arg(long, value_enum, default_value_t = StreamSource::Outbox)]
+    source: StreamSource,
+    /// Invoke the function behind `cargo lambda watch` at this address instead of in process
+    /// (required for orders: its consumer runs only as a binary)
+    #[arg(long, value_name = "URL")]
+    invoke_url: Option<String>,
+}
+
+/// A stream mapping of the template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StreamSource {
+    /// The outbox table's DynamoDB stream, read by the receipts relay
+    Outbox,
+    /// The orders Kinesis stream, read by the kinesis-consumer
+    Orders,
 }
 
 /// `local demo`.
@@ -145,6 +171,7 @@ impl Command {
                 println!("moved {n} messages from the DLQ back to the payments queue");
                 Ok(())
             }
+            Command::ReplayStream(args) => replay(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
             Command::Demo(args) => demo(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
         }
     }
@@ -208,6 +235,30 @@ async fn drain<P: SqsFunction, R: StreamFunction>(
     let p = esm.run_until_drained(&pipeline.clients, |p| tracker.show(p)).await?;
     tracker.finish();
     println!("drained: {} deliveries, {} failed, {} stream records", p.deliveries, p.failed, p.stream_records);
+    Ok(())
+}
+
+async fn replay(pipeline: &Pipeline, args: &ReplayArgs) -> Result<()> {
+    let (clients, r) = (&pipeline.clients, &pipeline.resources);
+    let http = |function: &str| args.invoke_url.clone().map(|url| Http { url, function: function.into() });
+    let replayed = match args.source {
+        StreamSource::Outbox => {
+            let mapping = esm::StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+            match http(receipts_relay::FUNCTION) {
+                Some(function) => esm::replay_stream_failures(clients, &mapping, &function).await?,
+                None => esm::replay_stream_failures(clients, &mapping, &pipeline.relay()).await?,
+            }
+        }
+        StreamSource::Orders => {
+            let function = http("kinesis-consumer").ok_or("--source orders needs --invoke-url (make watch)")?;
+            let mapping = esm::KinesisMapping::new(&r.orders_stream, Some(r.orders_failures_url.clone()));
+            esm::replay_kinesis_failures(clients, &mapping, &function).await?
+        }
+    };
+    println!(
+        "replayed {} records of {} discarded batches; {} left in the destination",
+        replayed.records, replayed.batches, replayed.kept
+    );
     Ok(())
 }
 
@@ -291,6 +342,8 @@ mod tests {
             "local up",
             "local down",
             "local redrive",
+            "local replay-stream",
+            "local replay-stream --source orders --invoke-url http://127.0.0.1:9000",
             "local env",
         ] {
             Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));

@@ -6,8 +6,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
 use effectively_once_lambda::metrics::Counts;
 use effectively_once_lambda::{sqs, streams, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
@@ -27,6 +28,12 @@ pub trait StreamFunction: Send + Sync {
     fn invoke(&self, event: Event) -> impl Future<Output = Result<DynamoDbEventResponse>> + Send;
 }
 
+/// A function a Kinesis event source mapping invokes; `Err` as for [`SqsFunction`].
+pub trait KinesisFunction: Send + Sync {
+    /// Invokes it with one batch.
+    fn invoke(&self, event: KinesisEvent) -> impl Future<Output = Result<KinesisEventResponse>> + Send;
+}
+
 impl<F: SqsFunction> SqsFunction for &F {
     fn invoke(&self, event: SqsEvent) -> impl Future<Output = Result<SqsBatchResponse>> + Send {
         (**self).invoke(event)
@@ -35,6 +42,12 @@ impl<F: SqsFunction> SqsFunction for &F {
 
 impl<F: StreamFunction> StreamFunction for &F {
     fn invoke(&self, event: Event) -> impl Future<Output = Result<DynamoDbEventResponse>> + Send {
+        (**self).invoke(event)
+    }
+}
+
+impl<F: KinesisFunction> KinesisFunction for &F {
+    fn invoke(&self, event: KinesisEvent) -> impl Future<Output = Result<KinesisEventResponse>> + Send {
         (**self).invoke(event)
     }
 }
@@ -199,6 +212,12 @@ impl SqsFunction for Http {
 impl StreamFunction for Http {
     async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
         crate::esm::stream_response(&self.call(&event).await?)
+    }
+}
+
+impl KinesisFunction for Http {
+    async fn invoke(&self, event: KinesisEvent) -> Result<KinesisEventResponse> {
+        crate::esm::kinesis_response(&self.call(&event).await?)
     }
 }
 

@@ -1,6 +1,6 @@
-//! Resources from the deployment template: every `AWS::DynamoDB::Table` and `AWS::SQS::Queue`
-//! in `infra/template.json` is created locally with its key schema, stream, TTL, retention,
-//! visibility timeout and redrive policy (`maxReceiveCount`).
+//! Resources from the deployment template: every `AWS::DynamoDB::Table`, `AWS::SQS::Queue` and
+//! `AWS::Kinesis::Stream` in `infra/template.json` is created locally with its key schema,
+//! stream, TTL, retention, visibility timeout, redrive policy (`maxReceiveCount`) and shards.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +31,8 @@ pub struct Clients {
     pub sqs: aws_sdk_sqs::Client,
     /// SES v2.
     pub ses: aws_sdk_sesv2::Client,
+    /// Kinesis Data Streams.
+    pub kinesis: aws_sdk_kinesis::Client,
 }
 
 impl Clients {
@@ -42,6 +44,7 @@ impl Clients {
             streams: aws_sdk_dynamodbstreams::Client::new(&sdk),
             sqs: aws_sdk_sqs::Client::new(&sdk),
             ses: aws_sdk_sesv2::Client::new(&sdk),
+            kinesis: aws_sdk_kinesis::Client::new(&sdk),
         }
     }
 }
@@ -63,6 +66,10 @@ pub struct Resources {
     pub failures_url: String,
     /// The payments queue's `maxReceiveCount`, from the template.
     pub max_receive_count: u32,
+    /// The orders Kinesis stream's name.
+    pub orders_stream: String,
+    /// The orders mapping's on-failure destination.
+    pub orders_failures_url: String,
 }
 
 /// A local name from a logical id: `LedgerTable` is `ledger`, `PaymentsDeadLetterQueue` is
@@ -131,7 +138,7 @@ pub struct MappingSettings {
 }
 
 /// The settings of the template's mapping whose `EventSourceArn` is an attribute of the resource
-/// `source` (`PaymentsQueue`, `OutboxTable`).
+/// `source` (`PaymentsQueue`, `OutboxTable`, `OrdersStream`).
 pub fn mapping_settings(source: &str) -> Result<MappingSettings> {
     let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
     let mappings = resources("AWS::Lambda::EventSourceMapping")?;
@@ -200,6 +207,10 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
         let out = request.send().await.context(format!("create queue {name}"))?;
         urls.insert(id.clone(), out.queue_url().unwrap_or_default().to_owned());
     }
+    for (id, props) in resources("AWS::Kinesis::Stream")? {
+        let shards = number(&template, &props["ShardCount"]).unwrap_or(1) as i32;
+        create_stream(&clients.kinesis, &local_name(prefix, &id), shards).await?;
+    }
     clients.ses.create_email_identity().email_identity(RECEIPT_FROM).send().await.ok();
     let url = |id: &str| urls.get(id).cloned().ok_or_else(|| format!("template has no {id}"));
     Ok(Resources {
@@ -211,7 +222,31 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
         // The outbox mapping's on-failure destination, as the template names it.
         failures_url: url(mapping_settings("OutboxTable")?.on_failure.as_deref().unwrap_or("ReceiptsFailureQueue"))?,
         max_receive_count,
+        orders_stream: local_name(prefix, crate::esm::kinesis::ORDERS_STREAM),
+        orders_failures_url: url(mapping_settings(crate::esm::kinesis::ORDERS_STREAM)?
+            .on_failure
+            .as_deref()
+            .unwrap_or("OrdersFailureQueue"))?,
     })
+}
+
+/// Creates a Kinesis stream of `shards` shards (one that exists is kept) and waits until it is
+/// active: records cannot be put or read before.
+async fn create_stream(kinesis: &aws_sdk_kinesis::Client, name: &str, shards: i32) -> Result<()> {
+    if let Err(e) = kinesis.create_stream().stream_name(name).shard_count(shards).send().await {
+        if !e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) {
+            return Err(e).context(format!("create stream {name}"));
+        }
+    }
+    for _ in 0..100 {
+        let out = kinesis.describe_stream_summary().stream_name(name).send().await.context("describe stream")?;
+        let status = out.stream_description_summary().map(|d| d.stream_status().clone());
+        if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(format!("stream {name} never became active").into())
 }
 
 /// Deletes what [`up`] created.
@@ -219,9 +254,10 @@ pub async fn down(clients: &Clients, resources: &Resources) -> Result<()> {
     for table in [&resources.idempotency_table, &resources.ledger_table, &resources.outbox_table] {
         clients.dynamodb.delete_table().table_name(table).send().await.ok();
     }
-    for url in [&resources.queue_url, &resources.dlq_url, &resources.failures_url] {
+    for url in [&resources.queue_url, &resources.dlq_url, &resources.failures_url, &resources.orders_failures_url] {
         clients.sqs.delete_queue().queue_url(url).send().await.ok();
     }
+    clients.kinesis.delete_stream().stream_name(&resources.orders_stream).send().await.ok();
     Ok(())
 }
 
@@ -309,6 +345,11 @@ mod tests {
         assert_eq!(stream.maximum_record_age_seconds, Some(86_400));
         assert_eq!(stream.event_names, vec!["INSERT".to_owned()]);
         assert_eq!(stream.on_failure.as_deref(), Some("ReceiptsFailureQueue"));
+        let orders = super::mapping_settings("OrdersStream").unwrap();
+        assert!(orders.report_batch_item_failures && orders.bisect_batch_on_function_error);
+        assert_eq!((orders.batch_size, orders.maximum_retry_attempts), (100, Some(5)));
+        assert_eq!(orders.maximum_record_age_seconds, Some(3600));
+        assert_eq!(orders.on_failure.as_deref(), Some("OrdersFailureQueue"));
         let queue = super::mapping_settings("PaymentsQueue").unwrap();
         assert!(queue.report_batch_item_failures);
         assert_eq!((queue.batch_size, queue.maximum_retry_attempts), (10, None));

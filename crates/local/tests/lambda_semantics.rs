@@ -22,6 +22,8 @@ use local::resources::{self, Clients, Resources};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod common;
+
 // ---------------------------------------------------------------------------------------------
 // SQS
 
@@ -376,25 +378,8 @@ async fn insert(clients: &Clients, r: &Resources, keys: &[&str]) {
     }
 }
 
-type StreamAnswer = Box<dyn Fn(usize, &[(String, String)]) -> local::Result<DynamoDbEventResponse> + Send + Sync>;
-
 /// A stream function answering call `n` (from 0) on a batch of (key, sequence number) pairs.
-struct StreamScript {
-    answer: StreamAnswer,
-    calls: Mutex<Vec<Vec<String>>>,
-}
-
-impl StreamScript {
-    fn new(
-        answer: impl Fn(usize, &[(String, String)]) -> local::Result<DynamoDbEventResponse> + Send + Sync + 'static,
-    ) -> Self {
-        StreamScript { answer: Box::new(answer), calls: Mutex::default() }
-    }
-
-    fn calls(&self) -> Vec<Vec<String>> {
-        self.calls.lock().unwrap().clone()
-    }
-}
+type StreamScript = common::Script<DynamoDbEventResponse>;
 
 impl StreamFunction for StreamScript {
     async fn invoke(&self, event: Event) -> local::Result<DynamoDbEventResponse> {
@@ -407,12 +392,7 @@ impl StreamFunction for StreamScript {
                 (key, r.change.sequence_number.clone().unwrap_or_default())
             })
             .collect();
-        let n = {
-            let mut calls = self.calls.lock().unwrap();
-            calls.push(batch.iter().map(|(k, _)| k.clone()).collect());
-            calls.len() - 1
-        };
-        (self.answer)(n, &batch)
+        self.call(batch)
     }
 }
 
@@ -640,4 +620,28 @@ async fn stream_without_bisection_a_failed_batch_is_retried_whole() {
     stream.bisect_on_error = false;
     drain(&clients, &mut stream, &function).await;
     assert_eq!(function.calls(), keys(&[&["r1", "r2"], &["r1", "r2"]]));
+}
+
+#[tokio::test]
+async fn stream_replaying_the_failure_queue_delivers_the_discarded_records_and_empties_it() {
+    let (clients, r) = stream_setup().await;
+    insert(&clients, &r, &["r1", "r2", "r3"]).await;
+    // r2 fails until the fix; the mapping gives up on it (and r3 behind it) after one retry.
+    let broken = StreamScript::new(|_, batch| {
+        Ok(match batch.iter().find(|(k, _)| k == "r2") {
+            Some((_, seq)) => stream_failing(&[Some(seq.as_str())]),
+            None => DynamoDbEventResponse::default(),
+        })
+    });
+    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    stream.max_retries = 1;
+    drain(&clients, &mut stream, &broken).await;
+    assert_eq!(failure_records(&clients, &r).await.len(), 1);
+    let still_broken = esm::replay_stream_failures(&clients, &stream, &broken).await.unwrap();
+    assert_eq!((still_broken.batches, still_broken.kept), (0, 1), "kept while r2 still fails");
+    let fixed = StreamScript::new(|_, _| Ok(DynamoDbEventResponse::default()));
+    let replayed = esm::replay_stream_failures(&clients, &stream, &fixed).await.unwrap();
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 2, 0));
+    assert_eq!(fixed.calls(), keys(&[&["r2", "r3"]]), "the discarded records, fetched by sequence number");
+    assert!(failure_records(&clients, &r).await.is_empty(), "the destination is empty");
 }

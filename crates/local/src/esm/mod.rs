@@ -7,15 +7,21 @@
 //! and cloud agree. [`queue`] holds the queue utilities (depth, redrive, a look at a queue), and
 //! [`Emulator`] runs both mappings until the pipeline is drained.
 
+pub mod checkpoint;
+pub mod kinesis;
 pub mod queue;
+pub mod replay;
 pub mod sqs;
 pub mod stream;
 
 use std::time::Duration;
 
+pub use checkpoint::{Settings, StreamPoll};
+pub use kinesis::{kinesis_response, poll_kinesis, replay_kinesis_failures, KinesisMapping};
 pub use queue::{peek_bodies, queue_depth, redrive};
+pub use replay::Replayed;
 pub use sqs::{poll_sqs, sqs_event, sqs_response, SqsMapping, SqsPoll};
-pub use stream::{poll_stream, stream_response, StreamMapping, StreamPoll};
+pub use stream::{poll_stream, replay_stream_failures, stream_response, StreamMapping};
 
 use crate::error::Result;
 use crate::invoke::{SqsFunction, StreamFunction};

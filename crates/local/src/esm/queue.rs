@@ -26,7 +26,7 @@ pub async fn queue_depth(clients: &Clients, queue_url: &str) -> Result<u64> {
 }
 
 /// Up to ten messages of `queue_url`, invisible for 30 s.
-async fn receive(clients: &Clients, queue_url: &str) -> Result<Vec<aws_sdk_sqs::types::Message>> {
+pub(super) async fn receive(clients: &Clients, queue_url: &str) -> Result<Vec<aws_sdk_sqs::types::Message>> {
     let out = clients
         .sqs
         .receive_message()

@@ -193,6 +193,14 @@ pub(super) fn item_failures(payload: &[u8]) -> Result<Vec<Option<String>>> {
     }
 }
 
+/// A stream function's raw answer read as [`item_failures`] reads it, in the stream's response
+/// type (`DynamoDbEventResponse`, `KinesisEventResponse`: the same JSON shape).
+pub(super) fn stream_batch_response<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T> {
+    let failures: Vec<Value> =
+        item_failures(payload)?.into_iter().map(|id| serde_json::json!({"itemIdentifier": id})).collect();
+    serde_json::from_value(serde_json::json!({"batchItemFailures": failures})).context("batch response")
+}
+
 /// The Lambda event an SQS event source mapping builds from received `messages` of the queue
 /// `arn` (their ids, receipt handles, bodies and system attributes, FIFO group included).
 pub fn sqs_event(messages: &[Message], arn: &str) -> SqsEvent {
