@@ -31,12 +31,14 @@ pub trait Handler<R>: Send + Sync {
     /// and runs `handle` inside [`Handler::span`] within it.
     fn handle(&self, record: &R, context: &Context) -> impl Future<Output = RecordResult> + Send;
 
-    /// The record's business key (an idempotency key, say), when it has one. On a standard SQS
-    /// queue, records of one batch with equal keys run one after the other, in batch order, so
-    /// an in-batch duplicate is answered from the first instead of finding it in progress and
-    /// being redelivered. `None` (the default) puts no constraint on the record. Keep it cheap:
-    /// it is called once per record before any runs. Ordered triggers (FIFO queues, streams)
-    /// ignore it: their own order already runs such records one after the other.
+    /// The record's business key (an idempotency key, say), when it has one: records of one
+    /// batch with equal keys run one after the other, in batch order, so an in-batch duplicate
+    /// is answered from the first instead of finding it in progress and being delivered again.
+    /// On Kinesis and on the DynamoDB Streams batch path such records join the group of their
+    /// partition key or item; a FIFO queue ignores it (a message group already runs in order),
+    /// and so does the DynamoDB Streams record-by-record path (the whole batch runs in order).
+    /// `None` (the default) puts no constraint on the record. Keep it cheap: it is called once
+    /// per record before any runs.
     fn key(&self, record: &R) -> Option<String> {
         let _ = record;
         None
@@ -411,23 +413,69 @@ pub(crate) fn first_to_resume(results: &[RecordResult]) -> Option<usize> {
     results.iter().position(may_take_effect_later)
 }
 
-/// The positions of records in groups of equal `key`, groups in order of first appearance,
-/// each in batch order; a record without a key is alone.
-pub(crate) fn groups_by<R>(records: &[R], key: impl Fn(&R) -> Option<String>) -> Vec<Vec<usize>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut index_of: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+/// The handler's key for `record`. The key is the user's code: one that panics leaves its record
+/// without one (no grouping), and the handler's own panic isolation then judges that record.
+pub(crate) fn key_of<R, H: Handler<R>>(handler: &H, record: &R) -> Option<String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.key(record))).unwrap_or(None)
+}
+
+/// Records in one group when they share any of their keys (an ordering key such as a partition
+/// key, and the handler's business key), each group in batch order, groups in order of their
+/// first record. Joined by hand (a union of positions, a dozen lines) rather than a crate.
+pub(crate) fn joined_groups<R, const N: usize>(
+    records: &[R],
+    keys: impl Fn(&R) -> [Option<String>; N],
+) -> Vec<Vec<usize>> {
+    fn root(parent: &mut [usize], mut at: usize) -> usize {
+        while parent[at] != at {
+            parent[at] = parent[parent[at]];
+            at = parent[at];
+        }
+        at
+    }
+    let mut parent: Vec<usize> = (0..records.len()).collect();
+    let mut first_with: std::collections::HashMap<(usize, String), usize> = std::collections::HashMap::new();
     for (position, record) in records.iter().enumerate() {
-        let at = match key(record) {
-            Some(key) => *index_of.entry(key).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            }),
-            None => {
-                groups.push(Vec::new());
-                groups.len() - 1
-            }
-        };
-        groups[at].push(position);
+        for (kind, key) in keys(record).into_iter().enumerate() {
+            let Some(key) = key else { continue };
+            let first = *first_with.entry((kind, key)).or_insert(position);
+            let (a, b) = (root(&mut parent, first), root(&mut parent, position));
+            // The earlier position stays the root: groups come out in order of their first record.
+            parent[a.max(b)] = a.min(b);
+        }
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for position in 0..records.len() {
+        let at = root(&mut parent, position);
+        let index = *group_of.entry(at).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[index].push(position);
     }
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::joined_groups;
+
+    /// Records sharing either key are one group, in batch order; the rest stay apart.
+    #[test]
+    fn records_sharing_any_key_are_one_group() {
+        let records = [("p1", "a"), ("p2", "b"), ("p3", "a"), ("p2", "c"), ("p4", "d"), ("p3", "e")];
+        let groups = joined_groups(&records, |(partition, key)| [Some(partition.to_string()), Some(key.to_string())]);
+        assert_eq!(groups, vec![vec![0, 2, 5], vec![1, 3], vec![4]]);
+        let unkeyed = joined_groups(&records, |_| [None::<String>]);
+        assert_eq!(unkeyed, (0..6).map(|p| vec![p]).collect::<Vec<_>>());
+    }
+
+    /// A chain of shared keys joins groups formed apart, and the group keeps batch order.
+    #[test]
+    fn a_chain_of_keys_joins_groups_formed_apart() {
+        let records = [("p1", "a"), ("p2", "b"), ("p2", "a")];
+        let groups = joined_groups(&records, |(partition, key)| [Some(partition.to_string()), Some(key.to_string())]);
+        assert_eq!(groups, vec![vec![0, 1, 2]]);
+    }
 }

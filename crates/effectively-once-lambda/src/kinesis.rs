@@ -66,7 +66,7 @@ pub async fn process<H: Handler<KinesisEventRecord>>(
 ) -> KinesisEventResponse {
     let records = &event.payload.records;
     let batch = async {
-        let groups = by_partition_key(records);
+        let groups = by_partition_key(handler, records);
         checkpoint(records, driver::run_groups(handler, records, groups, true, &event.context, options).await)
     };
     driver::invocation(options, &event.context, batch).await
@@ -90,7 +90,7 @@ pub async fn process_batch<H: BatchHandler<KinesisEventRecord>>(
 ) -> KinesisEventResponse {
     let records = &event.payload.records;
     let batch = async {
-        let groups = by_partition_key(records);
+        let groups = by_partition_key(handler, records);
         checkpoint(records, driver::run_rounds(handler, records, groups, &event.context, options).await)
     };
     driver::invocation(options, &event.context, batch).await
@@ -105,8 +105,14 @@ pub async fn run_batch<H: BatchHandler<KinesisEventRecord>>(
     driver::serve(move |event: LambdaEvent<KinesisEvent>| process_batch(handler, event, options)).await
 }
 
-fn by_partition_key(records: &[KinesisEventRecord]) -> Vec<Vec<usize>> {
-    driver::groups_by(records, |record| Some(record.kinesis.partition_key.clone()))
+/// Records by partition key (the producer's order), joined with records sharing the handler's
+/// business key ([`Handler::key`]): a producer retry that wrote the same event under another
+/// partition key runs after the first copy and is answered from it, rather than finding it in
+/// progress and stalling the shard.
+fn by_partition_key<H: Handler<KinesisEventRecord>>(handler: &H, records: &[KinesisEventRecord]) -> Vec<Vec<usize>> {
+    driver::joined_groups(records, |record| {
+        [Some(record.kinesis.partition_key.clone()), driver::key_of(handler, record)]
+    })
 }
 
 /// The answer: the sequence number of the first record a later delivery may still make take

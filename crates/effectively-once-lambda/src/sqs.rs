@@ -166,16 +166,14 @@ pub async fn run_batch<H: BatchHandler<SqsMessage>>(handler: H, options: Options
 
 /// A FIFO batch's records by message group (a record without one in the group named "").
 fn fifo_groups(records: &[SqsMessage]) -> Vec<Vec<usize>> {
-    driver::groups_by(records, |record| Some(record.attributes.get("MessageGroupId").cloned().unwrap_or_default()))
+    driver::joined_groups(records, |record| {
+        [Some(record.attributes.get("MessageGroupId").cloned().unwrap_or_default())]
+    })
 }
 
-/// A standard batch's records by the handler's key. The key is the user's code: one that
-/// panics leaves its record alone (no grouping), and the handler's own panic isolation then
-/// judges that record; the batch goes on.
+/// A standard batch's records by the handler's key ([`Handler::key`]).
 fn key_groups<H: Handler<SqsMessage>>(handler: &H, records: &[SqsMessage]) -> Vec<Vec<usize>> {
-    driver::groups_by(records, |record| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.key(record))).unwrap_or(None)
-    })
+    driver::joined_groups(records, |record| [driver::key_of(handler, record)])
 }
 
 /// The batch response (every failed record's message id) and the counts of the results.

@@ -108,8 +108,9 @@ pub async fn run<H: Handler<EventRecord>>(handler: H, options: Options) -> Resul
 }
 
 /// [`process`] for a [`BatchHandler`]: the batch in as few calls as order allows. Records are
-/// grouped by their item (`Keys`); each call holds the next record of every item still going,
-/// so one item's changes are handled in stream order and a batch of distinct items is one call
+/// grouped by their item (`Keys`), and records sharing a [`Handler::key`] join one group too;
+/// each call holds the next record of every group still going, so one item's changes are
+/// handled in stream order and a batch of distinct items is one call
 /// (one `commit_batch`, as few transactions as DynamoDB's limits allow). A failure that may pass
 /// holds back the rest of its item; the checkpoint is the first record, in stream order, not
 /// durably done, so nothing after it is lost (records after it that took effect come back and
@@ -122,7 +123,7 @@ pub async fn process_batch<H: BatchHandler<EventRecord>>(
 ) -> DynamoDbEventResponse {
     let records = &event.payload.records;
     let batch = async {
-        let groups = driver::groups_by(records, |record| Some(item_of(record)));
+        let groups = driver::joined_groups(records, |record| [Some(item_of(record)), driver::key_of(handler, record)]);
         checkpoint(records, driver::run_rounds(handler, records, groups, &event.context, options).await)
     };
     driver::invocation(options, &event.context, batch).await

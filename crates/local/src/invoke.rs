@@ -6,11 +6,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use aws_lambda_events::event::kinesis::KinesisEvent;
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
 use effectively_once_lambda::metrics::Counts;
-use effectively_once_lambda::{sqs, streams, RecordResult};
+use effectively_once_lambda::{kinesis, sqs, streams, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 use crate::error::{Result, ResultExt};
@@ -97,46 +97,40 @@ impl<H> Counting<H> {
     }
 }
 
-impl<H: Handler<SqsMessage>> Handler<SqsMessage> for Counting<H> {
-    async fn handle(&self, message: &SqsMessage, context: &Context) -> RecordResult {
-        self.count(self.inner.handle(message, context).await)
-    }
-
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        self.inner.key(message)
-    }
-
-    fn span(&self, message: &SqsMessage) -> tracing::Span {
-        self.inner.span(message)
-    }
-}
-
-impl<H: BatchHandler<SqsMessage>> BatchHandler<SqsMessage> for Counting<H> {
-    async fn handle_batch(&self, messages: &[&SqsMessage], context: &Context) -> Vec<RecordResult> {
-        let results = self.inner.handle_batch(messages, context).await;
-        results.into_iter().map(|result| self.count(result)).collect()
-    }
-}
-
-impl<H: Handler<EventRecord>> Handler<EventRecord> for Counting<H> {
-    async fn handle(&self, record: &EventRecord, context: &Context) -> RecordResult {
+impl<R: Sync, H: Handler<R>> Handler<R> for Counting<H> {
+    async fn handle(&self, record: &R, context: &Context) -> RecordResult {
         self.count(self.inner.handle(record, context).await)
     }
 
-    fn span(&self, record: &EventRecord) -> tracing::Span {
+    fn key(&self, record: &R) -> Option<String> {
+        self.inner.key(record)
+    }
+
+    fn span(&self, record: &R) -> tracing::Span {
         self.inner.span(record)
     }
 }
 
-impl<H: Handler<SqsMessage>> SqsFunction for InProcess<H> {
-    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
-        let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(&self.function) };
-        Ok(sqs::process(&self.handler, LambdaEvent::new(event, context()), &options).await)
+impl<R: Sync, H: BatchHandler<R>> BatchHandler<R> for Counting<H> {
+    async fn handle_batch(&self, records: &[&R], context: &Context) -> Vec<RecordResult> {
+        let results = self.inner.handle_batch(records, context).await;
+        results.into_iter().map(|result| self.count(result)).collect()
     }
 }
 
-/// An [`InProcess`] function served through the batch path (`sqs::process_batch`), as the
-/// payments consumer is deployed.
+/// The options the emulator's in-process invocations use: the driver's, no EMF line.
+fn quiet(function: &str) -> effectively_once_lambda::Options {
+    effectively_once_lambda::Options { emit_metrics: false, ..effectively_once_lambda::Options::new(function) }
+}
+
+impl<H: Handler<SqsMessage>> SqsFunction for InProcess<H> {
+    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
+        Ok(sqs::process(&self.handler, LambdaEvent::new(event, context()), &quiet(&self.function)).await)
+    }
+}
+
+/// An [`InProcess`] function served through the batch path (`process_batch` of its trigger), as
+/// the payments consumer is deployed.
 pub struct Batched<H>(pub InProcess<H>);
 
 impl<H> Batched<H> {
@@ -158,15 +152,31 @@ impl<H> Batched<H> {
 
 impl<H: BatchHandler<SqsMessage>> SqsFunction for Batched<H> {
     async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
-        let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(&self.0.function) };
-        Ok(sqs::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &options).await)
+        Ok(sqs::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
     }
 }
 
 impl<H: Handler<EventRecord>> StreamFunction for InProcess<H> {
     async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
-        let options = streams::Options { emit_metrics: false, ..streams::Options::new(&self.function) };
-        Ok(streams::process(&self.handler, LambdaEvent::new(event, context()), &options).await)
+        Ok(streams::process(&self.handler, LambdaEvent::new(event, context()), &quiet(&self.function)).await)
+    }
+}
+
+impl<H: BatchHandler<EventRecord>> StreamFunction for Batched<H> {
+    async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
+        Ok(streams::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
+    }
+}
+
+impl<H: Handler<KinesisEventRecord>> KinesisFunction for InProcess<H> {
+    async fn invoke(&self, event: KinesisEvent) -> Result<KinesisEventResponse> {
+        Ok(kinesis::process(&self.handler, LambdaEvent::new(event, context()), &quiet(&self.function)).await)
+    }
+}
+
+impl<H: BatchHandler<KinesisEventRecord>> KinesisFunction for Batched<H> {
+    async fn invoke(&self, event: KinesisEvent) -> Result<KinesisEventResponse> {
+        Ok(kinesis::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
     }
 }
 

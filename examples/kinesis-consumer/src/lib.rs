@@ -1,0 +1,89 @@
+//! A Kinesis Data Streams consumer: each order on the stream is stored once in the orders table
+//! and confirmed once by email, however often Kinesis delivers it. The handler below is the
+//! whole of it.
+//!
+//! The key is the order id in the record's data, never the record's sequence number: a producer
+//! that retries a `PutRecord` whose answer it lost writes the same order again under a new
+//! sequence number, a resharded stream can deliver a record again, and a batch that failed is
+//! delivered again from its checkpoint. All of them find the order's record and add nothing.
+#![warn(missing_docs)]
+
+use effectively_once::{Idempotency, Key};
+use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Table};
+use effectively_once_effects::{send_once, EmailMessage, EmailSender, Policy};
+use effectively_once_lambda::events::{Context, KinesisEventRecord};
+use effectively_once_lambda::{BodyHandler, Disposition, RecordResult};
+use serde::{Deserialize, Serialize};
+
+/// The record's data (JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Order {
+    /// The business id: the idempotency key.
+    pub order_id: String,
+    /// Where the confirmation goes.
+    pub email: String,
+    /// The order's total.
+    pub total_cents: i64,
+}
+
+/// The orders table's item (partition key `pk`).
+#[derive(Serialize)]
+struct OrderItem<'a> {
+    pk: String,
+    order_id: &'a str,
+    total_cents: i64,
+}
+
+/// Stores each order and sends its confirmation, once each. Serve it as
+/// `kinesis::run(Typed(orders), options)`: the data is decoded into an [`Order`] first, and a
+/// record whose data is not one fails alone, permanently (logged, counted, not the checkpoint).
+pub struct Orders<E> {
+    /// Records (the order's, the email's marker) in the idempotency table.
+    pub idempotency: Idempotency<DynamoDbStore>,
+    /// The orders table.
+    pub orders: Table,
+    /// The email sender (SES in production).
+    pub sender: E,
+}
+
+impl<E: EmailSender> BodyHandler<KinesisEventRecord> for Orders<E> {
+    type Body = Order;
+
+    async fn handle(&self, order: Order, _record: &KinesisEventRecord, context: &Context) -> RecordResult {
+        tracing::Span::current().record("order_id", order.order_id.as_str());
+        let key = Key::new("order", &order.order_id)?;
+        let item = OrderItem {
+            pk: format!("order#{}", order.order_id),
+            order_id: &order.order_id,
+            total_cents: order.total_cents,
+        };
+        let stored = self
+            .idempotency
+            .commit_once(&key, &order, |tx| {
+                tx.put(&self.orders, &item)?;
+                Ok(())
+            })
+            .await?;
+        let email = EmailMessage {
+            to: order.email.clone(),
+            subject: format!("Order {} confirmed", order.order_id),
+            text: format!("We have your order; its total is {} cents.", order.total_cents),
+        };
+        // The marker's lease ends with the invocation: a batch retried after a timeout finds it
+        // lapsed rather than waiting out a fixed lease.
+        let markers = self.idempotency.with_deadline(context.deadline);
+        let email_key = Key::new("order-email", &order.order_id)?;
+        send_once(&markers, &self.sender, &email_key, &email, Policy::AtMostOnce).await?;
+        Ok(if stored.is_replay() { Disposition::Duplicate } else { Disposition::Applied })
+    }
+
+    /// Two copies of one order in a batch (a producer retry, even under another partition key)
+    /// run one after the other: the second is answered from the first.
+    fn key(&self, order: &Order) -> Option<String> {
+        Some(order.order_id.clone())
+    }
+
+    fn span(&self, _record: &KinesisEventRecord) -> tracing::Span {
+        tracing::info_span!("order", order_id = tracing::field::Empty)
+    }
+}

@@ -1,0 +1,23 @@
+//! Lambda entry point: `IDEMPOTENCY_TABLE`, `ORDERS_TABLE` and `CONFIRMATION_FROM` from the
+//! environment, clients built once, then the Kinesis driver with typed bodies.
+
+use effectively_once::{Config, Idempotency};
+use effectively_once_dynamodb::{DynamoDbStore, Table};
+use effectively_once_effects::SesSender;
+use effectively_once_lambda::kinesis::{self, Options};
+use effectively_once_lambda::{Error, Typed};
+use kinesis_consumer::Orders;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let var = |name: &str| std::env::var(name).map_err(|_| format!("environment variable {name} is not set"));
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), var("IDEMPOTENCY_TABLE")?);
+    let handler = Orders {
+        idempotency: Idempotency::new(store, Config::from_env()),
+        orders: Table::new(var("ORDERS_TABLE")?, "pk"),
+        sender: SesSender::new(aws_sdk_sesv2::Client::new(&sdk), var("CONFIRMATION_FROM")?),
+    };
+    kinesis::run(Typed(handler), Options::new("kinesis-consumer")).await
+}
