@@ -1,14 +1,20 @@
 //! A DynamoDB Streams consumer: each order inserted into the orders table is projected once
 //! (an order row plus its customer's running totals, in one transaction with the record). A
 //! transient failure fails that record, and the driver checkpoints there.
+//!
+//! Two paths, one result: [`Handler`] projects one record per transaction (`streams::run`);
+//! [`BatchHandler`] projects a whole batch through `commit_batch` (`streams::run_batch`, what
+//! `main` serves): every order's row and record, and one totals update per customer, in as few
+//! transactions as DynamoDB's limits allow.
 #![warn(missing_docs)]
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use effectively_once::Error;
 use effectively_once::{Idempotency, Key};
-use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Table};
+use effectively_once_dynamodb::{BatchWrites, CommitOnce, DynamoDbStore, Member, Table, Tx};
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::EventRecord;
-use effectively_once_lambda::Handler;
+use effectively_once_lambda::{BatchHandler, Handler};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 
@@ -39,38 +45,120 @@ pub struct Projector {
     pub projections: Table,
 }
 
-impl Handler<EventRecord> for Projector {
-    async fn handle(&self, record: &EventRecord, _context: &Context) -> RecordResult {
-        let order: Order = serde_dynamo::from_item(record.change.new_image.clone())
-            .map_err(|e| RecordError::permanent(format!("not an order: {e}")))?;
-        tracing::Span::current().record("order_id", order.order_id.as_str());
-        let key = Key::new("order-projection", &order.order_id)?;
+const PREFIX: &str = "order-projection";
+
+fn order_of(record: &EventRecord) -> Result<Order, RecordError> {
+    serde_dynamo::from_item(record.change.new_image.clone())
+        .map_err(|e| RecordError::permanent(format!("not an order: {e}")))
+}
+
+fn disposition(outcome: Result<effectively_once::Outcome<()>, Error>) -> RecordResult {
+    Ok(if outcome?.is_replay() { Disposition::Duplicate } else { Disposition::Applied })
+}
+
+impl Projector {
+    /// The order's row.
+    fn put_row(&self, order: &Order, tx: &mut Tx<()>) -> Result<(), Error> {
         let row = OrderRow {
             pk: format!("order#{}", order.order_id),
             customer_id: &order.customer_id,
             total_cents: order.total_cents,
         };
-        let totals = [("pk", format!("customer#{}", order.customer_id))];
+        tx.put(&self.projections, &row)?;
+        Ok(())
+    }
+
+    /// Adds `count` orders and `total_cents` to the customer's totals.
+    fn add_to_totals(&self, customer_id: &str, count: usize, total_cents: i64, tx: &mut Tx<()>) -> Result<(), Error> {
+        let totals = std::collections::HashMap::from([("pk", format!("customer#{customer_id}"))]);
+        tx.update(&self.projections, &totals, |update| {
+            update
+                .update_expression("ADD order_count :count, total_cents :total")
+                .expression_attribute_values(":count", AttributeValue::N(count.to_string()))
+                .expression_attribute_values(":total", AttributeValue::N(total_cents.to_string()))
+        })?;
+        Ok(())
+    }
+}
+
+impl Handler<EventRecord> for Projector {
+    async fn handle(&self, record: &EventRecord, _context: &Context) -> RecordResult {
+        let order = order_of(record)?;
+        tracing::Span::current().record("order_id", order.order_id.as_str());
+        let key = Key::new(PREFIX, &order.order_id)?;
         // The row, the totals and the record commit together or not at all: a redelivered
         // record finds its record and adds nothing. A store failure converts to a retryable
         // RecordError, so the driver reports this record's sequence number as the checkpoint.
         let projected = self
             .idempotency
             .commit_once(&key, &order, |tx| {
-                tx.put(&self.projections, &row)?;
-                tx.update(&self.projections, &std::collections::HashMap::from(totals), |update| {
-                    update
-                        .update_expression("ADD order_count :one, total_cents :total")
-                        .expression_attribute_values(":one", AttributeValue::N("1".into()))
-                        .expression_attribute_values(":total", AttributeValue::N(order.total_cents.to_string()))
-                })?;
-                Ok(())
+                self.put_row(&order, tx)?;
+                self.add_to_totals(&order.customer_id, 1, order.total_cents, tx)
             })
-            .await?;
-        Ok(if projected.is_replay() { Disposition::Duplicate } else { Disposition::Applied })
+            .await;
+        disposition(projected)
+    }
+
+    /// The order's id: two changes of one order in a batch run in turn on the batch path.
+    fn key(&self, record: &EventRecord) -> Option<String> {
+        order_of(record).ok().map(|order| order.order_id)
     }
 
     fn span(&self, _record: &EventRecord) -> tracing::Span {
         tracing::info_span!("projection", order_id = tracing::field::Empty)
+    }
+}
+
+/// The writes of a batch's orders for `commit_batch`: each order's row, and per customer one
+/// totals update for the orders of that customer a transaction holds.
+struct Projections<'a> {
+    projector: &'a Projector,
+    orders: &'a [Order],
+}
+
+impl BatchWrites<()> for Projections<'_> {
+    fn writes(&self, index: usize, tx: &mut Tx<()>) -> Result<(), Error> {
+        self.projector.put_row(&self.orders[index], tx)
+    }
+
+    fn shared(&self, members: &[usize], tx: &mut Tx<()>) -> Result<(), Error> {
+        let Some(&first) = members.first() else { return Ok(()) };
+        let total: i64 = members.iter().map(|&member| self.orders[member].total_cents).sum();
+        self.projector.add_to_totals(&self.orders[first].customer_id, members.len(), total, tx)
+    }
+}
+
+impl BatchHandler<EventRecord> for Projector {
+    async fn handle_batch(&self, records: &[&EventRecord], _context: &Context) -> Vec<RecordResult> {
+        let mut results: Vec<Option<RecordResult>> = records.iter().map(|_| None).collect();
+        // The records that are orders with a valid key; the others are answered here, alone.
+        let mut orders = Vec::with_capacity(records.len());
+        let mut keyed = Vec::with_capacity(records.len());
+        for (position, record) in records.iter().enumerate() {
+            let checked = order_of(record).and_then(|order| Ok((Key::new(PREFIX, &order.order_id)?, order)));
+            match checked {
+                Ok((key, order)) => {
+                    orders.push(order);
+                    keyed.push((key, position));
+                }
+                Err(error) => results[position] = Some(Err(error)),
+            }
+        }
+        let members: Vec<Member<'_, Order>> = keyed
+            .iter()
+            .zip(&orders)
+            .map(|((key, _), order)| Member {
+                key: key.clone(),
+                payload: order,
+                group: Some(order.customer_id.clone()),
+                hash: None,
+            })
+            .collect();
+        let writes = Projections { projector: self, orders: &orders };
+        let projected = self.idempotency.commit_batch(&members, &writes).await;
+        for (outcome, (_, position)) in projected.into_iter().zip(keyed) {
+            results[position] = Some(disposition(outcome));
+        }
+        results.into_iter().map(|result| result.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
     }
 }

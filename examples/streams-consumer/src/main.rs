@@ -19,5 +19,5 @@ async fn main() -> Result<(), Error> {
         idempotency: Idempotency::new(store, Config::from_env()),
         projections: Table::new(var("PROJECTIONS_TABLE")?, "pk"),
     };
-    streams::run(handler, Options::new("streams-consumer")).await
+    streams::run_batch(handler, Options::new("streams-consumer")).await
 }

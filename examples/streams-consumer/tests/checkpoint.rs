@@ -1,93 +1,22 @@
 //! The projector on the local AWS: a transient failure at record 2 of 4 is the checkpoint, and
 //! redelivering from it projects every order once.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+mod common;
 
-use aws_sdk_dynamodb::config::interceptors::{
-    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
-};
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once::{Config, Idempotency};
-use effectively_once_dynamodb::testing::{fresh_store, sdk_config};
-use effectively_once_dynamodb::{DynamoDbStore, Table};
+use common::{item, number, projector, LoseAnswer};
 use effectively_once_effects::testing::streams::Batch;
-use effectively_once_effects::testing::{fresh_table, unique_name, KeyAttribute};
+use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, LambdaEvent};
 use effectively_once_lambda::streams::{self, Options};
 use serde_json::json;
-use streams_consumer::Projector;
-
-/// Loses the answer of the `nth` TransactWriteItems (from 1): DynamoDB applies it, the client
-/// sees an error. The worst transient failure: the effect may or may not have happened.
-#[derive(Debug, Clone, Default)]
-struct LoseAnswer {
-    nth: usize,
-    seen: Arc<AtomicUsize>,
-    losing: Arc<AtomicBool>,
-}
-
-impl Intercept for LoseAnswer {
-    fn name(&self) -> &'static str {
-        "LoseAnswer"
-    }
-
-    fn read_before_transmit(
-        &self,
-        context: &BeforeTransmitInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        let target = context.request().headers().get("x-amz-target").unwrap_or_default();
-        if target.ends_with(".TransactWriteItems") && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.nth {
-            self.losing.store(true, Ordering::SeqCst);
-        }
-        Ok(())
-    }
-
-    fn read_after_transmit(
-        &self,
-        _: &BeforeDeserializationInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        match self.losing.swap(false, Ordering::SeqCst) {
-            true => Err("the answer was lost".into()),
-            false => Ok(()),
-        }
-    }
-}
-
-async fn item(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-    pk: &str,
-) -> Option<aws_sdk_dynamodb::types::AttributeValue> {
-    let out = client.get_item().table_name(table).key("pk", AttributeValue::S(pk.into())).consistent_read(true);
-    let out = out.send().await.unwrap();
-    out.item().map(|item| AttributeValue::M(item.clone()))
-}
-
-fn number(item: &Option<AttributeValue>, attribute: &str) -> Option<i64> {
-    let AttributeValue::M(item) = item.as_ref()? else { return None };
-    item.get(attribute)?.as_n().ok()?.parse().ok()
-}
 
 /// Four inserts; the second's transaction lands but its answer is lost. The first invocation
 /// reports record 2's sequence number (the checkpoint); Lambda redelivers records 2..4, and
 /// each order is projected once: four rows, and the customer's totals count four orders.
 #[tokio::test]
 async fn a_transient_failure_at_record_2_checkpoints_and_the_redelivery_projects_each_order_once() {
-    let (store, _) = fresh_store().await;
-    let fault = LoseAnswer { nth: 2, ..LoseAnswer::default() };
-    let config = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await).interceptor(fault).build();
-    let client = aws_sdk_dynamodb::Client::from_conf(config);
-    let projections = fresh_table(&client, "projections", KeyAttribute::string("pk"), None).await;
-    let handler = Projector {
-        idempotency: Idempotency::new(DynamoDbStore::new(client.clone(), store.table()), Config::default()),
-        projections: Table::new(projections.as_str(), "pk"),
-    };
+    let (handler, client) = projector(LoseAnswer::nth(2)).await;
+    let projections = handler.projections.name().to_owned();
 
     let customer = unique_name("cust");
     let orders: Vec<String> = (1..=4).map(|n| unique_name(&format!("ord{n}"))).collect();
