@@ -142,9 +142,60 @@ pub(crate) trait Record: Sync {
     const PANICKED: &'static str;
 }
 
+/// A trigger: its event, its records, how they group, and its answer to Lambda.
+pub(crate) trait Trigger {
+    /// The event Lambda sends.
+    type Event: DeserializeOwned + Send + Sync + 'static;
+    /// One of its records.
+    type Record: Record + 'static;
+    /// The answer Lambda reads.
+    type Response: Serialize + Send;
+
+    /// The event's records, in the order Lambda gave them.
+    fn records(event: &Self::Event) -> &[Self::Record];
+
+    /// The records' ordered groups (positions, each group in order) and whether a failure that
+    /// may take effect later holds back the rest of its group. `rounds`: for the batch path.
+    fn groups<H: Handler<Self::Record>>(handler: &H, records: &[Self::Record], rounds: bool)
+        -> (Vec<Vec<usize>>, bool);
+
+    /// The answer for the records' results, by position.
+    fn respond(records: &[Self::Record], results: &[RecordResult]) -> Self::Response;
+}
+
+/// A batch record by record ([`run_groups`]), in one invocation.
+pub(crate) async fn one_by_one<T: Trigger, H: Handler<T::Record>>(
+    handler: &H,
+    event: LambdaEvent<T::Event>,
+    options: &Options,
+) -> T::Response {
+    let records = T::records(&event.payload);
+    let batch = async {
+        let (groups, hold_back) = T::groups(handler, records, false);
+        let results = run_groups(handler, records, groups, hold_back, &event.context, options).await;
+        (T::respond(records, &results), count(&results))
+    };
+    invocation(options, &event.context, batch).await
+}
+
+/// A batch through a [`BatchHandler`] in rounds ([`run_rounds`]), in one invocation.
+pub(crate) async fn in_rounds<T: Trigger, H: BatchHandler<T::Record>>(
+    handler: &H,
+    event: LambdaEvent<T::Event>,
+    options: &Options,
+) -> T::Response {
+    let records = T::records(&event.payload);
+    let batch = async {
+        let (groups, _) = T::groups(handler, records, true);
+        let results = run_rounds(handler, records, groups, &event.context, options).await;
+        (T::respond(records, &results), count(&results))
+    };
+    invocation(options, &event.context, batch).await
+}
+
 /// One invocation: its span (`request_id`, `function_name`, `function_version`, `cold_start`),
 /// the batch run inside it, and the EMF line after it.
-pub(crate) async fn invocation<T>(options: &Options, context: &Context, batch: impl Future<Output = (T, Counts)>) -> T {
+async fn invocation<T>(options: &Options, context: &Context, batch: impl Future<Output = (T, Counts)>) -> T {
     panics::install_hook();
     panics::warn_if_aborting();
     let (cold_start, span) = metrics::invocation_span(options.metrics.emf(), context);
@@ -153,21 +204,96 @@ pub(crate) async fn invocation<T>(options: &Options, context: &Context, batch: i
     response
 }
 
-/// The run loop: serves the trigger's events from the Lambda runtime until it stops, each
-/// through `process`.
-pub(crate) async fn serve<E, T, F, Fut>(process: F) -> Result<(), lambda_runtime::Error>
-where
-    E: DeserializeOwned + Send + 'static,
-    T: Serialize + Send,
-    F: Fn(LambdaEvent<E>) -> Fut,
-    Fut: Future<Output = T> + Send,
-{
-    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<E>| {
-        let answer = process(event);
-        async move { Ok::<T, lambda_runtime::Error>(answer.await) }
+/// The run loop, record by record: serves the trigger's events from the Lambda runtime until it
+/// stops, each through [`one_by_one`].
+pub(crate) async fn serve<T: Trigger, H: Handler<T::Record>>(
+    handler: H,
+    options: Options,
+) -> Result<(), lambda_runtime::Error> {
+    let (handler, options) = (&handler, &options);
+    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<T::Event>| async move {
+        Ok::<T::Response, lambda_runtime::Error>(one_by_one::<T, H>(handler, event, options).await)
     }))
     .await
 }
+
+/// [`serve`] through a [`BatchHandler`], each event through [`in_rounds`].
+pub(crate) async fn serve_rounds<T: Trigger, H: BatchHandler<T::Record>>(
+    handler: H,
+    options: Options,
+) -> Result<(), lambda_runtime::Error> {
+    let (handler, options) = (&handler, &options);
+    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<T::Event>| async move {
+        Ok::<T::Response, lambda_runtime::Error>(in_rounds::<T, H>(handler, event, options).await)
+    }))
+    .await
+}
+
+/// A trigger module's four entry points, with their docs: `process` and `run` (record by
+/// record), `process_batch` and `run_batch` (through a [`BatchHandler`]), each a call into the
+/// core with the trigger's types. A macro, so the modules do not repeat the same four functions.
+macro_rules! entry_points {
+    (
+        $trigger:ident: $event:ty => $record:ty => $response:ty;
+        $(#[$process:meta])* process;
+        $(#[$run:meta])* run;
+        $(#[$process_batch:meta])* process_batch;
+        $(#[$run_batch:meta])* run_batch;
+    ) => {
+        /// The trigger, for the core: its types; `groups` and `respond` are the module's.
+        pub(crate) struct $trigger;
+
+        impl $crate::driver::Trigger for $trigger {
+            type Event = $event;
+            type Record = $record;
+            type Response = $response;
+
+            fn records(event: &$event) -> &[$record] {
+                &event.records
+            }
+
+            fn groups<H: Handler<$record>>(handler: &H, records: &[$record], rounds: bool) -> (Vec<Vec<usize>>, bool) {
+                groups(handler, records, rounds)
+            }
+
+            fn respond(records: &[$record], results: &[$crate::RecordResult]) -> $response {
+                respond(records, results)
+            }
+        }
+
+        $(#[$process])*
+        pub async fn process<H: Handler<$record>>(
+            handler: &H,
+            event: lambda_runtime::LambdaEvent<$event>,
+            options: &Options,
+        ) -> $response {
+            $crate::driver::one_by_one::<$trigger, H>(handler, event, options).await
+        }
+
+        $(#[$run])*
+        pub async fn run<H: Handler<$record>>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
+            $crate::driver::serve::<$trigger, H>(handler, options).await
+        }
+
+        $(#[$process_batch])*
+        pub async fn process_batch<H: BatchHandler<$record>>(
+            handler: &H,
+            event: lambda_runtime::LambdaEvent<$event>,
+            options: &Options,
+        ) -> $response {
+            $crate::driver::in_rounds::<$trigger, H>(handler, event, options).await
+        }
+
+        $(#[$run_batch])*
+        pub async fn run_batch<H: BatchHandler<$record>>(
+            handler: H,
+            options: Options,
+        ) -> Result<(), lambda_runtime::Error> {
+            $crate::driver::serve_rounds::<$trigger, H>(handler, options).await
+        }
+    };
+}
+pub(crate) use entry_points;
 
 /// Whether the invocation's deadline is within the margin: a record is not started then.
 fn too_late(context: &Context, options: &Options) -> bool {
@@ -385,7 +511,7 @@ fn by_position(len: usize, results: impl Iterator<Item = (usize, RecordResult)>)
 }
 
 /// The counts of a batch's results.
-pub(crate) fn count<'r>(results: impl IntoIterator<Item = &'r RecordResult>) -> Counts {
+fn count<'r>(results: impl IntoIterator<Item = &'r RecordResult>) -> Counts {
     let mut counts = Counts::default();
     for result in results {
         counts.add(result);
@@ -407,10 +533,17 @@ fn log<R: Record>(result: &RecordResult) {
     }
 }
 
-/// A stream's checkpoint: the position of the first record a later delivery may still make take
-/// effect (a permanent failure never will, and is not the checkpoint).
-pub(crate) fn first_to_resume(results: &[RecordResult]) -> Option<usize> {
-    results.iter().position(may_take_effect_later)
+/// A stream's answer (DynamoDB Streams' and Kinesis' share one shape): the checkpoint, the id of
+/// the first record a later delivery may still make take effect, if any. A permanent failure
+/// never will, and is not the checkpoint.
+pub(crate) fn checkpoint<R: Record, T: DeserializeOwned + Default>(records: &[R], results: &[RecordResult]) -> T {
+    let failures: Vec<serde_json::Value> = results
+        .iter()
+        .position(may_take_effect_later)
+        .map(|at| serde_json::json!({ "itemIdentifier": records[at].id() }))
+        .into_iter()
+        .collect();
+    serde_json::from_value(serde_json::json!({ "batchItemFailures": failures })).unwrap_or_default()
 }
 
 /// The handler's key for `record`. The key is the user's code: one that panics leaves its record

@@ -13,8 +13,7 @@
 //! again under a new sequence number, and a resharded stream can deliver a record again.
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use aws_lambda_events::event::streams::{KinesisBatchItemFailure, KinesisEventResponse};
-use lambda_runtime::LambdaEvent;
+use aws_lambda_events::event::streams::KinesisEventResponse;
 
 use crate::driver::{self, Record};
 pub use crate::driver::{BatchHandler, Handler, Options};
@@ -40,92 +39,55 @@ impl Record for KinesisEventRecord {
     }
 }
 
-/// Processes a batch record by record: partition keys concurrently (at most
-/// [`Options::concurrency`] at once), each key's records in order. After a failure a later
-/// delivery may undo (retryable, in progress elsewhere, a panic, not started for the deadline)
-/// the rest of that key's records are not started. The answer names the first such record in
-/// the batch by its sequence number: Lambda delivers the shard again from it, so records after
-/// it that took effect come back and are answered as duplicates, and none is lost.
-///
-/// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a body that does not decode, a key
-/// reused) is logged at error, counted, and not the checkpoint: a retry cannot change it, and a
-/// checkpoint held there would stall the shard until `MaximumRecordAgeInSeconds`.
-///
-/// A failure that may pass comes back until the mapping's `MaximumRetryAttempts` or
-/// `MaximumRecordAgeInSeconds` gives up on it; with `BisectBatchOnFunctionError` Lambda splits
-/// the failing batch first. Then it sends the batch's metadata (`KinesisBatchInfo`: shard,
-/// first and last sequence numbers) to the on-failure destination and the shard moves on (see
-/// docs/streams.md for replaying it).
-///
-/// Spans, logs, panics and metrics as in [`crate::sqs::process`], with `partition_key` and
-/// `sequence` on the `record` span.
-pub async fn process<H: Handler<KinesisEventRecord>>(
-    handler: &H,
-    event: LambdaEvent<KinesisEvent>,
-    options: &Options,
-) -> KinesisEventResponse {
-    let records = &event.payload.records;
-    let batch = async {
-        let groups = by_partition_key(handler, records);
-        checkpoint(records, driver::run_groups(handler, records, groups, true, &event.context, options).await)
-    };
-    driver::invocation(options, &event.context, batch).await
+driver::entry_points! {
+    Kinesis: KinesisEvent => KinesisEventRecord => KinesisEventResponse;
+    /// Processes a batch record by record: partition keys concurrently (at most
+    /// [`Options::concurrency`] at once), each key's records in order. After a failure a later
+    /// delivery may undo (retryable, in progress elsewhere, a panic, not started for the deadline)
+    /// the rest of that key's records are not started. The answer names the first such record in
+    /// the batch by its sequence number: Lambda delivers the shard again from it, so records after
+    /// it that took effect come back and are answered as duplicates, and none is lost.
+    ///
+    /// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a body that does not decode, a key
+    /// reused) is logged at error, counted, and not the checkpoint: a retry cannot change it, and a
+    /// checkpoint held there would stall the shard until `MaximumRecordAgeInSeconds`.
+    ///
+    /// A failure that may pass comes back until the mapping's `MaximumRetryAttempts` or
+    /// `MaximumRecordAgeInSeconds` gives up on it; with `BisectBatchOnFunctionError` Lambda splits
+    /// the failing batch first. Then it sends the batch's metadata (`KinesisBatchInfo`: shard,
+    /// first and last sequence numbers) to the on-failure destination and the shard moves on (see
+    /// docs/streams.md for replaying it).
+    ///
+    /// Spans, logs, panics and metrics as in [`crate::sqs::process`], with `partition_key` and
+    /// `sequence` on the `record` span.
+    process;
+    /// The common `main`: serves Kinesis batches from the Lambda runtime until it stops, each
+    /// through [`process`] with `handler` and `options`.
+    run;
+    /// [`process`] for a [`BatchHandler`]: rounds, each one call with the next record of every
+    /// partition key still going, so a batch of distinct keys is one call (one `commit_batch`). A
+    /// failure that may pass holds back the rest of its key; the checkpoint is the first record not
+    /// durably done. A call that panics is not trusted: each of its records is handled again alone.
+    process_batch;
+    /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
+    run_batch;
 }
 
-/// The common `main`: serves Kinesis batches from the Lambda runtime until it stops, each
-/// through [`process`] with `handler` and `options`.
-pub async fn run<H: Handler<KinesisEventRecord>>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
-    let (handler, options) = (&handler, &options);
-    driver::serve(move |event: LambdaEvent<KinesisEvent>| process(handler, event, options)).await
-}
-
-/// [`process`] for a [`BatchHandler`]: rounds, each one call with the next record of every
-/// partition key still going, so a batch of distinct keys is one call (one `commit_batch`). A
-/// failure that may pass holds back the rest of its key; the checkpoint is the first record not
-/// durably done. A call that panics is not trusted: each of its records is handled again alone.
-pub async fn process_batch<H: BatchHandler<KinesisEventRecord>>(
-    handler: &H,
-    event: LambdaEvent<KinesisEvent>,
-    options: &Options,
-) -> KinesisEventResponse {
-    let records = &event.payload.records;
-    let batch = async {
-        let groups = by_partition_key(handler, records);
-        checkpoint(records, driver::run_rounds(handler, records, groups, &event.context, options).await)
-    };
-    driver::invocation(options, &event.context, batch).await
-}
-
-/// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
-pub async fn run_batch<H: BatchHandler<KinesisEventRecord>>(
-    handler: H,
-    options: Options,
-) -> Result<(), lambda_runtime::Error> {
-    let (handler, options) = (&handler, &options);
-    driver::serve(move |event: LambdaEvent<KinesisEvent>| process_batch(handler, event, options)).await
-}
-
-/// Records by partition key (the producer's order), joined with records sharing the handler's
+/// By partition key (the producer's order), joined with records sharing the handler's
 /// business key ([`Handler::key`]): a producer retry that wrote the same event under another
-/// partition key runs after the first copy and is answered from it, rather than finding it in
-/// progress and stalling the shard.
-fn by_partition_key<H: Handler<KinesisEventRecord>>(handler: &H, records: &[KinesisEventRecord]) -> Vec<Vec<usize>> {
-    driver::joined_groups(records, |record| {
-        [Some(record.kinesis.partition_key.clone()), driver::key_of(handler, record)]
-    })
+/// partition key runs after the first copy and is answered from it, rather than finding it
+/// in progress and holding the checkpoint. A failure that may pass holds back the rest.
+fn groups<H: Handler<KinesisEventRecord>>(
+    handler: &H,
+    records: &[KinesisEventRecord],
+    _rounds: bool,
+) -> (Vec<Vec<usize>>, bool) {
+    let keys =
+        |record: &KinesisEventRecord| [Some(record.kinesis.partition_key.clone()), driver::key_of(handler, record)];
+    (driver::joined_groups(records, keys), true)
 }
 
-/// The answer: the sequence number of the first record a later delivery may still make take
-/// effect, if any; and the counts.
-fn checkpoint(
-    records: &[KinesisEventRecord],
-    results: Vec<RecordResult>,
-) -> (KinesisEventResponse, crate::metrics::Counts) {
-    let mut response = KinesisEventResponse::default();
-    if let Some(at) = driver::first_to_resume(&results) {
-        let mut failure = KinesisBatchItemFailure::default();
-        failure.item_identifier = Some(records[at].kinesis.sequence_number.clone());
-        response.batch_item_failures.push(failure);
-    }
-    (response, driver::count(&results))
+/// The checkpoint, if any.
+fn respond(records: &[KinesisEventRecord], results: &[RecordResult]) -> KinesisEventResponse {
+    driver::checkpoint(records, results)
 }

@@ -2,7 +2,6 @@
 //! only they are delivered again (the event source mapping needs `ReportBatchItemFailures`).
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use lambda_runtime::LambdaEvent;
 
 use crate::driver::{self, Record};
 pub use crate::driver::{BatchHandler, Handler, Options};
@@ -44,147 +43,113 @@ fn is_fifo(message: &SqsMessage) -> bool {
         || message.event_source_arn.as_deref().is_some_and(|arn| arn.ends_with(".fifo"))
 }
 
-/// Processes a batch record by record; returns the messages to deliver again.
-///
-/// Standard queues: records run concurrently, at most [`Options::concurrency`] at once, except
-/// that records with equal [`Handler::key`]s run one after the other, in batch order (one of
-/// them in flight at a time, counting as one towards `concurrency`). A failure there holds
-/// nothing back: each later same-key record is still attempted, and an in-batch duplicate of a
-/// record that took effect gets its answer from it. FIFO queues: groups run concurrently,
-/// records within a group in order, and other groups go on whatever one group does. Within a
-/// group:
-///
-/// - after a failure that a later delivery may undo (retryable, in progress elsewhere, a panic,
-///   not started for the deadline), the rest of the group is reported failed, not started: the
-///   failed record may yet take effect, and running the later ones first would break the
-///   group's order (a debit would overtake the credit it needs);
-/// - after a [`Retry::Permanent`](crate::Retry::Permanent) failure (malformed, key reused) the
-///   group goes on, and that record alone is reported failed, bound for the dead-letter queue.
-///   It never takes effect, so no later record can depend on it having taken effect, and order
-///   is kept for every record that does. Holding the group back would not make it succeed: SQS
-///   hands a group's messages out together, so the held back records would be received as often
-///   as it is and reach `maxReceiveCount`, and the DLQ, with it. (If a fixed consumer later
-///   applies it from a DLQ redrive, it takes effect after the group's later records, as any
-///   dead-lettered message does: see docs/ordering.md.)
-///
-///   That holds only while `Permanent` is a verdict on the message itself, which no later
-///   delivery changes. A handler must report a fault of the store, the provider or the
-///   deployment (a 5xx, a missing table, a setting left out) retryable, however long its fix
-///   takes: reported permanent, the group would go on without a record that takes effect once
-///   fixed and redriven, and a debit behind a credit failed that way is rejected for good.
-///
-/// A handler that panics fails its record alone, whether it panics while its future runs or
-/// while `handle` makes it: the record is reported failed with the panic's message (redacted)
-/// logged at error, a FIFO group holds back its rest (a panic may be transient), and the other
-/// records go on. The first call replaces the process's panic hook with a redacting one
-/// ([`panics::install_hook`](crate::panics::install_hook)).
-///
-/// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
-/// `function_version`, `cold_start`) and each record's in a `record` span (`message_id`,
-/// `xray_trace_id` from the message's `AWSTraceHeader`), and within it the handler's own
-/// ([`Handler::span`]). At the end one EMF line counts the batch's dispositions and holds what
-/// the handler added to [`Options::metrics`] (see [`metrics`](crate::metrics)).
-pub async fn process<H: Handler<SqsMessage>>(
-    handler: &H,
-    event: LambdaEvent<SqsEvent>,
-    options: &Options,
-) -> SqsBatchResponse {
-    let records = &event.payload.records;
-    let batch = async {
-        let (groups, fifo) = if records.first().is_some_and(is_fifo) {
-            (fifo_groups(records), true)
-        } else {
-            (key_groups(handler, records), false)
-        };
-        respond(records, driver::run_groups(handler, records, groups, fifo, &event.context, options).await)
-    };
-    driver::invocation(options, &event.context, batch).await
+driver::entry_points! {
+    Sqs: SqsEvent => SqsMessage => SqsBatchResponse;
+    /// Processes a batch record by record; returns the messages to deliver again.
+    ///
+    /// Standard queues: records run concurrently, at most [`Options::concurrency`] at once, except
+    /// that records with equal [`Handler::key`]s run one after the other, in batch order (one of
+    /// them in flight at a time, counting as one towards `concurrency`). A failure there holds
+    /// nothing back: each later same-key record is still attempted, and an in-batch duplicate of a
+    /// record that took effect gets its answer from it. FIFO queues: groups run concurrently,
+    /// records within a group in order, and other groups go on whatever one group does. Within a
+    /// group:
+    ///
+    /// - after a failure that a later delivery may undo (retryable, in progress elsewhere, a panic,
+    ///   not started for the deadline), the rest of the group is reported failed, not started: the
+    ///   failed record may yet take effect, and running the later ones first would break the
+    ///   group's order (a debit would overtake the credit it needs);
+    /// - after a [`Retry::Permanent`](crate::Retry::Permanent) failure (malformed, key reused) the
+    ///   group goes on, and that record alone is reported failed, bound for the dead-letter queue.
+    ///   It never takes effect, so no later record can depend on it having taken effect, and order
+    ///   is kept for every record that does. Holding the group back would not make it succeed: SQS
+    ///   hands a group's messages out together, so the held back records would be received as often
+    ///   as it is and reach `maxReceiveCount`, and the DLQ, with it. (If a fixed consumer later
+    ///   applies it from a DLQ redrive, it takes effect after the group's later records, as any
+    ///   dead-lettered message does: see docs/ordering.md.)
+    ///
+    ///   That holds only while `Permanent` is a verdict on the message itself, which no later
+    ///   delivery changes. A handler must report a fault of the store, the provider or the
+    ///   deployment (a 5xx, a missing table, a setting left out) retryable, however long its fix
+    ///   takes: reported permanent, the group would go on without a record that takes effect once
+    ///   fixed and redriven, and a debit behind a credit failed that way is rejected for good.
+    ///
+    /// A handler that panics fails its record alone, whether it panics while its future runs or
+    /// while `handle` makes it: the record is reported failed with the panic's message (redacted)
+    /// logged at error, a FIFO group holds back its rest (a panic may be transient), and the other
+    /// records go on. The first call replaces the process's panic hook with a redacting one
+    /// ([`panics::install_hook`](crate::panics::install_hook)).
+    ///
+    /// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
+    /// `function_version`, `cold_start`) and each record's in a `record` span (`message_id`,
+    /// `xray_trace_id` from the message's `AWSTraceHeader`), and within it the handler's own
+    /// ([`Handler::span`]). At the end one EMF line counts the batch's dispositions and holds what
+    /// the handler added to [`Options::metrics`] (see [`metrics`](crate::metrics)).
+    process;
+    /// The common `main`: serves SQS batches from the Lambda runtime until it stops, each through
+    /// [`process`] with `handler` and `options`. Build both once, before calling it:
+    ///
+    /// ```no_run
+    /// use effectively_once_lambda::events::{Context, SqsMessage};
+    /// use effectively_once_lambda::sqs::{self, Options};
+    /// use effectively_once_lambda::{Disposition, Handler, RecordResult};
+    ///
+    /// struct Orders;
+    ///
+    /// impl Handler<SqsMessage> for Orders {
+    ///     async fn handle(&self, _message: &SqsMessage, _context: &Context) -> RecordResult {
+    ///         Ok(Disposition::Applied)
+    ///     }
+    /// }
+    ///
+    /// #[tokio::main(flavor = "current_thread")]
+    /// async fn main() -> Result<(), effectively_once_lambda::Error> {
+    ///     sqs::run(Orders, Options::new("orders")).await
+    /// }
+    /// ```
+    run;
+    /// [`process`] for a [`BatchHandler`]: the batch in as few calls as order allows.
+    ///
+    /// - Standard queues: one call with every message.
+    /// - FIFO queues: rounds, each a call with the next message of every group still going; a
+    ///   failure that a later delivery may undo holds back the rest of its group (reported failed,
+    ///   not started), a permanent one does not, as in [`process`].
+    /// - A round is not started within [`Options::deadline_margin`] of the deadline: its messages
+    ///   are reported failed, retryable.
+    /// - A call that panics is not trusted with any of its messages: each is handled again alone
+    ///   through [`Handler::handle`] (with its panic caught); what the panicking call committed is
+    ///   found by the handler's own idempotency and answered as a duplicate.
+    ///
+    /// Partial batch failures are reported per message, as in [`process`], with the same spans,
+    /// logs and metrics.
+    process_batch;
+    /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
+    run_batch;
 }
 
-/// The common `main`: serves SQS batches from the Lambda runtime until it stops, each through
-/// [`process`] with `handler` and `options`. Build both once, before calling it:
-///
-/// ```no_run
-/// use effectively_once_lambda::events::{Context, SqsMessage};
-/// use effectively_once_lambda::sqs::{self, Options};
-/// use effectively_once_lambda::{Disposition, Handler, RecordResult};
-///
-/// struct Orders;
-///
-/// impl Handler<SqsMessage> for Orders {
-///     async fn handle(&self, _message: &SqsMessage, _context: &Context) -> RecordResult {
-///         Ok(Disposition::Applied)
-///     }
-/// }
-///
-/// #[tokio::main(flavor = "current_thread")]
-/// async fn main() -> Result<(), effectively_once_lambda::Error> {
-///     sqs::run(Orders, Options::new("orders")).await
-/// }
-/// ```
-pub async fn run<H: Handler<SqsMessage>>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
-    let (handler, options) = (&handler, &options);
-    driver::serve(move |event: LambdaEvent<SqsEvent>| process(handler, event, options)).await
+/// FIFO: by message group, a failure that may pass holding back the rest of its group.
+/// Standard: by the handler's key ([`Handler::key`]), nothing held back, on the record path;
+/// each message alone on the batch path (the batch handler answers in-batch keys itself).
+fn groups<H: Handler<SqsMessage>>(handler: &H, records: &[SqsMessage], rounds: bool) -> (Vec<Vec<usize>>, bool) {
+    if records.first().is_some_and(is_fifo) {
+        let group = |record: &SqsMessage| [Some(record.attributes.get("MessageGroupId").cloned().unwrap_or_default())];
+        (driver::joined_groups(records, group), true)
+    } else if rounds {
+        ((0..records.len()).map(|position| vec![position]).collect(), false)
+    } else {
+        (driver::joined_groups(records, |record| [driver::key_of(handler, record)]), false)
+    }
 }
 
-/// [`process`] for a [`BatchHandler`]: the batch in as few calls as order allows.
-///
-/// - Standard queues: one call with every message.
-/// - FIFO queues: rounds, each a call with the next message of every group still going; a
-///   failure that a later delivery may undo holds back the rest of its group (reported failed,
-///   not started), a permanent one does not, as in [`process`].
-/// - A round is not started within [`Options::deadline_margin`] of the deadline: its messages
-///   are reported failed, retryable.
-/// - A call that panics is not trusted with any of its messages: each is handled again alone
-///   through [`Handler::handle`] (with its panic caught); what the panicking call committed is
-///   found by the handler's own idempotency and answered as a duplicate.
-///
-/// Partial batch failures are reported per message, as in [`process`], with the same spans,
-/// logs and metrics.
-pub async fn process_batch<H: BatchHandler<SqsMessage>>(
-    handler: &H,
-    event: LambdaEvent<SqsEvent>,
-    options: &Options,
-) -> SqsBatchResponse {
-    let records = &event.payload.records;
-    let batch = async {
-        let groups = if records.first().is_some_and(is_fifo) {
-            fifo_groups(records)
-        } else {
-            (0..records.len()).map(|position| vec![position]).collect()
-        };
-        respond(records, driver::run_rounds(handler, records, groups, &event.context, options).await)
-    };
-    driver::invocation(options, &event.context, batch).await
-}
-
-/// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
-pub async fn run_batch<H: BatchHandler<SqsMessage>>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
-    let (handler, options) = (&handler, &options);
-    driver::serve(move |event: LambdaEvent<SqsEvent>| process_batch(handler, event, options)).await
-}
-
-/// A FIFO batch's records by message group (a record without one in the group named "").
-fn fifo_groups(records: &[SqsMessage]) -> Vec<Vec<usize>> {
-    driver::joined_groups(records, |record| {
-        [Some(record.attributes.get("MessageGroupId").cloned().unwrap_or_default())]
-    })
-}
-
-/// A standard batch's records by the handler's key ([`Handler::key`]).
-fn key_groups<H: Handler<SqsMessage>>(handler: &H, records: &[SqsMessage]) -> Vec<Vec<usize>> {
-    driver::joined_groups(records, |record| [driver::key_of(handler, record)])
-}
-
-/// The batch response (every failed record's message id) and the counts of the results.
-fn respond(records: &[SqsMessage], results: Vec<RecordResult>) -> (SqsBatchResponse, crate::metrics::Counts) {
+/// Every failed record's message id.
+fn respond(records: &[SqsMessage], results: &[RecordResult]) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
-    for (record, result) in records.iter().zip(&results) {
+    for (record, result) in records.iter().zip(results) {
         if result.is_err() {
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = record.message_id.clone().unwrap_or_default();
             response.batch_item_failures.push(failure);
         }
     }
-    (response, driver::count(&results))
+    response
 }

@@ -3,8 +3,7 @@
 //! checkpoint). A permanent failure is logged and counted, never the checkpoint.
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use lambda_runtime::LambdaEvent;
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
 
 use crate::driver::{self, Record};
 pub use crate::driver::{BatchHandler, Handler, Options};
@@ -38,104 +37,72 @@ impl Record for EventRecord {
     }
 }
 
-/// Processes a batch in order, one record at a time, stopping at the first failure a later
-/// delivery may undo (retryable, in progress elsewhere, a panic, not started for the deadline)
-/// and reporting its sequence number: the records after it are reported nowhere and come back
-/// with it, so handlers must be idempotent (they are).
-///
-/// Records whose event name is not in [`Options::event_names`] (default `INSERT` only) are
-/// skipped: counted `Skipped` on the EMF line and logged at debug with their event name.
-///
-/// A [`Retry::Permanent`](crate::Retry::Permanent) failure is not the checkpoint: it is logged
-/// at error with its sequence number and reason (redacted), counted (`Failed`, and
-/// `PermanentFailures` beside it on the invocation's EMF line), and the batch goes on. A retry
-/// cannot change a permanent answer, and a shard's checkpoint holds every record behind it:
-/// under `MaximumRetryAttempts` -1 for up to the record age limit (24 h), after which the
-/// mapping discards the batch, innocent records included. The handler records the record's
-/// fate where it can (the receipts relay marks its row FAILED); the log line is the trace of the
-/// rest.
-///
-/// A failure that may pass comes back until the mapping's `MaximumRetryAttempts` or
-/// `MaximumRecordAgeInSeconds` gives up on it; then the mapping sends the batch's metadata to
-/// its on-failure destination and the shard moves on (see docs/streams.md for replaying it).
-///
-/// A handler that panics is a failure at its record: the checkpoint is there, with the panic's
-/// message (redacted) logged at error.
-///
-/// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
-/// `function_version`, `cold_start`) and each record's in a `record` span (`event_name`,
-/// `sequence`), and within it the handler's own ([`Handler::span`]); a record done logs
-/// `record done` with its disposition. At the end one EMF line counts the batch's dispositions
-/// and holds what the handler added to [`Options::metrics`](crate::metrics).
-pub async fn process<H: Handler<EventRecord>>(
-    handler: &H,
-    event: LambdaEvent<Event>,
-    options: &Options,
-) -> DynamoDbEventResponse {
-    let records = &event.payload.records;
-    let batch = async {
-        let in_order = vec![(0..records.len()).collect()];
-        let one_at_a_time = Options { concurrency: 1, ..options.clone() };
-        checkpoint(records, driver::run_groups(handler, records, in_order, true, &event.context, &one_at_a_time).await)
-    };
-    driver::invocation(options, &event.context, batch).await
-}
-
-/// The common `main`: serves DynamoDB Streams batches from the Lambda runtime until it stops,
-/// each through [`process`] with `handler` and `options`. Build both once, before calling it:
-///
-/// ```no_run
-/// use effectively_once_lambda::events::{Context, EventRecord};
-/// use effectively_once_lambda::streams::{self, Options};
-/// use effectively_once_lambda::{Disposition, Handler, RecordResult};
-///
-/// struct Relay;
-///
-/// impl Handler<EventRecord> for Relay {
-///     async fn handle(&self, _record: &EventRecord, _context: &Context) -> RecordResult {
-///         Ok(Disposition::Applied)
-///     }
-/// }
-///
-/// #[tokio::main(flavor = "current_thread")]
-/// async fn main() -> Result<(), effectively_once_lambda::Error> {
-///     streams::run(Relay, Options::new("relay")).await
-/// }
-/// ```
-pub async fn run<H: Handler<EventRecord>>(handler: H, options: Options) -> Result<(), lambda_runtime::Error> {
-    let (handler, options) = (&handler, &options);
-    driver::serve(move |event: LambdaEvent<Event>| process(handler, event, options)).await
-}
-
-/// [`process`] for a [`BatchHandler`]: the batch in as few calls as order allows. Records are
-/// grouped by their item (`Keys`), and records sharing a [`Handler::key`] join one group too;
-/// each call holds the next record of every group still going, so one item's changes are
-/// handled in stream order and a batch of distinct items is one call
-/// (one `commit_batch`, as few transactions as DynamoDB's limits allow). A failure that may pass
-/// holds back the rest of its item; the checkpoint is the first record, in stream order, not
-/// durably done, so nothing after it is lost (records after it that took effect come back and
-/// are answered as duplicates). A call that panics is not trusted: each of its records is handled
-/// again alone through [`Handler::handle`].
-pub async fn process_batch<H: BatchHandler<EventRecord>>(
-    handler: &H,
-    event: LambdaEvent<Event>,
-    options: &Options,
-) -> DynamoDbEventResponse {
-    let records = &event.payload.records;
-    let batch = async {
-        let groups = driver::joined_groups(records, |record| [Some(item_of(record)), driver::key_of(handler, record)]);
-        checkpoint(records, driver::run_rounds(handler, records, groups, &event.context, options).await)
-    };
-    driver::invocation(options, &event.context, batch).await
-}
-
-/// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
-pub async fn run_batch<H: BatchHandler<EventRecord>>(
-    handler: H,
-    options: Options,
-) -> Result<(), lambda_runtime::Error> {
-    let (handler, options) = (&handler, &options);
-    driver::serve(move |event: LambdaEvent<Event>| process_batch(handler, event, options)).await
+driver::entry_points! {
+    Streams: Event => EventRecord => DynamoDbEventResponse;
+    /// Processes a batch in order, one record at a time, stopping at the first failure a later
+    /// delivery may undo (retryable, in progress elsewhere, a panic, not started for the deadline)
+    /// and reporting its sequence number: the records after it are reported nowhere and come back
+    /// with it, so handlers must be idempotent (they are).
+    ///
+    /// Records whose event name is not in [`Options::event_names`] (default `INSERT` only) are
+    /// skipped: counted `Skipped` on the EMF line and logged at debug with their event name.
+    ///
+    /// A [`Retry::Permanent`](crate::Retry::Permanent) failure is not the checkpoint: it is logged
+    /// at error with its sequence number and reason (redacted), counted (`Failed`, and
+    /// `PermanentFailures` beside it on the invocation's EMF line), and the batch goes on. A retry
+    /// cannot change a permanent answer, and a shard's checkpoint holds every record behind it:
+    /// under `MaximumRetryAttempts` -1 for up to the record age limit (24 h), after which the
+    /// mapping discards the batch, innocent records included. The handler records the record's
+    /// fate where it can (the receipts relay marks its row FAILED); the log line is the trace of the
+    /// rest.
+    ///
+    /// A failure that may pass comes back until the mapping's `MaximumRetryAttempts` or
+    /// `MaximumRecordAgeInSeconds` gives up on it; then the mapping sends the batch's metadata to
+    /// its on-failure destination and the shard moves on (see docs/streams.md for replaying it).
+    ///
+    /// A handler that panics is a failure at its record: the checkpoint is there, with the panic's
+    /// message (redacted) logged at error.
+    ///
+    /// Every log line of the batch is in an `invocation` span (`request_id`, `function_name`,
+    /// `function_version`, `cold_start`) and each record's in a `record` span (`event_name`,
+    /// `sequence`), and within it the handler's own ([`Handler::span`]); a record done logs
+    /// `record done` with its disposition. At the end one EMF line counts the batch's dispositions
+    /// and holds what the handler added to [`Options::metrics`](crate::metrics).
+    process;
+    /// The common `main`: serves DynamoDB Streams batches from the Lambda runtime until it stops,
+    /// each through [`process`] with `handler` and `options`. Build both once, before calling it:
+    ///
+    /// ```no_run
+    /// use effectively_once_lambda::events::{Context, EventRecord};
+    /// use effectively_once_lambda::streams::{self, Options};
+    /// use effectively_once_lambda::{Disposition, Handler, RecordResult};
+    ///
+    /// struct Relay;
+    ///
+    /// impl Handler<EventRecord> for Relay {
+    ///     async fn handle(&self, _record: &EventRecord, _context: &Context) -> RecordResult {
+    ///         Ok(Disposition::Applied)
+    ///     }
+    /// }
+    ///
+    /// #[tokio::main(flavor = "current_thread")]
+    /// async fn main() -> Result<(), effectively_once_lambda::Error> {
+    ///     streams::run(Relay, Options::new("relay")).await
+    /// }
+    /// ```
+    run;
+    /// [`process`] for a [`BatchHandler`]: the batch in as few calls as order allows. Records are
+    /// grouped by their item (`Keys`), and records sharing a [`Handler::key`] join one group too;
+    /// each call holds the next record of every group still going, so one item's changes are
+    /// handled in stream order and a batch of distinct items is one call
+    /// (one `commit_batch`, as few transactions as DynamoDB's limits allow). A failure that may pass
+    /// holds back the rest of its item; the checkpoint is the first record, in stream order, not
+    /// durably done, so nothing after it is lost (records after it that took effect come back and
+    /// are answered as duplicates). A call that panics is not trusted: each of its records is handled
+    /// again alone through [`Handler::handle`].
+    process_batch;
+    /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
+    run_batch;
 }
 
 /// The record's item, as text: its key attributes in name order (an item's `Keys` map has no
@@ -145,14 +112,17 @@ fn item_of(record: &EventRecord) -> String {
     serde_json::to_string(&keys).unwrap_or_default()
 }
 
-/// The answer: the sequence number of the first record a later delivery may still make take
-/// effect, if any; and the counts.
-fn checkpoint(records: &[EventRecord], results: Vec<RecordResult>) -> (DynamoDbEventResponse, crate::metrics::Counts) {
-    let mut response = DynamoDbEventResponse::default();
-    if let Some(at) = driver::first_to_resume(&results) {
-        let mut failure = DynamoDbBatchItemFailure::default();
-        failure.item_identifier = records[at].change.sequence_number.clone();
-        response.batch_item_failures.push(failure);
+/// Record by record: the whole batch, in stream order. Batch path: by item, joined with the
+/// handler's business key. Either way a failure that may pass holds back the rest.
+fn groups<H: Handler<EventRecord>>(handler: &H, records: &[EventRecord], rounds: bool) -> (Vec<Vec<usize>>, bool) {
+    if rounds {
+        (driver::joined_groups(records, |record| [Some(item_of(record)), driver::key_of(handler, record)]), true)
+    } else {
+        (vec![(0..records.len()).collect()], true)
     }
-    (response, driver::count(&results))
+}
+
+/// The checkpoint, if any.
+fn respond(records: &[EventRecord], results: &[RecordResult]) -> DynamoDbEventResponse {
+    driver::checkpoint(records, results)
 }
