@@ -111,6 +111,7 @@ fn allows(t: &Value, role: &str, request: Request<'_>) -> bool {
 
 const CONSUMER: &str = "PaymentsConsumerRole";
 const RELAY: &str = "ReceiptsRelayRole";
+const KINESIS: &str = "KinesisConsumerRole";
 const WRITES: [&str; 4] =
     ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"];
 
@@ -224,13 +225,13 @@ fn every_queue_denies_requests_without_tls() {
 #[test]
 fn email_is_sent_only_from_the_receipt_sender() {
     let t = template();
-    for role in [CONSUMER, RELAY] {
+    for role in [CONSUMER, RELAY, KINESIS] {
         for s in statements(&t, role).iter().filter(|s| s["Effect"] == "Allow") {
             let ses = list(&s["Action"]).iter().filter_map(Value::as_str).any(|a| a.to_lowercase().starts_with("ses:"));
             if !ses {
                 continue;
             }
-            assert_eq!(role, RELAY, "only the relay sends email");
+            assert_ne!(role, CONSUMER, "the payments consumer sends no email");
             assert_eq!(
                 s["Condition"]["StringEquals"]["ses:FromAddress"],
                 json!({"Ref": "ReceiptFrom"}),
@@ -239,9 +240,74 @@ fn email_is_sent_only_from_the_receipt_sender() {
             );
         }
     }
-    // The relay sends with RECEIPT_FROM, so the condition and the sender are one parameter.
-    let env = &t["Resources"]["ReceiptsRelayFunction"]["Properties"]["Environment"]["Variables"];
-    assert_eq!(env["RECEIPT_FROM"], json!({"Ref": "ReceiptFrom"}));
+    // Each sends from the parameter its grant is conditioned on: the relay its receipts, the
+    // Kinesis consumer its order confirmations.
+    let env = |function: &str| t["Resources"][function]["Properties"]["Environment"]["Variables"].clone();
+    assert_eq!(env("ReceiptsRelayFunction")["RECEIPT_FROM"], json!({"Ref": "ReceiptFrom"}));
+    assert_eq!(env("KinesisConsumerFunction")["CONFIRMATION_FROM"], json!({"Ref": "ReceiptFrom"}));
+}
+
+/// The Kinesis consumer's keys in the idempotency table: an order's record and its
+/// confirmation's marker, under the prefixes the example's code writes.
+fn kinesis_keys() -> (String, String) {
+    (format!("{}#ord_1", kinesis_consumer::PREFIX), format!("{}#ord_1", kinesis_consumer::EMAIL_PREFIX))
+}
+
+/// The Kinesis consumer commits an order once (its record `order#` in the same transaction as
+/// the order's item, read back when a cancellation carries none) and claims, completes and
+/// releases its confirmation's marker `order-email#`; nothing else in the idempotency table, and
+/// only inserts into its orders table. The other functions cannot touch its keys.
+#[test]
+fn the_kinesis_consumer_is_scoped_to_its_order_and_confirmation_keys() {
+    let t = template();
+    let (order, marker) = kinesis_keys();
+    for action in ["dynamodb:PutItem", "dynamodb:GetItem"] {
+        let request = Request { action, table: "IdempotencyTable", key: &order };
+        assert!(allows(&t, KINESIS, request), "the Kinesis consumer needs {action} on {order}");
+    }
+    for action in ["dynamodb:UpdateItem", "dynamodb:DeleteItem"] {
+        let request = Request { action, table: "IdempotencyTable", key: &order };
+        assert!(
+            !allows(&t, KINESIS, request),
+            "the Kinesis consumer may {action} {order}: it could erase an order's record"
+        );
+    }
+    for action in ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:GetItem"] {
+        let request = Request { action, table: "IdempotencyTable", key: &marker };
+        assert!(allows(&t, KINESIS, request), "the Kinesis consumer needs {action} on {marker}");
+    }
+    // No other prefix: not the payments', the relay's, the API's, nor one nobody owns.
+    let strangers = [payment_record(), email_marker(), api_record(), "orders#ord_1".to_owned()];
+    for key in strangers.iter().map(String::as_str).chain(["other#ord_1", "order"]) {
+        for action in WRITES {
+            let request = Request { action, table: "IdempotencyTable", key };
+            assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} {key}");
+        }
+    }
+    // Its orders table: the order's item inserted, never rewritten or deleted; nothing of the
+    // ledger or the outbox.
+    let env = &t["Resources"]["KinesisConsumerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(env["ORDERS_TABLE"], json!({"Ref": "KinesisOrdersTable"}));
+    assert!(allows(&t, KINESIS, Request { action: "dynamodb:PutItem", table: "KinesisOrdersTable", key: &order }));
+    for action in ["dynamodb:UpdateItem", "dynamodb:DeleteItem"] {
+        let request = Request { action, table: "KinesisOrdersTable", key: &order };
+        assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} an order");
+    }
+    for table in ["LedgerTable", "OutboxTable"] {
+        for action in WRITES {
+            let request = Request { action, table, key: "receipt#pay_0001" };
+            assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} on {table}");
+        }
+    }
+    // And the others cannot touch its keys.
+    for role in [CONSUMER, RELAY, API] {
+        for key in [&order, &marker] {
+            for action in WRITES {
+                let request = Request { action, table: "IdempotencyTable", key };
+                assert!(!allows(&t, role, request), "{role} may {action} {key}");
+            }
+        }
+    }
 }
 
 /// The template with `Fn::If` on `IsFifo` resolved.

@@ -101,7 +101,6 @@ pub struct ReplayArgs {
     #[arg(long, value_enum, default_value_t = StreamSource::Outbox)]
     source: StreamSource,
     /// Invoke the function behind `cargo lambda watch` at this address instead of in process
-    /// (required for orders: its consumer runs only as a binary)
     #[arg(long, value_name = "URL")]
     invoke_url: Option<String>,
 }
@@ -183,9 +182,10 @@ fn up(pipeline: &Pipeline) -> Result<()> {
     std::fs::write(".local-aws/lambda.env", resources::lambda_env(r, &endpoint())).context(".local-aws/lambda.env")?;
     println!("local AWS at {}: resources from infra/template.json", endpoint());
     println!(
-        "  tables  {}, {}, {} (stream on {})",
-        r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table
+        "  tables  {}, {}, {} (stream on {}), {}",
+        r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table, r.orders_table
     );
+    println!("  stream  {} (on-failure destination {})", r.orders_stream, r.orders_failures_url);
     println!(
         "  queues  {} (DLQ {} after {} receives), {}",
         r.queue_url, r.dlq_url, r.max_receive_count, r.failures_url
@@ -250,9 +250,11 @@ async fn replay(pipeline: &Pipeline, args: &ReplayArgs) -> Result<()> {
             }
         }
         StreamSource::Orders => {
-            let function = http("kinesis-consumer").ok_or("--source orders needs --invoke-url (make watch)")?;
             let mapping = esm::KinesisMapping::new(&r.orders_stream, Some(r.orders_failures_url.clone()));
-            esm::replay_kinesis_failures(clients, &mapping, &function).await?
+            match http("kinesis-consumer") {
+                Some(function) => esm::replay_kinesis_failures(clients, &mapping, &function).await?,
+                None => esm::replay_kinesis_failures(clients, &mapping, &pipeline.orders()).await?,
+            }
         }
     };
     println!(
@@ -344,6 +346,7 @@ mod tests {
             "local redrive",
             "local replay-stream",
             "local replay-stream --source orders --invoke-url http://127.0.0.1:9000",
+            "local replay-stream --source orders",
             "local env",
         ] {
             Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));

@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use effectively_once::{Config, Idempotency};
-use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_dynamodb::{DynamoDbStore, Table};
 use effectively_once_effects::{EmailSender, Policy, SesSender};
+use effectively_once_lambda::Typed;
+use kinesis_consumer::Orders;
 use payments::Ledger;
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
@@ -73,6 +75,18 @@ impl Pipeline {
         let markers = self.markers(&self.clients.dynamodb, Duration::from_secs(60));
         let relay = Receipts::new(markers, sender, &self.resources.outbox_table, policy);
         InProcess::new(relay, receipts_relay::FUNCTION)
+    }
+
+    /// The in-process Kinesis consumer, as its `main` wires it: orders into the orders table,
+    /// confirmations through the local SES.
+    pub fn orders(&self) -> InProcess<Typed<Orders<SesSender>>> {
+        let store = DynamoDbStore::new(self.clients.dynamodb.clone(), &self.resources.idempotency_table);
+        let orders = Orders {
+            idempotency: Idempotency::new(store, Config::default()),
+            orders: Table::new(&self.resources.orders_table, "pk"),
+            sender: SesSender::new(self.clients.ses.clone(), RECEIPT_FROM),
+        };
+        InProcess::new(Typed(orders), "kinesis-consumer")
     }
 
     /// The emulator's two mappings on these resources, invoking `payments` and `relay`.

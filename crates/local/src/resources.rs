@@ -17,8 +17,12 @@ use crate::error::{Result, ResultExt};
 /// The deployment template, compiled in.
 pub const TEMPLATE: &str = include_str!("../../../infra/template.json");
 
-/// The sender identity verified in the local SES.
+/// The sender identity verified in the local SES: the receipts' and the order confirmations'
+/// (the template's one `ReceiptFrom`).
 pub const RECEIPT_FROM: &str = "receipts@example.com";
+
+/// The template's table the Kinesis consumer stores orders in (logical id).
+pub const ORDERS_TABLE: &str = "KinesisOrdersTable";
 
 /// The SDK clients the local pipeline uses.
 #[derive(Debug, Clone)]
@@ -68,6 +72,8 @@ pub struct Resources {
     pub max_receive_count: u32,
     /// The orders Kinesis stream's name.
     pub orders_stream: String,
+    /// The Kinesis consumer's orders table (`ORDERS_TABLE`).
+    pub orders_table: String,
     /// The orders mapping's on-failure destination.
     pub orders_failures_url: String,
 }
@@ -223,6 +229,7 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
         failures_url: url(mapping_settings("OutboxTable")?.on_failure.as_deref().unwrap_or("ReceiptsFailureQueue"))?,
         max_receive_count,
         orders_stream: local_name(prefix, crate::esm::kinesis::ORDERS_STREAM),
+        orders_table: local_name(prefix, ORDERS_TABLE),
         orders_failures_url: url(mapping_settings(crate::esm::kinesis::ORDERS_STREAM)?
             .on_failure
             .as_deref()
@@ -251,7 +258,9 @@ async fn create_stream(kinesis: &aws_sdk_kinesis::Client, name: &str, shards: i3
 
 /// Deletes what [`up`] created.
 pub async fn down(clients: &Clients, resources: &Resources) -> Result<()> {
-    for table in [&resources.idempotency_table, &resources.ledger_table, &resources.outbox_table] {
+    for table in
+        [&resources.idempotency_table, &resources.ledger_table, &resources.outbox_table, &resources.orders_table]
+    {
         clients.dynamodb.delete_table().table_name(table).send().await.ok();
     }
     for url in [&resources.queue_url, &resources.dlq_url, &resources.failures_url, &resources.orders_failures_url] {
@@ -317,12 +326,18 @@ fn table_request(mut request: CreateTableFluentBuilder, props: &Value) -> Result
 }
 
 /// The functions' environment for these resources (`cargo lambda watch --env-file`); the
-/// payments API's queue (`PAYMENTS_QUEUE_URL`) included.
+/// payments API's queue (`PAYMENTS_QUEUE_URL`) and the Kinesis consumer's `ORDERS_TABLE` and
+/// `CONFIRMATION_FROM` included.
 pub fn lambda_env(resources: &Resources, endpoint: &str) -> String {
     format!(
         "IDEMPOTENCY_TABLE={}\nLEDGER_TABLE={}\nOUTBOX_TABLE={}\nRECEIPT_FROM={RECEIPT_FROM}\nPAYMENTS_QUEUE_URL={}\n\
+         ORDERS_TABLE={}\nCONFIRMATION_FROM={RECEIPT_FROM}\n\
          AWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\nAWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
-        resources.idempotency_table, resources.ledger_table, resources.outbox_table, resources.queue_url,
+        resources.idempotency_table,
+        resources.ledger_table,
+        resources.outbox_table,
+        resources.queue_url,
+        resources.orders_table,
     )
 }
 
@@ -333,6 +348,7 @@ mod tests {
         assert_eq!(super::local_name("", "LedgerTable"), "ledger");
         assert_eq!(super::local_name("", "PaymentsDeadLetterQueue"), "payments-dead-letter");
         assert_eq!(super::local_name("t1", "ReceiptsFailureQueue"), "t1-receipts-failure");
+        assert_eq!(super::local_name("", super::ORDERS_TABLE), "kinesis-orders");
     }
 
     #[test]

@@ -15,6 +15,14 @@ use effectively_once_lambda::events::{Context, KinesisEventRecord};
 use effectively_once_lambda::{BodyHandler, Disposition, RecordResult};
 use serde::{Deserialize, Serialize};
 
+/// The prefix of an order's idempotency record (`order#{order_id}`), and of its item in the
+/// orders table. The deployment's role may write only records under this prefix and
+/// [`EMAIL_PREFIX`].
+pub const PREFIX: &str = "order";
+
+/// The prefix of an order's confirmation marker (`order-email#{order_id}`).
+pub const EMAIL_PREFIX: &str = "order-email";
+
 /// The record's data (JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Order {
@@ -51,9 +59,9 @@ impl<E: EmailSender> BodyHandler<KinesisEventRecord> for Orders<E> {
 
     async fn handle(&self, order: Order, _record: &KinesisEventRecord, context: &Context) -> RecordResult {
         tracing::Span::current().record("order_id", order.order_id.as_str());
-        let key = Key::new("order", &order.order_id)?;
+        let key = Key::new(PREFIX, &order.order_id)?;
         let item = OrderItem {
-            pk: format!("order#{}", order.order_id),
+            pk: format!("{PREFIX}#{}", order.order_id),
             order_id: &order.order_id,
             total_cents: order.total_cents,
         };
@@ -72,7 +80,7 @@ impl<E: EmailSender> BodyHandler<KinesisEventRecord> for Orders<E> {
         // The marker's lease ends with the invocation: a batch retried after a timeout finds it
         // lapsed rather than waiting out a fixed lease.
         let markers = self.idempotency.with_deadline(context.deadline);
-        let email_key = Key::new("order-email", &order.order_id)?;
+        let email_key = Key::new(EMAIL_PREFIX, &order.order_id)?;
         send_once(&markers, &self.sender, &email_key, &email, Policy::AtMostOnce).await?;
         Ok(if stored.is_replay() { Disposition::Duplicate } else { Disposition::Applied })
     }

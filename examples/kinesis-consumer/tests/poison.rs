@@ -1,0 +1,50 @@
+//! Records that are not orders: each fails alone and for good. A retry cannot make bad data an
+//! order, so the answer never names one as the checkpoint (that would hold the shard until the
+//! record aged out), and the orders around it, on its partition key too, are stored.
+
+mod common;
+
+use effectively_once_lambda::Retry;
+
+use common::{assert_once, deliver, new_order, order_count, order_data, orders, record};
+
+#[tokio::test]
+async fn a_poison_record_fails_alone_permanently_and_is_not_the_checkpoint() {
+    let handler = orders().await;
+    let (first, first_email) = new_order();
+    let (last, last_email) = new_order();
+    let batch = [
+        record("customer-1", 1, &order_data(&first, &first_email, 10)),
+        // Not JSON at all.
+        record("customer-1", 2, b"{not an order"),
+        // JSON, but not an order (no order id, a total that is not a number).
+        record("customer-1", 3, br#"{"email": "x@example.com", "total_cents": "ten"}"#),
+        // An order id the key rules refuse.
+        record("customer-1", 4, &order_data("", "y@example.com", 5)),
+        record("customer-1", 5, &order_data(&last, &last_email, 30)),
+    ];
+    let poison: Vec<String> = batch[1..4].iter().map(|r| r.kinesis.sequence_number.clone()).collect();
+    let delivered = deliver(&handler, &batch).await;
+    assert_eq!(delivered.checkpoint, Vec::<String>::new(), "a poison record is never the checkpoint");
+    assert_failed_for_good(&delivered.failed, &poison);
+    assert_once(&handler, &first, &first_email, 10).await;
+    assert_once(&handler, &last, &last_email, 30).await;
+    assert_eq!(order_count(&handler).await, 2, "nothing stored for the poison records");
+
+    // Delivered again, the poison records still fail alone and the orders are not stored twice.
+    let again = deliver(&handler, &batch).await;
+    assert_eq!(again.checkpoint, Vec::<String>::new());
+    assert_failed_for_good(&again.failed, &poison);
+    assert_once(&handler, &last, &last_email, 30).await;
+    assert_eq!(order_count(&handler).await, 2);
+}
+
+/// Exactly the `poison` records failed, each permanently.
+fn assert_failed_for_good(failed: &[(String, effectively_once_lambda::RecordError)], poison: &[String]) {
+    let mut sequences: Vec<&String> = failed.iter().map(|(sequence, _)| sequence).collect();
+    sequences.sort();
+    assert_eq!(sequences, poison.iter().collect::<Vec<_>>(), "the poison records fail, and they alone");
+    for (sequence, error) in failed {
+        assert_eq!(error.retry, Retry::Permanent, "record {sequence}: {error}");
+    }
+}
