@@ -4,7 +4,11 @@
 //! responses, throttling and 500s from the fault proxy; invocations that die after the ledger
 //! commit and before the ack, or mid-batch; a relay that dies after SES accepted and before its
 //! marker completed), two consumers at once, and a redrive of the DLQ at the end; then the
-//! invariants, read back from the tables ([`crate::invariants`]), with counts.
+//! invariants, read back from the tables ([`crate::invariants`]), with counts. Alongside, the
+//! stream path ([`orders`]): orders on a Kinesis stream through the Kinesis orders consumer,
+//! under the same faults, with its own invariants.
+
+pub mod orders;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +23,7 @@ use receipts_relay::Receipts;
 
 use crate::error::Result;
 use crate::esm::{Emulator, Feed};
+use crate::invariants::orders::OrdersReadBack;
 use crate::invariants::{self, Audit, Table};
 use crate::invoke::{Batched, InProcess, Panicking, SqsFunction, StreamFunction};
 use crate::pipeline::Pipeline;
@@ -49,6 +54,10 @@ pub struct Options {
     /// Seed of faults and workload
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Orders on the Kinesis orders stream, beside the payments (default: half of --events;
+    /// 0 leaves the stream path out)
+    #[arg(long)]
+    pub orders: Option<usize>,
 }
 
 impl Default for Options {
@@ -64,6 +73,11 @@ impl Default for Options {
 }
 
 impl Options {
+    /// Orders the stream path puts.
+    pub fn orders(&self) -> usize {
+        self.orders.unwrap_or(self.events / 2)
+    }
+
     /// The workload these settings send, under a fresh run id.
     fn workload(&self) -> Workload {
         let mut w = Workload::new(self.events);
@@ -92,8 +106,52 @@ pub struct Report {
     /// Wall time.
     pub elapsed: Duration,
     /// Wall time by phase: the fed run, the redrive and its drain, the lease wait and last
-    /// drain, the audit.
+    /// drain, the audit; the stream path's phases (concurrent with the first two).
     pub phases: Vec<(&'static str, Duration)>,
+    /// The stream path's traffic and outcomes; `None` without it. Its invariants are in
+    /// `audit.checks`.
+    pub orders: Option<OrdersReport>,
+}
+
+/// What the stream path sent and how each record ended, read back.
+#[derive(Debug, Clone, Default)]
+pub struct OrdersReport {
+    /// Traffic, by name.
+    pub traffic: Vec<(&'static str, usize)>,
+    /// Distinct records put, `kind | outcome read back`, counted.
+    pub outcomes: BTreeMap<String, usize>,
+}
+
+impl OrdersReport {
+    fn of(run: &orders::OrdersRun, outcomes: BTreeMap<String, usize>) -> OrdersReport {
+        let traffic = vec![
+            ("orders (distinct, valid or panicking)", run.plan.orders.len()),
+            ("records put (producer retries and poison included)", run.plan.puts.len()),
+            ("producer retries (new sequence number)", run.plan.retries),
+            ("of which under another partition key", run.plan.rekeyed),
+            ("poison records", run.plan.poison.len()),
+            ("shards after the mid-run split", run.shards),
+            ("records delivered, two mappings (with redeliveries)", run.delivered),
+            ("records discarded to the on-failure destination", run.discarded),
+            ("destination batches cleared by the replay", run.replayed.batches),
+            ("records handed over by the replay", run.replayed.records),
+            ("destination batches kept (still failing)", run.replayed.kept),
+        ];
+        OrdersReport { traffic, outcomes }
+    }
+
+    fn table(&self) -> String {
+        let mut traffic = Table::new(&["orders stream (Kinesis)", "count"]);
+        for (k, v) in &self.traffic {
+            traffic.row(&[k, v]);
+        }
+        let mut outcomes = Table::new(&["put on the orders stream (distinct records)", "outcome read back", "count"]);
+        for (key, n) in &self.outcomes {
+            let (kind, fate) = key.split_once(" | ").unwrap_or((key, ""));
+            outcomes.row(&[&kind, &fate, n]);
+        }
+        format!("{traffic}\n{outcomes}")
+    }
 }
 
 impl Report {
@@ -122,7 +180,8 @@ impl Report {
         let total = self.elapsed.as_secs_f64();
         let per_event = format!("{total:.1} ({:.3} s per event)", total / self.events.max(1) as f64);
         phases.row(&[&"**total**", &per_event]);
-        format!("{faults}\n{traffic}\n{}\n{phases}", self.audit.table())
+        let orders = self.orders.as_ref().map(|o| format!("{}\n", o.table())).unwrap_or_default();
+        format!("{faults}\n{traffic}\n{orders}{}\n{phases}", self.audit.table())
     }
 }
 
@@ -313,6 +372,8 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report> {
     let pipeline = Pipeline::up(clients.clone(), &format!("chaos-{}", workload.run)).await?;
     let report =
         scenario(&pipeline, options, &workload).await.map(|report| Report { elapsed: started.elapsed(), ..report });
+    let orders_table = orders::table_name(&pipeline);
+    pipeline.clients.dynamodb.delete_table().table_name(orders_table).send().await.ok();
     pipeline.down().await.ok();
     report
 }
@@ -325,25 +386,38 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
     let retries = aws_config::retry::RetryConfig::standard().with_initial_backoff(Duration::from_millis(50));
     let sdk = proxy.sdk_config(retries).await;
     let crashes = Arc::new(Crashes::new(options.seed));
-    let mut esm = faulty_emulator(pipeline, &sdk, &crashes, options);
     let plan = workload::plan(workload);
     let mut tracker = Tracker::new(plan.deliveries.len());
-    // The producer sends as the consumers run, a little faster than they drain.
-    let mut feed = Feed::new(plan.deliveries.clone(), 12 * esm.pollers);
-    let redriven = esm.run_and_redrive(pipeline, &mut feed, &mut tracker).await?;
-    // Relay records still held by a dead attempt's lease: let it end and drain again.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let third = esm.run_until_drained(&pipeline.clients, |p| tracker.show(p)).await?;
-    tracker.phase_done("lease wait, last drain", third);
-    tracker.finish();
+    // The stream path runs beside the payments, through the same proxy and crash points.
+    let stream = async {
+        if options.orders() == 0 {
+            return Ok(None);
+        }
+        let plan = orders::plan(options.orders(), options.poison, options.seed, &workload.run);
+        orders::run(pipeline, &sdk, &crashes, plan, options.crash_per_mille).await.map(Some)
+    };
+    let payments = payments_path(pipeline, faulty_emulator(pipeline, &sdk, &crashes, options), &plan, &mut tracker);
+    let (redriven, stream) = futures_util::future::join(payments, stream).await;
+    let (redriven, stream) = (redriven?, stream?);
     let mut faults = proxy.injected();
     faults.extend(crashes.counts().into_iter().map(|(k, v)| (k.to_owned(), v)));
     faults.insert("DLQ redrive (messages moved back)".into(), redriven as u64);
     // The invariants, read from the tables, the DLQ and the local SES, not from the plan; no more
-    // AMBIGUOUS receipts than the faults counted above can explain.
-    let audit = invariants::audit(pipeline, &plan, &workload.run, ambiguous_receipts_explained(&faults)).await?;
-    tracker.lap("audit (tables, DLQ, SES read back)");
+    // AMBIGUOUS receipts and confirmations than the faults counted above can explain.
+    let explained = ambiguous_receipts_explained(&faults);
+    let mut audit = invariants::audit(pipeline, &plan, &workload.run, explained).await?;
+    let mut report_orders = None;
+    if let Some(run) = &stream {
+        let read = OrdersReadBack::read(pipeline, run, &workload.run).await?;
+        let left = explained.saturating_sub(audit.rows.get("AMBIGUOUS").copied().unwrap_or(0));
+        let mut outcomes = BTreeMap::new();
+        audit.checks.extend(invariants::orders::judge(run, &read, left, &mut outcomes));
+        report_orders = Some(OrdersReport::of(run, outcomes));
+    }
+    tracker.lap("audit (tables, DLQ, SES, orders, destination read back)");
     let total = tracker.total();
+    let mut phases = tracker.into_phases();
+    phases.extend(stream.iter().flat_map(|run| run.phases.iter().copied()));
     Ok(Report {
         faults,
         events: plan.event_ids().len(),
@@ -352,8 +426,28 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
         stream_records: total.stream_records,
         audit,
         elapsed: Duration::ZERO,
-        phases: tracker.into_phases(),
+        phases,
+        orders: report_orders,
     })
+}
+
+/// The payments workload through the faulty pipeline: fed, drained, the DLQ redriven and
+/// drained again, the relay's leases waited out. Returns how many messages the redrive moved.
+async fn payments_path(
+    pipeline: &Pipeline,
+    mut esm: Faulty,
+    plan: &workload::Plan,
+    tracker: &mut Tracker,
+) -> Result<usize> {
+    // The producer sends as the consumers run, a little faster than they drain.
+    let mut feed = Feed::new(plan.deliveries.clone(), 12 * esm.pollers);
+    let redriven = esm.run_and_redrive(pipeline, &mut feed, tracker).await?;
+    // Relay records still held by a dead attempt's lease: let it end and drain again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let third = esm.run_until_drained(&pipeline.clients, |p| tracker.show(p)).await?;
+    tracker.phase_done("lease wait, last drain", third);
+    tracker.finish();
+    Ok(redriven)
 }
 
 #[cfg(test)]

@@ -261,8 +261,9 @@ impl<H> Panicking<H> {
                 && !self.panicked_once.lock().unwrap_or_else(|p| p.into_inner()).contains(&id))
     }
 
-    fn should_panic(&self, message: &SqsMessage) -> bool {
-        let Some(id) = event_id(message) else { return false };
+    /// Whether the record whose business id is `id` panics now (a panic once is spent here).
+    fn should_panic(&self, id: Option<String>) -> bool {
+        let Some(id) = id else { return false };
         id.contains(crate::workload::PANIC_ALWAYS)
             || (id.contains(crate::workload::PANIC_ONCE)
                 && self.panicked_once.lock().unwrap_or_else(|p| p.into_inner()).insert(id))
@@ -277,6 +278,12 @@ fn event_id(message: &SqsMessage) -> Option<String> {
     body["event_id"].as_str().map(str::to_owned)
 }
 
+/// The order id a Kinesis record's data holds, if any.
+fn order_id(record: &KinesisEventRecord) -> Option<String> {
+    let data: serde_json::Value = serde_json::from_slice(&record.kinesis.data).ok()?;
+    data["order_id"].as_str().map(str::to_owned)
+}
+
 impl<H: BatchHandler<SqsMessage>> BatchHandler<SqsMessage> for Panicking<H> {
     async fn handle_batch(&self, messages: &[&SqsMessage], context: &Context) -> Vec<RecordResult> {
         if messages.iter().any(|message| self.should_panic_in_batch(message)) {
@@ -288,7 +295,7 @@ impl<H: BatchHandler<SqsMessage>> BatchHandler<SqsMessage> for Panicking<H> {
 
 impl<H: Handler<SqsMessage>> Handler<SqsMessage> for Panicking<H> {
     async fn handle(&self, message: &SqsMessage, context: &Context) -> RecordResult {
-        if self.should_panic(message) {
+        if self.should_panic(event_id(message)) {
             panic!("injected panic: the workload marks this record's event id");
         }
         self.inner.handle(message, context).await
@@ -300,5 +307,23 @@ impl<H: Handler<SqsMessage>> Handler<SqsMessage> for Panicking<H> {
 
     fn span(&self, message: &SqsMessage) -> tracing::Span {
         self.inner.span(message)
+    }
+}
+
+/// Kinesis records panic the same way, by the order id in their data.
+impl<H: Handler<KinesisEventRecord>> Handler<KinesisEventRecord> for Panicking<H> {
+    async fn handle(&self, record: &KinesisEventRecord, context: &Context) -> RecordResult {
+        if self.should_panic(order_id(record)) {
+            panic!("injected panic: the workload marks this record's order id");
+        }
+        self.inner.handle(record, context).await
+    }
+
+    fn key(&self, record: &KinesisEventRecord) -> Option<String> {
+        self.inner.key(record)
+    }
+
+    fn span(&self, record: &KinesisEventRecord) -> tracing::Span {
+        self.inner.span(record)
     }
 }

@@ -192,6 +192,13 @@ impl Checkpoints {
     }
 }
 
+impl Checkpoints {
+    /// Where `shard` is read from next; `None` before its first record is passed.
+    pub(crate) fn resume(&self, shard: &str) -> Option<&Resume> {
+        self.0.get(shard).and_then(|s| s.resume.as_ref())
+    }
+}
+
 /// Where a shard is read from next, and what its current batch has been through.
 #[derive(Debug, Clone, Default)]
 struct Shard {

@@ -9,10 +9,10 @@
 use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use aws_sdk_kinesis::types::ShardIteratorType;
+use aws_sdk_kinesis::types::{Record, ShardIteratorType};
 use serde_json::json;
 
-use super::checkpoint::{Checkpoints, Listed, Position, Read, Settings, Source, Stream};
+use super::checkpoint::{Checkpoints, Listed, Position, Read, Resume, Settings, Source, Stream};
 use crate::error::{Result, ResultExt};
 use crate::invoke::KinesisFunction;
 use crate::resources::Clients;
@@ -101,19 +101,8 @@ impl<F: KinesisFunction> Source for Kinesis<'_, F> {
     const BATCH_INFO: &'static str = "KinesisBatchInfo";
 
     async fn read(&self, clients: &Clients, from: Position<'_>, limit: i32) -> Result<Vec<Read<KinesisEventRecord>>> {
-        let kinesis = &clients.kinesis;
-        let (kind, sequence) = from.iterator();
-        // By name: moto 5.2.5 builds an iterator that names no stream when asked by ARN alone,
-        // and GetRecords then fails; Kinesis takes either.
-        let name = from.stream_arn.rsplit_once("stream/").map_or(from.stream_arn, |(_, name)| name);
-        let iterator = kinesis.get_shard_iterator().stream_name(name).shard_id(from.shard);
-        let iterator =
-            iterator.shard_iterator_type(ShardIteratorType::from(kind)).set_starting_sequence_number(sequence);
-        let iterator = iterator.send().await.context("kinesis shard iterator")?;
-        let Some(iterator) = iterator.shard_iterator() else { return Ok(Vec::new()) };
-        let out = kinesis.get_records().shard_iterator(iterator).limit(limit).send().await;
-        let out = out.context("kinesis get records")?;
-        out.records().iter().map(|r| read(r, from.shard, from.stream_arn)).collect()
+        let records = get_records(clients, from, limit).await?;
+        records.iter().map(|r| read(r, from.shard, from.stream_arn)).collect()
     }
 
     async fn invoke(&self, records: Vec<KinesisEventRecord>) -> Result<Vec<Option<String>>> {
@@ -122,6 +111,74 @@ impl<F: KinesisFunction> Source for Kinesis<'_, F> {
         let answer = self.0.invoke(event).await?;
         Ok(answer.batch_item_failures.into_iter().map(|f| f.item_identifier).collect())
     }
+}
+
+/// Up to `limit` records of a shard from `from` (`from.stream_arn` may be the stream's name).
+async fn get_records(clients: &Clients, from: Position<'_>, limit: i32) -> Result<Vec<Record>> {
+    let kinesis = &clients.kinesis;
+    let (kind, sequence) = from.iterator();
+    // By name: moto 5.2.5 builds an iterator that names no stream when asked by ARN alone,
+    // and GetRecords then fails; Kinesis takes either.
+    let name = from.stream_arn.rsplit_once("stream/").map_or(from.stream_arn, |(_, name)| name);
+    let iterator = kinesis.get_shard_iterator().stream_name(name).shard_id(from.shard);
+    let iterator = iterator.shard_iterator_type(ShardIteratorType::from(kind)).set_starting_sequence_number(sequence);
+    let iterator = iterator.send().await.context("kinesis shard iterator")?;
+    let Some(iterator) = iterator.shard_iterator() else { return Ok(Vec::new()) };
+    let out = kinesis.get_records().shard_iterator(iterator).limit(limit).send().await;
+    Ok(out.context("kinesis get records")?.records)
+}
+
+/// Every record of a shard from `resume` (its start when `None`) to `end` included (its end
+/// when `None`).
+async fn records_between(
+    clients: &Clients,
+    stream: &str,
+    shard: &str,
+    mut resume: Option<Resume>,
+    end: Option<&str>,
+) -> Result<Vec<Record>> {
+    let mut all = Vec::new();
+    loop {
+        let from = Position { stream_arn: stream, shard, resume: resume.as_ref() };
+        let records = get_records(clients, from, 1000).await?;
+        let Some(last) = records.last().map(|r| r.sequence_number().to_owned()) else { return Ok(all) };
+        for r in records {
+            if end.is_some_and(|end| super::replay::after(r.sequence_number(), end)) {
+                return Ok(all);
+            }
+            let at_end = end == Some(r.sequence_number());
+            all.push(r);
+            if at_end {
+                return Ok(all);
+            }
+        }
+        resume = Some(Resume::After(last));
+    }
+}
+
+impl KinesisMapping {
+    /// Records on the stream the mapping has not passed: on every shard, open or closed, those
+    /// behind its checkpoint (all of a shard it never started). Zero once it is drained.
+    pub async fn unread(&self, clients: &Clients) -> Result<usize> {
+        let mut unread = 0;
+        for shard in list_shards(clients, &self.stream).await? {
+            let resume = self.checkpoints.resume(&shard.id).cloned();
+            unread += records_between(clients, &self.stream, &shard.id, resume, None).await?.len();
+        }
+        Ok(unread)
+    }
+}
+
+/// The data of the records an on-failure invocation record (`KinesisBatchInfo`) names, read
+/// back from the stream while it holds them: what the destination stands for.
+pub async fn discarded_records(clients: &Clients, invocation_record: &str) -> Result<Vec<Vec<u8>>> {
+    let record: serde_json::Value = serde_json::from_str(invocation_record).context("invocation record")?;
+    let info = &record["KinesisBatchInfo"];
+    let field = |name: &str| info[name].as_str().ok_or(format!("KinesisBatchInfo without {name}"));
+    let (stream, shard) = (field("streamArn")?, field("shardId")?);
+    let (start, end) = (field("startSequenceNumber")?, field("endSequenceNumber")?);
+    let records = records_between(clients, stream, shard, Some(Resume::At(start.to_owned())), Some(end)).await?;
+    Ok(records.into_iter().map(|r| r.data.into_inner()).collect())
 }
 
 /// A Kinesis record in the shape Lambda hands to a function (the example event of

@@ -17,7 +17,7 @@ pub mod stream;
 use std::time::Duration;
 
 pub use checkpoint::{Settings, StreamPoll};
-pub use kinesis::{kinesis_response, poll_kinesis, replay_kinesis_failures, KinesisMapping};
+pub use kinesis::{discarded_records, kinesis_response, poll_kinesis, replay_kinesis_failures, KinesisMapping};
 pub use queue::{peek_bodies, queue_depth, redrive};
 pub use replay::Replayed;
 pub use sqs::{poll_sqs, sqs_event, sqs_response, SqsMapping, SqsPoll};

@@ -103,6 +103,6 @@ async fn replay_batch<S: Source>(
 }
 
 /// Whether sequence number `a` comes after `b`: decimal strings of any length.
-fn after(a: &str, b: &str) -> bool {
+pub(super) fn after(a: &str, b: &str) -> bool {
     (a.len(), a) > (b.len(), b)
 }

@@ -162,7 +162,12 @@ async fn account(clients: &Clients, table: &str, account_id: &str) -> Result<Acc
 }
 
 /// Items by their string partition key `key`, a hundred keys per request, strongly consistent.
-async fn batch_get(clients: &Clients, table: &str, key: &str, ids: Vec<String>) -> Result<HashMap<String, Item>> {
+pub(super) async fn batch_get(
+    clients: &Clients,
+    table: &str,
+    key: &str,
+    ids: Vec<String>,
+) -> Result<HashMap<String, Item>> {
     let mut found = HashMap::new();
     for chunk in ids.chunks(100) {
         let keys: Vec<Item> =

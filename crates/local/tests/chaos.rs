@@ -1,0 +1,33 @@
+//! The chaos scenario, small: the payments workload and the Kinesis orders path under the
+//! fault proxy, crashes and panics, then every invariant read back from the tables, the DLQ,
+//! the on-failure destination and the local SES must hold, the stream path's among them.
+
+use local::chaos::{self, Options};
+use local::resources::Clients;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_chaos_run_with_the_orders_stream_keeps_every_invariant() {
+    let clients = Clients::local().await;
+    let options = Options { events: 60, poison: 3, orders: Some(60), seed: 7, ..Options::default() };
+    let report = chaos::run(&clients, &options).await.expect("the scenario runs");
+    let table = report.table();
+    let failed: Vec<_> = report.audit.checks.iter().filter(|c| !c.ok).map(|c| (&c.name, &c.detail)).collect();
+    assert!(failed.is_empty(), "invariants failed: {failed:#?}\n{table}");
+    let orders: Vec<_> = report.audit.checks.iter().filter(|c| c.name.starts_with("orders:")).collect();
+    assert_eq!(orders.len(), 4, "the stream path's invariants are in the report:\n{table}");
+    let stream = report.orders.as_ref().expect("the stream path ran");
+    let traffic = |name: &str| stream.traffic.iter().find(|(k, _)| k.starts_with(name)).map(|(_, v)| *v);
+    assert_eq!(traffic("shards after the mid-run split"), Some(4), "two shards, one split in two");
+    assert!(traffic("records delivered").unwrap() > traffic("records put").unwrap(), "redeliveries happened");
+    // Every poison kind and the order that always panics are accounted for.
+    assert!(stream.outcomes.keys().any(|k| k.starts_with("handler panics on every delivery | in the on-failure")));
+    assert!(stream.outcomes.keys().any(|k| k.starts_with("data is not JSON | failed permanently")));
+    assert!(report.ok());
+}
+
+#[test]
+fn the_orders_default_to_half_the_events_and_zero_leaves_the_stream_out() {
+    let options = Options { events: 300, ..Options::default() };
+    assert_eq!(options.orders(), 150);
+    assert_eq!(Options { orders: Some(0), ..options }.orders(), 0);
+}
