@@ -16,7 +16,7 @@ use serde::Serialize;
 use tracing::Instrument;
 
 use crate::metrics::{self, Counts, Emf, Metrics};
-use crate::{now_ms, panics, RecordError, RecordResult, Retry};
+use crate::{now_ms, panics, redact_emails, RecordError, RecordResult, Retry};
 
 /// Handles one record of a trigger's batch: `R` is the trigger's record type
 /// ([`SqsMessage`](crate::events::SqsMessage), a DynamoDB Streams
@@ -521,15 +521,19 @@ fn count<'r>(results: impl IntoIterator<Item = &'r RecordResult>) -> Counts {
 
 /// The outcome's log line: done at info, a permanent failure at error, one that may pass at
 /// warn, each saying what the trigger does with it.
+/// A reason is the handler's text, and may quote the record: its addresses are redacted.
 fn log<R: Record>(result: &RecordResult) {
     match result {
         Ok(disposition) => tracing::info!(?disposition, "record done"),
-        Err(error) => match error.retry {
-            Retry::Permanent => tracing::error!(reason = %error.reason, "{}", R::PERMANENT),
-            Retry::Retryable | Retry::InProgressElsewhere => {
-                tracing::warn!(retry = ?error.retry, reason = %error.reason, "{}", R::RETRY)
+        Err(error) => {
+            let reason = redact_emails(&error.reason);
+            match error.retry {
+                Retry::Permanent => tracing::error!(reason, "{}", R::PERMANENT),
+                Retry::Retryable | Retry::InProgressElsewhere => {
+                    tracing::warn!(retry = ?error.retry, reason, "{}", R::RETRY)
+                }
             }
-        },
+        }
     }
 }
 

@@ -29,13 +29,10 @@ impl Record for KinesisEventRecord {
         Some(self.kinesis.sequence_number.as_str())
     }
 
-    /// `partition_key` and `sequence`.
+    /// `partition_key` (the producer's text, so its addresses redacted) and `sequence`.
     fn span(&self) -> tracing::Span {
-        tracing::info_span!(
-            "record",
-            partition_key = self.kinesis.partition_key.as_str(),
-            sequence = self.kinesis.sequence_number.as_str()
-        )
+        let partition_key = crate::redact_emails(&self.kinesis.partition_key);
+        tracing::info_span!("record", partition_key, sequence = self.kinesis.sequence_number.as_str())
     }
 }
 

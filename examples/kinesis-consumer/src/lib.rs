@@ -23,8 +23,8 @@ pub const PREFIX: &str = "order";
 /// The prefix of an order's confirmation marker (`order-email#{order_id}`).
 pub const EMAIL_PREFIX: &str = "order-email";
 
-/// The record's data (JSON).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The record's data: a JSON object with these three fields.
+#[derive(Debug, Clone, Serialize)]
 pub struct Order {
     /// The business id: the idempotency key.
     pub order_id: String,
@@ -32,6 +32,26 @@ pub struct Order {
     pub email: String,
     /// The order's total.
     pub total_cents: i64,
+}
+
+/// The order's fields, as serde's derive reads them.
+#[derive(Deserialize)]
+struct Fields {
+    order_id: String,
+    email: String,
+    total_cents: i64,
+}
+
+/// An order is a JSON object only. serde's derive also builds a struct from a sequence of its
+/// fields in order, so `["order", "x", 100]` would be an order to the address `x`: the data is
+/// read as a map first, which a sequence is not.
+impl<'de> Deserialize<'de> for Order {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let Fields { order_id, email, total_cents } =
+            serde_json::from_value(serde_json::Value::Object(map)).map_err(serde::de::Error::custom)?;
+        Ok(Order { order_id, email, total_cents })
+    }
 }
 
 /// The orders table's item (partition key `pk`).

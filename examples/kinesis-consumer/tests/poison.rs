@@ -48,3 +48,17 @@ fn assert_failed_for_good(failed: &[(String, effectively_once_lambda::RecordErro
         assert_eq!(error.retry, Retry::Permanent, "record {sequence}: {error}");
     }
 }
+
+/// An order is a JSON object: serde's derive would also build one from an array of its fields
+/// in order (`["order", "x", 100]`, an order to the address `x`).
+#[test]
+fn a_json_array_is_not_an_order_and_an_object_with_its_fields_is() {
+    let decoded = serde_json::from_slice::<kinesis_consumer::Order>(br#"["order", "x", 100]"#);
+    assert!(decoded.is_err(), "decoded as {decoded:?}");
+    let order: kinesis_consumer::Order =
+        serde_json::from_slice(br#"{"order_id": "o1", "email": "a@example.com", "total_cents": 1250}"#).unwrap();
+    assert_eq!((order.order_id.as_str(), order.email.as_str(), order.total_cents), ("o1", "a@example.com", 1250));
+    assert!(
+        serde_json::from_slice::<kinesis_consumer::Order>(br#"{"order_id": "o1", "email": "a@example.com"}"#).is_err()
+    );
+}

@@ -183,21 +183,23 @@ impl OrdersPlan {
         }
     }
 
-    /// Poison of three kinds in the first nine tenths, on keys valid orders share.
+    /// Poison of four kinds in the first nine tenths, on keys valid orders share.
     fn poison(&mut self, rng: &mut Rng, poison: usize, customers: usize, run: &str) {
         let domain = email_domain(run);
         for k in 0..poison {
             let id = format!("ord-{run}-poison-{k}");
-            let (data, label, order_id) = match k % 3 {
+            let (data, label, order_id) = match k % 4 {
                 0 => (format!("{{\"order_id\": \"{id}\", \"email\": ").into_bytes(), "data is not JSON", None),
                 1 => {
                     let wrong =
                         json!({"order_id": id, "email": format!("poison-{k}@{domain}"), "total_cents": "12.50"});
                     (wrong.to_string().into_bytes(), "JSON that is not an order (total_cents a string)", Some(id))
                 }
-                // Not a JSON array: `Order` derives `Deserialize`, which takes a struct from a
-                // sequence too, so `["order", id, 100]` is stored as order "order" (a bug, pinned
-                // by tests/kinesis_orders_decode.rs); the chaos run checks what it can pass.
+                // serde's derive would build an `Order` from an array of its fields in order.
+                2 => {
+                    let array = json!([id, format!("poison-{k}@{domain}"), 100]);
+                    (array.to_string().into_bytes(), "JSON that is not an order (an array of its fields)", Some(id))
+                }
                 _ => {
                     let short = json!({"order_id": id, "email": format!("poison-{k}@{domain}")});
                     (short.to_string().into_bytes(), "JSON that is not an order (no total_cents)", Some(id))
