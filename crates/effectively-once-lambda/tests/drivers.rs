@@ -56,6 +56,34 @@ async fn one_bad_body_fails_only_itself() {
     assert_eq!(handler.seen.lock().unwrap().len(), 6, "every record handled");
 }
 
+/// A message without a message id cannot be named in the answer nor handled: it is refused
+/// permanently before the handler sees it, on both paths, and the rest of the batch is handled.
+#[tokio::test]
+async fn a_message_without_an_id_is_refused_before_the_handler() {
+    let handler = NeedsEventId::default();
+    let mut event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let mut anonymous = event.records[0].clone();
+    anonymous.message_id = None;
+    event.records.push(anonymous);
+    let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
+    assert_eq!(failures(&response), [""], "the one without an id is reported, permanently");
+    assert_eq!(handler.seen.lock().unwrap().len(), 1, "the handler never saw it");
+}
+
+/// With a real deadline beyond the margin, records run (within it none does: see
+/// `records_not_started_before_the_deadline_are_reported_failed`).
+#[tokio::test]
+async fn records_start_while_the_deadline_is_beyond_the_margin() {
+    let handler = NeedsEventId::default();
+    let event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let mut context = Context::default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    context.deadline = now + 30_000;
+    let response = sqs::process(&handler, LambdaEvent::new(event, context), &quiet("t")).await;
+    assert!(failures(&response).is_empty());
+    assert_eq!(handler.seen.lock().unwrap().len(), 1);
+}
+
 #[tokio::test]
 async fn fifo_keeps_group_order_and_goes_on_past_a_permanent_failure() {
     let handler = NeedsEventId::default();
