@@ -4,7 +4,8 @@
 //! the batch goes on, and on SQS the message ends in the dead-letter queue.
 //!
 //! What the payload is, per trigger ([`Payload`]): an SQS message's body (JSON), a Kinesis
-//! record's data (JSON, after Lambda's base64), a DynamoDB Streams record's `NewImage` (the item,
+//! record's data and a Kafka record's value (JSON, after Lambda's base64), a DynamoDB Streams
+//! record's `NewImage` (the item,
 //! through `serde_dynamo`; a `REMOVE` has none, and answers permanent unless its event name is
 //! skipped).
 
@@ -36,6 +37,13 @@ impl Payload for SqsMessage {
 impl Payload for KinesisEventRecord {
     fn decode<T: DeserializeOwned>(&self) -> Result<T, String> {
         serde_json::from_slice(&self.kinesis.data).map_err(|e| format!("the data is not a {}: {e}", short_name::<T>()))
+    }
+}
+
+impl Payload for aws_lambda_events::event::kafka::KafkaRecord {
+    fn decode<T: DeserializeOwned>(&self) -> Result<T, String> {
+        let value = crate::kafka::value_bytes(self).ok_or("the record has no value, or it is not base64")?;
+        serde_json::from_slice(&value).map_err(|e| format!("the value is not a {}: {e}", short_name::<T>()))
     }
 }
 

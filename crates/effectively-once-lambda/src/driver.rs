@@ -125,7 +125,7 @@ impl Options {
 /// A trigger's record, as the driver core needs it.
 pub(crate) trait Record: Sync {
     /// How the trigger names the record back to Lambda (an SQS message id, a sequence number).
-    fn id(&self) -> Option<&str>;
+    fn id(&self) -> Option<std::borrow::Cow<'_, str>>;
     /// The driver's `record` span, with the trigger's identifiers.
     fn span(&self) -> tracing::Span;
     /// Why the record cannot be handled at all, or why it is not for the handler, before any
@@ -151,8 +151,9 @@ pub(crate) trait Trigger {
     /// The answer Lambda reads.
     type Response: Serialize + Send;
 
-    /// The event's records, in the order Lambda gave them.
-    fn records(event: &Self::Event) -> &[Self::Record];
+    /// The event's records, in the order Lambda gave them (grouped by topic-partition, each in
+    /// offset order, for Kafka).
+    fn records(event: Self::Event) -> Vec<Self::Record>;
 
     /// The records' ordered groups (positions, each group in order) and whether a failure that
     /// may take effect later holds back the rest of its group. `rounds`: for the batch path.
@@ -169,13 +170,14 @@ pub(crate) async fn one_by_one<T: Trigger, H: Handler<T::Record>>(
     event: LambdaEvent<T::Event>,
     options: &Options,
 ) -> T::Response {
-    let records = T::records(&event.payload);
+    let LambdaEvent { payload, context } = event;
+    let records = &T::records(payload);
     let batch = async {
         let (groups, hold_back) = T::groups(handler, records, false);
-        let results = run_groups(handler, records, groups, hold_back, &event.context, options).await;
+        let results = run_groups(handler, records, groups, hold_back, &context, options).await;
         (T::respond(records, &results), count(&results))
     };
-    invocation(options, &event.context, batch).await
+    invocation(options, &context, batch).await
 }
 
 /// A batch through a [`BatchHandler`] in rounds ([`run_rounds`]), in one invocation.
@@ -184,13 +186,14 @@ pub(crate) async fn in_rounds<T: Trigger, H: BatchHandler<T::Record>>(
     event: LambdaEvent<T::Event>,
     options: &Options,
 ) -> T::Response {
-    let records = T::records(&event.payload);
+    let LambdaEvent { payload, context } = event;
+    let records = &T::records(payload);
     let batch = async {
         let (groups, _) = T::groups(handler, records, true);
-        let results = run_rounds(handler, records, groups, &event.context, options).await;
+        let results = run_rounds(handler, records, groups, &context, options).await;
         (T::respond(records, &results), count(&results))
     };
-    invocation(options, &event.context, batch).await
+    invocation(options, &context, batch).await
 }
 
 /// One invocation: its span (`request_id`, `function_name`, `function_version`, `cold_start`),
@@ -240,7 +243,7 @@ macro_rules! entry_points {
         $(#[$process_batch:meta])* process_batch;
         $(#[$run_batch:meta])* run_batch;
     ) => {
-        /// The trigger, for the core: its types; `groups` and `respond` are the module's.
+        /// The trigger, for the core: its types; `records`, `groups` and `respond` are the module's.
         pub(crate) struct $trigger;
 
         impl $crate::driver::Trigger for $trigger {
@@ -248,8 +251,8 @@ macro_rules! entry_points {
             type Record = $record;
             type Response = $response;
 
-            fn records(event: &$event) -> &[$record] {
-                &event.records
+            fn records(event: $event) -> Vec<$record> {
+                records(event)
             }
 
             fn groups<H: Handler<$record>>(handler: &H, records: &[$record], rounds: bool) -> (Vec<Vec<usize>>, bool) {
@@ -303,7 +306,7 @@ fn too_late(context: &Context, options: &Options) -> bool {
 
 /// Whether a result leaves the record to take effect on a later delivery: the rest of its
 /// ordered group waits for it. A permanent failure holds nothing back: it never takes effect.
-fn may_take_effect_later(result: &RecordResult) -> bool {
+pub(crate) fn may_take_effect_later(result: &RecordResult) -> bool {
     result.as_ref().is_err_and(|e| e.retry != Retry::Permanent)
 }
 
@@ -343,8 +346,8 @@ async fn one<R: Record, H: Handler<R>>(handler: &H, record: &R, context: &Contex
             result
         }
         Err(panic) => {
-            let id = record.id().unwrap_or("");
-            span.in_scope(|| tracing::error!(id, panic = %panic, "{}", R::PANICKED));
+            let id = record.id().unwrap_or_default();
+            span.in_scope(|| tracing::error!(id = %id, panic = %panic, "{}", R::PANICKED));
             Err(RecordError::retryable(format!("handler panicked: {panic}")))
         }
     }
@@ -390,7 +393,7 @@ async fn run_group<R: Record, H: Handler<R>>(
             None => one(handler, record, context, options).await,
         };
         if hold_back && held_back_by.is_none() && may_take_effect_later(&result) {
-            held_back_by = Some(format!("record {}", record.id().unwrap_or("")));
+            held_back_by = Some(format!("record {}", record.id().unwrap_or_default()));
         }
         out.push((position, result));
     }
@@ -429,7 +432,7 @@ pub(crate) async fn run_rounds<R: Record, H: BatchHandler<R>>(
             round.iter().zip(run_round(handler, records, &positions, context, options).await)
         {
             if may_take_effect_later(&result) {
-                held[*at].get_or_insert_with(|| format!("record {}", records[*position].id().unwrap_or("")));
+                held[*at].get_or_insert_with(|| format!("record {}", records[*position].id().unwrap_or_default()));
             }
             results[*position] = Some(result);
         }

@@ -25,8 +25,8 @@ impl Record for KinesisEventRecord {
     const RETRY: &'static str = "record failed; checkpoint at the first such record";
     const PANICKED: &'static str = "record handler panicked; checkpoint at the first such record";
 
-    fn id(&self) -> Option<&str> {
-        Some(self.kinesis.sequence_number.as_str())
+    fn id(&self) -> Option<std::borrow::Cow<'_, str>> {
+        Some(self.kinesis.sequence_number.as_str().into())
     }
 
     /// `partition_key` (the producer's text, so its addresses redacted) and `sequence`.
@@ -68,6 +68,11 @@ driver::entry_points! {
     process_batch;
     /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
     run_batch;
+}
+
+/// The event's records, as Lambda gave them.
+fn records(event: KinesisEvent) -> Vec<KinesisEventRecord> {
+    event.records
 }
 
 /// By partition key (the producer's order), joined with records sharing the handler's

@@ -12,6 +12,8 @@
 //!   may still make take effect; event names chosen in [`Options::event_names`].
 //! - [`kinesis`]: Kinesis Data Streams, partition keys concurrently and in order within a key,
 //!   the checkpoint as for streams.
+//! - [`kafka`]: Amazon MSK and self-managed Kafka, partitions concurrently and in offset order,
+//!   each failing partition resumed at its first record not durably done.
 //! - [`metrics`]: one CloudWatch Embedded Metric Format line per invocation (`ColdStart`, every
 //!   disposition, and the handler's own metrics), in the namespace and under the `Function`
 //!   dimension the environment names (`POWERTOOLS_METRICS_NAMESPACE`, `AWS_LAMBDA_FUNCTION_NAME`).
@@ -23,6 +25,7 @@
 
 pub mod body;
 pub mod driver;
+pub mod kafka;
 pub mod kinesis;
 pub mod metrics;
 pub mod panics;
@@ -38,6 +41,7 @@ pub mod events {
     pub use aws_lambda_events::dynamodb::StreamViewType;
     pub use aws_lambda_events::encodings::{Base64Data, SecondTimestamp};
     pub use aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord, StreamRecord};
+    pub use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
     pub use aws_lambda_events::event::kinesis::{
         KinesisEncryptionType, KinesisEvent, KinesisEventRecord, KinesisRecord,
     };

@@ -12,8 +12,8 @@ impl Record for SqsMessage {
     const RETRY: &'static str = "record failed; reported failed for redelivery";
     const PANICKED: &'static str = "record handler panicked; reported failed";
 
-    fn id(&self) -> Option<&str> {
-        self.message_id.as_deref()
+    fn id(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.message_id.as_deref().map(Into::into)
     }
 
     /// `message_id`, and the X-Ray `xray_trace_id` of the message's `AWSTraceHeader`.
@@ -125,6 +125,11 @@ driver::entry_points! {
     process_batch;
     /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
     run_batch;
+}
+
+/// The event's records, as Lambda gave them.
+fn records(event: SqsEvent) -> Vec<SqsMessage> {
+    event.records
 }
 
 /// FIFO: by message group, a failure that may pass holding back the rest of its group.

@@ -15,8 +15,8 @@ impl Record for EventRecord {
     const RETRY: &'static str = "record failed; checkpoint here";
     const PANICKED: &'static str = "record handler panicked; checkpoint here";
 
-    fn id(&self) -> Option<&str> {
-        self.change.sequence_number.as_deref()
+    fn id(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.change.sequence_number.as_deref().map(Into::into)
     }
 
     /// `event_name` and `sequence` (stream records carry no trace header).
@@ -103,6 +103,11 @@ driver::entry_points! {
     process_batch;
     /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
     run_batch;
+}
+
+/// The event's records, as Lambda gave them.
+fn records(event: Event) -> Vec<EventRecord> {
+    event.records
 }
 
 /// The record's item, as text: its key attributes in name order (an item's `Keys` map has no
