@@ -15,6 +15,10 @@ LOCAL_REDIS_PORT ?= 6380
 export LOCAL_REDIS_PORT
 export REDIS_URL ?= redis://127.0.0.1:$(LOCAL_REDIS_PORT)
 
+# The local Kafka-protocol broker (infra/local/kafka.sh, tansu in memory); not part of `make test`.
+LOCAL_KAFKA_PORT ?= 9094
+export LOCAL_KAFKA_PORT
+
 FUNCTION ?= payments-consumer
 EVENT ?= events/sqs-payment.json
 STACK ?= effectively-once
@@ -28,7 +32,8 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package local-down send \
-	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model
+	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
+	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
 ##       and the local Redis (the store contract suite runs on both)
@@ -183,6 +188,24 @@ local-redis-down:
 
 local-redis-status:
 	infra/local/redis.sh status
+
+## local-kafka-up: build tansu (pinned, once: about 17 minutes on 2 cores) into .tools/tansu and
+##                 start it on 127.0.0.1:$(LOCAL_KAFKA_PORT) with in-memory storage, or reuse the
+##                 running one (docs/kafka.md)
+local-kafka-up:
+	infra/local/kafka.sh ensure
+
+## local-kafka-down: stop the local Kafka broker this checkout started
+local-kafka-down:
+	infra/local/kafka.sh down
+
+local-kafka-status:
+	infra/local/kafka.sh status
+
+## local-kafka-smoke: create a topic, produce three records, consume and commit them in a
+##                    consumer group against the local broker (pinned kafka-python)
+local-kafka-smoke:
+	infra/local/kafka.sh smoke
 
 clean-local-aws: local-aws-down
 	rm -rf .local-aws

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The local Kafka: a tansu broker (a Kafka-protocol broker written in Rust) with in-memory storage
+# on 127.0.0.1, its state under .local-aws/. Nothing survives a restart.
+#
+#   infra/local/kafka.sh ensure   install (once) and start, or reuse the broker already answering
+#   infra/local/kafka.sh install  install (once) only: `cargo install tansu` into .tools/tansu
+#   infra/local/kafka.sh down     stop the one this script started
+#   infra/local/kafka.sh status   exit 0 when a Kafka broker answers ApiVersions on the port
+#   infra/local/kafka.sh smoke    ensure, then create a topic, produce three records, consume them
+#                                 in a consumer group and commit (infra/local/kafka_smoke.py)
+#
+# Port: LOCAL_KAFKA_PORT (default 9094, off Kafka's usual 9092). Pins: TANSU_VERSION (an exact
+# crates.io version, built with --locked) and kafka-python in infra/local/kafka-requirements.txt.
+# The first install compiles tansu from source: about 15-20 minutes on 2 cores.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PORT="${LOCAL_KAFKA_PORT:-9094}"
+HOST=127.0.0.1
+STATE="$ROOT/.local-aws/kafka-$PORT"
+PIDFILE="$STATE/tansu.pid"
+LOG="$STATE/tansu.log"
+TANSU_VERSION="${TANSU_VERSION:-0.6.0}"
+# The `memory://` storage engine is behind the crate's `dynostore` feature.
+TANSU_FEATURES=dynostore
+TOOLS="$ROOT/.tools/tansu"
+BIN="$TOOLS/bin/tansu"
+VENV="$ROOT/.tools/kafka-venv"
+REQS="$ROOT/infra/local/kafka-requirements.txt"
+START_TIMEOUT="${LOCAL_KAFKA_START_TIMEOUT:-30}"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "local-kafka: $*" >&2; }
+
+# A Kafka ApiVersions v0 request over bash's /dev/tcp: size 10, api key 18, version 0,
+# correlation id 0x4b414641 ("KAFA"), null client id. A Kafka broker answers with a size and
+# the same correlation id; anything else (or nothing within 2 s) is not one.
+answers_kafka() {
+  local reply=""
+  { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null || return 1
+  printf '\x00\x00\x00\x0a\x00\x12\x00\x00\x4b\x41\x46\x41\xff\xff' >&3
+  reply="$(timeout 2 head -c 8 <&3 | od -An -tx1 | tr -d ' \n' || true)"
+  exec 3<&- 3>&-
+  [[ "${reply:8:8}" == 4b414641 ]]
+}
+
+# Something listens on the port, whatever it speaks.
+port_taken() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null && { exec 3<&- 3>&-; return 0; }; return 1; }
+
+# The binary in .tools/tansu, when it is the pinned version (`tansu --version` prints "tansu X.Y.Z").
+installed() { [[ -x "$BIN" ]] && [[ "$("$BIN" --version 2>/dev/null)" == "tansu $TANSU_VERSION" ]]; }
+
+install() {
+  if installed; then
+    return
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    log "cargo is needed to build tansu $TANSU_VERSION"
+    exit 1
+  fi
+  log "building tansu $TANSU_VERSION (features: $TANSU_FEATURES) into $TOOLS; about 15-20 minutes on 2 cores"
+  mkdir -p "$TOOLS"
+  # --locked: the crate's own Cargo.lock, so every machine builds the same dependency versions.
+  cargo install tansu --version "=$TANSU_VERSION" --features "$TANSU_FEATURES" --locked \
+    --root "$TOOLS" >&2
+  if ! installed; then
+    log "no tansu $TANSU_VERSION at $BIN after cargo install"
+    exit 1
+  fi
+}
+
+up() {
+  if answers_kafka; then
+    log "reusing the Kafka broker already up at $HOST:$PORT"
+    return
+  fi
+  if port_taken; then
+    log "something other than a Kafka broker listens on $HOST:$PORT; set LOCAL_KAFKA_PORT to another port"
+    exit 1
+  fi
+  install
+  mkdir -p "$STATE"
+  log "starting $("$BIN" --version) at $HOST:$PORT, in-memory storage (log: $LOG)"
+  # Loopback only, and advertised as such so clients reconnect to the same address. The working
+  # directory is the state dir: tansu reads a `.env` from its working directory, and none should
+  # come from the work tree. Flags win over any STORAGE_ENGINE / LISTENER_URL in the environment.
+  (
+    cd "$STATE"
+    exec nohup "$BIN" broker \
+      --cluster-id effectively-once-local \
+      --listener-url "tcp://$HOST:$PORT" \
+      --advertised-listener-url "tcp://$HOST:$PORT" \
+      --storage-engine memory://tansu/ \
+      >"$LOG" 2>&1
+  ) &
+  echo $! >"$PIDFILE"
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while ((SECONDS < deadline)); do
+    if answers_kafka; then
+      log "up"
+      return
+    fi
+    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+      log "tansu exited; last lines of $LOG:"
+      tail -20 "$LOG" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  log "tansu did not answer within $START_TIMEOUT s; last lines of $LOG:"
+  tail -20 "$LOG" >&2
+  exit 1
+}
+
+down() {
+  if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    kill "$(cat "$PIDFILE")"
+    for _ in $(seq 1 50); do
+      port_taken || break
+      sleep 0.1
+    done
+    log "stopped"
+  else
+    log "not running (from this checkout)"
+  fi
+  rm -f "$PIDFILE"
+}
+
+# The smoke check's client: pinned kafka-python (pure Python, nothing to compile) in its own venv.
+client() {
+  if [[ -x "$VENV/bin/python" && -f "$VENV/installed" ]] && cmp -s "$REQS" "$VENV/installed"; then
+    return
+  fi
+  log "installing pinned kafka-python into $VENV"
+  mkdir -p "$(dirname "$VENV")"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  cp "$REQS" "$VENV/installed"
+}
+
+smoke() {
+  up
+  client
+  "$VENV/bin/python" "$ROOT/infra/local/kafka_smoke.py" --bootstrap "$HOST:$PORT"
+}
+
+case "${1:-}" in
+  ensure | up) up ;;
+  install) install ;;
+  down) down ;;
+  status) answers_kafka && log "up at $HOST:$PORT" ;;
+  smoke) smoke ;;
+  *) echo "usage: $0 ensure|down|status|install|smoke" >&2; exit 2 ;;
+esac
