@@ -189,7 +189,7 @@ local-redis-down:
 local-redis-status:
 	infra/local/redis.sh status
 
-## local-kafka-up: build tansu (pinned, once: about 17 minutes on 2 cores) into .tools/tansu and
+## local-kafka-up: build tansu (pinned, once: about 8-10 minutes on 2 cores) into .tools/tansu and
 ##                 start it on 127.0.0.1:$(LOCAL_KAFKA_PORT) with in-memory storage, or reuse the
 ##                 running one (docs/kafka.md)
 local-kafka-up:

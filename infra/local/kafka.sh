@@ -11,7 +11,7 @@
 #
 # Port: LOCAL_KAFKA_PORT (default 9094, off Kafka's usual 9092). Pins: TANSU_VERSION (an exact
 # crates.io version, built with --locked) and kafka-python in infra/local/kafka-requirements.txt.
-# The first install compiles tansu from source: about 15-20 minutes on 2 cores.
+# The first install compiles tansu from source: about 8-10 minutes on 2 cores.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -58,7 +58,7 @@ install() {
     log "cargo is needed to build tansu $TANSU_VERSION"
     exit 1
   fi
-  log "building tansu $TANSU_VERSION (features: $TANSU_FEATURES) into $TOOLS; about 15-20 minutes on 2 cores"
+  log "building tansu $TANSU_VERSION (features: $TANSU_FEATURES) into $TOOLS; about 8-10 minutes on 2 cores"
   mkdir -p "$TOOLS"
   # --locked: the crate's own Cargo.lock, so every machine builds the same dependency versions.
   cargo install tansu --version "=$TANSU_VERSION" --features "$TANSU_FEATURES" --locked \

@@ -67,7 +67,7 @@ def main():
         fail(f"committed offset {committed}, expected {len(values)}")
     consumer.close()
 
-    offsets = admin.list_consumer_group_offsets(group)
+    offsets = admin.list_group_offsets({group: [tp]}).get(group, {})
     admin_offset = offsets.get(tp)
     print(f"smoke: admin API reads group {group} at offset {admin_offset.offset if admin_offset else None}")
     if admin_offset is None or admin_offset.offset != len(values):
