@@ -543,14 +543,17 @@ fn log<R: Record>(result: &RecordResult) {
 /// A stream's answer (DynamoDB Streams' and Kinesis' share one shape): the checkpoint, the id of
 /// the first record a later delivery may still make take effect, if any. A permanent failure
 /// never will, and is not the checkpoint.
-pub(crate) fn checkpoint<R: Record, T: DeserializeOwned + Default>(records: &[R], results: &[RecordResult]) -> T {
+pub(crate) fn checkpoint<R: Record, T: DeserializeOwned>(records: &[R], results: &[RecordResult]) -> T {
     let failures: Vec<serde_json::Value> = results
         .iter()
         .position(may_take_effect_later)
         .map(|at| serde_json::json!({ "itemIdentifier": records[at].id() }))
         .into_iter()
         .collect();
-    serde_json::from_value(serde_json::json!({ "batchItemFailures": failures })).unwrap_or_default()
+    // Never a default on failure: an empty answer would pass the whole batch. A panic here fails
+    // the invocation, and Lambda delivers the batch again.
+    serde_json::from_value(serde_json::json!({ "batchItemFailures": failures }))
+        .expect("DynamoDB Streams and Kinesis answers share the batchItemFailures shape")
 }
 
 /// The handler's key for `record`. The key is the user's code: one that panics leaves its record

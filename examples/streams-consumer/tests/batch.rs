@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
-
 use common::{item, number, projector, LoseAnswer};
 use effectively_once_effects::testing::streams::Batch;
 use effectively_once_effects::testing::unique_name;
@@ -29,9 +27,7 @@ async fn deliver(handler: &Projector, event: &DynamoDbEvent) -> DynamoDbEventRes
 /// orders once; the bad record fails alone and is not the checkpoint.
 #[tokio::test]
 async fn a_batch_of_orders_is_one_transaction_and_each_order_counts_once() {
-    let fault = LoseAnswer::default();
-    let transactions = fault.seen.clone();
-    let (handler, client) = projector(fault).await;
+    let (handler, client, requests) = projector(LoseAnswer::default()).await;
     let table = handler.projections.name().to_owned();
     let (alice, bob) = (unique_name("cust"), unique_name("cust"));
     let ids: Vec<String> = (1..=5).map(|n| unique_name(&format!("ord{n}"))).collect();
@@ -44,7 +40,8 @@ async fn a_batch_of_orders_is_one_transaction_and_each_order_counts_once() {
 
     let response = deliver(&handler, &event).await;
     assert!(response.batch_item_failures.is_empty(), "{:?}", response.batch_item_failures);
-    assert_eq!(transactions.load(Ordering::SeqCst), 2, "the five orders in one transaction, the repeat after");
+    let transactions = requests.by_operation().get("TransactWriteItems").copied();
+    assert_eq!(transactions, Some(2), "the five orders in one transaction, the repeat after");
     for id in &ids {
         assert!(item(&client, &table, &format!("order#{id}")).await.is_some(), "order {id} projected");
     }
@@ -67,7 +64,7 @@ async fn a_batch_of_orders_is_one_transaction_and_each_order_counts_once() {
 /// first order, and the redelivery from it projects each order once.
 #[tokio::test]
 async fn a_lost_answer_to_the_batch_checkpoints_and_the_redelivery_counts_each_order_once() {
-    let (handler, client) = projector(LoseAnswer::nth(1)).await;
+    let (handler, client, _) = projector(LoseAnswer::nth(1)).await;
     let table = handler.projections.name().to_owned();
     let customer = unique_name("cust");
     let ids: Vec<String> = (1..=3).map(|n| unique_name(&format!("ord{n}"))).collect();

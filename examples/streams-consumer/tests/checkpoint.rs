@@ -15,7 +15,7 @@ use serde_json::json;
 /// each order is projected once: four rows, and the customer's totals count four orders.
 #[tokio::test]
 async fn a_transient_failure_at_record_2_checkpoints_and_the_redelivery_projects_each_order_once() {
-    let (handler, client) = projector(LoseAnswer::nth(2)).await;
+    let (handler, client, _) = projector(LoseAnswer::nth(2)).await;
     let projections = handler.projections.name().to_owned();
 
     let customer = unique_name("cust");

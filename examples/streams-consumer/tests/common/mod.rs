@@ -11,16 +11,16 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::testing::{fresh_store, sdk_config};
-use effectively_once_dynamodb::{DynamoDbStore, Table};
+use effectively_once_dynamodb::{DynamoDbStore, RequestCounter, Table};
 use effectively_once_effects::testing::{fresh_table, KeyAttribute};
 use streams_consumer::Projector;
 
-/// Counts TransactWriteItems requests, and loses the answer of the `nth` (from 1; 0: none):
-/// DynamoDB applies it, the client sees an error. The worst transient failure: the effect may or may not have happened.
+/// Loses the answer of the `nth` TransactWriteItems (from 1; 0: none): DynamoDB applies it, the
+/// client sees an error. The worst transient failure: the effect may or may not have happened.
 #[derive(Debug, Clone, Default)]
 pub struct LoseAnswer {
-    pub nth: usize,
-    pub seen: Arc<AtomicUsize>,
+    nth: usize,
+    seen: Arc<AtomicUsize>,
     losing: Arc<AtomicBool>,
 }
 
@@ -78,15 +78,19 @@ pub fn number(item: &Option<AttributeValue>, attribute: &str) -> Option<i64> {
 }
 
 /// A projector on a fresh projections table whose DynamoDB client goes through `fault`; the
-/// client, for reads.
-pub async fn projector(fault: LoseAnswer) -> (Projector, aws_sdk_dynamodb::Client) {
+/// client, for reads, and the count of the requests it sent.
+pub async fn projector(fault: LoseAnswer) -> (Projector, aws_sdk_dynamodb::Client, RequestCounter) {
     let (store, _) = fresh_store().await;
-    let config = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await).interceptor(fault).build();
+    let requests = RequestCounter::default();
+    let config = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
+        .interceptor(fault)
+        .interceptor(requests.clone())
+        .build();
     let client = aws_sdk_dynamodb::Client::from_conf(config);
     let projections = fresh_table(&client, "projections", KeyAttribute::string("pk"), None).await;
     let handler = Projector {
         idempotency: Idempotency::new(DynamoDbStore::new(client.clone(), store.table()), Config::default()),
         projections: Table::new(projections.as_str(), "pk"),
     };
-    (handler, client)
+    (handler, client, requests)
 }
