@@ -15,9 +15,11 @@ LOCAL_REDIS_PORT ?= 6380
 export LOCAL_REDIS_PORT
 export REDIS_URL ?= redis://127.0.0.1:$(LOCAL_REDIS_PORT)
 
-# The local Kafka-protocol broker (infra/local/kafka.sh, tansu in memory); not part of `make test`.
+# The local Kafka-protocol broker (infra/local/kafka.sh, tansu in memory) for the Kafka event
+# source emulator's tests, unless KAFKA_BOOTSTRAP names another broker.
 LOCAL_KAFKA_PORT ?= 9094
 export LOCAL_KAFKA_PORT
+export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 
 FUNCTION ?= payments-consumer
 EVENT ?= events/sqs-payment.json
@@ -35,9 +37,9 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke
 
-## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS
-##       and the local Redis (the store contract suite runs on both)
-test: lint lint-infra local-aws-up local-redis-up
+## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS,
+##       the local Redis (the store contract suite runs on both) and the local Kafka broker
+test: lint lint-infra local-aws-up local-redis-up local-kafka-up
 	cargo test --workspace
 	cargo test -p effectively-once-redis --features dynamodb --test any_store
 	cargo run -q -p local -- chaos --events 300 --poison 4

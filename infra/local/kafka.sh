@@ -61,7 +61,9 @@ install() {
   log "building tansu $TANSU_VERSION (features: $TANSU_FEATURES) into $TOOLS; about 8-10 minutes on 2 cores"
   mkdir -p "$TOOLS"
   # --locked: the crate's own Cargo.lock, so every machine builds the same dependency versions.
-  cargo install tansu --version "=$TANSU_VERSION" --features "$TANSU_FEATURES" --locked \
+  # Without CARGO_TARGET_DIR cargo builds in a temporary directory it removes: tansu's release
+  # build stays out of the workspace's target directory.
+  env -u CARGO_TARGET_DIR cargo install tansu --version "=$TANSU_VERSION" --features "$TANSU_FEATURES" --locked \
     --root "$TOOLS" >&2
   if ! installed; then
     log "no tansu $TANSU_VERSION at $BIN after cargo install"

@@ -6,11 +6,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
+use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
+use effectively_once_lambda::kafka::KafkaEventResponse;
 use effectively_once_lambda::metrics::Counts;
-use effectively_once_lambda::{kinesis, sqs, streams, RecordResult};
+use effectively_once_lambda::{kafka, kinesis, sqs, streams, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 use crate::error::{Result, ResultExt};
@@ -32,6 +34,19 @@ pub trait StreamFunction: Send + Sync {
 pub trait KinesisFunction: Send + Sync {
     /// Invokes it with one batch.
     fn invoke(&self, event: KinesisEvent) -> impl Future<Output = Result<KinesisEventResponse>> + Send;
+}
+
+/// A function a Kafka (MSK or self-managed) event source mapping invokes; `Err` as for
+/// [`SqsFunction`].
+pub trait KafkaFunction: Send + Sync {
+    /// Invokes it with one batch.
+    fn invoke(&self, event: KafkaEvent) -> impl Future<Output = Result<KafkaEventResponse>> + Send;
+}
+
+impl<F: KafkaFunction> KafkaFunction for &F {
+    fn invoke(&self, event: KafkaEvent) -> impl Future<Output = Result<KafkaEventResponse>> + Send {
+        (**self).invoke(event)
+    }
 }
 
 impl<F: SqsFunction> SqsFunction for &F {
@@ -180,6 +195,18 @@ impl<H: BatchHandler<KinesisEventRecord>> KinesisFunction for Batched<H> {
     }
 }
 
+impl<H: Handler<KafkaRecord>> KafkaFunction for InProcess<H> {
+    async fn invoke(&self, event: KafkaEvent) -> Result<KafkaEventResponse> {
+        Ok(kafka::process(&self.handler, LambdaEvent::new(event, context()), &quiet(&self.function)).await)
+    }
+}
+
+impl<H: BatchHandler<KafkaRecord>> KafkaFunction for Batched<H> {
+    async fn invoke(&self, event: KafkaEvent) -> Result<KafkaEventResponse> {
+        Ok(kafka::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
+    }
+}
+
 /// A function behind `cargo lambda watch` (`make watch`): `POST
 /// {url}/2015-03-31/functions/{function}/invocations`.
 #[derive(Debug, Clone)]
@@ -228,6 +255,12 @@ impl StreamFunction for Http {
 impl KinesisFunction for Http {
     async fn invoke(&self, event: KinesisEvent) -> Result<KinesisEventResponse> {
         crate::esm::kinesis_response(&self.call(&event).await?)
+    }
+}
+
+impl KafkaFunction for Http {
+    async fn invoke(&self, event: KafkaEvent) -> Result<KafkaEventResponse> {
+        crate::esm::kafka::kafka_response(&self.call(&event).await?)
     }
 }
 

@@ -8,6 +8,7 @@
 //! [`Emulator`] runs both mappings until the pipeline is drained.
 
 pub mod checkpoint;
+pub mod kafka;
 pub mod kinesis;
 pub mod queue;
 pub mod replay;

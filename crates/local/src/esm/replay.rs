@@ -60,7 +60,7 @@ pub(crate) async fn replay<S: Source>(clients: &Clients, settings: &Settings, so
 }
 
 /// A kept invocation record, visible again at once for the next replay or an operator's look.
-async fn release(clients: &Clients, url: &str, message: &aws_sdk_sqs::types::Message) -> Result<()> {
+pub(super) async fn release(clients: &Clients, url: &str, message: &aws_sdk_sqs::types::Message) -> Result<()> {
     let handle = message.receipt_handle().unwrap_or_default();
     let visible = clients.sqs.change_message_visibility().queue_url(url).receipt_handle(handle);
     visible.visibility_timeout(0).send().await.context("change visibility")?;

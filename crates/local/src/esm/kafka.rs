@@ -1,0 +1,570 @@
+//! The Amazon MSK / self-managed Apache Kafka event source mapping, against a real
+//! Kafka-protocol broker (`infra/local/kafka.sh`): each poller is a member of the mapping's
+//! consumer group, fetches a batch from the partitions the group gives it, invokes the function,
+//! and commits each partition's offset only after the answer, as Lambda's pollers do
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/with-msk.html>). With
+//! `ReportBatchItemFailures` a partition the answer names is committed at that record and read
+//! again from it; any other partition of the batch is committed past its last record; an
+//! invocation error resumes every partition at its first record. A resume point that fails more
+//! than `MaximumRetryAttempts` times is discarded to the on-failure destination (an SQS queue)
+//! with a `KafkaBatchInfo` record, and the partition goes on after it
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/kafka-retry-configurations.html>,
+//! <https://docs.aws.amazon.com/lambda/latest/dg/kafka-on-failure.html>).
+//!
+//! Several pollers in one group share the partitions; when one stops polling for longer than
+//! the group's poll interval the broker gives its partitions to the others while it may still be
+//! invoking, and both deliver the same records: the overlap that keyed effects make harmless.
+//! Not emulated: `BisectBatchOnFunctionError` (each record already fails alone in the driver),
+//! `MaximumRecordAgeInSeconds`, event filtering.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
+use base64::Engine;
+use effectively_once_lambda::kafka::{topic_partition, KafkaEventResponse};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::{json, Value};
+
+use super::checkpoint::Settings;
+use crate::error::{Result, ResultExt};
+use crate::invoke::KafkaFunction;
+use crate::resources::Clients;
+
+/// How long a poller may go without polling before the group gives its partitions to another
+/// member: librdkafka's `max.poll.interval.ms`, at its smallest (the session timeout).
+pub const POLL_INTERVAL: Duration = Duration::from_secs(6);
+
+/// The broker the tests and tools use: `KAFKA_BOOTSTRAP`, else `127.0.0.1:$LOCAL_KAFKA_PORT`
+/// (9094), checked to accept a connection; the error names the command that starts one.
+pub fn bootstrap() -> Result<String> {
+    let bootstrap = std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| {
+        format!("127.0.0.1:{}", std::env::var("LOCAL_KAFKA_PORT").unwrap_or_else(|_| "9094".into()))
+    });
+    let address: std::net::SocketAddr = bootstrap.parse().context(format!("KAFKA_BOOTSTRAP={bootstrap}"))?;
+    match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)) {
+        Ok(_) => Ok(bootstrap),
+        Err(e) => Err(format!("no Kafka broker at {bootstrap} ({e}): run `make local-kafka-up`").into()),
+    }
+}
+
+/// A Kafka event source mapping: where it reads, as which group, and how failures are handled.
+#[derive(Debug, Clone)]
+pub struct KafkaMapping {
+    /// `host:port` of the broker (`bootstrapServers` in the event).
+    pub bootstrap: String,
+    /// The topic the mapping reads.
+    pub topic: String,
+    /// The consumer group (`AmazonMSKConfig.ConsumerGroupId`).
+    pub group: String,
+    /// Batch size, retries, response types, destination (record age and bisection unused).
+    pub settings: Settings,
+    /// How long a poller waits for a batch's first record.
+    pub wait: Duration,
+}
+
+impl KafkaMapping {
+    /// Reads `topic` from its earliest offset (`StartingPosition: TRIM_HORIZON`) as `group`, with
+    /// batch item failures reported, ten retries and discarded batches to `failures_url`.
+    pub fn new(bootstrap: &str, topic: &str, group: &str, failures_url: Option<String>) -> Self {
+        let settings = Settings {
+            batch_size: 100,
+            // "When you configure both infinite retries and an on-failure destination, Lambda
+            // automatically applies a maximum of 10 retry attempts."
+            max_retries: 10,
+            max_record_age_seconds: None,
+            bisect_on_error: false,
+            report_batch_item_failures: true,
+            failures_url,
+            function_arn: "arn:aws:lambda:us-east-1:000000000000:function:kafka-consumer".into(),
+            clock: std::time::SystemTime::now,
+        };
+        KafkaMapping {
+            bootstrap: bootstrap.into(),
+            topic: topic.into(),
+            group: group.into(),
+            settings,
+            wait: Duration::from_secs(2),
+        }
+    }
+
+    /// The event's `eventSourceArn`: a self-managed cluster has none, so a made-up MSK one.
+    fn arn(&self) -> String {
+        format!("arn:aws:kafka:us-east-1:000000000000:cluster/local/{}", self.group)
+    }
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KafkaPoll {
+    /// Records handed to the function.
+    pub delivered: usize,
+    /// Invocations that failed or reported a failure.
+    pub failed_batches: usize,
+    /// Records discarded to the on-failure destination.
+    pub given_up: usize,
+    /// Offset commits the broker refused (the poller lost its partitions in a rebalance): the
+    /// new owner delivers those records again.
+    pub commits_refused: usize,
+}
+
+impl std::ops::AddAssign for KafkaPoll {
+    fn add_assign(&mut self, other: KafkaPoll) {
+        self.delivered += other.delivered;
+        self.failed_batches += other.failed_batches;
+        self.given_up += other.given_up;
+        self.commits_refused += other.commits_refused;
+    }
+}
+
+/// One poller of a mapping: a consumer-group member.
+pub struct KafkaPoller {
+    consumer: StreamConsumer,
+    mapping: KafkaMapping,
+    /// Per partition, the offset it resumes from after a failure, and the failed invocations
+    /// there so far.
+    retries: HashMap<i32, (i64, u32)>,
+}
+
+impl std::fmt::Debug for KafkaPoller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaPoller").field("mapping", &self.mapping).field("retries", &self.retries).finish()
+    }
+}
+
+impl KafkaPoller {
+    /// Joins the mapping's group as `name` and subscribes to its topic; partitions come with
+    /// the first polls.
+    pub fn join(mapping: &KafkaMapping, name: &str) -> Result<Self> {
+        let interval = POLL_INTERVAL.as_millis().to_string();
+        let consumer: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &mapping.bootstrap)
+            .set("group.id", &mapping.group)
+            .set("client.id", name)
+            // Offsets are committed by hand, after the function's answer, and nothing else.
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", &interval)
+            .set("max.poll.interval.ms", &interval)
+            .set("heartbeat.interval.ms", "500")
+            .create()
+            .context(format!("kafka consumer {name}"))?;
+        consumer.subscribe(&[&mapping.topic]).context(format!("subscribe to {}", mapping.topic))?;
+        Ok(KafkaPoller { consumer, mapping: mapping.clone(), retries: HashMap::new() })
+    }
+
+    /// Partitions the group gives this poller now.
+    pub fn assigned(&self) -> usize {
+        self.consumer.assignment().map_or(0, |a| a.count())
+    }
+
+    /// Fetches one batch, invokes `function` with it, and commits (or resumes) each partition
+    /// as the answer says. Nothing fetched: nothing invoked.
+    pub async fn poll<F: KafkaFunction>(&mut self, clients: &Clients, function: &F) -> Result<KafkaPoll> {
+        let records = self.fetch().await?;
+        if records.is_empty() {
+            return Ok(KafkaPoll::default());
+        }
+        let answer = function.invoke(kafka_event(&self.mapping, &records)).await;
+        self.settle(clients, &records, answer).await
+    }
+
+    /// Fetches one batch and invokes `function` with it, then dies before it commits anything:
+    /// the sandbox or the poller crashed after the function's effects. The group gives the
+    /// partitions to the next member, which starts from the last committed offsets. Returns the
+    /// records delivered.
+    pub async fn poll_then_crash<F: KafkaFunction>(self, function: &F) -> Result<usize> {
+        let records = self.fetch().await?;
+        if !records.is_empty() {
+            // Whatever the answer, nobody reads it.
+            let _ = function.invoke(kafka_event(&self.mapping, &records)).await;
+        }
+        Ok(records.len())
+    }
+
+    /// Up to a batch of records: waits [`KafkaMapping::wait`] for the first, then takes what
+    /// arrives without a pause (Lambda's batching window, short).
+    async fn fetch(&self) -> Result<Vec<KafkaRecord>> {
+        let mut records = Vec::new();
+        let mut wait = self.mapping.wait;
+        while records.len() < self.mapping.settings.batch_size.max(1) as usize {
+            match tokio::time::timeout(wait, self.consumer.recv()).await {
+                Err(_) => break,
+                Ok(Ok(message)) => records.push(record(&message)?),
+                // After a long invocation librdkafka reports it left the group
+                // (`max.poll.interval.ms`); polling again rejoins it.
+                Ok(Err(error)) => tracing::info!(%error, "kafka poll"),
+            }
+            wait = Duration::from_millis(50);
+        }
+        Ok(records)
+    }
+
+    /// Commits each partition of the batch past what the answer lets through, resumes the rest,
+    /// and discards a resume point whose retries ran out.
+    async fn settle(
+        &mut self,
+        clients: &Clients,
+        records: &[KafkaRecord],
+        answer: Result<KafkaEventResponse>,
+    ) -> Result<KafkaPoll> {
+        let mut poll = KafkaPoll { delivered: records.len(), ..KafkaPoll::default() };
+        let resume = resume_points(records, &answer, self.mapping.settings.report_batch_item_failures);
+        poll.failed_batches = usize::from(!resume.is_empty());
+        let mut commits = TopicPartitionList::new();
+        for (partition, batch) in by_partition(records) {
+            let last = batch.last().map_or(0, |r| r.offset);
+            let next = match resume.get(&partition) {
+                None => {
+                    self.retries.remove(&partition);
+                    last + 1
+                }
+                Some(&at) if self.retries_exhausted(partition, at) => {
+                    let discarded: Vec<&KafkaRecord> = batch.iter().copied().filter(|r| r.offset >= at).collect();
+                    self.discard(clients, &discarded, answer.is_err()).await?;
+                    poll.given_up += discarded.len();
+                    self.retries.remove(&partition);
+                    last + 1
+                }
+                Some(&at) => {
+                    // Read again from the failed record, here and by whoever owns the partition next.
+                    let seek =
+                        self.consumer.seek(&self.mapping.topic, partition, Offset::Offset(at), Duration::from_secs(5));
+                    if let Err(error) = seek {
+                        tracing::info!(%error, partition, "kafka seek (the partition moved to another poller)");
+                    }
+                    at
+                }
+            };
+            commits.add_partition_offset(&self.mapping.topic, partition, Offset::Offset(next)).context("offset")?;
+        }
+        if let Err(error) = self.consumer.commit(&commits, CommitMode::Sync) {
+            tracing::warn!(%error, "kafka offset commit refused; the partitions' new owner delivers the batch again");
+            poll.commits_refused += 1;
+        }
+        Ok(poll)
+    }
+
+    /// Counts a failed invocation at `at` on `partition`; true once the first invocation and
+    /// `MaximumRetryAttempts` retries have all failed there.
+    fn retries_exhausted(&mut self, partition: i32, at: i64) -> bool {
+        let entry = self.retries.entry(partition).or_insert((at, 0));
+        if entry.0 != at {
+            *entry = (at, 0);
+        }
+        entry.1 += 1;
+        entry.1 > self.mapping.settings.max_retries
+    }
+
+    /// Sends the on-failure destination the invocation record of a discarded batch: which
+    /// records (by topic-partition and offsets), not the records, which a reader fetches from
+    /// the topic while its retention lasts.
+    async fn discard(&self, clients: &Clients, batch: &[&KafkaRecord], function_error: bool) -> Result<()> {
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return Ok(()) };
+        let partition = topic_partition(first);
+        tracing::warn!(%partition, first = first.offset, last = last.offset, "kafka batch discarded to the on-failure destination");
+        let Some(url) = &self.mapping.settings.failures_url else { return Ok(()) };
+        let record = failure_record(&self.mapping, batch, function_error);
+        let send = clients.sqs.send_message().queue_url(url).message_body(record.to_string());
+        send.send().await.context("on-failure destination")?;
+        Ok(())
+    }
+}
+
+/// The Lambda event for `records`: by `topic-partition`, in offset order.
+pub fn kafka_event(mapping: &KafkaMapping, records: &[KafkaRecord]) -> KafkaEvent {
+    let mut event = KafkaEvent::default();
+    event.event_source = Some("aws:kafka".into());
+    event.event_source_arn = Some(mapping.arn());
+    event.bootstrap_servers = Some(mapping.bootstrap.clone());
+    for record in records {
+        event.records.entry(topic_partition(record)).or_default().push(record.clone());
+    }
+    event
+}
+
+/// The batch's records by partition number, each in offset order.
+fn by_partition(records: &[KafkaRecord]) -> BTreeMap<i32, Vec<&KafkaRecord>> {
+    let mut partitions: BTreeMap<i32, Vec<&KafkaRecord>> = BTreeMap::new();
+    for record in records {
+        partitions.entry(record.partition as i32).or_default().push(record);
+    }
+    partitions.values_mut().for_each(|batch| batch.sort_by_key(|r| r.offset));
+    partitions
+}
+
+/// Where each partition of the batch resumes, by partition number: none for a success; every
+/// partition at its first record for an invocation error or an answer naming a record not in
+/// the batch (Lambda treats an invalid answer as a failure of the whole batch); else the
+/// partitions the answer names, at the lowest offset it names for each.
+fn resume_points(records: &[KafkaRecord], answer: &Result<KafkaEventResponse>, report: bool) -> BTreeMap<i32, i64> {
+    let whole = || by_partition(records).into_iter().map(|(p, batch)| (p, batch[0].offset)).collect();
+    let failures = match answer {
+        Err(_) => return whole(),
+        Ok(_) if !report => return BTreeMap::new(),
+        Ok(answer) => &answer.batch_item_failures,
+    };
+    let mut resume = BTreeMap::new();
+    for failure in failures {
+        let id = &failure.item_identifier;
+        let Some(record) = records.iter().find(|r| topic_partition(r) == id.partition && r.offset == id.offset) else {
+            return whole();
+        };
+        let at = resume.entry(record.partition as i32).or_insert(id.offset);
+        *at = (*at).min(id.offset);
+    }
+    resume
+}
+
+/// The invocation record of a discarded Kafka batch (`KafkaBatchInfo`, one partition).
+fn failure_record(mapping: &KafkaMapping, batch: &[&KafkaRecord], function_error: bool) -> Value {
+    let now = (mapping.settings.clock)().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let (first, last) = (batch[0], batch[batch.len() - 1]);
+    let mut response_context = json!({"statusCode": 200, "executedVersion": "$LATEST"});
+    if function_error {
+        response_context["functionError"] = json!("Unhandled");
+    }
+    json!({
+        "requestContext": {
+            "requestId": format!("local-{}", now.as_nanos()),
+            "functionArn": mapping.settings.function_arn,
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": mapping.settings.max_retries.saturating_add(1),
+        },
+        "responseContext": response_context,
+        "version": "1.0",
+        "timestamp": payments::rfc3339(now.as_millis() as u64),
+        "KafkaBatchInfo": {
+            "batchSize": batch.len(),
+            "bootstrapServers": mapping.bootstrap,
+            "recordsInfo": {
+                topic_partition(first): {
+                    "firstRecordOffset": first.offset.to_string(),
+                    "firstRecordTimestamp": *first.timestamp,
+                    "lastRecordOffset": last.offset.to_string(),
+                    "lastRecordTimestamp": *last.timestamp,
+                }
+            }
+        }
+    })
+}
+
+/// A fetched message as Lambda hands it over: key and value in base64, headers as arrays of
+/// signed bytes, the timestamp in ms with its type.
+fn record(message: &BorrowedMessage<'_>) -> Result<KafkaRecord> {
+    let b64 = |bytes: Option<&[u8]>| bytes.map(|b| base64::engine::general_purpose::STANDARD.encode(b));
+    let (timestamp, timestamp_type) = match message.timestamp() {
+        Timestamp::CreateTime(ms) => (ms, "CREATE_TIME"),
+        Timestamp::LogAppendTime(ms) => (ms, "LOG_APPEND_TIME"),
+        Timestamp::NotAvailable => (0, "NO_TIMESTAMP_TYPE"),
+    };
+    let headers: Vec<Value> = message
+        .headers()
+        .map(|headers| {
+            headers
+                .iter()
+                .map(|h| json!({ h.key: h.value.unwrap_or_default().iter().map(|&b| b as i8).collect::<Vec<i8>>() }))
+                .collect()
+        })
+        .unwrap_or_default();
+    let record = json!({
+        "topic": message.topic(),
+        "partition": message.partition(),
+        "offset": message.offset(),
+        "timestamp": timestamp,
+        "timestampType": timestamp_type,
+        "key": b64(message.key()),
+        "value": b64(message.payload()),
+        "headers": headers,
+    });
+    serde_json::from_value(record).context("kafka record")
+}
+
+/// Reads `payload` as Lambda reads a Kafka function's answer: `null` or an object without
+/// failures is a success; anything else that is not a `KafkaEventResponse` fails the batch.
+pub fn kafka_response(payload: &[u8]) -> Result<KafkaEventResponse> {
+    let value: Value = serde_json::from_slice(payload).context("the answer is not JSON")?;
+    match value {
+        Value::Null => Ok(KafkaEventResponse::default()),
+        Value::Object(ref o) if o.get("batchItemFailures").is_none_or(Value::is_null) => {
+            Ok(KafkaEventResponse::default())
+        }
+        value => serde_json::from_value(value).context("the answer is not a Kafka batch response"),
+    }
+}
+
+/// A producer on the broker (`acks=all`).
+pub struct Producer(FutureProducer);
+
+impl Producer {
+    /// Connects to `bootstrap`.
+    pub fn new(bootstrap: &str) -> Result<Self> {
+        let producer = ClientConfig::new().set("bootstrap.servers", bootstrap).set("acks", "all").create();
+        Ok(Producer(producer.context("kafka producer")?))
+    }
+
+    /// Writes one record to `topic` (to `partition`, or the one `key`'s hash picks) with
+    /// `headers`; returns its partition and offset.
+    pub async fn send_to(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: &str,
+        value: &[u8],
+        headers: &[(&str, &[u8])],
+    ) -> Result<(i32, i64)> {
+        let mut owned = rdkafka::message::OwnedHeaders::new();
+        for (name, value) in headers {
+            owned = owned.insert(rdkafka::message::Header { key: name, value: Some(*value) });
+        }
+        let mut record = FutureRecord::to(topic).key(key).payload(value).headers(owned);
+        record.partition = partition;
+        let sent = self.0.send(record, Duration::from_secs(10)).await;
+        sent.map(|d| (d.partition, d.offset)).map_err(|(e, _)| format!("kafka send to {topic}: {e}").into())
+    }
+}
+
+/// Creates `topic` with `partitions` partitions (an existing one is kept).
+pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<_> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().context("kafka admin")?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for result in admin.create_topics(&[new], &AdminOptions::new()).await.context("create topic")? {
+        match result {
+            Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => return Err(format!("create topic {topic}: {code}").into()),
+        }
+    }
+    Ok(())
+}
+
+/// The group's committed offset of each partition of `topic` (`None`: nothing committed).
+pub fn committed(mapping: &KafkaMapping, partitions: i32) -> Result<Vec<Option<i64>>> {
+    let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &mapping.bootstrap)
+        .set("group.id", &mapping.group)
+        .create()
+        .context("kafka consumer")?;
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition(&mapping.topic, p);
+    }
+    let offsets = consumer.committed_offsets(list, Duration::from_secs(10)).context("committed offsets")?;
+    Ok(offsets.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None }).collect())
+}
+
+/// What a replay of the on-failure destination did: see [`super::Replayed`].
+pub use super::Replayed;
+
+/// Replays the mapping's on-failure destination through `function`: each `KafkaBatchInfo`
+/// names a topic-partition and an offset range, whose records are read again from the broker
+/// (a consumer outside the group, assigned that partition), handed over in batches, and the
+/// invocation record is deleted only once all of them succeeded.
+pub async fn replay_kafka_failures<F: KafkaFunction>(
+    clients: &Clients,
+    mapping: &KafkaMapping,
+    function: &F,
+) -> Result<Replayed> {
+    let Some(url) = &mapping.settings.failures_url else { return Ok(Replayed::default()) };
+    let mut replayed = Replayed::default();
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let messages = super::queue::receive(clients, url).await?;
+        let fresh: Vec<_> =
+            messages.iter().filter(|m| seen.insert(m.message_id().unwrap_or_default().to_owned())).collect();
+        if fresh.is_empty() {
+            for message in &messages {
+                super::replay::release(clients, url, message).await?;
+            }
+            return Ok(replayed);
+        }
+        for message in fresh {
+            let record: Value = serde_json::from_str(message.body().unwrap_or("{}")).context("invocation record")?;
+            match replay_batch(mapping, function, &record["KafkaBatchInfo"]).await? {
+                Some(n) => {
+                    let handle = message.receipt_handle().unwrap_or_default();
+                    clients
+                        .sqs
+                        .delete_message()
+                        .queue_url(url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await
+                        .context("delete")?;
+                    replayed.batches += 1;
+                    replayed.records += n;
+                }
+                None => {
+                    super::replay::release(clients, url, message).await?;
+                    replayed.kept += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The records one `KafkaBatchInfo` names, through `function`; `None` when one still failed or
+/// the broker no longer holds them.
+async fn replay_batch<F: KafkaFunction>(mapping: &KafkaMapping, function: &F, info: &Value) -> Result<Option<usize>> {
+    let mut replayed = 0;
+    for (name, range) in info["recordsInfo"].as_object().into_iter().flatten() {
+        let offset = |field: &str| range[field].as_str().and_then(|o| o.parse::<i64>().ok());
+        let (Some(first), Some(last)) = (offset("firstRecordOffset"), offset("lastRecordOffset")) else {
+            return Err(format!("KafkaBatchInfo without offsets for {name}").into());
+        };
+        let (topic, partition) = name.rsplit_once('-').ok_or(format!("not a topic-partition: {name}"))?;
+        let partition: i32 = partition.parse().context(format!("partition of {name}"))?;
+        let records = read_range(mapping, topic, partition, first, last).await?;
+        if records.len() as i64 != last - first + 1 {
+            return Ok(None);
+        }
+        for chunk in records.chunks(mapping.settings.batch_size.max(1) as usize) {
+            let answer = function.invoke(kafka_event(mapping, chunk)).await;
+            if !resume_points(chunk, &answer, mapping.settings.report_batch_item_failures).is_empty() {
+                return Ok(None);
+            }
+            replayed += chunk.len();
+        }
+    }
+    Ok(Some(replayed))
+}
+
+/// A consumer outside any group, for reading a range by hand.
+fn plain_consumer(mapping: &KafkaMapping) -> Result<StreamConsumer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", &mapping.bootstrap)
+        .set("group.id", format!("{}-replay", mapping.group))
+        .set("enable.auto.commit", "false")
+        .create()
+        .context("kafka consumer")
+}
+
+/// The records `first..=last` of a partition.
+async fn read_range(
+    mapping: &KafkaMapping,
+    topic: &str,
+    partition: i32,
+    first: i64,
+    last: i64,
+) -> Result<Vec<KafkaRecord>> {
+    let consumer = plain_consumer(mapping)?;
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(first)).context("offset")?;
+    consumer.assign(&list).context("assign")?;
+    let mut records = Vec::new();
+    while records.len() as i64 <= last - first {
+        match tokio::time::timeout(Duration::from_secs(5), consumer.recv()).await {
+            Ok(Ok(message)) if message.offset() > last => break,
+            Ok(Ok(message)) => records.push(record(&message)?),
+            Ok(Err(error)) => return Err(format!("kafka read {topic}-{partition}: {error}").into()),
+            Err(_) => break,
+        }
+    }
+    Ok(records)
+}

@@ -1,0 +1,233 @@
+//! The Kafka event source mapping against Lambda's documented behaviour, on the local
+//! Kafka-protocol broker (`make local-kafka-up`) and the local AWS (the failure queue): offsets
+//! committed only after the answer, a partition resumed at the record the answer names while the
+//! others are committed past the batch, every partition resumed after an invocation error, a
+//! resume point that keeps failing discarded to the on-failure destination with its
+//! `KafkaBatchInfo` after the retries, and the destination replayed. Each test reads the effect
+//! where Lambda leaves it: the batches the function is handed, the group's committed offsets and
+//! the records in the failure queue.
+
+use std::time::Duration;
+
+use aws_lambda_events::event::kafka::KafkaEvent;
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_lambda::kafka::{KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier};
+use local::esm::kafka::{self, KafkaMapping, KafkaPoller, Producer};
+use local::invoke::KafkaFunction;
+use local::resources::Clients;
+use serde_json::Value;
+
+mod common;
+
+/// A function answering call `n` (from 0) on a batch of (value, `topic-partition@offset`) pairs.
+type Script = common::Script<KafkaEventResponse>;
+
+impl KafkaFunction for Script {
+    async fn invoke(&self, event: KafkaEvent) -> local::Result<KafkaEventResponse> {
+        assert_eq!(event.event_source.as_deref(), Some("aws:kafka"));
+        let mut partitions: Vec<_> = event.records.into_iter().collect();
+        partitions.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut batch = Vec::new();
+        for (name, records) in partitions {
+            let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
+            assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{name}: offsets in order: {offsets:?}");
+            for r in records {
+                assert_eq!(effectively_once_lambda::kafka::topic_partition(&r), name);
+                let value = effectively_once_lambda::kafka::value_bytes(&r).expect("a base64 value");
+                batch.push((String::from_utf8(value).unwrap(), format!("{name}@{}", r.offset)));
+            }
+        }
+        self.call(batch)
+    }
+}
+
+/// The answer naming each `topic-partition@offset` of `ids` failed.
+fn failing(ids: &[&str]) -> KafkaEventResponse {
+    let batch_item_failures = ids
+        .iter()
+        .map(|id| {
+            let (partition, offset) = id.split_once('@').unwrap();
+            let item_identifier = KafkaItemIdentifier { partition: partition.into(), offset: offset.parse().unwrap() };
+            KafkaBatchItemFailure { item_identifier }
+        })
+        .collect();
+    KafkaEventResponse { batch_item_failures }
+}
+
+/// A topic of `partitions` partitions, a failure queue and a mapping on both, the test's own.
+async fn setup(partitions: i32) -> (Clients, KafkaMapping) {
+    let bootstrap = kafka::bootstrap().expect("the local Kafka broker");
+    let clients = Clients::local().await;
+    let topic = unique_name("kafka");
+    kafka::create_topic(&bootstrap, &topic, partitions).await.expect("create topic");
+    let queue = clients.sqs.create_queue().queue_name(unique_name("kafka-fail")).send().await.expect("create queue");
+    let mut mapping =
+        KafkaMapping::new(&bootstrap, &topic, &unique_name("group"), queue.queue_url().map(str::to_owned));
+    mapping.settings.max_retries = 2;
+    (clients, mapping)
+}
+
+/// Writes each value to `partition` of the mapping's topic, in order.
+async fn produce(mapping: &KafkaMapping, partition: i32, values: &[&str]) {
+    let producer = Producer::new(&mapping.bootstrap).unwrap();
+    for value in values {
+        producer.send_to(&mapping.topic, Some(partition), value, value.as_bytes(), &[]).await.expect("produce");
+    }
+}
+
+/// Polls until `function` has been handed `records` records in all (or a minute passes).
+async fn poll_until(clients: &Clients, poller: &mut KafkaPoller, function: &Script, records: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while function.calls().iter().map(Vec::len).sum::<usize>() < records {
+        assert!(tokio::time::Instant::now() < deadline, "only {:?} after a minute", function.calls());
+        poller.poll(clients, function).await.expect("poll");
+    }
+}
+
+/// Invocation records in the failure queue.
+async fn failure_records(clients: &Clients, mapping: &KafkaMapping) -> Vec<Value> {
+    let url = mapping.settings.failures_url.as_deref().unwrap();
+    let out = clients.sqs.receive_message().queue_url(url).max_number_of_messages(10).visibility_timeout(0).send();
+    let out = out.await.expect("receive");
+    out.messages().iter().map(|m| serde_json::from_str(m.body().unwrap()).unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_partition_is_committed_past_its_batch_only_after_the_answer() {
+    let (clients, mapping) = setup(2).await;
+    produce(&mapping, 0, &["a", "b", "c"]).await;
+    produce(&mapping, 1, &["d", "e"]).await;
+    let function = Script::new(|_, _| Ok(KafkaEventResponse::default()));
+    let mut poller = KafkaPoller::join(&mapping, "p1").unwrap();
+    poll_until(&clients, &mut poller, &function, 5).await;
+    let mut delivered: Vec<String> = function.calls().concat();
+    delivered.sort();
+    assert_eq!(delivered, ["a", "b", "c", "d", "e"]);
+    assert_eq!(kafka::committed(&mapping, 2).unwrap(), [Some(3), Some(2)]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_before_the_commit_delivers_the_batch_again_to_the_next_poller() {
+    let (clients, mapping) = setup(1).await;
+    produce(&mapping, 0, &["a", "b"]).await;
+    let function = Script::new(|_, _| Ok(KafkaEventResponse::default()));
+    let crashed = KafkaPoller::join(&mapping, "p1").unwrap().poll_then_crash(&function).await.unwrap();
+    assert_eq!(crashed, 2);
+    assert_eq!(kafka::committed(&mapping, 1).unwrap(), [None], "nothing committed by the crashed poller");
+    let mut next = KafkaPoller::join(&mapping, "p2").unwrap();
+    poll_until(&clients, &mut next, &function, 4).await;
+    assert_eq!(function.calls(), [vec!["a", "b"], vec!["a", "b"]]);
+    assert_eq!(kafka::committed(&mapping, 1).unwrap(), [Some(2)]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reported_failure_resumes_its_partition_there_and_commits_the_others() {
+    let (clients, mapping) = setup(2).await;
+    produce(&mapping, 0, &["a", "b", "c"]).await;
+    produce(&mapping, 1, &["d"]).await;
+    let failed = format!("{}-0@1", mapping.topic);
+    let once = std::sync::atomic::AtomicBool::new(true);
+    let function = Script::new(move |_, batch| {
+        let has = batch.iter().any(|(_, id)| *id == failed);
+        let fail = has && once.swap(false, std::sync::atomic::Ordering::SeqCst);
+        Ok(if fail { failing(&[&failed]) } else { KafkaEventResponse::default() })
+    });
+    let mut poller = KafkaPoller::join(&mapping, "p1").unwrap();
+    // The first batch may hold one partition or both; "b" and "c" come again, "a" and "d" not.
+    poll_until(&clients, &mut poller, &function, 6).await;
+    let delivered = function.calls().concat();
+    let count = |v: &str| delivered.iter().filter(|d| *d == v).count();
+    assert_eq!((count("a"), count("b"), count("c"), count("d")), (1, 2, 2, 1), "{:?}", function.calls());
+    assert_eq!(kafka::committed(&mapping, 2).unwrap(), [Some(3), Some(1)]);
+}
+
+/// An invocation error: every partition of the batch resumes at its first record.
+struct FailsFirst(Script);
+
+impl KafkaFunction for FailsFirst {
+    async fn invoke(&self, event: KafkaEvent) -> local::Result<KafkaEventResponse> {
+        let calls = self.0.calls().len();
+        self.0.invoke(event).await?;
+        if calls == 0 {
+            return Err("function error (Unhandled)".into());
+        }
+        Ok(KafkaEventResponse::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_invocation_error_delivers_every_partition_of_the_batch_again() {
+    let (clients, mapping) = setup(1).await;
+    produce(&mapping, 0, &["a", "b"]).await;
+    let function = FailsFirst(Script::new(|_, _| Ok(KafkaEventResponse::default())));
+    let mut poller = KafkaPoller::join(&mapping, "p1").unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while function.0.calls().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline);
+        poller.poll(&clients, &function).await.unwrap();
+    }
+    assert_eq!(function.0.calls(), [vec!["a", "b"], vec!["a", "b"]]);
+    assert_eq!(kafka::committed(&mapping, 1).unwrap(), [Some(2)]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_that_keeps_failing_goes_to_the_failure_destination_after_the_retries_and_replays() {
+    let (clients, mapping) = setup(1).await;
+    produce(&mapping, 0, &["a", "poison", "c"]).await;
+    let poison = format!("{}-0@1", mapping.topic);
+    let function = Script::new(move |_, batch| {
+        Ok(if batch.iter().any(|(_, id)| *id == poison) { failing(&[&poison]) } else { KafkaEventResponse::default() })
+    });
+    let mut poller = KafkaPoller::join(&mapping, "p1").unwrap();
+    // The first invocation and two retries fail at the poison record; then it and the rest of
+    // its batch go to the destination and the partition goes on.
+    let mut given_up = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while given_up == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", function.calls());
+        given_up += poller.poll(&clients, &function).await.unwrap().given_up;
+    }
+    assert_eq!(given_up, 2);
+    assert_eq!(function.calls(), [vec!["a", "poison", "c"], vec!["poison", "c"], vec!["poison", "c"]]);
+    assert_eq!(kafka::committed(&mapping, 1).unwrap(), [Some(3)]);
+    let records = failure_records(&clients, &mapping).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let info = &records[0]["KafkaBatchInfo"];
+    let range = &info["recordsInfo"][format!("{}-0", mapping.topic)];
+    assert_eq!((range["firstRecordOffset"].as_str(), range["lastRecordOffset"].as_str()), (Some("1"), Some("2")));
+    assert_eq!(records[0]["requestContext"]["condition"], "RetryAttemptsExhausted");
+
+    // Replayed after the fix: "poison" and "c" come back from the broker, and the invocation
+    // record leaves the destination.
+    let fixed = Script::new(|_, _| Ok(KafkaEventResponse::default()));
+    let replayed = kafka::replay_kafka_failures(&clients, &mapping, &fixed).await.unwrap();
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 2, 0));
+    assert_eq!(fixed.calls(), [vec!["poison", "c"]]);
+    assert!(failure_records(&clients, &mapping).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_that_still_fails_keeps_the_invocation_record() {
+    let (clients, mapping) = setup(1).await;
+    produce(&mapping, 0, &["poison"]).await;
+    let function = Script::new(|_, batch| Ok(failing(&[&batch[0].1])));
+    let mut poller = KafkaPoller::join(&mapping, "p1").unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while poller.poll(&clients, &function).await.unwrap().given_up == 0 {
+        assert!(tokio::time::Instant::now() < deadline);
+    }
+    let replayed = kafka::replay_kafka_failures(&clients, &mapping, &function).await.unwrap();
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (0, 0, 1));
+    assert_eq!(failure_records(&clients, &mapping).await.len(), 1);
+}
+
+#[test]
+fn an_answer_is_read_as_lambda_reads_it() {
+    assert_eq!(kafka::kafka_response(b"null").unwrap(), KafkaEventResponse::default());
+    assert_eq!(kafka::kafka_response(b"{}").unwrap(), KafkaEventResponse::default());
+    assert_eq!(kafka::kafka_response(br#"{"batchItemFailures":null}"#).unwrap(), KafkaEventResponse::default());
+    let one = br#"{"batchItemFailures":[{"itemIdentifier":{"partition":"t-0","offset":4}}]}"#;
+    assert_eq!(kafka::kafka_response(one).unwrap(), failing(&["t-0@4"]));
+    assert!(kafka::kafka_response(b"[]").is_err());
+    assert!(kafka::kafka_response(br#"{"batchItemFailures":[{"itemIdentifier":"t-0@4"}]}"#).is_err());
+}
