@@ -12,7 +12,7 @@ use std::time::Duration;
 use aws_lambda_events::event::kafka::KafkaEvent;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_lambda::kafka::{KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier};
-use local::esm::kafka::{self, KafkaMapping, KafkaPoller, Producer};
+use local::esm::kafka::{self, KafkaMapping, KafkaPoller, Outgoing, Producer};
 use local::invoke::KafkaFunction;
 use local::resources::Clients;
 use serde_json::Value;
@@ -71,7 +71,9 @@ async fn setup(partitions: i32) -> (Clients, KafkaMapping) {
 async fn produce(mapping: &KafkaMapping, partition: i32, values: &[&str]) {
     let producer = Producer::new(&mapping.bootstrap).unwrap();
     for value in values {
-        producer.send_to(&mapping.topic, Some(partition), value, value.as_bytes(), &[]).await.expect("produce");
+        let record =
+            Outgoing { key: value, value: value.as_bytes(), partition: Some(partition), ..Outgoing::default() };
+        producer.send(&mapping.topic, record).await.expect("produce");
     }
 }
 

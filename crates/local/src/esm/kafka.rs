@@ -398,6 +398,19 @@ pub fn kafka_response(payload: &[u8]) -> Result<KafkaEventResponse> {
     }
 }
 
+/// A record to produce.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing<'a> {
+    /// The record's key.
+    pub key: &'a str,
+    /// The record's value.
+    pub value: &'a [u8],
+    /// The partition; `None`: the one the key's hash picks.
+    pub partition: Option<i32>,
+    /// Headers, in order.
+    pub headers: Vec<(&'a str, &'a [u8])>,
+}
+
 /// A producer on the broker (`acks=all`).
 pub struct Producer(FutureProducer);
 
@@ -408,19 +421,12 @@ impl Producer {
         Ok(Producer(producer.context("kafka producer")?))
     }
 
-    /// Writes one record to `topic` (to `partition`, or the one `key`'s hash picks) with
-    /// `headers`; returns its partition and offset.
-    pub async fn send_to(
-        &self,
-        topic: &str,
-        partition: Option<i32>,
-        key: &str,
-        value: &[u8],
-        headers: &[(&str, &[u8])],
-    ) -> Result<(i32, i64)> {
+    /// Writes `record` to `topic`; returns its partition and offset.
+    pub async fn send(&self, topic: &str, record: Outgoing<'_>) -> Result<(i32, i64)> {
+        let Outgoing { key, value, partition, headers } = record;
         let mut owned = rdkafka::message::OwnedHeaders::new();
         for (name, value) in headers {
-            owned = owned.insert(rdkafka::message::Header { key: name, value: Some(*value) });
+            owned = owned.insert(rdkafka::message::Header { key: name, value: Some(value) });
         }
         let mut record = FutureRecord::to(topic).key(key).payload(value).headers(owned);
         record.partition = partition;
