@@ -3,6 +3,7 @@
 //! recorded payment rejection, or that a FIFO payments queue got a standard dead-letter queue.
 //! This reads `infra/template.json` with a small evaluator of the IAM forms the template uses.
 
+use base64::Engine;
 use payments::{ledger, outbox};
 use receipts_relay::Alert;
 use serde_json::{json, Value};
@@ -112,6 +113,7 @@ fn allows(t: &Value, role: &str, request: Request<'_>) -> bool {
 const CONSUMER: &str = "PaymentsConsumerRole";
 const RELAY: &str = "ReceiptsRelayRole";
 const KINESIS: &str = "KinesisConsumerRole";
+const KAFKA: &str = "KafkaConsumerRole";
 const WRITES: [&str; 4] =
     ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"];
 
@@ -205,7 +207,7 @@ fn every_queue_denies_requests_without_tls() {
     let resources = t["Resources"].as_object().unwrap();
     let queues: Vec<&String> =
         resources.iter().filter(|(_, r)| r["Type"] == "AWS::SQS::Queue").map(|(id, _)| id).collect();
-    assert_eq!(queues.len(), 4, "the payments queue, its DLQ and the relay's and orders' failure queues");
+    assert_eq!(queues.len(), 5, "the payments queue, its DLQ and the relay's, orders' and Kafka's failure queues");
     for queue in queues {
         let arn = json!({"Fn::GetAtt": [queue, "Arn"]});
         let denies_plain_http = resources.values().filter(|r| r["Type"] == "AWS::SQS::QueuePolicy").any(|p| {
@@ -310,6 +312,261 @@ fn the_kinesis_consumer_is_scoped_to_its_order_and_confirmation_keys() {
     }
 }
 
+/// The Kafka consumer posts payments as the SQS consumer does, so it holds the same keys: a
+/// payment's record `payments#` (the ledger's prefix: an event id takes effect once whichever
+/// way it came), put in the posting transaction and read back when a cancellation carries none;
+/// the ledger's entry and balance; the receipt row `receipt#`, inserted only. Nothing else in
+/// any table: not an email marker, an order's keys, the API's records.
+#[test]
+fn the_kafka_consumer_is_scoped_to_the_payment_and_receipt_keys() {
+    let t = template();
+    let (payment, row) = (payment_record(), outbox::row_key("pay_0001"));
+    for action in ["dynamodb:PutItem", "dynamodb:GetItem"] {
+        let request = Request { action, table: "IdempotencyTable", key: &payment };
+        assert!(allows(&t, KAFKA, request), "the Kafka consumer needs {action} on {payment}");
+    }
+    for action in ["dynamodb:UpdateItem", "dynamodb:DeleteItem"] {
+        let request = Request { action, table: "IdempotencyTable", key: &payment };
+        assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} {payment}: it could erase a rejection");
+    }
+    for action in ["dynamodb:PutItem", "dynamodb:UpdateItem"] {
+        let request = Request { action, table: "LedgerTable", key: "account#acct_42" };
+        assert!(allows(&t, KAFKA, request), "the Kafka consumer needs {action} on the ledger");
+    }
+    assert!(allows(&t, KAFKA, Request { action: "dynamodb:PutItem", table: "OutboxTable", key: &row }));
+    for action in ["dynamodb:UpdateItem", "dynamodb:DeleteItem"] {
+        let request = Request { action, table: "OutboxTable", key: &row };
+        assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} a receipt row");
+    }
+    let (order, order_marker) = kinesis_keys();
+    let strangers = [email_marker(), order.clone(), order_marker, api_record(), "other#pay_0001".to_owned()];
+    for key in strangers.iter().map(String::as_str).chain(["payments", "receipt#pay_0001"]) {
+        for action in WRITES {
+            let request = Request { action, table: "IdempotencyTable", key };
+            assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} {key}");
+        }
+    }
+    for action in WRITES {
+        let request = Request { action, table: "KinesisOrdersTable", key: &order };
+        assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} an order");
+    }
+    // Its environment names the tables its role reaches, as the SQS consumer's does.
+    let env = |function: &str| t["Resources"][function]["Properties"]["Environment"]["Variables"].clone();
+    for variable in ["IDEMPOTENCY_TABLE", "LEDGER_TABLE", "OUTBOX_TABLE"] {
+        assert_eq!(env("KafkaConsumerFunction")[variable], env("PaymentsConsumerFunction")[variable], "{variable}");
+    }
+}
+
+/// `value` with `Fn::Sub` (its variables' `Fn::Select` of `Fn::Split` included), `Ref` and plain
+/// strings resolved for a stack `stack` given `cluster` and `topic`.
+fn resolve_arn(value: &Value, cluster: &str, topic: &str, stack: &str) -> String {
+    let parameter = |name: &str| match name {
+        "KafkaClusterArn" => cluster.to_owned(),
+        "KafkaTopic" => topic.to_owned(),
+        "AWS::StackName" => stack.to_owned(),
+        other => panic!("cannot resolve {other}"),
+    };
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Object(o) if o.contains_key("Ref") => parameter(o["Ref"].as_str().unwrap()),
+        Value::Object(o) if o.contains_key("Fn::Select") => {
+            let (index, split) = (o["Fn::Select"][0].as_u64().unwrap() as usize, &o["Fn::Select"][1]["Fn::Split"]);
+            let whole = resolve_arn(&split[1], cluster, topic, stack);
+            whole.split(split[0].as_str().unwrap()).nth(index).expect("the index exists").to_owned()
+        }
+        Value::Object(o) if o.contains_key("Fn::Sub") => {
+            let (text, variables) = match &o["Fn::Sub"] {
+                Value::Array(parts) => (parts[0].as_str().unwrap().to_owned(), parts[1].clone()),
+                other => (other.as_str().unwrap().to_owned(), json!({})),
+            };
+            let mut out = String::new();
+            let mut rest = text.as_str();
+            while let Some(start) = rest.find("${") {
+                let end = start + rest[start..].find('}').unwrap();
+                out.push_str(&rest[..start]);
+                let name = &rest[start + 2..end];
+                out.push_str(&match variables.get(name) {
+                    Some(variable) => resolve_arn(variable, cluster, topic, stack),
+                    None => parameter(name),
+                });
+                rest = &rest[end + 1..];
+            }
+            out + rest
+        }
+        other => panic!("cannot resolve {other}"),
+    }
+}
+
+/// What the Kafka mapping needs of the cluster (IAM access control), and no more: the cluster's
+/// metadata and a connection on the cluster, describe and read on its topic, describe and alter
+/// (commit offsets) on its own consumer group, never a write to a topic; network interfaces in
+/// the cluster's VPC (on `*`, as Lambda's AWSLambdaMSKExecutionRole grants them: creating one
+/// names no resource of this stack); the send to its failure queue. Nothing else on `*` but
+/// X-Ray.
+#[test]
+fn the_kafka_consumer_reads_its_topic_in_its_own_group_and_sends_to_its_failure_queue_only() {
+    let t = template();
+    let grants = statements(&t, KAFKA);
+    let on = |action: &str| -> Vec<&Value> {
+        grants.iter().filter(|s| s["Effect"] == "Allow" && action_matches(s, action)).collect()
+    };
+    let (cluster, topic, stack) = ("arn:aws:kafka:eu-west-1:123456789012:cluster/shop/8c1f-4d2e-1", "payments", "prod");
+    let at = |action: &str| -> Vec<String> {
+        let allowed = on(action);
+        assert!(!allowed.is_empty(), "{KAFKA} cannot {action}");
+        allowed.iter().flat_map(|s| list(&s["Resource"])).map(|r| resolve_arn(&r, cluster, topic, stack)).collect()
+    };
+    for action in ["kafka:DescribeCluster", "kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers"] {
+        assert_eq!(at(action), [cluster], "{action}");
+    }
+    for action in ["kafka-cluster:Connect", "kafka-cluster:DescribeClusterDynamicConfiguration"] {
+        assert_eq!(at(action), [cluster], "{action}");
+    }
+    for action in ["kafka-cluster:DescribeTopic", "kafka-cluster:ReadData"] {
+        assert_eq!(at(action), ["arn:aws:kafka:eu-west-1:123456789012:topic/shop/8c1f-4d2e-1/payments"], "{action}");
+    }
+    let group = t["Resources"]["KafkaEventSourceMapping"]["Properties"]["AmazonManagedKafkaEventSourceConfig"]
+        ["ConsumerGroupId"]
+        .clone();
+    let group = resolve_arn(&group, cluster, topic, stack);
+    assert_eq!(group, "prod-kafka-consumer", "the stack's own consumer group");
+    for action in ["kafka-cluster:DescribeGroup", "kafka-cluster:AlterGroup"] {
+        assert_eq!(at(action), [format!("arn:aws:kafka:eu-west-1:123456789012:group/shop/8c1f-4d2e-1/{group}")]);
+    }
+    for action in ["kafka-cluster:WriteData", "kafka-cluster:CreateTopic", "kafka-cluster:AlterCluster", "kafka:*"] {
+        assert!(on(action).is_empty(), "{KAFKA} may {action}");
+    }
+    let send = on("sqs:SendMessage");
+    let failures = json!({"Fn::GetAtt": ["KafkaFailureQueue", "Arn"]});
+    assert!(send.len() == 1 && send[0]["Resource"] == failures, "{KAFKA} sends to its failure queue only");
+    let network = [
+        "ec2:CreateNetworkInterface",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:DescribeVpcs",
+        "ec2:DeleteNetworkInterface",
+        "ec2:DescribeSubnets",
+        "ec2:DescribeSecurityGroups",
+    ];
+    for action in network {
+        assert!(!on(action).is_empty(), "{KAFKA} cannot {action}: the mapping cannot reach the cluster's VPC");
+    }
+    for s in grants.iter().filter(|s| s["Resource"] == "*") {
+        let actions = list(&s["Action"]);
+        let allowed =
+            |a: &str| network.contains(&a) || ["xray:PutTraceSegments", "xray:PutTelemetryRecords"].contains(&a);
+        assert!(actions.iter().all(|a| a.as_str().is_some_and(allowed)), "{KAFKA} grants {actions:?} on *");
+    }
+}
+
+/// The Kafka mapping: partial batch responses on (each failing partition resumes at its first
+/// record not durably done), a batch that keeps failing bisected, retried a few times and
+/// discarded to its failure queue within the hour rather than holding its partition for the
+/// topic's retention; from the start of the topic, in a consumer group of the stack's own. Kafka
+/// event source mappings take these error handling controls in provisioned mode only.
+#[test]
+fn the_kafka_mapping_reports_batch_item_failures_and_discards_to_its_failure_queue() {
+    let t = template();
+    let mapping = &t["Resources"]["KafkaEventSourceMapping"]["Properties"];
+    assert_eq!(mapping["EventSourceArn"], json!({"Ref": "KafkaClusterArn"}));
+    assert_eq!(mapping["FunctionName"], json!({"Ref": "KafkaConsumerFunction.Alias"}));
+    assert_eq!(mapping["Topics"], json!([{"Ref": "KafkaTopic"}]));
+    assert_eq!(mapping["StartingPosition"], "TRIM_HORIZON");
+    assert_eq!(mapping["FunctionResponseTypes"], json!(["ReportBatchItemFailures"]));
+    assert_eq!(mapping["BisectBatchOnFunctionError"], true);
+    let failures = json!({"Fn::GetAtt": ["KafkaFailureQueue", "Arn"]});
+    assert_eq!(mapping["DestinationConfig"]["OnFailure"]["Destination"], failures);
+    let retries = mapping["MaximumRetryAttempts"].as_i64().unwrap();
+    assert!((0..=10).contains(&retries), "a finite retry count, not {retries}");
+    let age = mapping["MaximumRecordAgeInSeconds"].as_i64().unwrap();
+    assert!((60..=3600).contains(&age), "records are discarded within the hour, not after {age} s");
+    let pollers = &mapping["ProvisionedPollerConfig"];
+    assert!(pollers["MinimumPollers"].as_i64().is_some_and(|n| n >= 1), "provisioned mode: {pollers}");
+    assert!(pollers["MaximumPollers"].as_i64() >= pollers["MinimumPollers"].as_i64());
+    let group = &mapping["AmazonManagedKafkaEventSourceConfig"]["ConsumerGroupId"];
+    assert_eq!(group, &t["Resources"]["KafkaConsumerFunction"]["Properties"]["FunctionName"], "named as the function");
+    let queue = &t["Resources"]["KafkaFailureQueue"]["Properties"];
+    assert_eq!(queue["MessageRetentionPeriod"], 14 * 86_400, "an operator has two weeks to replay");
+    // The failure queue is watched: a discarded batch pages someone.
+    let dimensions = json!([{"Name": "QueueName", "Value": {"Fn::GetAtt": ["KafkaFailureQueue", "QueueName"]}}]);
+    let alarm = alarm_on(&t, &json!("AWS/SQS"), "ApproximateNumberOfMessagesVisible", dimensions)
+        .expect("an alarm on the Kafka failure queue");
+    assert_eq!((&alarm["Threshold"], &alarm["EvaluationPeriods"]), (&json!(0), &json!(1)), "the first message");
+    assert_eq!(alarm["AlarmActions"], alarm_actions());
+}
+
+/// Every logical id a value refers to: `Ref` (an alias `X.Alias` is `X`'s), `Fn::GetAtt`, and
+/// `${X}` or `${X.Attr}` in `Fn::Sub`.
+fn references(value: &Value, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        Value::Object(o) => {
+            for (key, inner) in o {
+                match key.as_str() {
+                    "Ref" => {
+                        out.insert(inner.as_str().unwrap_or_default().split('.').next().unwrap().to_owned());
+                    }
+                    "Fn::GetAtt" => {
+                        out.insert(inner[0].as_str().unwrap_or_default().to_owned());
+                    }
+                    "Fn::Sub" => {
+                        let text = inner.as_str().or_else(|| inner[0].as_str()).unwrap_or_default();
+                        for name in text.split("${").skip(1).filter_map(|s| s.split('}').next()) {
+                            out.insert(name.split('.').next().unwrap().to_owned());
+                        }
+                        references(&inner[1], out);
+                    }
+                    _ => references(inner, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| references(v, out)),
+        _ => {}
+    }
+}
+
+/// The stack does not own the MSK cluster: with `KafkaClusterArn` empty (the default) nothing of
+/// the Kafka consumer is created, and with it set all of it is: its function, role, log group,
+/// mapping, failure queue, alarms and dashboard carry the condition, and nothing created without
+/// it refers to any of them (CloudFormation refuses a reference to a resource it did not make).
+#[test]
+fn the_kafka_resources_exist_only_when_a_cluster_is_given() {
+    let t = template();
+    assert_eq!(t["Parameters"]["KafkaClusterArn"]["Default"], "");
+    assert_eq!(
+        t["Conditions"][KAFKA_CONDITION],
+        json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "KafkaClusterArn"}, ""]}]})
+    );
+    let resources = t["Resources"].as_object().unwrap();
+    let conditional: Vec<&str> =
+        resources.iter().filter(|(_, r)| r["Condition"] == KAFKA_CONDITION).map(|(id, _)| id.as_str()).collect();
+    let kafka: Vec<&str> = resources.keys().map(String::as_str).filter(|id| id.starts_with("Kafka")).collect();
+    assert_eq!(conditional, kafka, "the Kafka resources, and only they, are conditional");
+    for id in [
+        "KafkaConsumerFunction",
+        "KafkaConsumerRole",
+        "KafkaConsumerLogGroup",
+        "KafkaEventSourceMapping",
+        "KafkaFailureQueue",
+        "KafkaFailureQueuePolicy",
+        "KafkaFailureAlarm",
+        "KafkaOffsetLagAlarm",
+        "KafkaDashboard",
+    ] {
+        assert!(conditional.contains(&id), "{id} is not created under {KAFKA_CONDITION}");
+    }
+    // Whatever refers to a Kafka resource or parameter exists only with it, outputs included.
+    let outputs = t["Outputs"].as_object().unwrap();
+    for (id, item) in resources.iter().chain(outputs) {
+        let mut named = std::collections::BTreeSet::new();
+        references(item, &mut named);
+        let needs_kafka = named.iter().any(|n| n.starts_with("Kafka"));
+        if needs_kafka {
+            assert_eq!(item["Condition"], KAFKA_CONDITION, "{id} refers to {named:?} without the condition");
+        }
+    }
+    let kafka_outputs = outputs.iter().filter(|(_, o)| o["Condition"] == KAFKA_CONDITION).count();
+    assert!(kafka_outputs >= 2, "the function and the failure queue are named in the outputs");
+}
+
 /// The template with `Fn::If` on `IsFifo` resolved.
 fn resolve(v: &Value, fifo: bool) -> Option<Value> {
     match v {
@@ -366,6 +623,20 @@ const FUNCTIONS: [(&str, &str, &str, &str); 2] = [
     ("PaymentsConsumerFunction", CONSUMER, "PaymentsEventSourceMapping", "payments-consumer"),
     ("ReceiptsRelayFunction", RELAY, "ReceiptsEventSourceMapping", "receipts-relay"),
 ];
+
+/// The Kafka payments consumer, in the same form: it exists only when the stack is given an MSK
+/// cluster ([`KAFKA_CONDITION`]), and its role also reaches the cluster and its VPC.
+const KAFKA_FUNCTION: (&str, &str, &str, &str) =
+    ("KafkaConsumerFunction", KAFKA, "KafkaEventSourceMapping", "kafka-consumer");
+
+/// The condition the Kafka consumer's resources are created under.
+const KAFKA_CONDITION: &str = "HasKafkaCluster";
+
+/// The functions that report each record's disposition in EMF metrics, and are alarmed and
+/// configured alike: the two above and the Kafka consumer.
+fn record_functions() -> impl Iterator<Item = (&'static str, &'static str, &'static str, &'static str)> {
+    FUNCTIONS.into_iter().chain([KAFKA_FUNCTION])
+}
 const TABLES: [&str; 3] = ["IdempotencyTable", "LedgerTable", "OutboxTable"];
 
 /// The alarms of the template: their `Properties`.
@@ -423,11 +694,11 @@ fn the_emf_alarms_read_the_namespace_parameter_and_the_deployed_function_names()
         effectively_once_lambda::metrics::NAMESPACE,
         "the template's default namespace is the code's"
     );
-    for (function, _, _, _) in FUNCTIONS {
+    for (function, _, _, _) in record_functions() {
         let env = &t["Resources"][function]["Properties"]["Environment"]["Variables"];
         assert_eq!(env["POWERTOOLS_METRICS_NAMESPACE"], metrics_namespace(), "{function}'s namespace");
     }
-    let names: Vec<Value> = FUNCTIONS.iter().map(|(f, ..)| function_name(&t, f)).collect();
+    let names: Vec<Value> = record_functions().map(|(f, ..)| function_name(&t, f)).collect();
     let mut emf = 0;
     for alarm in alarms(&t) {
         for metric in alarm_metrics(alarm) {
@@ -447,13 +718,13 @@ fn the_emf_alarms_read_the_namespace_parameter_and_the_deployed_function_names()
             );
         }
     }
-    // Failed for both functions, the relay's two alerts and its PermanentFailures.
-    assert!(emf >= 5, "only {emf} alarms on EMF metrics");
+    // Failed for the three functions, the relay's two alerts and its PermanentFailures.
+    assert!(emf >= 6, "only {emf} alarms on EMF metrics");
 }
 
-/// What an on-call engineer is paged for: a stuck queue, a held stream, a failing or throttled
-/// function, records failing, a throttled table, a payment in the DLQ, a receipt given up on,
-/// SES refusing to send, a receipt in doubt.
+/// What an on-call engineer is paged for: a stuck queue, a held stream or topic, a failing or
+/// throttled function, records failing, a throttled table, a payment in the DLQ, a receipt or a
+/// Kafka batch given up on, SES refusing to send, a receipt in doubt.
 #[test]
 fn every_condition_an_operator_must_see_has_an_alarm() {
     let t = template();
@@ -465,8 +736,10 @@ fn every_condition_an_operator_must_see_has_an_alarm() {
         (aws("AWS/SQS"), "ApproximateNumberOfMessagesVisible", queue("PaymentsDeadLetterQueue")),
         (aws("AWS/SQS"), "ApproximateNumberOfMessagesVisible", queue("ReceiptsFailureQueue")),
         (aws("AWS/Lambda"), "IteratorAge", dimension("FunctionName", json!({"Ref": "ReceiptsRelayFunction"}))),
+        (aws("AWS/SQS"), "ApproximateNumberOfMessagesVisible", queue("KafkaFailureQueue")),
+        (aws("AWS/Lambda"), "OffsetLag", dimension("FunctionName", json!({"Ref": "KafkaConsumerFunction"}))),
     ];
-    for (function, _, _, _) in FUNCTIONS {
+    for (function, _, _, _) in record_functions() {
         for metric in ["Errors", "Throttles"] {
             required.push((aws("AWS/Lambda"), metric, dimension("FunctionName", json!({"Ref": function}))));
         }
@@ -595,14 +868,41 @@ fn the_orders_stream_mapping_discards_poison_to_its_failure_queue_and_is_alarmed
     }
 }
 
-/// The dashboard body: a JSON string under `Fn::Sub`, so `${...}` stand for parameters,
+/// The dashboards: the stack's, and the Kafka consumer's under its condition (a dashboard
+/// cannot name a resource that may not exist).
+const DASHBOARDS: [&str; 2] = ["OperationsDashboard", "KafkaDashboard"];
+
+/// A dashboard's body: a JSON string under `Fn::Sub`, so `${...}` stand for parameters,
 /// resources (`${Queue.QueueName}`, `${Alarm.Arn}`) and pseudo parameters.
-fn dashboard(t: &Value) -> (Value, String) {
+fn dashboard(t: &Value, id: &str) -> (Value, String) {
     let resources = t["Resources"].as_object().unwrap();
-    let boards: Vec<&Value> = resources.values().filter(|r| r["Type"] == "AWS::CloudWatch::Dashboard").collect();
-    assert_eq!(boards.len(), 1, "one dashboard");
-    let body = boards[0]["Properties"]["DashboardBody"]["Fn::Sub"].as_str().expect("the body is a Fn::Sub string");
+    let mut boards: Vec<&str> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Dashboard")
+        .map(|(id, _)| id.as_str())
+        .collect();
+    boards.sort_unstable();
+    let mut expected = DASHBOARDS;
+    expected.sort_unstable();
+    assert_eq!(boards, expected, "the dashboards");
+    let body = t["Resources"][id]["Properties"]["DashboardBody"]["Fn::Sub"].as_str();
+    let body = body.expect("the body is a Fn::Sub string");
     (serde_json::from_str(body).expect("the dashboard body is JSON"), body.to_owned())
+}
+
+/// A dashboard's metrics, each as namespace, name and dimensions.
+fn widget_metrics(body: &Value) -> Vec<WidgetMetric> {
+    let widgets = list(&body["widgets"]);
+    widgets.iter().flat_map(|w| list(&w["properties"]["metrics"])).map(|m| widget_metric(&m)).collect()
+}
+
+/// Asserts the metrics show `name` in `namespace` with the one dimension `dimension`.
+fn shows(metrics: &[WidgetMetric], namespace: &str, name: &str, dimension: (&str, &str)) {
+    let wanted = vec![(dimension.0.to_owned(), dimension.1.to_owned())];
+    assert!(
+        metrics.iter().any(|(ns, n, d)| ns == namespace && n == name && *d == wanted),
+        "no dashboard widget shows {namespace} {name} {dimension:?}"
+    );
 }
 
 /// The string of a `{"Fn::Sub": "..."}` value (a function's name).
@@ -621,49 +921,58 @@ fn widget_metric(m: &Value) -> WidgetMetric {
 }
 
 /// The picture an on-call engineer opens first: per function what its records came to, how far
-/// behind the queue and the stream are, what waits in the DLQ and the failure queue, and the
-/// state of every alarm.
+/// behind the queue, the stream and the topic are, what waits in the DLQ and the failure queues,
+/// and the state of every alarm: on the stack's dashboard, or the Kafka consumer's on its own,
+/// which exists when the consumer does.
 #[test]
 fn the_dashboard_shows_the_records_the_backlogs_and_every_alarm() {
     let t = template();
-    let (body, text) = dashboard(&t);
-    let widgets = list(&body["widgets"]);
-    let metrics: Vec<WidgetMetric> =
-        widgets.iter().flat_map(|w| list(&w["properties"]["metrics"])).map(|m| widget_metric(&m)).collect();
-    let shows = |namespace: &str, name: &str, dimension: (&str, &str)| {
-        let wanted = vec![(dimension.0.to_owned(), dimension.1.to_owned())];
-        assert!(
-            metrics.iter().any(|(ns, n, d)| ns == namespace && n == name && *d == wanted),
-            "the dashboard has no {namespace} {name} {dimension:?}"
-        );
-    };
+    let (body, _) = dashboard(&t, "OperationsDashboard");
+    let (kafka_body, _) = dashboard(&t, "KafkaDashboard");
+    let (metrics, kafka_metrics) = (widget_metrics(&body), widget_metrics(&kafka_body));
+    // The same string as the function's name, so the widget reads what the function emits.
+    let name = |function: &str| sub_string(&t["Resources"][function]["Properties"]["FunctionName"]).to_owned();
     for (function, _, _, _) in FUNCTIONS {
-        // The same string as the function's name, so the widget reads what the function emits.
-        let name = sub_string(&t["Resources"][function]["Properties"]["FunctionName"]).to_owned();
         for metric in ["Applied", "Duplicate", "Rejected", "Failed"] {
-            shows("${MetricsNamespace}", metric, ("Function", &name));
+            shows(&metrics, "${MetricsNamespace}", metric, ("Function", &name(function)));
         }
     }
-    shows("AWS/SQS", "ApproximateAgeOfOldestMessage", ("QueueName", "${PaymentsQueue.QueueName}"));
-    let relay = sub_string(&t["Resources"]["ReceiptsRelayFunction"]["Properties"]["FunctionName"]).to_owned();
-    shows("AWS/Lambda", "IteratorAge", ("FunctionName", &relay));
+    shows(&metrics, "AWS/SQS", "ApproximateAgeOfOldestMessage", ("QueueName", "${PaymentsQueue.QueueName}"));
+    shows(&metrics, "AWS/Lambda", "IteratorAge", ("FunctionName", &name("ReceiptsRelayFunction")));
     for queue in ["PaymentsDeadLetterQueue", "ReceiptsFailureQueue"] {
-        shows("AWS/SQS", "ApproximateNumberOfMessagesVisible", ("QueueName", &format!("${{{queue}.QueueName}}")));
+        let queue = format!("${{{queue}.QueueName}}");
+        shows(&metrics, "AWS/SQS", "ApproximateNumberOfMessagesVisible", ("QueueName", &queue));
     }
-    // Every alarm's state, in one widget.
+    let kafka = name(KAFKA_FUNCTION.0);
+    for metric in ["Applied", "Duplicate", "Rejected", "Failed"] {
+        shows(&kafka_metrics, "${MetricsNamespace}", metric, ("Function", &kafka));
+    }
+    shows(&kafka_metrics, "AWS/Lambda", "OffsetLag", ("FunctionName", &kafka));
+    let failures = ("QueueName", "${KafkaFailureQueue.QueueName}");
+    shows(&kafka_metrics, "AWS/SQS", "ApproximateNumberOfMessagesVisible", failures);
+
+    // Every alarm's state, on the dashboard that exists when the alarm does.
     let resources = t["Resources"].as_object().unwrap();
-    let shown: Vec<Value> =
-        widgets.iter().filter(|w| w["type"] == "alarm").flat_map(|w| list(&w["properties"]["alarms"])).collect();
-    for (id, _) in resources.iter().filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm") {
-        assert!(shown.contains(&json!(format!("${{{id}.Arn}}"))), "the dashboard does not show {id}");
-    }
-    // Every `${...}` names something the stack has: a parameter, a resource or a pseudo parameter.
-    for reference in text.split("${").skip(1).map(|s| s.split('}').next().unwrap()) {
-        let target = reference.split('.').next().unwrap();
-        assert!(
-            target.starts_with("AWS::") || t["Parameters"].get(target).is_some() || resources.contains_key(target),
-            "the dashboard refers to {reference}, which the stack does not have"
-        );
+    for board in DASHBOARDS {
+        let (body, text) = dashboard(&t, board);
+        let condition = &resources[board]["Condition"];
+        let widgets = list(&body["widgets"]);
+        let shown: Vec<Value> =
+            widgets.iter().filter(|w| w["type"] == "alarm").flat_map(|w| list(&w["properties"]["alarms"])).collect();
+        let alarms = resources.iter().filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm");
+        for (id, _) in alarms.filter(|(_, r)| r["Condition"] == *condition) {
+            assert!(shown.contains(&json!(format!("${{{id}.Arn}}"))), "{board} does not show {id}");
+        }
+        // Every `${...}` names something the stack has whenever the dashboard exists: a
+        // parameter, a pseudo parameter, or a resource under no condition or the dashboard's.
+        for reference in text.split("${").skip(1).map(|s| s.split('}').next().unwrap()) {
+            let target = reference.split('.').next().unwrap();
+            let resource = resources.get(target).filter(|r| r["Condition"].is_null() || r["Condition"] == *condition);
+            assert!(
+                target.starts_with("AWS::") || t["Parameters"].get(target).is_some() || resource.is_some(),
+                "{board} refers to {reference}, which the stack may not have"
+            );
+        }
     }
 }
 
@@ -690,7 +999,7 @@ fn the_dead_letter_queue_keeps_messages_longer_than_the_payments_queue() {
 fn the_functions_are_traced_aliased_and_configured_and_the_tables_protected() {
     let t = template();
     let resources = &t["Resources"];
-    for (function, role, mapping, binary) in FUNCTIONS {
+    for (function, role, mapping, binary) in record_functions() {
         let props = &resources[function]["Properties"];
         assert_eq!(props["Tracing"], "Active", "{function}");
         // X-Ray's write actions take no resource ARN: "*" is the only form IAM accepts.
@@ -729,7 +1038,8 @@ fn the_functions_are_traced_aliased_and_configured_and_the_tables_protected() {
         assert_eq!(resources[table]["Properties"]["DeletionProtectionEnabled"], true, "{table}");
         assert_eq!(resources[table]["DeletionPolicy"], "Retain", "{table}");
     }
-    // The only grants on "*" are those whose actions take no resource.
+    // The only grants on "*" are those whose actions take no resource (the Kafka consumer's
+    // network interfaces in the cluster's VPC apart: its own test reads them).
     for (_, role, _, _) in FUNCTIONS {
         for s in statements(&t, role).iter().filter(|s| s["Resource"] == "*") {
             let actions: Vec<Value> = list(&s["Action"]);
@@ -812,7 +1122,8 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     use effectively_once_dynamodb::testing::{sdk_config, unique_name};
     use effectively_once_dynamodb::DynamoDbStore;
     use effectively_once_effects::email::{SendError, SendErrorKind};
-    use effectively_once_lambda::{sqs as sqs_driver, streams};
+    use effectively_once_lambda::events::{KafkaEvent, KafkaRecord};
+    use effectively_once_lambda::{kafka, sqs as sqs_driver, streams};
     use lambda_runtime::{Context, LambdaEvent};
 
     let sdk = sdk_config().await;
@@ -870,8 +1181,41 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     }
     assert_eq!(relay.sender().sent().len(), 1, "the scenario ran: one receipt sent");
 
+    // The Kafka consumer on the same tables, with event ids of its own: the same payments one
+    // record at a time, then as one batch (the batch path, its default), then that batch again in
+    // another sandbox (replays, read from the records).
+    let (client, kafka_requests) = recorded();
+    let outbox = Some(outbox_table.clone());
+    let ledger = payments::Ledger::new(DynamoDbStore::new(client, &idempotency), &ledger_table, outbox);
+    let kafka_event = |prefix: &str, offset: i64| {
+        let mut event = KafkaEvent::default();
+        for (i, body) in bodies.iter().enumerate() {
+            let mut record = KafkaRecord::default();
+            (record.topic, record.partition, record.offset) = (Some("payments".into()), 0, offset + i as i64);
+            record.value = Some(base64::engine::general_purpose::STANDARD.encode(body.replace("pay_", prefix)));
+            event.records.entry("payments-0".into()).or_default().push(record);
+        }
+        event
+    };
+    let options = kafka::Options { emit_metrics: false, ..kafka::Options::new("t") };
+    let one_by_one = kafka_consumer::Payments::new(ledger.clone_forgetting());
+    for record in kafka_event("kpay_", 0).records.remove("payments-0").unwrap() {
+        let mut event = KafkaEvent::default();
+        event.records.insert("payments-0".into(), vec![record]);
+        kafka::process(&one_by_one, LambdaEvent::new(event, Context::default()), &options).await;
+    }
+    for _ in 0..2 {
+        let batch = kafka_consumer::Payments::new(ledger.clone_forgetting());
+        kafka::process_batch(&batch, LambdaEvent::new(kafka_event("bpay_", 10), Context::default()), &options).await;
+    }
+    let kafka_requests = kafka_requests.take();
+    let posted = ledger.entries("acct_42").await.unwrap();
+    assert_eq!(posted.len(), 3, "the scenario ran: the SQS, one-by-one and batch credits: {posted:?}");
+
     let t = template();
-    for (role, requests) in [(CONSUMER, consumer_requests.take()), (RELAY, relay_requests.take())] {
+    for (role, requests) in
+        [(CONSUMER, consumer_requests.take()), (RELAY, relay_requests.take()), (KAFKA, kafka_requests)]
+    {
         assert!(!requests.is_empty());
         let mut seen = std::collections::BTreeSet::new();
         for (action, table, key) in &requests {

@@ -2,48 +2,17 @@
 //! the ledger once. `main.rs` only wires the environment, the clients and this handler.
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use effectively_once::{Config, Outcome};
-use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::{BatchHandler, Handler};
-use effectively_once_lambda::{Disposition, RecordError, RecordResult};
-use payments::{Ledger, PaymentEvent, Posting};
+use effectively_once_lambda::{RecordError, RecordResult};
+use payments::{Ledger, PaymentEvent};
 
 /// The function's name in metrics where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent.
 pub const FUNCTION: &str = "payments-consumer";
 
-/// The environment contract: table names, and the idempotency settings.
-#[derive(Debug, Clone)]
-pub struct Env {
-    /// `IDEMPOTENCY_TABLE`: the payments' records (applied and rejected).
-    pub idempotency_table: String,
-    /// `LEDGER_TABLE`: entries and balances.
-    pub ledger_table: String,
-    /// `OUTBOX_TABLE`: receipt rows; optional (no receipts without it).
-    pub outbox_table: Option<String>,
-    /// [`Config::from_env_with`]: the disable switch (`POWERTOOLS_IDEMPOTENCY_DISABLED`) is read,
-    /// and the ledger ignores it: a post keeps its once-only condition whatever the environment
-    /// says ([`payments::warn_if_disabled`], which `main` calls at cold start).
-    pub config: Config,
-}
-
-impl Env {
-    /// Reads the environment; a missing variable is named in the error.
-    pub fn from_env() -> Result<Env, String> {
-        Env::from_env_with(|name| std::env::var(name).ok())
-    }
-
-    /// The same, with the variables read through `var` (`None` for unset): tests pass a map.
-    pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Result<Env, String> {
-        let required = |name: &str| var(name).ok_or_else(|| format!("environment variable {name} is not set"));
-        Ok(Env {
-            idempotency_table: required("IDEMPOTENCY_TABLE")?,
-            ledger_table: required("LEDGER_TABLE")?,
-            outbox_table: var("OUTBOX_TABLE").filter(|t| !t.is_empty()),
-            config: Config::from_env_with(&var),
-        })
-    }
-}
+/// The environment contract: table names, and the idempotency settings (the ledger's, shared
+/// with every function that posts payments).
+pub use payments::LedgerEnv as Env;
 
 /// Posts each message's payment to the ledger.
 #[derive(Debug, Clone)]
@@ -60,8 +29,7 @@ impl Payments {
     /// A handler on the tables `env` names, with its config. The disable switch in it does not
     /// reach the ledger: [`Ledger::post`] never drops its once-only condition.
     pub fn from_env(client: aws_sdk_dynamodb::Client, env: &Env) -> Self {
-        let store = DynamoDbStore::new(client, &env.idempotency_table);
-        Payments::new(Ledger::new(store, &env.ledger_table, env.outbox_table.clone()).with_config(env.config.clone()))
+        Payments::new(Ledger::from_env(client, env))
     }
 
     /// The ledger.
@@ -76,29 +44,9 @@ fn parse(message: &SqsMessage) -> Result<PaymentEvent, RecordError> {
     PaymentEvent::parse(body).map_err(|e| RecordError::from(payments::Error::from(e)))
 }
 
-/// A post's answer as the record's result, logged.
-fn disposition(posted: Result<Outcome<Posting>, payments::Error>) -> RecordResult {
-    match posted {
-        Ok(Outcome::Fresh(Posting::Applied)) => Ok(Disposition::Applied),
-        Ok(Outcome::Fresh(Posting::Rejected { reason })) => {
-            tracing::info!(?reason, "payment rejected; recorded, not retried");
-            Ok(Disposition::Rejected)
-        }
-        Ok(Outcome::Replayed(posting)) => {
-            tracing::info!(?posting, "duplicate; answered from the first delivery");
-            Ok(Disposition::Duplicate)
-        }
-        // In progress elsewhere, permanent for a verdict on the payment, retryable else.
-        Err(error) => Err(error.into()),
-    }
-}
-
 impl Handler<SqsMessage> for Payments {
     async fn handle(&self, message: &SqsMessage, _context: &Context) -> RecordResult {
-        let event = parse(message)?;
-        tracing::Span::current().record("event_id", event.event_id.as_str());
-        // The post is one transaction: no lease to bound by the deadline.
-        disposition(self.ledger.post(&event).await)
+        payments::lambda::post(&self.ledger, &parse(message)?).await
     }
 
     /// The payment's span: its `event_id`, recorded once the body parses.
@@ -110,11 +58,7 @@ impl Handler<SqsMessage> for Payments {
     /// instead of finding it in progress and going back to the queue. An unparseable body has
     /// none (it fails on its own in `handle`).
     fn key(&self, message: &SqsMessage) -> Option<String> {
-        #[derive(serde::Deserialize)]
-        struct Key {
-            event_id: String,
-        }
-        serde_json::from_str::<Key>(message.body.as_deref()?).ok().map(|key| key.event_id)
+        PaymentEvent::event_id_of(message.body.as_deref()?.as_bytes())
     }
 }
 
@@ -123,28 +67,14 @@ impl Handler<SqsMessage> for Payments {
 /// in batch order; a malformed message fails alone.
 impl BatchHandler<SqsMessage> for Payments {
     async fn handle_batch(&self, messages: &[&SqsMessage], _context: &Context) -> Vec<RecordResult> {
-        let mut results: Vec<Option<RecordResult>> = messages.iter().map(|_| None).collect();
-        let (mut events, mut positions) = (Vec::with_capacity(messages.len()), Vec::with_capacity(messages.len()));
-        for (position, message) in messages.iter().enumerate() {
-            match parse(message) {
-                Ok(event) => {
-                    events.push(event);
-                    positions.push(position);
-                }
-                Err(error) => results[position] = Some(Err(error)),
-            }
-        }
-        let posted = self.ledger.post_batch(&events).await;
-        for ((result, position), event) in posted.into_iter().zip(positions).zip(&events) {
-            let span = tracing::info_span!("payment", event_id = event.event_id.as_str());
-            results[position] = Some(span.in_scope(|| disposition(result)));
-        }
-        results.into_iter().map(|r| r.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
+        let parsed = messages.iter().map(|message| parse(message)).collect();
+        payments::lambda::post_batch(&self.ledger, parsed).await
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use effectively_once_dynamodb::DynamoDbStore;
     use effectively_once_lambda::Handler;
 
     use super::*;

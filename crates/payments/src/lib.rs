@@ -1,8 +1,8 @@
-//! The payments showcase's domain, shared by its two functions (the payments consumer and the
-//! receipts relay): the payment event contract ([`PaymentEvent`]), the ledger that posts each
-//! event exactly once in one DynamoDB transaction ([`Ledger`]), the transactional outbox of
-//! receipts ([`Outbox`], [`ReceiptRow`]), and the receipt email's marker key
-//! ([`receipt_key`]). Not a library of the family (never published): the generic keyed
+//! The payments showcase's domain, shared by its functions (the payments consumer, the
+//! receipts relay, and the Kafka example): the payment event contract ([`PaymentEvent`]), the
+//! ledger that posts each event exactly once in one DynamoDB transaction ([`Ledger`], on the
+//! tables [`LedgerEnv`] names), the transactional outbox of receipts ([`Outbox`],
+//! [`ReceiptRow`]), and the receipt email's marker key ([`receipt_key`]). Not a library of the family (never published): the generic keyed
 //! effects are in `effectively-once-effects`, which this crate uses for the receipt.
 //!
 //! ```no_run
@@ -81,9 +81,10 @@
 //! # Features
 //!
 //! - `lambda`: [`ReceiptRow::from_stream_record`] (a DynamoDB Streams record of
-//!   `aws_lambda_events`) and the mapping of an [`Error`] to a batch driver's record result
+//!   `aws_lambda_events`), the mapping of an [`Error`] to a batch driver's record result
 //!   (`impl From<Error> for effectively_once_lambda::RecordError`, the family's one mapping
-//!   with an invalid payment permanent).
+//!   with an invalid payment permanent), and `lambda`: a post's answer as a record's result
+//!   and a batch's payments posted together, shared by the consumers of every trigger.
 //! - `test-util`: `tables` (the ledger and outbox tables, for tests and the local AWS).
 //!
 //! # Guarantees
@@ -97,7 +98,10 @@
 //! | receipt email, at least once | never a lost email; a copy only in the ambiguous window | duplicates, throttling, a crash before or after SES accepted (resent after the lease) |
 #![warn(missing_docs)]
 
+mod env;
 mod error;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 pub mod ledger;
 pub mod outbox;
 mod payment;
@@ -107,6 +111,7 @@ mod time;
 
 use effectively_once::{Key, KeyError};
 
+pub use crate::env::LedgerEnv;
 pub use crate::error::Error;
 pub use crate::ledger::{Balance, Ledger, Migration, Posting, Rejection};
 pub use crate::outbox::{Outbox, OutboxRow, ReceiptRow, RowStatus};

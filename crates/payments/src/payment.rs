@@ -84,6 +84,24 @@ impl PaymentEvent {
         Self::from_parsed(&value, body)
     }
 
+    /// The event id a body names, without judging the rest: the batch key of a payments
+    /// handler (the drivers' `Handler::key`), cheap to ask before any record runs. `None` when
+    /// the body is not a JSON object with a string `event_id`; such a body fails on its own
+    /// when [`parse`](PaymentEvent::parse)d.
+    ///
+    /// ```
+    /// let body = br#"{"event_id": "pay_0001", "amount_cents": "not judged here"}"#;
+    /// assert_eq!(payments::PaymentEvent::event_id_of(body).as_deref(), Some("pay_0001"));
+    /// assert_eq!(payments::PaymentEvent::event_id_of(b"{not json"), None);
+    /// ```
+    pub fn event_id_of(body: &[u8]) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Key {
+            event_id: String,
+        }
+        serde_json::from_slice::<Key>(body).ok().map(|key| key.event_id)
+    }
+
     /// Validates a parsed body; `body` is its text, for numbers a double cannot judge.
     fn from_parsed(value: &Value, body: &str) -> Result<PaymentEvent, InvalidPayment> {
         let Value::Object(map) = value else {

@@ -1,0 +1,25 @@
+//! Lambda entry point: Kafka payment events to the ledger, once each.
+// The batch path's future (a batch transaction inside the runtime's service) nests deeper than
+// the default limit of 128 lets rustc compute its layout.
+#![recursion_limit = "256"]
+
+use effectively_once_lambda::kafka::{self, Options};
+use effectively_once_lambda::Error;
+use kafka_consumer::{Payments, FUNCTION};
+use payments::LedgerEnv;
+
+// One invocation at a time per sandbox: a single-threaded runtime does the batch's I/O
+// concurrency without cross-thread wake-ups.
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let env = LedgerEnv::from_env()?;
+    // The switch is honoured by nothing this function runs: say so once, at cold start.
+    payments::warn_if_disabled(&env.config);
+    // Namespace, `Function` dimension and service read from the environment once, here.
+    let options = Options::new(FUNCTION);
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);
+    // The batch path: each round's payments in one transaction (kafka::run posts one at a time).
+    kafka::run_batch(handler, options).await
+}

@@ -1,0 +1,98 @@
+//! Failures on the local AWS: a record whose value is no payment fails alone and its partition
+//! goes on; a record that fails in a way a later delivery may undo holds its partition from
+//! that record, and only that partition; an event id reused for another payment posts nothing.
+
+mod common;
+
+use common::{balance, deliver, entries, payment, payment_with_receipt, raw_record, record, Tables};
+use effectively_once_lambda::Retry;
+
+/// Poison of every kind, in two partitions, between valid payments: each fails alone,
+/// permanently, with its reason; no partition is held (a retry cannot mend a value), and every
+/// valid payment posts, those after the poison in its partition too.
+#[tokio::test]
+async fn a_malformed_value_fails_alone_and_the_rest_of_the_batch_posts() {
+    let tables = Tables::fresh().await;
+    let payments = tables.payments();
+    let batch = [
+        record(0, 1, &payment("pay_0101", "acct_1", 1000)),
+        record(0, 2, "{not json: a poison payment"),
+        raw_record(0, 3, None),
+        record(0, 4, &payment("pay_0102", "acct_1", 500)),
+        raw_record(1, 7, Some("%%% not base64 %%%".into())),
+        raw_record(1, 8, Some("//79".into())), // base64 of 0xff 0xfe 0xfd: not UTF-8
+        record(1, 9, &payment("pay_0103", "acct_2", 0)),
+        record(1, 10, &payment("pay_0104", "acct_2", 700)),
+    ];
+    let delivered = deliver(&payments, &batch).await;
+    assert!(delivered.resume.is_empty(), "no partition is held at a poison record: {delivered:?}");
+    let mut failed = delivered.failed.clone();
+    failed.sort_by(|a, b| a.0.cmp(&b.0));
+    let reasons: Vec<(&str, Retry, &str)> =
+        failed.iter().map(|(id, e)| (id.as_str(), e.retry, e.reason.as_str())).collect();
+    assert_eq!(
+        reasons,
+        [
+            (
+                "payments-0@2",
+                Retry::Permanent,
+                "invalid payment event: body is not JSON (key must be a string at line 1 column 2)"
+            ),
+            ("payments-0@3", Retry::Permanent, "the record has no value"),
+            ("payments-1@7", Retry::Permanent, "the record's value is not base64"),
+            ("payments-1@8", Retry::Permanent, "the record's value is not UTF-8"),
+            ("payments-1@9", Retry::Permanent, "invalid payment event: amount_cents: must not be zero"),
+        ]
+    );
+    assert_eq!(balance(&payments, "acct_1").await, Some((1500, 2)), "both payments around the poison");
+    assert_eq!(entries(&payments, "acct_2").await, [("pay_0104".to_owned(), 700)]);
+}
+
+/// A payment that asks for a receipt, on a ledger deployed without its outbox table: retryable
+/// (the deployment is at fault, not the payment). Its partition is answered with that record's
+/// offset and the records after it wait; the other partition is committed whole. Once the
+/// outbox is there, Lambda resumes the partition from that offset: the waiting payments post,
+/// and nothing before the resume point posts twice.
+#[tokio::test]
+async fn a_failing_record_holds_its_partition_from_it_and_the_other_partitions_are_committed() {
+    let tables = Tables::fresh().await;
+    let partition_0 = [
+        record(0, 10, &payment("pay_0201", "acct_1", 1000)),
+        record(0, 11, &payment_with_receipt("pay_0202", "acct_1", 500, "alice@example.com")),
+        record(0, 12, &payment("pay_0203", "acct_1", 250)),
+    ];
+    let partition_1 =
+        [record(1, 20, &payment("pay_0204", "acct_2", 700)), record(1, 21, &payment("pay_0205", "acct_2", -200))];
+    let batch: Vec<_> = partition_0.iter().chain(&partition_1).cloned().collect();
+    let delivered = deliver(&tables.payments(), &batch).await;
+    assert_eq!(delivered.resume, [("payments-0".to_owned(), 11)], "partition 0 resumes at the failed record");
+    assert_eq!(delivered.failed_records(), ["payments-0@11"], "pay_0203 waits, not started: {delivered:?}");
+    assert_eq!(delivered.failed[0].1.retry, Retry::Retryable);
+    let payments = tables.payments();
+    assert_eq!(entries(&payments, "acct_1").await, [("pay_0201".to_owned(), 1000)]);
+    assert_eq!(balance(&payments, "acct_2").await, Some((500, 2)), "partition 1 is done and committed");
+
+    // The fix is deployed; Lambda delivers partition 0 again from offset 11.
+    let fixed = tables.with_outbox().await.payments();
+    let resumed = deliver(&fixed, &partition_0[1..]).await;
+    assert!(resumed.all_succeeded(), "{resumed:?}");
+    assert_eq!(balance(&fixed, "acct_1").await, Some((1750, 3)));
+    assert_eq!(balance(&fixed, "acct_2").await, Some((500, 2)));
+}
+
+/// An event id already applied, sent again for another account: key reuse. Nothing posts, the
+/// record fails permanently (logged with the reason, its partition goes on), and the first
+/// payment stands.
+#[tokio::test]
+async fn an_event_id_reused_for_another_payment_fails_alone_and_posts_nothing() {
+    let tables = Tables::fresh().await;
+    let payments = tables.payments();
+    assert!(deliver(&payments, &[record(0, 1, &payment("pay_0301", "acct_1", 900))]).await.all_succeeded());
+    let batch = [record(0, 2, &payment("pay_0301", "acct_9", 900)), record(0, 3, &payment("pay_0302", "acct_9", 50))];
+    let delivered = deliver(&tables.payments(), &batch).await;
+    assert!(delivered.resume.is_empty(), "{delivered:?}");
+    assert_eq!(delivered.failed_records(), ["payments-0@2"]);
+    assert_eq!(delivered.failed[0].1.retry, Retry::Permanent);
+    assert_eq!(entries(&payments, "acct_1").await, [("pay_0301".to_owned(), 900)]);
+    assert_eq!(entries(&payments, "acct_9").await, [("pay_0302".to_owned(), 50)]);
+}
