@@ -144,13 +144,14 @@ pub struct MappingSettings {
 }
 
 /// The settings of the template's mapping whose `EventSourceArn` is an attribute of the resource
-/// `source` (`PaymentsQueue`, `OutboxTable`, `OrdersStream`).
+/// `source` (`PaymentsQueue`, `OutboxTable`, `OrdersStream`) or the parameter `source`
+/// (`KafkaClusterArn`).
 pub fn mapping_settings(source: &str) -> Result<MappingSettings> {
     let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
     let mappings = resources("AWS::Lambda::EventSourceMapping")?;
     let (_, props) = mappings
         .iter()
-        .find(|(_, p)| p["EventSourceArn"]["Fn::GetAtt"][0] == source)
+        .find(|(_, p)| p["EventSourceArn"]["Fn::GetAtt"][0] == source || p["EventSourceArn"]["Ref"] == source)
         .ok_or_else(|| format!("template has no event source mapping on {source}"))?;
     let is_queue = template["Resources"][source]["Type"] == "AWS::SQS::Queue";
     let limit = |field: &str| number(&template, &props[field]).filter(|n| *n >= 0);

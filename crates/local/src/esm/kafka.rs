@@ -52,6 +52,9 @@ pub fn bootstrap() -> Result<String> {
     }
 }
 
+/// The template's parameter (the MSK cluster's ARN) the Kafka mapping reads from.
+pub const CLUSTER: &str = "KafkaClusterArn";
+
 /// A Kafka event source mapping: where it reads, as which group, and how failures are handled.
 #[derive(Debug, Clone)]
 pub struct KafkaMapping {
@@ -69,20 +72,15 @@ pub struct KafkaMapping {
 
 impl KafkaMapping {
     /// Reads `topic` from its earliest offset (`StartingPosition: TRIM_HORIZON`) as `group`, with
-    /// batch item failures reported, ten retries and discarded batches to `failures_url`.
+    /// the template's Kafka mapping (batch size, retries, response types); discarded batches go
+    /// to `failures_url`.
     pub fn new(bootstrap: &str, topic: &str, group: &str, failures_url: Option<String>) -> Self {
-        let settings = Settings {
-            batch_size: 100,
-            // "When you configure both infinite retries and an on-failure destination, Lambda
-            // automatically applies a maximum of 10 retry attempts."
-            max_retries: 10,
-            max_record_age_seconds: None,
-            bisect_on_error: false,
-            report_batch_item_failures: true,
-            failures_url,
-            function_arn: "arn:aws:lambda:us-east-1:000000000000:function:kafka-consumer".into(),
-            clock: std::time::SystemTime::now,
-        };
+        let (mut settings, _) = Settings::from_template(CLUSTER, "kafka-consumer", failures_url);
+        // "When you configure both infinite retries and an on-failure destination, Lambda
+        // automatically applies a maximum of 10 retry attempts."
+        if settings.max_retries == u32::MAX && settings.failures_url.is_some() {
+            settings.max_retries = 10;
+        }
         KafkaMapping {
             bootstrap: bootstrap.into(),
             topic: topic.into(),

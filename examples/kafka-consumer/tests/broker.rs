@@ -1,0 +1,308 @@
+//! The failure modes Kafka is known for, on a real Kafka-protocol broker (`make local-kafka-up`)
+//! through the Kafka event source emulator (`local::esm::kafka`), each ending with every
+//! payment posted once and nothing lost: a batch whose offsets were never committed, two
+//! pollers of one group holding a partition at once across a rebalance, a producer retry at a
+//! new offset, and a record that fails until a fix, discarded to the on-failure destination and
+//! replayed from it. The ledger is read back: entries and balances.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{balance, entries, payment, Tables};
+use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_lambda::events::{Context, KafkaEvent, KafkaRecord};
+use effectively_once_lambda::kafka::KafkaEventResponse;
+use effectively_once_lambda::{BatchHandler, Handler, RecordResult};
+use kafka_consumer::Payments;
+use local::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer};
+use local::invoke::{Batched, KafkaFunction};
+use local::resources::Clients;
+
+/// A topic, its mapping (group and failure queue) and a producer, the test's own.
+struct Topic {
+    clients: Clients,
+    mapping: KafkaMapping,
+    producer: Producer,
+    partitions: i32,
+    /// Per partition, the offset after the last record written.
+    ends: BTreeMap<i32, i64>,
+}
+
+impl Topic {
+    async fn new(partitions: i32) -> Topic {
+        let bootstrap = kafka::bootstrap().expect("the local Kafka broker");
+        let clients = Clients::local().await;
+        let topic = unique_name("payments");
+        kafka::create_topic(&bootstrap, &topic, partitions).await.expect("create topic");
+        let queue = clients.sqs.create_queue().queue_name(unique_name("kafka-fail")).send().await.expect("queue");
+        let mut mapping =
+            KafkaMapping::new(&bootstrap, &topic, &unique_name("group"), queue.queue_url().map(str::to_owned));
+        mapping.settings.batch_size = 10;
+        mapping.settings.max_retries = 2;
+        let producer = Producer::new(&bootstrap).expect("producer");
+        Topic { clients, mapping, producer, partitions, ends: BTreeMap::new() }
+    }
+
+    /// Writes `value` under the record key `key` (its hash picks the partition, unless
+    /// `partition` says); returns where it landed.
+    async fn send(&mut self, key: &str, value: &str, partition: Option<i32>) -> (i32, i64) {
+        let record = Outgoing { key, value: value.as_bytes(), partition, ..Outgoing::default() };
+        let (partition, offset) = self.producer.send(&self.mapping.topic, record).await.expect("produce");
+        let end = self.ends.entry(partition).or_default();
+        *end = (*end).max(offset + 1);
+        (partition, offset)
+    }
+
+    fn poller(&self, name: &str) -> KafkaPoller {
+        KafkaPoller::join(&self.mapping, name).expect("join the group")
+    }
+
+    /// Whether the group's committed offsets have reached every record written.
+    fn drained(&self) -> bool {
+        let committed = kafka::committed(&self.mapping, self.partitions).expect("committed offsets");
+        self.ends.iter().all(|(&p, &end)| committed[p as usize].is_some_and(|c| c >= end))
+    }
+
+    /// Polls with each of `pollers` in turn until the group has committed everything written
+    /// (or two minutes pass).
+    async fn drain<F: KafkaFunction>(&self, pollers: &mut [KafkaPoller], function: &F) -> KafkaPoll {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        let mut total = KafkaPoll::default();
+        while !self.drained() {
+            assert!(tokio::time::Instant::now() < deadline, "not drained after two minutes: {total:?}");
+            for poller in pollers.iter_mut() {
+                total += poller.poll(&self.clients, function).await.expect("poll");
+            }
+        }
+        total
+    }
+}
+
+/// Every payment of `expected` (event id → amount) is in `account`'s entries exactly once, and
+/// the balance is their sum over that many entries.
+async fn assert_posted_once(payments: &Payments, account: &str, expected: &[(&str, i64)]) {
+    let mut want: Vec<(String, i64)> = expected.iter().map(|(id, amount)| (id.to_string(), *amount)).collect();
+    want.sort();
+    let mut got = entries(payments, account).await;
+    got.sort();
+    assert_eq!(got, want, "{account}: each payment's entry once");
+    let sum = expected.iter().map(|(_, amount)| amount).sum::<i64>();
+    assert_eq!(balance(payments, account).await, Some((sum, expected.len() as u64)), "{account}: balance");
+}
+
+/// The consumer as deployed (the batch path), counting the records it is handed.
+fn consumer(tables: &Tables) -> Batched<Payments> {
+    Batched::new(tables.payments(), kafka_consumer::FUNCTION)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_whose_offsets_were_never_committed_is_delivered_again_and_posts_once() {
+    let tables = Tables::fresh().await;
+    let mut topic = Topic::new(2).await;
+    let ids: Vec<String> = (0..6).map(|i| unique_name(&format!("pay{i}"))).collect();
+    for (i, id) in ids.iter().enumerate() {
+        topic.send(id, &payment(id, "acct-crash", 100 + i as i64), Some(i as i32 % 2)).await;
+    }
+    let function = consumer(&tables);
+    // The first poller posts its batch and dies before committing an offset.
+    let crashed = topic.poller("crashes").poll_then_crash(&function).await.expect("first batch");
+    assert!(crashed > 0);
+    assert_eq!(function.counts().applied, crashed as u64);
+    // The next member of the group starts from the last commit: the same records again.
+    let again = topic.drain(&mut [topic.poller("next")], &function).await;
+    assert_eq!(again.delivered, 6, "every record delivered to the next poller");
+    let counts = function.counts();
+    assert_eq!((counts.applied, counts.duplicate), (6, crashed as u64), "{counts:?}");
+    let expected: Vec<(&str, i64)> = ids.iter().enumerate().map(|(i, id)| (id.as_str(), 100 + i as i64)).collect();
+    assert_posted_once(function.handler(), "acct-crash", &expected).await;
+}
+
+/// A poller's function that, on its first invocation, waits until the other poller's first
+/// invocation has come too, then both go into the handler at once: the two members of the group
+/// hold the same records at the same time.
+struct Together<'a> {
+    inner: &'a Batched<Payments>,
+    barrier: Arc<tokio::sync::Barrier>,
+    first: std::sync::atomic::AtomicBool,
+    /// Told when this poller's first invocation starts.
+    started: tokio::sync::Notify,
+    /// Records this poller was handed.
+    records: AtomicUsize,
+    /// The records (`topic-partition@offset`) of its first invocation.
+    first_batch: std::sync::Mutex<Vec<String>>,
+}
+
+impl<'a> Together<'a> {
+    fn pair(inner: &'a Batched<Payments>) -> (Together<'a>, Together<'a>) {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let one = |barrier| Together {
+            inner,
+            barrier,
+            first: true.into(),
+            started: tokio::sync::Notify::new(),
+            records: AtomicUsize::new(0),
+            first_batch: std::sync::Mutex::default(),
+        };
+        (one(Arc::clone(&barrier)), one(barrier))
+    }
+}
+
+impl KafkaFunction for Together<'_> {
+    async fn invoke(&self, event: KafkaEvent) -> local::Result<KafkaEventResponse> {
+        self.records.fetch_add(event.records.values().map(Vec::len).sum(), Ordering::SeqCst);
+        if self.first.swap(false, Ordering::SeqCst) {
+            let ids = event
+                .records
+                .iter()
+                .flat_map(|(tp, records)| records.iter().map(move |r| format!("{tp}@{}", r.offset)));
+            *self.first_batch.lock().unwrap() = ids.collect();
+            self.started.notify_one();
+            let waited = tokio::time::timeout(Duration::from_secs(60), self.barrier.wait()).await;
+            waited.map_err(|_| "the other poller never got the partition")?;
+        }
+        self.inner.invoke(event).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_pollers_overlapping_across_a_rebalance_post_each_payment_once() {
+    let tables = Tables::fresh().await;
+    let mut topic = Topic::new(2).await;
+    let ids: Vec<String> = (0..8).map(|i| unique_name(&format!("pay{i}"))).collect();
+    for (i, id) in ids.iter().enumerate() {
+        topic.send(id, &payment(id, "acct-rebalance", 10 + i as i64), Some(i as i32 % 2)).await;
+    }
+    let function = consumer(&tables);
+    let (a, b) = Together::pair(&function);
+    let mut first = topic.poller("a");
+    // "a", alone in the group, takes a batch and stalls in its invocation. "b" joins; "a" does
+    // not poll within the group's poll interval, so the group gives every partition to "b",
+    // which reads from the last commit (none) and delivers the same records while "a" still
+    // holds them; then both run the handler at once.
+    let (stalled, (took_over, second)) = tokio::join!(first.poll(&topic.clients, &a), async {
+        a.started.notified().await;
+        let mut second = topic.poller("b");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let poll = second.poll(&topic.clients, &b).await.expect("poll b");
+            if poll.delivered > 0 || tokio::time::Instant::now() > deadline {
+                return (poll, second);
+            }
+        }
+    });
+    let stalled = stalled.expect("poll a");
+    assert!(stalled.delivered > 0 && took_over.delivered > 0, "both pollers delivered: {stalled:?} {took_over:?}");
+    // Then the group settles and everything is committed.
+    let rest = topic.drain(&mut [first, second], &function).await;
+    let (held_a, held_b) = (a.first_batch.lock().unwrap().clone(), b.first_batch.lock().unwrap().clone());
+    let both: Vec<&String> = held_a.iter().filter(|id| held_b.contains(id)).collect();
+    let handed = a.records.load(Ordering::SeqCst) + b.records.load(Ordering::SeqCst) + rest.delivered;
+    let counts = function.counts();
+    eprintln!(
+        "rebalance overlap: {} records written, {handed} handed to the pollers ({} to the stalled one, {} to the \
+         new owner during the overlap, {} of them in both at once); applied {}, duplicates {}, in progress {}; \
+         commits refused {}",
+        ids.len(),
+        stalled.delivered,
+        took_over.delivered,
+        both.len(),
+        counts.applied,
+        counts.duplicate,
+        counts.in_progress,
+        stalled.commits_refused + took_over.commits_refused + rest.commits_refused,
+    );
+    assert!(!both.is_empty(), "the two pollers held the same records at once: {held_a:?} / {held_b:?}");
+    assert!(handed > ids.len(), "records processed twice: {handed} handed for {} written", ids.len());
+    assert_eq!(counts.applied, ids.len() as u64, "{counts:?}");
+    let expected: Vec<(&str, i64)> = ids.iter().enumerate().map(|(i, id)| (id.as_str(), 10 + i as i64)).collect();
+    assert_posted_once(function.handler(), "acct-rebalance", &expected).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_producer_retry_at_a_new_offset_posts_once() {
+    let tables = Tables::fresh().await;
+    let mut topic = Topic::new(2).await;
+    let (id, other) = (unique_name("pay"), unique_name("pay"));
+    let value = payment(&id, "acct-retry", 250);
+    // The producer lost the first send's answer and sent again: a new offset, and once under
+    // another record key (another partition).
+    let first = topic.send(&id, &value, Some(0)).await;
+    let retried = topic.send(&id, &value, Some(0)).await;
+    let elsewhere = topic.send("another-key", &value, Some(1)).await;
+    topic.send(&other, &payment(&other, "acct-retry", 5), Some(1)).await;
+    assert!(first.1 < retried.1 && elsewhere.0 != first.0);
+    let function = consumer(&tables);
+    let drained = topic.drain(&mut [topic.poller("p")], &function).await;
+    assert_eq!(drained.delivered, 4);
+    let counts = function.counts();
+    assert_eq!((counts.applied, counts.duplicate), (2, 2), "{counts:?}");
+    assert_posted_once(function.handler(), "acct-retry", &[(&id, 250), (&other, 5)]).await;
+}
+
+/// The consumer with a bug: every record whose payment's event id holds `bug` panics, until
+/// the fix (a new deployment: the plain consumer).
+struct Buggy {
+    inner: Payments,
+    bug: String,
+}
+
+impl Buggy {
+    fn check(&self, record: &KafkaRecord) {
+        let value = effectively_once_lambda::kafka::value_bytes(record).unwrap_or_default();
+        if String::from_utf8_lossy(&value).contains(&self.bug) {
+            panic!("a bug in the handler: this payment crashes it");
+        }
+    }
+}
+
+impl Handler<KafkaRecord> for Buggy {
+    async fn handle(&self, record: &KafkaRecord, context: &Context) -> RecordResult {
+        self.check(record);
+        Handler::handle(&self.inner, record, context).await
+    }
+
+    fn key(&self, record: &KafkaRecord) -> Option<String> {
+        Handler::key(&self.inner, record)
+    }
+}
+
+impl BatchHandler<KafkaRecord> for Buggy {
+    async fn handle_batch(&self, records: &[&KafkaRecord], context: &Context) -> Vec<RecordResult> {
+        records.iter().for_each(|r| self.check(r));
+        self.inner.handle_batch(records, context).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poison_goes_to_the_failure_destination_and_replays_once_fixed() {
+    let tables = Tables::fresh().await;
+    let mut topic = Topic::new(2).await;
+    let poison = unique_name("poison");
+    let before = unique_name("pay");
+    let after = unique_name("pay");
+    let elsewhere = unique_name("pay");
+    topic.send(&before, &payment(&before, "acct-poison", 1), Some(0)).await;
+    topic.send(&poison, &payment(&poison, "acct-poison", 20), Some(0)).await;
+    topic.send(&after, &payment(&after, "acct-poison", 300), Some(0)).await;
+    topic.send(&elsewhere, &payment(&elsewhere, "acct-poison", 4000), Some(1)).await;
+    let buggy = Batched::new(Buggy { inner: tables.payments(), bug: poison.clone() }, kafka_consumer::FUNCTION);
+    let drained = topic.drain(&mut [topic.poller("p")], &buggy).await;
+    // The poison record's partition resumed at it three times (the first invocation and two
+    // retries), then the poison and what came after it in its batch went to the destination.
+    assert_eq!(drained.given_up, 2, "{drained:?}");
+    assert_posted_once(&buggy.handler().inner, "acct-poison", &[(&before, 1), (&elsewhere, 4000)]).await;
+
+    // The fix is deployed; the destination is replayed: the poison and the record behind it
+    // post once, and the invocation record leaves the destination.
+    let fixed = consumer(&tables);
+    let replayed = kafka::replay_kafka_failures(&topic.clients, &topic.mapping, &fixed).await.expect("replay");
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 2, 0));
+    let again = kafka::replay_kafka_failures(&topic.clients, &topic.mapping, &fixed).await.expect("replay again");
+    assert_eq!((again.batches, again.records), (0, 0), "the destination is empty");
+    let expected = [(before.as_str(), 1), (poison.as_str(), 20), (after.as_str(), 300), (elsewhere.as_str(), 4000)];
+    assert_posted_once(fixed.handler(), "acct-poison", &expected).await;
+}
