@@ -51,7 +51,7 @@ impl Handler<SqsMessage> for Payments {
 
     /// The payment's span: its `event_id`, recorded once the body parses.
     fn span(&self, _message: &SqsMessage) -> tracing::Span {
-        tracing::info_span!("payment", event_id = tracing::field::Empty)
+        payments::lambda::span()
     }
 
     /// The event id: an in-batch duplicate runs after the first copy and is answered from it,

@@ -26,9 +26,15 @@ pub fn disposition(posted: Result<Outcome<Posting>, Error>) -> RecordResult {
     }
 }
 
+/// A handler's span for one record (its `Handler::span`): `payment`, with an `event_id` field
+/// that [`post`] records once the record parses. Only the event id: no account, amount or
+/// address in the logs.
+pub fn span() -> tracing::Span {
+    tracing::info_span!("payment", event_id = tracing::field::Empty)
+}
+
 /// Posts one record's payment ([`Ledger::post`], one transaction: no lease to bound by the
-/// deadline), with its `event_id` recorded on the current span (the handler's, opened with an
-/// empty `event_id` field).
+/// deadline), with its `event_id` recorded on the current span (the handler's, [`span`]).
 pub async fn post(ledger: &Ledger, event: &PaymentEvent) -> RecordResult {
     tracing::Span::current().record("event_id", event.event_id.as_str());
     disposition(ledger.post(event).await)

@@ -112,7 +112,7 @@ impl Handler<KafkaRecord> for Payments {
     /// The payment's span: its `event_id`, recorded once the value parses (no account, amount
     /// or address: those stay out of the logs).
     fn span(&self, _record: &KafkaRecord) -> tracing::Span {
-        tracing::info_span!("payment", event_id = tracing::field::Empty)
+        payments::lambda::span()
     }
 
     /// The event id: a copy at another offset or in another partition of the same batch runs
