@@ -76,6 +76,8 @@ pub struct Resources {
     pub orders_table: String,
     /// The orders mapping's on-failure destination.
     pub orders_failures_url: String,
+    /// The Kafka mapping's on-failure destination.
+    pub kafka_failures_url: String,
 }
 
 /// A local name from a logical id: `LedgerTable` is `ledger`, `PaymentsDeadLetterQueue` is
@@ -235,6 +237,10 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
             .on_failure
             .as_deref()
             .unwrap_or("OrdersFailureQueue"))?,
+        kafka_failures_url: url(mapping_settings(crate::esm::kafka::CLUSTER)?
+            .on_failure
+            .as_deref()
+            .unwrap_or("KafkaFailureQueue"))?,
     })
 }
 
@@ -264,7 +270,8 @@ pub async fn down(clients: &Clients, resources: &Resources) -> Result<()> {
     {
         clients.dynamodb.delete_table().table_name(table).send().await.ok();
     }
-    for url in [&resources.queue_url, &resources.dlq_url, &resources.failures_url, &resources.orders_failures_url] {
+    let queues = [&resources.queue_url, &resources.dlq_url, &resources.failures_url, &resources.orders_failures_url];
+    for url in queues.into_iter().chain([&resources.kafka_failures_url]) {
         clients.sqs.delete_queue().queue_url(url).send().await.ok();
     }
     clients.kinesis.delete_stream().stream_name(&resources.orders_stream).send().await.ok();
