@@ -35,7 +35,7 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package local-down send \
 	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
-	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke
+	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
 ## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS,
 ##       the local Redis (the store contract suite runs on both) and the local Kafka broker
@@ -190,6 +190,12 @@ local-redis-down:
 
 local-redis-status:
 	infra/local/redis.sh status
+
+## run-kafka: produce events/kafka-payments.json to the local broker's `payments` topic and run the
+##            Kafka event source emulator (two pollers in one group) until it is committed
+##            (KAFKA_ARGS="--replay", "--invoke-url http://127.0.0.1:9000" for the binary under `make watch`)
+run-kafka: local-up local-kafka-up
+	cargo run -q -p local -- kafka --file events/kafka-payments.json $(KAFKA_ARGS)
 
 ## local-kafka-up: build tansu (pinned, once: about 8-10 minutes on 2 cores) into .tools/tansu and
 ##                 start it on 127.0.0.1:$(LOCAL_KAFKA_PORT) with in-memory storage, or reuse the

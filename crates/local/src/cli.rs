@@ -45,6 +45,9 @@ pub enum Command {
     /// Replay a stream mapping's on-failure destination: fetch each discarded batch's records
     /// from the stream by sequence number, invoke the function, delete the record once they pass
     ReplayStream(ReplayArgs),
+    /// Produce a Kafka sample event's records to the local broker (`make local-kafka-up`), run
+    /// the Kafka event source emulator's pollers until their group has committed every record
+    Kafka(KafkaArgs),
     /// A hostile workload through the pipeline, a DLQ redrive, and the invariants checked
     Demo(DemoArgs),
     /// The demo's workload with faults injected at every layer, on resources of its own
@@ -87,6 +90,29 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pollers: usize,
     /// Invoke the functions behind `cargo lambda watch` at this address
+    /// (http://127.0.0.1:9000) instead of in process
+    #[arg(long, value_name = "URL")]
+    invoke_url: Option<String>,
+}
+
+/// `local kafka`.
+#[derive(Debug, Args)]
+pub struct KafkaArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The topic (created with 3 partitions when missing)
+    #[arg(long, default_value = "payments")]
+    topic: String,
+    /// A Kafka sample event (events/kafka-*.json) whose records to produce first
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Pollers in the consumer group
+    #[arg(long, default_value_t = 2)]
+    pollers: usize,
+    /// Then replay the on-failure destination through the function
+    #[arg(long)]
+    replay: bool,
+    /// Invoke the kafka-consumer behind `cargo lambda watch` at this address
     /// (http://127.0.0.1:9000) instead of in process
     #[arg(long, value_name = "URL")]
     invoke_url: Option<String>,
@@ -172,6 +198,7 @@ impl Command {
             }
             Command::ReplayStream(args) => replay(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
             Command::Demo(args) => demo(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
+            Command::Kafka(args) => kafka(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
         }
     }
 }
@@ -235,6 +262,52 @@ async fn drain<P: SqsFunction, R: StreamFunction>(
     let p = esm.run_until_drained(&pipeline.clients, |p| tracker.show(p)).await?;
     tracker.finish();
     println!("drained: {} deliveries, {} failed, {} stream records", p.deliveries, p.failed, p.stream_records);
+    Ok(())
+}
+
+/// `local kafka`: produce the sample's records, drain with the pollers, replay if asked.
+async fn kafka(pipeline: &Pipeline, args: &KafkaArgs) -> Result<()> {
+    use esm::kafka::{KafkaMapping, KafkaPoller};
+    let bootstrap = esm::kafka::bootstrap()?;
+    esm::kafka::create_topic(&bootstrap, &args.topic, 3).await?;
+    if let Some(path) = &args.file {
+        let json = std::fs::read_to_string(path).context(path.display().to_string())?;
+        let produced = esm::kafka::produce_event_file(&bootstrap, &args.topic, &json).await?;
+        println!("produced {produced} records of {} to {}", path.display(), args.topic);
+    }
+    let group = resources::local_name(&args.target.prefix, "KafkaConsumer");
+    let failures = Some(pipeline.resources.kafka_failures_url.clone());
+    let mapping = KafkaMapping::new(&bootstrap, &args.topic, &group, failures);
+    let mut pollers = (0..args.pollers.max(1))
+        .map(|i| KafkaPoller::join(&mapping, &format!("{group}-poller-{i}")))
+        .collect::<Result<Vec<_>>>()?;
+    match &args.invoke_url {
+        Some(url) => {
+            let function = Http { url: url.clone(), function: kafka_consumer::FUNCTION.into() };
+            drain_kafka(pipeline, &mapping, &mut pollers, &function, args.replay).await
+        }
+        None => drain_kafka(pipeline, &mapping, &mut pollers, &pipeline.kafka(), args.replay).await,
+    }
+}
+
+async fn drain_kafka<F: esm::kafka::KafkaFunction>(
+    pipeline: &Pipeline,
+    mapping: &esm::kafka::KafkaMapping,
+    pollers: &mut [esm::kafka::KafkaPoller],
+    function: &F,
+    replay: bool,
+) -> Result<()> {
+    let clients = &pipeline.clients;
+    let p = esm::kafka::drain(clients, pollers, function, std::time::Duration::from_secs(300)).await?;
+    println!(
+        "drained {} as group {}: {} records delivered, {} failed batches, {} records discarded to {}, {} commits refused",
+        mapping.topic, mapping.group, p.delivered, p.failed_batches, p.given_up,
+        pipeline.resources.kafka_failures_url, p.commits_refused
+    );
+    if replay {
+        let r = esm::kafka::replay_kafka_failures(clients, mapping, function).await?;
+        println!("replayed {} discarded batches ({} records); {} kept", r.batches, r.records, r.kept);
+    }
     Ok(())
 }
 

@@ -64,6 +64,12 @@ impl Pipeline {
         Batched::new(Payments::new(self.ledger(&self.clients.dynamodb)), payments_consumer::FUNCTION)
     }
 
+    /// The in-process Kafka payments consumer (`examples/kafka-consumer`), on the batch path as
+    /// its `main` serves it: the same ledger as the SQS consumer.
+    pub fn kafka(&self) -> Batched<kafka_consumer::Payments> {
+        Batched::new(kafka_consumer::Payments::new(self.ledger(&self.clients.dynamodb)), kafka_consumer::FUNCTION)
+    }
+
     /// The in-process receipts relay, at most once, sending through the local SES.
     pub fn relay(&self) -> InProcess<Receipts<SesSender>> {
         self.relay_with(SesSender::new(self.clients.ses.clone(), RECEIPT_FROM), Policy::default())

@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 
 use super::checkpoint::Settings;
 use crate::error::{Result, ResultExt};
-use crate::invoke::KafkaFunction;
+pub use crate::invoke::KafkaFunction;
 use crate::resources::Clients;
 
 /// How long a poller may go without polling before the group gives its partitions to another
@@ -433,6 +433,31 @@ impl Producer {
     }
 }
 
+/// Produces the records of a Kafka sample event (a Lambda `KafkaEvent`, `events/kafka-*.json`)
+/// to `topic`, in the event's order, with their keys, values and headers; the partitions are
+/// the key's hash's, not the sample's. Returns how many.
+pub async fn produce_event_file(bootstrap: &str, topic: &str, json: &str) -> Result<usize> {
+    use effectively_once_lambda::kafka::{key_bytes, value_bytes};
+    let event: KafkaEvent = serde_json::from_str(json).context("Kafka event file")?;
+    let mut partitions: Vec<_> = event.records.into_iter().collect();
+    partitions.sort_by(|a, b| a.0.cmp(&b.0));
+    let producer = Producer::new(bootstrap)?;
+    let mut produced = 0;
+    for record in partitions.into_iter().flat_map(|(_, records)| records) {
+        let key = String::from_utf8_lossy(&key_bytes(&record).unwrap_or_default()).into_owned();
+        let value = value_bytes(&record).unwrap_or_default();
+        let headers: Vec<(String, Vec<u8>)> = record
+            .headers
+            .iter()
+            .flat_map(|h| h.iter().map(|(name, bytes)| (name.clone(), bytes.iter().map(|&b| b as u8).collect())))
+            .collect();
+        let headers = headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+        producer.send(topic, Outgoing { key: &key, value: &value, partition: None, headers }).await?;
+        produced += 1;
+    }
+    Ok(produced)
+}
+
 /// Creates `topic` with `partitions` partitions (an existing one is kept).
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<()> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -461,6 +486,53 @@ pub fn committed(mapping: &KafkaMapping, partitions: i32) -> Result<Vec<Option<i
     }
     let offsets = consumer.committed_offsets(list, Duration::from_secs(10)).context("committed offsets")?;
     Ok(offsets.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None }).collect())
+}
+
+/// How many partitions `topic` has.
+pub fn partitions(mapping: &KafkaMapping) -> Result<i32> {
+    let consumer = plain_consumer(mapping)?;
+    let metadata = consumer.fetch_metadata(Some(&mapping.topic), Duration::from_secs(10)).context("kafka metadata")?;
+    let topic = metadata.topics().first().ok_or(format!("no topic {}", mapping.topic))?;
+    Ok(topic.partitions().len() as i32)
+}
+
+/// The offset after the last record of each partition of the mapping's topic, now.
+pub fn ends(mapping: &KafkaMapping) -> Result<Vec<i64>> {
+    let consumer = plain_consumer(mapping)?;
+    (0..partitions(mapping)?)
+        .map(|p| {
+            let watermarks = consumer.fetch_watermarks(&mapping.topic, p, Duration::from_secs(10));
+            watermarks.map(|(_, high)| high).context(format!("watermarks of {}-{p}", mapping.topic))
+        })
+        .collect()
+}
+
+/// Polls with each of `pollers` in turn until the group has committed every record the topic
+/// held when called; gives up after `limit`.
+pub async fn drain<F: KafkaFunction>(
+    clients: &Clients,
+    pollers: &mut [KafkaPoller],
+    function: &F,
+    limit: Duration,
+) -> Result<KafkaPoll> {
+    let mapping = pollers.first().map(|p| p.mapping.clone()).ok_or("no poller")?;
+    let ends = ends(&mapping)?;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut total = KafkaPoll::default();
+    loop {
+        let committed = committed(&mapping, ends.len() as i32)?;
+        if ends.iter().zip(&committed).all(|(end, c)| *end == 0 || c.is_some_and(|c| c >= *end)) {
+            return Ok(total);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(
+                format!("{} not drained after {limit:?}: committed {committed:?} of {ends:?}", mapping.topic).into()
+            );
+        }
+        for poller in pollers.iter_mut() {
+            total += poller.poll(clients, function).await?;
+        }
+    }
 }
 
 /// What a replay of the on-failure destination did: see [`super::Replayed`].
