@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +26,6 @@ struct Topic {
     clients: Clients,
     mapping: KafkaMapping,
     producer: Producer,
-    partitions: i32,
-    /// Per partition, the offset after the last record written.
-    ends: BTreeMap<i32, i64>,
 }
 
 impl Topic {
@@ -44,41 +40,24 @@ impl Topic {
         mapping.settings.batch_size = 10;
         mapping.settings.max_retries = 2;
         let producer = Producer::new(&bootstrap).expect("producer");
-        Topic { clients, mapping, producer, partitions, ends: BTreeMap::new() }
+        Topic { clients, mapping, producer }
     }
 
     /// Writes `value` under the record key `key` (its hash picks the partition, unless
     /// `partition` says); returns where it landed.
-    async fn send(&mut self, key: &str, value: &str, partition: Option<i32>) -> (i32, i64) {
+    async fn send(&self, key: &str, value: &str, partition: Option<i32>) -> (i32, i64) {
         let record = Outgoing { key, value: value.as_bytes(), partition, ..Outgoing::default() };
-        let (partition, offset) = self.producer.send(&self.mapping.topic, record).await.expect("produce");
-        let end = self.ends.entry(partition).or_default();
-        *end = (*end).max(offset + 1);
-        (partition, offset)
+        self.producer.send(&self.mapping.topic, record).await.expect("produce")
     }
 
     fn poller(&self, name: &str) -> KafkaPoller {
         KafkaPoller::join(&self.mapping, name).expect("join the group")
     }
 
-    /// Whether the group's committed offsets have reached every record written.
-    fn drained(&self) -> bool {
-        let committed = kafka::committed(&self.mapping, self.partitions).expect("committed offsets");
-        self.ends.iter().all(|(&p, &end)| committed[p as usize].is_some_and(|c| c >= end))
-    }
-
     /// Polls with each of `pollers` in turn until the group has committed everything written
     /// (or two minutes pass).
     async fn drain<F: KafkaFunction>(&self, pollers: &mut [KafkaPoller], function: &F) -> KafkaPoll {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        let mut total = KafkaPoll::default();
-        while !self.drained() {
-            assert!(tokio::time::Instant::now() < deadline, "not drained after two minutes: {total:?}");
-            for poller in pollers.iter_mut() {
-                total += poller.poll(&self.clients, function).await.expect("poll");
-            }
-        }
-        total
+        kafka::drain(&self.clients, pollers, function, Duration::from_secs(120)).await.expect("drain")
     }
 }
 
@@ -102,7 +81,7 @@ fn consumer(tables: &Tables) -> Batched<Payments> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_whose_offsets_were_never_committed_is_delivered_again_and_posts_once() {
     let tables = Tables::fresh().await;
-    let mut topic = Topic::new(2).await;
+    let topic = Topic::new(2).await;
     let ids: Vec<String> = (0..6).map(|i| unique_name(&format!("pay{i}"))).collect();
     for (i, id) in ids.iter().enumerate() {
         topic.send(id, &payment(id, "acct-crash", 100 + i as i64), Some(i as i32 % 2)).await;
@@ -171,7 +150,7 @@ impl KafkaFunction for Together<'_> {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_pollers_overlapping_across_a_rebalance_post_each_payment_once() {
     let tables = Tables::fresh().await;
-    let mut topic = Topic::new(2).await;
+    let topic = Topic::new(2).await;
     let ids: Vec<String> = (0..8).map(|i| unique_name(&format!("pay{i}"))).collect();
     for (i, id) in ids.iter().enumerate() {
         topic.send(id, &payment(id, "acct-rebalance", 10 + i as i64), Some(i as i32 % 2)).await;
@@ -225,7 +204,7 @@ async fn two_pollers_overlapping_across_a_rebalance_post_each_payment_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_producer_retry_at_a_new_offset_posts_once() {
     let tables = Tables::fresh().await;
-    let mut topic = Topic::new(2).await;
+    let topic = Topic::new(2).await;
     let (id, other) = (unique_name("pay"), unique_name("pay"));
     let value = payment(&id, "acct-retry", 250);
     // The producer lost the first send's answer and sent again: a new offset, and once under
@@ -280,7 +259,7 @@ impl BatchHandler<KafkaRecord> for Buggy {
 #[tokio::test(flavor = "multi_thread")]
 async fn poison_goes_to_the_failure_destination_and_replays_once_fixed() {
     let tables = Tables::fresh().await;
-    let mut topic = Topic::new(2).await;
+    let topic = Topic::new(2).await;
     let poison = unique_name("poison");
     let before = unique_name("pay");
     let after = unique_name("pay");
