@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 mod common;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
-use effectively_once_lambda::{sqs, streams, Disposition, RecordResult};
+use effectively_once_lambda::{kafka, sqs, streams, Disposition, RecordResult};
 use lambda_runtime::tracing::subscriber::fmt::MakeWriter;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -46,6 +47,30 @@ impl effectively_once_lambda::Handler<EventRecord> for PanicsOn {
         tokio::task::yield_now().await;
         self.apply(&sequence, &format!("{{\"receipt_email\": \"{ADDRESS}\"}}"))
     }
+}
+
+/// A Kafka record panics by its `topic-partition@offset`.
+impl effectively_once_lambda::Handler<KafkaRecord> for PanicsOn {
+    async fn handle(&self, record: &KafkaRecord, _context: &effectively_once_lambda::events::Context) -> RecordResult {
+        let id = format!("{}@{}", kafka::topic_partition(record), record.offset);
+        tokio::task::yield_now().await;
+        self.apply(&id, &format!("{{\"receipt_email\": \"{ADDRESS}\"}}"))
+    }
+}
+
+/// Two records of partition 0 of `payments`, at offsets 7 and 8.
+fn kafka_event() -> KafkaEvent {
+    let mut event = KafkaEvent::default();
+    let records = (7..9)
+        .map(|offset| {
+            let mut record = KafkaRecord::default();
+            record.topic = Some("payments".into());
+            record.offset = offset;
+            record
+        })
+        .collect();
+    event.records.insert("payments-0".into(), records);
+    event
 }
 
 /// Eight payments on a standard queue, `m-0` .. `m-7` carrying `pay_0` .. `pay_7`, each with a
@@ -163,10 +188,14 @@ async fn child_panic_logs() {
     let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
     let stream_handler = PanicsOn::new("111000000000000000000001");
     streams::process(&stream_handler, LambdaEvent::new(stream_event(), Context::default()), &options).await;
+    let options = kafka::Options { emit_metrics: false, ..kafka::Options::new("t") };
+    let kafka_handler = PanicsOn::new("payments-0@7");
+    kafka::process(&kafka_handler, LambdaEvent::new(kafka_event(), Context::default()), &options).await;
 
     let lines = logs.lines();
     let errors: Vec<_> = lines.iter().filter(|l| l.contains("ERROR")).collect();
-    assert_eq!(errors.len(), 2, "{lines:#?}");
+    assert_eq!(errors.len(), 3, "{lines:#?}");
+    assert!(errors[2].contains("id=payments-0@7") && errors[2].contains("panicked"), "{}", errors[2]);
     assert!(errors[0].contains("message_id=\"m-3\"") && errors[0].contains("panicked"), "{}", errors[0]);
     assert!(
         errors[1].contains("sequence=\"111000000000000000000001\"") && errors[1].contains("panicked"),
