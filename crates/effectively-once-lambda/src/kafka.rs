@@ -3,8 +3,8 @@
 //! failed in a way a later delivery may undo is reported by its partition and offset
 //! (`batchItemFailures` with `{"partition": "topic-0", "offset": 42}`), and Lambda resumes that
 //! partition from it. Partitions without a failure are committed whole. The event source mapping
-//! needs `FunctionResponseTypes: [ReportBatchItemFailures]`; without it any failure retries the
-//! whole batch.
+//! needs `FunctionResponseTypes: [ReportBatchItemFailures]`: without it Lambda does not read the
+//! answer and commits the whole batch, failed records included.
 //!
 //! Key a handler's effects on the business id in the record's value or a header
 //! ([`header`]), never on its offset: a producer that retries a send whose answer it lost writes

@@ -223,6 +223,55 @@ async fn a_replay_that_still_fails_keeps_the_invocation_record() {
     assert_eq!(failure_records(&clients, &mapping).await.len(), 1);
 }
 
+/// The on-failure destination cannot be written when the poison's retries run out (the queue
+/// is gone, throttled, its KMS key disabled): the poll fails, and the partition is not moved
+/// past records that were neither answered nor written to the destination; they come again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_destination_write_that_fails_does_not_skip_the_discarded_records() {
+    let bootstrap = kafka::bootstrap().expect("the local Kafka broker");
+    let clients = Clients::local().await;
+    let topic = unique_name("kafka");
+    kafka::create_topic(&bootstrap, &topic, 1).await.expect("create topic");
+    // A destination that refuses the write: a queue that does not exist.
+    let gone = format!("http://127.0.0.1:4566/000000000000/{}", unique_name("gone"));
+    let mut mapping = KafkaMapping::new(&bootstrap, &topic, &unique_name("group"), Some(gone));
+    mapping.settings.max_retries = 0;
+    produce(&mapping, 0, &["poison", "c"]).await;
+    let poison = format!("{topic}-0@0");
+    let broken = std::sync::atomic::AtomicBool::new(true);
+    let function = Script::new(move |_, batch| {
+        let fail = broken.load(std::sync::atomic::Ordering::SeqCst) && batch.iter().any(|(_, id)| *id == poison);
+        Ok(if fail { failing(&[&poison]) } else { KafkaEventResponse::default() })
+    });
+    let mut poller = KafkaPoller::join(&mapping, "p1").unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    // The first batch fails at the poison; no retries; the discard's write fails.
+    let failed = loop {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", function.calls());
+        match poller.poll(&clients, &function).await {
+            Ok(poll) if poll.delivered == 0 => continue,
+            other => break other,
+        }
+    };
+    assert!(failed.is_err(), "the destination write fails: {failed:?}");
+    // A later record arrives; the poller goes on polling (a transient destination fault).
+    produce(&mapping, 0, &["d"]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !function.calls().concat().contains(&"d".to_owned()) {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", function.calls());
+        let _ = poller.poll(&clients, &function).await;
+    }
+    let delivered = function.calls().concat();
+    let again = delivered.iter().filter(|v| *v == "poison").count();
+    assert!(
+        again >= 2,
+        "the poison was neither delivered again nor written to the destination, and the partition was \
+         committed past it: calls {:?}, committed {:?}",
+        function.calls(),
+        kafka::committed(&mapping, 1).unwrap()
+    );
+}
+
 #[test]
 fn an_answer_is_read_as_lambda_reads_it() {
     assert_eq!(kafka::kafka_response(b"null").unwrap(), KafkaEventResponse::default());

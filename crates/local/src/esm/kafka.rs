@@ -204,7 +204,10 @@ impl KafkaPoller {
     }
 
     /// Commits each partition of the batch past what the answer lets through, resumes the rest,
-    /// and discards a resume point whose retries ran out.
+    /// and discards a resume point whose retries ran out. A partition is never committed past a
+    /// record that was neither answered nor written to the destination: a failed destination
+    /// write resumes the partition at the record (and fails the poll once the commits are in),
+    /// and a failed seek makes the poller rejoin the group, which reads from the commit.
     async fn settle(
         &mut self,
         clients: &Clients,
@@ -214,38 +217,58 @@ impl KafkaPoller {
         let mut poll = KafkaPoll { delivered: records.len(), ..KafkaPoll::default() };
         let resume = resume_points(records, &answer, self.mapping.settings.report_batch_item_failures);
         poll.failed_batches = usize::from(!resume.is_empty());
-        let mut commits = TopicPartitionList::new();
+        let (mut commits, mut failed, mut rejoin) = (TopicPartitionList::new(), None, false);
         for (partition, batch) in by_partition(records) {
             let last = batch.last().map_or(0, |r| r.offset);
-            let next = match resume.get(&partition) {
-                None => {
-                    self.retries.remove(&partition);
-                    last + 1
-                }
-                Some(&at) if self.retries_exhausted(partition, at) => {
+            let mut next = last + 1;
+            if let Some(&at) = resume.get(&partition) {
+                next = at;
+                if self.retries_exhausted(partition, at) {
                     let discarded: Vec<&KafkaRecord> = batch.iter().copied().filter(|r| r.offset >= at).collect();
-                    self.discard(clients, &discarded, answer.is_err()).await?;
-                    poll.given_up += discarded.len();
-                    self.retries.remove(&partition);
-                    last + 1
-                }
-                Some(&at) => {
-                    // Read again from the failed record, here and by whoever owns the partition next.
-                    let seek =
-                        self.consumer.seek(&self.mapping.topic, partition, Offset::Offset(at), Duration::from_secs(5));
-                    if let Err(error) = seek {
-                        tracing::info!(%error, partition, "kafka seek (the partition moved to another poller)");
+                    match self.discard(clients, &discarded, answer.is_err()).await {
+                        Ok(()) => {
+                            poll.given_up += discarded.len();
+                            self.retries.remove(&partition);
+                            next = last + 1;
+                        }
+                        Err(error) => failed = Some(error),
                     }
-                    at
                 }
-            };
+                if next == at {
+                    rejoin |= !self.rewind(partition, at);
+                }
+            } else {
+                self.retries.remove(&partition);
+            }
             commits.add_partition_offset(&self.mapping.topic, partition, Offset::Offset(next)).context("offset")?;
         }
         if let Err(error) = self.consumer.commit(&commits, CommitMode::Sync) {
             tracing::warn!(%error, "kafka offset commit refused; the partitions' new owner delivers the batch again");
             poll.commits_refused += 1;
         }
-        Ok(poll)
+        if rejoin {
+            self.rejoin()?;
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(poll),
+        }
+    }
+
+    /// Reads `partition` again from `at`; false when the consumer could not move there.
+    fn rewind(&self, partition: i32, at: i64) -> bool {
+        let seek = self.consumer.seek(&self.mapping.topic, partition, Offset::Offset(at), Duration::from_secs(5));
+        if let Err(error) = &seek {
+            tracing::warn!(%error, partition, at, "kafka seek failed; the poller rejoins its group and reads from the commit");
+        }
+        seek.is_ok()
+    }
+
+    /// Leaves the group and joins it again: whatever partitions come back are read from their
+    /// committed offsets, not from where this consumer had fetched to.
+    fn rejoin(&self) -> Result<()> {
+        self.consumer.unsubscribe();
+        self.consumer.subscribe(&[&self.mapping.topic]).context(format!("subscribe to {}", self.mapping.topic))
     }
 
     /// Counts a failed invocation at `at` on `partition`; true once the first invocation and
@@ -597,7 +620,7 @@ async fn replay_batch<F: KafkaFunction>(mapping: &KafkaMapping, function: &F, in
         let (topic, partition) = name.rsplit_once('-').ok_or(format!("not a topic-partition: {name}"))?;
         let partition: i32 = partition.parse().context(format!("partition of {name}"))?;
         let records = read_range(mapping, topic, partition, first, last).await?;
-        if records.len() as i64 != last - first + 1 {
+        if !whole_range(&records, first, last) {
             return Ok(None);
         }
         for chunk in records.chunks(mapping.settings.batch_size.max(1) as usize) {
@@ -609,6 +632,13 @@ async fn replay_batch<F: KafkaFunction>(mapping: &KafkaMapping, function: &F, in
         }
     }
     Ok(Some(replayed))
+}
+
+/// Whether `records` (in offset order) are what the broker still holds of `first..=last`: both
+/// ends present, so retention took none of it. Offsets between may be missing: a transactional
+/// producer's commit markers and aborted records take offsets no consumer is handed.
+fn whole_range(records: &[KafkaRecord], first: i64, last: i64) -> bool {
+    records.first().is_some_and(|r| r.offset == first) && records.last().is_some_and(|r| r.offset == last)
 }
 
 /// A consumer outside any group, for reading a range by hand.
@@ -633,8 +663,8 @@ async fn read_range(
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, partition, Offset::Offset(first)).context("offset")?;
     consumer.assign(&list).context("assign")?;
-    let mut records = Vec::new();
-    while records.len() as i64 <= last - first {
+    let mut records: Vec<KafkaRecord> = Vec::new();
+    while records.last().is_none_or(|r| r.offset < last) {
         match tokio::time::timeout(Duration::from_secs(5), consumer.recv()).await {
             Ok(Ok(message)) if message.offset() > last => break,
             Ok(Ok(message)) => records.push(record(&message)?),
@@ -643,4 +673,36 @@ async fn read_range(
         }
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(offsets: &[i64]) -> Vec<KafkaRecord> {
+        offsets
+            .iter()
+            .map(|&offset| {
+                let mut record = KafkaRecord::default();
+                record.offset = offset;
+                record
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_discarded_range_replays_across_offsets_no_consumer_is_handed() {
+        assert!(whole_range(&at(&[4, 5, 6]), 4, 6));
+        // A commit marker at 5: the range is whole.
+        assert!(whole_range(&at(&[4, 6]), 4, 6));
+        assert!(whole_range(&at(&[4]), 4, 4));
+    }
+
+    #[test]
+    fn a_discarded_range_the_broker_no_longer_holds_is_kept() {
+        assert!(!whole_range(&at(&[]), 4, 6));
+        // Retention took the start, or the read stopped short of the end.
+        assert!(!whole_range(&at(&[5, 6]), 4, 6));
+        assert!(!whole_range(&at(&[4, 5]), 4, 6));
+    }
 }
