@@ -6,8 +6,10 @@
 //! marker completed), two consumers at once, and a redrive of the DLQ at the end; then the
 //! invariants, read back from the tables ([`crate::invariants`]), with counts. Alongside, the
 //! stream path ([`orders`]): orders on a Kinesis stream through the Kinesis orders consumer,
-//! under the same faults, with its own invariants.
+//! and the Kafka path ([`kafka`]): payments on a Kafka topic through the Kafka payments
+//! consumer, each under the same faults, with its own invariants.
 
+pub mod kafka;
 pub mod orders;
 
 use std::collections::BTreeMap;
@@ -23,6 +25,7 @@ use receipts_relay::Receipts;
 
 use crate::error::Result;
 use crate::esm::{Emulator, Feed};
+use crate::invariants::kafka::KafkaReadBack;
 use crate::invariants::orders::OrdersReadBack;
 use crate::invariants::{self, Audit, Table};
 use crate::invoke::{Batched, InProcess, Panicking, SqsFunction, StreamFunction};
@@ -58,6 +61,10 @@ pub struct Options {
     /// 0 leaves the stream path out)
     #[arg(long)]
     pub orders: Option<usize>,
+    /// Payments on the Kafka path's topic (default: a quarter of --events; 0 leaves the Kafka
+    /// path out)
+    #[arg(long)]
+    pub kafka: Option<usize>,
 }
 
 impl Default for Options {
@@ -76,6 +83,11 @@ impl Options {
     /// Orders the stream path puts.
     pub fn orders(&self) -> usize {
         self.orders.unwrap_or(self.events / 2)
+    }
+
+    /// Payments the Kafka path writes.
+    pub fn kafka(&self) -> usize {
+        self.kafka.unwrap_or(self.events / 4)
     }
 
     /// The workload these settings send, under a fresh run id.
@@ -111,6 +123,9 @@ pub struct Report {
     /// The stream path's traffic and outcomes; `None` without it. Its invariants are in
     /// `audit.checks`.
     pub orders: Option<OrdersReport>,
+    /// The Kafka path's traffic and outcomes; `None` without it. Its invariants are in
+    /// `audit.checks`.
+    pub kafka: Option<kafka::KafkaReport>,
 }
 
 /// What the stream path sent and how each record ended, read back.
@@ -181,7 +196,8 @@ impl Report {
         let per_event = format!("{total:.1} ({:.3} s per event)", total / self.events.max(1) as f64);
         phases.row(&[&"**total**", &per_event]);
         let orders = self.orders.as_ref().map(|o| format!("{}\n", o.table())).unwrap_or_default();
-        format!("{faults}\n{traffic}\n{orders}{}\n{phases}", self.audit.table())
+        let kafka = self.kafka.as_ref().map(|k| format!("{}\n", k.table())).unwrap_or_default();
+        format!("{faults}\n{traffic}\n{orders}{kafka}{}\n{phases}", self.audit.table())
     }
 }
 
@@ -374,6 +390,10 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report> {
         scenario(&pipeline, options, &workload).await.map(|report| Report { elapsed: started.elapsed(), ..report });
     let orders_table = orders::table_name(&pipeline);
     pipeline.clients.dynamodb.delete_table().table_name(orders_table).send().await.ok();
+    let queue = pipeline.clients.sqs.get_queue_url().queue_name(kafka::failure_queue(&workload.run)).send().await;
+    if let Some(url) = queue.ok().and_then(|q| q.queue_url().map(str::to_owned)) {
+        pipeline.clients.sqs.delete_queue().queue_url(url).send().await.ok();
+    }
     pipeline.down().await.ok();
     report
 }
@@ -396,9 +416,17 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
         let plan = orders::plan(options.orders(), options.poison, options.seed, &workload.run);
         orders::run(pipeline, &sdk, &crashes, plan, options.crash_per_mille).await.map(Some)
     };
+    // And the Kafka path, through the same proxy and crash points (boxed: the scenario's future
+    // is deep enough already).
+    let kafka = Box::pin(async {
+        if options.kafka() == 0 {
+            return Ok(None);
+        }
+        kafka::run(pipeline, &sdk, &crashes, options, &workload.run).await.map(Some)
+    });
     let payments = payments_path(pipeline, faulty_emulator(pipeline, &sdk, &crashes, options), &plan, &mut tracker);
-    let (redriven, stream) = futures_util::future::join(payments, stream).await;
-    let (redriven, stream) = (redriven?, stream?);
+    let (redriven, stream, kafka) = futures_util::future::join3(payments, stream, kafka).await;
+    let (redriven, stream, kafka) = (redriven?, stream?, kafka?);
     let mut faults = proxy.injected();
     faults.extend(crashes.counts().into_iter().map(|(k, v)| (k.to_owned(), v)));
     faults.insert("DLQ redrive (messages moved back)".into(), redriven as u64);
@@ -414,10 +442,15 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
         audit.checks.extend(invariants::orders::judge(run, &read, left, &mut outcomes));
         report_orders = Some(OrdersReport::of(run, outcomes));
     }
-    tracker.lap("audit (tables, DLQ, SES, orders, destination read back)");
+    let report_kafka = match &kafka {
+        Some(run) => Some(audit_kafka(pipeline, run, &mut audit).await?),
+        None => None,
+    };
+    tracker.lap("audit (tables, DLQ, SES, orders, Kafka, destinations read back)");
     let total = tracker.total();
     let mut phases = tracker.into_phases();
     phases.extend(stream.iter().flat_map(|run| run.phases.iter().copied()));
+    phases.extend(kafka.iter().flat_map(|run| run.phases.iter().copied()));
     Ok(Report {
         faults,
         events: plan.event_ids().len(),
@@ -428,7 +461,16 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
         elapsed: Duration::ZERO,
         phases,
         orders: report_orders,
+        kafka: report_kafka,
     })
+}
+
+/// The Kafka path's invariants, into `audit`, and its report.
+async fn audit_kafka(pipeline: &Pipeline, run: &kafka::KafkaRun, audit: &mut Audit) -> Result<kafka::KafkaReport> {
+    let read = KafkaReadBack::read(pipeline, run).await?;
+    let mut outcomes = BTreeMap::new();
+    audit.checks.extend(invariants::kafka::judge(run, &read, &mut outcomes));
+    Ok(kafka::KafkaReport::of(run, outcomes))
 }
 
 /// The payments workload through the faulty pipeline: fed, drained, the DLQ redriven and
