@@ -11,6 +11,7 @@
 
 pub mod kafka;
 pub mod orders;
+mod report;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use crate::error::Result;
 use crate::esm::{Emulator, Feed};
 use crate::invariants::kafka::KafkaReadBack;
 use crate::invariants::orders::OrdersReadBack;
-use crate::invariants::{self, Audit, Table};
+use crate::invariants::{self, Audit};
 use crate::invoke::{Batched, InProcess, Panicking, SqsFunction, StreamFunction};
 use crate::pipeline::Pipeline;
 use crate::progress::Tracker;
@@ -35,6 +36,7 @@ use crate::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
 use crate::resources::{Clients, RECEIPT_FROM};
 use crate::rng::SharedRng;
 use crate::workload::{self, Workload, REFUSED_PREFIX};
+pub use report::{KafkaReport, OrdersReport, Report};
 
 /// Scenario settings: `local chaos`'s flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -97,107 +99,6 @@ impl Options {
         w.poison = self.poison;
         w.seed = self.seed;
         w
-    }
-}
-
-/// What the scenario did and whether the invariants held.
-#[derive(Debug, Clone, Default)]
-pub struct Report {
-    /// Faults injected, by kind.
-    pub faults: BTreeMap<String, u64>,
-    /// Unique valid events.
-    pub events: usize,
-    /// Messages sent.
-    pub sent: usize,
-    /// SQS deliveries, redeliveries included.
-    pub deliveries: usize,
-    /// Stream records delivered to the relay, redeliveries included.
-    pub stream_records: usize,
-    /// What the tables, the DLQ and the local SES hold, and the invariants.
-    pub audit: Audit,
-    /// Wall time.
-    pub elapsed: Duration,
-    /// Wall time by phase: the fed run, the redrive and its drain, the lease wait and last
-    /// drain, the audit; the stream path's phases (concurrent with the first two).
-    pub phases: Vec<(&'static str, Duration)>,
-    /// The stream path's traffic and outcomes; `None` without it. Its invariants are in
-    /// `audit.checks`.
-    pub orders: Option<OrdersReport>,
-    /// The Kafka path's traffic and outcomes; `None` without it. Its invariants are in
-    /// `audit.checks`.
-    pub kafka: Option<kafka::KafkaReport>,
-}
-
-/// What the stream path sent and how each record ended, read back.
-#[derive(Debug, Clone, Default)]
-pub struct OrdersReport {
-    /// Traffic, by name.
-    pub traffic: Vec<(&'static str, usize)>,
-    /// Distinct records put, `kind | outcome read back`, counted.
-    pub outcomes: BTreeMap<String, usize>,
-}
-
-impl OrdersReport {
-    fn of(run: &orders::OrdersRun, outcomes: BTreeMap<String, usize>) -> OrdersReport {
-        let traffic = vec![
-            ("orders (distinct, valid or panicking)", run.plan.orders.len()),
-            ("records put (producer retries and poison included)", run.plan.puts.len()),
-            ("producer retries (new sequence number)", run.plan.retries),
-            ("of which under another partition key", run.plan.rekeyed),
-            ("poison records", run.plan.poison.len()),
-            ("shards after the mid-run split", run.shards),
-            ("records delivered, two mappings (with redeliveries)", run.delivered),
-            ("records discarded to the on-failure destination", run.discarded),
-            ("destination batches cleared by the replay", run.replayed.batches),
-            ("records handed over by the replay", run.replayed.records),
-            ("destination batches kept (still failing)", run.replayed.kept),
-        ];
-        OrdersReport { traffic, outcomes }
-    }
-
-    fn table(&self) -> String {
-        let mut traffic = Table::new(&["orders stream (Kinesis)", "count"]);
-        for (k, v) in &self.traffic {
-            traffic.row(&[k, v]);
-        }
-        let mut outcomes = Table::new(&["put on the orders stream (distinct records)", "outcome read back", "count"]);
-        for (key, n) in &self.outcomes {
-            let (kind, fate) = key.split_once(" | ").unwrap_or((key, ""));
-            outcomes.row(&[&kind, &fate, n]);
-        }
-        format!("{traffic}\n{outcomes}")
-    }
-}
-
-impl Report {
-    /// Whether every invariant held.
-    pub fn ok(&self) -> bool {
-        self.audit.ok()
-    }
-
-    /// The table `make chaos` prints.
-    pub fn table(&self) -> String {
-        let mut faults = Table::new(&["fault injected", "count"]);
-        for (k, v) in &self.faults {
-            faults.row(&[k, v]);
-        }
-        faults.row(&[&"**total**", &self.faults.values().sum::<u64>()]);
-        let mut traffic = Table::new(&["traffic", "count"]);
-        traffic
-            .row(&[&"unique event ids", &self.events])
-            .row(&[&"messages sent (key-reuse copies, duplicates and poison included)", &self.sent])
-            .row(&[&"SQS deliveries (with redeliveries)", &self.deliveries])
-            .row(&[&"stream records delivered", &self.stream_records]);
-        let mut phases = Table::new(&["phase", "seconds"]);
-        for (name, d) in &self.phases {
-            phases.row(&[name, &format!("{:.1}", d.as_secs_f64())]);
-        }
-        let total = self.elapsed.as_secs_f64();
-        let per_event = format!("{total:.1} ({:.3} s per event)", total / self.events.max(1) as f64);
-        phases.row(&[&"**total**", &per_event]);
-        let orders = self.orders.as_ref().map(|o| format!("{}\n", o.table())).unwrap_or_default();
-        let kafka = self.kafka.as_ref().map(|k| format!("{}\n", k.table())).unwrap_or_default();
-        format!("{faults}\n{traffic}\n{orders}{kafka}{}\n{phases}", self.audit.table())
     }
 }
 
@@ -466,11 +367,11 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
 }
 
 /// The Kafka path's invariants, into `audit`, and its report.
-async fn audit_kafka(pipeline: &Pipeline, run: &kafka::KafkaRun, audit: &mut Audit) -> Result<kafka::KafkaReport> {
+async fn audit_kafka(pipeline: &Pipeline, run: &kafka::KafkaRun, audit: &mut Audit) -> Result<KafkaReport> {
     let read = KafkaReadBack::read(pipeline, run).await?;
     let mut outcomes = BTreeMap::new();
     audit.checks.extend(invariants::kafka::judge(run, &read, &mut outcomes));
-    Ok(kafka::KafkaReport::of(run, outcomes))
+    Ok(KafkaReport::of(run, outcomes))
 }
 
 /// The payments workload through the faulty pipeline: fed, drained, the DLQ redriven and

@@ -26,7 +26,6 @@ use super::{Crashes, Options};
 use crate::error::{Result, ResultExt};
 use crate::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer};
 use crate::esm::Replayed;
-use crate::invariants::Table;
 use crate::invoke::{Batched, KafkaFunction, Panicking};
 use crate::pipeline::Pipeline;
 use crate::resources::Clients;
@@ -377,59 +376,5 @@ impl KafkaFunction for Stall<'_> {
             let _ = tokio::time::timeout(Duration::from_secs(45), self.resume.notified()).await;
         }
         self.inner.ok_or("no function")?.invoke(event).await
-    }
-}
-
-/// What the Kafka path wrote and how each payment and poison value ended, read back.
-#[derive(Debug, Clone, Default)]
-pub struct KafkaReport {
-    /// Traffic and faults, by name.
-    pub traffic: Vec<(&'static str, usize)>,
-    /// Distinct payments and poison values, `kind | outcome read back`, counted.
-    pub outcomes: BTreeMap<String, usize>,
-}
-
-impl KafkaReport {
-    /// The figures of `run`, with the outcomes the invariants read back.
-    pub fn of(run: &KafkaRun, outcomes: BTreeMap<String, usize>) -> KafkaReport {
-        let (retries, elsewhere) = run.plan.retries_written();
-        let c = run.counts;
-        let traffic = vec![
-            ("payments (distinct)", run.plan.payments.len()),
-            ("records written (producer retries and poison included)", run.plan.writes.len()),
-            ("producer retries (new offset)", retries + elsewhere),
-            ("of which under another record key, in another partition", elsewhere),
-            ("poison values", run.plan.poison.len()),
-            ("records handed to the function (redeliveries, crashes, replay)", run.handed()),
-            ("applied", c.applied as usize),
-            ("duplicates (answered from the first delivery)", c.duplicate as usize),
-            ("rejected (recorded)", c.rejected as usize),
-            ("in progress elsewhere (retried)", c.in_progress as usize),
-            ("failed permanently (poison: logged, skipped)", c.permanent as usize),
-            ("records discarded to the on-failure destination", run.polls.given_up),
-            ("destination batches replayed with the fix", run.replayed.batches),
-            ("records handed over by the replay", run.replayed.records),
-            ("destination batches kept (still failing)", run.replayed.kept),
-            ("pollers crashed after their invocation, before the commit", run.crashes.0),
-            ("invocations stalled past the poll interval", run.stalls),
-            ("rebalance overlaps (two pollers holding the same records)", run.overlaps.0),
-            ("records held by both pollers at once", run.overlaps.1),
-            ("offset commits refused", run.polls.commits_refused),
-        ];
-        KafkaReport { traffic, outcomes }
-    }
-
-    /// The path's tables.
-    pub fn table(&self) -> String {
-        let mut traffic = Table::new(&["payments topic (Kafka, 3 partitions)", "count"]);
-        for (k, v) in &self.traffic {
-            traffic.row(&[k, v]);
-        }
-        let mut outcomes = Table::new(&["written to the topic (distinct)", "outcome read back", "count"]);
-        for (key, n) in &self.outcomes {
-            let (kind, fate) = key.split_once(" | ").unwrap_or((key, ""));
-            outcomes.row(&[&kind, &fate, n]);
-        }
-        format!("{traffic}\n{outcomes}")
     }
 }
