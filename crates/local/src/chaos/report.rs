@@ -130,6 +130,10 @@ impl KafkaReport {
             ("of which under another record key, in another partition", elsewhere),
             ("poison values", run.plan.poison.len()),
             ("records handed to the function (redeliveries, crashes, replay)", run.handed()),
+            (
+                "of which beyond the records written (processed again)",
+                run.handed().saturating_sub(run.plan.writes.len()),
+            ),
             ("applied", c.applied as usize),
             ("duplicates (answered from the first delivery)", c.duplicate as usize),
             ("rejected (recorded)", c.rejected as usize),
