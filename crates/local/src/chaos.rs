@@ -6,9 +6,12 @@
 //! marker completed), two consumers at once, and a redrive of the DLQ at the end; then the
 //! invariants, read back from the tables ([`crate::invariants`]), with counts. Alongside, the
 //! stream path ([`orders`]): orders on a Kinesis stream through the Kinesis orders consumer,
-//! under the same faults, with its own invariants.
+//! and the Kafka path ([`kafka`]): payments on a Kafka topic through the Kafka payments
+//! consumer, each under the same faults, with its own invariants.
 
+pub mod kafka;
 pub mod orders;
+mod report;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,8 +26,9 @@ use receipts_relay::Receipts;
 
 use crate::error::Result;
 use crate::esm::{Emulator, Feed};
+use crate::invariants::kafka::KafkaReadBack;
 use crate::invariants::orders::OrdersReadBack;
-use crate::invariants::{self, Audit, Table};
+use crate::invariants::{self, Audit};
 use crate::invoke::{Batched, InProcess, Panicking, SqsFunction, StreamFunction};
 use crate::pipeline::Pipeline;
 use crate::progress::Tracker;
@@ -32,6 +36,7 @@ use crate::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
 use crate::resources::{Clients, RECEIPT_FROM};
 use crate::rng::SharedRng;
 use crate::workload::{self, Workload, REFUSED_PREFIX};
+pub use report::{KafkaReport, OrdersReport, Report};
 
 /// Scenario settings: `local chaos`'s flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -58,6 +63,10 @@ pub struct Options {
     /// 0 leaves the stream path out)
     #[arg(long)]
     pub orders: Option<usize>,
+    /// Payments on the Kafka path's topic (default: a quarter of --events; 0 leaves the Kafka
+    /// path out)
+    #[arg(long)]
+    pub kafka: Option<usize>,
 }
 
 impl Default for Options {
@@ -78,6 +87,11 @@ impl Options {
         self.orders.unwrap_or(self.events / 2)
     }
 
+    /// Payments the Kafka path writes.
+    pub fn kafka(&self) -> usize {
+        self.kafka.unwrap_or(self.events / 4)
+    }
+
     /// The workload these settings send, under a fresh run id.
     fn workload(&self) -> Workload {
         let mut w = Workload::new(self.events);
@@ -85,103 +99,6 @@ impl Options {
         w.poison = self.poison;
         w.seed = self.seed;
         w
-    }
-}
-
-/// What the scenario did and whether the invariants held.
-#[derive(Debug, Clone, Default)]
-pub struct Report {
-    /// Faults injected, by kind.
-    pub faults: BTreeMap<String, u64>,
-    /// Unique valid events.
-    pub events: usize,
-    /// Messages sent.
-    pub sent: usize,
-    /// SQS deliveries, redeliveries included.
-    pub deliveries: usize,
-    /// Stream records delivered to the relay, redeliveries included.
-    pub stream_records: usize,
-    /// What the tables, the DLQ and the local SES hold, and the invariants.
-    pub audit: Audit,
-    /// Wall time.
-    pub elapsed: Duration,
-    /// Wall time by phase: the fed run, the redrive and its drain, the lease wait and last
-    /// drain, the audit; the stream path's phases (concurrent with the first two).
-    pub phases: Vec<(&'static str, Duration)>,
-    /// The stream path's traffic and outcomes; `None` without it. Its invariants are in
-    /// `audit.checks`.
-    pub orders: Option<OrdersReport>,
-}
-
-/// What the stream path sent and how each record ended, read back.
-#[derive(Debug, Clone, Default)]
-pub struct OrdersReport {
-    /// Traffic, by name.
-    pub traffic: Vec<(&'static str, usize)>,
-    /// Distinct records put, `kind | outcome read back`, counted.
-    pub outcomes: BTreeMap<String, usize>,
-}
-
-impl OrdersReport {
-    fn of(run: &orders::OrdersRun, outcomes: BTreeMap<String, usize>) -> OrdersReport {
-        let traffic = vec![
-            ("orders (distinct, valid or panicking)", run.plan.orders.len()),
-            ("records put (producer retries and poison included)", run.plan.puts.len()),
-            ("producer retries (new sequence number)", run.plan.retries),
-            ("of which under another partition key", run.plan.rekeyed),
-            ("poison records", run.plan.poison.len()),
-            ("shards after the mid-run split", run.shards),
-            ("records delivered, two mappings (with redeliveries)", run.delivered),
-            ("records discarded to the on-failure destination", run.discarded),
-            ("destination batches cleared by the replay", run.replayed.batches),
-            ("records handed over by the replay", run.replayed.records),
-            ("destination batches kept (still failing)", run.replayed.kept),
-        ];
-        OrdersReport { traffic, outcomes }
-    }
-
-    fn table(&self) -> String {
-        let mut traffic = Table::new(&["orders stream (Kinesis)", "count"]);
-        for (k, v) in &self.traffic {
-            traffic.row(&[k, v]);
-        }
-        let mut outcomes = Table::new(&["put on the orders stream (distinct records)", "outcome read back", "count"]);
-        for (key, n) in &self.outcomes {
-            let (kind, fate) = key.split_once(" | ").unwrap_or((key, ""));
-            outcomes.row(&[&kind, &fate, n]);
-        }
-        format!("{traffic}\n{outcomes}")
-    }
-}
-
-impl Report {
-    /// Whether every invariant held.
-    pub fn ok(&self) -> bool {
-        self.audit.ok()
-    }
-
-    /// The table `make chaos` prints.
-    pub fn table(&self) -> String {
-        let mut faults = Table::new(&["fault injected", "count"]);
-        for (k, v) in &self.faults {
-            faults.row(&[k, v]);
-        }
-        faults.row(&[&"**total**", &self.faults.values().sum::<u64>()]);
-        let mut traffic = Table::new(&["traffic", "count"]);
-        traffic
-            .row(&[&"unique event ids", &self.events])
-            .row(&[&"messages sent (key-reuse copies, duplicates and poison included)", &self.sent])
-            .row(&[&"SQS deliveries (with redeliveries)", &self.deliveries])
-            .row(&[&"stream records delivered", &self.stream_records]);
-        let mut phases = Table::new(&["phase", "seconds"]);
-        for (name, d) in &self.phases {
-            phases.row(&[name, &format!("{:.1}", d.as_secs_f64())]);
-        }
-        let total = self.elapsed.as_secs_f64();
-        let per_event = format!("{total:.1} ({:.3} s per event)", total / self.events.max(1) as f64);
-        phases.row(&[&"**total**", &per_event]);
-        let orders = self.orders.as_ref().map(|o| format!("{}\n", o.table())).unwrap_or_default();
-        format!("{faults}\n{traffic}\n{orders}{}\n{phases}", self.audit.table())
     }
 }
 
@@ -374,6 +291,10 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report> {
         scenario(&pipeline, options, &workload).await.map(|report| Report { elapsed: started.elapsed(), ..report });
     let orders_table = orders::table_name(&pipeline);
     pipeline.clients.dynamodb.delete_table().table_name(orders_table).send().await.ok();
+    let queue = pipeline.clients.sqs.get_queue_url().queue_name(kafka::failure_queue(&workload.run)).send().await;
+    if let Some(url) = queue.ok().and_then(|q| q.queue_url().map(str::to_owned)) {
+        pipeline.clients.sqs.delete_queue().queue_url(url).send().await.ok();
+    }
     pipeline.down().await.ok();
     report
 }
@@ -396,9 +317,17 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
         let plan = orders::plan(options.orders(), options.poison, options.seed, &workload.run);
         orders::run(pipeline, &sdk, &crashes, plan, options.crash_per_mille).await.map(Some)
     };
+    // And the Kafka path, through the same proxy and crash points (boxed: the scenario's future
+    // is deep enough already).
+    let kafka = Box::pin(async {
+        if options.kafka() == 0 {
+            return Ok(None);
+        }
+        kafka::run(pipeline, &sdk, &crashes, options, &workload.run).await.map(Some)
+    });
     let payments = payments_path(pipeline, faulty_emulator(pipeline, &sdk, &crashes, options), &plan, &mut tracker);
-    let (redriven, stream) = futures_util::future::join(payments, stream).await;
-    let (redriven, stream) = (redriven?, stream?);
+    let (redriven, stream, kafka) = futures_util::future::join3(payments, stream, kafka).await;
+    let (redriven, stream, kafka) = (redriven?, stream?, kafka?);
     let mut faults = proxy.injected();
     faults.extend(crashes.counts().into_iter().map(|(k, v)| (k.to_owned(), v)));
     faults.insert("DLQ redrive (messages moved back)".into(), redriven as u64);
@@ -414,10 +343,15 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
         audit.checks.extend(invariants::orders::judge(run, &read, left, &mut outcomes));
         report_orders = Some(OrdersReport::of(run, outcomes));
     }
-    tracker.lap("audit (tables, DLQ, SES, orders, destination read back)");
+    let report_kafka = match &kafka {
+        Some(run) => Some(audit_kafka(pipeline, run, &mut audit).await?),
+        None => None,
+    };
+    tracker.lap("audit (tables, DLQ, SES, orders, Kafka, destinations read back)");
     let total = tracker.total();
     let mut phases = tracker.into_phases();
     phases.extend(stream.iter().flat_map(|run| run.phases.iter().copied()));
+    phases.extend(kafka.iter().flat_map(|run| run.phases.iter().copied()));
     Ok(Report {
         faults,
         events: plan.event_ids().len(),
@@ -428,7 +362,16 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
         elapsed: Duration::ZERO,
         phases,
         orders: report_orders,
+        kafka: report_kafka,
     })
+}
+
+/// The Kafka path's invariants, into `audit`, and its report.
+async fn audit_kafka(pipeline: &Pipeline, run: &kafka::KafkaRun, audit: &mut Audit) -> Result<KafkaReport> {
+    let read = KafkaReadBack::read(pipeline, run).await?;
+    let mut outcomes = BTreeMap::new();
+    audit.checks.extend(invariants::kafka::judge(run, &read, &mut outcomes));
+    Ok(KafkaReport::of(run, outcomes))
 }
 
 /// The payments workload through the faulty pipeline: fed, drained, the DLQ redriven and

@@ -287,8 +287,8 @@ impl<H> Panicking<H> {
 
     /// In a batch call: marked always, or marked once and not yet panicked (not counted as its
     /// one panic: the record's own path still panics once).
-    fn should_panic_in_batch(&self, message: &SqsMessage) -> bool {
-        let Some(id) = event_id(message) else { return false };
+    fn should_panic_in_batch(&self, id: Option<String>) -> bool {
+        let Some(id) = id else { return false };
         id.contains(crate::workload::PANIC_ALWAYS)
             || (id.contains(crate::workload::PANIC_ONCE)
                 && !self.panicked_once.lock().unwrap_or_else(|p| p.into_inner()).contains(&id))
@@ -311,6 +311,11 @@ fn event_id(message: &SqsMessage) -> Option<String> {
     body["event_id"].as_str().map(str::to_owned)
 }
 
+/// The event id a Kafka record's value holds, if any (the consumer's own key).
+fn kafka_event_id(record: &KafkaRecord) -> Option<String> {
+    payments::PaymentEvent::event_id_of(&kafka::value_bytes(record)?)
+}
+
 /// The order id a Kinesis record's data holds, if any.
 fn order_id(record: &KinesisEventRecord) -> Option<String> {
     let data: serde_json::Value = serde_json::from_slice(&record.kinesis.data).ok()?;
@@ -319,7 +324,7 @@ fn order_id(record: &KinesisEventRecord) -> Option<String> {
 
 impl<H: BatchHandler<SqsMessage>> BatchHandler<SqsMessage> for Panicking<H> {
     async fn handle_batch(&self, messages: &[&SqsMessage], context: &Context) -> Vec<RecordResult> {
-        if messages.iter().any(|message| self.should_panic_in_batch(message)) {
+        if messages.iter().any(|message| self.should_panic_in_batch(event_id(message))) {
             panic!("injected panic: the workload marks one of this batch's event ids");
         }
         self.inner.handle_batch(messages, context).await
@@ -357,6 +362,34 @@ impl<H: Handler<KinesisEventRecord>> Handler<KinesisEventRecord> for Panicking<H
     }
 
     fn span(&self, record: &KinesisEventRecord) -> tracing::Span {
+        self.inner.span(record)
+    }
+}
+
+/// Kafka records panic the same way, by the event id in their value: a batch call panics when
+/// any of its records is marked, and the driver then handles each alone, as for SQS.
+impl<H: BatchHandler<KafkaRecord>> BatchHandler<KafkaRecord> for Panicking<H> {
+    async fn handle_batch(&self, records: &[&KafkaRecord], context: &Context) -> Vec<RecordResult> {
+        if records.iter().any(|record| self.should_panic_in_batch(kafka_event_id(record))) {
+            panic!("injected panic: the workload marks one of this batch's event ids");
+        }
+        self.inner.handle_batch(records, context).await
+    }
+}
+
+impl<H: Handler<KafkaRecord>> Handler<KafkaRecord> for Panicking<H> {
+    async fn handle(&self, record: &KafkaRecord, context: &Context) -> RecordResult {
+        if self.should_panic(kafka_event_id(record)) {
+            panic!("injected panic: the workload marks this record's event id");
+        }
+        self.inner.handle(record, context).await
+    }
+
+    fn key(&self, record: &KafkaRecord) -> Option<String> {
+        self.inner.key(record)
+    }
+
+    fn span(&self, record: &KafkaRecord) -> tracing::Span {
         self.inner.span(record)
     }
 }

@@ -1,14 +1,15 @@
-//! The chaos scenario, small: the payments workload and the Kinesis orders path under the
-//! fault proxy, crashes and panics, then every invariant read back from the tables, the DLQ,
-//! the on-failure destination and the local SES must hold, the stream path's among them.
+//! The chaos scenario, small: the payments workload, the Kinesis orders path and the Kafka
+//! payments path under the fault proxy, crashes and panics, then every invariant read back from
+//! the tables, the DLQ, the on-failure destinations and the local SES must hold, the stream
+//! path's and the Kafka path's among them.
 
 use local::chaos::{self, Options};
 use local::resources::Clients;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_small_chaos_run_with_the_orders_stream_keeps_every_invariant() {
+async fn a_small_chaos_run_with_the_orders_stream_and_kafka_keeps_every_invariant() {
     let clients = Clients::local().await;
-    let options = Options { events: 60, poison: 3, orders: Some(60), seed: 7, ..Options::default() };
+    let options = Options { events: 60, poison: 3, orders: Some(60), kafka: Some(20), seed: 7, ..Options::default() };
     let report = chaos::run(&clients, &options).await.expect("the scenario runs");
     let table = report.table();
     let failed: Vec<_> = report.audit.checks.iter().filter(|c| !c.ok).map(|c| (&c.name, &c.detail)).collect();
@@ -30,7 +31,25 @@ async fn a_small_chaos_run_with_the_orders_stream_keeps_every_invariant() {
             assert!(outcome.contains("failed permanently") || outcome.contains("on-failure destination"), "{outcome}");
         }
     }
+    kafka_path_ran(&report, &table);
     assert!(report.ok());
+}
+
+/// The Kafka path's invariants are in the report, and its faults happened: a crash, a
+/// rebalance overlap, redeliveries, a discard replayed, poison skipped.
+fn kafka_path_ran(report: &chaos::Report, table: &str) {
+    let checks = report.audit.checks.iter().filter(|c| c.name.starts_with("kafka:")).count();
+    assert_eq!(checks, 5, "the Kafka path's invariants are in the report:\n{table}");
+    let kafka = report.kafka.as_ref().expect("the Kafka path ran");
+    // Its own tables only: the panic message of the whole report is cut short.
+    let table = kafka.table();
+    let figure = |name: &str| kafka.traffic.iter().find(|(k, _)| k.starts_with(name)).map(|(_, v)| *v).unwrap();
+    assert!(figure("records handed to the function") > figure("records written"), "redeliveries:\n{table}");
+    assert!(figure("pollers crashed") >= 1, "a poller crashed after its invocation:\n{table}");
+    assert!(figure("rebalance overlaps") >= 1, "two pollers held the same records:\n{table}");
+    assert!(figure("records discarded") >= 1 && figure("destination batches replayed") >= 1, "{table}");
+    assert!(figure("failed permanently") >= 3, "every poison value skipped:\n{table}");
+    assert!(kafka.outcomes.keys().any(|k| k.starts_with("credit, handler panics until the fix | applied once")));
 }
 
 #[test]
@@ -38,4 +57,11 @@ fn the_orders_default_to_half_the_events_and_zero_leaves_the_stream_out() {
     let options = Options { events: 300, ..Options::default() };
     assert_eq!(options.orders(), 150);
     assert_eq!(Options { orders: Some(0), ..options }.orders(), 0);
+}
+
+#[test]
+fn the_kafka_payments_default_to_a_quarter_of_the_events_and_zero_leaves_kafka_out() {
+    let options = Options { events: 300, ..Options::default() };
+    assert_eq!(options.kafka(), 75);
+    assert_eq!(Options { kafka: Some(0), ..options }.kafka(), 0);
 }

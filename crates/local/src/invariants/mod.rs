@@ -8,6 +8,7 @@
 //! audit costs what the run sent, not what the tables hold.
 
 mod fates;
+pub mod kafka;
 pub mod orders;
 mod read;
 mod receipts;

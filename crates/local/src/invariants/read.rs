@@ -123,7 +123,7 @@ async fn ledger(clients: &Clients, table: &str, plan: &Plan) -> Result<HashMap<S
 }
 
 /// Every item of one account's partition, read strongly consistent.
-async fn account(clients: &Clients, table: &str, account_id: &str) -> Result<Account> {
+pub(super) async fn account(clients: &Clients, table: &str, account_id: &str) -> Result<Account> {
     let mut account = Account::default();
     let mut start = None;
     loop {
