@@ -22,7 +22,7 @@ use crate::{now_ms, panics, redact_emails, RecordError, RecordResult, Retry};
 /// ([`SqsMessage`](crate::events::SqsMessage), a DynamoDB Streams
 /// [`EventRecord`](crate::events::EventRecord), a
 /// [`KinesisEventRecord`](crate::events::KinesisEventRecord)). For a typed body decoded with
-/// serde, implement [`BodyHandler`](crate::BodyHandler) and wrap it in [`Json`](crate::Json).
+/// serde, implement [`BodyHandler`](crate::BodyHandler) and wrap it in [`Typed`](crate::Typed).
 pub trait Handler<R>: Send + Sync {
     /// Handles `record`. `context` is the invocation's (`request_id`, `deadline`,
     /// `invoked_function_arn`): hand `context.deadline` to

@@ -6,7 +6,7 @@
 //! <https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html>; partial
 //! batch responses: `services-ddb-batchfailurereporting`, `services-kinesis-batchfailurereporting`).
 //! A source says only how it lists shards, reads records, builds its event and names its batch
-//! info ([`Source`]).
+//! info (`Source`).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
