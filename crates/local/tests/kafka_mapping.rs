@@ -282,3 +282,47 @@ fn an_answer_is_read_as_lambda_reads_it() {
     assert!(kafka::kafka_response(b"[]").is_err());
     assert!(kafka::kafka_response(br#"{"batchItemFailures":[{"itemIdentifier":"t-0@4"}]}"#).is_err());
 }
+
+/// An invocation record the emulator writes for `topic-partition@offset`, one record.
+fn batch_info(mapping: &KafkaMapping, partition: i32, offset: i64) -> String {
+    let range = serde_json::json!({
+        "firstRecordOffset": offset.to_string(), "firstRecordTimestamp": 0,
+        "lastRecordOffset": offset.to_string(), "lastRecordTimestamp": 0,
+    });
+    let mut records_info = serde_json::Map::new();
+    records_info.insert(format!("{}-{partition}", mapping.topic), range);
+    serde_json::json!({
+        "requestContext": {"condition": "RetryAttemptsExhausted"},
+        "KafkaBatchInfo": {"batchSize": 1, "bootstrapServers": mapping.bootstrap, "recordsInfo": records_info},
+    })
+    .to_string()
+}
+
+/// Ten invocation records that still fail after the fix (or whose records retention took)
+/// come first in the destination; an eleventh, whose record now succeeds, comes after them.
+/// A replay must hand the eleventh over: kept records that come back on every receive must not
+/// end the replay before every record in the destination has been tried once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_tries_every_invocation_record_even_behind_ten_kept_ones() {
+    let (clients, mapping) = setup(1).await;
+    let bad: Vec<String> = (0..10).map(|i| format!("bad-{i}")).collect();
+    let mut values: Vec<&str> = bad.iter().map(String::as_str).collect();
+    values.push("good");
+    produce(&mapping, 0, &values).await;
+    let url = mapping.settings.failures_url.clone().unwrap();
+    for offset in 0..11 {
+        let body = batch_info(&mapping, 0, offset);
+        clients.sqs.send_message().queue_url(&url).message_body(body).send().await.expect("send");
+    }
+    let function = Script::new(|_, batch| {
+        let bad: Vec<&str> = batch.iter().filter(|(v, _)| v.starts_with("bad")).map(|(_, id)| id.as_str()).collect();
+        Ok(if bad.is_empty() { KafkaEventResponse::default() } else { failing(&bad[..1]) })
+    });
+    let replayed = kafka::replay_kafka_failures(&clients, &mapping, &function).await.unwrap();
+    assert!(
+        function.calls().concat().contains(&"good".to_owned()),
+        "the eleventh invocation record was never replayed: {replayed:?}, calls {:?}",
+        function.calls()
+    );
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 1, 10));
+}
