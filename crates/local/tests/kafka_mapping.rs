@@ -326,3 +326,23 @@ async fn a_replay_tries_every_invocation_record_even_behind_ten_kept_ones() {
     );
     assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 1, 10));
 }
+
+/// The destination names a range the broker does not hold (the topic was recreated, or
+/// retention took it): the replay keeps that invocation record, as its doc says, and still
+/// replays the others; it does not fail as a whole and leave every record in flight.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_keeps_a_partition_the_topic_no_longer_has_and_replays_the_rest() {
+    let (clients, mapping) = setup(1).await;
+    produce(&mapping, 0, &["a", "b", "new"]).await;
+    let url = mapping.settings.failures_url.clone().unwrap();
+    // A topic deleted since (or a partition the topic no longer has), then one still held.
+    for (partition, offset) in [(5, 0), (0, 2)] {
+        let body = batch_info(&mapping, partition, offset);
+        clients.sqs.send_message().queue_url(&url).message_body(body).send().await.expect("send");
+    }
+    let function = Script::new(|_, _| Ok(KafkaEventResponse::default()));
+    let replayed = kafka::replay_kafka_failures(&clients, &mapping, &function).await;
+    let replayed = replayed.expect("a range the broker no longer holds is kept, not an error that stops the replay");
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 1, 1), "{:?}", function.calls());
+    assert_eq!(function.calls(), [vec!["new"]]);
+}
