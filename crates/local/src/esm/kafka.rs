@@ -571,45 +571,19 @@ pub async fn replay_kafka_failures<F: KafkaFunction>(
     function: &F,
 ) -> Result<Replayed> {
     let Some(url) = &mapping.settings.failures_url else { return Ok(Replayed::default()) };
-    let mut replayed = Replayed::default();
-    let mut seen = std::collections::HashSet::new();
-    loop {
-        let messages = super::queue::receive(clients, url).await?;
-        let fresh: Vec<_> =
-            messages.iter().filter(|m| seen.insert(m.message_id().unwrap_or_default().to_owned())).collect();
-        if fresh.is_empty() {
-            for message in &messages {
-                super::replay::release(clients, url, message).await?;
-            }
-            return Ok(replayed);
-        }
-        for message in fresh {
-            let record: Value = serde_json::from_str(message.body().unwrap_or("{}")).context("invocation record")?;
-            match replay_batch(mapping, function, &record["KafkaBatchInfo"]).await? {
-                Some(n) => {
-                    let handle = message.receipt_handle().unwrap_or_default();
-                    clients
-                        .sqs
-                        .delete_message()
-                        .queue_url(url)
-                        .receipt_handle(handle)
-                        .send()
-                        .await
-                        .context("delete")?;
-                    replayed.batches += 1;
-                    replayed.records += n;
-                }
-                None => {
-                    super::replay::release(clients, url, message).await?;
-                    replayed.kept += 1;
-                }
-            }
-        }
-    }
+    super::replay::walk(clients, url, async |record: &Value| {
+        Ok(replay_batch(mapping, function, &record["KafkaBatchInfo"]).await.unwrap_or_else(|error| {
+            tracing::warn!(error = %crate::error::report(&*error), "a discarded Kafka batch could not be read back; kept");
+            None
+        }))
+    })
+    .await
 }
 
-/// The records one `KafkaBatchInfo` names, through `function`; `None` when one still failed or
-/// the broker no longer holds them.
+/// The records one `KafkaBatchInfo` names, through `function`; `None` when one still failed (a
+/// failure in the answer counts, whatever the mapping's response types) or the broker no longer
+/// holds them; `Err` when they cannot be read (a partition the topic no longer has, a malformed
+/// record).
 async fn replay_batch<F: KafkaFunction>(mapping: &KafkaMapping, function: &F, info: &Value) -> Result<Option<usize>> {
     let mut replayed = 0;
     for (name, range) in info["recordsInfo"].as_object().into_iter().flatten() {
@@ -625,7 +599,7 @@ async fn replay_batch<F: KafkaFunction>(mapping: &KafkaMapping, function: &F, in
         }
         for chunk in records.chunks(mapping.settings.batch_size.max(1) as usize) {
             let answer = function.invoke(kafka_event(mapping, chunk)).await;
-            if !resume_points(chunk, &answer, mapping.settings.report_batch_item_failures).is_empty() {
+            if !resume_points(chunk, &answer, true).is_empty() {
                 return Ok(None);
             }
             replayed += chunk.len();

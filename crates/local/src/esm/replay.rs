@@ -4,7 +4,7 @@
 //! record is deleted only once all of them succeeded. The records themselves are not in the
 //! destination; they can be replayed while the stream still holds them (24 h by default).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -28,43 +28,66 @@ pub struct Replayed {
 /// Replays every invocation record in `settings.failures_url` through `source`.
 pub(crate) async fn replay<S: Source>(clients: &Clients, settings: &Settings, source: &S) -> Result<Replayed> {
     let Some(url) = &settings.failures_url else { return Ok(Replayed::default()) };
-    let mut replayed = Replayed::default();
-    let mut seen = HashSet::new();
-    loop {
-        let messages = receive(clients, url).await?;
-        let mut fresh = Vec::new();
-        for message in &messages {
-            if seen.insert(message.message_id().unwrap_or("").to_owned()) {
-                fresh.push(message);
-            } else {
-                // A kept record, received again: once only those come back, stop.
-                release(clients, url, message).await?;
-            }
-        }
-        if fresh.is_empty() {
-            return Ok(replayed);
-        }
-        for message in fresh {
-            let record: Value = serde_json::from_str(message.body().unwrap_or("{}")).context("invocation record")?;
-            let Some(n) = replay_batch(clients, settings, source, &record[S::BATCH_INFO]).await? else {
-                release(clients, url, message).await?;
-                replayed.kept += 1;
-                continue;
-            };
-            let handle = message.receipt_handle().unwrap_or_default();
-            clients.sqs.delete_message().queue_url(url).receipt_handle(handle).send().await.context("delete")?;
-            replayed.batches += 1;
-            replayed.records += n;
-        }
-    }
+    walk(clients, url, async |record: &Value| replay_batch(clients, settings, source, &record[S::BATCH_INFO]).await)
+        .await
 }
 
-/// A kept invocation record, visible again at once for the next replay or an operator's look.
-pub(super) async fn release(clients: &Clients, url: &str, message: &aws_sdk_sqs::types::Message) -> Result<()> {
-    let handle = message.receipt_handle().unwrap_or_default();
-    let visible = clients.sqs.change_message_visibility().queue_url(url).receipt_handle(handle);
-    visible.visibility_timeout(0).send().await.context("change visibility")?;
-    Ok(())
+/// Hands every invocation record in the destination `url` to `replay` once: deleted when it
+/// answers `Some(records replayed)`, kept when `None` (or when the record is not JSON). Kept
+/// records stay invisible until the walk is over, so it reaches the records behind them however
+/// many there are; then they are made visible again at once, for the next replay or an
+/// operator's look.
+pub(super) async fn walk(
+    clients: &Clients,
+    url: &str,
+    mut replay: impl AsyncFnMut(&Value) -> Result<Option<usize>>,
+) -> Result<Replayed> {
+    let mut replayed = Replayed::default();
+    // Message id to its latest receipt handle: a kept record received again is not tried again.
+    let mut kept: HashMap<String, String> = HashMap::new();
+    let walked: Result<()> = async {
+        loop {
+            let messages = receive(clients, url).await?;
+            let mut fresh = 0;
+            for message in &messages {
+                let id = message.message_id().unwrap_or_default().to_owned();
+                let handle = message.receipt_handle().unwrap_or_default().to_owned();
+                if let Some(latest) = kept.get_mut(&id) {
+                    *latest = handle;
+                    continue;
+                }
+                fresh += 1;
+                let answer = match serde_json::from_str::<Value>(message.body().unwrap_or_default()) {
+                    Ok(record) => replay(&record).await?,
+                    Err(error) => {
+                        tracing::warn!(%error, id, "an invocation record that is not JSON; kept");
+                        None
+                    }
+                };
+                match answer {
+                    Some(n) => {
+                        let delete = clients.sqs.delete_message().queue_url(url).receipt_handle(&handle);
+                        delete.send().await.context("delete")?;
+                        replayed.batches += 1;
+                        replayed.records += n;
+                    }
+                    None => {
+                        kept.insert(id, handle);
+                        replayed.kept += 1;
+                    }
+                }
+            }
+            if fresh == 0 {
+                return Ok(());
+            }
+        }
+    }
+    .await;
+    for handle in kept.values() {
+        let visible = clients.sqs.change_message_visibility().queue_url(url).receipt_handle(handle);
+        visible.visibility_timeout(0).send().await.context("change visibility")?;
+    }
+    walked.map(|()| replayed)
 }
 
 /// The records of one batch info, in batches; `None` when one failed or none could be read.
