@@ -66,6 +66,8 @@
 //! | `response` | S | the stored response as JSON; kept up to 380,000 bytes (DynamoDB items stop at 400 KB) |
 //! | `replaced_status`, `replaced_lease_expires_at`, `replaced_expiration`, `replaced_payload_hash`, `replaced_owner`, `replaced_response` | as above | while in progress only: the record the claim replaced (`replaced_status` NULL when the key was free); removed at completion |
 //! | `first_status`, `first_lease_expires_at`, ... `first_response` | as above | while in progress only, after a run of takeovers: the record the run began with; removed at completion |
+// docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod batch;

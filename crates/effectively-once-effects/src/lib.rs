@@ -80,6 +80,8 @@
 //! |---|---|---|
 //! | email, at most once | never two emails per key; ambiguous cases flagged | duplicates, throttling and account-level refusals (released and retried), a 5xx or lost answer and a crash after SES accepted (flagged, not resent) |
 //! | email, at least once | never a lost email; a copy only in the ambiguous window | duplicates, throttling, a crash before or after SES accepted (resent after the lease) |
+// docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod email;

@@ -21,6 +21,8 @@
 //!   `function_version`, `cold_start`); each SQS record's in a `record` span with its
 //!   `message_id` and the X-Ray `xray_trace_id` of its `AWSTraceHeader`.
 //! - [`panics`]: a record whose handler panics fails alone; the rest of the batch goes on.
+// docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod body;

@@ -4,6 +4,8 @@
 //! [`redact_email`] for a value a caller knows is an address; [`redact_emails`] for free text
 //! that may quote one (a panic message, a provider's error). Both give the same form,
 //! `a***@example.com`, so a reader can match a log line to a row without seeing the address.
+// docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 /// An address as logs may show it: the first character of the local part and the domain

@@ -36,6 +36,8 @@
 //!
 //! What Redis does not give, next to DynamoDB (no transaction with DynamoDB effects, durability
 //! on failover), is in `docs/redis.md`.
+// docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 #[cfg(feature = "dynamodb")]

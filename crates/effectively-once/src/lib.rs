@@ -82,6 +82,8 @@
 //! two-phase `begin`/`complete` API and the effects crate ignore it), and the shipped functions,
 //! which run only those, warn at cold start that it changes nothing there. See
 //! [`Config::with_disabled`].
+// docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod cache;
