@@ -3,7 +3,7 @@
 #
 #   infra/local/aws.sh up       install (once) and start, or reuse a running one
 #   infra/local/aws.sh install  install (once) into .local-aws/venv only, whatever is running
-#   infra/local/aws.sh down     stop the one this script started
+#   infra/local/aws.sh down     stop the one this script started on LOCAL_AWS_PORT
 #   infra/local/aws.sh status   exit 0 when the endpoint answers
 #   infra/local/aws.sh ensure   `up` for the default endpoint; for a custom
 #                               AWS_ENDPOINT_URL (DynamoDB Local, say) only probe it
@@ -15,8 +15,11 @@ VENV="$STATE/venv"
 PORT="${LOCAL_AWS_PORT:-4566}"
 HOST=127.0.0.1
 URL="http://$HOST:$PORT"
-PIDFILE="$STATE/moto.pid"
-LOG="$STATE/moto.log"
+# The server's own state is keyed by its port, so two local AWS instances (two ports, from one
+# checkout or two) never share a pid file: stopping one leaves the other serving.
+RUN="$STATE/aws-$PORT"
+PIDFILE="$RUN/moto.pid"
+LOG="$RUN/moto.log"
 REQS="$ROOT/infra/local/requirements.txt"
 PYTHON="${PYTHON:-python3}"
 
@@ -41,6 +44,8 @@ install() {
 }
 
 up() {
+  # This checkout's venv, even when another's server is reused: the tests run its Python too.
+  install
   if is_moto_up; then
     log "reusing the local AWS already up at $URL"
     return
@@ -49,7 +54,7 @@ up() {
     log "something other than moto answers at $URL; set LOCAL_AWS_PORT to another port"
     exit 1
   fi
-  install
+  mkdir -p "$RUN"
   log "starting moto at $URL (log: $LOG)"
   nohup "$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT" >"$LOG" 2>&1 &
   echo $! >"$PIDFILE"

@@ -21,3 +21,49 @@ fn serve_py_replacements_answer_as_moto_does_and_cost_what_they_touch() {
     assert!(out.status.success(), "{report}");
     assert!(report.contains("OK"), "{report}");
 }
+
+/// `infra/local/aws.sh VERB` for the local AWS on `port`.
+fn aws_sh(port: u16, verb: &str) -> std::process::Output {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    Command::new(root.join("infra/local/aws.sh"))
+        .arg(verb)
+        .env("LOCAL_AWS_PORT", port.to_string())
+        .env_remove("AWS_ENDPOINT_URL")
+        .current_dir(&root)
+        .output()
+        .expect("aws.sh runs")
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Stops the local AWS on each port when the test ends, passed or not.
+struct Stop(Vec<u16>);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        for port in &self.0 {
+            aws_sh(*port, "down");
+        }
+    }
+}
+
+#[test]
+fn two_local_aws_ports_serve_at_once_and_each_stops_alone() {
+    let (a, b) = (free_port(), free_port());
+    let _stop = Stop(vec![a, b]);
+    for port in [a, b] {
+        let up = aws_sh(port, "up");
+        assert!(up.status.success(), "up on {port}: {}", String::from_utf8_lossy(&up.stderr));
+    }
+    assert!(aws_sh(a, "status").status.success() && aws_sh(b, "status").status.success(), "both serve");
+    assert!(aws_sh(a, "down").status.success());
+    let stopped = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        !aws_sh(a, "status").status.success()
+    });
+    assert!(stopped, "the instance on {a} stopped");
+    assert!(aws_sh(b, "status").status.success(), "the instance on {b} still serves");
+}
