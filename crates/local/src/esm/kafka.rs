@@ -498,16 +498,27 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Resu
 
 /// The group's committed offset of each partition of `topic` (`None`: nothing committed).
 pub fn committed(mapping: &KafkaMapping, partitions: i32) -> Result<Vec<Option<i64>>> {
-    let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &mapping.bootstrap)
-        .set("group.id", &mapping.group)
-        .create()
-        .context("kafka consumer")?;
+    committed_by(&group_reader(mapping)?, mapping, partitions)
+}
+
+/// A consumer of the mapping's group that never joins it: it only reads the group's offsets.
+fn group_reader(mapping: &KafkaMapping) -> Result<rdkafka::consumer::BaseConsumer> {
+    let config =
+        ClientConfig::new().set("bootstrap.servers", &mapping.bootstrap).set("group.id", &mapping.group).create();
+    config.context("kafka consumer")
+}
+
+/// [`committed`], read through `reader` (one connection for a loop of reads).
+fn committed_by(
+    reader: &rdkafka::consumer::BaseConsumer,
+    mapping: &KafkaMapping,
+    partitions: i32,
+) -> Result<Vec<Option<i64>>> {
     let mut list = TopicPartitionList::new();
     for p in 0..partitions {
         list.add_partition(&mapping.topic, p);
     }
-    let offsets = consumer.committed_offsets(list, Duration::from_secs(10)).context("committed offsets")?;
+    let offsets = reader.committed_offsets(list, Duration::from_secs(10)).context("committed offsets")?;
     Ok(offsets.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { Some(o) } else { None }).collect())
 }
 
@@ -540,10 +551,11 @@ pub async fn drain<F: KafkaFunction>(
 ) -> Result<KafkaPoll> {
     let mapping = pollers.first().map(|p| p.mapping.clone()).ok_or("no poller")?;
     let ends = ends(&mapping)?;
+    let reader = group_reader(&mapping)?;
     let deadline = tokio::time::Instant::now() + limit;
     let mut total = KafkaPoll::default();
     loop {
-        let committed = committed(&mapping, ends.len() as i32)?;
+        let committed = committed_by(&reader, &mapping, ends.len() as i32)?;
         if ends.iter().zip(&committed).all(|(end, c)| *end == 0 || c.is_some_and(|c| c >= *end)) {
             return Ok(total);
         }
