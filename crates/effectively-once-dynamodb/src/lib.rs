@@ -76,6 +76,7 @@ mod counter;
 mod error;
 mod item;
 mod once;
+mod otherwise;
 mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -85,5 +86,6 @@ pub use crate::commit::{carried, carried_from_item, Commit, Committed, Placement
 pub use crate::counter::RequestCounter;
 pub use crate::error::classify;
 pub use crate::item::attr;
-pub use crate::once::{CommitOnce, Item, Otherwise, Table, Tx, WriteId};
+pub use crate::once::{CommitOnce, Item, Table, Tx, WriteId};
+pub use crate::otherwise::{Fallback, Otherwise};
 pub use crate::store::{create_table, wait_until_active, DynamoDbStore, TABLE_ACTIVE_WAIT};
