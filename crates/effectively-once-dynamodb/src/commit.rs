@@ -176,6 +176,11 @@ impl Commit {
         &self.record.id
     }
 
+    /// The action of the write at `index`, in the order the writes were added.
+    pub(crate) fn action(&self, index: usize) -> Option<&TransactWriteItem> {
+        self.writes.get(index).map(Write::item)
+    }
+
     /// The actions as sent, with the record's own action (the own put, or the guard) last.
     pub(crate) fn actions(&self, store: &DynamoDbStore, now_ms: u64) -> Result<Vec<TransactWriteItem>, StoreError> {
         let mut actions = Vec::with_capacity(self.writes.len() + 1);
@@ -337,6 +342,20 @@ pub enum Committed {
     },
 }
 
+/// What recording an answer did ([`DynamoDbStore::record_answer`]).
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// The record and the fallback's writes were written.
+    Written,
+    /// A live record, or a carrier holding one (a duplicate applied the effect meanwhile),
+    /// was there: nothing was written.
+    Exists(Record),
+    /// The fallback's write at this index failed its condition: nothing was written.
+    FallbackRefused(usize),
+    /// Anything else the transaction answered.
+    Unexpected(Committed),
+}
+
 /// Transaction conflicts (another transaction on the same items in flight) are retried this
 /// many times: concurrent duplicates end as one commit and the rest as replays.
 const CONFLICT_RETRIES: u32 = 8;
@@ -445,8 +464,26 @@ impl DynamoDbStore {
         now_ms: u64,
         unless_exists: Option<(String, HashMap<String, AttributeValue>, String)>,
     ) -> Result<Option<Committed>, StoreError> {
+        Ok(match self.record_answer(record, now_ms, unless_exists, &[]).await? {
+            Answer::Written => None,
+            Answer::Exists(existing) => Some(Committed::Exists(existing)),
+            Answer::Unexpected(other) => Some(other),
+            Answer::FallbackRefused(_) => unreachable!("no fallback writes were sent"),
+        })
+    }
+
+    /// [`DynamoDbStore::record_outcome`] with `fallback`'s actions in the same transaction, so
+    /// the record and its fallback are written together or not at all.
+    pub(crate) async fn record_answer(
+        &self,
+        record: &Record,
+        now_ms: u64,
+        unless_exists: Option<(String, HashMap<String, AttributeValue>, String)>,
+        fallback: &[TransactWriteItem],
+    ) -> Result<Answer, StoreError> {
         let mut commit = Commit::new(&record.id, &record.payload_hash, record.response.clone().unwrap_or_default())
             .expiration_s(record.expiration_s);
+        let applied_check = unless_exists.is_some();
         if let Some((table, key, key_attribute)) = unless_exists {
             let check = ConditionCheck::builder()
                 .table_name(table)
@@ -458,13 +495,21 @@ impl DynamoDbStore {
                 .map_err(|e| StoreError::new(StoreErrorKind::Other, e.to_string()))?;
             commit = commit.write(Write::new("applied", TransactWriteItem::builder().condition_check(check).build()));
         }
-        match self.commit_once(&commit, now_ms).await? {
-            Committed::Fresh => Ok(None),
-            Committed::ConditionFailed { item: Some(item), .. } => {
-                Ok(Some(Committed::Exists(carried_from_item(&item)?)))
-            }
-            other => Ok(Some(other)),
+        let first_fallback = usize::from(applied_check);
+        for (index, action) in fallback.iter().enumerate() {
+            commit = commit.write(Write::new(format!("fallback write {index}"), action.clone()));
         }
+        // The record's own put is checked first (`cancelled`): a live record answers, whatever
+        // else failed beside it, so a duplicate never reports its fallback refused.
+        Ok(match self.commit_once(&commit, now_ms).await? {
+            Committed::Fresh => Answer::Written,
+            Committed::Exists(existing) => Answer::Exists(existing),
+            Committed::ConditionFailed { index, .. } if index >= first_fallback && index < commit.writes.len() => {
+                Answer::FallbackRefused(index - first_fallback)
+            }
+            Committed::ConditionFailed { item: Some(item), .. } => Answer::Exists(carried_from_item(&item)?),
+            other => Answer::Unexpected(other),
+        })
     }
 
     async fn get_record(&self, id: &str) -> Result<Option<Record>, StoreError> {

@@ -50,6 +50,62 @@
 //! is no window between the effect and its record; [`CommitOnce::commit_batch`] does it for a
 //! whole batch in one transaction. [`Commit`] is the same at the level of SDK actions.
 //!
+//! # When a write's condition fails
+//!
+//! A write's own condition (stock to take, funds to debit, an item that must not exist yet) is
+//! how a handler refuses: the transaction is cancelled, nothing is written, and
+//! [`Tx::otherwise`] says what that means for the write:
+//!
+//! - [`Otherwise::Answer`]: a business answer, recorded as the key's outcome, so a duplicate
+//!   gets the same refusal even once the condition would pass;
+//! - [`Otherwise::AnswerWith`]: the same, with writes of its own ([`Fallback`]: a backordered
+//!   reservation beside the refused one) recorded in the answer's transaction, both or neither,
+//!   and never again for a duplicate. Like `Answer`, two requests: the cancelled transaction
+//!   decides, one more records;
+//! - [`Otherwise::AlreadyApplied`], [`Otherwise::Recorded`]: the item shows the effect already.
+//!
+//! A write refused with no `otherwise` is an error of kind
+//! [`ErrorKind::ConditionFailed`](effectively_once::ErrorKind::ConditionFailed) whose message
+//! names the write (numbered from 0 in the order it was added), what it is and its table:
+//! `the condition of write 1 (an Update of table stock) failed for reserve#o-1: no
+//! Tx::otherwise answers it; nothing was written`. Permanent: each delivery meets it until the
+//! code gives the condition an answer.
+//!
+//! ```no_run
+//! use aws_sdk_dynamodb::types::AttributeValue;
+//! use effectively_once::{Config, Idempotency, Key};
+//! use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Fallback, Otherwise, Table};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! enum Reserved { Reserved, Backordered }
+//! #[derive(Serialize)]
+//! struct Row<'a> { id: &'a str, quantity: i64 }
+//!
+//! # async fn example(client: aws_sdk_dynamodb::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let idempotency = Idempotency::new(DynamoDbStore::new(client, "idempotency"), Config::default());
+//! let stock = Table::new("stock", "id");
+//! let key = Key::new("reserve", "o-1")?;
+//! idempotency
+//!     .commit_once(&key, "o-1", |tx| {
+//!         let take = tx.update(&stock, &serde_json::json!({"id": "sku#1"}), |u| {
+//!             u.update_expression("SET available = available - :q")
+//!                 .condition_expression("available >= :q")
+//!                 .expression_attribute_values(":q", AttributeValue::N("3".into()))
+//!         })?;
+//!         tx.put(&stock, &Row { id: "reservation#o-1", quantity: 3 })?;
+//!         let backorders = stock.clone();
+//!         tx.otherwise(take, move |_| Otherwise::AnswerWith {
+//!             answer: Reserved::Backordered,
+//!             fallback: Fallback::new().put(&backorders, &Row { id: "backorder#o-1", quantity: 3 }),
+//!         });
+//!         Ok(Reserved::Reserved)
+//!     })
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # The item
 //!
 //! The table has the partition key `id` (S) and TTL on `expiration` ([`create_table`] for tests
@@ -76,6 +132,7 @@ mod counter;
 mod error;
 mod item;
 mod once;
+mod otherwise;
 mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -85,5 +142,6 @@ pub use crate::commit::{carried, carried_from_item, Commit, Committed, Placement
 pub use crate::counter::RequestCounter;
 pub use crate::error::classify;
 pub use crate::item::attr;
-pub use crate::once::{CommitOnce, Item, Otherwise, Table, Tx, WriteId};
+pub use crate::once::{CommitOnce, Item, Table, Tx, WriteId};
+pub use crate::otherwise::{Fallback, Otherwise};
 pub use crate::store::{create_table, wait_until_active, DynamoDbStore, TABLE_ACTIVE_WAIT};

@@ -39,14 +39,13 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use aws_sdk_dynamodb::types::builders::{ConditionCheckBuilder, UpdateBuilder};
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 use effectively_once::{Error, Idempotency, Key, Outcome, PayloadHash, Record, Status, StoreError, StoreErrorKind};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::commit::{Commit, Committed, Placement, Write, NEVER_EXPIRES};
+use crate::commit::{Answer, Commit, Committed, Placement, Write, NEVER_EXPIRES};
+use crate::otherwise::{item_of, put_action, refused, unbuilt, update_action, Fallback, Otherwise};
 use crate::store::DynamoDbStore;
 
 /// A DynamoDB item.
@@ -93,27 +92,6 @@ impl Table {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WriteId(usize);
 
-/// What a failed condition of one write means, as [`Tx::otherwise`]'s closure says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Otherwise<R> {
-    /// A business answer (a refused debit, say): nothing was written; the answer is recorded as
-    /// the key's outcome, so every duplicate gets it too, even after the condition would pass.
-    Answer(R),
-    /// The effect is already there, written without a record this transaction could see (by an
-    /// earlier build, or a record deleted by hand): a duplicate answered with `response` when
-    /// `same_payload`, key reuse otherwise. Nothing is recorded.
-    AlreadyApplied {
-        /// The answer the duplicate gets.
-        response: R,
-        /// Whether the item shows this payload's effect.
-        same_payload: bool,
-    },
-    /// The item holds the record of an earlier delivery (a carried record, say, read with
-    /// [`carried_from_item`](crate::carried_from_item)): it answers, as a record the claim met
-    /// would (a replay, or key reuse when its payload hash differs).
-    Recorded(Record),
-}
-
 type OtherwiseFn<R> = Box<dyn FnOnce(Option<&Item>) -> Otherwise<R> + Send>;
 
 /// How long the record lasts.
@@ -147,15 +125,6 @@ impl<R> std::fmt::Debug for Tx<R> {
     }
 }
 
-fn built(error: aws_sdk_dynamodb::error::BuildError) -> Error {
-    StoreError::new(StoreErrorKind::Other, error.to_string()).into()
-}
-
-fn item_of<T: Serialize + ?Sized>(value: &T, what: &str) -> Result<Item, Error> {
-    serde_dynamo::to_item(value)
-        .map_err(|e| StoreError::new(StoreErrorKind::Other, format!("{what} is not a DynamoDB item: {e}")).into())
-}
-
 impl<R> Tx<R> {
     pub(crate) fn new() -> Self {
         Tx {
@@ -177,27 +146,12 @@ impl<R> Tx<R> {
     /// Puts `item` (any `Serialize` whose fields are attributes, keys included) into `table`,
     /// on the condition that no item with its key exists: a put never replaces anything.
     pub fn put<T: Serialize + ?Sized>(&mut self, table: &Table, item: &T) -> Result<WriteId, Error> {
-        self.put_item(table, item_of(item, "the put's item")?)
+        self.put_item(table, item_of(item, "the put's item").map_err(unbuilt)?)
     }
 
     /// [`Tx::put`] of an item already in attribute values.
     pub fn put_item(&mut self, table: &Table, item: Item) -> Result<WriteId, Error> {
-        if !item.contains_key(&table.partition_key) {
-            return Err(StoreError::new(
-                StoreErrorKind::Other,
-                format!("the put into {} has no {} (its partition key)", table.name, table.partition_key),
-            )
-            .into());
-        }
-        let put = Put::builder()
-            .table_name(&table.name)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", &table.partition_key)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(built)?;
-        let id = self.push(TransactWriteItem::builder().put(put).build());
+        let id = self.push(put_action(table, item).map_err(unbuilt)?);
         self.puts.insert(id.0, table.clone());
         Ok(id)
     }
@@ -211,12 +165,7 @@ impl<R> Tx<R> {
         key: &K,
         update: impl FnOnce(UpdateBuilder) -> UpdateBuilder,
     ) -> Result<WriteId, Error> {
-        let builder = Update::builder()
-            .table_name(&table.name)
-            .set_key(Some(item_of(key, "the update's key")?))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        let update = update(builder).build().map_err(built)?;
-        Ok(self.push(TransactWriteItem::builder().update(update).build()))
+        Ok(self.push(update_action(table, key, update).map_err(unbuilt)?))
     }
 
     /// Checks a condition on the item of `table` at `key` without writing it.
@@ -228,9 +177,9 @@ impl<R> Tx<R> {
     ) -> Result<WriteId, Error> {
         let builder = ConditionCheck::builder()
             .table_name(&table.name)
-            .set_key(Some(item_of(key, "the check's key")?))
+            .set_key(Some(item_of(key, "the check's key").map_err(unbuilt)?))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        let check = check(builder).build().map_err(built)?;
+        let check = check(builder).build().map_err(|e| unbuilt(e.to_string()))?;
         Ok(self.push(TransactWriteItem::builder().condition_check(check).build()))
     }
 
@@ -239,8 +188,12 @@ impl<R> Tx<R> {
         self.push(action)
     }
 
-    /// What a failed condition of `write` means; without it a failed condition of a write (other
-    /// than the record's) is an error that retrying does not fix.
+    /// What a failed condition of `write` means: an answer to record ([`Otherwise::Answer`]),
+    /// with writes of its own ([`Otherwise::AnswerWith`]), or a duplicate the item shows.
+    /// Without it a failed condition of a write (other than the record's) is an error of kind
+    /// [`ErrorKind::ConditionFailed`](effectively_once::ErrorKind::ConditionFailed) naming the
+    /// write (numbered from 0 in the order the writes were added) and its table; retrying does
+    /// not fix it.
     pub fn otherwise(&mut self, write: WriteId, answer: impl FnOnce(Option<&Item>) -> Otherwise<R> + Send + 'static) {
         self.otherwise.insert(write.0, Box::new(answer));
     }
@@ -461,35 +414,68 @@ where
         Committed::Exists(record) => replay_own(key, hash, record),
         Committed::ConditionFailed { index, item, .. } => {
             let Some(answer) = otherwise.remove(&index) else {
-                return Err(StoreError::new(
-                    StoreErrorKind::Other,
-                    format!(
-                        "the condition of write {index} of {key} failed, and the transaction says nothing otherwise"
-                    ),
-                )
-                .into());
+                let what = format!("write {index}");
+                return Err(refused(
+                    key,
+                    &what,
+                    commit.action(index),
+                    "no Tx::otherwise answers it; nothing was written",
+                ));
             };
-            match answer(item.as_ref()) {
-                Otherwise::AlreadyApplied { response, same_payload: true } => Ok(Outcome::Replayed(response)),
-                Otherwise::AlreadyApplied { same_payload: false, .. } => Err(key_reused(key, hash)),
-                Otherwise::Recorded(earlier) => earlier.replay::<R>(hash).map(Outcome::Replayed),
-                Otherwise::Answer(answer) => {
-                    let json = response_json(&answer, config.max_response_bytes())?;
-                    let recorded = record(key, hash.to_string(), Some(json), expiration_s);
-                    // With a carried record, only while the carrier is absent: a concurrent
-                    // duplicate whose condition passed may have applied the effect meanwhile.
-                    match idempotency.store().record_outcome(&recorded, now_ms, carrier_key).await? {
-                        None => Ok(Outcome::Fresh(answer)),
-                        // A concurrent duplicate committed (the condition passed for it).
-                        Some(Committed::Exists(existing)) => replay_own(key, hash, existing),
-                        Some(other) => Err(StoreError::new(
-                            StoreErrorKind::Other,
-                            format!("recording the answer of {key} failed: {other:?}"),
-                        )
-                        .into()),
-                    }
-                }
-            }
+            let (answer, fallback) = match answer(item.as_ref()) {
+                Otherwise::AlreadyApplied { response, same_payload: true } => return Ok(Outcome::Replayed(response)),
+                Otherwise::AlreadyApplied { same_payload: false, .. } => return Err(key_reused(key, hash)),
+                Otherwise::Recorded(earlier) => return earlier.replay::<R>(hash).map(Outcome::Replayed),
+                Otherwise::Answer(answer) => (answer, Fallback::new()),
+                Otherwise::AnswerWith { answer, fallback } => (answer, fallback),
+            };
+            let recorded = Answered { expiration_s, now_ms, carrier_key };
+            record_answer(idempotency, key, hash, answer, fallback, recorded).await
+        }
+    }
+}
+
+/// When and how an answer is recorded.
+struct Answered {
+    expiration_s: u64,
+    now_ms: u64,
+    /// A carried record's carrier: its table, key, and partition key attribute.
+    carrier_key: Option<(String, Item, String)>,
+}
+
+/// Records `answer` as `key`'s outcome, with `fallback`'s writes in the same transaction.
+async fn record_answer<R>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    key: &Key,
+    hash: &PayloadHash,
+    answer: R,
+    fallback: Fallback,
+    Answered { expiration_s, now_ms, carrier_key }: Answered,
+) -> Result<Outcome<R>, Error>
+where
+    R: Serialize + DeserializeOwned + Send,
+{
+    if let Some(error) = fallback.error {
+        return Err(unbuilt(format!("{key}: {error}")));
+    }
+    let json = response_json(&answer, idempotency.config().max_response_bytes())?;
+    let recorded = record(key, hash.to_string(), Some(json), expiration_s);
+    // With a carried record, only while the carrier is absent: a concurrent duplicate whose
+    // condition passed may have applied the effect meanwhile.
+    match idempotency.store().record_answer(&recorded, now_ms, carrier_key, &fallback.writes).await? {
+        Answer::Written => Ok(Outcome::Fresh(answer)),
+        // A concurrent duplicate committed (the condition passed for it), or recorded its own
+        // answer (and its fallback) first.
+        Answer::Exists(existing) => replay_own(key, hash, existing),
+        Answer::FallbackRefused(index) => Err(refused(
+            key,
+            &format!("fallback write {index}"),
+            fallback.writes.get(index),
+            "the answer and its fallback were not recorded",
+        )),
+        Answer::Unexpected(other) => {
+            Err(StoreError::new(StoreErrorKind::Other, format!("recording the answer of {key} failed: {other:?}"))
+                .into())
         }
     }
 }

@@ -39,6 +39,13 @@ pub enum ErrorKind {
     Serialization,
     /// The store failed in a way retrying will not fix (malformed record, bad request). Permanent.
     Store,
+    /// A write's own condition failed (a business condition: stock, funds, an item that must
+    /// not exist) and the code said nothing about what that means, so no answer was recorded
+    /// and nothing was written. The message names the write and its table. Permanent: every
+    /// delivery fails the same way until the code gives the condition an answer
+    /// (`effectively_once_dynamodb::Tx::otherwise`); no verdict on the message, since that
+    /// deploy changes it.
+    ConditionFailed,
 }
 
 impl ErrorKind {
@@ -129,6 +136,12 @@ impl From<StoreError> for Error {
             StoreErrorKind::Fenced => ErrorKind::LeaseLost,
             StoreErrorKind::TooLarge => ErrorKind::ResponseTooLarge,
             StoreErrorKind::Malformed | StoreErrorKind::Other => ErrorKind::Store,
+            StoreErrorKind::ConditionFailed => {
+                // The store did not fail: the caller's write was refused. Its message (the write,
+                // its table) is this error's own, not a cause behind "store failed".
+                let (message, source) = error.into_parts();
+                return Error { kind: ErrorKind::ConditionFailed, message, source };
+            }
         };
         Error::new(kind, "idempotency store failed").with_source(error)
     }
@@ -252,6 +265,21 @@ mod tests {
         assert_eq!(ErrorChain(&run).to_string(), chain, "transparent");
         let handler: RunError<std::io::Error> = RunError::Handler(std::io::Error::other("handler said no"));
         assert_eq!(ErrorChain(&handler).to_string(), "handler said no");
+    }
+
+    /// A refused write is reported as that, in its own words, not as a store failure; it is
+    /// permanent and no verdict on the message (the code, not the message, lacks an answer).
+    #[test]
+    fn a_failed_condition_is_its_own_kind_and_message() {
+        let store = StoreError::new(StoreErrorKind::ConditionFailed, "write 1 (an Update of table accounts) refused");
+        assert!(!store.is_retryable());
+        let err = Error::from(store);
+        assert_eq!(err.kind(), ErrorKind::ConditionFailed);
+        assert_eq!(ErrorChain(&err).to_string(), "write 1 (an Update of table accounts) refused");
+        assert!(!err.is_retryable() && !err.is_verdict_on_the_message());
+        let cause =
+            StoreError::new(StoreErrorKind::ConditionFailed, "refused").with_source(std::io::Error::other("why"));
+        assert_eq!(ErrorChain(&Error::from(cause)).to_string(), "refused: why");
     }
 
     #[test]

@@ -58,14 +58,7 @@ pub struct PayloadHash {
 
 impl PayloadHash {
     pub(crate) fn of(selected: Value) -> Result<PayloadHash, Error> {
-        let exact;
-        let hashed = if has_big_integer(&selected) {
-            exact = with_exact_big_integers(&selected);
-            &exact
-        } else {
-            &selected
-        };
-        let canonical = serde_json_canonicalizer::to_vec(hashed)
+        let canonical = canonical(&selected)
             .map_err(|e| Error::new(ErrorKind::Serialization, "payload has no canonical JSON form").with_source(e))?;
         let current = format!("{PAYLOAD_HASH_VERSION}:{}", hex_sha256(&canonical));
         Ok(PayloadHash { current, selected, v1: OnceLock::new() })
@@ -116,6 +109,17 @@ impl From<&PayloadHash> for String {
     }
 }
 
+/// The bytes version 2 hashes: the RFC 8785 form of `value`, with each integer no double holds
+/// kept exact ([`HashVersion::V2`]). Also what [`Key::hashed`](crate::Key::hashed) hashes, so
+/// two ids that differ only past 2^53 stay two keys.
+pub(crate) fn canonical(value: &Value) -> serde_json::Result<Vec<u8>> {
+    if has_big_integer(value) {
+        serde_json_canonicalizer::to_vec(&with_exact_big_integers(value))
+    } else {
+        serde_json_canonicalizer::to_vec(value)
+    }
+}
+
 /// Whether `number` is an integer no double holds (past ±2^53 a double skips integers, and
 /// RFC 8785 would write two of them the same). One a double holds exactly (`10000000000000000`)
 /// stays RFC 8785's number, so `1e16` written either way is one payload.
@@ -146,7 +150,7 @@ fn with_exact_big_integers(value: &Value) -> Value {
     }
 }
 
-fn hex_sha256(bytes: &[u8]) -> String {
+pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -28,7 +28,9 @@
 //! # }
 //! ```
 //!
-//! Also here: [`Idempotency::wrap`] makes any async function idempotent; `layer::IdempotencyLayer`
+//! Also here: [`Key::hashed`] keys on an id the key alphabet refuses (an S3 object key, an
+//! email address, a struct of several fields) by the SHA-256 of its canonical JSON;
+//! [`Idempotency::wrap`] makes any async function idempotent; `layer::IdempotencyLayer`
 //! (feature `tower`) does the same for any tower `Service`, a Lambda handler included;
 //! [`CachedStore`] answers duplicates from memory; [`Config::with_payload_fields`] validates selected
 //! fields only; [`Config::on_replay`] and [`Outcome::Replayed`] tell replays apart;

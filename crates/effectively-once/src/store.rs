@@ -130,6 +130,11 @@ pub enum StoreErrorKind {
     /// Retryable: it is no verdict on the message, so the message waits for the fix (in its
     /// queue, stream or DLQ) instead of being given up on, and a FIFO group keeps its order.
     Misconfigured,
+    /// A write's own condition failed and nothing said what that means: no answer was given
+    /// for it (`effectively_once_dynamodb::Tx::otherwise`). The message names the write and its
+    /// table. Permanent: the same write fails the same way until the code says what its failed
+    /// condition means.
+    ConditionFailed,
     /// Any other failure (a bad request). Permanent.
     Other,
 }
@@ -175,6 +180,11 @@ impl StoreError {
     /// Whether the same call may succeed later.
     pub fn is_retryable(&self) -> bool {
         self.kind.is_retryable()
+    }
+
+    /// Its message and source, for an [`Error`](crate::Error) that takes them over.
+    pub(crate) fn into_parts(self) -> (String, Option<Box<dyn std::error::Error + Send + Sync>>) {
+        (self.message, self.source)
     }
 }
 
