@@ -114,7 +114,7 @@ watch: local-up
 invoke:
 	infra/cargo-lambda.sh invoke --invoke-address 127.0.0.1 $(FUNCTION) --data-file $(EVENT)
 
-## build: release bootstraps of both functions (cargo lambda; ARCH=x86_64|arm64), the deploy
+## build: release bootstraps of the three functions (cargo lambda; ARCH=x86_64|arm64), the deploy
 ##        metadata check, the glibc floor check (provided.al2023: 2.34) and their sizes
 build:
 	ARCH=$(ARCH) infra/lambda.sh build

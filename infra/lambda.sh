@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The two functions' artifacts and their deployment (docs/deploy.md).
+# The three functions' artifacts (payments-consumer, receipts-relay, payments-api) and their deployment (docs/deploy.md).
 #
 #   infra/lambda.sh build [--local] [PACKAGE...]
-#                                       release bootstraps with cargo lambda (default: both functions),
+#                                       release bootstraps with cargo lambda (default: all three functions),
 #                                       the deploy metadata check, the glibc floor check, the sizes;
 #                                       --local: no glibc floor check, for a bootstrap that runs here
 #                                       only (make bench)

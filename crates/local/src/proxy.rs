@@ -34,8 +34,9 @@ pub enum Fault {
     ServerError,
     /// Not forwarded: the service's throttling error.
     Throttle,
-    /// Not forwarded: the provider refuses the message for good (SES's `MessageRejected`, as
-    /// for a recipient its sandbox has not verified).
+    /// Not forwarded: the provider refuses the request for good: SES's `MessageRejected`, as
+    /// for a recipient its sandbox has not verified; DynamoDB's `ValidationException`, as for a
+    /// write to a table whose key schema is another template's (a bad deploy).
     Refuse,
 }
 
@@ -274,6 +275,9 @@ impl State {
         match fault {
             Fault::ServerError => Ok(error(500, "InternalServerError", &op, "injected by the fault proxy")),
             // SES's own wording, address included, as a provider's message would carry it.
+            Fault::Refuse if op.starts_with("dynamodb") => {
+                Ok(error(400, "ValidationException", &op, "The provided key element does not match the schema"))
+            }
             Fault::Refuse => Ok(error(400, "MessageRejected", &op, &refusal(&body))),
             Fault::Throttle if op.starts_with("ses:") => {
                 Ok(error(429, "TooManyRequestsException", &op, "injected by the fault proxy"))

@@ -5,7 +5,7 @@
 //!
 //! A plan says what was sent, never what must come of it: on a standard queue a racing debit
 //! applies or is rejected by the order it arrives in, so the checks read every outcome back from
-//! the tables (`crate::audit`).
+//! the tables (`crate::invariants`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

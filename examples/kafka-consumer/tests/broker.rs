@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use common::{balance, entries, payment, Tables};
 use effectively_once_dynamodb::testing::unique_name;
+use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::events::{Context, KafkaEvent, KafkaRecord};
 use effectively_once_lambda::kafka::KafkaEventResponse;
 use effectively_once_lambda::{BatchHandler, Handler, RecordResult};
 use kafka_consumer::Payments;
 use local::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer};
 use local::invoke::{Batched, KafkaFunction};
+use local::proxy::{Fault, Proxy, RandomFaults};
 use local::resources::Clients;
 
 /// A topic, its mapping (group and failure queue) and a producer, the test's own.
@@ -284,4 +286,34 @@ async fn poison_goes_to_the_failure_destination_and_replays_once_fixed() {
     assert_eq!((again.batches, again.records), (0, 0), "the destination is empty");
     let expected = [(before.as_str(), 1), (poison.as_str(), 20), (after.as_str(), 300), (elsewhere.as_str(), 4000)];
     assert_posted_once(fixed.handler(), "acct-poison", &expected).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payment_the_store_refuses_for_good_is_kept_in_the_kafka_failure_queue() {
+    let tables = Tables::fresh().await;
+    // A bad deploy: DynamoDB refuses every write with a ValidationException (as for a ledger
+    // table made from another template), an answer no retry changes. It is no verdict on the
+    // payment, so the payment must not be committed past and lost: its partition waits, then
+    // it goes to the failure destination.
+    let rules = RandomFaults::new(7).on("dynamodb:TransactWriteItems", &[(Fault::Refuse, 1000)]);
+    let proxy = Proxy::to_local_aws(Arc::new(rules)).await.expect("fault proxy");
+    let sdk = proxy.sdk_config(aws_config::retry::RetryConfig::disabled()).await;
+    let refused = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), tables.store.table());
+    let misdeployed = Tables { store: refused, ..tables.clone() };
+    let topic = Topic::new(2).await;
+    let (first, second, elsewhere) = (unique_name("pay"), unique_name("pay"), unique_name("pay"));
+    topic.send(&first, &payment(&first, "acct-misdeploy", 70), Some(0)).await;
+    topic.send(&second, &payment(&second, "acct-misdeploy", 8), Some(0)).await;
+    topic.send(&elsewhere, &payment(&elsewhere, "acct-misdeploy", 900), Some(1)).await;
+    let broken = consumer(&misdeployed);
+    let drained = topic.drain(&mut [topic.poller("p")], &broken).await;
+    assert!(proxy.injected().values().sum::<u64>() > 0, "the store refused: {:?}", proxy.injected());
+    assert_eq!(broken.counts().applied, 0, "{:?}", broken.counts());
+    assert_eq!(drained.given_up, 3, "every payment kept in the failure destination: {drained:?}");
+
+    // The fix is deployed; replaying the destination posts each payment once.
+    let fixed = consumer(&tables);
+    let replayed = kafka::replay_kafka_failures(&topic.clients, &topic.mapping, &fixed).await.expect("replay");
+    assert_eq!((replayed.records, replayed.kept), (3, 0), "{replayed:?}");
+    assert_posted_once(fixed.handler(), "acct-misdeploy", &[(&first, 70), (&second, 8), (&elsewhere, 900)]).await;
 }
