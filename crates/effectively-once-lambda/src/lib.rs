@@ -125,22 +125,32 @@ impl fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
-/// An idempotency failure as a record's result, as [`effectively_once::Error::is_retryable`]
-/// says: another attempt holding the key is [`Retry::InProgressElsewhere`]; what may pass later
-/// (the store throttled, unreachable or misconfigured, a lease lost) is retried; everything else
-/// is [`Retry::Permanent`]: the key reused with another payload, an invalid key, a stored
-/// response too large to replay, and a write the store refused for good (a commit-once put whose
-/// item exists, a condition that failed with nothing to answer otherwise). A permanent failure
-/// goes to the DLQ (SQS) or past the checkpoint (Streams), logged with its reason, rather than
-/// coming back forever: on a stream, a verdict retried would stall the shard. The reason is the
-/// error's chain, addresses redacted.
+/// An idempotency failure as a record's result, as the effects crate maps one
+/// (`effectively_once_effects`' `From<Error> for RecordError`), so every consumer reports a
+/// failure alike:
+///
+/// - another attempt holds the key: [`Retry::InProgressElsewhere`];
+/// - a verdict on the message itself ([`effectively_once::Error::is_verdict_on_the_message`]:
+///   the key reused with another payload, an invalid key, a stored response too large to
+///   replay), or a write whose own condition failed with nothing to answer otherwise
+///   ([`ErrorKind::ConditionFailed`](effectively_once::ErrorKind::ConditionFailed): the same
+///   code fails the same way on the same data): [`Retry::Permanent`], to the DLQ (SQS) or past
+///   the checkpoint (streams), logged with its reason, rather than stalling a shard;
+/// - anything else: [`Retry::Retryable`]. That is throttling and an unreachable store, and a
+///   fault of the store or the deployment that no retry fixes but a deploy does (DynamoDB's
+///   `ValidationException` for a table of another key schema, a record that does not read
+///   back): reported permanent, a stream would be committed past the record and lose it; held,
+///   it waits for the fix, or reaches the on-failure destination after the retries.
+///
+/// The reason is the error's chain, addresses redacted.
 impl From<effectively_once::Error> for RecordError {
     fn from(error: effectively_once::Error) -> Self {
         let reason = redact_emails(&effectively_once::ErrorChain(&error).to_string());
         match error.kind() {
             effectively_once::ErrorKind::InProgress => RecordError::in_progress_elsewhere(reason),
-            _ if error.is_retryable() => RecordError::retryable(reason),
-            _ => RecordError::permanent(reason),
+            effectively_once::ErrorKind::ConditionFailed => RecordError::permanent(reason),
+            _ if error.is_verdict_on_the_message() => RecordError::permanent(reason),
+            _ => RecordError::retryable(reason),
         }
     }
 }
@@ -192,6 +202,16 @@ mod tests {
         assert_eq!(RecordError::from(throttled).retry, Retry::Retryable);
         let misconfigured = effectively_once::Error::from(StoreError::new(StoreErrorKind::Misconfigured, "no table"));
         assert_eq!(RecordError::from(misconfigured).retry, Retry::Retryable);
+        // A request the store refuses for good is the deployment's fault: held, not given up.
+        let refused = effectively_once::Error::from(StoreError::new(StoreErrorKind::Other, "ValidationException"));
+        assert_eq!(RecordError::from(refused).retry, Retry::Retryable);
+        let unreadable = effectively_once::Error::from(StoreError::new(StoreErrorKind::Malformed, "no status"));
+        assert_eq!(RecordError::from(unreadable).retry, Retry::Retryable);
+        // A write whose condition failed with nothing to answer otherwise: the same every time.
+        let condition = effectively_once::Error::from(StoreError::new(StoreErrorKind::ConditionFailed, "write 0"));
+        assert_eq!(RecordError::from(condition).retry, Retry::Permanent);
+        let too_large = effectively_once::Error::from(StoreError::new(StoreErrorKind::TooLarge, "400 KB"));
+        assert_eq!(RecordError::from(too_large).retry, Retry::Permanent);
         let handler: RunError<RecordError> = RunError::Handler(RecordError::permanent("bad order"));
         assert_eq!(RecordError::from(handler), RecordError::permanent("bad order"));
         let layer: RunError<RecordError> =

@@ -51,3 +51,49 @@ async fn a_transient_failure_at_record_2_checkpoints_and_the_redelivery_projects
     assert_eq!(number(&totals, "order_count"), Some(4), "each order counted once: {totals:?}");
     assert_eq!(number(&totals, "total_cents"), Some(100 + 200 + 300 + 400));
 }
+
+/// A bad deploy: DynamoDB refuses every transaction with a ValidationException (as for a
+/// projections table made from another template), an answer no retry changes. It is no verdict
+/// on the order, so the shard must not go past it: the first order is the checkpoint, on the
+/// record-at-a-time path and the batch path alike, until the fix; then each order projects once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_the_store_refuses_for_good_is_the_checkpoint_until_the_fix() {
+    use local::proxy::{Fault, Proxy, RandomFaults};
+    let (fixed, client, _) = projector(LoseAnswer::default()).await;
+    let rules = RandomFaults::new(7).on("dynamodb:TransactWriteItems", &[(Fault::Refuse, 1000)]);
+    let proxy = Proxy::to_local_aws(std::sync::Arc::new(rules)).await.expect("fault proxy");
+    let sdk = proxy.sdk_config(aws_config::retry::RetryConfig::disabled()).await;
+    let refused = aws_sdk_dynamodb::Client::new(&sdk);
+    let store = effectively_once_dynamodb::DynamoDbStore::new(refused, fixed.idempotency.store().table());
+    let broken = streams_consumer::Projector {
+        idempotency: effectively_once::Idempotency::new(store, effectively_once::Config::default()),
+        projections: fixed.projections.clone(),
+    };
+    let projections = fixed.projections.name().to_owned();
+    let customer = unique_name("cust");
+    let orders: Vec<String> = (1..=2).map(|n| unique_name(&format!("ord{n}"))).collect();
+    let event = orders
+        .iter()
+        .fold(Batch::new("orders", &["pk"]), |batch, id| {
+            batch
+                .insert(json!({"pk": format!("order#{id}"), "order_id": id, "customer_id": customer, "total_cents": 5}))
+        })
+        .build();
+    let first = event.records[0].change.sequence_number.clone();
+    let options = Options { emit_metrics: false, ..Options::new("streams-consumer") };
+
+    let alone = streams::process(&broken, LambdaEvent::new(event.clone(), Context::default()), &options).await;
+    let checkpoint: Vec<_> = alone.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
+    assert_eq!(checkpoint, vec![first.clone()], "one at a time: the first order is the checkpoint");
+    let batched = streams::process_batch(&broken, LambdaEvent::new(event.clone(), Context::default()), &options).await;
+    let checkpoint: Vec<_> = batched.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
+    assert_eq!(checkpoint, vec![first], "the batch path: the first order is the checkpoint");
+    assert!(proxy.injected().values().sum::<u64>() >= 2, "the store refused: {:?}", proxy.injected());
+    assert!(item(&client, &projections, &format!("order#{}", orders[0])).await.is_none());
+
+    // The fix; Lambda redelivers from the checkpoint: each order projects once.
+    let done = streams::process_batch(&fixed, LambdaEvent::new(event, Context::default()), &options).await;
+    assert!(done.batch_item_failures.is_empty(), "{:?}", done.batch_item_failures);
+    let totals = item(&client, &projections, &format!("customer#{customer}")).await;
+    assert_eq!((number(&totals, "order_count"), number(&totals, "total_cents")), (Some(2), Some(10)), "{totals:?}");
+}
