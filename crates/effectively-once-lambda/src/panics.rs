@@ -36,7 +36,9 @@ where
     F: Future<Output = T>,
 {
     let future = std::panic::catch_unwind(AssertUnwindSafe(make)).map_err(|payload| message(&*payload))?;
-    AssertUnwindSafe(future).catch_unwind().await.map_err(|payload| message(&*payload))
+    // Boxed: the handler's future is laid out on its own, not inside the driver's, so a deep
+    // handler does not take the caller's `main` past rustc's default `recursion_limit`.
+    AssertUnwindSafe(Box::pin(future)).catch_unwind().await.map_err(|payload| message(&*payload))
 }
 
 /// A panic payload as text: redacted (it may quote the record, and so an email address) and
