@@ -77,7 +77,13 @@ static HOOK: Once = Once::new();
 pub fn install_hook() {
     HOOK.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
-            let message = bounded(redact_emails(info.payload_as_str().unwrap_or("Box<dyn Any>")));
+            // `payload_as_str` does this from Rust 1.91 on; the crate supports 1.85.
+            let payload = info.payload();
+            let text = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+            let message = bounded(redact_emails(text.unwrap_or("Box<dyn Any>")));
             let thread = std::thread::current();
             let location = info.location().map(|l| format!(" at {l}")).unwrap_or_default();
             eprintln!("thread '{}' panicked{location}:\n{message}", thread.name().unwrap_or("<unnamed>"));
