@@ -21,6 +21,10 @@ LOCAL_KAFKA_PORT ?= 9094
 export LOCAL_KAFKA_PORT
 export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 
+# The crates that go to crates.io (`make package`, `make msrv`).
+PUBLISHED := effectively-once effectively-once-redact effectively-once-dynamodb effectively-once-effects \
+	effectively-once-lambda effectively-once-redis
+
 FUNCTION ?= payments-consumer
 EVENT ?= events/sqs-payment.json
 STACK ?= effectively-once
@@ -33,7 +37,7 @@ ARCH ?= x86_64
 REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
 .PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
-	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package local-down send \
+	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
 	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
@@ -163,10 +167,21 @@ doc:
 	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --all-features
 
 ## package: the library crates as they would go to crates.io (not `payments`: the showcase's domain,
-##          publish = false, like the binaries)
+##          publish = false, like the binaries): each must leave the program's choices (SDK
+##          behaviour version, HTTP client, runtime) to the program (infra/features.sh), is packed
+##          and verified (`cargo package`), then its public API is checked against the last
+##          packaged version with cargo-semver-checks (infra/semver.sh; pinned, installed into
+##          .tools/ on first use); docs/packaging.md
 package:
-	cargo package --allow-dirty -p effectively-once -p effectively-once-redact -p effectively-once-dynamodb \
-		-p effectively-once-effects -p effectively-once-lambda -p effectively-once-redis
+	infra/features.sh $(PUBLISHED)
+	cargo package --allow-dirty $(addprefix -p ,$(PUBLISHED))
+	infra/semver.sh check $(PUBLISHED)
+
+## msrv: each published crate's rust-version and its dependencies' lowest versions: resolved with
+##       nightly's -Z direct-minimal-versions and the Rust-version-aware resolver, rust-versions
+##       compared, the libraries checked (no old toolchain can be installed here; docs/packaging.md)
+msrv:
+	infra/msrv.sh $(PUBLISHED)
 
 ## local-aws-up: install pinned moto (once) and start it on 127.0.0.1, or reuse the running one
 local-aws-up:

@@ -122,6 +122,14 @@
 //! | `response` | S | the stored response as JSON; kept up to 380,000 bytes (DynamoDB items stop at 400 KB) |
 //! | `replaced_status`, `replaced_lease_expires_at`, `replaced_expiration`, `replaced_payload_hash`, `replaced_owner`, `replaced_response` | as above | while in progress only: the record the claim replaced (`replaced_status` NULL when the key was free); removed at completion |
 //! | `first_status`, `first_lease_expires_at`, ... `first_response` | as above | while in progress only, after a run of takeovers: the record the run began with; removed at completion |
+//!
+//! # Rust version and your Cargo.toml
+//!
+//! Rust 1.94.1 or newer (the AWS SDK's). This crate turns on no SDK behaviour version, HTTP client
+//! or async runtime: your program does, on its `aws-config` and `aws-sdk-dynamodb` (`features =
+//! ["behavior-version-latest", "default-https-client", "rt-tokio"]` with `default-features =
+//! false`, or the SDK's default features and `BehaviorVersion::latest()` passed to
+//! `aws_config::load_defaults`). See `docs/packaging.md` in the repository.
 // docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]

@@ -80,6 +80,14 @@
 //! |---|---|---|
 //! | email, at most once | never two emails per key; ambiguous cases flagged | duplicates, throttling and account-level refusals (released and retried), a 5xx or lost answer and a crash after SES accepted (flagged, not resent) |
 //! | email, at least once | never a lost email; a copy only in the ambiguous window | duplicates, throttling, a crash before or after SES accepted (resent after the lease) |
+//!
+//! # Rust version and your Cargo.toml
+//!
+//! Rust 1.94.1 or newer (the AWS SDK's). This crate turns on no SDK behaviour version, HTTP client
+//! or async runtime: your program does, on its `aws-config` and `aws-sdk-sesv2` (`features =
+//! ["behavior-version-latest", "default-https-client", "rt-tokio"]` with `default-features =
+//! false`, or the SDK's default features and `BehaviorVersion::latest()` passed to
+//! `aws_config::load_defaults`). See `docs/packaging.md` in the repository.
 // docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]

@@ -209,13 +209,19 @@ async fn invocation<T>(options: &Options, context: &Context, batch: impl Future<
 
 /// The run loop, record by record: serves the trigger's events from the Lambda runtime until it
 /// stops, each through [`one_by_one`].
+///
+/// Each event's future is boxed (one allocation per invocation), as is each handler call's
+/// ([`panics::catch`]): rustc lays out a boxed future on its own, so the runtime's, the driver's
+/// and the handler's nesting never add up, and a user's `main` stays within the default
+/// `recursion_limit` of 128 however deep its handler's future nests. Four mains here needed
+/// `#![recursion_limit = "256"]` before.
 pub(crate) async fn serve<T: Trigger, H: Handler<T::Record>>(
     handler: H,
     options: Options,
 ) -> Result<(), lambda_runtime::Error> {
     let (handler, options) = (&handler, &options);
     lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<T::Event>| async move {
-        Ok::<T::Response, lambda_runtime::Error>(one_by_one::<T, H>(handler, event, options).await)
+        Ok::<T::Response, lambda_runtime::Error>(Box::pin(one_by_one::<T, H>(handler, event, options)).await)
     }))
     .await
 }
@@ -227,7 +233,7 @@ pub(crate) async fn serve_rounds<T: Trigger, H: BatchHandler<T::Record>>(
 ) -> Result<(), lambda_runtime::Error> {
     let (handler, options) = (&handler, &options);
     lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<T::Event>| async move {
-        Ok::<T::Response, lambda_runtime::Error>(in_rounds::<T, H>(handler, event, options).await)
+        Ok::<T::Response, lambda_runtime::Error>(Box::pin(in_rounds::<T, H>(handler, event, options)).await)
     }))
     .await
 }

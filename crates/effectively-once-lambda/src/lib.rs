@@ -21,6 +21,15 @@
 //!   `function_version`, `cold_start`); each SQS record's in a `record` span with its
 //!   `message_id` and the X-Ray `xray_trace_id` of its `AWSTraceHeader`.
 //! - [`panics`]: a record whose handler panics fails alone; the rest of the batch goes on.
+//!
+//! # Rust version and your Cargo.toml
+//!
+//! Rust 1.85 or newer. The drivers choose no runtime flavour: your `main` does (`tokio` with
+//! `macros` and `rt` for `#[tokio::main(flavor = "current_thread")]`; `lambda_runtime` itself turns
+//! on tokio's `rt-multi-thread`), and turns on `lambda_runtime`'s `tracing` feature for
+//! `lambda_runtime::tracing::init_default_subscriber`. Your `main` needs no `#![recursion_limit]`:
+//! the drivers box each invocation's future and each handler call's. See `docs/packaging.md` in
+//! the repository.
 // docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]

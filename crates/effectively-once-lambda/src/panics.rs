@@ -36,7 +36,9 @@ where
     F: Future<Output = T>,
 {
     let future = std::panic::catch_unwind(AssertUnwindSafe(make)).map_err(|payload| message(&*payload))?;
-    AssertUnwindSafe(future).catch_unwind().await.map_err(|payload| message(&*payload))
+    // Boxed: the handler's future is laid out on its own, not inside the driver's, so a deep
+    // handler does not take the caller's `main` past rustc's default `recursion_limit`.
+    AssertUnwindSafe(Box::pin(future)).catch_unwind().await.map_err(|payload| message(&*payload))
 }
 
 /// A panic payload as text: redacted (it may quote the record, and so an email address) and
@@ -75,7 +77,13 @@ static HOOK: Once = Once::new();
 pub fn install_hook() {
     HOOK.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
-            let message = bounded(redact_emails(info.payload_as_str().unwrap_or("Box<dyn Any>")));
+            // `payload_as_str` does this from Rust 1.91 on; the crate supports 1.85.
+            let payload = info.payload();
+            let text = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+            let message = bounded(redact_emails(text.unwrap_or("Box<dyn Any>")));
             let thread = std::thread::current();
             let location = info.location().map(|l| format!(" at {l}")).unwrap_or_default();
             eprintln!("thread '{}' panicked{location}:\n{message}", thread.name().unwrap_or("<unnamed>"));

@@ -4,6 +4,10 @@
 //! [`redact_email`] for a value a caller knows is an address; [`redact_emails`] for free text
 //! that may quote one (a panic message, a provider's error). Both give the same form,
 //! `a***@example.com`, so a reader can match a log line to a row without seeing the address.
+//!
+//! # Rust version
+//!
+//! Rust 1.70 or newer; no dependencies. See `docs/packaging.md` in the repository.
 // docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]

@@ -36,6 +36,12 @@
 //!
 //! What Redis does not give, next to DynamoDB (no transaction with DynamoDB effects, durability
 //! on failover), is in `docs/redis.md`.
+//!
+//! # Rust version and your Cargo.toml
+//!
+//! Rust 1.85 or newer; with the `dynamodb` feature, 1.94.1 (the AWS SDK's), and your program turns
+//! on the SDK's behaviour version, HTTP client and runtime, as for `effectively-once-dynamodb`. See
+//! `docs/packaging.md` in the repository.
 // docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]

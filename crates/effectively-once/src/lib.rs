@@ -84,6 +84,12 @@
 //! two-phase `begin`/`complete` API and the effects crate ignore it), and the shipped functions,
 //! which run only those, warn at cold start that it changes nothing there. See
 //! [`Config::with_disabled`].
+//!
+//! # Rust version
+//!
+//! Rust 1.85 or newer. No AWS SDK, and no runtime chosen: `tokio` with `sync` and `time` only
+//! (feature `contract` adds `macros` and `rt-multi-thread` for its tests). See `docs/packaging.md`
+//! in the repository.
 // docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]

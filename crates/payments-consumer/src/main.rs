@@ -1,7 +1,4 @@
 //! Lambda entry point: SQS payment events to the ledger, once each.
-// The batch path's future (a batch transaction inside the runtime's service) nests deeper than
-// the default limit of 128 lets rustc compute its layout.
-#![recursion_limit = "256"]
 
 use effectively_once_lambda::sqs::{self, Options};
 use effectively_once_lambda::Error;

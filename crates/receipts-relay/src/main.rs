@@ -1,6 +1,4 @@
 //! Lambda entry point: outbox stream inserts to receipt emails, once each.
-// The handler future (SES, DynamoDB, stream driver) nests deeper than the default limit.
-#![recursion_limit = "256"]
 
 use effectively_once_lambda::streams::{self, Options};
 use effectively_once_lambda::Error;

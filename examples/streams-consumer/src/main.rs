@@ -1,7 +1,5 @@
 //! Lambda entry point: `IDEMPOTENCY_TABLE` and `PROJECTIONS_TABLE` from the environment, the
 //! client built once, then the Streams driver (INSERT records only, its default).
-// The handler future (commit once inside the stream driver) nests deeper than the default limit.
-#![recursion_limit = "256"]
 
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::{DynamoDbStore, Table};
