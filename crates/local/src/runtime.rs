@@ -35,16 +35,19 @@ use crate::invoke::{KinesisFunction, SqsFunction, StreamFunction};
 /// How long an invocation may run: the template's function timeout.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Where an invocation's answer goes: the response's body, or the error the function reported.
+type Answer = oneshot::Sender<std::result::Result<Vec<u8>, String>>;
+
 /// An event waiting for the function, and where its answer goes.
 struct Invocation {
     event: Vec<u8>,
-    answer: oneshot::Sender<std::result::Result<Vec<u8>, String>>,
+    answer: Answer,
 }
 
 /// The Runtime API's side: invocations queued for `next`, those handed out by request id.
 struct Api {
     queued: tokio::sync::Mutex<mpsc::Receiver<Invocation>>,
-    running: Mutex<HashMap<String, oneshot::Sender<std::result::Result<Vec<u8>, String>>>>,
+    running: Mutex<HashMap<String, Answer>>,
     function: String,
 }
 

@@ -296,9 +296,10 @@ mod tests {
     #[test]
     fn both_forms_of_sqs_event_source_are_read_with_lambdas_defaults() {
         let sources = sqs_sources(&serde_json::from_str(TEMPLATE).unwrap()).unwrap();
-        let read = |s: &SqsSource| (s.function.as_str(), s.queue.as_str(), s.batch_size, s.report_batch_item_failures);
+        let read = |s: &SqsSource| (s.function.clone(), s.queue.clone(), s.batch_size, s.report_batch_item_failures);
+        let read: Vec<_> = sources.iter().map(read).collect();
         assert_eq!(
-            sources.iter().map(read).collect::<Vec<_>>(),
+            read.iter().map(|(f, q, b, r)| (f.as_str(), q.as_str(), *b, *r)).collect::<Vec<_>>(),
             [("OrdersFunction", "OrdersQueue", 5, true), ("OrdersFunction", "OrdersQueue", 10, false)]
         );
     }
