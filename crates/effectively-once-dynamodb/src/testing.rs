@@ -1,22 +1,77 @@
 //! Helpers for tests against a local AWS emulator or any DynamoDB-compatible endpoint.
 //!
 //! The endpoint is `AWS_ENDPOINT_URL`, or the project's local AWS at `http://127.0.0.1:4566`
-//! (`make local-aws-up`). Region and credentials come from the environment when set, otherwise
-//! dummies the emulator accepts.
+//! (`LOCAL_AWS_PORT` moves it), started on first use when nothing answers there. Region and
+//! credentials come from the environment when set, otherwise dummies the emulator accepts.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::Client;
 
 use crate::{create_table, DynamoDbStore, RequestCounter};
 
-/// The project's local AWS endpoint.
+/// The project's local AWS endpoint on its default port.
 pub const LOCAL_ENDPOINT: &str = "http://127.0.0.1:4566";
 
-/// The endpoint tests use.
+/// The endpoint tests use: `AWS_ENDPOINT_URL` as given, else the project's local AWS on
+/// `127.0.0.1:$LOCAL_AWS_PORT` (4566).
+///
+/// When nothing answers on that port, the first call in the process starts it with the
+/// checkout's `infra/local/aws.sh up` (which installs pinned moto once, and takes a lock per port
+/// so test binaries running at once start one server), and leaves it running for the next test
+/// binary and the next run (`make local-aws-down` stops it).
+///
+/// # Panics
+///
+/// With one line naming the command to run, when no local AWS answers and none can be started
+/// (the script failed, or this crate was not built from a checkout of the project).
 pub fn endpoint() -> String {
-    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| LOCAL_ENDPOINT.to_owned())
+    if let Ok(url) = std::env::var("AWS_ENDPOINT_URL") {
+        return url;
+    }
+    static LOCAL: OnceLock<Result<String, String>> = OnceLock::new();
+    match LOCAL.get_or_init(start_local_aws) {
+        Ok(url) => url.clone(),
+        Err(line) => panic!("{line}"),
+    }
+}
+
+/// The local AWS's URL once something answers on its port, starting it when nothing does.
+fn start_local_aws() -> Result<String, String> {
+    let port: u16 = match std::env::var("LOCAL_AWS_PORT") {
+        Ok(port) => port.parse().map_err(|_| format!("LOCAL_AWS_PORT={port} is not a port"))?,
+        Err(_) => 4566,
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let listening = || std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2));
+    if listening().is_ok() {
+        return Ok(url);
+    }
+    // Present when this crate is built from a checkout (a path dependency), not from crates.io.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/local/aws.sh");
+    if !script.is_file() {
+        return Err(format!(
+            "no local AWS at {url}: start one (`make local-aws-up` in an effectively-once checkout) or set AWS_ENDPOINT_URL"
+        ));
+    }
+    // Its progress (the one-time install, the log's path) goes to the test's stderr.
+    let status = std::process::Command::new(&script)
+        .arg("up")
+        .env("LOCAL_AWS_PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .status();
+    let failed = match status {
+        Ok(status) if status.success() && listening().is_ok() => return Ok(url),
+        Ok(status) => format!("`{} up` failed ({status})", script.display()),
+        Err(error) => format!("{} did not run ({error})", script.display()),
+    };
+    Err(format!(
+        "no local AWS at {url} and {failed}: run `make local-aws-up` (LOCAL_AWS_PORT={port}) or set AWS_ENDPOINT_URL"
+    ))
 }
 
 /// A loopback endpoint that answers every request with `reply` (a whole HTTP response), for
@@ -73,7 +128,7 @@ pub async fn fresh_store() -> (DynamoDbStore, RequestCounter) {
     let table = unique_name("idem");
     if let Err(error) = create_table(&client, &table).await {
         panic!(
-            "cannot create table {table} at {}: {error}\n(is the local AWS up? `make local-aws-up`, or set AWS_ENDPOINT_URL)",
+            "cannot create table {table} at {}: {error} (is the local AWS up? `make local-aws-up`, or set AWS_ENDPOINT_URL)",
             endpoint()
         );
     }

@@ -15,6 +15,8 @@ use crate::resources::{self, Clients, RECEIPT_FROM};
 use crate::workload::{self, Workload};
 use crate::{chaos, demo, esm};
 
+mod own;
+
 /// The local pipeline: the local AWS's resources from infra/template.json, an event source
 /// mapping emulator (SQS and DynamoDB Streams) that invokes the real handlers, workloads, the
 /// DLQ redrive, the demo and the chaos scenario.
@@ -31,11 +33,11 @@ pub struct Cli {
 pub enum Command {
     /// Create the tables, queues (with DLQ and redrive policy), stream and SES sender; write
     /// the functions' environment to .local-aws/lambda.env
-    Up(Target),
+    Up(OwnTarget),
     /// Delete the tables and queues
-    Down(Target),
+    Down(OwnTarget),
     /// Print the functions' environment, for cargo lambda watch
-    Env(Target),
+    Env(OwnTarget),
     /// Send a sample event file, or a generated workload, to the payments queue
     Send(SendArgs),
     /// Run the event source mapping emulator until the queue and the stream are drained
@@ -55,11 +57,26 @@ pub enum Command {
 }
 
 /// Which resources.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct Target {
     /// Resources named PREFIX-... (tests use their own)
     #[arg(long, default_value = "")]
     pub prefix: String,
+}
+
+/// Which resources: the project's template's, or your own template's.
+#[derive(Debug, Args)]
+pub struct OwnTarget {
+    #[command(flatten)]
+    target: Target,
+    /// Your own template (CloudFormation or SAM, JSON) instead of infra/template.json: its
+    /// tables, queues, Kinesis streams and SES email identities, its functions' environment
+    #[arg(long, value_name = "PATH")]
+    template: Option<PathBuf>,
+    /// With --template: the function (logical id) whose environment and event sources to use;
+    /// every function's when absent
+    #[arg(long, value_name = "LOGICAL_ID", requires = "template")]
+    function: Option<String>,
 }
 
 /// `local send`.
@@ -67,6 +84,12 @@ pub struct Target {
 pub struct SendArgs {
     #[command(flatten)]
     target: Target,
+    /// Your own template (JSON): send to its queue --queue instead of the payments queue
+    #[arg(long, value_name = "PATH", requires_all = ["queue", "file"])]
+    template: Option<PathBuf>,
+    /// With --template: the queue's logical id
+    #[arg(long, value_name = "LOGICAL_ID", requires = "template")]
+    queue: Option<String>,
     /// An SQS sample event (events/*.json) whose bodies to send
     #[arg(long, conflicts_with_all = ["events", "duplicates", "poison"])]
     file: Option<PathBuf>,
@@ -85,7 +108,15 @@ pub struct SendArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
-    target: Target,
+    own: OwnTarget,
+    /// With --template: run this binary (your function, built) under a local Lambda Runtime API
+    /// and drain the template's SQS event sources into it
+    #[arg(long, value_name = "PATH", requires = "template", conflicts_with = "invoke_url")]
+    bin: Option<PathBuf>,
+    /// With --template and --invoke-url: the function's name under `cargo lambda watch` (its
+    /// binary's name)
+    #[arg(long, requires_all = ["template", "invoke_url"])]
+    name: Option<String>,
     /// Concurrent SQS pollers
     #[arg(long, default_value_t = 1)]
     pollers: usize,
@@ -177,18 +208,26 @@ impl Command {
         let clients = Clients::local().await;
         match self {
             Command::Chaos(options) => chaos(&clients, &options).await,
-            Command::Up(t) => up(&Pipeline::up(clients, &t.prefix).await?),
+            Command::Up(t) if t.template.is_some() => own::up(&clients, &t).await,
+            Command::Down(t) if t.template.is_some() => own::down(&clients, &t).await,
+            Command::Env(t) if t.template.is_some() => own::env(&clients, &t).await,
+            Command::Send(args) if args.template.is_some() => own::send(&clients, &args).await,
+            Command::Run(args) if args.own.template.is_some() => own::run(&clients, &args).await,
+            Command::Up(t) => up(&Pipeline::up(clients, &t.target.prefix).await?),
             Command::Down(t) => {
-                Pipeline::up(clients, &t.prefix).await?.down().await?;
+                Pipeline::up(clients, &t.target.prefix).await?.down().await?;
                 println!("deleted the local tables and queues");
                 Ok(())
             }
             Command::Env(t) => {
-                print!("{}", resources::lambda_env(&Pipeline::up(clients, &t.prefix).await?.resources, &endpoint()));
+                print!(
+                    "{}",
+                    resources::lambda_env(&Pipeline::up(clients, &t.target.prefix).await?.resources, &endpoint())
+                );
                 Ok(())
             }
             Command::Send(args) => send(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
-            Command::Run(args) => run(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
+            Command::Run(args) => run(&Pipeline::up(clients, &args.own.target.prefix).await?, &args).await,
             Command::Redrive(t) => {
                 let pipeline = Pipeline::up(clients, &t.prefix).await?;
                 let r = &pipeline.resources;
@@ -421,6 +460,11 @@ mod tests {
             "local replay-stream --source orders --invoke-url http://127.0.0.1:9000",
             "local replay-stream --source orders",
             "local env",
+            "local up --template template.json",
+            "local up --template template.json --function OrdersFunction",
+            "local send --template template.json --queue OrdersQueue --file events/order.json",
+            "local run --template template.json --bin target/debug/orders-consumer",
+            "local run --template template.json --invoke-url http://127.0.0.1:9000 --name orders-consumer",
         ] {
             Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
@@ -430,7 +474,15 @@ mod tests {
 
     #[test]
     fn an_unknown_or_misspelt_flag_is_an_error() {
-        for line in ["local demo --event 10", "local chaos --seeds 1", "local up --verbose", "local sned"] {
+        for line in [
+            "local demo --event 10",
+            "local chaos --seeds 1",
+            "local up --verbose",
+            "local sned",
+            "local up --function OrdersFunction",
+            "local run --bin target/debug/orders-consumer",
+            "local send --template template.json --file events/order.json",
+        ] {
             assert!(Cli::try_parse_from(line.split(' ')).is_err(), "{line} parsed");
         }
         assert!(

@@ -10,7 +10,9 @@
 //! - [`demo`], [`chaos`], [`workload`]: the scenarios and what they send;
 //! - [`proxy`]: the fault-injecting proxy between the SDK and the local AWS;
 //! - [`api`]: an HTTP function (the payments API) served over real HTTP in process;
-//! - [`via_api`]: the demo through the payments API, with client timeouts and lost answers.
+//! - [`via_api`]: the demo through the payments API, with client timeouts and lost answers;
+//! - [`template`]: a user's own template's resources, environment and SQS event sources;
+//! - [`runtime`]: a function's own binary run under a local Lambda Runtime API.
 
 pub mod api;
 pub mod chaos;
@@ -26,6 +28,8 @@ pub mod progress;
 pub mod proxy;
 pub mod resources;
 pub mod rng;
+pub mod runtime;
+pub mod template;
 pub mod via_api;
 pub mod workload;
 

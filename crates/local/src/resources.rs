@@ -100,6 +100,11 @@ pub fn local_name(prefix: &str, logical_id: &str) -> String {
 
 fn resources(kind: &str) -> Result<BTreeMap<String, Value>> {
     let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
+    resources_in(&template, kind)
+}
+
+/// The properties of `template`'s resources of type `kind`, by logical id.
+pub(crate) fn resources_in(template: &Value, kind: &str) -> Result<BTreeMap<String, Value>> {
     let all = template["Resources"].as_object().ok_or("template has no Resources")?;
     Ok(all.iter().filter(|(_, r)| r["Type"] == kind).map(|(id, r)| (id.clone(), r["Properties"].clone())).collect())
 }
@@ -109,7 +114,7 @@ fn text<'a>(v: &'a Value, field: &str) -> Result<&'a str> {
 }
 
 /// Plain numbers, or a `Ref` to a parameter's default.
-fn number(template: &Value, v: &Value) -> Option<i64> {
+pub(crate) fn number(template: &Value, v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n.as_i64(),
         Value::String(s) => s.parse().ok(),
@@ -190,32 +195,9 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
         create_table(&clients.dynamodb, &local_name(prefix, &id), &props).await?;
     }
     let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
-    let queues = resources("AWS::SQS::Queue")?;
-    let mut urls = BTreeMap::new();
-    // Dead-letter queues first: a redrive policy names its target's ARN.
-    let mut ordered: Vec<_> = queues.iter().collect();
-    ordered.sort_by_key(|(_, p)| p.get("RedrivePolicy").is_some());
-    let mut max_receive_count = 0;
-    for (id, props) in ordered {
-        let name = local_name(prefix, id);
-        let mut request = clients.sqs.create_queue().queue_name(&name);
-        if let Some(n) = number(&template, &props["MessageRetentionPeriod"]) {
-            request = request.attributes(QueueAttributeName::MessageRetentionPeriod, n.to_string());
-        }
-        if let Some(n) = number(&template, &props["VisibilityTimeout"]) {
-            request = request.attributes(QueueAttributeName::VisibilityTimeout, n.to_string());
-        }
-        if let Some(policy) = props.get("RedrivePolicy") {
-            let target = policy["deadLetterTargetArn"]["Fn::GetAtt"][0].as_str().ok_or("redrive target missing")?;
-            let target_url: &String = urls.get(target).ok_or("redrive target not created")?;
-            let arn = queue_arn(&clients.sqs, target_url).await?;
-            max_receive_count = number(&template, &policy["maxReceiveCount"]).unwrap_or(5) as u32;
-            let redrive = serde_json::json!({"deadLetterTargetArn": arn, "maxReceiveCount": max_receive_count});
-            request = request.attributes(QueueAttributeName::RedrivePolicy, redrive.to_string());
-        }
-        let out = request.send().await.context(format!("create queue {name}"))?;
-        urls.insert(id.clone(), out.queue_url().unwrap_or_default().to_owned());
-    }
+    let urls = create_queues(&clients.sqs, &template, prefix).await?;
+    let redrive = &template["Resources"]["PaymentsQueue"]["Properties"]["RedrivePolicy"];
+    let max_receive_count = number(&template, &redrive["maxReceiveCount"]).unwrap_or(5) as u32;
     for (id, props) in resources("AWS::Kinesis::Stream")? {
         let shards = number(&template, &props["ShardCount"]).unwrap_or(1) as i32;
         create_stream(&clients.kinesis, &local_name(prefix, &id), shards).await?;
@@ -244,9 +226,44 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
     })
 }
 
+/// Creates every `AWS::SQS::Queue` of `template` with its retention, visibility timeout and
+/// redrive policy (those that exist are kept); returns their URLs by logical id.
+pub(crate) async fn create_queues(
+    sqs: &aws_sdk_sqs::Client,
+    template: &Value,
+    prefix: &str,
+) -> Result<BTreeMap<String, String>> {
+    let queues = resources_in(template, "AWS::SQS::Queue")?;
+    let mut urls = BTreeMap::new();
+    // Dead-letter queues first: a redrive policy names its target's ARN.
+    let mut ordered: Vec<_> = queues.iter().collect();
+    ordered.sort_by_key(|(_, p)| p.get("RedrivePolicy").is_some());
+    for (id, props) in ordered {
+        let name = local_name(prefix, id);
+        let mut request = sqs.create_queue().queue_name(&name);
+        if let Some(n) = number(template, &props["MessageRetentionPeriod"]) {
+            request = request.attributes(QueueAttributeName::MessageRetentionPeriod, n.to_string());
+        }
+        if let Some(n) = number(template, &props["VisibilityTimeout"]) {
+            request = request.attributes(QueueAttributeName::VisibilityTimeout, n.to_string());
+        }
+        if let Some(policy) = props.get("RedrivePolicy") {
+            let target = policy["deadLetterTargetArn"]["Fn::GetAtt"][0].as_str().ok_or("redrive target missing")?;
+            let target_url: &String = urls.get(target).ok_or("redrive target not created")?;
+            let arn = queue_arn(sqs, target_url).await?;
+            let max_receive_count = number(template, &policy["maxReceiveCount"]).unwrap_or(5);
+            let redrive = serde_json::json!({"deadLetterTargetArn": arn, "maxReceiveCount": max_receive_count});
+            request = request.attributes(QueueAttributeName::RedrivePolicy, redrive.to_string());
+        }
+        let out = request.send().await.context(format!("create queue {name}"))?;
+        urls.insert(id.clone(), out.queue_url().unwrap_or_default().to_owned());
+    }
+    Ok(urls)
+}
+
 /// Creates a Kinesis stream of `shards` shards (one that exists is kept) and waits until it is
 /// active: records cannot be put or read before.
-async fn create_stream(kinesis: &aws_sdk_kinesis::Client, name: &str, shards: i32) -> Result<()> {
+pub(crate) async fn create_stream(kinesis: &aws_sdk_kinesis::Client, name: &str, shards: i32) -> Result<()> {
     if let Err(e) = kinesis.create_stream().stream_name(name).shard_count(shards).send().await {
         if !e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) {
             return Err(e).context(format!("create stream {name}"));
@@ -291,7 +308,7 @@ pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String> {
     arn.ok_or_else(|| "no QueueArn".into())
 }
 
-async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &Value) -> Result<()> {
+pub(crate) async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &Value) -> Result<()> {
     let request = table_request(dynamodb.create_table().table_name(name), props)?;
     match request.send().await {
         Ok(_) => {}

@@ -1,6 +1,7 @@
 //! The local AWS's own tests (`infra/local/test_serve.py`): serve.py's replacements of moto code
 //! give moto's answers at a cost that does not grow with the queue or the table. Run with the
-//! venv `infra/local/aws.sh up` installs, so `cargo test` covers the Python side too.
+//! venv `infra/local/aws.sh install` makes (once, under its lock), so `cargo test` covers the
+//! Python side too. And the script's instances, keyed by port.
 
 use std::path::Path;
 use std::process::Command;
@@ -8,8 +9,10 @@ use std::process::Command;
 #[test]
 fn serve_py_replacements_answer_as_moto_does_and_cost_what_they_touch() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // This checkout's venv, whichever checkout's server runs.
+    let install = aws_sh(0, "install");
+    assert!(install.status.success(), "infra/local/aws.sh install: {}", String::from_utf8_lossy(&install.stderr));
     let python = root.join(".local-aws/venv/bin/python");
-    assert!(python.exists(), "no {}: run infra/local/aws.sh up (make local-aws-up) first", python.display());
     let out = Command::new(&python)
         .args(["-m", "unittest", "discover", "-s", "infra/local", "-p", "test_*.py"])
         .current_dir(&root)

@@ -86,7 +86,7 @@ pub async fn fresh_table(
     let name = unique_name(prefix);
     if let Err(error) = create_table(client, &name, partition_key, sort_key).await {
         panic!(
-            "cannot create table {name} at {}: {error}\n(is the local AWS up? `make local-aws-up`, or set AWS_ENDPOINT_URL)",
+            "cannot create table {name} at {}: {error} (is the local AWS up? `make local-aws-up`, or set AWS_ENDPOINT_URL)",
             endpoint()
         );
     }

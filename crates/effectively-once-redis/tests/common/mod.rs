@@ -20,7 +20,7 @@ pub async fn fresh_store(name: &str) -> RedisStore {
     match RedisStore::connect(&url, &unique_prefix(name)).await {
         Ok(store) => store,
         Err(error) => panic!(
-            "cannot reach Redis at {url}: {error}\n(is the local Redis up? `make local-redis-up`, or set REDIS_URL)"
+            "cannot reach Redis at {url}: {error} (is the local Redis up? `make local-redis-up`, or set REDIS_URL)"
         ),
     }
 }
