@@ -61,6 +61,28 @@ impl<Svc: std::fmt::Debug, S> std::fmt::Debug for Idempotent<Svc, S> {
     }
 }
 
+impl<Svc, S> Idempotent<Svc, S> {
+    /// Answers one request, as `ServiceExt::oneshot` would, without the boxing the
+    /// [`Service`] impl needs (which asks for `'static` types): for a caller that owns the
+    /// service (a handler that builds it per request) or whose store type is a generic
+    /// parameter.
+    pub async fn handle<ReqB, ResB>(mut self, request: Request<ReqB>) -> Result<Response<ResB>, Svc::Error>
+    where
+        Svc: Service<Request<ReqB>, Response = Response<ResB>>,
+        S: Store,
+        ReqB: Body + From<String> + From<Vec<u8>>,
+        ReqB::Error: Into<BoxError>,
+        ResB: Body + From<String> + From<Vec<u8>>,
+        ResB::Error: Into<BoxError>,
+    {
+        std::future::poll_fn(|cx| self.inner.poll_ready(cx)).await?;
+        if !self.shared.methods.contains(request.method()) {
+            return self.inner.call(request).await;
+        }
+        Flow { inner: self.inner, shared: self.shared, body: PhantomData }.handle(request).await
+    }
+}
+
 impl<Svc, S, ReqB, ResB> Service<Request<ReqB>> for Idempotent<Svc, S>
 where
     Svc: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
