@@ -17,27 +17,30 @@
 //! of rules. "Same body" means the same validated event (RFC 8785 canonical form: key order,
 //! `1250` against `1250.0` and unknown fields do not count).
 //!
-//! # Order of writes
+//! # Built on the Idempotency-Key layer
 //!
-//! The key's record (`api#{key}` in `IDEMPOTENCY_TABLE`, apart from the consumer's
-//! `payments#{event_id}`) is claimed **before** the message is sent: [`Idempotency::begin`],
-//! then `SendMessage`, then [`Idempotency::complete`] with the answer, which replays serve.
+//! The key's handling is `effectively_once_http`'s [`IdempotencyLayer`], one route of it: the
+//! layer bounds the body, validates the key, hashes the validated event (its fingerprint is
+//! [`parse`]), claims the key's record (`api#{key}` in `IdempotencyTable`, apart from the
+//! consumer's `payments#{event_id}`) **before** the message is sent, stores the `202`, and
+//! replays, refuses or holds by its rules ([`rules`]). What this crate adds is the payment:
+//! the route, the event's validation, and the send, whose failure says what becomes of the key.
 //!
 //! The record binds the key to its body: an event id names one payment in the ledger for good,
 //! so two different events must never carry it (the consumer would post one and send the
 //! other to the DLQ as key reuse, after the client got a `202` for it). Hence:
 //!
 //! - A send SQS **refused** (4xx: access denied, no such queue, an invalid request; or never
-//!   sent) releases the record ([`Idempotency::release`]): nothing is on the queue, and the
-//!   retry, whatever its body, starts over.
+//!   sent) answers `503` and releases the record (`Disposition::Release`): nothing is on the
+//!   queue, and the retry, whatever its body, starts over.
 //! - A send whose outcome is **unknown** (a timeout, a dropped connection, a 5xx: it may have
 //!   landed) answers `503` with `Retry-After` and leaves the record in progress until its lease
-//!   ends (at the invocation's deadline): retries get `409` until then; after it the same body
-//!   takes the key over and sends again, which is safe (the consumer keys on the event id, so
-//!   two messages of one event make one ledger entry and one receipt), and its `202` is stored,
-//!   so later retries replay it. Another body gets `409` during the lease (a record in progress
-//!   may be a refusal not stored yet, over the body on the queue: it gives no final answer),
-//!   `422` after it.
+//!   ends (`Disposition::Hold`, at the invocation's deadline): retries get `409` until then;
+//!   after it the same body takes the key over and sends again, which is safe (the consumer
+//!   keys on the event id, so two messages of one event make one ledger entry and one
+//!   receipt), and its `202` is stored, so later retries replay it. Another body gets `409`
+//!   during the lease (a record in progress may be a refusal not stored yet, over the body on
+//!   the queue: it gives no final answer), `422` after it.
 //! - A completion that fails after the send still answers `202`: the message is on the queue;
 //!   the record stays in progress until its lease ends (retries get `409`), then the same body
 //!   sends again, harmlessly.
@@ -50,7 +53,8 @@
 //!   that is unknown (an item that could not be read), the key is **held**: nothing is sent, and
 //!   every body is answered `503 {"error": "key_held"}` until an operator resolves it.
 //!
-//! These rules are pure functions in [`rules`], explored by the protocol model (`tests/model`).
+//! These rules are pure functions in [`rules`] (the layer's), explored by the protocol model
+//! (`tests/model`).
 //!
 //! Leases are bounded by the invocation's deadline ([`Idempotency::with_deadline`]): a timed-out
 //! invocation frees its key when Lambda gives up on it. Records are kept for
@@ -64,17 +68,22 @@
 //! Behind an HTTP API on a named stage the stage is stripped from the path ([`route_path`]).
 #![warn(missing_docs)]
 
-pub mod rules;
+pub use effectively_once_http::{rules, Answer};
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use effectively_once::{Attempt, Begin, Config, ErrorChain, ErrorKind, Idempotency, Key, Lookup, Replaced, Store};
+use effectively_once::{Config, ErrorChain, Idempotency, Store};
+use effectively_once_http::{Disposition, IdempotencyKey, IdempotencyLayer};
 use effectively_once_redact::redact_emails;
+use lambda_http::http::request::Parts;
 use lambda_http::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use lambda_http::tower::{Layer, Service};
 use lambda_http::{Body, Request, RequestExt, Response};
 use payments::PaymentEvent;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// The function's name in metrics and logs.
@@ -82,9 +91,9 @@ pub const FUNCTION: &str = "payments-api";
 /// The key prefix of the API's records: `api#{Idempotency-Key}`.
 pub const PREFIX: &str = "api";
 /// The request header carrying the key.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const IDEMPOTENCY_KEY: &str = effectively_once_http::HEADER;
 /// The answer header that marks a replay.
-pub const REPLAYED: &str = "idempotent-replayed";
+pub const REPLAYED: &str = effectively_once_http::REPLAYED;
 /// How long a key's record (its body's hash and its answer) is kept, unless
 /// `API_DEDUP_WINDOW_SECONDS` says otherwise: for good (100 years), because an event id is
 /// unique in the ledger for good, and a record that DynamoDB's TTL has deleted can no longer
@@ -151,20 +160,6 @@ impl Env {
             config: Config::from_env_with(&var).with_dedup_window(window),
         })
     }
-}
-
-/// The answer stored with a key's record and replayed to its retries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Answer {
-    /// The HTTP status.
-    pub status: u16,
-    /// The JSON body.
-    pub body: Value,
-    /// On a refusal stored over another body's send whose outcome was unknown: that body's
-    /// payload hash. The key stays that body's: its retries send again (safe, the consumer keys
-    /// on the event id), where the record alone would refuse them. Never in the HTTP answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_for: Option<String>,
 }
 
 /// Why a payment event could not be put on the queue. Built from an error alone
@@ -287,12 +282,11 @@ impl Queue for SqsQueue {
     }
 }
 
-/// The handler: validates, claims the key, enqueues, stores and replays answers.
+/// The handler: the route, then the Idempotency-Key layer around the send.
 #[derive(Debug, Clone)]
 pub struct Api<S, Q> {
-    idempotency: Idempotency<S>,
-    queue: Q,
-    max_body_bytes: usize,
+    layer: IdempotencyLayer<S>,
+    queue: Arc<Q>,
 }
 
 /// The API as deployed: records in DynamoDB, events on SQS.
@@ -308,15 +302,23 @@ impl DeployedApi {
     }
 }
 
-impl<S: Store, Q: Queue> Api<S, Q> {
-    /// The API over its records and its queue.
+impl<S: Store, Q: Queue + 'static> Api<S, Q> {
+    /// The API over its records and its queue: `POST` keyed under [`PREFIX`], the validated
+    /// event as the payload ([`parse_event`]), the `202` stored, leases ending at the
+    /// invocation's deadline.
     pub fn new(idempotency: Idempotency<S>, queue: Q) -> Self {
-        Api { idempotency, queue, max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+        let layer = IdempotencyLayer::new(idempotency, PREFIX)
+            .methods([Method::POST])
+            .store_status(|status| status == StatusCode::ACCEPTED)
+            .fingerprint(fingerprint)
+            .max_body_bytes(DEFAULT_MAX_BODY_BYTES)
+            .lambda_deadline();
+        Api { layer, queue: Arc::new(queue) }
     }
 
     /// The same API, answering `413` to a body over `bytes` before it is parsed.
     pub fn with_max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = bytes;
+        self.layer = self.layer.max_body_bytes(bytes);
         self
     }
 
@@ -328,7 +330,6 @@ impl<S: Store, Q: Queue> Api<S, Q> {
     /// Answers one request. Never fails: every outcome is an HTTP answer (a store or queue
     /// outage is a `503` with `Retry-After`).
     pub async fn handle(&self, request: Request) -> Response<Body> {
-        let deadline_ms = request.lambda_context_ref().map(|context| context.deadline);
         let path = route_path(&request);
         if path != PATH {
             return reply(error(StatusCode::NOT_FOUND, "not_found", format!("no route {path}")));
@@ -338,154 +339,77 @@ impl<S: Store, Q: Queue> Api<S, Q> {
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             return response;
         }
-        let size = match request.body() {
-            Body::Text(text) => text.len(),
-            Body::Binary(bytes) => bytes.len(),
-            _ => 0,
-        };
-        if size > self.max_body_bytes {
-            // Bounded before it is parsed or hashed: a payment's fields take a few hundred bytes.
-            let message = format!("body: {size} bytes, over the limit of {}", self.max_body_bytes);
-            return reply(error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message));
+        let service = self.layer.layer(Enqueue { queue: self.queue.clone() });
+        match service.handle(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
         }
-        let event = match parse(request.headers(), request.body()) {
-            Ok(event) => event,
-            Err(refusal) => return reply(refusal),
-        };
-        self.accept(&event, deadline_ms).await
+    }
+}
+
+/// The handler behind the layer: sends the event [`fingerprint`] left in the request, and says
+/// what becomes of the key when the send fails.
+struct Enqueue<Q> {
+    queue: Arc<Q>,
+}
+
+impl<Q> Clone for Enqueue<Q> {
+    fn clone(&self) -> Self {
+        Enqueue { queue: self.queue.clone() }
+    }
+}
+
+impl<Q: Queue + 'static> Service<Request> for Enqueue<Q> {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
     }
 
-    /// Claims the key, sends the event, stores the answer; or replays, or refuses.
-    async fn accept(&self, event: &PaymentEvent, deadline_ms: Option<u64>) -> Response<Body> {
-        let key = Key::new(PREFIX, &event.event_id).expect("the event id was validated by the key's rules");
-        let idempotency = self.idempotency.with_deadline(deadline_ms);
-        let attempt = match idempotency.begin::<_, Answer>(&key, event).await {
-            Ok(Begin::Claimed(attempt)) => attempt,
-            Ok(Begin::Replayed(answer)) => {
-                tracing::info!(event_id = %event.event_id, status = answer.status, "replayed");
-                let mut response = reply(answer);
-                response.headers_mut().insert(REPLAYED, HeaderValue::from_static("true"));
-                return response;
-            }
-            Err(e) if e.kind() == ErrorKind::KeyReused => return self.reused(&key, event).await,
-            Err(e) if e.kind() == ErrorKind::InProgress => return self.in_progress(&key).await,
-            Err(e) if e.is_retryable() => return unavailable(&event.event_id, &e),
-            Err(e) => {
-                // A malformed record or a store that refuses for good: retrying will not help.
-                tracing::error!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "idempotency store failed");
-                return reply(error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal_error",
-                    "the request could not be recorded",
-                ));
-            }
-        };
-        if *attempt.what_it_replaced() == Replaced::Nothing {
-            // A free key, the common case: nothing to compare, so no second hash of the body.
-            return self.send(&idempotency, attempt, event).await;
-        }
-        let hash = match self.idempotency.config().payload_hash(event) {
-            Ok(hash) => hash,
-            Err(e) => return unavailable(&event.event_id, &e),
-        };
-        let answer = match rules::on_claim(attempt.what_it_replaced(), &hash) {
-            rules::OnClaim::Send => return self.send(&idempotency, attempt, event).await,
-            // The claim overwrote a record past its window (or stalled) that holds the event id
-            // for another body, or refused this one before: the event id is taken in the ledger
-            // for good. The refusal is stored with this body, so its retries replay it and a
-            // later claim over it finds the refusal again; over a send whose outcome was unknown
-            // it names that body (`held_for`).
-            rules::OnClaim::Refuse { held_for } => Answer { held_for, ..key_reused(event) },
-            rules::OnClaim::Hold => {
-                tracing::error!(event_id = %event.event_id, "claimed over a record that could not be read: the key is held");
-                key_held(event)
-            }
-        };
-        if let Err(e) = idempotency.complete(attempt, &answer).await {
-            tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "answer not stored");
-        }
-        reply(answer)
+    fn call(&mut self, request: Request) -> Self::Future {
+        let queue = self.queue.clone();
+        Box::pin(async move { Ok(send(&*queue, request).await) })
     }
+}
 
-    /// Sends the event under the key `attempt` holds and stores the `202`; or, when the send
-    /// fails, releases the key or holds it ([`rules::on_failed_send`]).
-    async fn send(&self, idempotency: &Idempotency<S>, attempt: Attempt, event: &PaymentEvent) -> Response<Body> {
-        if let Err(e) = self.queue.send(event).await {
-            return match rules::on_failed_send(e.is_refused(), attempt.what_it_replaced()) {
-                rules::OnFailedSend::Release => {
-                    // Not on the queue, and no earlier attempt sent anything: free the key, so
-                    // the retry (any body) starts over.
-                    if let Err(release) = idempotency.release(attempt).await {
-                        tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&release).to_string()), "release failed; the key waits for its lease");
-                    }
-                    unavailable(&event.event_id, &e)
-                }
-                // Maybe on the queue (this send, or an earlier attempt's): the key keeps this
-                // body, in progress until its lease ends (at the invocation's deadline): retries
-                // get `409` with `Retry-After` until then; after it, the same body takes the key
-                // over and sends again (safe: the consumer keys on the event id) and its `202`
-                // is stored, so later retries replay it; another body waits (`409`) during the
-                // lease and is refused (`422`) after it (the record it takes over names this
-                // body). Not completed with a pending answer: a retry could then never store
-                // its `202`.
-                rules::OnFailedSend::Hold => {
-                    let now_ms = self.idempotency.config().now_ms();
-                    let seconds = attempt.lease_expires_at_ms().saturating_sub(now_ms).div_ceil(1000);
-                    tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "send outcome unknown; the key is held until its lease ends");
-                    let mut response = reply(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "try again"));
-                    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
-                    response
-                }
-            };
+/// Sends the request's event: `202`, stored; or `503`, the key released when SQS refused the
+/// send for sure, held until its lease ends when the send may have landed.
+async fn send<Q: Queue>(queue: &Q, request: Request) -> Response<Body> {
+    let Some(event) = request.extensions().get::<PaymentEvent>() else {
+        tracing::error!("no payment event in the request: the layer's fingerprint did not run");
+        return reply(error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the request was not parsed"));
+    };
+    match queue.send(event).await {
+        Ok(()) => {
+            tracing::info!(?event, "enqueued");
+            reply(accepted(event))
         }
-        let answer = accepted(event);
-        if let Err(e) = idempotency.complete(attempt, &answer).await {
-            // The event is on the queue, so the answer is still 202. Retries meet the record in
-            // progress until its lease ends, then send again: one ledger entry all the same.
-            tracing::warn!(event_id = %event.event_id, error = %redact_emails(&ErrorChain(&e).to_string()), "enqueued, answer not stored");
+        Err(e) => {
+            let mut response = unavailable(&event.event_id, &e);
+            // Refused: nothing is on the queue, the retry (any body) starts over. Otherwise the
+            // event may be on the queue: the key keeps this body until its lease ends, and the
+            // layer answers Retry-After with the lease's seconds.
+            let disposition = if e.is_refused() { Disposition::Release } else { Disposition::Hold };
+            response.extensions_mut().insert(disposition);
+            response
         }
-        tracing::info!(?event, "enqueued");
-        reply(answer)
     }
+}
 
-    /// The key is bound to another body: `422`, unless its record is a refusal stored over this
-    /// body's send whose outcome was unknown ([`Answer::held_for`]): then this body sends again
-    /// (safe: the consumer keys on the event id) and is answered `202`, not stored (the record
-    /// keeps refusing the other body). One read, on this rare path only.
-    async fn reused(&self, key: &Key, event: &PaymentEvent) -> Response<Body> {
-        let record = effectively_once::Store::get(self.idempotency.store(), key.as_str()).await.ok().flatten();
-        let rule = match self.idempotency.config().payload_hash(event) {
-            Ok(hash) => rules::on_reused(record.as_ref(), &hash),
-            Err(_) => rules::OnReused::Refuse,
-        };
-        match rule {
-            rules::OnReused::Refuse => return reply(key_reused(event)),
-            rules::OnReused::Held => return reply(key_held(event)),
-            rules::OnReused::InProgress => return self.in_progress(key).await,
-            rules::OnReused::SendAgain => {}
-        }
-        match self.queue.send(event).await {
-            Ok(()) => {
-                tracing::info!(?event, "enqueued again: the key is held for this body");
-                reply(accepted(event))
-            }
-            Err(e) => unavailable(&event.event_id, &e),
-        }
-    }
-
-    /// `409` with `Retry-After`: the seconds until the holder's lease ends (at least one).
-    async fn in_progress(&self, key: &Key) -> Response<Body> {
-        let now_ms = self.idempotency.config().now_ms();
-        let seconds = match self.idempotency.get::<Answer>(key).await {
-            Ok(Lookup::InProgress { lease_expires_at_ms }) => lease_expires_at_ms.saturating_sub(now_ms).div_ceil(1000),
-            _ => 1,
-        }
-        .max(1);
-        let message = format!("a request with Idempotency-Key {} is in progress", key.business_key());
-        let mut response = reply(error(StatusCode::CONFLICT, "request_in_progress", message));
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        response
-    }
+/// The layer's fingerprint: the event the request stands for ([`parse_event`] of the scoped
+/// key and the body), left in the request's extensions for the send, and hashed as the
+/// payload, so "same body" means the same validated event.
+fn fingerprint(key: &IdempotencyKey, parts: &mut Parts, body: &bytes::Bytes) -> Result<Value, Answer> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| error(StatusCode::BAD_REQUEST, "invalid_body", "body: must be UTF-8 JSON"))?;
+    let event = parse_event(key.scoped(), text)?;
+    let payload = serde_json::to_value(&event).map_err(|_| {
+        error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the payment event could not be hashed")
+    })?;
+    parts.extensions.insert(event);
+    Ok(payload)
 }
 
 /// The event a request stands for: the body's fields and the key as `event_id`, validated by
@@ -504,6 +428,14 @@ pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
         Body::Binary(bytes) => std::str::from_utf8(bytes).map_err(|_| body_error("body: must be UTF-8 JSON".into()))?,
         _ => "",
     };
+    parse_event(key, text)
+}
+
+/// The event of `event_id` (the key, within its caller's scope) and a body's text, validated
+/// by [`PaymentEvent::parse`]; a refusal names the field (`Idempotency-Key` for the event id).
+pub fn parse_event(event_id: &str, text: &str) -> Result<PaymentEvent, Answer> {
+    let key_error = |message: String| error(StatusCode::BAD_REQUEST, "invalid_idempotency_key", message);
+    let body_error = |message: String| error(StatusCode::BAD_REQUEST, "invalid_body", message);
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(fields)) if fields.contains_key("event_id") => {
             return Err(body_error(
@@ -516,7 +448,7 @@ pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
     // Spliced as text, not re-serialised: the amount is judged on the digits the client sent.
     let rest = text.trim_start().strip_prefix('{').unwrap_or_default();
     let comma = if rest.trim_start().starts_with('}') { "" } else { "," };
-    let key_json = serde_json::to_string(key).unwrap_or_default();
+    let key_json = serde_json::to_string(event_id).unwrap_or_default();
     PaymentEvent::parse(&format!("{{\"event_id\":{key_json}{comma}{rest}")).map_err(|invalid| match invalid.field {
         Some("event_id") => key_error(format!("Idempotency-Key: {}", invalid.problem)),
         Some(field) => body_error(format!("{field}: {}", invalid.problem)),
@@ -526,23 +458,18 @@ pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
 
 /// `202 {"event_id": KEY}`: the event is on the queue.
 pub fn accepted(event: &PaymentEvent) -> Answer {
-    Answer { status: StatusCode::ACCEPTED.as_u16(), body: json!({ "event_id": event.event_id }), held_for: None }
+    Answer::json(StatusCode::ACCEPTED, &json!({ "event_id": event.event_id }))
 }
 
-/// `422`: the key is bound to another body.
+/// `422`: the key is bound to another body (the layer's refusal).
 pub fn key_reused(event: &PaymentEvent) -> Answer {
-    let message = format!("Idempotency-Key {} was used with another body", event.event_id);
-    error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", message)
+    Answer::key_reused(&event.event_id)
 }
 
 /// `503 key_held`, stored for good: the key's claim replaced a record that could not be read,
 /// which may be another body's send ([`rules::OnClaim::Hold`]).
 pub fn key_held(event: &PaymentEvent) -> Answer {
-    let message = format!(
-        "Idempotency-Key {} is held: its earlier request could not be read back; contact support",
-        event.event_id
-    );
-    error(StatusCode::SERVICE_UNAVAILABLE, rules::KEY_HELD, message)
+    Answer::key_held(&event.event_id)
 }
 
 /// The request's path without an API Gateway stage: an HTTP API on a named stage (`prod`)
@@ -569,11 +496,11 @@ pub fn route_path(request: &Request) -> &str {
 
 /// An error answer, `{"error": CODE, "message": TEXT}`.
 pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Answer {
-    Answer { status: status.as_u16(), body: json!({ "error": code, "message": message.into() }), held_for: None }
+    Answer::error(status, code, message)
 }
 
-/// `503` with `Retry-After: 1`: the store or the queue failed; nothing is stored, a retry
-/// starts over.
+/// `503` with `Retry-After: 1`: the queue failed; a retry starts over, or waits for the key's
+/// lease where the layer holds it (it then sets `Retry-After` to the lease's seconds).
 fn unavailable(event_id: &str, cause: &(dyn std::error::Error + 'static)) -> Response<Body> {
     tracing::warn!(event_id, error = %redact_emails(&ErrorChain(cause).to_string()), "unavailable");
     let mut response = reply(error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "try again"));
@@ -583,10 +510,7 @@ fn unavailable(event_id: &str, cause: &(dyn std::error::Error + 'static)) -> Res
 
 /// The HTTP response of an answer.
 pub fn reply(answer: Answer) -> Response<Body> {
-    let mut response = Response::new(Body::Text(answer.body.to_string()));
-    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
+    answer.into_response()
 }
 
 #[cfg(test)]
@@ -603,7 +527,8 @@ mod tests {
 
     fn refusal(key: Option<&str>, body: &str) -> (u16, String, String) {
         let answer = parse(&headers(key), &Body::Text(body.into())).unwrap_err();
-        (answer.status, answer.body["error"].as_str().unwrap().into(), answer.body["message"].as_str().unwrap().into())
+        let body = answer.json_body().unwrap();
+        (answer.status, body["error"].as_str().unwrap().into(), body["message"].as_str().unwrap().into())
     }
 
     const BODY: &str = r#"{"account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}"#;
@@ -613,7 +538,7 @@ mod tests {
         let event = parse(&headers(Some("pay_0001")), &Body::Text(BODY.into())).unwrap();
         assert_eq!((event.event_id.as_str(), event.amount_cents), ("pay_0001", 1250));
         let empty = parse(&headers(Some("k")), &Body::Text("{}".into())).unwrap_err();
-        assert!(empty.body["message"].as_str().unwrap().starts_with("account_id:"), "{empty:?}");
+        assert!(empty.json_body().unwrap()["message"].as_str().unwrap().starts_with("account_id:"), "{empty:?}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use effectively_once::protocol::Judged;
 use effectively_once::{Config, ErrorKind, PayloadHash, Replaced};
 use payments::PaymentEvent;
-use payments_api::rules::{self, OnClaim, OnFailedSend, OnReused};
+use payments_api::rules::{self, OnClaim, OnFailure, OnReused};
 use payments_api::Answer;
 use stateright::{Model, Property};
 
@@ -170,10 +170,10 @@ impl ApiModel {
         }
     }
 
-    fn on_failed_send(&self, refused: bool, replaced: &Replaced) -> OnFailedSend {
+    fn on_failed_send(&self, refused: bool, replaced: &Replaced) -> OnFailure {
         match replaced {
-            Replaced::Unknown if self.reverted => rules::on_failed_send(refused, &Replaced::Nothing),
-            _ => rules::on_failed_send(refused, replaced),
+            Replaced::Unknown if self.reverted => rules::on_failure(refused, &Replaced::Nothing),
+            _ => rules::on_failure(refused, replaced),
         }
     }
 
@@ -182,7 +182,7 @@ impl ApiModel {
         let (event, hash) = &self.events[body];
         match judged {
             Judged::Claimed(replaced) => match self.on_claim(&replaced, hash) {
-                OnClaim::Send => Req::Send(replaced),
+                OnClaim::Run => Req::Send(replaced),
                 OnClaim::Refuse { held_for } => Req::Complete {
                     response: json(&Answer { held_for, ..payments_api::key_reused(event) }),
                     status: 422,
@@ -220,8 +220,8 @@ impl ApiModel {
                     SendFault::LandedThenCrash => Req::Done(None),
                     SendFault::AnswerLost | SendFault::Refused => {
                         match self.on_failed_send(*fault == SendFault::Refused, &replaced) {
-                            OnFailedSend::Release => Req::Release,
-                            OnFailedSend::Hold => Req::Done(Some(503)),
+                            OnFailure::Release => Req::Release,
+                            OnFailure::Hold => Req::Done(Some(503)),
                         }
                     }
                 }
@@ -243,7 +243,7 @@ impl ApiModel {
                 OnReused::Refuse => Req::Done(Some(422)),
                 OnReused::Held => Req::Done(Some(503)),
                 OnReused::InProgress => Req::Done(Some(409)),
-                OnReused::SendAgain => Req::SendAgain,
+                OnReused::RunAgain => Req::SendAgain,
             },
             (Req::SendAgain, Action::SendAgain(_, fault)) => {
                 if *fault != SendFault::Refused {

@@ -1,0 +1,181 @@
+//! [`IdempotencyLayer`]: a route's settings, and the tower `Layer` that applies them.
+
+use std::sync::Arc;
+
+use effectively_once::{Idempotency, Store};
+use http::request::Parts;
+use http::{header, HeaderName, Method, StatusCode};
+use tower_layer::Layer;
+
+use crate::fingerprint::{Canonical, Fingerprint};
+use crate::key::{Scope, Unscoped};
+use crate::service::Idempotent;
+
+/// The largest request body read unless [`IdempotencyLayer::max_body_bytes`] says otherwise.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
+
+type Deadline = Arc<dyn Fn(&Parts) -> Option<u64> + Send + Sync>;
+type Stored = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+
+/// Gives the services it wraps `Idempotency-Key` semantics: one layer per route, each with its
+/// own settings, over any [`Store`].
+///
+/// ```
+/// use effectively_once::{Config, Idempotency, InMemoryStore};
+/// use effectively_once_http::IdempotencyLayer;
+/// use http::{Method, StatusCode};
+///
+/// let layer = IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), Config::default()), "orders")
+///     .methods([Method::POST])
+///     .store_status(|status: StatusCode| status.is_success())
+///     .max_body_bytes(16 * 1024);
+/// # let _ = layer;
+/// ```
+pub struct IdempotencyLayer<S> {
+    pub(crate) shared: Arc<Shared<S>>,
+}
+
+pub(crate) struct Shared<S> {
+    pub(crate) idempotency: Idempotency<S>,
+    pub(crate) prefix: String,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) stored: Stored,
+    pub(crate) scope: Arc<dyn Scope>,
+    pub(crate) fingerprint: Arc<dyn Fingerprint>,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) headers: Vec<HeaderName>,
+    pub(crate) deadline: Option<Deadline>,
+}
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Shared {
+            idempotency: self.idempotency.clone(),
+            prefix: self.prefix.clone(),
+            methods: self.methods.clone(),
+            stored: self.stored.clone(),
+            scope: self.scope.clone(),
+            fingerprint: self.fingerprint.clone(),
+            max_body_bytes: self.max_body_bytes,
+            headers: self.headers.clone(),
+            deadline: self.deadline.clone(),
+        }
+    }
+}
+
+impl<S> Clone for IdempotencyLayer<S> {
+    fn clone(&self) -> Self {
+        IdempotencyLayer { shared: self.shared.clone() }
+    }
+}
+
+impl<S> std::fmt::Debug for IdempotencyLayer<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("prefix", &self.shared.prefix)
+            .field("methods", &self.shared.methods)
+            .field("max_body_bytes", &self.shared.max_body_bytes)
+            .field("headers", &self.shared.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> IdempotencyLayer<S> {
+    /// Records under `prefix` (`{prefix}#{scope}:{key}`) in `idempotency`'s store, with its
+    /// dedup window and lease. The defaults: `POST` and `PATCH` only; answers stored unless
+    /// 5xx or one of 408, 409, 425, 429 (a retry may fare better); no scope; the body's
+    /// canonical JSON (or its bytes) fingerprinted; bodies up to [`DEFAULT_MAX_BODY_BYTES`];
+    /// `content-type` and `location` kept with an answer.
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` is not 1 to 64 characters from `[A-Za-z0-9._-]` (a record key's prefix).
+    pub fn new(idempotency: Idempotency<S>, prefix: &str) -> Self {
+        effectively_once::Key::new(prefix, "k").expect("the prefix is 1 to 64 characters from [A-Za-z0-9._-]");
+        IdempotencyLayer {
+            shared: Arc::new(Shared {
+                idempotency,
+                prefix: prefix.to_owned(),
+                methods: vec![Method::POST, Method::PATCH],
+                stored: Arc::new(default_stored),
+                scope: Arc::new(Unscoped),
+                fingerprint: Arc::new(Canonical),
+                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                headers: vec![header::CONTENT_TYPE, header::LOCATION],
+                deadline: None,
+            }),
+        }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Shared<S>)) -> Self {
+        change(Arc::make_mut(&mut self.shared));
+        self
+    }
+
+    /// The methods keyed; other requests pass through untouched.
+    pub fn methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods = methods.into_iter().collect();
+        self.with(|shared| shared.methods = methods)
+    }
+
+    /// Which of the handler's statuses are stored and replayed. Any other answer releases the
+    /// key (a retry runs again), unless the handler says otherwise ([`Disposition`](crate::Disposition)).
+    pub fn store_status(self, stored: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
+        self.with(|shared| shared.stored = Arc::new(stored))
+    }
+
+    /// Each caller's scope ([`Scope`]): keys are stored under it.
+    pub fn scope(self, scope: impl Scope) -> Self {
+        self.with(|shared| shared.scope = Arc::new(scope))
+    }
+
+    /// What the payload hash covers, and the body's validation before the claim ([`Fingerprint`]).
+    pub fn fingerprint(self, fingerprint: impl Fingerprint) -> Self {
+        self.with(|shared| shared.fingerprint = Arc::new(fingerprint))
+    }
+
+    /// The largest body read: a larger one is answered `413` as soon as its length is known
+    /// (its `Content-Length`, or its size hint), else once that many bytes have been read,
+    /// and never buffered whole.
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.with(|shared| shared.max_body_bytes = bytes)
+    }
+
+    /// The response headers kept with a stored answer and replayed (default `content-type` and
+    /// `location`). Never keep a header carrying a secret of one response (`set-cookie`).
+    pub fn store_headers(self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        let headers = headers.into_iter().collect();
+        self.with(|shared| shared.headers = headers)
+    }
+
+    /// The request's deadline, in milliseconds since the Unix epoch: leases end no later, so a
+    /// request cut off at its deadline frees its key by then.
+    pub fn deadline(self, deadline: impl Fn(&Parts) -> Option<u64> + Send + Sync + 'static) -> Self {
+        self.with(|shared| shared.deadline = Some(Arc::new(deadline)))
+    }
+
+    /// Under `lambda_http`: leases end at the invocation's deadline (its `Context`).
+    #[cfg(feature = "lambda")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+    pub fn lambda_deadline(self) -> Self {
+        self.deadline(|parts| parts.extensions.get::<lambda_http::Context>().map(|context| context.deadline))
+    }
+
+    /// The records' [`Idempotency`].
+    pub fn idempotency(&self) -> &Idempotency<S> {
+        &self.shared.idempotency
+    }
+}
+
+/// Stored unless the status says a retry may fare better: 5xx, 408, 409, 425, 429.
+fn default_stored(status: StatusCode) -> bool {
+    !status.is_server_error() && !matches!(status.as_u16(), 408 | 409 | 425 | 429)
+}
+
+impl<S, Svc> Layer<Svc> for IdempotencyLayer<S> {
+    type Service = Idempotent<Svc, S>;
+
+    fn layer(&self, inner: Svc) -> Self::Service {
+        Idempotent { inner, shared: self.shared.clone() }
+    }
+}

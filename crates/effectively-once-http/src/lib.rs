@@ -1,0 +1,98 @@
+//! `Idempotency-Key` for any HTTP service: a tower [`Layer`](tower_layer::Layer) over
+//! `http::Request` / `http::Response` that runs a request's handler once per key, stores its
+//! answer in any `effectively_once::Store` (DynamoDB, Valkey/Redis, in memory) and replays it to
+//! retries. The semantics are Stripe's and the IETF draft's (`draft-ietf-httpapi-idempotency-key-header`):
+//!
+//! | request | answer |
+//! |---|---|
+//! | first, with a key | the handler's answer; stored when its status is ([`IdempotencyLayer::store_status`]) |
+//! | same key, same body | the stored status, headers and body, plus `Idempotent-Replayed: true` |
+//! | same key, other body | `422 {"error": "idempotency_key_reused", ...}` |
+//! | same key, first still in flight | `409 {"error": "request_in_progress", ...}` with `Retry-After` (seconds to the lease end) |
+//! | body over the limit | `413 {"error": "payload_too_large", ...}`, before more is read |
+//! | key missing or invalid | `400 {"error": "invalid_idempotency_key", "message": "Idempotency-Key: ..."}` |
+//! | store unavailable | `503 {"error": "unavailable", ...}` with `Retry-After: 1`; nothing stored |
+//!
+//! Errors are JSON `{"error": CODE, "message": TEXT}`. A key is 1 to 200 characters from
+//! `[A-Za-z0-9._:#-]`. "Same body" means the same payload ([`Fingerprint`]): by default the body's
+//! RFC 8785 canonical JSON (key order, whitespace, `1250` against `1250.0` do not count), or its
+//! bytes when it is not JSON; a route can validate its body and hash only what it means (the
+//! payments API hashes its validated event).
+//!
+//! ```
+//! use effectively_once::{Config, Idempotency, InMemoryStore};
+//! use effectively_once_http::IdempotencyLayer;
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::Full;
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let layer = IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), Config::default()), "orders");
+//! let orders = layer.layer(service_fn(|_request: Request<Full<Bytes>>| async {
+//!     let mut response = Response::new(Full::<Bytes>::from(r#"{"order": 1}"#));
+//!     *response.status_mut() = StatusCode::CREATED;
+//!     Ok::<_, std::convert::Infallible>(response)
+//! }));
+//! let post = || Request::post("/orders").header("idempotency-key", "order-1").body(Full::from("{}")).unwrap();
+//! let first = orders.clone().oneshot(post()).await.unwrap();
+//! let again = orders.oneshot(post()).await.unwrap();
+//! assert_eq!((first.status(), again.status()), (StatusCode::CREATED, StatusCode::CREATED));
+//! assert_eq!(again.headers()["idempotent-replayed"], "true");
+//! # }
+//! ```
+//!
+//! Under axum, put the layer on a route (`post(handler).layer(layer)`); under `lambda_http`,
+//! around the function's service, with [`IdempotencyLayer::lambda_deadline`] (feature
+//! `lambda`) so leases end at the invocation's deadline. Body types are generic: any
+//! `http_body::Body` that can be built `From<String>` and `From<Vec<u8>>` (axum's, hyper's
+//! `Full<Bytes>`, `lambda_http::Body`).
+//!
+//! # Per route
+//!
+//! One layer per route, each with its own [`IdempotencyLayer::methods`] (default `POST` and
+//! `PATCH`; others pass through untouched), [`store_status`](IdempotencyLayer::store_status),
+//! [`scope`](IdempotencyLayer::scope) (each caller's keys apart: an IAM principal, a hashed
+//! token), [`fingerprint`](IdempotencyLayer::fingerprint), [`max_body_bytes`](IdempotencyLayer::max_body_bytes)
+//! and [`store_headers`](IdempotencyLayer::store_headers). The record of a key is
+//! `{prefix}#{scope}:{key}` (`{prefix}#{key}` unscoped); the handler finds the validated key in
+//! the request's extensions ([`IdempotencyKey`]).
+//!
+//! # Order of writes, and what the handler may say
+//!
+//! The key is claimed (one conditional write) **before** the handler runs, and completed with
+//! its answer after; a replay costs one request. The handler's answer is stored when its status
+//! is stored ([`IdempotencyLayer::store_status`]; by default all but 5xx, 408, 409, 425 and
+//! 429), and otherwise the key is **released**, so a retry runs again. A handler whose failure
+//! may have had an effect (a call downstream timed out) says so with [`Disposition::Hold`] in
+//! the response's extensions: the key stays in progress until its lease ends (retries get
+//! `409`; the answer gets `Retry-After`), then the same body may run again, and another body is
+//! refused. A handler that returns an `Err` is held the same way, as a crash is. The handler
+//! must tolerate running twice for one body (after a crash, a lost answer, or a lease that
+//! ended): key its own effects, as the workspace's consumers do.
+//!
+//! A key is bound to one body for as long as its record lasts: a claim that replaces a record
+//! past its dedup window or its lease checks what it replaced, and refuses (`422`, stored)
+//! another body's key where that body may have had its effect. The rules are pure functions in
+//! [`rules`], explored by the workspace's protocol model. Leases are the store's (the
+//! `Config`'s, bounded by [`IdempotencyLayer::deadline`]); the dedup window is the `Config`'s.
+//!
+//! `IDEMPOTENCY_DISABLED` does not turn this layer off: like `Idempotency::begin`, on which it
+//! is built, it keeps the key's binding to its body.
+// docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
+
+mod answer;
+mod fingerprint;
+mod key;
+mod layer;
+pub mod rules;
+mod service;
+
+pub use crate::answer::{Answer, INVALID_KEY, IN_PROGRESS, KEY_HELD, KEY_REUSED, PAYLOAD_TOO_LARGE, UNAVAILABLE};
+pub use crate::fingerprint::{canonical_payload, Canonical, Fingerprint};
+pub use crate::key::{hashed, scope_name, IdempotencyKey, Scope, Unscoped, HEADER, MAX_KEY, MAX_SCOPE};
+pub use crate::layer::{IdempotencyLayer, DEFAULT_MAX_BODY_BYTES};
+pub use crate::service::{Disposition, Idempotent, REPLAYED};

@@ -1,0 +1,368 @@
+//! [`Idempotent`]: the service the layer makes. It bounds and reads the body, validates the key,
+//! claims it, runs the handler and stores its answer; or replays, or refuses.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use effectively_once::{Attempt, Begin, ErrorChain, ErrorKind, Idempotency, Lookup, Replaced, Store};
+use effectively_once_redact::redact_emails;
+use http::request::Parts;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::Value;
+use tower_service::Service;
+
+use crate::answer::{body_of, Answer, IN_PROGRESS, PAYLOAD_TOO_LARGE, UNAVAILABLE};
+use crate::key::{scope_name, IdempotencyKey};
+use crate::layer::Shared;
+use crate::rules::{self, OnClaim, OnFailure, OnReused};
+
+/// The response header that marks a replay.
+pub const REPLAYED: &str = "idempotent-replayed";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What becomes of a key after the handler's answer, when the handler says so in the
+/// response's extensions; without it, [`IdempotencyLayer::store_status`](crate::IdempotencyLayer::store_status)
+/// decides between `Store` and `Release`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Store the answer: retries of the same body are answered it.
+    Store,
+    /// Nothing was done: free the key, so a retry (any body) runs again. On a key taken over
+    /// from an attempt that may have done something, the key is held instead ([`rules::on_failure`]).
+    Release,
+    /// The effect may have happened (a timeout downstream): keep the key in progress until its
+    /// lease ends (retries get `409`), then let the same body run again; the answer gets a
+    /// `Retry-After` of the lease's remaining seconds.
+    Hold,
+}
+
+/// A service with `Idempotency-Key` semantics, made by [`IdempotencyLayer`](crate::IdempotencyLayer).
+pub struct Idempotent<Svc, S> {
+    pub(crate) inner: Svc,
+    pub(crate) shared: Arc<Shared<S>>,
+}
+
+impl<Svc: Clone, S> Clone for Idempotent<Svc, S> {
+    fn clone(&self) -> Self {
+        Idempotent { inner: self.inner.clone(), shared: self.shared.clone() }
+    }
+}
+
+impl<Svc: std::fmt::Debug, S> std::fmt::Debug for Idempotent<Svc, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idempotent").field("inner", &self.inner).field("prefix", &self.shared.prefix).finish()
+    }
+}
+
+impl<Svc, S> Idempotent<Svc, S> {
+    /// Answers one request, as `ServiceExt::oneshot` would, without the boxing the
+    /// [`Service`] impl needs (which asks for `'static` types): for a caller that owns the
+    /// service (a handler that builds it per request) or whose store type is a generic
+    /// parameter.
+    pub async fn handle<ReqB, ResB>(mut self, request: Request<ReqB>) -> Result<Response<ResB>, Svc::Error>
+    where
+        Svc: Service<Request<ReqB>, Response = Response<ResB>>,
+        S: Store,
+        ReqB: Body + From<String> + From<Vec<u8>>,
+        ReqB::Error: Into<BoxError>,
+        ResB: Body + From<String> + From<Vec<u8>>,
+        ResB::Error: Into<BoxError>,
+    {
+        std::future::poll_fn(|cx| self.inner.poll_ready(cx)).await?;
+        if !self.shared.methods.contains(request.method()) {
+            return self.inner.call(request).await;
+        }
+        Flow { inner: self.inner, shared: self.shared, body: PhantomData }.handle(request).await
+    }
+}
+
+impl<Svc, S, ReqB, ResB> Service<Request<ReqB>> for Idempotent<Svc, S>
+where
+    Svc: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    Svc::Future: Send,
+    Svc::Error: Send,
+    S: Store + 'static,
+    ReqB: Body + From<String> + From<Vec<u8>> + Send + 'static,
+    ReqB::Data: Send,
+    ReqB::Error: Into<BoxError>,
+    ResB: Body + From<String> + From<Vec<u8>> + Send + 'static,
+    ResB::Data: Send,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<ResB>;
+    type Error = Svc::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ResB>, Svc::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        // The service polled ready goes with this request; a fresh clone stays for the next.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        if !shared.methods.contains(request.method()) {
+            let mut inner = inner;
+            return Box::pin(inner.call(request));
+        }
+        Box::pin(async move { Flow { inner, shared, body: PhantomData }.handle(request).await })
+    }
+}
+
+/// One keyed request.
+struct Flow<Svc, S, ReqB, ResB> {
+    inner: Svc,
+    shared: Arc<Shared<S>>,
+    body: PhantomData<fn(ReqB) -> ResB>,
+}
+
+/// A request ready to claim: its key, its parts (with the key in their extensions), its body.
+struct Prepared {
+    key: IdempotencyKey,
+    parts: Parts,
+    body: Bytes,
+    payload: Value,
+}
+
+impl<Svc, S, ReqB, ResB> Flow<Svc, S, ReqB, ResB>
+where
+    Svc: Service<Request<ReqB>, Response = Response<ResB>>,
+    S: Store,
+    ReqB: Body + From<String> + From<Vec<u8>>,
+    ReqB::Error: Into<BoxError>,
+    ResB: Body + From<String> + From<Vec<u8>>,
+    ResB::Error: Into<BoxError>,
+{
+    async fn handle(self, request: Request<ReqB>) -> Result<Response<ResB>, Svc::Error> {
+        let prepared = match self.shared.prepare(request).await {
+            Ok(prepared) => prepared,
+            Err(refusal) => return Ok(refusal.into_response()),
+        };
+        let deadline_ms = self.shared.deadline.as_ref().and_then(|deadline| deadline(&prepared.parts));
+        let idempotency = self.shared.idempotency.with_deadline(deadline_ms);
+        let record_key = prepared.key.record_key().clone();
+        let attempt = match idempotency.begin::<_, Answer>(&record_key, &prepared.payload).await {
+            Ok(Begin::Claimed(attempt)) => attempt,
+            Ok(Begin::Replayed(answer)) => {
+                tracing::info!(key = %record_key, status = answer.status, "replayed");
+                let mut response = answer.into_response::<ResB>();
+                response.headers_mut().insert(REPLAYED, HeaderValue::from_static("true"));
+                return Ok(response);
+            }
+            Err(e) if e.kind() == ErrorKind::KeyReused => return self.reused(prepared).await,
+            Err(e) if e.kind() == ErrorKind::InProgress => return Ok(self.shared.in_progress(&prepared.key).await),
+            Err(e) if e.is_retryable() => return Ok(unavailable(&record_key, &e)),
+            Err(e) => {
+                // A malformed record or a store that refuses for good: retrying will not help.
+                tracing::error!(key = %record_key, error = %redact_emails(&ErrorChain(&e).to_string()), "idempotency store failed");
+                let answer = Answer::error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal_error",
+                    "the request could not be recorded",
+                );
+                return Ok(answer.into_response());
+            }
+        };
+        if *attempt.what_it_replaced() == Replaced::Nothing {
+            // A free key, the common case: nothing to compare, so no second hash of the body.
+            return self.run(&idempotency, attempt, prepared).await;
+        }
+        let hash = match idempotency.config().payload_hash(&prepared.payload) {
+            Ok(hash) => hash,
+            Err(e) => return Ok(unavailable(&record_key, &e)),
+        };
+        let answer = match rules::on_claim(attempt.what_it_replaced(), &hash) {
+            OnClaim::Run => return self.run(&idempotency, attempt, prepared).await,
+            // The claim overwrote a record past its window (or stalled) that binds the key to
+            // another body, or refused this one before. The refusal is stored with this body, so
+            // its retries replay it and a later claim over it finds the refusal again; over an
+            // attempt whose outcome was unknown it names that body (`held_for`).
+            OnClaim::Refuse { held_for } => Answer { held_for, ..Answer::key_reused(prepared.key.key()) },
+            OnClaim::Hold => {
+                tracing::error!(key = %record_key, "claimed over a record that could not be read: the key is held");
+                Answer::key_held(prepared.key.key())
+            }
+        };
+        if let Err(e) = idempotency.complete(attempt, &answer).await {
+            tracing::warn!(key = %record_key, error = %redact_emails(&ErrorChain(&e).to_string()), "answer not stored");
+        }
+        Ok(answer.into_response())
+    }
+
+    /// Runs the handler under the key `attempt` holds, then stores its answer, releases the key
+    /// or holds it, as the answer's [`Disposition`] says.
+    async fn run(
+        mut self,
+        idempotency: &Idempotency<S>,
+        attempt: Attempt,
+        prepared: Prepared,
+    ) -> Result<Response<ResB>, Svc::Error> {
+        let record_key = prepared.key.record_key().clone();
+        let request = Request::from_parts(prepared.parts, body_of::<ReqB>(prepared.body));
+        let response = match self.inner.call(request).await {
+            Ok(response) => response,
+            Err(e) => {
+                // No answer to store: as a crash would, unless nothing was done for sure.
+                Shared::settle(idempotency, attempt, Disposition::Hold, &record_key).await;
+                return Err(e);
+            }
+        };
+        let disposition = response.extensions().get::<Disposition>().copied().unwrap_or_else(|| {
+            if (self.shared.stored)(response.status()) {
+                Disposition::Store
+            } else {
+                Disposition::Release
+            }
+        });
+        if disposition != Disposition::Store {
+            let seconds = Shared::settle(idempotency, attempt, disposition, &record_key).await;
+            let mut response = response;
+            if let Some(seconds) = seconds {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            return Ok(response);
+        }
+        let (parts, body) = response.into_parts();
+        let collected = body.collect().await.map_err(Into::<BoxError>::into);
+        let bytes = match collected {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                tracing::error!(key = %record_key, error = %redact_emails(&ErrorChain(&*e).to_string()), "the handler's answer could not be read; the key is held");
+                Shared::settle(idempotency, attempt, Disposition::Hold, &record_key).await;
+                let answer = Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the answer was lost");
+                return Ok(answer.into_response());
+            }
+        };
+        let answer = Answer::of(parts.status, &parts.headers, &bytes, &self.shared.headers);
+        if let Err(e) = idempotency.complete(attempt, &answer).await {
+            // The handler has done its work, so its answer goes out all the same. Retries meet
+            // the record in progress until its lease ends, then run again.
+            tracing::warn!(key = %record_key, error = %redact_emails(&ErrorChain(&e).to_string()), "answered, answer not stored");
+        }
+        tracing::info!(key = %record_key, status = parts.status.as_u16(), "answered and stored");
+        Ok(Response::from_parts(parts, body_of(bytes)))
+    }
+
+    /// The key is bound to another body: `422`, unless its record is a refusal stored over this
+    /// body's attempt whose outcome was unknown ([`Answer::held_for`]): then this body runs
+    /// again and its answer is not stored (the record keeps refusing the other body). One read,
+    /// on this rare path only.
+    async fn reused(mut self, prepared: Prepared) -> Result<Response<ResB>, Svc::Error> {
+        let key = &prepared.key;
+        let store = self.shared.idempotency.store();
+        let record = Store::get(store, key.record_key().as_str()).await.ok().flatten();
+        let rule = match self.shared.idempotency.config().payload_hash(&prepared.payload) {
+            Ok(hash) => rules::on_reused(record.as_ref(), &hash),
+            Err(_) => OnReused::Refuse,
+        };
+        match rule {
+            OnReused::Refuse => Ok(Answer::key_reused(key.key()).into_response()),
+            OnReused::Held => Ok(Answer::key_held(key.key()).into_response()),
+            OnReused::InProgress => Ok(self.shared.in_progress(key).await),
+            OnReused::RunAgain => {
+                tracing::info!(key = %key.record_key(), "the key is held for this body: run again, not stored");
+                self.inner.call(Request::from_parts(prepared.parts, body_of(prepared.body))).await
+            }
+        }
+    }
+}
+
+impl<S: Store> Shared<S> {
+    /// Scope, key, body within its bound, fingerprint; or the refusal, before anything is
+    /// stored.
+    async fn prepare<ReqB>(&self, request: Request<ReqB>) -> Result<Prepared, Answer>
+    where
+        ReqB: Body,
+        ReqB::Error: Into<BoxError>,
+    {
+        let shared = self;
+        let (mut parts, body) = request.into_parts();
+        let max = shared.max_body_bytes;
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
+            .unwrap_or(0)
+            .max(body.size_hint().lower());
+        if declared > max as u64 {
+            return Err(too_large(max));
+        }
+        let scope = shared.scope.scope(&parts)?.map(|scope| scope_name(&scope));
+        let key = IdempotencyKey::from_headers(&parts.headers, &shared.prefix, scope)?;
+        // Bounded as it is read: a body that says nothing of its length is cut off at the limit.
+        let collected = Limited::new(body, max).collect().await;
+        let body = match collected {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<LengthLimitError>() => return Err(too_large(max)),
+            Err(_) => return Err(Answer::error(StatusCode::BAD_REQUEST, "invalid_body", "body: could not be read")),
+        };
+        parts.extensions.insert(key.clone());
+        let payload = shared.fingerprint.fingerprint(&key, &mut parts, &body)?;
+        Ok(Prepared { key, parts, body, payload })
+    }
+
+    /// Releases or holds the key of an answer not stored; `Some(seconds)` to the lease's end
+    /// when it is held.
+    async fn settle(
+        idempotency: &Idempotency<S>,
+        attempt: Attempt,
+        disposition: Disposition,
+        record_key: &effectively_once::Key,
+    ) -> Option<u64> {
+        match rules::on_failure(disposition == Disposition::Release, attempt.what_it_replaced()) {
+            OnFailure::Release => {
+                if let Err(e) = idempotency.release(attempt).await {
+                    tracing::warn!(key = %record_key, error = %redact_emails(&ErrorChain(&e).to_string()), "release failed; the key waits for its lease");
+                }
+                None
+            }
+            // Held until the lease ends (at the invocation's deadline): retries get `409` with
+            // `Retry-After` until then; after it the same body takes the key over and runs
+            // again, and another body is refused. Not completed with a pending answer: a retry
+            // could then never store its own.
+            OnFailure::Hold => {
+                let now_ms = idempotency.config().now_ms();
+                tracing::warn!(key = %record_key, "outcome unknown; the key is held until its lease ends");
+                Some(attempt.lease_expires_at_ms().saturating_sub(now_ms).div_ceil(1000).max(1))
+            }
+        }
+    }
+
+    /// `409` with `Retry-After`: the seconds until the holder's lease ends (at least one).
+    async fn in_progress<ResB: From<String> + From<Vec<u8>>>(&self, key: &IdempotencyKey) -> Response<ResB> {
+        let idempotency = &self.idempotency;
+        let now_ms = idempotency.config().now_ms();
+        let seconds = match idempotency.get::<Answer>(key.record_key()).await {
+            Ok(Lookup::InProgress { lease_expires_at_ms }) => lease_expires_at_ms.saturating_sub(now_ms).div_ceil(1000),
+            _ => 1,
+        }
+        .max(1);
+        let message = format!("a request with Idempotency-Key {} is in progress", key.key());
+        let mut response = Answer::error(StatusCode::CONFLICT, IN_PROGRESS, message).into_response::<ResB>();
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        response
+    }
+}
+
+fn too_large(max: usize) -> Answer {
+    Answer::error(StatusCode::PAYLOAD_TOO_LARGE, PAYLOAD_TOO_LARGE, format!("body: over the limit of {max} bytes"))
+}
+
+/// `503` with `Retry-After: 1`: the store failed; nothing is stored, a retry starts over.
+fn unavailable<B: From<String> + From<Vec<u8>>>(
+    key: &effectively_once::Key,
+    cause: &(dyn std::error::Error + 'static),
+) -> Response<B> {
+    tracing::warn!(key = %key, error = %redact_emails(&ErrorChain(cause).to_string()), "unavailable");
+    let mut response = Answer::error(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, "try again").into_response::<B>();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
