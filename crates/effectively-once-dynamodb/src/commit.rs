@@ -504,7 +504,8 @@ impl DynamoDbStore {
         Ok(match self.commit_once(&commit, now_ms).await? {
             Committed::Fresh => Answer::Written,
             Committed::Exists(existing) => Answer::Exists(existing),
-            Committed::ConditionFailed { index, .. } if index >= first_fallback && index < commit.writes.len() => {
+            // Only a write is `ConditionFailed`: the record's own put answers `Exists`.
+            Committed::ConditionFailed { index, .. } if index >= first_fallback => {
                 Answer::FallbackRefused(index - first_fallback)
             }
             Committed::ConditionFailed { item: Some(item), .. } => Answer::Exists(carried_from_item(&item)?),

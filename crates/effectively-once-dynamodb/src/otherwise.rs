@@ -279,7 +279,7 @@ mod tests {
         assert!(error.starts_with("fallback write 1: ") && error.contains("has no pk"), "{error}");
         assert!(Fallback::new().is_empty() && Fallback::new().error.is_none());
         let ok = Fallback::new().action(put_action(&table, key()).unwrap());
-        assert_eq!((ok.len(), ok.error.is_none()), (1, true));
+        assert_eq!((ok.len(), ok.is_empty(), ok.error.is_none()), (1, false, true));
         assert_eq!(ok, ok.clone());
     }
 }

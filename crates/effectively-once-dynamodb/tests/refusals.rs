@@ -303,3 +303,60 @@ async fn a_condition_failed_with_no_answer_names_the_write_and_table() {
     assert!(get(&store, table.name(), "reservation#o-5").await.is_none());
     assert!(records(&store).await.is_empty());
 }
+
+/// The answer recorded apart from any transaction (`record_outcome`, as the payments ledger's
+/// rejections are): written once, and a second recording is answered with the record there,
+/// not written over; with a carrier named, one that is there (the effect applied meanwhile)
+/// answers with its carried record and nothing is written.
+#[tokio::test]
+async fn an_outcome_is_recorded_once_and_answers_with_what_is_there() {
+    let (store, _, table) = setup(0).await;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let record = |id: &str, response: &str| effectively_once::Record {
+        id: id.to_owned(),
+        status: effectively_once::Status::Completed,
+        lease_expires_at_ms: 0,
+        expiration_s: now_ms / 1000 + 3600,
+        payload_hash: "v2:first".to_owned(),
+        owner: String::new(),
+        response: Some(response.to_owned()),
+    };
+    let first = record("reject#e-1", r#""no funds""#);
+    assert_eq!(store.record_outcome(&first, now_ms, None).await.unwrap(), None);
+    let stored = effectively_once::Store::get(&store, "reject#e-1").await.unwrap().expect("the record");
+    assert_eq!(stored.response.as_deref(), Some(r#""no funds""#));
+
+    let second = effectively_once::Record { payload_hash: "v2:second".to_owned(), ..record("reject#e-1", "2") };
+    match store.record_outcome(&second, now_ms, None).await.unwrap() {
+        Some(effectively_once_dynamodb::Committed::Exists(existing)) => {
+            assert_eq!(
+                (existing.payload_hash.as_str(), existing.response.as_deref()),
+                ("v2:first", Some(r#""no funds""#))
+            )
+        }
+        other => panic!("the first record answers: {other:?}"),
+    }
+    assert_eq!(records(&store).await.len(), 1);
+
+    // The carrier is there, holding the record of the delivery that applied the effect.
+    put_raw(
+        &store,
+        &table,
+        [
+            ("id", AttributeValue::S("entry#e-2".into())),
+            (effectively_once_dynamodb::carried::KEY, AttributeValue::S("reject#e-2".into())),
+            (effectively_once_dynamodb::carried::PAYLOAD_HASH, AttributeValue::S("v2:applied".into())),
+            (effectively_once_dynamodb::carried::RESPONSE, AttributeValue::S(r#""posted""#.into())),
+        ],
+    )
+    .await;
+    let carrier: Item = [("id".to_owned(), AttributeValue::S("entry#e-2".into()))].into();
+    let unless = Some((table.name().to_owned(), carrier, "id".to_owned()));
+    match store.record_outcome(&record("reject#e-2", "3"), now_ms, unless).await.unwrap() {
+        Some(effectively_once_dynamodb::Committed::Exists(applied)) => {
+            assert_eq!((applied.id.as_str(), applied.response.as_deref()), ("reject#e-2", Some(r#""posted""#)))
+        }
+        other => panic!("the carrier answers: {other:?}"),
+    }
+    assert!(effectively_once::Store::get(&store, "reject#e-2").await.unwrap().is_none(), "nothing recorded");
+}
