@@ -166,7 +166,7 @@ doc:
 ##          publish = false, like the binaries)
 package:
 	cargo package --allow-dirty -p effectively-once -p effectively-once-redact -p effectively-once-dynamodb \
-		-p effectively-once-effects -p effectively-once-lambda -p effectively-once-redis
+		-p effectively-once-effects -p effectively-once-lambda -p effectively-once-redis -p effectively-once-http
 
 ## local-aws-up: install pinned moto (once) and start it on 127.0.0.1, or reuse the running one
 local-aws-up:
