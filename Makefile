@@ -23,7 +23,7 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 
 # The crates that go to crates.io (`make package`, `make msrv`).
 PUBLISHED := effectively-once effectively-once-redact effectively-once-dynamodb effectively-once-effects \
-	effectively-once-lambda effectively-once-redis
+	effectively-once-lambda effectively-once-redis effectively-once-http
 
 FUNCTION ?= payments-consumer
 EVENT ?= events/sqs-payment.json

@@ -66,7 +66,7 @@ impl Intercept for DeleteBeforeTakeover {
 
 /// A's record is in progress past its lease; B claims (first PutItem fails, ALL_OLD = A's
 /// item); A releases its record (a definite send refusal on a free key: the API's
-/// `OnFailedSend::Release`, owner-fenced, not lease-fenced); B's takeover PutItem then fails on
+/// `OnFailure::Release`, owner-fenced, not lease-fenced); B's takeover PutItem then fails on
 /// the missing item, which returns no ALL_OLD; the read finds nothing, `unwrap_or_default()`
 /// makes that an empty item, `from_item` calls it malformed, and the claim goes to
 /// `claim_over_unreadable`: `AcquiredOverUnreadable` for a key that was simply free.
