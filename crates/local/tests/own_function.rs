@@ -14,11 +14,13 @@
 //! `Cargo.lock` and target directory, so only its own code and the path crates compile.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once_dynamodb::testing::{endpoint, unique_name};
+use clap::Parser;
+use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_effects::testing::emails_to;
+use local::cli::Cli;
 use local::Clients;
 
 /// The workspace's root.
@@ -102,22 +104,21 @@ const TEMPLATE: &str = r#"{
   }
 }"#;
 
-/// `local ARGS` in the reader's crate, against the test's local AWS.
-fn local(dir: &Path, args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_local"))
-        .args(args)
-        .current_dir(dir)
-        .env("AWS_ENDPOINT_URL", endpoint())
-        .output()
-        .expect("local runs");
-    assert!(out.status.success(), "local {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    out
+/// `local ARGS` in the reader's crate (the current directory), in process: the `local` binary
+/// of a target directory shared by several checkouts may be another checkout's.
+async fn local(args: &[&str]) {
+    let cli = Cli::try_parse_from(["local"].iter().chain(args)).unwrap_or_else(|e| panic!("local {args:?}: {e}"));
+    if let Err(error) = cli.command.apply().await {
+        panic!("local {args:?}: {error}");
+    }
 }
 
 #[tokio::test]
 async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_order_once() {
     let dir = std::env::temp_dir().join(unique_name("own-consumer"));
     generate_crate(&dir);
+    // The reader's crate is where they run `local` (the test's only one in this binary).
+    std::env::set_current_dir(&dir).unwrap();
     std::fs::write(dir.join("template.json"), TEMPLATE).unwrap();
     let prefix = unique_name("own");
     let order_id = unique_name("ord");
@@ -134,7 +135,7 @@ async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_orde
 
     // The resources, and the function's environment in .local-aws/lambda.env.
     let template = ["--template", "template.json", "--prefix", prefix.as_str()];
-    local(&dir, &[&["up"], &template[..]].concat());
+    local(&[&["up"], &template[..]].concat()).await;
     let env = std::fs::read_to_string(dir.join(".local-aws/lambda.env")).unwrap();
     assert!(env.contains(&format!("ORDERS_TABLE={prefix}-orders\n")), "{env}");
 
@@ -148,10 +149,8 @@ async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_orde
     assert!(build.status.success(), "cargo build: {}", String::from_utf8_lossy(&build.stderr));
     let binary = target_dir().join("debug/my-orders");
 
-    local(&dir, &[&["send", "--queue", "OrdersQueue", "--file", "events/orders.json"], &template[..]].concat());
-    let run = local(&dir, &[&["run", "--bin", binary.to_str().unwrap()], &template[..]].concat());
-    let report = String::from_utf8_lossy(&run.stdout);
-    assert!(report.contains("drained"), "{report}");
+    local(&[&["send", "--queue", "OrdersQueue", "--file", "events/orders.json"], &template[..]].concat()).await;
+    local(&[&["run", "--bin", binary.to_str().unwrap()], &template[..]].concat()).await;
 
     // One item and one email for the order; the body that is no order in the DLQ.
     let clients = Clients::local().await;
@@ -163,6 +162,6 @@ async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_orde
     let depth = local::esm::queue_depth(&clients, dlq.queue_url().unwrap()).await.unwrap();
     assert_eq!(depth, 1, "the body that is no order, after its receives");
 
-    local(&dir, &[&["down"], &template[..]].concat());
+    local(&[&["down"], &template[..]].concat()).await;
     std::fs::remove_dir_all(&dir).ok();
 }

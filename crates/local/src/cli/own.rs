@@ -30,11 +30,8 @@ pub async fn up(clients: &Clients, target: &OwnTarget) -> Result<()> {
     let env = own.env_file(target.function.as_deref(), &endpoint())?;
     std::fs::create_dir_all(".local-aws").context(".local-aws")?;
     std::fs::write(".local-aws/lambda.env", &env).context(".local-aws/lambda.env")?;
-    println!(
-        "local AWS at {}: resources from {}",
-        endpoint(),
-        target.template.as_ref().map_or("", |p| p.to_str().unwrap_or(""))
-    );
+    let path = target.template.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    println!("local AWS at {}: resources from {path}", endpoint());
     let names = |map: &std::collections::BTreeMap<String, String>| map.values().cloned().collect::<Vec<_>>().join(", ");
     println!("  tables   {}", names(&own.tables));
     println!("  queues   {}", names(&own.queues));
