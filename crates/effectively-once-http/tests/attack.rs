@@ -137,3 +137,70 @@ async fn an_unscoped_request_cannot_read_a_scoped_callers_key() {
     let unscoped = s.send_with(&layer, post("shop-a:pay-4", body, None)).await;
     assert!(!unscoped.1, "an unscoped request was replayed shop-a's answer {:?}", unscoped.2);
 }
+
+/// A handler's answer of many chunks (a streamed download on a POST, say): the layer reads it
+/// whole into memory before it stores it, with no bound, though an answer over the store's
+/// `max_response_bytes` (380 000 by default) is never stored anyway.
+#[tokio::test]
+async fn a_streamed_answer_is_not_buffered_past_the_largest_answer_stored() {
+    let s = setup();
+    let pulled = Arc::new(AtomicUsize::new(0));
+    let service = s.layer.layer(service_fn({
+        let pulled = pulled.clone();
+        move |_request: Request<Chunks>| {
+            let pulled = pulled.clone();
+            async move {
+                let mut response = Response::new(Chunks { left: 64, pulled: Some(pulled) });
+                *response.status_mut() = StatusCode::CREATED;
+                Ok::<_, Infallible>(response)
+            }
+        }
+    }));
+    let request = Request::post("/downloads").header("idempotency-key", "dl-1").body(Chunks::from(String::new()));
+    let response = service.oneshot(request.unwrap()).await.unwrap();
+    assert_eq!(response.status(), 201);
+    let read = pulled.load(Ordering::SeqCst);
+    assert!(
+        read <= effectively_once::DEFAULT_MAX_RESPONSE_BYTES + CHUNK,
+        "the layer buffered {read} bytes of the answer before the client got a byte"
+    );
+}
+
+const CHUNK: usize = 1 << 20;
+
+/// `left` chunks of 1 MiB, counting the bytes pulled.
+struct Chunks {
+    left: usize,
+    pulled: Option<Arc<AtomicUsize>>,
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        self.left -= 1;
+        if let Some(pulled) = &self.pulled {
+            pulled.fetch_add(CHUNK, Ordering::SeqCst);
+        }
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(vec![b'x'; CHUNK])))))
+    }
+}
+
+impl From<String> for Chunks {
+    fn from(s: String) -> Self {
+        Chunks { left: usize::from(!s.is_empty()), pulled: None }
+    }
+}
+
+impl From<Vec<u8>> for Chunks {
+    fn from(v: Vec<u8>) -> Self {
+        Chunks { left: usize::from(!v.is_empty()), pulled: None }
+    }
+}
