@@ -204,3 +204,42 @@ impl From<Vec<u8>> for Chunks {
         Chunks { left: usize::from(!v.is_empty()), pulled: None }
     }
 }
+
+/// A handler still running when its lease ends is not cut off (as `Idempotency::run` cuts
+/// one off), and a retry of the same body then takes the key over and runs it alongside: two
+/// runs of one body at once, both answered 201, one of them never stored.
+#[tokio::test]
+async fn a_handler_that_outruns_its_lease_never_runs_beside_a_retry() {
+    let s = Arc::new(setup());
+    let gate = Arc::new((tokio::sync::Notify::new(), tokio::sync::Notify::new()));
+    let runs = s.runs.clone();
+    let service = s.layer.layer(service_fn({
+        let gate = gate.clone();
+        move |_request: Request<Body>| {
+            let (gate, runs) = (gate.clone(), runs.clone());
+            async move {
+                let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                if run == 1 {
+                    gate.0.notify_one();
+                    gate.1.notified().await;
+                }
+                let mut response = Response::new(Body::from(format!(r#"{{"run": {run}}}"#)));
+                *response.status_mut() = StatusCode::CREATED;
+                Ok::<_, Infallible>(response)
+            }
+        }
+    }));
+    let first = tokio::spawn(service.clone().oneshot(post("slow-1", "{}", None)));
+    gate.0.notified().await;
+    s.clock.advance(Duration::from_secs(31));
+    let retry = service.clone().oneshot(post("slow-1", "{}", None)).await.unwrap();
+    gate.1.notify_one();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(
+        s.runs(),
+        1,
+        "the body ran twice at once: first answered {}, the retry {}",
+        first.status(),
+        retry.status()
+    );
+}
