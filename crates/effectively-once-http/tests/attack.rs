@@ -243,3 +243,30 @@ async fn a_handler_that_outruns_its_lease_never_runs_beside_a_retry() {
         retry.status()
     );
 }
+
+/// One layer over a route with a path parameter (`PATCH /orders/{id}`), its default keyed
+/// methods POST and PATCH: the fingerprint is the body alone, so the same key and body sent to
+/// another order (or with another method) is answered the first order's stored answer, and the
+/// second order is never updated.
+#[tokio::test]
+async fn the_same_key_on_another_resource_is_not_the_first_resources_answer() {
+    let s = setup();
+    let runs = s.runs.clone();
+    let service = s.layer.layer(service_fn(move |request: Request<Body>| {
+        let runs = runs.clone();
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let path = request.uri().path().to_owned();
+            Ok::<_, Infallible>(Response::new(Body::from(format!(r#"{{"updated": "{path}"}}"#))))
+        }
+    }));
+    let patch = |path: &str| {
+        Request::patch(path).header("idempotency-key", "k-1").body(Body::from(r#"{"status": "shipped"}"#)).unwrap()
+    };
+    let first = service.clone().oneshot(patch("/orders/1")).await.unwrap();
+    assert_eq!(first.status(), 200);
+    let other = service.clone().oneshot(patch("/orders/2")).await.unwrap();
+    let replayed = other.headers().contains_key("idempotent-replayed");
+    let body = other.into_body().collect().await.unwrap().to_bytes();
+    assert!(!replayed, "PATCH /orders/2 was answered /orders/1's answer: {}", String::from_utf8_lossy(&body));
+}
