@@ -270,3 +270,16 @@ async fn the_same_key_on_another_resource_is_not_the_first_resources_answer() {
     let body = other.into_body().collect().await.unwrap().to_bytes();
     assert!(!replayed, "PATCH /orders/2 was answered /orders/1's answer: {}", String::from_utf8_lossy(&body));
 }
+
+/// Two different JSON bodies, a big integer and the string its exact form is tagged as in the
+/// payload hash, are one payload: the second is answered the first's stored answer, where
+/// another body under the same key must be `422`.
+#[tokio::test]
+async fn a_big_integer_body_and_its_tagged_string_body_are_two_bodies() {
+    let s = setup();
+    s.send("warmup", "{}").await;
+    let first = s.send("big-1", r#"{"amount": 9007199254740993}"#).await;
+    assert_eq!(first.0, 201);
+    let other = s.send("big-1", r#"{"amount": "\u0000int:9007199254740993"}"#).await;
+    assert_eq!((other.0, other.1), (422, false), "another body was answered {:?} as a replay", other.2);
+}
