@@ -385,3 +385,17 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod attack {
+    use super::Key;
+
+    /// `Key::hashed` promises two values with different canonical JSON share a key only if
+    /// SHA-256 collides; a big integer and the string its exact form is tagged as share one.
+    #[test]
+    fn a_hashed_big_integer_and_a_string_are_two_keys() {
+        let number = Key::hashed("p", &9_007_199_254_740_993_u64).unwrap();
+        let string = Key::hashed("p", "\u{0}int:9007199254740993").unwrap();
+        assert_ne!(number, string, "a u64 id and a string id got one key");
+    }
+}
