@@ -141,15 +141,17 @@ impl std::error::Error for RecordError {}
 /// - another attempt holds the key: [`Retry::InProgressElsewhere`];
 /// - a verdict on the message itself ([`effectively_once::Error::is_verdict_on_the_message`]:
 ///   the key reused with another payload, an invalid key, a stored response too large to
-///   replay), or a write whose own condition failed with nothing to answer otherwise
-///   ([`ErrorKind::ConditionFailed`](effectively_once::ErrorKind::ConditionFailed): the same
-///   code fails the same way on the same data): [`Retry::Permanent`], to the DLQ (SQS) or past
-///   the checkpoint (streams), logged with its reason, rather than stalling a shard;
-/// - anything else: [`Retry::Retryable`]. That is throttling and an unreachable store, and a
-///   fault of the store or the deployment that no retry fixes but a deploy does (DynamoDB's
+///   replay): [`Retry::Permanent`], to the DLQ (SQS) or past the checkpoint (streams), logged
+///   with its reason;
+/// - anything else: [`Retry::Retryable`]. That is throttling and an unreachable store; a fault
+///   of the store or the deployment that no retry fixes but a deploy does (DynamoDB's
 ///   `ValidationException` for a table of another key schema, a record that does not read
-///   back): reported permanent, a stream would be committed past the record and lose it; held,
-///   it waits for the fix, or reaches the on-failure destination after the retries.
+///   back); and a write whose own condition failed with nothing to answer otherwise
+///   ([`ErrorKind::ConditionFailed`](effectively_once::ErrorKind::ConditionFailed)): stock or
+///   funds may arrive, and the code, not the message, lacks the answer. Reported permanent, a
+///   stream would be committed past the record and lose it; held, it is the checkpoint until
+///   the condition passes or a deploy answers it (`Tx::otherwise`), or it reaches the on-failure
+///   destination after the retries.
 ///
 /// The reason is the error's chain, addresses redacted.
 impl From<effectively_once::Error> for RecordError {
@@ -157,7 +159,6 @@ impl From<effectively_once::Error> for RecordError {
         let reason = redact_emails(&effectively_once::ErrorChain(&error).to_string());
         match error.kind() {
             effectively_once::ErrorKind::InProgress => RecordError::in_progress_elsewhere(reason),
-            effectively_once::ErrorKind::ConditionFailed => RecordError::permanent(reason),
             _ if error.is_verdict_on_the_message() => RecordError::permanent(reason),
             _ => RecordError::retryable(reason),
         }
@@ -216,9 +217,9 @@ mod tests {
         assert_eq!(RecordError::from(refused).retry, Retry::Retryable);
         let unreadable = effectively_once::Error::from(StoreError::new(StoreErrorKind::Malformed, "no status"));
         assert_eq!(RecordError::from(unreadable).retry, Retry::Retryable);
-        // A write whose condition failed with nothing to answer otherwise: the same every time.
+        // A write whose condition failed with nothing to answer otherwise: stock may arrive.
         let condition = effectively_once::Error::from(StoreError::new(StoreErrorKind::ConditionFailed, "write 0"));
-        assert_eq!(RecordError::from(condition).retry, Retry::Permanent);
+        assert_eq!(RecordError::from(condition).retry, Retry::Retryable);
         let too_large = effectively_once::Error::from(StoreError::new(StoreErrorKind::TooLarge, "400 KB"));
         assert_eq!(RecordError::from(too_large).retry, Retry::Permanent);
         let handler: RunError<RecordError> = RunError::Handler(RecordError::permanent("bad order"));

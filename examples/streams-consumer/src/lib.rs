@@ -11,7 +11,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::Error;
 use effectively_once::{Idempotency, Key};
-use effectively_once_dynamodb::{BatchWrites, CommitOnce, DynamoDbStore, Member, Table, Tx};
+use effectively_once_dynamodb::{BatchWrites, CommitOnce, DynamoDbStore, Member, Otherwise, Table, Tx};
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::EventRecord;
 use effectively_once_lambda::{BatchHandler, Handler};
@@ -64,7 +64,17 @@ impl Projector {
             customer_id: &order.customer_id,
             total_cents: order.total_cents,
         };
-        tx.put(&self.projections, &row)?;
+        let put = tx.put(&self.projections, &row)?;
+        // The row is there already: this order was projected by a commit whose record has since
+        // expired (a redelivery past the dedup window), and its totals with it. A duplicate, not
+        // a condition to hold the shard on; another order's row under this id is key reuse.
+        let (customer, total) = (order.customer_id.clone(), order.total_cents);
+        tx.otherwise(put, move |item| {
+            let attribute = |name: &str| item.and_then(|item| item.get(name));
+            let same = attribute("customer_id").and_then(|v| v.as_s().ok()) == Some(&customer)
+                && attribute("total_cents").and_then(|v| v.as_n().ok()) == Some(&total.to_string());
+            Otherwise::AlreadyApplied { response: (), same_payload: same }
+        });
         Ok(())
     }
 
