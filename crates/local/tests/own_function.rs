@@ -37,10 +37,17 @@ fn target_dir() -> PathBuf {
     }
 }
 
-/// The line `name = ...` of the workspace's `[workspace.dependencies]`.
+/// The line `name = ...` the guide (docs/own-consumer.md, section 1) gives the reader for a
+/// program's own choices (SDK behaviour version, HTTP client, runtime), else the workspace's
+/// `[workspace.dependencies]` line: the reader's crate is built as the guide says.
 fn workspace_dependency(name: &str) -> String {
+    let prefix = format!("{name} = ");
+    let guide = std::fs::read_to_string(root().join("docs/own-consumer.md")).unwrap();
+    if let Some(line) = guide.lines().find(|l| l.starts_with(&prefix)) {
+        return line.to_owned();
+    }
     let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
-    manifest.lines().find(|l| l.starts_with(&format!("{name} = "))).unwrap_or_else(|| panic!("no {name}")).to_owned()
+    manifest.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {name}")).to_owned()
 }
 
 /// The reader's crate, as the guide's section 1 and 2 make it: `Cargo.toml`, `src/lib.rs` (the
