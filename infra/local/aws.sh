@@ -10,7 +10,10 @@
 #
 # `up` holds a lock per port (flock(1), where installed) and `install` one per checkout, so test
 # binaries, checkouts and `make` targets started at once start one server and one venv: the
-# others wait, then reuse them.
+# others wait, then reuse them. The pid file is written as the server is spawned: an `up` that
+# finds its server still starting (its starter was killed) waits for that one, and a start that
+# does not answer within LOCAL_AWS_START_TIMEOUT seconds (30) is stopped and its pid file
+# removed, so no port ever gets a second server the pid file does not name.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -26,6 +29,7 @@ PIDFILE="$RUN/moto.pid"
 LOG="$RUN/moto.log"
 REQS="$ROOT/infra/local/requirements.txt"
 PYTHON="${PYTHON:-python3}"
+START_TIMEOUT="${LOCAL_AWS_START_TIMEOUT:-30}"
 # Per port, outside the checkout: two checkouts starting the same port take turns.
 PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-aws-$PORT.lock"
 
@@ -45,6 +49,26 @@ is_moto_up() { curl -fsS -o /dev/null --max-time 2 "$URL/_local-aws/health" 2>/d
 
 # Any HTTP answer at all means some server holds the endpoint.
 answers() { curl -sS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
+
+# The pid in the pid file, when that process runs and is this port's serve.py (not a process
+# that took a stale pid's number).
+server_pid() {
+  local pid
+  pid="$(cat "$PIDFILE" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  [[ "$(ps -o args= -p "$pid" 2>/dev/null)" == *serve.py*"--port $PORT"* ]] || return 1
+  echo "$pid"
+}
+
+# `stop PID`: TERM, KILL after 5 s; returns once it is gone.
+stop() {
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 1 50); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$1" 2>/dev/null || true
+}
 
 install() {
   lock 8 "$STATE/install.lock"
@@ -67,33 +91,47 @@ up() {
     log "reusing the local AWS already up at $URL"
     return
   fi
-  if answers "$URL"; then
-    log "something other than moto answers at $URL; set LOCAL_AWS_PORT to another port"
-    exit 1
+  local pid
+  if pid="$(server_pid)"; then
+    # An `up` killed while its server started: that server will take the port, so wait for it.
+    log "waiting for the local AWS already starting at $URL (pid $pid)"
+  else
+    if answers "$URL"; then
+      log "something other than moto answers at $URL; set LOCAL_AWS_PORT to another port"
+      exit 1
+    fi
+    mkdir -p "$RUN"
+    log "starting moto at $URL (log: $LOG)"
+    nohup "$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT" >"$LOG" 2>&1 8>&- 9>&- &
+    pid=$!
+    echo "$pid" >"$PIDFILE"
   fi
-  mkdir -p "$RUN"
-  log "starting moto at $URL (log: $LOG)"
-  nohup "$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT" >"$LOG" 2>&1 8>&- 9>&- &
-  echo $! >"$PIDFILE"
-  for _ in $(seq 1 150); do
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while ((SECONDS < deadline)); do
     if is_moto_up; then
       log "up"
       return
     fi
-    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       log "moto exited; last lines of $LOG:"
       tail -20 "$LOG" >&2
+      rm -f "$PIDFILE"
       exit 1
     fi
     sleep 0.2
   done
-  log "moto did not answer within 30 s; see $LOG"
+  # Left starting, it would bind the port after the next `up` (waiting on the lock) found it
+  # free and started its own: stop it, so the next `up` starts the only one.
+  stop "$pid"
+  rm -f "$PIDFILE"
+  log "moto did not answer within $START_TIMEOUT s; stopped it; see $LOG"
   exit 1
 }
 
 down() {
-  if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
-    kill "$(cat "$PIDFILE")"
+  local pid
+  if pid="$(server_pid)"; then
+    stop "$pid"
     log "stopped"
   else
     log "not running (from this checkout)"

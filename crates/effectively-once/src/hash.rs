@@ -27,7 +27,9 @@ pub enum HashVersion {
     V1,
     /// `v2:`: SHA-256 of the RFC 8785 form (numbers as ECMAScript writes doubles, keys sorted by
     /// UTF-16 code unit), with one departure: an integer within ±2^64 that no double holds keeps
-    /// its exact digits, so two such ids that differ stay two payloads.
+    /// its exact digits, so two such ids that differ stay two payloads. It is written as a string
+    /// tagged with a leading NUL (`"\u0000int:9007199254740993"`), and a real string that starts
+    /// with a NUL is escaped (`"\u0000str:"` before it), so no string hashes as an integer does.
     V2,
 }
 
@@ -113,12 +115,16 @@ impl From<&PayloadHash> for String {
 /// kept exact ([`HashVersion::V2`]). Also what [`Key::hashed`](crate::Key::hashed) hashes, so
 /// two ids that differ only past 2^53 stay two keys.
 pub(crate) fn canonical(value: &Value) -> serde_json::Result<Vec<u8>> {
-    if has_big_integer(value) {
-        serde_json_canonicalizer::to_vec(&with_exact_big_integers(value))
+    if needs_tags(value) {
+        serde_json_canonicalizer::to_vec(&tagged(value))
     } else {
         serde_json_canonicalizer::to_vec(value)
     }
 }
+
+/// What starts every string [`tagged`] writes: a NUL, which no integer's digits and few real
+/// strings hold, so only strings that start with it need an escape.
+const TAG: char = '\u{0}';
 
 /// Whether `number` is an integer no double holds (past ±2^53 a double skips integers, and
 /// RFC 8785 would write two of them the same). One a double holds exactly (`10000000000000000`)
@@ -129,23 +135,30 @@ fn big_integer(number: &serde_json::Number) -> bool {
     number.as_u64().or_else(|| number.as_i64().map(i64::unsigned_abs)).is_some_and(unheld)
 }
 
-fn has_big_integer(value: &Value) -> bool {
+/// Whether [`tagged`] would change `value`: it holds an integer no double holds, or a string
+/// that starts with the tag.
+fn needs_tags(value: &Value) -> bool {
     match value {
         Value::Number(number) => big_integer(number),
-        Value::Array(items) => items.iter().any(has_big_integer),
-        Value::Object(map) => map.values().any(has_big_integer),
+        Value::String(string) => string.starts_with(TAG),
+        Value::Array(items) => items.iter().any(needs_tags),
+        Value::Object(map) => map.values().any(needs_tags),
         _ => false,
     }
 }
 
 /// The payload with each integer no double holds written as a tagged string of its exact digits
-/// (`"\u0000int:9007199254740993"`). A real string could be equal to it only by starting with a
-/// NUL character and that tag.
-fn with_exact_big_integers(value: &Value) -> Value {
+/// (`"\u0000int:9007199254740993"`), and each string that starts with the tag escaped
+/// (`"\u0000str:"` before it), so no string is written as an integer is: strings that do not
+/// start with the tag are unchanged, escaped strings start `\u0000str:\u0000`, integers
+/// `\u0000int:`, and each of the three is one-to-one. Object keys are never rewritten (no
+/// integer becomes one).
+fn tagged(value: &Value) -> Value {
     match value {
-        Value::Number(number) if big_integer(number) => Value::String(format!("\u{0}int:{number}")),
-        Value::Array(items) => Value::Array(items.iter().map(with_exact_big_integers).collect()),
-        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), with_exact_big_integers(v))).collect()),
+        Value::Number(number) if big_integer(number) => Value::String(format!("{TAG}int:{number}")),
+        Value::String(string) if string.starts_with(TAG) => Value::String(format!("{TAG}str:{string}")),
+        Value::Array(items) => Value::Array(items.iter().map(tagged).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), tagged(v))).collect()),
         other => other.clone(),
     }
 }
@@ -188,6 +201,8 @@ fn write_v1(value: &Value, out: &mut String) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn hash(text: &str) -> PayloadHash {
@@ -251,5 +266,77 @@ mod tests {
         assert_eq!(HashVersion::of(h.v1()), Some(HashVersion::V1));
         assert_eq!(HashVersion::of(h.as_str()), Some(HashVersion::V2));
         assert_eq!(HashVersion::of("v9:00"), None);
+    }
+
+    /// A big integer's exact digits are written as a tagged string; a real string spelled like
+    /// that tag (or like an escaped one) is still another payload.
+    #[test]
+    fn a_big_integer_and_a_string_spelled_as_its_tag_are_two_payloads() {
+        let number = hash("9007199254740993");
+        for string in [
+            r#""\u0000int:9007199254740993""#,
+            r#""\u0000str:\u0000int:9007199254740993""#,
+            r#""\u0000str:\u0000str:\u0000int:9007199254740993""#,
+            r#""9007199254740993""#,
+        ] {
+            assert_ne!(hash(string).as_str(), number.as_str(), "{string}");
+            assert!(!hash(string).matches(number.as_str()), "{string}");
+        }
+        assert_ne!(
+            hash(r#"{"a": [9007199254740993]}"#).as_str(),
+            hash(r#"{"a": ["\u0000int:9007199254740993"]}"#).as_str()
+        );
+        // Strings that do not start with a NUL hash as RFC 8785 has them, as before the escape.
+        let plain = hash(r#"{"note": "int:9007199254740993", "n": 9007199254740993}"#);
+        let expected = serde_json_canonicalizer::to_vec(
+            &serde_json::json!({"note": "int:9007199254740993", "n": "\u{0}int:9007199254740993"}),
+        )
+        .unwrap();
+        assert_eq!(plain.as_str(), format!("v2:{}", hex_sha256(&expected)));
+    }
+
+    /// A string that may start with the tag: any, one spelled as an integer's tag, or as an
+    /// escaped string, at any depth of escape.
+    fn tricky_string() -> impl Strategy<Value = String> {
+        let tag = prop_oneof![Just("\u{0}int:".to_owned()), Just("\u{0}str:".to_owned()), Just("\u{0}".to_owned())];
+        let digits = prop_oneof![
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<String>()
+        ];
+        prop_oneof![
+            any::<String>(),
+            (prop::collection::vec(tag, 0..4), digits).prop_map(|(tags, rest)| tags.concat() + &rest)
+        ]
+    }
+
+    /// An integer, big (no double holds it) or not.
+    fn integer() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (9_007_199_254_740_993_u64..9_007_199_254_741_100).prop_map(Value::from),
+        ]
+    }
+
+    proptest! {
+        /// No string is written as an integer is, and two different strings, or two different
+        /// integers, are written apart (an integer is one payload with the double it rounds to
+        /// only where a double holds it).
+        #[test]
+        fn strings_and_integers_never_share_a_canonical_form(
+            a in tricky_string(),
+            b in tricky_string(),
+            n in integer(),
+            m in integer(),
+        ) {
+            let of = |value: Value| canonical(&value).unwrap();
+            let (sa, sb, n_bytes) = (of(Value::from(a.clone())), of(Value::from(b.clone())), of(n.clone()));
+            prop_assert_ne!(&sa, &n_bytes, "{:?} and {}", a, n);
+            prop_assert_eq!(sa == sb, a == b, "{:?} and {:?}", a, b);
+            prop_assert_eq!(n_bytes == of(m.clone()), n == m, "{} and {}", n, m);
+            // Inside arrays and objects too.
+            prop_assert_ne!(of(serde_json::json!({"id": [a.clone()]})), of(serde_json::json!({"id": [n.clone()]})));
+        }
     }
 }
