@@ -85,14 +85,19 @@
 #![warn(missing_docs)]
 
 mod answer;
+mod body;
 mod fingerprint;
 mod key;
 mod layer;
 pub mod rules;
 mod service;
 
-pub use crate::answer::{Answer, INVALID_KEY, IN_PROGRESS, KEY_HELD, KEY_REUSED, PAYLOAD_TOO_LARGE, UNAVAILABLE};
-pub use crate::fingerprint::{canonical_payload, Canonical, Fingerprint};
+pub use crate::answer::{
+    Answer, INVALID_KEY, IN_PROGRESS, KEY_HELD, KEY_REUSED, LEASE_ENDED, PAYLOAD_TOO_LARGE, RESPONSE_TOO_LARGE,
+    UNAVAILABLE,
+};
+pub use crate::body::{Prefixed, ResponseBody};
+pub use crate::fingerprint::{canonical_payload, request_payload, Canonical, Fingerprint};
 pub use crate::key::{hashed, scope_name, IdempotencyKey, Scope, Unscoped, HEADER, MAX_KEY, MAX_SCOPE};
 pub use crate::layer::{IdempotencyLayer, DEFAULT_MAX_BODY_BYTES};
 pub use crate::service::{Disposition, Idempotent, REPLAYED};
