@@ -32,8 +32,6 @@ pub enum Req {
     Release,
     /// The key is another body's: reads its record back.
     ReadBack,
-    /// The record is a refusal held for this body: sends again, answers `202` if it lands.
-    SendAgain,
     /// Answered (`None`: crashed, the client got no answer).
     Done(Option<u16>),
 }
@@ -69,8 +67,6 @@ pub enum Action {
     Release(usize, bool),
     /// The read of another body's record.
     ReadBack(usize),
-    /// The second send of a held body.
-    SendAgain(usize, SendFault),
     /// The invocation dies.
     Crash(usize),
     /// A claim request of request `usize` that was lost on the way lands after all, late (its
@@ -91,6 +87,11 @@ pub struct State {
     pub reqs: Vec<Req>,
     /// Per request, a claim request lost on the way that may still land.
     pub strays: Vec<Option<Unanswered>>,
+    /// Per body, the claims that let the handler run less the runs (sends) made: a run
+    /// without a claim of its own (as the layer once reran a held body) takes it below zero.
+    /// Counted as a difference, which mirrors the requests about to send, so it adds few
+    /// states.
+    pub unrun_claims: [i8; 2],
 }
 
 /// `n` requests' bodies: the first half X (0), the rest Y (1): X, X, Y for three.
@@ -183,10 +184,13 @@ impl ApiModel {
         match judged {
             Judged::Claimed(replaced) => match self.on_claim(&replaced, hash) {
                 OnClaim::Run => Req::Send(replaced),
-                OnClaim::Refuse { held_for } => Req::Complete {
-                    response: json(&Answer { held_for, ..payments_api::key_reused(event) }),
-                    status: 422,
-                },
+                // The key is held for another body whose effect may have happened: refused, not
+                // stored; the attempt is left in progress until its lease ends, so that body's
+                // retry takes the key over (its claim's run begins with that body's record).
+                OnClaim::Refuse { held_for: Some(_) } => Req::Done(Some(422)),
+                OnClaim::Refuse { held_for: None } => {
+                    Req::Complete { response: json(&payments_api::key_reused(event)), status: 422 }
+                }
                 OnClaim::Hold => Req::Complete { response: json(&payments_api::key_held(event)), status: 503 },
             },
             Judged::Blocked(existing) => match existing.replay::<Answer>(hash) {
@@ -203,6 +207,7 @@ impl ApiModel {
         let (event, hash) = &self.events[body];
         let owner = Self::owner(i);
         let req = state.reqs[i].clone();
+        let was_sending = matches!(req, Req::Send(_));
         let next = match (req, action) {
             (Req::Idle, Action::Claim(_, fault)) => {
                 let request =
@@ -212,6 +217,7 @@ impl ApiModel {
             (Req::ClaimUnanswered(request), Action::Claim(_, fault)) => self.claim(state, i, body, request, *fault),
             (Req::ClaimUnanswered(_), Action::GiveUp(_)) => Req::Done(Some(503)),
             (Req::Send(replaced), Action::Send(_, fault)) => {
+                state.unrun_claims[body] = state.unrun_claims[body].saturating_sub(1);
                 if *fault != SendFault::Refused {
                     state.queue |= 1 << body;
                 }
@@ -242,23 +248,17 @@ impl ApiModel {
             (Req::ReadBack, Action::ReadBack(_)) => match rules::on_reused(state.world.record(), hash) {
                 OnReused::Refuse => Req::Done(Some(422)),
                 OnReused::Held => Req::Done(Some(503)),
-                OnReused::InProgress => Req::Done(Some(409)),
-                OnReused::RunAgain => Req::SendAgain,
+                // A refusal stored by earlier versions over this body: `409` until its window
+                // ends (never here: the model's window outlasts its horizon).
+                OnReused::InProgress | OnReused::WaitForWindow => Req::Done(Some(409)),
             },
-            (Req::SendAgain, Action::SendAgain(_, fault)) => {
-                if *fault != SendFault::Refused {
-                    state.queue |= 1 << body;
-                }
-                match fault {
-                    SendFault::Ok => Req::Done(Some(202)),
-                    SendFault::LandedThenCrash => Req::Done(None),
-                    SendFault::AnswerLost | SendFault::Refused => Req::Done(Some(503)),
-                }
-            }
             (Req::Idle | Req::Done(_), Action::Crash(_)) => return None,
             (_, Action::Crash(_)) => Req::Done(None),
             _ => return None,
         };
+        if matches!(next, Req::Send(_)) && !was_sending {
+            state.unrun_claims[body] = state.unrun_claims[body].saturating_add(1);
+        }
         state.reqs[i] = next;
         Some(())
     }
@@ -289,7 +289,6 @@ impl ApiModel {
                 Req::Complete { .. } => Action::Complete(i, true),
                 Req::Release => Action::Release(i, true),
                 Req::ReadBack => Action::ReadBack(i),
-                Req::SendAgain => Action::SendAgain(i, SendFault::Ok),
                 Req::Done(status) => return *status,
             };
             self.step(&mut state, i, body, &action)?;
@@ -317,7 +316,13 @@ impl Model for ApiModel {
 
     fn init_states(&self) -> Vec<State> {
         let n = self.bodies.len();
-        vec![State { world: World::new(self.horizon), queue: 0, reqs: vec![Req::Idle; n], strays: vec![None; n] }]
+        vec![State {
+            world: World::new(self.horizon),
+            queue: 0,
+            reqs: vec![Req::Idle; n],
+            strays: vec![None; n],
+            unrun_claims: [0; 2],
+        }]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
@@ -331,7 +336,6 @@ impl Model for ApiModel {
                 Req::Complete { .. } => actions.extend([Action::Complete(i, true), Action::Complete(i, false)]),
                 Req::Release => actions.extend([Action::Release(i, true), Action::Release(i, false)]),
                 Req::ReadBack => actions.push(Action::ReadBack(i)),
-                Req::SendAgain => actions.extend(SEND_FAULTS.iter().map(|fault| Action::SendAgain(i, *fault))),
                 Req::Done(_) => {}
             }
             if !matches!(req, Req::Idle | Req::Done(_)) {
@@ -358,7 +362,6 @@ impl Model for ApiModel {
             | Action::Complete(i, _)
             | Action::Release(i, _)
             | Action::ReadBack(i)
-            | Action::SendAgain(i, _)
             | Action::Crash(i) => *i,
         };
         self.step(&mut state, i, self.bodies[i], &action)?;
@@ -369,6 +372,9 @@ impl Model for ApiModel {
         vec![
             Property::always("no two bodies answered 202 for one key", |model: &ApiModel, state: &State| {
                 model.one_body_answered(state)
+            }),
+            Property::always("a body runs only under a claim of its own", |_, state: &State| {
+                state.unrun_claims.iter().all(|&unrun| unrun >= 0)
             }),
             Property::always("at most one body on the queue", |_, state: &State| state.queue.count_ones() <= 1),
             Property::always("the body on the queue is never refused (422)", |model: &ApiModel, state: &State| {
