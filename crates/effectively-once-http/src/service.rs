@@ -19,7 +19,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 use tower_service::Service;
 
-use crate::answer::{body_of, Answer, IN_PROGRESS, LEASE_ENDED, RESPONSE_TOO_LARGE, PAYLOAD_TOO_LARGE, UNAVAILABLE};
+use crate::answer::{body_of, Answer, IN_PROGRESS, LEASE_ENDED, PAYLOAD_TOO_LARGE, RESPONSE_TOO_LARGE, UNAVAILABLE};
 use crate::body::ResponseBody;
 use crate::key::{scope_name, IdempotencyKey};
 use crate::layer::Shared;
@@ -166,7 +166,9 @@ where
             // The handler answered, too large to keep: its work is done and is not run again.
             Err(e) if e.kind() == ErrorKind::ResponseTooLarge => {
                 let message = "the answer to this request was too large to keep, and is not repeated";
-                return Ok(Answer::error(StatusCode::INTERNAL_SERVER_ERROR, RESPONSE_TOO_LARGE, message).into_response());
+                return Ok(
+                    Answer::error(StatusCode::INTERNAL_SERVER_ERROR, RESPONSE_TOO_LARGE, message).into_response()
+                );
             }
             Err(e) => {
                 // A malformed record or a store that refuses for good: retrying will not help.
@@ -313,9 +315,11 @@ where
                 let window_end_s = record.map_or(now_s, |record| record.expiration_s);
                 let seconds = window_end_s.saturating_sub(now_s).saturating_add(1);
                 tracing::info!(key = %key.record_key(), seconds, "the key is held for this body behind a stored refusal");
-                let message = format!("Idempotency-Key {} is held for this request; retry after the refusal stored for another body ends", key.key());
-                let mut response =
-                    Answer::error(StatusCode::CONFLICT, IN_PROGRESS, message).into_response::<ResB>();
+                let message = format!(
+                    "Idempotency-Key {} is held for this request; retry after the refusal stored for another body ends",
+                    key.key()
+                );
+                let mut response = Answer::error(StatusCode::CONFLICT, IN_PROGRESS, message).into_response::<ResB>();
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
                 Ok(response)
             }
@@ -404,7 +408,11 @@ impl<S: Store> Shared<S> {
 /// `None` when the lease ended first (the future is dropped, never polled again). As
 /// `Idempotency::run` bounds its handler: the configured clock decides, read before every poll,
 /// and a timer wakes a future that waits on something slower than the lease.
-async fn within_lease<S: Store, T>(idempotency: &Idempotency<S>, lease_end_ms: u64, future: impl Future<Output = T>) -> Option<T> {
+async fn within_lease<S: Store, T>(
+    idempotency: &Idempotency<S>,
+    lease_end_ms: u64,
+    future: impl Future<Output = T>,
+) -> Option<T> {
     // The longest the timer sleeps before reading the clock again.
     const MAX_TIMER: Duration = Duration::from_secs(3600);
     let config = idempotency.config();

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{post, setup};
-use effectively_once_http::IdempotencyLayer;
 use effectively_once::InMemoryStore;
+use effectively_once_http::IdempotencyLayer;
 
 fn by_caller(layer: &IdempotencyLayer<InMemoryStore>) -> IdempotencyLayer<InMemoryStore> {
     layer.clone().scope(|parts: &http::request::Parts| {

@@ -24,7 +24,11 @@ async fn a_held_body_retried_after_another_bodys_refusal_runs_once_and_then_repl
     assert_eq!(s.runs(), 1);
     s.clock.advance(LEASE + Duration::from_secs(1));
     let second = s.send("pay-1", A).await;
-    assert_eq!((second.0, second.1), (201, false), "A takes the key over and runs again: its first outcome was unknown");
+    assert_eq!(
+        (second.0, second.1),
+        (201, false),
+        "A takes the key over and runs again: its first outcome was unknown"
+    );
     assert_eq!(s.runs(), 2);
     let third = s.send("pay-1", A).await;
     assert_eq!(s.runs(), 2, "A was answered 201 already: its retry does not run the effect again");

@@ -40,7 +40,10 @@ async fn a_held_body_retried_after_another_bodys_refusal_creates_one_order_then_
     // mid-handler: the record stays in progress.
     let crashed = Idempotency::new(store.clone(), Config::default().with_lease(Duration::from_secs(1)));
     let key = Key::new("orders", "order-9").unwrap();
-    let begun = crashed.begin::<_, Value>(&key, &request_payload(&lambda_http::http::Method::POST, "/orders", ORDER.as_bytes())).await.unwrap();
+    let begun = crashed
+        .begin::<_, Value>(&key, &request_payload(&lambda_http::http::Method::POST, "/orders", ORDER.as_bytes()))
+        .await
+        .unwrap();
     assert!(matches!(begun, Begin::Claimed(_)));
     tokio::time::sleep(Duration::from_millis(1500)).await;
 

@@ -25,8 +25,9 @@ struct Server {
 async fn start() -> Server {
     let namespace = format!("http-example-{}", uuid::Uuid::new_v4());
     let url = test_url();
-    let store =
-        RedisStore::connect(&url, &namespace).await.unwrap_or_else(|e| panic!("Redis at {url}: {e} (make local-redis-up)"));
+    let store = RedisStore::connect(&url, &namespace)
+        .await
+        .unwrap_or_else(|e| panic!("Redis at {url}: {e} (make local-redis-up)"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
