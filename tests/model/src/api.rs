@@ -111,6 +111,9 @@ pub struct ApiModel {
     /// The run fix reverted: a claim judges the record it replaced, not the one its run of
     /// takeovers began with.
     pub ignores_runs: bool,
+    /// The takeover fix reverted: a refusal over a held body is stored naming it, and that
+    /// body's retry runs again without a claim (as the HTTP layer once did).
+    pub reruns_unclaimed: bool,
     /// The last moment the clock reaches.
     pub horizon: u64,
 }
@@ -135,6 +138,7 @@ impl ApiModel {
             events: [event(100), event(999)],
             reverted: false,
             ignores_runs: false,
+            reruns_unclaimed: false,
             horizon: crate::MAX_NOW,
         }
     }
@@ -148,6 +152,12 @@ impl ApiModel {
     /// The same model judging the record replaced instead of the run's first.
     pub fn ignoring_runs(mut self) -> Self {
         self.ignores_runs = true;
+        self
+    }
+
+    /// The same model with the takeover fix reverted: a held body reruns without a claim.
+    pub fn rerunning_unclaimed(mut self) -> Self {
+        self.reruns_unclaimed = true;
         self
     }
 
@@ -184,6 +194,11 @@ impl ApiModel {
         match judged {
             Judged::Claimed(replaced) => match self.on_claim(&replaced, hash) {
                 OnClaim::Run => Req::Send(replaced),
+                // As the layer once did: the refusal stored, naming the held body.
+                OnClaim::Refuse { held_for } if self.reruns_unclaimed => Req::Complete {
+                    response: json(&Answer { held_for, ..payments_api::key_reused(event) }),
+                    status: 422,
+                },
                 // The key is held for another body whose effect may have happened: refused, not
                 // stored; the attempt is left in progress until its lease ends, so that body's
                 // retry takes the key over (its claim's run begins with that body's record).
@@ -207,7 +222,6 @@ impl ApiModel {
         let (event, hash) = &self.events[body];
         let owner = Self::owner(i);
         let req = state.reqs[i].clone();
-        let was_sending = matches!(req, Req::Send(_));
         let next = match (req, action) {
             (Req::Idle, Action::Claim(_, fault)) => {
                 let request =
@@ -248,6 +262,8 @@ impl ApiModel {
             (Req::ReadBack, Action::ReadBack(_)) => match rules::on_reused(state.world.record(), hash) {
                 OnReused::Refuse => Req::Done(Some(422)),
                 OnReused::Held => Req::Done(Some(503)),
+                // As the layer once did: the held body runs again, with no claim of its own.
+                OnReused::WaitForWindow if self.reruns_unclaimed => Req::Send(Replaced::Nothing),
                 // A refusal stored by earlier versions over this body: `409` until its window
                 // ends (never here: the model's window outlasts its horizon).
                 OnReused::InProgress | OnReused::WaitForWindow => Req::Done(Some(409)),
@@ -256,9 +272,6 @@ impl ApiModel {
             (_, Action::Crash(_)) => Req::Done(None),
             _ => return None,
         };
-        if matches!(next, Req::Send(_)) && !was_sending {
-            state.unrun_claims[body] = state.unrun_claims[body].saturating_add(1);
-        }
         state.reqs[i] = next;
         Some(())
     }
@@ -269,7 +282,14 @@ impl ApiModel {
             state.strays[i] = Some(request.clone());
         }
         match send_claim(&mut state.world, &request, fault, self.reverted) {
-            Some(judged) => self.judged(judged, body),
+            Some(judged) => {
+                let claimed = matches!(judged, Judged::Claimed(_));
+                let next = self.judged(judged, body);
+                if claimed && matches!(next, Req::Send(_)) {
+                    state.unrun_claims[body] = state.unrun_claims[body].saturating_add(1);
+                }
+                next
+            }
             None => Req::ClaimUnanswered(request),
         }
     }
@@ -373,7 +393,7 @@ impl Model for ApiModel {
             Property::always("no two bodies answered 202 for one key", |model: &ApiModel, state: &State| {
                 model.one_body_answered(state)
             }),
-            Property::always("a body runs only under a claim of its own", |_, state: &State| {
+            Property::always("a body is sent only under a claim of its own", |_, state: &State| {
                 state.unrun_claims.iter().all(|&unrun| unrun >= 0)
             }),
             Property::always("at most one body on the queue", |_, state: &State| state.queue.count_ones() <= 1),
