@@ -19,6 +19,12 @@ pub const INVALID_KEY: &str = "invalid_idempotency_key";
 pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
 /// The error code of a `503` with `Retry-After: 1`: the store failed; nothing is stored.
 pub const UNAVAILABLE: &str = "unavailable";
+/// The error code of a `503` with `Retry-After: 1`: the handler outran its lease and was cut
+/// off; nothing is stored, and a retry takes the key over.
+pub const LEASE_ENDED: &str = "lease_ended";
+/// The error code of the `500` a retry gets when the handler's answer was too large to store
+/// (over `Config::max_response_bytes`): the request was done, and is not done again.
+pub const RESPONSE_TOO_LARGE: &str = "response_too_large";
 
 /// An HTTP answer as a record keeps it: what a retry of the same key and body is answered.
 ///
@@ -38,10 +44,10 @@ pub struct Answer {
     /// Whether [`body`](Self::body) is the base64 of a body that is not UTF-8.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub base64: bool,
-    /// On a refusal stored over another body's attempt whose outcome was unknown: that body's
-    /// payload hash. The key stays that body's: its retries run again
-    /// ([`rules::OnReused::RunAgain`](crate::rules::OnReused::RunAgain)), where the record
-    /// alone would refuse them. Never in the HTTP answer.
+    /// On a refusal stored (by earlier versions) over another body's attempt whose outcome was
+    /// unknown: that body's payload hash. The key stays that body's: its retries wait for the
+    /// refusal's window to end ([`rules::OnReused::WaitForWindow`](crate::rules::OnReused::WaitForWindow)),
+    /// then take the key over, where the record alone would refuse them. Never in the HTTP answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_for: Option<String>,
 }

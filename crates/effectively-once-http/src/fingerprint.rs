@@ -3,6 +3,7 @@
 use base64::Engine as _;
 use bytes::Bytes;
 use http::request::Parts;
+use http::Method;
 use serde_json::{json, Value};
 
 use crate::answer::Answer;
@@ -31,23 +32,42 @@ where
     }
 }
 
-/// The default: the body itself. A JSON body is its JSON value (so its canonical form is
-/// hashed); any other body, its bytes. Never refuses.
+/// The default: the request's method, its path and its body ([`request_payload`]), so the
+/// same key and body sent to another resource (`PATCH /orders/2` after `/orders/1`) is another
+/// request (`422`), not the first one's answer. Never refuses.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Canonical;
 
 impl Fingerprint for Canonical {
-    fn fingerprint(&self, _key: &IdempotencyKey, _parts: &mut Parts, body: &Bytes) -> Result<Value, Answer> {
-        Ok(canonical_payload(body))
+    fn fingerprint(&self, _key: &IdempotencyKey, parts: &mut Parts, body: &Bytes) -> Result<Value, Answer> {
+        Ok(request_payload(&parts.method, parts.uri.path(), body))
     }
 }
 
-/// [`Canonical`]'s payload: `["json", VALUE]` for a JSON body, `["bytes", BASE64]` for any
-/// other (the tag keeps a text body apart from the JSON string of the same text).
+/// [`Canonical`]'s payload: `[METHOD, PATH, BODY]`, the body as [`canonical_payload`] has it
+/// (the query is not part of it).
+pub fn request_payload(method: &Method, path: &str, body: &[u8]) -> Value {
+    json!([method.as_str(), path, canonical_payload(body)])
+}
+
+/// A body's payload: `["json", VALUE]` for a JSON body, `["bytes", BASE64]` for any other (the
+/// tag keeps a text body apart from the JSON string of the same text). A JSON body holding a
+/// string that starts with a NUL is taken as bytes: the payload hash spells an integer past
+/// 2^53 as such a string (`"\u0000int:..."`), so the two would hash alike as JSON.
 pub fn canonical_payload(body: &[u8]) -> Value {
     match serde_json::from_slice::<Value>(body) {
-        Ok(value) => json!(["json", value]),
-        Err(_) => json!(["bytes", base64::engine::general_purpose::STANDARD.encode(body)]),
+        Ok(value) if !has_nul_string(&value) => json!(["json", value]),
+        _ => json!(["bytes", base64::engine::general_purpose::STANDARD.encode(body)]),
+    }
+}
+
+/// Whether a string of `value` (an object's key included) starts with a NUL.
+fn has_nul_string(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.starts_with('\0'),
+        Value::Array(items) => items.iter().any(has_nul_string),
+        Value::Object(fields) => fields.iter().any(|(name, item)| name.starts_with('\0') || has_nul_string(item)),
+        _ => false,
     }
 }
 
@@ -67,6 +87,21 @@ mod tests {
         assert_eq!(first, hash(r#"{ "currency":"USD","amount":1250.0 }"#));
         assert_ne!(first, hash(r#"{"amount": 1251, "currency": "USD"}"#));
         assert_ne!(first, hash(r#"{"amount": 1250, "currency": "USD", "note": "x"}"#), "every field counts");
+    }
+
+    #[test]
+    fn a_big_integer_and_the_string_it_is_hashed_as_are_two_bodies() {
+        assert_ne!(hash(r#"{"amount": 9007199254740993}"#), hash(r#"{"amount": "\u0000int:9007199254740993"}"#));
+        assert_eq!(hash(r#"{"amount": 9007199254740993}"#), hash(r#"{ "amount":9007199254740993 }"#));
+    }
+
+    #[test]
+    fn the_method_and_path_are_part_of_the_payload() {
+        let body = br#"{"status": "shipped"}"#;
+        let one = request_payload(&Method::PATCH, "/orders/1", body);
+        assert_ne!(one, request_payload(&Method::PATCH, "/orders/2", body));
+        assert_ne!(one, request_payload(&Method::POST, "/orders/1", body));
+        assert_eq!(one, request_payload(&Method::PATCH, "/orders/1", br#"{ "status":"shipped" }"#));
     }
 
     #[test]

@@ -32,8 +32,8 @@ impl IdempotencyKey {
         self.scope.as_deref()
     }
 
-    /// The key within its scope: `{scope}:{key}`, or the key alone without a scope. Two
-    /// callers' equal keys are two scoped keys.
+    /// The key within its scope: `{scope}:{key}`; without a scope, the key alone in a layer
+    /// without a [`Scope`], `:{key}` in one with. Two callers' equal keys are two scoped keys.
     pub fn scoped(&self) -> &str {
         self.record.business_key()
     }
@@ -43,9 +43,23 @@ impl IdempotencyKey {
         &self.record
     }
 
-    /// The key of `headers`' `Idempotency-Key` under `scope`, or the `400` naming what is wrong:
-    /// 1 to 200 characters from `[A-Za-z0-9._:#-]`, less the scope's length and a colon.
+    /// The key of `headers`' `Idempotency-Key` under `scope` (a [`scope_name`]), for a layer
+    /// without a [`Scope`], or the `400` naming what is wrong: 1 to 200 characters from
+    /// `[A-Za-z0-9._:#-]`, less the scope's length and a colon.
     pub fn from_headers(headers: &HeaderMap, prefix: &str, scope: Option<String>) -> Result<IdempotencyKey, Answer> {
+        IdempotencyKey::in_layer(headers, prefix, scope, false)
+    }
+
+    /// As [`from_headers`](Self::from_headers), in a layer that has a [`Scope`] (`scoped_layer`):
+    /// there a request without a scope is stored as `:{key}`, which no scoped key
+    /// (`{scope}:{key}`, the scope never empty) can spell, so an unscoped request never meets
+    /// a scoped caller's record. A layer without a scope stores `{key}`.
+    pub(crate) fn in_layer(
+        headers: &HeaderMap,
+        prefix: &str,
+        scope: Option<String>,
+        scoped_layer: bool,
+    ) -> Result<IdempotencyKey, Answer> {
         let refuse = |problem: String| {
             Answer::error(StatusCode::BAD_REQUEST, INVALID_KEY, format!("Idempotency-Key: {problem}"))
         };
@@ -54,7 +68,11 @@ impl IdempotencyKey {
             Some(Err(_)) => return Err(refuse("must be ASCII".into())),
             Some(Ok(key)) => key,
         };
-        let max = MAX_KEY - scope.as_ref().map_or(0, |scope| scope.len() + 1);
+        let room = match &scope {
+            Some(scope) => scope.len() + 1,
+            None => usize::from(scoped_layer),
+        };
+        let max = MAX_KEY.saturating_sub(room);
         let len = key.chars().count();
         if len == 0 || len > max {
             return Err(refuse(format!("must have 1 to {max} characters, has {len}")));
@@ -64,6 +82,7 @@ impl IdempotencyKey {
         }
         let scoped = match &scope {
             Some(scope) => format!("{scope}:{key}"),
+            None if scoped_layer => format!(":{key}"),
             None => key.to_owned(),
         };
         let record = Key::new(prefix, &scoped).map_err(|e| refuse(e.to_string()))?;
@@ -122,7 +141,9 @@ impl Scope for Unscoped {
 }
 
 /// The scope as stored: itself when it is 1 to 64 characters from `[A-Za-z0-9._-]` (no `:`,
-/// so `{scope}:{key}` splits one way), else [`hashed`].
+/// so `{scope}:{key}` splits one way); else `#` and the 32 hex digits of [`hashed`]. The `#`
+/// is outside the plain alphabet, so no plain scope (not even one spelled like [`hashed`]'s
+/// `h-` form) is ever stored as another caller's hashed one.
 pub fn scope_name(scope: &str) -> String {
     let plain = !scope.is_empty()
         && scope.len() <= MAX_SCOPE
@@ -130,12 +151,14 @@ pub fn scope_name(scope: &str) -> String {
     if plain {
         scope.to_owned()
     } else {
-        hashed(scope)
+        format!("#{}", &hashed(scope)[2..])
     }
 }
 
 /// `h-` and the first 32 hex digits (128 bits) of the SHA-256 of `value`: a scope from a
-/// value that must not be stored (a token) or does not fit the key's alphabet (an ARN).
+/// value that must not be stored (a token), for a [`Scope`] to return. It is a plain scope,
+/// stored as it is; a scope outside the plain alphabet (an ARN) is hashed by [`scope_name`]
+/// into a form of its own (`#` and the hex digits), which no plain scope spells.
 pub fn hashed(value: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(value.as_bytes());
@@ -181,18 +204,27 @@ mod tests {
         assert_ne!(key.record_key(), other.record_key(), "two callers never share a key");
         let unscoped = IdempotencyKey::from_headers(&headers("pay_1"), "api", None).unwrap();
         assert_eq!(unscoped.record_key().as_str(), "api#pay_1");
+        let in_scoped_layer = IdempotencyKey::in_layer(&headers("shop-a:pay_1"), "api", None, true).unwrap();
+        assert_eq!(in_scoped_layer.record_key().as_str(), "api#:shop-a:pay_1", "never shop-a's key");
         let long = headers(&"k".repeat(194));
         assert_eq!(refusal(&long, Some("shop-a")), "Idempotency-Key: must have 1 to 193 characters, has 194");
+    }
+
+    #[test]
+    fn a_plain_scope_spelled_like_a_hashed_one_is_not_that_hashed_scope() {
+        let arn = "arn:aws:iam::123456789012:role/shop";
+        assert_ne!(scope_name(&hashed(arn)), scope_name(arn));
+        assert_eq!(scope_name(&hashed(arn)), hashed(arn), "a plain scope is kept as it is");
     }
 
     #[test]
     fn a_scope_outside_the_alphabet_is_hashed() {
         assert_eq!(scope_name("producer-1"), "producer-1");
         let arn = scope_name("arn:aws:iam::123456789012:role/shop");
-        assert!(arn.starts_with("h-") && arn.len() == 34, "{arn}");
+        assert!(arn.starts_with('#') && arn.len() == 33, "{arn}");
         assert_eq!(arn, scope_name("arn:aws:iam::123456789012:role/shop"), "deterministic");
         assert_ne!(arn, scope_name("arn:aws:iam::123456789012:role/other"));
-        assert!(scope_name(&"a".repeat(65)).starts_with("h-"));
-        assert!(scope_name("").starts_with("h-"));
+        assert!(scope_name(&"a".repeat(65)).starts_with('#'));
+        assert!(scope_name("").starts_with('#'));
     }
 }

@@ -41,6 +41,8 @@ pub(crate) struct Shared<S> {
     pub(crate) methods: Vec<Method>,
     pub(crate) stored: Stored,
     pub(crate) scope: Arc<dyn Scope>,
+    /// Whether a [`Scope`] was set: unscoped requests' records then go apart (`:{key}`).
+    pub(crate) scoped: bool,
     pub(crate) fingerprint: Arc<dyn Fingerprint>,
     pub(crate) max_body_bytes: usize,
     pub(crate) headers: Vec<HeaderName>,
@@ -55,6 +57,7 @@ impl<S> Clone for Shared<S> {
             methods: self.methods.clone(),
             stored: self.stored.clone(),
             scope: self.scope.clone(),
+            scoped: self.scoped,
             fingerprint: self.fingerprint.clone(),
             max_body_bytes: self.max_body_bytes,
             headers: self.headers.clone(),
@@ -82,9 +85,10 @@ impl<S> std::fmt::Debug for IdempotencyLayer<S> {
 
 impl<S: Store> IdempotencyLayer<S> {
     /// Records under `prefix` (`{prefix}#{scope}:{key}`) in `idempotency`'s store, with its
-    /// dedup window and lease. The defaults: `POST` and `PATCH` only; answers stored unless
-    /// 5xx or one of 408, 409, 425, 429 (a retry may fare better); no scope; the body's
-    /// canonical JSON (or its bytes) fingerprinted; bodies up to [`DEFAULT_MAX_BODY_BYTES`];
+    /// dedup window and lease. The defaults: `POST` and `PATCH` only; 2xx and 3xx answers
+    /// stored (the handler did its work; a 4xx a framework's extractor answers before the
+    /// handler runs must not outlive the client's corrected retry); no scope; the method, the
+    /// path and the body's canonical JSON (or its bytes) fingerprinted; bodies up to [`DEFAULT_MAX_BODY_BYTES`];
     /// `content-type` and `location` kept with an answer.
     ///
     /// # Panics
@@ -99,6 +103,7 @@ impl<S: Store> IdempotencyLayer<S> {
                 methods: vec![Method::POST, Method::PATCH],
                 stored: Arc::new(default_stored),
                 scope: Arc::new(Unscoped),
+                scoped: false,
                 fingerprint: Arc::new(Canonical),
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                 headers: vec![header::CONTENT_TYPE, header::LOCATION],
@@ -118,15 +123,21 @@ impl<S: Store> IdempotencyLayer<S> {
         self.with(|shared| shared.methods = methods)
     }
 
-    /// Which of the handler's statuses are stored and replayed. Any other answer releases the
-    /// key (a retry runs again), unless the handler says otherwise ([`Disposition`](crate::Disposition)).
+    /// Which of the handler's statuses are stored and replayed (default 2xx and 3xx). Any other
+    /// answer releases the key (a retry runs again), unless the handler says otherwise
+    /// ([`Disposition`](crate::Disposition)).
     pub fn store_status(self, stored: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
         self.with(|shared| shared.stored = Arc::new(stored))
     }
 
-    /// Each caller's scope ([`Scope`]): keys are stored under it.
+    /// Each caller's scope ([`Scope`]): keys are stored under it (`{scope}:{key}`). A request
+    /// the scope answers `Ok(None)` is stored apart from every scoped one (`:{key}`), so it
+    /// never meets a caller's record whatever its key spells.
     pub fn scope(self, scope: impl Scope) -> Self {
-        self.with(|shared| shared.scope = Arc::new(scope))
+        self.with(|shared| {
+            shared.scope = Arc::new(scope);
+            shared.scoped = true;
+        })
     }
 
     /// What the payload hash covers, and the body's validation before the claim ([`Fingerprint`]).
@@ -167,9 +178,11 @@ impl<S: Store> IdempotencyLayer<S> {
     }
 }
 
-/// Stored unless the status says a retry may fare better: 5xx, 408, 409, 425, 429.
+/// Stored when the handler did its work: 2xx and 3xx (Stripe's rule: a result is stored only
+/// when the endpoint executed). A route whose handler answers a 4xx of its own that must
+/// replay (a declined card) opts in with [`IdempotencyLayer::store_status`].
 fn default_stored(status: StatusCode) -> bool {
-    !status.is_server_error() && !matches!(status.as_u16(), 408 | 409 | 425 | 429)
+    status.is_success() || status.is_redirection()
 }
 
 impl<S, Svc> Layer<Svc> for IdempotencyLayer<S> {

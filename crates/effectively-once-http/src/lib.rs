@@ -12,12 +12,15 @@
 //! | body over the limit | `413 {"error": "payload_too_large", ...}`, before more is read |
 //! | key missing or invalid | `400 {"error": "invalid_idempotency_key", "message": "Idempotency-Key: ..."}` |
 //! | store unavailable | `503 {"error": "unavailable", ...}` with `Retry-After: 1`; nothing stored |
+//! | handler still running at its lease's end | cut off: `503 {"error": "lease_ended", ...}` with `Retry-After: 1`; nothing stored |
+//! | same key, same body, answer too large to store | `500 {"error": "response_too_large", ...}`; not run again |
 //!
 //! Errors are JSON `{"error": CODE, "message": TEXT}`. A key is 1 to 200 characters from
-//! `[A-Za-z0-9._:#-]`. "Same body" means the same payload ([`Fingerprint`]): by default the body's
-//! RFC 8785 canonical JSON (key order, whitespace, `1250` against `1250.0` do not count), or its
-//! bytes when it is not JSON; a route can validate its body and hash only what it means (the
-//! payments API hashes its validated event).
+//! `[A-Za-z0-9._:#-]`. "Same body" means the same payload ([`Fingerprint`]): by default the
+//! method, the path and the body's RFC 8785 canonical JSON (key order, whitespace, `1250`
+//! against `1250.0` do not count), or its bytes when it is not JSON ([`request_payload`]); a
+//! route can validate its body and hash only what it means (the payments API hashes its
+//! validated event).
 //!
 //! ```
 //! use effectively_once::{Config, Idempotency, InMemoryStore};
@@ -46,8 +49,10 @@
 //! Under axum, put the layer on a route (`post(handler).layer(layer)`); under `lambda_http`,
 //! around the function's service, with [`IdempotencyLayer::lambda_deadline`] (feature
 //! `lambda`) so leases end at the invocation's deadline. Body types are generic: any
-//! `http_body::Body` that can be built `From<String>` and `From<Vec<u8>>` (axum's, hyper's
-//! `Full<Bytes>`, `lambda_http::Body`).
+//! `http_body::Body` that can be built `From<String>` and `From<Vec<u8>>`; a response body is
+//! also a [`ResponseBody`] (`Full<Bytes>`; axum's under feature `axum`; `lambda_http::Body`
+//! under `lambda`), so an answer too large to store streams on: the layer reads no more of it
+//! than `Config::max_response_bytes` and one byte.
 //!
 //! # Per route
 //!
@@ -56,15 +61,19 @@
 //! [`scope`](IdempotencyLayer::scope) (each caller's keys apart: an IAM principal, a hashed
 //! token), [`fingerprint`](IdempotencyLayer::fingerprint), [`max_body_bytes`](IdempotencyLayer::max_body_bytes)
 //! and [`store_headers`](IdempotencyLayer::store_headers). The record of a key is
-//! `{prefix}#{scope}:{key}` (`{prefix}#{key}` unscoped); the handler finds the validated key in
-//! the request's extensions ([`IdempotencyKey`]).
+//! `{prefix}#{scope}:{key}` (`{prefix}#{key}` on a route without a scope, `{prefix}#:{key}` for
+//! a request a route's scope leaves unscoped; a hashed scope is `#` and hex digits, which no
+//! plain scope spells); the handler finds the validated key in the request's extensions
+//! ([`IdempotencyKey`]).
 //!
 //! # Order of writes, and what the handler may say
 //!
 //! The key is claimed (one conditional write) **before** the handler runs, and completed with
-//! its answer after; a replay costs one request. The handler's answer is stored when its status
-//! is stored ([`IdempotencyLayer::store_status`]; by default all but 5xx, 408, 409, 425 and
-//! 429), and otherwise the key is **released**, so a retry runs again. A handler whose failure
+//! its answer after; a replay costs one request. The handler, and the reading of its answer,
+//! are bounded by the lease, as `Idempotency::run` bounds a handler: past it a retry may take
+//! the key over, so the handler is cut off. The handler's answer is stored when its status is
+//! stored ([`IdempotencyLayer::store_status`]; by default 2xx and 3xx: a result is stored only
+//! when the handler ran), and otherwise the key is **released**, so a retry runs again. A handler whose failure
 //! may have had an effect (a call downstream timed out) says so with [`Disposition::Hold`] in
 //! the response's extensions: the key stays in progress until its lease ends (retries get
 //! `409`; the answer gets `Retry-After`), then the same body may run again, and another body is
@@ -73,8 +82,10 @@
 //! ended): key its own effects, as the workspace's consumers do.
 //!
 //! A key is bound to one body for as long as its record lasts: a claim that replaces a record
-//! past its dedup window or its lease checks what it replaced, and refuses (`422`, stored)
-//! another body's key where that body may have had its effect. The rules are pure functions in
+//! past its dedup window or its lease checks what it replaced, and refuses (`422`) another
+//! body's key where that body may have had its effect: that refusal is not stored, its attempt
+//! holds the key until its lease ends, and then that body's retry takes the key over (one
+//! claim, one run, its answer stored). The rules are pure functions in
 //! [`rules`], explored by the workspace's protocol model. Leases are the store's (the
 //! `Config`'s, bounded by [`IdempotencyLayer::deadline`]); the dedup window is the `Config`'s.
 //!
@@ -85,14 +96,19 @@
 #![warn(missing_docs)]
 
 mod answer;
+mod body;
 mod fingerprint;
 mod key;
 mod layer;
 pub mod rules;
 mod service;
 
-pub use crate::answer::{Answer, INVALID_KEY, IN_PROGRESS, KEY_HELD, KEY_REUSED, PAYLOAD_TOO_LARGE, UNAVAILABLE};
-pub use crate::fingerprint::{canonical_payload, Canonical, Fingerprint};
+pub use crate::answer::{
+    Answer, INVALID_KEY, IN_PROGRESS, KEY_HELD, KEY_REUSED, LEASE_ENDED, PAYLOAD_TOO_LARGE, RESPONSE_TOO_LARGE,
+    UNAVAILABLE,
+};
+pub use crate::body::{Prefixed, ResponseBody};
+pub use crate::fingerprint::{canonical_payload, request_payload, Canonical, Fingerprint};
 pub use crate::key::{hashed, scope_name, IdempotencyKey, Scope, Unscoped, HEADER, MAX_KEY, MAX_SCOPE};
 pub use crate::layer::{IdempotencyLayer, DEFAULT_MAX_BODY_BYTES};
 pub use crate::service::{Disposition, Idempotent, REPLAYED};

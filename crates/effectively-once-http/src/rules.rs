@@ -15,10 +15,12 @@ use crate::answer::Answer;
 pub enum OnClaim {
     /// Run the handler: the key was free, or held by this body.
     Run,
-    /// Refuse (`422`), and store the refusal for this body: the key is another body's, or
-    /// refused this one before. `held_for`: the other body's hash when its effect may have
-    /// happened (its record was in progress, or holds the handler's answer), so its retries may
-    /// still run.
+    /// Refuse (`422`): the key is another body's, or refused this one before. `held_for`: the
+    /// other body's hash when its effect may have happened (its record was in progress, or
+    /// holds the handler's answer), so its retries may still run: the refusal is then not
+    /// stored, and the attempt is left in progress until its lease ends, so the other body's
+    /// retry takes the key over (its claim's run of takeovers begins with that body's record).
+    /// Without `held_for`, the refusal is stored for this body.
     Refuse {
         /// The payload hash the key stays held for.
         held_for: Option<String>,
@@ -82,10 +84,14 @@ pub fn on_failure(nothing_done: bool, replaced: &Replaced) -> OnFailure {
 pub enum OnReused {
     /// `422`.
     Refuse,
-    /// Run the handler again and answer what it answers, storing nothing: the record is a
-    /// refusal stored over this body's attempt whose outcome was unknown ([`Answer::held_for`]),
-    /// so the key is this body's.
-    RunAgain,
+    /// `409` with `Retry-After` to the record's window end: the record is a refusal stored
+    /// over this body's attempt whose outcome was unknown ([`Answer::held_for`], as earlier
+    /// versions stored it), so the key is this body's; but the handler runs only under a
+    /// claim, and the store lets a claim replace the refusal once its window ends ([`on_claim`]
+    /// then answers [`OnClaim::Run`] for this body). Refusals are no longer stored so:
+    /// [`OnClaim::Refuse`] with `held_for` leaves its attempt in progress instead, and this
+    /// body's retry takes the key over when that lease ends.
+    WaitForWindow,
     /// Answer the stored `503 key_held`: the key is held for every body ([`OnClaim::Hold`]).
     Held,
     /// `409` with `Retry-After`: the record is in progress, its answer not stored yet (a
@@ -111,7 +117,7 @@ pub fn on_reused(record: Option<&Record>, hash: &PayloadHash) -> OnReused {
         return OnReused::Held;
     }
     match answer.held_for {
-        Some(held_for) if hash.matches(&held_for) => OnReused::RunAgain,
+        Some(held_for) if hash.matches(&held_for) => OnReused::WaitForWindow,
         _ => OnReused::Refuse,
     }
 }
@@ -210,7 +216,7 @@ mod tests {
         assert_eq!(on_reused(Some(&mine), &x), OnReused::InProgress, "this body's now: the retry replays it");
         let y = record(999, Some(accepted()));
         assert_eq!(on_reused(Some(&y), &x), OnReused::Refuse);
-        assert_eq!(on_reused(Some(&record(999, Some(refusal(Some(100))))), &x), OnReused::RunAgain);
+        assert_eq!(on_reused(Some(&record(999, Some(refusal(Some(100))))), &x), OnReused::WaitForWindow);
         assert_eq!(on_reused(Some(&record(999, Some(refusal(Some(7))))), &x), OnReused::Refuse);
         assert_eq!(on_reused(Some(&record(999, Some(Answer::key_held("k")))), &x), OnReused::Held);
         let other_503 = Answer::error(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, "try again");

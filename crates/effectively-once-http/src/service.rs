@@ -7,7 +7,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
 use effectively_once::{Attempt, Begin, ErrorChain, ErrorKind, Idempotency, Lookup, Replaced, Store};
 use effectively_once_redact::redact_emails;
 use http::request::Parts;
@@ -17,7 +19,8 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 use tower_service::Service;
 
-use crate::answer::{body_of, Answer, IN_PROGRESS, PAYLOAD_TOO_LARGE, UNAVAILABLE};
+use crate::answer::{body_of, Answer, IN_PROGRESS, LEASE_ENDED, PAYLOAD_TOO_LARGE, RESPONSE_TOO_LARGE, UNAVAILABLE};
+use crate::body::ResponseBody;
 use crate::key::{scope_name, IdempotencyKey};
 use crate::layer::Shared;
 use crate::rules::{self, OnClaim, OnFailure, OnReused};
@@ -72,7 +75,7 @@ impl<Svc, S> Idempotent<Svc, S> {
         S: Store,
         ReqB: Body + From<String> + From<Vec<u8>>,
         ReqB::Error: Into<BoxError>,
-        ResB: Body + From<String> + From<Vec<u8>>,
+        ResB: ResponseBody,
         ResB::Error: Into<BoxError>,
     {
         std::future::poll_fn(|cx| self.inner.poll_ready(cx)).await?;
@@ -92,7 +95,7 @@ where
     ReqB: Body + From<String> + From<Vec<u8>> + Send + 'static,
     ReqB::Data: Send,
     ReqB::Error: Into<BoxError>,
-    ResB: Body + From<String> + From<Vec<u8>> + Send + 'static,
+    ResB: ResponseBody + Send + 'static,
     ResB::Data: Send,
     ResB::Error: Into<BoxError>,
 {
@@ -138,7 +141,7 @@ where
     S: Store,
     ReqB: Body + From<String> + From<Vec<u8>>,
     ReqB::Error: Into<BoxError>,
-    ResB: Body + From<String> + From<Vec<u8>>,
+    ResB: ResponseBody,
     ResB::Error: Into<BoxError>,
 {
     async fn handle(self, request: Request<ReqB>) -> Result<Response<ResB>, Svc::Error> {
@@ -160,6 +163,13 @@ where
             Err(e) if e.kind() == ErrorKind::KeyReused => return self.reused(prepared).await,
             Err(e) if e.kind() == ErrorKind::InProgress => return Ok(self.shared.in_progress(&prepared.key).await),
             Err(e) if e.is_retryable() => return Ok(unavailable(&record_key, &e)),
+            // The handler answered, too large to keep: its work is done and is not run again.
+            Err(e) if e.kind() == ErrorKind::ResponseTooLarge => {
+                let message = "the answer to this request was too large to keep, and is not repeated";
+                return Ok(
+                    Answer::error(StatusCode::INTERNAL_SERVER_ERROR, RESPONSE_TOO_LARGE, message).into_response()
+                );
+            }
             Err(e) => {
                 // A malformed record or a store that refuses for good: retrying will not help.
                 tracing::error!(key = %record_key, error = %redact_emails(&ErrorChain(&e).to_string()), "idempotency store failed");
@@ -181,11 +191,22 @@ where
         };
         let answer = match rules::on_claim(attempt.what_it_replaced(), &hash) {
             OnClaim::Run => return self.run(&idempotency, attempt, prepared).await,
-            // The claim overwrote a record past its window (or stalled) that binds the key to
-            // another body, or refused this one before. The refusal is stored with this body, so
-            // its retries replay it and a later claim over it finds the refusal again; over an
-            // attempt whose outcome was unknown it names that body (`held_for`).
-            OnClaim::Refuse { held_for } => Answer { held_for, ..Answer::key_reused(prepared.key.key()) },
+            // The claim overwrote a record that binds the key to another body whose effect may
+            // have happened (in progress past its lease, or answered past its window). The
+            // refusal is not stored: this attempt is left in progress, as a crash leaves it,
+            // so until its lease ends retries of either body get `409`, and after it the next
+            // claim replaces it as part of a run of takeovers that began with the other body's
+            // record: that body's retry takes the key over under the store's conditional write
+            // and runs once, its answer stored; this body is refused again.
+            OnClaim::Refuse { held_for: Some(_) } => {
+                tracing::info!(key = %record_key, "the key is held for another body: refused, not stored");
+                drop(attempt);
+                return Ok(Answer::key_reused(prepared.key.key()).into_response());
+            }
+            // The key is another body's for good (nothing of it may have happened), or refused
+            // this one before: the refusal is stored with this body, so its retries replay it
+            // and a later claim over it finds the refusal again.
+            OnClaim::Refuse { held_for: None } => Answer::key_reused(prepared.key.key()),
             OnClaim::Hold => {
                 tracing::error!(key = %record_key, "claimed over a record that could not be read: the key is held");
                 Answer::key_held(prepared.key.key())
@@ -197,8 +218,14 @@ where
         Ok(answer.into_response())
     }
 
-    /// Runs the handler under the key `attempt` holds, then stores its answer, releases the key
-    /// or holds it, as the answer's [`Disposition`] says.
+    /// Runs the handler under the key `attempt` holds, within its lease, then stores its
+    /// answer, releases the key or holds it, as the answer's [`Disposition`] says.
+    ///
+    /// The handler, and the reading of an answer to store, are cut off when the lease ends, as
+    /// `Idempotency::run` cuts a handler off: after it, a retry may take the key over and run,
+    /// so an attempt past its lease must do nothing more. The cut-off request is answered `503
+    /// lease_ended` with `Retry-After: 1` and nothing is stored; the record stays in progress,
+    /// as a crash leaves it, and the retry takes it over at once.
     async fn run(
         mut self,
         idempotency: &Idempotency<S>,
@@ -206,10 +233,13 @@ where
         prepared: Prepared,
     ) -> Result<Response<ResB>, Svc::Error> {
         let record_key = prepared.key.record_key().clone();
+        let lease_end_ms = attempt.lease_expires_at_ms();
         let request = Request::from_parts(prepared.parts, body_of::<ReqB>(prepared.body));
-        let response = match self.inner.call(request).await {
-            Ok(response) => response,
-            Err(e) => {
+        let called = within_lease(idempotency, lease_end_ms, self.inner.call(request)).await;
+        let response = match called {
+            None => return Ok(lease_ended(&record_key)),
+            Some(Ok(response)) => response,
+            Some(Err(e)) => {
                 // No answer to store: as a crash would, unless nothing was done for sure.
                 Shared::settle(idempotency, attempt, Disposition::Hold, &record_key).await;
                 return Err(e);
@@ -230,32 +260,45 @@ where
             }
             return Ok(response);
         }
-        let (parts, body) = response.into_parts();
-        let collected = body.collect().await.map_err(Into::<BoxError>::into);
-        let bytes = match collected {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
+        let (parts, mut body) = response.into_parts();
+        // Never more than the largest answer stored, and one byte to know it is larger.
+        let limit = idempotency.config().max_response_bytes().saturating_add(1);
+        let read = within_lease(idempotency, lease_end_ms, read_prefix(&mut body, limit)).await;
+        let (prefix, ended) = match read {
+            None => return Ok(lease_ended(&record_key)),
+            Some(Ok(read)) => read,
+            Some(Err(e)) => {
                 tracing::error!(key = %record_key, error = %redact_emails(&ErrorChain(&*e).to_string()), "the handler's answer could not be read; the key is held");
                 Shared::settle(idempotency, attempt, Disposition::Hold, &record_key).await;
                 let answer = Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the answer was lost");
                 return Ok(answer.into_response());
             }
         };
-        let answer = Answer::of(parts.status, &parts.headers, &bytes, &self.shared.headers);
-        if let Err(e) = idempotency.complete(attempt, &answer).await {
+        let answer = Answer::of(parts.status, &parts.headers, &prefix, &self.shared.headers);
+        match idempotency.complete(attempt, &answer).await {
+            Ok(()) => tracing::info!(key = %record_key, status = parts.status.as_u16(), "answered and stored"),
+            // Over the largest answer stored: the core completes the record without it (the
+            // handler's work is done and must not run again), and retries get `500
+            // response_too_large`; this answer goes out whole, the rest of it streamed.
+            Err(e) if e.kind() == ErrorKind::ResponseTooLarge => {
+                tracing::warn!(key = %record_key, status = parts.status.as_u16(), "answered; too large to store, completed without it");
+            }
             // The handler has done its work, so its answer goes out all the same. Retries meet
             // the record in progress until its lease ends, then run again.
-            tracing::warn!(key = %record_key, error = %redact_emails(&ErrorChain(&e).to_string()), "answered, answer not stored");
+            Err(e) => {
+                tracing::warn!(key = %record_key, error = %redact_emails(&ErrorChain(&e).to_string()), "answered, answer not stored")
+            }
         }
-        tracing::info!(key = %record_key, status = parts.status.as_u16(), "answered and stored");
-        Ok(Response::from_parts(parts, body_of(bytes)))
+        let body = if ended { body_of(prefix) } else { ResB::prepend(prefix, body) };
+        Ok(Response::from_parts(parts, body))
     }
 
     /// The key is bound to another body: `422`, unless its record is a refusal stored over this
-    /// body's attempt whose outcome was unknown ([`Answer::held_for`]): then this body runs
-    /// again and its answer is not stored (the record keeps refusing the other body). One read,
-    /// on this rare path only.
-    async fn reused(mut self, prepared: Prepared) -> Result<Response<ResB>, Svc::Error> {
+    /// body's attempt whose outcome was unknown ([`Answer::held_for`], written by earlier
+    /// versions): the key is this body's, but only a claim may run it, and the store lets one
+    /// replace that record once its window ends; `409` with `Retry-After` until then. One
+    /// read, on this rare path only.
+    async fn reused(self, prepared: Prepared) -> Result<Response<ResB>, Svc::Error> {
         let key = &prepared.key;
         let store = self.shared.idempotency.store();
         let record = Store::get(store, key.record_key().as_str()).await.ok().flatten();
@@ -267,9 +310,18 @@ where
             OnReused::Refuse => Ok(Answer::key_reused(key.key()).into_response()),
             OnReused::Held => Ok(Answer::key_held(key.key()).into_response()),
             OnReused::InProgress => Ok(self.shared.in_progress(key).await),
-            OnReused::RunAgain => {
-                tracing::info!(key = %key.record_key(), "the key is held for this body: run again, not stored");
-                self.inner.call(Request::from_parts(prepared.parts, body_of(prepared.body))).await
+            OnReused::WaitForWindow => {
+                let now_s = self.shared.idempotency.config().now_ms() / 1000;
+                let window_end_s = record.map_or(now_s, |record| record.expiration_s);
+                let seconds = window_end_s.saturating_sub(now_s).saturating_add(1);
+                tracing::info!(key = %key.record_key(), seconds, "the key is held for this body behind a stored refusal");
+                let message = format!(
+                    "Idempotency-Key {} is held for this request; retry after the refusal stored for another body ends",
+                    key.key()
+                );
+                let mut response = Answer::error(StatusCode::CONFLICT, IN_PROGRESS, message).into_response::<ResB>();
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                Ok(response)
             }
         }
     }
@@ -296,7 +348,7 @@ impl<S: Store> Shared<S> {
             return Err(too_large(max));
         }
         let scope = shared.scope.scope(&parts)?.map(|scope| scope_name(&scope));
-        let key = IdempotencyKey::from_headers(&parts.headers, &shared.prefix, scope)?;
+        let key = IdempotencyKey::in_layer(&parts.headers, &shared.prefix, scope, shared.scoped)?;
         // Bounded as it is read: a body that says nothing of its length is cut off at the limit.
         let collected = Limited::new(body, max).collect().await;
         let body = match collected {
@@ -350,6 +402,70 @@ impl<S: Store> Shared<S> {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         response
     }
+}
+
+/// Polls `future` until it finishes or the lease ends at `lease_end_ms`, whichever comes first;
+/// `None` when the lease ended first (the future is dropped, never polled again). As
+/// `Idempotency::run` bounds its handler: the configured clock decides, read before every poll,
+/// and a timer wakes a future that waits on something slower than the lease.
+async fn within_lease<S: Store, T>(
+    idempotency: &Idempotency<S>,
+    lease_end_ms: u64,
+    future: impl Future<Output = T>,
+) -> Option<T> {
+    // The longest the timer sleeps before reading the clock again.
+    const MAX_TIMER: Duration = Duration::from_secs(3600);
+    let config = idempotency.config();
+    let until_end = |now_ms: u64| Duration::from_millis(lease_end_ms.saturating_sub(now_ms) + 1).min(MAX_TIMER);
+    let mut future = std::pin::pin!(future);
+    let mut timer = std::pin::pin!(tokio::time::sleep(until_end(config.now_ms())));
+    std::future::poll_fn(|cx| {
+        if config.now_ms() > lease_end_ms {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(out) = future.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        while timer.as_mut().poll(cx).is_ready() {
+            let now_ms = config.now_ms();
+            if now_ms > lease_end_ms {
+                return Poll::Ready(None);
+            }
+            timer.as_mut().reset(tokio::time::Instant::now() + until_end(now_ms));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Reads `body` until it ends or `limit` bytes are read: the bytes, and whether it ended.
+/// Trailers are dropped, as `collect` drops them from a stored answer.
+async fn read_prefix<B>(body: &mut B, limit: usize) -> Result<(Bytes, bool), BoxError>
+where
+    B: Body + Unpin,
+    B::Error: Into<BoxError>,
+{
+    let mut read = BytesMut::new();
+    while read.len() < limit {
+        match body.frame().await {
+            None => return Ok((read.freeze(), true)),
+            Some(frame) => {
+                if let Ok(mut data) = frame.map_err(Into::into)?.into_data() {
+                    read.put(&mut data);
+                }
+            }
+        }
+    }
+    Ok((read.freeze(), false))
+}
+
+/// `503 lease_ended` with `Retry-After: 1`: the handler outran its lease and was cut off.
+fn lease_ended<B: From<String> + From<Vec<u8>>>(key: &effectively_once::Key) -> Response<B> {
+    tracing::warn!(key = %key, "handler outran its lease: cut off, not stored");
+    let answer = Answer::error(StatusCode::SERVICE_UNAVAILABLE, LEASE_ENDED, "the request took too long; try again");
+    let mut response = answer.into_response::<B>();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 fn too_large(max: usize) -> Answer {

@@ -243,6 +243,9 @@ async fn a_held_answer_keeps_the_key_until_its_lease_ends() {
     assert_eq!(s.send(Some("order-8"), r#"{"qty": 9}"#).await.status, 409, "another body waits too");
     s.clock.advance(Duration::from_secs(31));
     assert_eq!(s.send(Some("order-8"), r#"{"qty": 9}"#).await.status, 422, "the key is the held body's");
+    let other = s.send(Some("order-8"), r#"{"hold": false, "status": 200}"#).await.status;
+    assert_eq!(other, 409, "the refused attempt keeps the key until its own lease ends");
+    s.clock.advance(Duration::from_secs(31));
     assert_eq!(s.send(Some("order-8"), r#"{"hold": false, "status": 200}"#).await.status, 422);
     assert_eq!(s.runs(), 1);
 }

@@ -47,7 +47,10 @@
 //! - A claim that overwrote a record past its window, or in progress past its lease, checks
 //!   what it overwrote ([`effectively_once::Attempt::what_it_replaced`]; after a run of
 //!   takeovers whose attempts died, the record the run began with): another body's record (or
-//!   a stored `422` for this one) makes it `422`, stored for this body, and nothing is sent.
+//!   a stored `422` for this one) makes it `422`, and nothing is sent. Where that other body's
+//!   send may have landed, the `422` is not stored: the refused attempt holds the key until its
+//!   lease ends, and then that body's retry takes the key over, sends once and stores its
+//!   `202`; otherwise the `422` is stored for this body.
 //! - A claim whose answer was lost meets its own record on the retry, which keeps what the
 //!   first write replaced, so the checks above see the record it replaced all the same. Where
 //!   that is unknown (an item that could not be read), the key is **held**: nothing is sent, and

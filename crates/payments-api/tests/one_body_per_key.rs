@@ -112,7 +112,8 @@ impl Setup {
 }
 
 /// X is answered 202 but its completion fails, so its record stays in progress; after X's
-/// lease, Y's takeover claim loses its answer. Y is the other body: 422, never sent; X's
+/// lease, Y's takeover claim loses its answer. Y is the other body: 422, never sent, its
+/// attempt left holding the key until its lease ends (X's retry meanwhile: 409); then X's
 /// retries are still X's (sent again, harmlessly, and 202).
 #[tokio::test]
 async fn a_takeover_whose_claim_answer_is_lost_refuses_another_body() {
@@ -123,6 +124,8 @@ async fn a_takeover_whose_claim_answer_is_lost_refuses_another_body() {
     s.store.lose_next_claim.store(true, Ordering::SeqCst);
     let (status, answer) = s.pay("pay_c1", 999).await;
     assert_eq!((status, &answer["error"]), (422, &json!("idempotency_key_reused")), "{answer}");
+    assert_eq!(s.pay("pay_c1", 100).await.0, 409, "Y's refused attempt holds the key until its lease ends");
+    s.past_the_lease();
     assert_eq!(s.pay("pay_c1", 100).await.0, 202, "X's retry: the key is X's");
     assert_eq!(s.pay("pay_c1", 999).await.0, 422);
     assert!(s.queue.amounts().iter().all(|&cents| cents == 100), "only X on the queue: {:?}", s.queue.amounts());
@@ -139,6 +142,7 @@ async fn a_lost_send_keeps_its_key_through_a_takeover_with_a_lost_claim_answer()
     s.store.lose_next_claim.store(true, Ordering::SeqCst);
     let (status, answer) = s.pay("pay_c2", 999).await;
     assert_eq!((status, &answer["error"]), (422, &json!("idempotency_key_reused")), "{answer}");
+    s.past_the_lease();
     let (status, answer) = s.pay("pay_c2", 100).await;
     assert_eq!(status, 202, "X is the payment on the queue: {answer}");
     assert!(s.queue.amounts().iter().all(|&cents| cents == 100), "only X on the queue: {:?}", s.queue.amounts());
@@ -180,6 +184,7 @@ async fn an_attempt_that_died_before_deciding_does_not_bind_the_key() {
     s.past_the_lease();
     let (status, answer) = s.pay("pay_c5", 100).await;
     assert_eq!((status, &answer["error"]), (422, &json!("idempotency_key_reused")), "{answer}");
+    s.past_the_lease();
     assert_eq!(s.pay("pay_c5", 999).await.0, 202, "Y, the body on the queue, keeps its key");
     assert!(s.queue.amounts().iter().all(|&cents| cents == 999), "only Y on the queue: {:?}", s.queue.amounts());
 }

@@ -1,7 +1,7 @@
 //! Review (final): a send whose outcome is unknown holds the key for its body until the lease
 //! ends, and then the same body is to take it over and send again. If another body's request
-//! comes first after the lease, its refusal (`422`) is stored over the key, and every later
-//! retry of the first body is refused too: its event, maybe never enqueued, can never be.
+//! comes first after the lease, it is refused (`422`) and its attempt holds the key until its
+//! own lease ends; then the first body's retry takes the key over, sends once, and is replayed.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,10 +64,18 @@ async fn the_first_body_takes_its_key_over_after_another_bodys_refusal() {
     clock.advance(Duration::from_secs(3));
     let other = pay(&server, &key, &body("acct_a", 9999)).await;
     assert_eq!(other.status, 422, "{other:?}");
+    // The refused attempt holds the key until its own lease ends: the first body waits.
+    let early = pay(&server, &key, &body("acct_a", 4200)).await;
+    assert_eq!(early.status, 409, "{early:?}");
+    clock.advance(Duration::from_secs(3));
     // The first body's client honours Retry-After and retries: its key, its body.
     let retry = pay(&server, &key, &body("acct_a", 4200)).await;
     let sent: Vec<i64> = queue.sent.lock().unwrap().iter().map(|e| e.amount_cents).collect();
     assert_eq!((retry.status, sent), (202, vec![4200]), "the first body's retry is accepted and enqueued: {retry:?}");
+    // Its answer is stored: a later retry replays it and sends nothing more.
+    let again = pay(&server, &key, &body("acct_a", 4200)).await;
+    let sent: Vec<i64> = queue.sent.lock().unwrap().iter().map(|e| e.amount_cents).collect();
+    assert_eq!((again.status, sent), (202, vec![4200]), "replayed: {again:?}");
 }
 
 /// A queue that answers from a script: the first send lands but its answer is lost (unknown),

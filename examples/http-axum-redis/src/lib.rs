@@ -41,9 +41,10 @@ pub fn app(store: RedisStore, orders: Arc<Orders>) -> Router {
     // mid-way frees its key 30 s later.
     let config =
         Config::default().with_dedup_window(Duration::from_secs(24 * 3600)).with_lease(Duration::from_secs(30));
-    let idempotency = IdempotencyLayer::new(Idempotency::new(store, config), "orders")
-        .store_status(|status| status.is_success() || status.is_client_error())
-        .max_body_bytes(MAX_BODY_BYTES);
+    // Answers stored: the default, 2xx and 3xx, the handler's own. A 4xx here comes from
+    // axum's extractors (a missing `Content-Type` is `415`) before the handler runs: stored,
+    // it would outlive the client's corrected retry.
+    let idempotency = IdempotencyLayer::new(Idempotency::new(store, config), "orders").max_body_bytes(MAX_BODY_BYTES);
     Router::new()
         .route("/orders", post(create).layer(idempotency))
         .route("/orders/count", get(count))

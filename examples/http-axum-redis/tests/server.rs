@@ -1,23 +1,19 @@
 //! The orders service started on a loopback port, over the local Valkey/Redis (`REDIS_URL`,
-//! `make local-redis-up`), driven by a real HTTP client (hyper's).
+//! else the local one `effectively_once_redis::test_url` starts), driven by a real HTTP client (hyper's).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use effectively_once::{Begin, Config, Idempotency, Key};
-use effectively_once_http::{canonical_payload, Answer};
-use effectively_once_redis::RedisStore;
+use effectively_once_http::{request_payload, Answer};
+use effectively_once_redis::{test_url, RedisStore};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
-
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6380".into())
-}
 
 /// A running service with a namespace of its own in Redis; stopped when dropped.
 struct Server {
@@ -28,9 +24,10 @@ struct Server {
 
 async fn start() -> Server {
     let namespace = format!("http-example-{}", uuid::Uuid::new_v4());
-    let store = RedisStore::connect(&redis_url(), &namespace)
+    let url = test_url();
+    let store = RedisStore::connect(&url, &namespace)
         .await
-        .unwrap_or_else(|e| panic!("Redis at {}: {e} (make local-redis-up)", redis_url()));
+        .unwrap_or_else(|e| panic!("Redis at {url}: {e} (make local-redis-up)"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -112,11 +109,11 @@ async fn the_same_key_with_another_body_is_422() {
 #[tokio::test]
 async fn a_request_while_the_first_is_in_flight_is_409_with_retry_after() {
     let server = start().await;
-    let other_instance = RedisStore::connect(&redis_url(), &server.namespace).await.unwrap();
+    let other_instance = RedisStore::connect(&test_url(), &server.namespace).await.unwrap();
     let idempotency = Idempotency::new(other_instance, Config::default());
     let key = Key::new("orders", "order-3").unwrap();
     let Ok(Begin::Claimed(_in_flight)) =
-        idempotency.begin::<_, Answer>(&key, &canonical_payload(ORDER.as_bytes())).await
+        idempotency.begin::<_, Answer>(&key, &request_payload(&hyper::Method::POST, "/orders", ORDER.as_bytes())).await
     else {
         panic!("claimed by the other instance")
     };

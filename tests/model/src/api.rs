@@ -32,8 +32,6 @@ pub enum Req {
     Release,
     /// The key is another body's: reads its record back.
     ReadBack,
-    /// The record is a refusal held for this body: sends again, answers `202` if it lands.
-    SendAgain,
     /// Answered (`None`: crashed, the client got no answer).
     Done(Option<u16>),
 }
@@ -69,8 +67,6 @@ pub enum Action {
     Release(usize, bool),
     /// The read of another body's record.
     ReadBack(usize),
-    /// The second send of a held body.
-    SendAgain(usize, SendFault),
     /// The invocation dies.
     Crash(usize),
     /// A claim request of request `usize` that was lost on the way lands after all, late (its
@@ -91,6 +87,11 @@ pub struct State {
     pub reqs: Vec<Req>,
     /// Per request, a claim request lost on the way that may still land.
     pub strays: Vec<Option<Unanswered>>,
+    /// Per body, the claims that let the handler run less the runs (sends) made: a run
+    /// without a claim of its own (as the layer once reran a held body) takes it below zero.
+    /// Counted as a difference, which mirrors the requests about to send, so it adds few
+    /// states.
+    pub unrun_claims: [i8; 2],
 }
 
 /// `n` requests' bodies: the first half X (0), the rest Y (1): X, X, Y for three.
@@ -110,6 +111,9 @@ pub struct ApiModel {
     /// The run fix reverted: a claim judges the record it replaced, not the one its run of
     /// takeovers began with.
     pub ignores_runs: bool,
+    /// The takeover fix reverted: a refusal over a held body is stored naming it, and that
+    /// body's retry runs again without a claim (as the HTTP layer once did).
+    pub reruns_unclaimed: bool,
     /// The last moment the clock reaches.
     pub horizon: u64,
 }
@@ -134,6 +138,7 @@ impl ApiModel {
             events: [event(100), event(999)],
             reverted: false,
             ignores_runs: false,
+            reruns_unclaimed: false,
             horizon: crate::MAX_NOW,
         }
     }
@@ -147,6 +152,12 @@ impl ApiModel {
     /// The same model judging the record replaced instead of the run's first.
     pub fn ignoring_runs(mut self) -> Self {
         self.ignores_runs = true;
+        self
+    }
+
+    /// The same model with the takeover fix reverted: a held body reruns without a claim.
+    pub fn rerunning_unclaimed(mut self) -> Self {
+        self.reruns_unclaimed = true;
         self
     }
 
@@ -183,10 +194,18 @@ impl ApiModel {
         match judged {
             Judged::Claimed(replaced) => match self.on_claim(&replaced, hash) {
                 OnClaim::Run => Req::Send(replaced),
-                OnClaim::Refuse { held_for } => Req::Complete {
+                // As the layer once did: the refusal stored, naming the held body.
+                OnClaim::Refuse { held_for } if self.reruns_unclaimed => Req::Complete {
                     response: json(&Answer { held_for, ..payments_api::key_reused(event) }),
                     status: 422,
                 },
+                // The key is held for another body whose effect may have happened: refused, not
+                // stored; the attempt is left in progress until its lease ends, so that body's
+                // retry takes the key over (its claim's run begins with that body's record).
+                OnClaim::Refuse { held_for: Some(_) } => Req::Done(Some(422)),
+                OnClaim::Refuse { held_for: None } => {
+                    Req::Complete { response: json(&payments_api::key_reused(event)), status: 422 }
+                }
                 OnClaim::Hold => Req::Complete { response: json(&payments_api::key_held(event)), status: 503 },
             },
             Judged::Blocked(existing) => match existing.replay::<Answer>(hash) {
@@ -212,6 +231,7 @@ impl ApiModel {
             (Req::ClaimUnanswered(request), Action::Claim(_, fault)) => self.claim(state, i, body, request, *fault),
             (Req::ClaimUnanswered(_), Action::GiveUp(_)) => Req::Done(Some(503)),
             (Req::Send(replaced), Action::Send(_, fault)) => {
+                state.unrun_claims[body] = state.unrun_claims[body].saturating_sub(1);
                 if *fault != SendFault::Refused {
                     state.queue |= 1 << body;
                 }
@@ -242,19 +262,12 @@ impl ApiModel {
             (Req::ReadBack, Action::ReadBack(_)) => match rules::on_reused(state.world.record(), hash) {
                 OnReused::Refuse => Req::Done(Some(422)),
                 OnReused::Held => Req::Done(Some(503)),
-                OnReused::InProgress => Req::Done(Some(409)),
-                OnReused::RunAgain => Req::SendAgain,
+                // As the layer once did: the held body runs again, with no claim of its own.
+                OnReused::WaitForWindow if self.reruns_unclaimed => Req::Send(Replaced::Nothing),
+                // A refusal stored by earlier versions over this body: `409` until its window
+                // ends (never here: the model's window outlasts its horizon).
+                OnReused::InProgress | OnReused::WaitForWindow => Req::Done(Some(409)),
             },
-            (Req::SendAgain, Action::SendAgain(_, fault)) => {
-                if *fault != SendFault::Refused {
-                    state.queue |= 1 << body;
-                }
-                match fault {
-                    SendFault::Ok => Req::Done(Some(202)),
-                    SendFault::LandedThenCrash => Req::Done(None),
-                    SendFault::AnswerLost | SendFault::Refused => Req::Done(Some(503)),
-                }
-            }
             (Req::Idle | Req::Done(_), Action::Crash(_)) => return None,
             (_, Action::Crash(_)) => Req::Done(None),
             _ => return None,
@@ -269,7 +282,14 @@ impl ApiModel {
             state.strays[i] = Some(request.clone());
         }
         match send_claim(&mut state.world, &request, fault, self.reverted) {
-            Some(judged) => self.judged(judged, body),
+            Some(judged) => {
+                let claimed = matches!(judged, Judged::Claimed(_));
+                let next = self.judged(judged, body);
+                if claimed && matches!(next, Req::Send(_)) {
+                    state.unrun_claims[body] = state.unrun_claims[body].saturating_add(1);
+                }
+                next
+            }
             None => Req::ClaimUnanswered(request),
         }
     }
@@ -289,7 +309,6 @@ impl ApiModel {
                 Req::Complete { .. } => Action::Complete(i, true),
                 Req::Release => Action::Release(i, true),
                 Req::ReadBack => Action::ReadBack(i),
-                Req::SendAgain => Action::SendAgain(i, SendFault::Ok),
                 Req::Done(status) => return *status,
             };
             self.step(&mut state, i, body, &action)?;
@@ -317,7 +336,13 @@ impl Model for ApiModel {
 
     fn init_states(&self) -> Vec<State> {
         let n = self.bodies.len();
-        vec![State { world: World::new(self.horizon), queue: 0, reqs: vec![Req::Idle; n], strays: vec![None; n] }]
+        vec![State {
+            world: World::new(self.horizon),
+            queue: 0,
+            reqs: vec![Req::Idle; n],
+            strays: vec![None; n],
+            unrun_claims: [0; 2],
+        }]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
@@ -331,7 +356,6 @@ impl Model for ApiModel {
                 Req::Complete { .. } => actions.extend([Action::Complete(i, true), Action::Complete(i, false)]),
                 Req::Release => actions.extend([Action::Release(i, true), Action::Release(i, false)]),
                 Req::ReadBack => actions.push(Action::ReadBack(i)),
-                Req::SendAgain => actions.extend(SEND_FAULTS.iter().map(|fault| Action::SendAgain(i, *fault))),
                 Req::Done(_) => {}
             }
             if !matches!(req, Req::Idle | Req::Done(_)) {
@@ -358,7 +382,6 @@ impl Model for ApiModel {
             | Action::Complete(i, _)
             | Action::Release(i, _)
             | Action::ReadBack(i)
-            | Action::SendAgain(i, _)
             | Action::Crash(i) => *i,
         };
         self.step(&mut state, i, self.bodies[i], &action)?;
@@ -369,6 +392,9 @@ impl Model for ApiModel {
         vec![
             Property::always("no two bodies answered 202 for one key", |model: &ApiModel, state: &State| {
                 model.one_body_answered(state)
+            }),
+            Property::always("a body is sent only under a claim of its own", |_, state: &State| {
+                state.unrun_claims.iter().all(|&unrun| unrun >= 0)
             }),
             Property::always("at most one body on the queue", |_, state: &State| state.queue.count_ones() <= 1),
             Property::always("the body on the queue is never refused (422)", |model: &ApiModel, state: &State| {

@@ -42,3 +42,11 @@ fn judging_the_replaced_record_instead_of_its_run_puts_two_bodies_on_the_queue()
     println!("{report}");
     assert!(report.violations.iter().any(|(name, _)| *name == two_bodies), "{report}");
 }
+
+#[test]
+fn rerunning_a_held_body_without_a_claim_is_a_run_without_a_claim() {
+    let unclaimed = "a body is sent only under a claim of its own";
+    let report = find("api, unclaimed reruns", ApiModel::new(bodies(3)).rerunning_unclaimed(), unclaimed, 2);
+    println!("{report}");
+    assert!(report.violations.iter().any(|(name, _)| *name == unclaimed), "{report}");
+}

@@ -1,7 +1,6 @@
-//! Attack test (branch attack24) over the local Valkey/Redis: the example stores every 4xx,
-//! including axum's own `415` for a missing `Content-Type`; the fingerprint is the body alone,
-//! so the client's corrected retry (same key, same body, the header fixed) is the stored `415`
-//! replayed, and the order can never be created under that key (a day's window).
+//! Only the handler's own answers are stored (2xx and 3xx), over the local Valkey/Redis: axum's
+//! `415` for a missing `Content-Type`, answered before the handler runs, is not, so the
+//! client's corrected retry (same key, same body, the header fixed) creates the order.
 
 use std::sync::Arc;
 
@@ -14,8 +13,8 @@ use hyper_util::rt::TokioExecutor;
 
 #[tokio::test]
 async fn a_retry_that_fixes_its_content_type_is_not_the_stored_415() {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6380".into());
-    let namespace = format!("attack24-{}", uuid::Uuid::new_v4());
+    let url = effectively_once_redis::test_url();
+    let namespace = format!("stored-statuses-{}", uuid::Uuid::new_v4());
     let store = RedisStore::connect(&url, &namespace).await.unwrap_or_else(|e| panic!("Redis at {url}: {e}"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -43,4 +42,6 @@ async fn a_retry_that_fixes_its_content_type_is_not_the_stored_415() {
         "the corrected retry was answered {status} (replayed: {replayed}): {}",
         String::from_utf8_lossy(&text)
     );
+    let again = send(Some("application/json")).await.unwrap();
+    assert_eq!((again.status().as_u16(), again.headers().contains_key("idempotent-replayed")), (201, true));
 }
