@@ -77,3 +77,58 @@ async fn the_same_key_on_another_resource_named_by_its_query_is_not_the_first_re
     let body = other.into_body().collect().await.unwrap().to_bytes();
     assert!(!replayed, "order 2's refund was answered order 1's stored answer: {}", String::from_utf8_lossy(&body));
 }
+
+/// A dedup window shorter than the lease (a 10 s window on a 30 s lease; or the default 15 min
+/// lease with a 5 min window) makes a record in progress claimable when its window ends, while
+/// its lease, and its handler, still run: a retry takes the key over and runs the handler
+/// beside the first attempt.
+#[tokio::test]
+async fn a_retry_never_runs_beside_an_attempt_within_its_lease_whatever_the_window() {
+    use effectively_once::{Config, Idempotency, InMemoryStore, ManualClock};
+    use effectively_once_http::IdempotencyLayer;
+    use std::time::Duration;
+
+    let clock = Arc::new(ManualClock::new());
+    let config = Config::default()
+        .with_lease(Duration::from_secs(30))
+        .with_dedup_window(Duration::from_secs(10))
+        .with_clock(clock.clone());
+    let layer = IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), config), "orders");
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let service = layer.layer(service_fn({
+        let (running, most, release) = (running.clone(), most.clone(), release.clone());
+        move |_request: Request<Body>| {
+            let (running, most, release) = (running.clone(), most.clone(), release.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                release.notified().await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, Infallible>(Response::new(Body::from(r#"{"ok": true}"#)))
+            }
+        }
+    }));
+    let post = || Request::post("/orders").header("idempotency-key", "w-1").body(Body::from(r#"{"a": 1}"#)).unwrap();
+    let first = tokio::spawn(service.clone().oneshot(post()));
+    while running.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(Duration::from_secs(12)); // past the window, well within the 30 s lease
+    let second = tokio::spawn(service.clone().oneshot(post()));
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    let during = most.load(Ordering::SeqCst);
+    release.notify_waiters();
+    release.notify_waiters();
+    let (first, second) = (first.await.unwrap().unwrap(), second.await.unwrap().unwrap());
+    assert_eq!(
+        during,
+        1,
+        "the handler ran {during} times at once for one key and body, within the first's lease (statuses {} and {})",
+        first.status(),
+        second.status()
+    );
+}
