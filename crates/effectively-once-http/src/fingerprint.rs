@@ -32,22 +32,24 @@ where
     }
 }
 
-/// The default: the request's method, its path and its body ([`request_payload`]), so the
-/// same key and body sent to another resource (`PATCH /orders/2` after `/orders/1`) is another
-/// request (`422`), not the first one's answer. Never refuses.
+/// The default: the request's method, its path with its query, and its body
+/// ([`request_payload`]), so the same key and body sent to another resource (`PATCH /orders/2`
+/// after `/orders/1`, `POST /refunds?order=2` after `?order=1`) is another request (`422`),
+/// not the first one's answer. Never refuses.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Canonical;
 
 impl Fingerprint for Canonical {
     fn fingerprint(&self, _key: &IdempotencyKey, parts: &mut Parts, body: &Bytes) -> Result<Value, Answer> {
-        Ok(request_payload(&parts.method, parts.uri.path(), body))
+        let target = parts.uri.path_and_query().map_or_else(|| parts.uri.path(), |target| target.as_str());
+        Ok(request_payload(&parts.method, target, body))
     }
 }
 
-/// [`Canonical`]'s payload: `[METHOD, PATH, BODY]`, the body as [`canonical_payload`] has it
-/// (the query is not part of it).
-pub fn request_payload(method: &Method, path: &str, body: &[u8]) -> Value {
-    json!([method.as_str(), path, canonical_payload(body)])
+/// [`Canonical`]'s payload: `[METHOD, TARGET, BODY]` (the target is the path and query as the
+/// request spells them), the body as [`canonical_payload`] has it.
+pub fn request_payload(method: &Method, target: &str, body: &[u8]) -> Value {
+    json!([method.as_str(), target, canonical_payload(body)])
 }
 
 /// A body's payload: `["json", VALUE]` for a JSON body, `["bytes", BASE64]` for any other (the

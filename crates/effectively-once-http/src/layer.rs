@@ -87,8 +87,8 @@ impl<S: Store> IdempotencyLayer<S> {
     /// Records under `prefix` (`{prefix}#{scope}:{key}`) in `idempotency`'s store, with its
     /// dedup window and lease. The defaults: `POST` and `PATCH` only; 2xx and 3xx answers
     /// stored (the handler did its work; a 4xx a framework's extractor answers before the
-    /// handler runs must not outlive the client's corrected retry); no scope; the method, the
-    /// path and the body's canonical JSON (or its bytes) fingerprinted; bodies up to [`DEFAULT_MAX_BODY_BYTES`];
+    /// handler runs must not outlive the client's corrected retry; a 5xx holds the key); no scope;
+    /// the method, the path with its query and the body's canonical JSON (or its bytes) fingerprinted; bodies up to [`DEFAULT_MAX_BODY_BYTES`];
     /// `content-type` and `location` kept with an answer.
     ///
     /// # Panics
@@ -123,9 +123,11 @@ impl<S: Store> IdempotencyLayer<S> {
         self.with(|shared| shared.methods = methods)
     }
 
-    /// Which of the handler's statuses are stored and replayed (default 2xx and 3xx). Any other
-    /// answer releases the key (a retry runs again), unless the handler says otherwise
-    /// ([`Disposition`](crate::Disposition)).
+    /// Which of the handler's statuses are stored and replayed (default 2xx and 3xx). Of the
+    /// others, a 5xx holds the key as a crash does (the handler may have done its work: no
+    /// other body runs under it, and this body's retry takes over after the lease) and a 4xx
+    /// releases it (refused before any effect: the corrected retry runs), unless the handler
+    /// says otherwise ([`Disposition`](crate::Disposition)).
     pub fn store_status(self, stored: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
         self.with(|shared| shared.stored = Arc::new(stored))
     }

@@ -233,7 +233,7 @@ where
         prepared: Prepared,
     ) -> Result<Response<ResB>, Svc::Error> {
         let record_key = prepared.key.record_key().clone();
-        let lease_end_ms = attempt.lease_expires_at_ms();
+        let lease_end_ms = run_until_ms(idempotency, &attempt);
         let request = Request::from_parts(prepared.parts, body_of::<ReqB>(prepared.body));
         let called = within_lease(idempotency, lease_end_ms, self.inner.call(request)).await;
         let response = match called {
@@ -248,7 +248,15 @@ where
         let disposition = response.extensions().get::<Disposition>().copied().unwrap_or_else(|| {
             if (self.shared.stored)(response.status()) {
                 Disposition::Store
+            } else if response.status().is_server_error() {
+                // A 5xx may come after the handler did its work (axum answers a handler's
+                // failure, or a caught panic, as a 500, never an `Err`): held as a crash is, so
+                // no other body runs under the key, and this body's retry takes over after the
+                // lease.
+                Disposition::Hold
             } else {
+                // A 4xx not stored: the request was refused before any effect (a framework's
+                // extractor, the handler's validation). The corrected retry runs.
                 Disposition::Release
             }
         });
@@ -481,4 +489,18 @@ fn unavailable<B: From<String> + From<Vec<u8>>>(
     let mut response = Answer::error(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, "try again").into_response::<B>();
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     response
+}
+
+/// When the handler must be cut off: at the lease's end, or sooner where the dedup window ends
+/// first. A record in progress frees its key at the earlier of the two (past its window a claim
+/// replaces it), so a handler running past either could run beside a retry that took the key
+/// over. The claim's time is at most the lease's end less the lease; the window's end is kept
+/// to whole seconds, hence the second taken off.
+fn run_until_ms<S: Store>(idempotency: &Idempotency<S>, attempt: &Attempt) -> u64 {
+    let config = idempotency.config();
+    let lease_end_ms = attempt.lease_expires_at_ms();
+    let claimed_at_or_before_ms = lease_end_ms.saturating_sub(config.lease().as_millis() as u64);
+    let window_end_ms =
+        claimed_at_or_before_ms.saturating_add(config.dedup_window().as_millis() as u64).saturating_sub(1000);
+    lease_end_ms.min(window_end_ms)
 }

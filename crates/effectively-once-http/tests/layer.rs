@@ -220,18 +220,26 @@ async fn methods_not_keyed_pass_through_untouched() {
 }
 
 #[tokio::test]
-async fn an_answer_not_stored_frees_the_key_for_a_retry() {
+async fn a_4xx_not_stored_frees_the_key_and_a_5xx_holds_it() {
     let s = setup(Handler::default());
-    let failed = s.send(Some("order-6"), r#"{"status": 500}"#).await;
-    assert_eq!((failed.status, failed.replayed), (500, false));
-    assert!(!s.send(Some("order-6"), r#"{"status": 500}"#).await.replayed, "ran again");
+    let refused = s.send(Some("order-6"), r#"{"status": 400}"#).await;
+    assert_eq!((refused.status, refused.replayed), (400, false));
+    assert!(!s.send(Some("order-6"), r#"{"status": 400}"#).await.replayed, "ran again");
     assert_eq!(s.send(Some("order-6"), r#"{"status": 200}"#).await.status, 200, "another body may take it");
     assert_eq!(s.runs(), 3);
+    // A 5xx may come after the work: held as a crash is, until the lease ends.
+    let failed = s.send(Some("order-5"), r#"{"status": 500}"#).await;
+    assert_eq!((failed.status, failed.replayed), (500, false));
+    assert_eq!(s.send(Some("order-5"), r#"{"status": 200}"#).await.status, 409, "no other body runs under it");
+    assert_eq!(s.send(Some("order-5"), r#"{"status": 500}"#).await.status, 409, "its retry waits for the lease");
+    s.clock.advance(Duration::from_secs(31));
+    assert_eq!(s.send(Some("order-5"), r#"{"status": 500}"#).await.status, 500, "then takes the key over");
+    assert_eq!(s.runs(), 5);
     // A route that stores only successes: a 404 runs again.
     let layer = s.layer.clone().store_status(|status| status.is_success());
     assert_eq!(s.send_with(&layer, post(Some("order-7"), r#"{"status": 404}"#)).await.status, 404);
     assert!(!s.send_with(&layer, post(Some("order-7"), r#"{"status": 404}"#)).await.replayed);
-    assert_eq!(s.runs(), 5);
+    assert_eq!(s.runs(), 7);
 }
 
 #[tokio::test]
