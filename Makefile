@@ -22,6 +22,8 @@ export LOCAL_KAFKA_PORT
 export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 
 # The crates that go to crates.io (`make package`, `make msrv`).
+# The workspace's version, which every published crate carries.
+VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 PUBLISHED := effectively-once effectively-once-redact effectively-once-dynamodb effectively-once-effects \
 	effectively-once-lambda effectively-once-redis effectively-once-http
 
@@ -174,6 +176,12 @@ doc:
 ##          .tools/ on first use); docs/packaging.md
 package:
 	infra/features.sh $(PUBLISHED)
+	# cargo verifies each crate against the others' fresh packs, served from a local registry
+	# whose crates it takes never to change: copies an earlier `make package` of the same
+	# version unpacked (CARGO_HOME) or built (the target dir) would be used instead, and an API
+	# changed since would fail to build. Both go first.
+	rm -rf $(foreach c,$(PUBLISHED),$${CARGO_HOME:-$$HOME/.cargo}/registry/src/*/$(c)-$(VERSION))
+	cargo clean -q $(addprefix -p ,$(PUBLISHED))
 	cargo package --allow-dirty $(addprefix -p ,$(PUBLISHED))
 	infra/semver.sh check $(PUBLISHED)
 
