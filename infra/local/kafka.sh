@@ -30,7 +30,19 @@ REQS="$ROOT/infra/local/kafka-requirements.txt"
 START_TIMEOUT="${LOCAL_KAFKA_START_TIMEOUT:-30}"
 PYTHON="${PYTHON:-python3}"
 
+PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-kafka-$PORT.lock"
+
 log() { echo "local-kafka: $*" >&2; }
+
+# `lock FD FILE`: holds an exclusive lock on FILE through descriptor FD until the script exits, so
+# two callers (two test binaries, two checkouts) on one port start one broker. Without flock(1)
+# (macOS has none by default) it goes on unlocked.
+lock() {
+  command -v flock >/dev/null 2>&1 || return 0
+  mkdir -p "$(dirname "$2")"
+  eval "exec $1>>\"\$2\""
+  flock "$1"
+}
 
 # A Kafka ApiVersions v0 request over bash's /dev/tcp: size 10, api key 18, version 0,
 # correlation id 0x4b414641 ("KAFA"), null client id. A Kafka broker answers with a size and
@@ -72,6 +84,7 @@ install() {
 }
 
 up() {
+  lock 9 "$PORT_LOCK"
   if answers_kafka; then
     log "reusing the Kafka broker already up at $HOST:$PORT"
     return
@@ -88,6 +101,8 @@ up() {
   # come from the work tree. Flags win over any STORAGE_ENGINE / LISTENER_URL in the environment.
   (
     cd "$STATE"
+    # The broker must not hold the port lock for its whole life.
+    exec 9>&-
     exec nohup "$BIN" broker \
       --cluster-id effectively-once-local \
       --listener-url "tcp://$HOST:$PORT" \
@@ -109,7 +124,11 @@ up() {
     fi
     sleep 0.2
   done
-  log "tansu did not answer within $START_TIMEOUT s; last lines of $LOG:"
+  # Left starting, it would bind the port after the next caller (waiting on the lock) found it
+  # free and started its own: stop it first.
+  kill "$(cat "$PIDFILE")" 2>/dev/null || true
+  rm -f "$PIDFILE"
+  log "tansu did not answer within $START_TIMEOUT s; stopped it; last lines of $LOG:"
   tail -20 "$LOG" >&2
   exit 1
 }

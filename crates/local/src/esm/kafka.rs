@@ -39,17 +39,47 @@ use crate::resources::Clients;
 /// member: librdkafka's `max.poll.interval.ms`, at its smallest (the session timeout).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(6);
 
-/// The broker the tests and tools use: `KAFKA_BOOTSTRAP`, else `127.0.0.1:$LOCAL_KAFKA_PORT`
-/// (9094), checked to accept a connection; the error names the command that starts one.
+/// The broker the tests and tools use: `KAFKA_BOOTSTRAP` as given, else the project's local
+/// broker on `127.0.0.1:$LOCAL_KAFKA_PORT` (9094). When nothing answers there, the first call in
+/// the process starts it with the checkout's `infra/local/kafka.sh up` (which builds the pinned
+/// tansu once, about 17 minutes on 2 cores, and takes a lock per port) and leaves it running for
+/// the next test binary and run (`make local-kafka-down` stops it). The error, when none answers
+/// and none starts, is one line naming the command that starts one.
 pub fn bootstrap() -> Result<String> {
-    let bootstrap = std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| {
-        format!("127.0.0.1:{}", std::env::var("LOCAL_KAFKA_PORT").unwrap_or_else(|_| "9094".into()))
-    });
-    let address: std::net::SocketAddr = bootstrap.parse().context(format!("KAFKA_BOOTSTRAP={bootstrap}"))?;
-    match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)) {
-        Ok(_) => Ok(bootstrap),
-        Err(e) => Err(format!("no Kafka broker at {bootstrap} ({e}): run `make local-kafka-up`").into()),
+    if let Ok(bootstrap) = std::env::var("KAFKA_BOOTSTRAP") {
+        let address: std::net::SocketAddr = bootstrap.parse().context(format!("KAFKA_BOOTSTRAP={bootstrap}"))?;
+        return match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)) {
+            Ok(_) => Ok(bootstrap),
+            Err(e) => Err(format!("no Kafka broker at {bootstrap} ({e}): run `make local-kafka-up`").into()),
+        };
     }
+    static LOCAL: std::sync::OnceLock<std::result::Result<String, String>> = std::sync::OnceLock::new();
+    LOCAL.get_or_init(start_local_kafka).clone().map_err(Into::into)
+}
+
+/// The local broker's address once something answers on its port, starting it when nothing does.
+fn start_local_kafka() -> std::result::Result<String, String> {
+    let port = std::env::var("LOCAL_KAFKA_PORT").unwrap_or_else(|_| "9094".into());
+    let bootstrap = format!("127.0.0.1:{port}");
+    let address: std::net::SocketAddr =
+        bootstrap.parse().map_err(|_| format!("LOCAL_KAFKA_PORT={port} is not a port"))?;
+    let answers = || std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).is_ok();
+    if answers() {
+        return Ok(bootstrap);
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/local/kafka.sh");
+    // Its progress (the one-time build, the log's path) goes to the caller's stderr.
+    let status = std::process::Command::new(&script)
+        .arg("up")
+        .env("LOCAL_KAFKA_PORT", &port)
+        .stdout(std::process::Stdio::null())
+        .status();
+    let failed = match status {
+        Ok(status) if status.success() && answers() => return Ok(bootstrap),
+        Ok(status) => format!("`{} up` failed ({status})", script.display()),
+        Err(error) => format!("{} did not run ({error})", script.display()),
+    };
+    Err(format!("no Kafka broker at {bootstrap} and {failed}: run `make local-kafka-up` (LOCAL_KAFKA_PORT={port})"))
 }
 
 /// The template's parameter (the MSK cluster's ARN) the Kafka mapping reads from.
