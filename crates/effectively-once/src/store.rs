@@ -130,13 +130,14 @@ pub enum StoreErrorKind {
     /// Retryable: it is no verdict on the message, so the message waits for the fix (in its
     /// queue, stream or DLQ) instead of being given up on, and a FIFO group keeps its order.
     Misconfigured,
-    /// A write's own condition failed and nothing said what that means: no answer was given
-    /// for it (`effectively_once_dynamodb::Tx::otherwise`). The message names the write and its
-    /// table. Permanent: the same write fails the same way until the code says what its failed
-    /// condition means.
-    ConditionFailed,
     /// Any other failure (a bad request). Permanent.
     Other,
+    /// A write's own condition failed and nothing said what that means: no answer was given
+    /// for it (`effectively_once_dynamodb::Tx::otherwise`). The message names the write and its
+    /// table. Not retryable as a call: the same write fails the same way while the data stands.
+    /// No verdict on the message either (stock may arrive, a deploy may answer the condition),
+    /// so the batch drivers hold the message rather than give it up.
+    ConditionFailed,
 }
 
 impl StoreErrorKind {
