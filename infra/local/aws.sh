@@ -17,6 +17,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=infra/local/lib.sh
+. "$ROOT/infra/local/lib.sh"
 STATE="$ROOT/.local-aws"
 VENV="$STATE/venv"
 PORT="${LOCAL_AWS_PORT:-4566}"
@@ -35,14 +37,6 @@ PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-aws-$PORT.lock"
 
 log() { echo "local-aws: $*" >&2; }
 
-# `lock FD FILE`: holds an exclusive lock on FILE through descriptor FD until the script exits.
-# Without flock(1) (macOS has none by default) it goes on unlocked.
-lock() {
-  command -v flock >/dev/null 2>&1 || return 0
-  mkdir -p "$(dirname "$2")"
-  eval "exec $1>>\"\$2\""
-  flock "$1"
-}
 
 # Readiness: the route serve.py adds answers only when the server is ours and is up.
 is_moto_up() { curl -fsS -o /dev/null --max-time 2 "$URL/_local-aws/health" 2>/dev/null; }
@@ -60,15 +54,6 @@ server_pid() {
   echo "$pid"
 }
 
-# `stop PID`: TERM, KILL after 5 s; returns once it is gone.
-stop() {
-  kill "$1" 2>/dev/null || return 0
-  for _ in $(seq 1 50); do
-    kill -0 "$1" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -KILL "$1" 2>/dev/null || true
-}
 
 install() {
   lock 8 "$STATE/install.lock"

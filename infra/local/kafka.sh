@@ -15,6 +15,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=infra/local/lib.sh
+. "$ROOT/infra/local/lib.sh"
 PORT="${LOCAL_KAFKA_PORT:-9094}"
 HOST=127.0.0.1
 STATE="$ROOT/.local-aws/kafka-$PORT"
@@ -34,15 +36,6 @@ PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-kafka-$PORT.lock"
 
 log() { echo "local-kafka: $*" >&2; }
 
-# `lock FD FILE`: holds an exclusive lock on FILE through descriptor FD until the script exits, so
-# two callers (two test binaries, two checkouts) on one port start one broker. Without flock(1)
-# (macOS has none by default) it goes on unlocked.
-lock() {
-  command -v flock >/dev/null 2>&1 || return 0
-  mkdir -p "$(dirname "$2")"
-  eval "exec $1>>\"\$2\""
-  flock "$1"
-}
 
 # A Kafka ApiVersions v0 request over bash's /dev/tcp: size 10, api key 18, version 0,
 # correlation id 0x4b414641 ("KAFA"), null client id. A Kafka broker answers with a size and
@@ -126,7 +119,7 @@ up() {
   done
   # Left starting, it would bind the port after the next caller (waiting on the lock) found it
   # free and started its own: stop it first.
-  kill "$(cat "$PIDFILE")" 2>/dev/null || true
+  stop "$(cat "$PIDFILE")"
   rm -f "$PIDFILE"
   log "tansu did not answer within $START_TIMEOUT s; stopped it; last lines of $LOG:"
   tail -20 "$LOG" >&2

