@@ -253,12 +253,13 @@ built_bootstraps() {
 # the metadata's env (merge_env keeps the function's); the timeout is FunctionTimeoutSeconds'
 # default, which deploy-function replaces with the function's own (function_settings).
 metadata() {
-  CARGO_METADATA="$(cargo metadata --format-version 1 --no-deps --manifest-path "$ROOT/Cargo.toml")" \
-    "$PYTHON" - "${1:-$TEMPLATE}" <<'PY'
+  # The metadata goes through a file: as one variable it outgrows a single argument's 128 KiB.
+  "$PYTHON" - "${1:-$TEMPLATE}" \
+    <(cargo metadata --format-version 1 --no-deps --manifest-path "$ROOT/Cargo.toml") <<'PY'
 import json, os, sys
 
-meta = json.loads(os.environ["CARGO_METADATA"])
 template = json.load(open(sys.argv[1]))
+meta = json.load(open(sys.argv[2]))
 params = template.get("Parameters", {})
 STACK_SPECIFIC = object()
 

@@ -228,3 +228,27 @@ fn the_deploy_metadata_leaves_parameter_derived_variables_to_merge_env() {
         "the failure should name the variable and its parameter:\n{out}"
     );
 }
+
+/// The deploy metadata check reads a workspace whose `cargo metadata` is larger than one
+/// command-line argument may be (128 KiB on Linux; a checkout at a longer path grows every
+/// manifest path in it): a `cargo` on the PATH pads the real metadata with 256 KiB of spaces.
+#[test]
+fn the_deploy_metadata_check_reads_metadata_larger_than_an_argument() {
+    let dir = Scratch::new("big-metadata");
+    let real = String::from_utf8(Command::new("which").arg("cargo").output().unwrap().stdout).unwrap();
+    let shim = dir.0.join("cargo");
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\n\"{}\" \"$@\" || exit $?\ncase \" $* \" in *\" metadata \"*) head -c 262144 /dev/zero | tr '\\0' ' ' ;; esac\n",
+            real.trim()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", dir.0.display(), std::env::var("PATH").unwrap());
+
+    let out = lambda_sh().arg("metadata").env("PATH", path).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}
