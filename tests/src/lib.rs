@@ -1,5 +1,7 @@
 //! Shared set-up for the workspace's end-to-end tests against the local AWS.
 
+pub mod scripted;
+
 use std::sync::Arc;
 use std::time::Duration;
 

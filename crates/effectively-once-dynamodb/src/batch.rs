@@ -656,7 +656,8 @@ where
     let failure = codes.iter().find(|c| **c != "TransactionConflict").map(|c| {
         let kind = match *c {
             "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded" => StoreErrorKind::Throttled,
-            "ItemCollectionSizeLimitExceeded" => StoreErrorKind::TooLarge,
+            // A full item collection waits for an operator, as the single commit's does.
+            "ItemCollectionSizeLimitExceeded" => StoreErrorKind::Misconfigured,
             "ValidationError" => StoreErrorKind::Other,
             // A reason this code does not know is not a verdict on the message.
             _ => StoreErrorKind::Unavailable,

@@ -73,9 +73,11 @@ fn service_kind(status: u16, code: Option<&str>, message: Option<&str>) -> Store
             | "MissingAuthenticationToken"
             | "MissingAuthenticationTokenException"
             | "InvalidSignatureException"
-            | "IncompleteSignatureException",
+            | "IncompleteSignatureException"
+            // A partition key's items under a local secondary index reached 10 GB: every write
+            // to it fails until an operator moves data or the index, whatever the message.
+            | "ItemCollectionSizeLimitExceededException",
         ) => StoreErrorKind::Misconfigured,
-        Some("ItemCollectionSizeLimitExceededException") => StoreErrorKind::TooLarge,
         Some("ValidationException") if message.is_some_and(|m| m.contains("Item size")) => StoreErrorKind::TooLarge,
         _ if status >= 500 => StoreErrorKind::Unavailable,
         _ if status == 429 => StoreErrorKind::Throttled,
@@ -105,7 +107,12 @@ mod tests {
 
     #[test]
     fn operator_fixable_refusals_are_retryable_and_named() {
-        for code in ["ResourceNotFoundException", "AccessDeniedException", "UnrecognizedClientException"] {
+        for code in [
+            "ResourceNotFoundException",
+            "AccessDeniedException",
+            "UnrecognizedClientException",
+            "ItemCollectionSizeLimitExceededException",
+        ] {
             assert_eq!(kind(400, Some(code)), StoreErrorKind::Misconfigured, "{code}");
             assert!(kind(400, Some(code)).is_retryable(), "{code}");
         }
@@ -117,7 +124,6 @@ mod tests {
         assert_eq!(kind(400, Some("ValidationException")), StoreErrorKind::Other);
         assert!(!kind(400, Some("SerializationException")).is_retryable());
         assert!(!kind(400, None).is_retryable());
-        assert_eq!(kind(400, Some("ItemCollectionSizeLimitExceededException")), StoreErrorKind::TooLarge);
     }
 
     /// The store error names the operation and the status; the code and message are the SDK

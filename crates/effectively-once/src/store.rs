@@ -126,7 +126,8 @@ pub enum StoreErrorKind {
     /// A stored record could not be read back (missing or malformed attribute). Permanent.
     Malformed,
     /// The backend or this deployment is set up wrong in a way an operator fixes: a missing
-    /// table, access denied, unknown credentials, a table the caller was configured without.
+    /// table, access denied, unknown credentials, a table the caller was configured without, a
+    /// full item collection (a partition key at its 10 GB under a local secondary index).
     /// Retryable: it is no verdict on the message, so the message waits for the fix (in its
     /// queue, stream or DLQ) instead of being given up on, and a FIFO group keeps its order.
     Misconfigured,
