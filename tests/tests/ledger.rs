@@ -188,7 +188,7 @@ async fn a_receipt_row_is_written_with_the_entry_and_only_then() {
 #[tokio::test]
 async fn transaction_limits_give_clear_errors() {
     use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-    use effectively_once_dynamodb::{Commit, Write};
+    use effectively_once_dynamodb::raw::{Commit, Write};
     let p = LedgerHarness::new().await;
     let put = |i: usize, size: usize| {
         let item = HashMap::from([
@@ -204,10 +204,10 @@ async fn transaction_limits_give_clear_errors() {
         )
     };
     let many = (0..100).fold(Commit::new("payments#many", "h", "{}"), |c, i| c.write(put(i, 1)));
-    let err = p.ledger.store().commit_once(&many, 0).await.unwrap_err();
+    let err = p.ledger.store().transact(&many, 0).await.unwrap_err();
     assert!(err.to_string().contains("101 actions; DynamoDB allows 100"), "{err}");
     let big = Commit::new("payments#big", "h", "{}").write(put(0, 500 * 1024));
-    let err = p.ledger.store().commit_once(&big, 0).await.unwrap_err();
+    let err = p.ledger.store().transact(&big, 0).await.unwrap_err();
     assert!(err.to_string().contains("DynamoDB allows 409600"), "{err}");
     assert_eq!(p.requests.total(), 0, "refused before sending");
 }
@@ -320,12 +320,12 @@ async fn an_entry_without_its_record_is_never_overwritten_and_answers_for_itself
 
 #[tokio::test]
 async fn a_commit_with_the_default_expiration_is_not_born_expired() {
-    use effectively_once_dynamodb::{Commit, Committed};
+    use effectively_once_dynamodb::raw::{Commit, Committed};
     let p = LedgerHarness::new().await;
     let now_ms = 1_800_000_000_000;
     let commit = Commit::new("orders#o-1", "h", "{}");
-    assert_eq!(p.ledger.store().commit_once(&commit, now_ms).await.unwrap(), Committed::Fresh);
-    let Committed::Exists(record) = p.ledger.store().commit_once(&commit, now_ms + 1000).await.unwrap() else {
+    assert_eq!(p.ledger.store().transact(&commit, now_ms).await.unwrap(), Committed::Fresh);
+    let Committed::Exists(record) = p.ledger.store().transact(&commit, now_ms + 1000).await.unwrap() else {
         panic!("a second commit of the same key must find the first");
     };
     assert_eq!(record.expiration_s, now_ms / 1000 + 14 * 24 * 3600, "the default dedup window");

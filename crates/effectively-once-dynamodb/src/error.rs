@@ -4,7 +4,7 @@ use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use effectively_once::{StoreError, StoreErrorKind};
 
-/// Classifies any DynamoDB SDK error. Only a verdict on the request itself is permanent (a
+/// The [`StoreError`] any DynamoDB SDK error means. Only a verdict on the request itself is permanent (a
 /// validation error, an item too large); everything a moment or an operator fixes is
 /// retryable: throttling and contention, an unreachable or failing service (any 5xx, whatever
 /// its body says), and a missing table or refused credentials. Callers give a message up for
@@ -14,7 +14,7 @@ use effectively_once::{StoreError, StoreErrorKind};
 /// Conditional-check failures are not errors to callers; the store turns them into outcomes
 /// before they get here. The SDK's error is the [`StoreError`]'s source: the code and message
 /// DynamoDB answered show in its chain ([`ErrorChain`](effectively_once::ErrorChain)).
-pub fn classify<E>(operation: &str, err: SdkError<E, HttpResponse>) -> StoreError
+pub fn store_error<E>(operation: &str, err: SdkError<E, HttpResponse>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
@@ -102,7 +102,7 @@ mod tests {
             PutItemError::generic(meta.build()),
             HttpResponse::new(status.try_into().unwrap(), "".into()),
         );
-        classify("PutItem", err).kind()
+        store_error("PutItem", err).kind()
     }
 
     #[test]
@@ -134,7 +134,7 @@ mod tests {
             PutItemError::generic(ErrorMetadata::builder().code("ValidationException").message("refused").build()),
             HttpResponse::new(400.try_into().unwrap(), "".into()),
         );
-        let err = classify("PutItem", err);
+        let err = store_error("PutItem", err);
         assert_eq!(err.to_string(), "store Other: DynamoDB PutItem failed (HTTP 400)");
         let chain = effectively_once::ErrorChain(&err).to_string();
         for part in ["PutItem", "ValidationException", "refused", "HTTP 400", "service error"] {
@@ -150,7 +150,7 @@ mod tests {
             }
         }
         let unreachable = SdkError::<PutItemError, HttpResponse>::timeout_error("no answer");
-        let err = classify("GetItem", unreachable);
+        let err = store_error("GetItem", unreachable);
         assert_eq!(err.to_string(), "store Unavailable: DynamoDB GetItem failed");
         assert_eq!(
             effectively_once::ErrorChain(&err).to_string(),

@@ -1,4 +1,5 @@
-//! The record as a DynamoDB item.
+//! The record as a DynamoDB item: its own item ([`attr`]), or carried on a business item
+//! ([`carried`]).
 
 use std::collections::HashMap;
 
@@ -31,6 +32,35 @@ pub mod attr {
     /// that is the replaced record itself.
     pub const FIRST: &str = "first_";
 }
+
+/// Attributes a carried record adds to its carrier item. They share a reserved prefix, so they
+/// cannot collide with the caller's own attributes: a carrier item that already holds an
+/// attribute under the prefix is refused before sending, never overwritten.
+pub mod carried {
+    /// The prefix no caller attribute may use.
+    pub const RESERVED_PREFIX: &str = "__once_";
+    /// The idempotency key (S), `{prefix}#{business key}`.
+    pub const KEY: &str = "__once_key";
+    /// Hash of the canonical payload (S).
+    pub const PAYLOAD_HASH: &str = "__once_payload_hash";
+    /// The stored response, JSON (S).
+    pub const RESPONSE: &str = "__once_response";
+
+    /// The names carried records had before the reserved prefix (a ledger entry written by an
+    /// earlier build): still read, never written.
+    pub mod legacy {
+        /// The idempotency key (S).
+        pub const KEY: &str = "idempotency_key";
+        /// Hash of the canonical payload (S).
+        pub const PAYLOAD_HASH: &str = "payload_hash";
+        /// The stored response, JSON (S).
+        pub const RESPONSE: &str = "response";
+    }
+}
+
+/// The expiration of a record that never expires: DynamoDB's TTL deletes only items whose
+/// expiration has passed, and the claim condition's `expiration < now` never holds for it.
+pub const NEVER_EXPIRES: u64 = u64::MAX;
 
 /// A DynamoDB item.
 type Item = HashMap<String, AttributeValue>;
@@ -171,6 +201,21 @@ pub(crate) fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Record
             Some(_) => return Err(malformed(item, attr::RESPONSE)),
         },
     })
+}
+
+/// Reads the record a carrier item holds, under the reserved names or, for an item written by an
+/// earlier build, the legacy ones ([`carried::legacy`]).
+pub fn carried_from_item(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
+    let names = if item.contains_key(carried::KEY) {
+        [carried::KEY, carried::PAYLOAD_HASH, carried::RESPONSE]
+    } else {
+        [carried::legacy::KEY, carried::legacy::PAYLOAD_HASH, carried::legacy::RESPONSE]
+    };
+    let string = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(v)) => Ok(v.clone()),
+        _ => Err(StoreError::new(StoreErrorKind::Malformed, format!("carried record: {name} missing"))),
+    };
+    Ok(Record::completed(string(names[0])?, string(names[1])?, string(names[2]).ok(), NEVER_EXPIRES))
 }
 
 fn malformed(item: &HashMap<String, AttributeValue>, name: &str) -> StoreError {

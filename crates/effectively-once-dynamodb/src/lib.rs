@@ -48,7 +48,8 @@
 //! items themselves: the record is written completed in the effect's own `TransactWriteItems`
 //! (the writes typed, built in a closure: [`Tx`]), so a first delivery is one request and there
 //! is no window between the effect and its record; [`CommitOnce::commit_batch`] does it for a
-//! whole batch in one transaction. [`Commit`] is the same at the level of SDK actions.
+//! whole batch in one transaction. [`raw::Commit`] is the same at the level of SDK actions, sent
+//! by [`DynamoDbStore::transact`].
 //!
 //! # When a write's condition fails
 //!
@@ -135,21 +136,24 @@
 #![warn(missing_docs)]
 
 mod batch;
-mod commit;
+mod commit_once;
 mod counter;
 mod error;
 mod item;
-mod once;
 mod otherwise;
+pub mod raw;
 mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
+mod transaction;
+mod tx;
 
 pub use crate::batch::{BatchWrites, Member, MAX_ROUNDS};
-pub use crate::commit::{carried, carried_from_item, Commit, Committed, Placement, Write, WriteUnits, NEVER_EXPIRES};
+pub use crate::commit_once::CommitOnce;
 pub use crate::counter::RequestCounter;
-pub use crate::error::classify;
-pub use crate::item::attr;
-pub use crate::once::{CommitOnce, Item, Table, Tx, WriteId};
+pub use crate::error::store_error;
+pub use crate::item::{attr, carried, carried_from_item, NEVER_EXPIRES};
 pub use crate::otherwise::{Fallback, Otherwise};
 pub use crate::store::{create_table, wait_until_active, DynamoDbStore, TABLE_ACTIVE_WAIT};
+pub use crate::transaction::WriteUnits;
+pub use crate::tx::{Item, Table, Tx, WriteId};

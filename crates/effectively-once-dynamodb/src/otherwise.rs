@@ -8,8 +8,8 @@ use effectively_once::{Error, Key, Record, StoreError, StoreErrorKind};
 use serde::Serialize;
 
 #[cfg(doc)]
-use crate::once::Tx;
-use crate::once::{Item, Table};
+use crate::tx::Tx;
+use crate::tx::{Item, Table};
 
 /// What a failed condition of one write means, as [`Tx::otherwise`]'s closure says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,9 +145,10 @@ impl Fallback {
     }
 }
 
-/// Why a write does not build: a permanent error of the caller's (kind `Store`).
+/// Why a write does not build: the caller's programmer error (kind
+/// [`Misuse`](effectively_once::ErrorKind::Misuse)), permanent.
 pub(crate) fn unbuilt(message: String) -> Error {
-    StoreError::new(StoreErrorKind::Other, message).into()
+    StoreError::new(StoreErrorKind::Misuse, message).into()
 }
 
 pub(crate) fn item_of<T: Serialize + ?Sized>(value: &T, what: &str) -> Result<Item, String> {

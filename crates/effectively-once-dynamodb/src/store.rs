@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use effectively_once::{protocol, Claim, Completion, ErrorChain, Record, Status, Store, StoreError, StoreErrorKind};
 
-use crate::error::classify;
+use crate::error::store_error;
 use crate::item::{
     attr, claim_answer, claim_item, claim_item_over_unreadable, claim_item_unknown_first, copies, from_item,
 };
@@ -95,7 +95,7 @@ impl DynamoDbStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| classify("GetItem", e))?;
+            .map_err(|e| store_error("GetItem", e))?;
         Ok(out.item)
     }
 
@@ -140,7 +140,7 @@ impl DynamoDbStore {
                 };
                 Ok(blocking.map_or(Put::Gone, Put::Blocked))
             }
-            Err(error) => Err(classify("PutItem", error)),
+            Err(error) => Err(store_error("PutItem", error)),
         }
     }
 
@@ -178,7 +178,7 @@ impl DynamoDbStore {
             Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 Err(error)
             }
-            Err(e) => Err(classify("PutItem", e)),
+            Err(e) => Err(store_error("PutItem", e)),
         }
     }
 }
@@ -332,7 +332,7 @@ impl Store for DynamoDbStore {
                 let UpdateItemError::ConditionalCheckFailedException(failed) = error.into_err() else { unreachable!() };
                 failed
             }
-            Err(error) => return Err(classify("UpdateItem", error)),
+            Err(error) => return Err(store_error("UpdateItem", error)),
         };
         // Why the condition failed, from the item as it stood (or a read, from a server that
         // does not return it; a missing record returns none either way).
@@ -371,7 +371,7 @@ impl Store for DynamoDbStore {
             {
                 Err(StoreError::new(StoreErrorKind::Fenced, format!("{id} is completed or owned by another attempt")))
             }
-            Err(error) => Err(classify("DeleteItem", error)),
+            Err(error) => Err(store_error("DeleteItem", error)),
         }
     }
 
@@ -391,7 +391,7 @@ pub async fn wait_until_active(client: &Client, table: &str) -> Result<(), Store
     use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as WaitError;
     match client.wait_until_table_exists().table_name(table).wait(TABLE_ACTIVE_WAIT).await {
         Ok(_) => Ok(()),
-        Err(WaitError::OperationFailed(failed)) => Err(classify("DescribeTable", failed.into_error())),
+        Err(WaitError::OperationFailed(failed)) => Err(store_error("DescribeTable", failed.into_error())),
         Err(WaitError::ExceededMaxWait(waited)) => Err(StoreError::new(
             StoreErrorKind::Unavailable,
             format!("table {table} is not ACTIVE after {:?} ({} polls)", waited.elapsed(), waited.poll_count()),
@@ -421,7 +421,7 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         .billing_mode(BillingMode::PayPerRequest)
         .send()
         .await
-        .map_err(|e| classify("CreateTable", e))?;
+        .map_err(|e| store_error("CreateTable", e))?;
     wait_until_active(client, table).await?;
     client
         .update_time_to_live()
@@ -435,6 +435,6 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         )
         .send()
         .await
-        .map_err(|e| classify("UpdateTimeToLive", e))?;
+        .map_err(|e| store_error("UpdateTimeToLive", e))?;
     Ok(())
 }

@@ -253,7 +253,7 @@ async fn a_fallback_that_does_not_build_records_nothing() {
         }
     };
     let error = idempotency.commit_once(&key, "o-4", build).await.unwrap_err();
-    assert_eq!(error.kind(), ErrorKind::Store);
+    assert_eq!(error.kind(), ErrorKind::Misuse);
     let chain = ErrorChain(&error).to_string();
     assert!(chain.contains("reserve#o-4: fallback write 0: the put into") && chain.contains("has no id"), "{chain}");
     assert!(records(&store).await.is_empty());
@@ -296,7 +296,7 @@ async fn a_condition_failed_with_no_answer_names_the_write_and_table() {
     assert_eq!(ErrorChain(&error).to_string(), expected, "no store failure behind it");
     assert!(!error.is_retryable() && !error.is_verdict_on_the_message());
 
-    let members = [effectively_once_dynamodb::Member { key: key.clone(), payload: "o-5", group: None, hash: None }];
+    let members = [effectively_once_dynamodb::Member::new(key.clone(), "o-5")];
     let results = idempotency.commit_batch(&members, &bare).await;
     let batch_error = results.into_iter().next().unwrap().unwrap_err();
     assert_eq!((batch_error.kind(), batch_error.to_string()), (ErrorKind::ConditionFailed, expected));
@@ -328,7 +328,7 @@ async fn an_outcome_is_recorded_once_and_answers_with_what_is_there() {
 
     let second = effectively_once::Record { payload_hash: "v2:second".to_owned(), ..record("reject#e-1", "2") };
     match store.record_outcome(&second, now_ms, None).await.unwrap() {
-        Some(effectively_once_dynamodb::Committed::Exists(existing)) => {
+        Some(effectively_once_dynamodb::raw::Committed::Exists(existing)) => {
             assert_eq!(
                 (existing.payload_hash.as_str(), existing.response.as_deref()),
                 ("v2:first", Some(r#""no funds""#))
@@ -353,7 +353,7 @@ async fn an_outcome_is_recorded_once_and_answers_with_what_is_there() {
     let carrier: Item = [("id".to_owned(), AttributeValue::S("entry#e-2".into()))].into();
     let unless = Some((table.name().to_owned(), carrier, "id".to_owned()));
     match store.record_outcome(&record("reject#e-2", "3"), now_ms, unless).await.unwrap() {
-        Some(effectively_once_dynamodb::Committed::Exists(applied)) => {
+        Some(effectively_once_dynamodb::raw::Committed::Exists(applied)) => {
             assert_eq!((applied.id.as_str(), applied.response.as_deref()), ("reject#e-2", Some(r#""posted""#)))
         }
         other => panic!("the carrier answers: {other:?}"),

@@ -9,8 +9,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use effectively_once::{
     Begin, Claim, Clock, Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, Record, RunError, Status, Store,
 };
+use effectively_once_dynamodb::raw::{Commit, Committed, Placement, Write};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::{attr, create_table, Commit, Committed, DynamoDbStore, Placement, Write};
+use effectively_once_dynamodb::{attr, create_table, DynamoDbStore};
 
 /// A claim whose write landed over an item that does not parse (here: an expired item with an
 /// unknown status) is a claim: the attempt holds the record and must know it, and must assume
@@ -119,10 +120,10 @@ async fn commit_once_is_immune_to_a_handler_outrunning_any_lease() {
         let slow = commit("\"slow\"");
         clock.advance(Duration::from_secs(3600));
         // A second delivery commits meanwhile.
-        assert_eq!(store.commit_once(&commit("\"fast\""), clock.now_ms()).await.unwrap(), Committed::Fresh);
+        assert_eq!(store.transact(&commit("\"fast\""), clock.now_ms()).await.unwrap(), Committed::Fresh);
         clock.advance(Duration::from_secs(3600));
         // The slow one wakes and commits: the event exists, nothing is written.
-        match store.commit_once(&slow, clock.now_ms()).await.unwrap() {
+        match store.transact(&slow, clock.now_ms()).await.unwrap() {
             Committed::Exists(record) => assert_eq!(record.response.as_deref(), Some("\"fast\"")),
             other => panic!("{placement:?}: the stalled commit must meet the first one: {other:?}"),
         }

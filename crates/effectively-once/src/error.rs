@@ -46,6 +46,11 @@ pub enum ErrorKind {
     /// (`effectively_once_dynamodb::Tx::otherwise`); no verdict on the message, since that
     /// deploy changes it.
     ConditionFailed,
+    /// The code used the API in a way it refuses (a programmer error: a record carried by a
+    /// write that is no put, a carrier keyed by something other than the business key, a
+    /// fallback write that does not build). Permanent, and no verdict on the message: a deploy
+    /// fixes the code, so the batch drivers hold the message rather than give it up.
+    Misuse,
 }
 
 impl ErrorKind {
@@ -89,6 +94,27 @@ impl Error {
     pub(crate) fn with_source(mut self, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         self.source = Some(source.into());
         self
+    }
+
+    /// The key was used before with another payload ([`ErrorKind::KeyReused`]): `id` is the
+    /// record's id, `{prefix}#{business key}`.
+    pub fn key_reused(id: &str) -> Self {
+        Error::key_reused_because(id, "")
+    }
+
+    /// [`Error::key_reused`], its message ending with `why`.
+    pub(crate) fn key_reused_because(id: &str, why: &str) -> Self {
+        Error::new(ErrorKind::KeyReused, format!("key {id} was used before with a different payload{why}"))
+    }
+
+    /// Another attempt holds the key ([`ErrorKind::InProgress`]), until its lease ends at
+    /// `lease_expires_at_ms` when that is known.
+    pub fn in_progress(id: &str, lease_expires_at_ms: Option<u64>) -> Self {
+        let message = match lease_expires_at_ms {
+            Some(until) => format!("key {id} is in progress elsewhere until {until} ms"),
+            None => format!("key {id} is in progress elsewhere"),
+        };
+        Error::new(ErrorKind::InProgress, message)
     }
 
     /// Why the call failed.
@@ -136,11 +162,16 @@ impl From<StoreError> for Error {
             StoreErrorKind::Fenced => ErrorKind::LeaseLost,
             StoreErrorKind::TooLarge => ErrorKind::ResponseTooLarge,
             StoreErrorKind::Malformed | StoreErrorKind::Other => ErrorKind::Store,
-            StoreErrorKind::ConditionFailed => {
-                // The store did not fail: the caller's write was refused. Its message (the write,
-                // its table) is this error's own, not a cause behind "store failed".
+            StoreErrorKind::ConditionFailed | StoreErrorKind::Misuse => {
+                // The store did not fail: the caller's write was refused, or the caller's code
+                // misused the API. Its message (the write, its table, the misuse) is this
+                // error's own, not a cause behind "store failed".
+                let kind = match error.kind() {
+                    StoreErrorKind::Misuse => ErrorKind::Misuse,
+                    _ => ErrorKind::ConditionFailed,
+                };
                 let (message, source) = error.into_parts();
-                return Error { kind: ErrorKind::ConditionFailed, message, source };
+                return Error { kind, message, source };
             }
         };
         Error::new(kind, "idempotency store failed").with_source(error)

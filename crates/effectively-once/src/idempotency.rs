@@ -10,7 +10,6 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::error::{Error, ErrorChain, ErrorKind, RunError};
-use crate::hash::{HashVersion, PayloadHash};
 use crate::key::Key;
 use crate::protocol::{self, Judged};
 use crate::record::{Record, Status};
@@ -365,15 +364,9 @@ impl<S: Store> Idempotency<S> {
         let hash = self.config.payload_hash(payload)?;
         let now_ms = self.config.now_ms();
         let lease_expires_at_ms = self.lease_end(now_ms)?;
-        let record = Record {
-            id: key.as_str().to_owned(),
-            status: Status::InProgress,
-            lease_expires_at_ms,
-            expiration_s: self.expiration_s(now_ms),
-            payload_hash: hash.as_str().to_owned(),
-            owner: uuid::Uuid::new_v4().to_string(),
-            response: None,
-        };
+        let owner = uuid::Uuid::new_v4().to_string();
+        let record =
+            Record::in_progress(key.as_str(), hash.as_str(), owner, lease_expires_at_ms, self.expiration_s(now_ms));
         match protocol::judge(self.store.claim(&record, now_ms).await?, &record) {
             Judged::Claimed(replaced) => {
                 if replaced == Replaced::Unknown {
@@ -551,43 +544,6 @@ fn outran_lease(attempt: &Attempt, now_ms: u64) -> Error {
 
 fn too_large_error(len: usize, max: usize) -> Error {
     Error::new(ErrorKind::ResponseTooLarge, format!("response has {len} bytes of JSON, at most {max} are kept"))
-}
-
-impl Record {
-    /// What a record that blocked a claim means for a payload hashing to `payload`: the
-    /// stored response of a completed record (a replay), or why there is none: key reused with
-    /// another payload (permanent), in progress elsewhere (retryable), response not kept. The
-    /// payload is compared under the hash version the record carries ([`PayloadHash::matches`]).
-    pub fn replay<R: DeserializeOwned>(&self, payload: &PayloadHash) -> Result<R, Error> {
-        if !payload.matches(&self.payload_hash) {
-            let why = match HashVersion::of(&self.payload_hash) {
-                Some(_) => String::new(),
-                None => format!(
-                    " (or the same one, under a payload hash version this build does not know: {:?}, \
-                     written by a newer build)",
-                    self.payload_hash.split_once(':').map_or("", |(v, _)| v)
-                ),
-            };
-            return Err(Error::new(
-                ErrorKind::KeyReused,
-                format!("key {} was used before with a different payload{why}", self.id),
-            ));
-        }
-        match (&self.status, &self.response) {
-            (Status::InProgress, _) => Err(Error::new(
-                ErrorKind::InProgress,
-                format!("key {} is in progress elsewhere until {} ms", self.id, self.lease_expires_at_ms),
-            )),
-            (Status::Completed, Some(json)) => serde_json::from_str(json).map_err(|e| {
-                Error::new(ErrorKind::Serialization, format!("stored response of {} does not deserialise", self.id))
-                    .with_source(e)
-            }),
-            (Status::Completed, None) => Err(Error::new(
-                ErrorKind::ResponseTooLarge,
-                format!("key {} completed, but its response was too large to keep", self.id),
-            )),
-        }
-    }
 }
 
 #[cfg(test)]

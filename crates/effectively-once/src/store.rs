@@ -139,6 +139,10 @@ pub enum StoreErrorKind {
     /// No verdict on the message either (stock may arrive, a deploy may answer the condition),
     /// so the batch drivers hold the message rather than give it up.
     ConditionFailed,
+    /// The caller used the store's API in a way it refuses: a programmer error, named in the
+    /// message ([`ErrorKind::Misuse`](crate::ErrorKind::Misuse)). Permanent, no verdict on the
+    /// message.
+    Misuse,
 }
 
 impl StoreErrorKind {

@@ -6,9 +6,10 @@ use std::collections::{HashMap, HashSet};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::{Config, HashVersion, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
+use effectively_once_dynamodb::raw::Committed;
 use effectively_once_dynamodb::{
-    attr, carried, carried_from_item, classify, BatchWrites, CommitOnce, Committed, DynamoDbStore, Member, Otherwise,
-    Table, Tx, WriteUnits, NEVER_EXPIRES,
+    attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, DynamoDbStore, Member, Otherwise, Table,
+    Tx, WriteUnits, NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
 
@@ -442,7 +443,7 @@ impl Ledger {
                 results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
                 continue;
             }
-            members.push(Member { key, payload: event, group: Some(event.account_id.clone()), hash: Some(hash) });
+            members.push(Member::new(key, event).in_group(event.account_id.clone()).with_hash(hash));
             positions.push(position);
         }
         (members, positions)
@@ -463,17 +464,9 @@ impl Ledger {
                 continue;
             }
             // Fresh: this payload's record was written; replayed: the record matched it.
-            if let (Ok(outcome), Some(hash)) = (result, &member.hash) {
+            if let (Ok(outcome), Some(hash)) = (result, member.hash()) {
                 let response = serde_json::to_string(outcome.response()).expect("postings serialise");
-                let record = Record {
-                    id: member.key.as_str().to_owned(),
-                    status: Status::Completed,
-                    lease_expires_at_ms: 0,
-                    expiration_s: NEVER_EXPIRES,
-                    payload_hash: hash.as_str().to_owned(),
-                    owner: String::new(),
-                    response: Some(response),
-                };
+                let record = Record::completed(member.key.as_str(), hash.as_str(), Some(response), NEVER_EXPIRES);
                 seen.put(member.key.as_str().to_owned(), record);
             }
         }
@@ -507,7 +500,7 @@ impl Ledger {
             .items()
             .send();
         while let Some(item) = entries.next().await {
-            let item = &item.map_err(|e| classify("Scan", e))?;
+            let item = &item.map_err(|e| store_error("Scan", e))?;
             let record = Record { expiration_s: NEVER_EXPIRES, ..carried_from_item(item)? };
             report.carried_entries += 1;
             match self.store().record_outcome(&record, now_ms, None).await? {
@@ -547,7 +540,7 @@ impl Ledger {
             .items()
             .send();
         while let Some(item) = lapsing.next().await {
-            let item = item.map_err(|e| classify("Scan", e))?;
+            let item = item.map_err(|e| store_error("Scan", e))?;
             let Some(id) = item.get(attr::ID).cloned() else { continue };
             // A lapsed record still in the table (TTL deletes within days, not at once) is
             // made permanent too: while it is there nothing else can have claimed its key,
@@ -568,7 +561,7 @@ impl Ledger {
             match updated {
                 Ok(_) => report.records_made_permanent += 1,
                 Err(error) if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
-                Err(error) => return Err(classify("UpdateItem", error).into()),
+                Err(error) => return Err(store_error("UpdateItem", error).into()),
             }
         }
         Ok(report)
@@ -585,7 +578,7 @@ impl Ledger {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| classify("GetItem", e))?;
+            .map_err(|e| store_error("GetItem", e))?;
         let Some(item) = out.item() else { return Ok(None) };
         let num = |name: &str| match item.get(name) {
             Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
@@ -617,7 +610,7 @@ impl Ledger {
             .send();
         let mut entries = Vec::new();
         while let Some(item) = pages.next().await {
-            let item = item.map_err(|e| classify("Query", e))?;
+            let item = item.map_err(|e| store_error("Query", e))?;
             let id = match item.get("event_id") {
                 Some(AttributeValue::S(v)) => v.clone(),
                 _ => continue,

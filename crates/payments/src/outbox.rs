@@ -11,7 +11,7 @@ use std::fmt;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::{StoreError, StoreErrorKind};
-use effectively_once_dynamodb::{classify, DynamoDbStore};
+use effectively_once_dynamodb::{store_error, DynamoDbStore};
 use serde::Deserialize;
 
 use crate::payment::PaymentEvent;
@@ -254,7 +254,7 @@ impl Outbox {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| classify("GetItem", e))?;
+            .map_err(|e| store_error("GetItem", e))?;
         Ok(out.item().is_some())
     }
 
@@ -268,7 +268,7 @@ impl Outbox {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| classify("GetItem", e))?;
+            .map_err(|e| store_error("GetItem", e))?;
         out.item().map(OutboxRow::from_item).transpose()
     }
 
@@ -302,7 +302,7 @@ impl Outbox {
             Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
                 Err(StoreError::new(StoreErrorKind::Malformed, format!("no outbox row for {event_id}")))
             }
-            Err(error) => Err(classify("UpdateItem", error)),
+            Err(error) => Err(store_error("UpdateItem", error)),
         }
     }
 
@@ -330,7 +330,7 @@ impl Outbox {
             Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
                 Ok(false)
             }
-            Err(error) => Err(classify("UpdateItem", error)),
+            Err(error) => Err(store_error("UpdateItem", error)),
         }
     }
 }

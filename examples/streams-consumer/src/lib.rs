@@ -157,12 +157,7 @@ impl BatchHandler<EventRecord> for Projector {
         let members: Vec<Member<'_, Order>> = keyed
             .iter()
             .zip(&orders)
-            .map(|((key, _), order)| Member {
-                key: key.clone(),
-                payload: order,
-                group: Some(order.customer_id.clone()),
-                hash: None,
-            })
+            .map(|((key, _), order)| Member::new(key.clone(), order).in_group(order.customer_id.clone()))
             .collect();
         let writes = Projections { projector: self, orders: &orders };
         let projected = self.idempotency.commit_batch(&members, &writes).await;

@@ -1,0 +1,491 @@
+//! Commit once for a batch: the members of one invocation (an SQS batch's valid messages) in as
+//! few `TransactWriteItems` as DynamoDB's limits allow, each member with its own record and
+//! writes, and writes its group shares (one balance update per account) once per transaction.
+//! A cancelled transaction is read reason by reason: duplicates are answered from their records,
+//! a group whose shared write failed falls back to one member at a time, conflicts are retried,
+//! and the rest is committed again as a batch.
+//!
+//! What is sent when is decided in [`schedule`], with no I/O; this module builds the members'
+//! writes and sends what it decides.
+
+mod schedule;
+
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use effectively_once::{Error, ErrorKind, Idempotency, Key, Outcome, PayloadHash, StoreError, StoreErrorKind};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use self::schedule::{Early, Entry, Owner, Passes, Rounds};
+use crate::commit_once::{response_json, settle, window_s};
+use crate::item::from_item;
+use crate::store::DynamoDbStore;
+use crate::transaction::{self, action_size, backoff, fits, Sent};
+use crate::tx::Tx;
+
+/// Rounds of a batch: a conflict or a cancellation by other members sends the rest again, at
+/// most this many times in all, before the rest is reported retryable.
+pub const MAX_ROUNDS: u32 = 8;
+
+/// One member of a batch: its key, its payload (hashed as the config says), and the group whose
+/// shared writes it takes part in (an account: its balance), if any.
+#[derive(Debug, Clone)]
+pub struct Member<'a, P: ?Sized> {
+    /// The record's key.
+    pub key: Key,
+    /// What is hashed.
+    pub payload: &'a P,
+    /// Members of one group share writes ([`BatchWrites::shared`]) and keep their order.
+    pub group: Option<String>,
+    /// The payload's hash, when the caller has it already: not computed again.
+    hash: Option<PayloadHash>,
+}
+
+impl<'a, P: ?Sized> Member<'a, P> {
+    /// A member of no group, its payload hashed under the idempotency's config.
+    pub fn new(key: Key, payload: &'a P) -> Self {
+        Member { key, payload, group: None, hash: None }
+    }
+
+    /// In `group`: its members share writes ([`BatchWrites::shared`]) and keep their order.
+    pub fn in_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// With the payload's hash under the idempotency's config, when the caller has it already
+    /// (it looked the key up first, say): not computed again.
+    pub fn with_hash(mut self, hash: PayloadHash) -> Self {
+        self.hash = Some(hash);
+        self
+    }
+
+    /// The payload's hash the caller gave ([`Member::with_hash`]).
+    pub fn hash(&self) -> Option<&PayloadHash> {
+        self.hash.as_ref()
+    }
+}
+
+/// The writes of a batch's members, built as often as rounds and fallbacks need (so each call
+/// must build the same writes).
+pub trait BatchWrites<R>: Sync {
+    /// Member `index`'s own writes, and its response. Its record is added for it.
+    fn writes(&self, index: usize, tx: &mut Tx<R>) -> Result<R, Error>;
+
+    /// The writes `members` (of one group, in batch order) share, as one transaction holds them:
+    /// their effects aggregated, with a condition that holds if and only if committing the
+    /// members one by one in this order would pass every one of theirs. Called with one member
+    /// when a member falls back to a transaction of its own: then the writes' own
+    /// [`Tx::otherwise`] answers apply. Default: none.
+    fn shared(&self, members: &[usize], tx: &mut Tx<R>) -> Result<(), Error> {
+        let _ = (members, tx);
+        Ok(())
+    }
+}
+
+/// What a member's result is while the batch runs.
+type Slot<R> = Option<Result<Outcome<R>, Error>>;
+
+/// What the batch's members are, as every step reads them.
+struct Batch<'b, 'm, P: ?Sized, B> {
+    idempotency: &'b Idempotency<DynamoDbStore>,
+    members: &'b [Member<'m, P>],
+    hashes: &'b [Option<PayloadHash>],
+    entries: &'b [Entry<'b>],
+    writes: &'b B,
+}
+
+/// Commits `members` in passes ([`Passes`]), each pass in rounds ([`Rounds`]), and answers each
+/// member as committing it alone, in batch order, would have.
+pub(crate) async fn commit_batch<P, R, B>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    members: &[Member<'_, P>],
+    writes: &B,
+) -> Vec<Result<Outcome<R>, Error>>
+where
+    P: Serialize + ?Sized + Sync,
+    R: Serialize + DeserializeOwned + Clone + Send,
+    B: BatchWrites<R>,
+{
+    let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
+    let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
+    for (index, member) in members.iter().enumerate() {
+        match member.hash.clone().map_or_else(|| idempotency.config().payload_hash(member.payload), Ok) {
+            Ok(hash) => hashes.push(Some(hash)),
+            Err(error) => {
+                hashes.push(None);
+                results[index] = Some(Err(error));
+            }
+        }
+    }
+    let entries: Vec<Entry<'_>> = members
+        .iter()
+        .zip(&hashes)
+        .map(|(member, hash)| Entry {
+            key: member.key.as_str(),
+            group: member.group.as_deref(),
+            hash: hash.as_ref().map(PayloadHash::as_str),
+        })
+        .collect();
+    let batch = Batch { idempotency, members, hashes: &hashes, entries: &entries, writes };
+    let mut passes = Passes::new(&entries);
+    for (index, result) in results.iter().enumerate() {
+        if matches!(result, Some(Err(error)) if !error.is_verdict_on_the_message()) {
+            passes.undecided(index);
+        }
+    }
+    while let Some(pass) = passes.next() {
+        for (index, early) in pass.answered {
+            results[index] = Some(batch.early(index, early, &results));
+        }
+        batch.pass(&pass.send, &mut results).await;
+        for &index in &pass.send {
+            match &results[index] {
+                Some(Ok(Outcome::Fresh(_))) => passes.taken(index),
+                Some(Err(error)) if !error.is_verdict_on_the_message() => passes.undecided(index),
+                _ => {}
+            }
+        }
+    }
+    results.into_iter().map(|slot| slot.unwrap_or_else(|| Err(unavailable("not run")))).collect()
+}
+
+/// One transaction of a round.
+struct Planned<R> {
+    actions: Vec<TransactWriteItem>,
+    owners: Vec<Owner>,
+    /// Members, with their responses.
+    members: Vec<(usize, R)>,
+    /// Groups: their members.
+    groups: Vec<Vec<usize>>,
+}
+
+impl<R> Planned<R> {
+    fn new() -> Self {
+        Planned { actions: Vec::new(), owners: Vec::new(), members: Vec::new(), groups: Vec::new() }
+    }
+
+    /// Adds a group's part, its shared writes owned by its index here.
+    fn add(&mut self, part: Planned<R>) {
+        let group = self.groups.len();
+        self.groups.push(part.members.iter().map(|(index, _)| *index).collect());
+        self.actions.extend(part.actions);
+        self.owners.extend(part.owners.into_iter().map(|owner| match owner {
+            Owner::Shared(_) => Owner::Shared(group),
+            other => other,
+        }));
+        self.members.extend(part.members);
+    }
+
+    fn bytes(&self) -> usize {
+        self.actions.iter().map(action_size).sum()
+    }
+}
+
+/// What one transaction of a round left to do.
+#[derive(Default)]
+struct Left {
+    /// Members to send again in the next round.
+    again: Vec<usize>,
+    /// Members to commit one at a time.
+    alone: Vec<usize>,
+    /// Whether a conflict cancelled it.
+    conflicted: bool,
+}
+
+impl<P, B> Batch<'_, '_, P, B>
+where
+    P: ?Sized,
+{
+    fn key(&self, index: usize) -> &Key {
+        &self.members[index].key
+    }
+
+    fn hash(&self, index: usize) -> &PayloadHash {
+        self.hashes[index].as_ref().expect("members sent have hashes")
+    }
+
+    /// The answer to a member a pass answers without a request.
+    fn early<R: Clone>(&self, index: usize, early: Early, results: &[Slot<R>]) -> Result<Outcome<R>, Error> {
+        match early {
+            Early::HeldBack => Err(held_back(self.key(index))),
+            Early::Replay(earlier) => match &results[earlier] {
+                Some(Ok(outcome)) => Ok(Outcome::Replayed(outcome.response().clone())),
+                _ => Err(Error::key_reused(self.key(index).as_str())),
+            },
+            Early::KeyReused => Err(Error::key_reused(self.key(index).as_str())),
+        }
+    }
+}
+
+impl<P, B> Batch<'_, '_, P, B>
+where
+    P: ?Sized + Sync,
+{
+    /// One pass: every copy of a key has the payload of its first. Rounds of transactions, then
+    /// the members gone alone, one at a time, then the copies.
+    async fn pass<R>(&self, send: &[usize], results: &mut [Slot<R>])
+    where
+        R: Serialize + DeserializeOwned + Clone + Send,
+        B: BatchWrites<R>,
+    {
+        // In-batch duplicates are answered from the first occurrence, with no request of their own.
+        let (mut live, copies) = schedule::copies(send.iter().map(|&index| (index, self.entries[index].key)));
+        let mut rounds = Rounds::new(self.entries);
+        let mut round = 0;
+        while !live.is_empty() {
+            round += 1;
+            let (plans, refused, deferred) = self.plan::<R>(&live);
+            rounds.go_alone(refused);
+            let (mut next, mut conflicted, mut cancelled) = (deferred, false, false);
+            for planned in plans {
+                let left = self.send(planned, results, &mut rounds).await;
+                conflicted |= left.conflicted;
+                cancelled |= !left.again.is_empty();
+                next.extend(left.again);
+                rounds.go_alone(left.alone);
+            }
+            let end = rounds.end_round(next, cancelled);
+            for index in end.held_back {
+                results[index] = Some(Err(held_back(self.key(index))));
+            }
+            for index in end.exhausted {
+                let key = self.key(index);
+                let message = format!("{key}: its batch was cancelled {MAX_ROUNDS} times (conflicts); retried later");
+                results[index] = Some(Err(unavailable(message)));
+            }
+            live = end.live;
+            if conflicted && !live.is_empty() {
+                // So two consumers on a hot account do not meet again.
+                tokio::time::sleep(backoff(round)).await;
+            }
+        }
+        self.alone(&mut rounds, results).await;
+        for (copy, earlier) in copies {
+            // Same payload as the first copy: the passes keep copies of another payload for a
+            // later pass.
+            results[copy] = Some(match &results[earlier] {
+                Some(Ok(outcome)) => Ok(Outcome::Replayed(outcome.response().clone())),
+                Some(Err(error)) => Err(copy_error(self.key(copy), error)),
+                None => Err(unavailable("the first copy was not run")),
+            });
+        }
+    }
+
+    /// The members gone alone, one at a time in batch order, each behind its group's undecided
+    /// members.
+    async fn alone<R>(&self, rounds: &mut Rounds<'_>, results: &mut [Slot<R>])
+    where
+        R: Serialize + DeserializeOwned + Send,
+        B: BatchWrites<R>,
+    {
+        for index in rounds.alone() {
+            if rounds.held(index) {
+                results[index] = Some(Err(held_back(self.key(index))));
+                continue;
+            }
+            let result = self.one(index).await;
+            if matches!(&result, Err(error) if !error.is_verdict_on_the_message()) {
+                rounds.undecided(index);
+            }
+            results[index] = Some(result);
+        }
+    }
+
+    /// A member alone: its writes and its share of its group's, in one transaction of its own.
+    async fn one<R>(&self, index: usize) -> Result<Outcome<R>, Error>
+    where
+        R: Serialize + DeserializeOwned + Send,
+        B: BatchWrites<R>,
+    {
+        let mut tx = Tx::new();
+        let response = self.writes.writes(index, &mut tx)?;
+        let mut shared = Tx::new();
+        self.writes.shared(&[index], &mut shared)?;
+        tx.append(shared);
+        settle(self.idempotency, self.key(index), self.hash(index), tx, response).await
+    }
+
+    /// The transactions of a round (the first chunk of each group), the members that must go
+    /// alone (a carried record, writes that do not build), and the members deferred to the next
+    /// round (a group's later chunks).
+    fn plan<R>(&self, live: &[usize]) -> (Vec<Planned<R>>, Vec<usize>, Vec<usize>)
+    where
+        R: Serialize,
+        B: BatchWrites<R>,
+    {
+        let (mut alone, mut deferred, mut parts) = (Vec::new(), Vec::new(), Vec::new());
+        for group in schedule::groups(self.entries, live) {
+            // A group too large for one transaction goes one chunk per round, in order: a later
+            // chunk's shared write is conditioned on the state the chunk before it left, so it
+            // is sent only once that chunk is settled (committed, or its members gone alone,
+            // which take the rest of the group with them).
+            match self.part(&group) {
+                Ok((part, taken)) => {
+                    deferred.extend_from_slice(&group[taken..]);
+                    parts.push(part);
+                }
+                // A member whose writes do not build, or that carries its record, goes alone,
+                // where its error (or its carried record) is handled as for a single commit.
+                Err(_) => alone.extend_from_slice(&group),
+            }
+        }
+        let sizes: Vec<(usize, usize)> = parts.iter().map(|part| (part.actions.len(), part.bytes())).collect();
+        let mut plans: Vec<Planned<R>> = Vec::new();
+        for (part, at) in parts.into_iter().zip(schedule::pack(&sizes)) {
+            if plans.len() == at {
+                plans.push(Planned::new());
+            }
+            plans[at].add(part);
+        }
+        (plans, alone, deferred)
+    }
+
+    /// The longest prefix of `group` (at least one member) whose actions and shared writes fit
+    /// one transaction, built; and how many members it took.
+    fn part<R>(&self, group: &[usize]) -> Result<(Planned<R>, usize), Error>
+    where
+        R: Serialize,
+        B: BatchWrites<R>,
+    {
+        let mut take = group.len();
+        loop {
+            let chunk = &group[..take];
+            let mut part = Planned::new();
+            for &index in chunk {
+                self.member_part(index, &mut part)?;
+            }
+            let mut shared = Tx::<R>::new();
+            if self.entries[chunk[0]].group.is_some() {
+                self.writes.shared(chunk, &mut shared)?;
+            }
+            for write in shared.writes {
+                part.actions.push(write.into_item());
+                part.owners.push(Owner::Shared(0));
+            }
+            if fits(part.actions.len(), part.bytes()) || take == 1 {
+                return Ok((part, take));
+            }
+            take = schedule::shrink(take, part.actions.len());
+        }
+    }
+
+    /// Adds member `index`'s writes and record to `part`.
+    fn member_part<R>(&self, index: usize, part: &mut Planned<R>) -> Result<(), Error>
+    where
+        R: Serialize,
+        B: BatchWrites<R>,
+    {
+        let config = self.idempotency.config();
+        let now_ms = config.now_ms();
+        let mut tx = Tx::new();
+        let response = self.writes.writes(index, &mut tx)?;
+        if tx.carrier.is_some() {
+            // Not an error anyone sees: the member goes alone (`plan`).
+            return Err(StoreError::new(StoreErrorKind::Misuse, "a carried record commits alone").into());
+        }
+        let json = response_json(&response, config.max_response_bytes())?;
+        let parts = tx.into_commit(self.key(index), self.hash(index).as_str(), json, now_ms, window_s(config));
+        let actions = parts.commit.actions(self.idempotency.store(), now_ms)?;
+        part.owners.extend((0..actions.len() - 1).map(|_| Owner::Write(index)));
+        part.owners.push(Owner::Record(index));
+        part.actions.extend(actions);
+        part.members.push((index, response));
+        Ok(())
+    }
+
+    /// Sends one transaction of a round, answers what it decided, and says what it left.
+    async fn send<R>(&self, planned: Planned<R>, results: &mut [Slot<R>], rounds: &mut Rounds<'_>) -> Left
+    where
+        R: DeserializeOwned,
+    {
+        let mut left = Left::default();
+        let members: Vec<usize> = planned.members.iter().map(|(index, _)| *index).collect();
+        let cancellation = match transaction::send(self.idempotency.store().client(), planned.actions).await {
+            Ok(Sent::Committed) => {
+                for (index, response) in planned.members {
+                    results[index] = Some(Ok(Outcome::Fresh(response)));
+                }
+                return left;
+            }
+            Ok(Sent::Cancelled(cancellation)) => cancellation,
+            Err(error) => {
+                for &index in &members {
+                    let copy = StoreError::new(error.kind(), error.to_string());
+                    answer(results, rounds, index, Err(copy.into()));
+                }
+                return left;
+            }
+        };
+        let verdicts = schedule::read(&planned.owners, &planned.groups, &members, &cancellation);
+        for (index, at) in verdicts.duplicates {
+            match self.duplicate(index, cancellation.item(at)).await {
+                Some(result) => answer(results, rounds, index, result.map(Outcome::Replayed)),
+                // Gone since (expired and deleted): send it again.
+                None => left.again.push(index),
+            }
+        }
+        let codes = cancellation.codes();
+        for index in verdicts.failed {
+            let kind = verdicts.failure.unwrap_or(StoreErrorKind::Unavailable);
+            let error = StoreError::new(kind, format!("{}: batch transaction cancelled: {codes:?}", self.key(index)));
+            answer(results, rounds, index, Err(error.into()));
+        }
+        left.again.extend(verdicts.again);
+        left.alone = verdicts.alone;
+        left.conflicted = verdicts.conflicted;
+        left
+    }
+
+    /// A duplicate's answer, from the record its cancelled action returned (or read, from a
+    /// server that returns none): `None` when the record is gone.
+    async fn duplicate<R: DeserializeOwned>(
+        &self,
+        index: usize,
+        item: Option<&crate::Item>,
+    ) -> Option<Result<R, Error>> {
+        let hash = self.hash(index);
+        match item {
+            Some(item) => Some(from_item(item).map_err(Error::from).and_then(|record| record.replay::<R>(hash))),
+            None => match effectively_once::Store::get(self.idempotency.store(), self.key(index).as_str()).await {
+                Ok(Some(found)) => Some(found.replay::<R>(hash)),
+                Ok(None) => None,
+                Err(error) => Some(Err(error.into())),
+            },
+        }
+    }
+}
+
+/// Sets member `index`'s result; one that failed with no verdict on the message holds its
+/// group's later members back.
+fn answer<R>(results: &mut [Slot<R>], rounds: &mut Rounds<'_>, index: usize, result: Result<Outcome<R>, Error>) {
+    if matches!(&result, Err(error) if !error.is_verdict_on_the_message()) {
+        rounds.undecided(index);
+    }
+    results[index] = Some(result);
+}
+
+fn unavailable(message: impl Into<String>) -> Error {
+    StoreError::new(StoreErrorKind::Unavailable, message).into()
+}
+
+/// A member not started because an earlier member of its group failed with no verdict on it
+/// (it is delivered again): retryable, so it is delivered again too, after that one.
+fn held_back(key: &Key) -> Error {
+    unavailable(format!("{key}: not started, an earlier event of its group in this batch failed"))
+}
+
+/// The first copy's failure, for an in-batch duplicate: key reuse and in progress as such (a
+/// copy of a reused key is reuse too), anything else as retryable as it was.
+fn copy_error(key: &Key, error: &Error) -> Error {
+    match error.kind() {
+        ErrorKind::KeyReused => Error::key_reused(key.as_str()),
+        ErrorKind::InProgress => Error::in_progress(key.as_str(), None),
+        // A stored response too large to replay is the copy's answer too.
+        ErrorKind::ResponseTooLarge => StoreError::new(StoreErrorKind::TooLarge, format!("{key}: {error}")).into(),
+        _ => {
+            let kind =
+                if error.is_verdict_on_the_message() { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
+            StoreError::new(kind, format!("{key}: the first copy in this batch failed: {error}")).into()
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! The batch's schedule, with no I/O: which members a pass sends and which wait for the next
+//! ([`Passes`]), the copies of a key within a pass ([`copies`]), how a round's members group and
+//! pack into transactions ([`groups`], [`pack`], [`shrink`]), what a cancelled transaction
+//! means for each member ([`read`]), and which members go alone or are held back behind a
+//! group's undecided member ([`Rounds`]). The batch module sends what this decides.
+
+use std::collections::{HashMap, HashSet};
+
+use effectively_once::StoreErrorKind;
+
+use super::MAX_ROUNDS;
+use crate::transaction::{fits, Cancellation, MAX_TRANSACTION_ITEMS};
+
+/// A member as the schedule sees it: its key, its group, and its payload hash (`None` when it
+/// could not be hashed, and is answered already).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry<'m> {
+    pub(crate) key: &'m str,
+    pub(crate) group: Option<&'m str>,
+    pub(crate) hash: Option<&'m str>,
+}
+
+/// What holds a member back, or defers it to the next pass: its key, or its group. Apart, as a
+/// group may be spelled like a key (an account `payments#E1` is not event `E1`'s record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Name<'m> {
+    Key(&'m str),
+    Group(&'m str),
+}
+
+impl<'m> Entry<'m> {
+    /// Its names: its key, and its group if it has one.
+    fn names(self) -> impl Iterator<Item = Name<'m>> {
+        std::iter::once(Name::Key(self.key)).chain(self.group.map(Name::Group))
+    }
+}
+
+/// A member a pass answers without sending it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Early {
+    /// Behind an undecided member of its key or group: not started, retryable.
+    HeldBack,
+    /// Its key was taken in an earlier pass by this member, with the same payload: a replay.
+    Replay(usize),
+    /// Its key was taken in an earlier pass with another payload.
+    KeyReused,
+}
+
+/// One pass: the members sent now, and those answered without a request.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pass {
+    pub(crate) send: Vec<usize>,
+    pub(crate) answered: Vec<(usize, Early)>,
+}
+
+/// The batch in passes: a member whose key came earlier in the batch with another payload (key
+/// reuse, or the reuse's own first copy) waits for the next pass with every later member of its
+/// group and key, so what the first copy did is settled before it, and its group keeps its
+/// order, as one by one. Such a member whose first copy committed is key reuse with no request;
+/// one whose first copy is undecided (a failure that is no verdict on the message, so it is
+/// delivered again) waits, as do its group's later members.
+#[derive(Debug)]
+pub(crate) struct Passes<'m> {
+    entries: &'m [Entry<'m>],
+    /// Keys and groups whose member failed with no verdict on it: their later members wait.
+    undecided: HashSet<Name<'m>>,
+    /// Keys committed in an earlier pass: the member that took each.
+    taken: HashMap<&'m str, usize>,
+    pending: Vec<usize>,
+}
+
+impl<'m> Passes<'m> {
+    /// Every hashed member pending.
+    pub(crate) fn new(entries: &'m [Entry<'m>]) -> Self {
+        let pending = (0..entries.len()).filter(|&index| entries[index].hash.is_some()).collect();
+        Passes { entries, undecided: HashSet::new(), taken: HashMap::new(), pending }
+    }
+
+    /// Member `index` failed with no verdict on the message: the later members of its key and
+    /// group wait.
+    pub(crate) fn undecided(&mut self, index: usize) {
+        self.undecided.extend(self.entries[index].names());
+    }
+
+    /// Member `index` committed: later members of its key are answered from it.
+    pub(crate) fn taken(&mut self, index: usize) {
+        self.taken.insert(self.entries[index].key, index);
+    }
+
+    /// The next pass, if any member is pending: the rest wait for the one after.
+    pub(crate) fn next(&mut self) -> Option<Pass> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let mut pass = Pass::default();
+        let mut later = Vec::new();
+        let mut first: HashMap<&str, &str> = HashMap::new();
+        let mut deferred: HashSet<Name<'m>> = HashSet::new();
+        for index in std::mem::take(&mut self.pending) {
+            let entry = self.entries[index];
+            let hash = entry.hash.expect("pending members have hashes");
+            if entry.names().any(|name| self.undecided.contains(&name)) {
+                self.undecided.extend(entry.names());
+                pass.answered.push((index, Early::HeldBack));
+            } else if let Some(&earlier) = self.taken.get(entry.key) {
+                let same = self.entries[earlier].hash == Some(hash);
+                pass.answered.push((index, if same { Early::Replay(earlier) } else { Early::KeyReused }));
+            } else if first.get(entry.key).is_some_and(|h| *h != hash)
+                || entry.names().any(|name| deferred.contains(&name))
+            {
+                deferred.extend(entry.names());
+                later.push(index);
+            } else {
+                first.entry(entry.key).or_insert(hash);
+                pass.send.push(index);
+            }
+        }
+        self.pending = later;
+        Some(pass)
+    }
+}
+
+/// A pass's members split into the first of each key, sent, and the copies answered from it
+/// with no request of their own: `(copy, first)`.
+pub(crate) fn copies<'m>(members: impl IntoIterator<Item = (usize, &'m str)>) -> (Vec<usize>, Vec<(usize, usize)>) {
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let (mut live, mut copies) = (Vec::new(), Vec::new());
+    for (index, key) in members {
+        match first.get(key) {
+            Some(&earlier) => copies.push((index, earlier)),
+            None => {
+                first.insert(key, index);
+                live.push(index);
+            }
+        }
+    }
+    (live, copies)
+}
+
+/// A round's members by group, groups in order of first appearance; an ungrouped member is a
+/// group of one.
+pub(crate) fn groups(entries: &[Entry<'_>], live: &[usize]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for &index in live {
+        match entries[index].group {
+            Some(name) => match by_name.get(name) {
+                Some(&at) => groups[at].push(index),
+                None => {
+                    by_name.insert(name, groups.len());
+                    groups.push(vec![index]);
+                }
+            },
+            None => groups.push(vec![index]),
+        }
+    }
+    groups
+}
+
+/// How many members of a group's chunk to try next when `take` of them built `actions` actions,
+/// too many for one transaction: fewer in proportion, at least one fewer, at least one.
+/// `take` is over 1 (a chunk of one is sent whatever its size).
+pub(crate) fn shrink(take: usize, actions: usize) -> usize {
+    let fits = take * MAX_TRANSACTION_ITEMS / actions.max(1);
+    fits.clamp(1, take - 1)
+}
+
+/// Packs parts, each `(actions, bytes)`, into transactions in order: a part that would take the
+/// current transaction past DynamoDB's limits starts the next. The transaction of each part.
+pub(crate) fn pack(parts: &[(usize, usize)]) -> Vec<usize> {
+    let mut at = Vec::with_capacity(parts.len());
+    let (mut transaction, mut actions, mut bytes) = (0, 0, 0);
+    for &(part_actions, part_bytes) in parts {
+        if actions > 0 && !fits(actions + part_actions, bytes + part_bytes) {
+            transaction += 1;
+            (actions, bytes) = (0, 0);
+        }
+        actions += part_actions;
+        bytes += part_bytes;
+        at.push(transaction);
+    }
+    at
+}
+
+/// Who an action of a batch transaction belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// A member's own write.
+    Write(usize),
+    /// A member's record.
+    Record(usize),
+    /// A group's shared write (the group's index in the transaction).
+    Shared(usize),
+}
+
+/// What a cancelled batch transaction means for its members.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Verdicts {
+    /// Members whose record blocked them (duplicates), with the action whose item holds it.
+    pub(crate) duplicates: Vec<(usize, usize)>,
+    /// Members to commit one at a time, where their own condition gets its own answer.
+    pub(crate) alone: Vec<usize>,
+    /// Members cancelled by another's condition, or a conflict: sent again next round.
+    pub(crate) again: Vec<usize>,
+    /// Members failed with [`Verdicts::failure`].
+    pub(crate) failed: Vec<usize>,
+    /// The store error the first failing reason means.
+    pub(crate) failure: Option<StoreErrorKind>,
+    /// Whether a conflicting transaction cancelled it.
+    pub(crate) conflicted: bool,
+}
+
+/// Reads a cancelled transaction reason by reason: `owners` says whose each action is,
+/// `groups` the members of each group in it, `members` every member in it.
+pub(crate) fn read(
+    owners: &[Owner],
+    groups: &[Vec<usize>],
+    members: &[usize],
+    cancellation: &Cancellation,
+) -> Verdicts {
+    let mut verdicts = Verdicts {
+        failure: cancellation.first_failure(),
+        conflicted: cancellation.conflicted(),
+        ..Verdicts::default()
+    };
+    let mut to_alone: Vec<usize> = Vec::new();
+    for (at, owner) in owners.iter().enumerate().filter(|(at, _)| cancellation.condition_failed(*at)) {
+        match *owner {
+            Owner::Record(index) => verdicts.duplicates.push((index, at)),
+            Owner::Write(index) => to_alone.push(index),
+            Owner::Shared(group) => to_alone.extend(groups[group].iter().copied()),
+        }
+    }
+    for &index in members {
+        if verdicts.duplicates.iter().any(|&(duplicate, _)| duplicate == index) {
+            continue;
+        }
+        if to_alone.contains(&index) {
+            verdicts.alone.push(index);
+        } else if let Some(kind) = verdicts.failure {
+            // A request refused for one member's items: each alone gets its own verdict,
+            // rather than every member of the batch one that is not theirs.
+            if kind == StoreErrorKind::Other {
+                verdicts.alone.push(index);
+            } else {
+                verdicts.failed.push(index);
+            }
+        } else {
+            verdicts.again.push(index);
+        }
+    }
+    verdicts
+}
+
+/// The rounds of one pass: which members go alone, which groups are held behind an undecided
+/// member, and how many times the batch was cancelled.
+#[derive(Debug)]
+pub(crate) struct Rounds<'m> {
+    entries: &'m [Entry<'m>],
+    /// Each group's first member that failed with no verdict on the message (delivered again):
+    /// the group's later members are not started.
+    held: HashMap<&'m str, usize>,
+    alone: Vec<usize>,
+    cancellations: u32,
+}
+
+/// What the end of a round decided.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct RoundEnd {
+    /// Members behind an undecided member of their group: not started.
+    pub(crate) held_back: Vec<usize>,
+    /// Members still undecided after [`MAX_ROUNDS`] cancellations: retried later.
+    pub(crate) exhausted: Vec<usize>,
+    /// Members sent in the next round, in batch order.
+    pub(crate) live: Vec<usize>,
+}
+
+impl<'m> Rounds<'m> {
+    pub(crate) fn new(entries: &'m [Entry<'m>]) -> Self {
+        Rounds { entries, held: HashMap::new(), alone: Vec::new(), cancellations: 0 }
+    }
+
+    /// Member `index` failed with no verdict on the message: its group's later members wait.
+    pub(crate) fn undecided(&mut self, index: usize) {
+        if let Some(group) = self.entries[index].group {
+            let first = self.held.entry(group).or_insert(index);
+            *first = (*first).min(index);
+        }
+    }
+
+    /// These members go alone, after the rounds.
+    pub(crate) fn go_alone(&mut self, members: impl IntoIterator<Item = usize>) {
+        self.alone.extend(members);
+    }
+
+    /// Whether an earlier member of `index`'s group is undecided.
+    pub(crate) fn held(&self, index: usize) -> bool {
+        self.earlier(&self.held, index)
+    }
+
+    fn earlier(&self, firsts: &HashMap<&str, usize>, index: usize) -> bool {
+        self.entries[index].group.and_then(|group| firsts.get(group)).is_some_and(|&first| first < index)
+    }
+
+    /// Ends a round whose transactions left `next` to send again (`cancelled`: a cancellation
+    /// left some): a member behind an undecided one of its group is held back, one behind a
+    /// member of its group gone alone goes alone too (in order), the rest are sent again, unless
+    /// the batch has been cancelled [`MAX_ROUNDS`] times.
+    pub(crate) fn end_round(&mut self, next: Vec<usize>, cancelled: bool) -> RoundEnd {
+        let mut gone_alone: HashMap<&str, usize> = HashMap::new();
+        for &index in &self.alone {
+            if let Some(group) = self.entries[index].group {
+                let first = gone_alone.entry(group).or_insert(index);
+                *first = (*first).min(index);
+            }
+        }
+        let mut end = RoundEnd::default();
+        for index in next {
+            if self.held(index) {
+                end.held_back.push(index);
+            } else if self.earlier(&gone_alone, index) {
+                self.alone.push(index);
+            } else {
+                end.live.push(index);
+            }
+        }
+        end.live.sort_unstable();
+        if cancelled {
+            self.cancellations += 1;
+            if self.cancellations == MAX_ROUNDS && !end.live.is_empty() {
+                end.exhausted = std::mem::take(&mut end.live);
+                // Undecided: its group's later members (gone alone) must wait for it.
+                for &index in &end.exhausted {
+                    self.undecided(index);
+                }
+            }
+        }
+        end
+    }
+
+    /// The members gone alone, once each, in batch order.
+    pub(crate) fn alone(&mut self) -> Vec<usize> {
+        let mut alone = std::mem::take(&mut self.alone);
+        alone.sort_unstable();
+        alone.dedup();
+        alone
+    }
+}
+
+#[cfg(test)]
+mod tests;
