@@ -49,7 +49,7 @@ pub struct Answer {
     /// refusal's window to end ([`rules::OnReused::WaitForWindow`](crate::rules::OnReused::WaitForWindow)),
     /// then take the key over, where the record alone would refuse them. Never in the HTTP answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_for: Option<String>,
+    held_for: Option<String>,
 }
 
 /// The stored form, read leniently: records written by `payments-api` before this crate hold
@@ -131,6 +131,21 @@ impl Answer {
             Err(_) => (base64::engine::general_purpose::STANDARD.encode(body), true),
         };
         Answer { status: status.as_u16(), headers, body, base64, held_for: None }
+    }
+
+    /// On a refusal stored over another body's attempt whose outcome was unknown (by earlier
+    /// versions): that body's payload hash, whose retries wait for the refusal's window to end
+    /// ([`rules::OnReused::WaitForWindow`](crate::rules::OnReused::WaitForWindow)). Never in
+    /// the HTTP answer.
+    pub fn held_for(&self) -> Option<&str> {
+        self.held_for.as_deref()
+    }
+
+    /// This answer, stored as a refusal held for the body whose payload hash is `held_for`
+    /// ([`Answer::held_for`]).
+    pub fn holding_for(mut self, held_for: Option<String>) -> Answer {
+        self.held_for = held_for;
+        self
     }
 
     /// The body's bytes.
@@ -230,7 +245,7 @@ mod tests {
         let refusal = r#"{"status":422,"body":{"error":"idempotency_key_reused","message":"m"},"held_for":"v2:ab"}"#;
         let refusal: Answer = serde_json::from_str(refusal).unwrap();
         assert!(refusal.is_refusal());
-        assert_eq!(refusal.held_for.as_deref(), Some("v2:ab"));
+        assert_eq!(refusal.held_for(), Some("v2:ab"));
         let held: Answer = serde_json::from_str(r#"{"status":503,"body":{"error":"key_held","message":"m"}}"#).unwrap();
         assert!(held.is_key_held());
     }

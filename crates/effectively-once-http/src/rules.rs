@@ -45,9 +45,9 @@ pub fn on_claim(replaced: &Replaced, hash: &PayloadHash) -> OnClaim {
         Some(answer) if answer.is_key_held() => return OnClaim::Hold,
         Some(answer) if answer.is_refusal() => {
             // A refusal, stored for some body: the key is the body it was held for, if any.
-            return match &answer.held_for {
+            return match answer.held_for() {
                 Some(held_for) if hash.matches(held_for) => OnClaim::Run,
-                held_for => OnClaim::Refuse { held_for: held_for.clone() },
+                held_for => OnClaim::Refuse { held_for: held_for.map(str::to_owned) },
             };
         }
         _ if hash.matches(&first.payload_hash) => return OnClaim::Run,
@@ -116,8 +116,8 @@ pub fn on_reused(record: Option<&Record>, hash: &PayloadHash) -> OnReused {
     if answer.is_key_held() {
         return OnReused::Held;
     }
-    match answer.held_for {
-        Some(held_for) if hash.matches(&held_for) => OnReused::WaitForWindow,
+    match answer.held_for() {
+        Some(held_for) if hash.matches(held_for) => OnReused::WaitForWindow,
         _ => OnReused::Refuse,
     }
 }
@@ -158,7 +158,7 @@ mod tests {
     }
 
     fn refusal(held_for: Option<i64>) -> Answer {
-        Answer { held_for: held_for.map(|c| hash(c).as_str().to_owned()), ..Answer::key_reused("k") }
+        Answer::key_reused("k").holding_for(held_for.map(|c| hash(c).as_str().to_owned()))
     }
 
     fn claim(first: Record) -> Replaced {

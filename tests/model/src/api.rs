@@ -196,7 +196,7 @@ impl ApiModel {
                 OnClaim::Run => Req::Send(replaced),
                 // As the layer once did: the refusal stored, naming the held body.
                 OnClaim::Refuse { held_for } if self.reruns_unclaimed => Req::Complete {
-                    response: json(&Answer { held_for, ..payments_api::key_reused(event) }),
+                    response: json(&payments_api::key_reused(event).holding_for(held_for)),
                     status: 422,
                 },
                 // The key is held for another body whose effect may have happened: refused, not
