@@ -68,8 +68,9 @@ enum Lifetime {
     Never,
 }
 
-/// The writes of one commit-once transaction, built in [`CommitOnce::commit_once`]'s closure.
-/// At most 99 writes with an own record (DynamoDB takes 100 actions), checked before sending.
+/// The writes of one commit-once transaction, built in
+/// [`CommitOnce::commit_once`](crate::CommitOnce::commit_once)'s closure. At most 99 writes with
+/// an own record (DynamoDB takes 100 actions), checked before sending.
 pub struct Tx<R> {
     pub(crate) writes: Vec<Write>,
     /// The table of each put, for [`Tx::carry_record`].

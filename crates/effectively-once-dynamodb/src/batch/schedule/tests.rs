@@ -11,13 +11,15 @@ fn entry<'m>(key: &'m str, group: Option<&'m str>, hash: &'m str) -> Entry<'m> {
 /// A pass as run: the members sent, and those answered without a request.
 type Seen = (Vec<usize>, Vec<(usize, Early)>);
 
-/// Runs every pass, answering the first member sent of each key with `fresh(index)`: `true`
+/// Runs every pass (failing if they do not end), answering the first member sent of each key with `fresh(index)`: `true`
 /// commits it, `false` fails it with no verdict (its copies in the pass are replays, or fail
 /// alike). The passes, each as (sent, answered).
 fn run(entries: &[Entry<'_>], fresh: impl Fn(usize) -> bool) -> Vec<Seen> {
     let mut passes = Passes::new(entries);
     let mut seen = Vec::new();
     while let Some(pass) = passes.next() {
+        // Each pass settles at least one member: never more passes than members.
+        assert!(seen.len() < entries.len(), "the passes do not end: {seen:?}");
         let (first, _) = copies(pass.send.iter().map(|&index| (index, entries[index].key)));
         for index in first {
             if fresh(index) {
