@@ -2,7 +2,7 @@
 //! delivery never sends twice; the one window no email API can close follows a declared
 //! [`Policy`].
 //!
-//! The marker's [`Key`] is the caller's: a prefix naming the email (one prefix per kind of
+//! The marker's [`Key`](crate::Key) is the caller's: a prefix naming the email (one prefix per kind of
 //! email, so two emails of one business event do not share a marker) and the business id of
 //! the event it belongs to, never a broker's message id or a random value, so every retry and
 //! every duplicate meets the same marker. The prefix is part of what is stored: once markers

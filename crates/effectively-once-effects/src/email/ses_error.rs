@@ -17,8 +17,8 @@ impl SendError {
     /// or unreachable, TLS, connect timeout) sent nothing and is
     /// [`Unavailable`](SendErrorKind::Unavailable); any other (a reset or timeout after the
     /// request was written, a lost answer) is [`Ambiguous`](SendErrorKind::Ambiguous).
-    /// [`SesSender`] knows one thing more, whether the SDK ever handed the request to its HTTP
-    /// client, and so also tells a credentials, auth scheme or endpoint failure (nothing sent:
+    /// [`SesSender`](crate::email::SesSender) knows one thing more, whether the SDK ever handed
+    /// the request to its HTTP client, and so also tells a credentials, auth scheme or endpoint failure (nothing sent:
     /// [`Blocked`](SendErrorKind::Blocked)) from a lost answer.
     pub fn from_ses(err: SdkError<SendEmailError, HttpResponse>, from: &str) -> Self {
         send_error_from_sdk(err, from, Transmit::Unknown)
