@@ -82,7 +82,7 @@ impl<S: Store, Q: Queue + 'static> Api<S, Q> {
     }
 }
 
-/// The handler behind the layer: sends the event [`fingerprint`](crate::request::fingerprint) left in the request, and says
+/// The handler behind the layer: sends the event [`fingerprint`] left in the request, and says
 /// what becomes of the key when the send fails.
 struct Enqueue<Q> {
     queue: Arc<Q>,

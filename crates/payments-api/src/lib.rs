@@ -13,13 +13,13 @@
 //! | key or body missing or invalid | `400 {"error": "invalid_idempotency_key" \| "invalid_body", "message": "FIELD: ..."}` (a field named twice included) |
 //!
 //! The body is the payment event's fields without `event_id`: the key becomes the event id, and
-//! the event is validated by [`PaymentEvent::parse`](payments::PaymentEvent::parse), so the API and the consumer apply one set
+//! the event is validated by [`PaymentEvent::parse`], so the API and the consumer apply one set
 //! of rules. "Same body" means the same validated event (RFC 8785 canonical form: key order,
 //! `1250` against `1250.0` and unknown fields do not count).
 //!
 //! # Built on the Idempotency-Key layer
 //!
-//! The key's handling is `effectively_once_http`'s [`IdempotencyLayer`](effectively_once_http::IdempotencyLayer), one route of it: the
+//! The key's handling is `effectively_once_http`'s [`IdempotencyLayer`], one route of it: the
 //! layer bounds the body, validates the key, hashes the validated event (its fingerprint is
 //! [`parse`]), claims the key's record (`api#{key}` in `IdempotencyTable`, apart from the
 //! consumer's `payments#{event_id}`) **before** the message is sent, stores the `202`, and
@@ -59,7 +59,7 @@
 //! These rules are pure functions in [`rules`] (the layer's), explored by the protocol model
 //! (`tests/model`).
 //!
-//! Leases are bounded by the invocation's deadline ([`Idempotency::with_deadline`](effectively_once::Idempotency::with_deadline)): a timed-out
+//! Leases are bounded by the invocation's deadline ([`Idempotency::with_deadline`]): a timed-out
 //! invocation frees its key when Lambda gives up on it. Records are kept for
 //! `API_DEDUP_WINDOW_SECONDS`, by default for good ([`DEFAULT_DEDUP_WINDOW`], 100 years), as
 //! long as the ledger keeps the event id; Stripe's 24 hours would let DynamoDB's TTL delete the
@@ -76,6 +76,10 @@
 //! `queue` (the SQS send and what its failure means), `request` (the route and the event a
 //! request stands for), `answer` (the JSON answers) and `accept` ([`Api`]: the route, then the
 //! Idempotency-Key layer around the send).
+//!
+//! [`PaymentEvent::parse`]: payments::PaymentEvent::parse
+//! [`IdempotencyLayer`]: effectively_once_http::IdempotencyLayer
+//! [`Idempotency::with_deadline`]: effectively_once::Idempotency::with_deadline
 #![warn(missing_docs)]
 
 mod accept;
