@@ -135,7 +135,7 @@ sam-build:
 deploy:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy
 
-## deploy-function: FUNCTION=payments-consumer|receipts-relay, code and configuration only, with
+## deploy-function: FUNCTION=payments-consumer|receipts-relay|payments-api, code and configuration only, with
 ##                  `cargo lambda deploy` onto $(STACK)-$(FUNCTION) and its alias live (docs/deploy.md)
 deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)

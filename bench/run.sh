@@ -12,7 +12,7 @@
 #    is missing, older than its sources or of another architecture (a cold build takes several
 #    minutes);
 # 4. runs the in-process criterion benchmark (crates/effectively-once/benches/overhead.rs);
-# 5. runs bench/harness.py: both functions under the same Lambda Runtime API, the same workload
+# 5. runs the harness (bench/harness/, `python -m bench.harness`): both functions under the same Lambda Runtime API, the same workload
 #    and the same local AWS; the table is printed and written to $TARGET/bench/report.md, the
 #    chart to $TARGET/bench/chart.svg ($TARGET: cargo's target directory, CARGO_TARGET_DIR if set).
 #
@@ -106,4 +106,4 @@ cargo bench -q -p effectively-once --bench overhead
 
 # 5. Both functions, the same workload, the same local AWS.
 log "harness: payments-consumer against the Powertools peer"
-"$VENV/bin/python" bench/harness.py --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --out "$OUT" "$@"
+"$VENV/bin/python" -m bench.harness --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --out "$OUT" "$@"

@@ -9,7 +9,7 @@
 //!   finds the completed record, the stored response deserialised; the handler does not run).
 //!
 //! The store is in memory, so this is the library's own cost per message, with no network: what
-//! it adds on top of the DynamoDB requests that `bench/harness.py` counts. After criterion's own
+//! it adds on top of the DynamoDB requests that `bench/harness/` counts. After criterion's own
 //! report the overhead per call is printed, and written to `target/bench/overhead.json` for the
 //! bench report. `cargo bench -p effectively-once --bench overhead` runs it; measurement time and
 //! sample count are kept short so `make bench` stays quick.
