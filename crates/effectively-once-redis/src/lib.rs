@@ -53,7 +53,7 @@ mod store;
 
 #[cfg(feature = "dynamodb")]
 pub use crate::any::{AnyStore, STORE_ENV, TABLE_ENV};
-pub use crate::error::classify;
+pub use crate::error::store_error_kind;
 pub use crate::store::{Builder, RedisStore, DEFAULT_EXPIRY_GRACE, DEFAULT_KEY_PREFIX, PREFIX_ENV, URL_ENV};
 
 /// The local Redis the project's scripts start (`infra/local/redis.sh`, `make local-redis-up`)
