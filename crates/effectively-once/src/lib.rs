@@ -104,6 +104,8 @@ mod idempotency;
 mod key;
 #[cfg(feature = "tower")]
 pub mod layer;
+#[cfg(feature = "test-util")]
+pub mod local_service;
 mod lookup;
 mod memory;
 pub mod outbound;
