@@ -140,20 +140,15 @@ deploy:
 deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)
 
-## unit: every test that needs no AWS, with the endpoint on a closed port (a test that reached for
-##       AWS fails, whatever runs locally): every test of the core, effects, payments, lambda and
-##       redact crates; the unit tests of the others (libraries and binaries), the store's error
-##       classification, the fault proxy's and the deploy scripts' tests; the doc tests
+## unit: every test that needs no service, then the doc tests: cargo-nextest leaves out the tests
+##       .config/nextest.toml puts in the local AWS's, Redis's or Kafka's group and runs the rest
+##       with those services' addresses on a closed port (a test that reaches for a service it is
+##       not listed under fails, whatever runs locally)
 unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
 unit: export REDIS_URL := redis://127.0.0.1:9
+unit: export KAFKA_BOOTSTRAP := 127.0.0.1:9
 unit:
-	cargo test -p effectively-once -p effectively-once-effects -p payments -p effectively-once-lambda -p protocol-model \
-		-p effectively-once-redact --tests
-	cargo test -p effectively-once-dynamodb --lib --test classify
-	cargo test -p effectively-once-redis --lib
-	cargo test -p payments-consumer -p receipts-relay -p payments-api -p local --lib --bins
-	cargo test -p local --test proxy
-	cargo test -p end-to-end --test scripts
+	cargo nextest run --workspace --all-features -E 'group(@global)'
 	cargo test --workspace --doc
 
 ## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
