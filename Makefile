@@ -43,9 +43,10 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
-## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS,
-##       the local Redis (the store contract suite runs on both) and the local Kafka broker
-test: lint lint-infra local-aws-up local-redis-up local-kafka-up
+## test: formatting, clippy, the template lint, the docs and their links, unit tests and the tests
+##       against the local AWS, the local Redis (the store contract suite runs on both) and the
+##       local Kafka broker
+test: lint lint-infra doc local-aws-up local-redis-up local-kafka-up
 	cargo test --workspace
 	cargo test -p effectively-once-redis --features dynamodb --test any_store
 	cargo run -q -p local -- chaos --events 300 --poison 4
@@ -159,9 +160,13 @@ demo: local-aws-up
 duplicates: local-aws-up
 	cargo run -q -p effectively-once-dynamodb --features test-util --example duplicates
 
-## doc: API docs, warnings and broken intra-doc links denied
+## doc: API docs (private items too), warnings and broken intra-doc links denied; then every
+##      relative Markdown link and every `crate::` path in a doc comment must name something
+##      that exists (tests/tests/doc_references.rs)
 doc:
-	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --all-features
+	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --all-features \
+		--document-private-items
+	cargo test -q -p end-to-end --test doc_references
 
 ## package: the library crates as they would go to crates.io (not `payments`: the showcase's domain,
 ##          publish = false, like the binaries): each must leave the program's choices (SDK
