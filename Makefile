@@ -38,7 +38,7 @@ ARCH ?= x86_64
 # refuses a loopback/localhost endpoint or the `test` keys unless DEPLOY_ALLOW_LOCAL=1).
 REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
-.PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
+.PHONY: help test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
 	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
@@ -50,6 +50,10 @@ test: lint lint-infra doc local-aws-up local-redis-up local-kafka-up
 	cargo test --workspace
 	cargo test -p effectively-once-redis --features dynamodb --test any_store
 	cargo run -q -p local -- chaos --events 300 --poison 4
+
+## help: every target and what it does (these `##` lines)
+help:
+	@sed -n 's/^## \{0,1\}//p' $(MAKEFILE_LIST)
 
 ## model: the protocol models (claim / complete / release, the payments API's held-key rules,
 ##        keyed email) checked exhaustively with stateright, further in time than `make test`
@@ -136,7 +140,7 @@ sam-build:
 deploy:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy
 
-## deploy-function: FUNCTION=payments-consumer|receipts-relay, code and configuration only, with
+## deploy-function: FUNCTION=payments-consumer|receipts-relay|payments-api, code and configuration only, with
 ##                  `cargo lambda deploy` onto $(STACK)-$(FUNCTION) and its alias live (docs/deploy.md)
 deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)
@@ -199,6 +203,7 @@ local-aws-up:
 local-aws-down:
 	infra/local/aws.sh down
 
+## local-aws-status: whether the local AWS runs, and where
 local-aws-status:
 	infra/local/aws.sh status
 
@@ -211,6 +216,7 @@ local-redis-up:
 local-redis-down:
 	infra/local/redis.sh down
 
+## local-redis-status: whether the local Redis runs, and where
 local-redis-status:
 	infra/local/redis.sh status
 
@@ -230,6 +236,7 @@ local-kafka-up:
 local-kafka-down:
 	infra/local/kafka.sh down
 
+## local-kafka-status: whether the local Kafka broker runs, and where
 local-kafka-status:
 	infra/local/kafka.sh status
 
@@ -238,5 +245,6 @@ local-kafka-status:
 local-kafka-smoke:
 	infra/local/kafka.sh smoke
 
+## clean-local-aws: stop the local AWS and delete its install and state (.local-aws)
 clean-local-aws: local-aws-down
 	rm -rf .local-aws
