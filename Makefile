@@ -38,17 +38,22 @@ ARCH ?= x86_64
 # refuses a loopback/localhost endpoint or the `test` keys unless DEPLOY_ALLOW_LOCAL=1).
 REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
-.PHONY: test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
+.PHONY: help test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
 	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
-## test: formatting, clippy, the template lint, unit tests and the tests against the local AWS,
-##       the local Redis (the store contract suite runs on both) and the local Kafka broker
-test: lint lint-infra local-aws-up local-redis-up local-kafka-up
+## test: formatting, clippy, the template lint, the docs and their links, unit tests and the tests
+##       against the local AWS, the local Redis (the store contract suite runs on both) and the
+##       local Kafka broker
+test: lint lint-infra doc local-aws-up local-redis-up local-kafka-up
 	cargo test --workspace
 	cargo test -p effectively-once-redis --features dynamodb --test any_store
 	cargo run -q -p local -- chaos --events 300 --poison 4
+
+## help: every target and what it does (these `##` lines)
+help:
+	@sed -n 's/^## \{0,1\}//p' $(MAKEFILE_LIST)
 
 ## model: the protocol models (claim / complete / release, the payments API's held-key rules,
 ##        keyed email) checked exhaustively with stateright, further in time than `make test`
@@ -140,20 +145,15 @@ deploy:
 deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)
 
-## unit: every test that needs no AWS, with the endpoint on a closed port (a test that reached for
-##       AWS fails, whatever runs locally): every test of the core, effects, payments, lambda and
-##       redact crates; the unit tests of the others (libraries and binaries), the store's error
-##       classification, the fault proxy's and the deploy scripts' tests; the doc tests
+## unit: every test that needs no service, then the doc tests: cargo-nextest leaves out the tests
+##       .config/nextest.toml puts in the local AWS's, Redis's or Kafka's group and runs the rest
+##       with those services' addresses on a closed port (a test that reaches for a service it is
+##       not listed under fails, whatever runs locally)
 unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
 unit: export REDIS_URL := redis://127.0.0.1:9
+unit: export KAFKA_BOOTSTRAP := 127.0.0.1:9
 unit:
-	cargo test -p effectively-once -p effectively-once-effects -p payments -p effectively-once-lambda -p protocol-model \
-		-p effectively-once-redact --tests
-	cargo test -p effectively-once-dynamodb --lib --test classify
-	cargo test -p effectively-once-redis --lib
-	cargo test -p payments-consumer -p receipts-relay -p payments-api -p local --lib --bins
-	cargo test -p local --test proxy
-	cargo test -p end-to-end --test scripts
+	cargo nextest run --workspace --all-features -E 'group(@global)'
 	cargo test --workspace --doc
 
 ## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
@@ -164,9 +164,13 @@ demo: local-aws-up
 duplicates: local-aws-up
 	cargo run -q -p effectively-once-dynamodb --features test-util --example duplicates
 
-## doc: API docs, warnings and broken intra-doc links denied
+## doc: API docs (private items too), warnings and broken intra-doc links denied; then every
+##      relative Markdown link and every `crate::` path in a doc comment must name something
+##      that exists (tests/tests/doc_references.rs)
 doc:
-	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --all-features
+	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --all-features \
+		--document-private-items
+	cargo test -q -p end-to-end --test doc_references
 
 ## package: the library crates as they would go to crates.io (not `payments`: the showcase's domain,
 ##          publish = false, like the binaries): each must leave the program's choices (SDK
@@ -199,6 +203,7 @@ local-aws-up:
 local-aws-down:
 	infra/local/aws.sh down
 
+## local-aws-status: whether the local AWS runs, and where
 local-aws-status:
 	infra/local/aws.sh status
 
@@ -211,6 +216,7 @@ local-redis-up:
 local-redis-down:
 	infra/local/redis.sh down
 
+## local-redis-status: whether the local Redis runs, and where
 local-redis-status:
 	infra/local/redis.sh status
 
@@ -230,6 +236,7 @@ local-kafka-up:
 local-kafka-down:
 	infra/local/kafka.sh down
 
+## local-kafka-status: whether the local Kafka broker runs, and where
 local-kafka-status:
 	infra/local/kafka.sh status
 
@@ -238,5 +245,6 @@ local-kafka-status:
 local-kafka-smoke:
 	infra/local/kafka.sh smoke
 
+## clean-local-aws: stop the local AWS and delete its install and state (.local-aws)
 clean-local-aws: local-aws-down
 	rm -rf .local-aws

@@ -1,11 +1,11 @@
-//! Review finding (fixed): on a FIFO queue (the documented way to make a debit follow its
-//! credit), a message that failed *permanently* (malformed, key reused) held back the rest of its
-//! message group in every batch. SQS hands a group's messages out together ("as many messages
-//! with the same message group ID as possible"), so the held back messages were received, and
-//! counted, exactly as often as the poison message: when it reached `maxReceiveCount`, so did
-//! they, and valid payments of the same account went to the DLQ unapplied. The contract: a
-//! malformed message is "a permanent error for that message alone". The SQS driver now holds a
-//! group back only after a failure a later delivery may undo (`effectively_once_lambda::sqs::process`).
+//! On a FIFO queue (the documented way to make a debit follow its credit), a message that failed
+//! *permanently* (malformed, key reused) fails alone: the SQS driver holds a group back only
+//! after a failure a later delivery may undo (`effectively_once_lambda::sqs::process`). SQS
+//! hands a group's messages out together ("as many messages with the same message group ID as
+//! possible"), so messages held back behind poison are received, and counted, exactly as often
+//! as it is: when it reached `maxReceiveCount`, so would they, and valid payments of the same
+//! account would go to the DLQ unapplied. The contract: a malformed message is "a permanent
+//! error for that message alone".
 //!
 //! The event source mapping is played by hand against the local SQS: receive, hand the batch
 //! to the payments handler through the SQS driver, delete what it did not report failed, and

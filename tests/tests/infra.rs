@@ -617,7 +617,7 @@ fn the_queue_type_switches_the_payments_queue_its_dlq_and_the_mapping_together()
     }
 }
 
-/// The two functions: logical id of the function, of its role, of its event source mapping, and
+/// The payments consumer and the receipts relay: logical id of the function, of its role, of its event source mapping, and
 /// the binary (the `BuildProperties.Binary` SAM builds).
 const FUNCTIONS: [(&str, &str, &str, &str); 2] = [
     ("PaymentsConsumerFunction", CONSUMER, "PaymentsEventSourceMapping", "payments-consumer"),
@@ -673,7 +673,7 @@ fn function_name(t: &Value, function: &str) -> Value {
     name
 }
 
-/// The EMF metrics' namespace: the parameter, passed to both functions.
+/// The EMF metrics' namespace: the parameter, passed to each function that emits EMF.
 fn metrics_namespace() -> Value {
     json!({"Ref": "MetricsNamespace"})
 }

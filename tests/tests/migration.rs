@@ -1,6 +1,6 @@
 //! A ledger written by a build that carried each applied event's record on its entry (0.1.0's
-//! layout, found by the adversarial review of issue 11): without `Ledger::migrate` its events
-//! could post again for another account, and its rejections lapse after 14 days.
+//! layout): without `Ledger::migrate` its events could post again for another account, and its
+//! rejections lapse after 14 days.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -76,11 +76,11 @@ fn assert_key_reused(result: &Result<Outcome<Posting>, Error>) {
     }
 }
 
-/// Finding 1: the hole issue 11 closes stays open for every event applied before the upgrade.
+/// An event applied before the upgrade is key reuse when sent again for another account.
 /// 0.1.0 carried the record on the entry (keyed by account); 0.2 looks for `payments#{id}`
 /// only, and for a missing record falls back to the entry of the *same* account
 /// (ledger.rs:137). The same event id sent for another account (a DLQ message edited and
-/// redriven, a producer bug) finds neither and is posted a second time.
+/// redriven, a producer bug) would find neither and, unmigrated, be posted a second time.
 #[tokio::test]
 async fn after_the_migration_an_event_applied_by_0_1_0_is_key_reuse_for_another_account() {
     let l = legacy().await;

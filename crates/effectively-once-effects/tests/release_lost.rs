@@ -1,10 +1,14 @@
 //! A definite send failure (SES throttled, unreachable, or the account `Blocked`) releases the
 //! email marker so the retry sends. A release left undone keeps the marker in progress, and
 //! the attempt that takes it over after the lease cannot tell "knew nothing was sent" from
-//! "died mid-send": under at most once it records `Ambiguous` and never sends (review round 2).
+//! "died mid-send": under at most once it records `Ambiguous` and never sends.
 //! So a release whose answer is lost is sent again, a retry that finds the marker gone or
 //! claimed afresh counts as done only when that is safe, and a release that still fails says
 //! the marker is held.
+//!
+//! SES faults where nothing can have been sent (a refused connection, credentials that do not
+//! resolve) are definite too: the marker is released, or the fault raised, never recorded as the
+//! email's fate (`ses_never_reached` below).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -219,4 +223,70 @@ async fn a_release_that_keeps_failing_says_the_marker_is_held() {
     let later = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap();
     assert_eq!(later, Outcome::Fresh(SendOutcome::Ambiguous));
     assert!(sender.sent().is_empty());
+}
+
+/// SES clients whose endpoint refuses every connection: the request never leaves the host.
+mod ses_never_reached {
+    use aws_sdk_sesv2::config::{Credentials, Region};
+    use effectively_once::{Config, Idempotency, InMemoryStore, Outcome, Store};
+    use effectively_once_effects::{send_once, EmailMessage, Key, Policy, SendErrorKind, SendOutcome, SesSender};
+
+    use super::LEASE;
+
+    fn markers() -> Idempotency<InMemoryStore> {
+        Idempotency::new(InMemoryStore::new(), Config::default().with_lease(LEASE))
+    }
+
+    fn message() -> EmailMessage {
+        EmailMessage { to: "alice@example.com".into(), subject: "Receipt".into(), text: "paid".into() }
+    }
+
+    fn ses(endpoint: &str, credentials: bool) -> SesSender {
+        let mut config = aws_sdk_sesv2::Config::builder()
+            .behavior_version_latest()
+            .region(Region::new("us-east-1"))
+            .endpoint_url(endpoint);
+        if credentials {
+            config = config.credentials_provider(Credentials::new("test", "test", None, None, "unreachable"));
+        }
+        SesSender::new(aws_sdk_sesv2::Client::from_conf(config.build()), "receipts@example.com")
+    }
+
+    /// A refused connection (nothing listens on port 1) means SES was never reached: nothing can
+    /// have been sent, so the marker is released and the receipt retried. Were it `Ambiguous`,
+    /// at most once would record the receipt AMBIGUOUS at once and never send it, and an SES
+    /// endpoint unreachable for a minute (VPC without a route, DNS failure, connect timeout)
+    /// would lose every receipt of that minute.
+    #[tokio::test]
+    async fn a_refused_connection_releases_the_marker_for_the_retry() {
+        let idem = markers();
+        let key = Key::new("email", "msg_refused").unwrap();
+        let sender = ses("http://127.0.0.1:1", true);
+        let outcome = send_once(&idem, &sender, &key, &message(), Policy::AtMostOnce).await;
+        match outcome {
+            Err(effectively_once_effects::Error::Email(e)) => {
+                assert!(e.is_retryable(), "{e}");
+                assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released for the retry");
+            }
+            other => panic!("SES was never reached, yet the receipt's fate is recorded: {other:?}"),
+        }
+    }
+
+    /// Credentials that cannot be resolved (an expired role session, a broken credentials
+    /// endpoint) are a configuration fault, `Blocked` like AccessDenied or ExpiredToken: retried
+    /// and raised, never the message's recorded fate.
+    #[tokio::test]
+    async fn missing_credentials_are_blocked_not_the_messages_fate() {
+        let idem = markers();
+        let key = Key::new("email", "msg_nocreds").unwrap();
+        let sender = ses("http://127.0.0.1:1", false);
+        let outcome = send_once(&idem, &sender, &key, &message(), Policy::AtMostOnce).await;
+        match outcome {
+            Err(effectively_once_effects::Error::Email(e)) => assert_eq!(e.kind, SendErrorKind::Blocked, "{e}"),
+            Ok(Outcome::Fresh(r @ (SendOutcome::Ambiguous | SendOutcome::Failed { .. }))) => {
+                panic!("no request was ever signed, yet the receipt is recorded {r:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -7,8 +7,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use std::time::Duration;
-
 use bytes::{BufMut, Bytes, BytesMut};
 use effectively_once::{Attempt, Begin, ErrorChain, ErrorKind, Idempotency, Lookup, Replaced, Store};
 use effectively_once_redact::redact_emails;
@@ -235,7 +233,7 @@ where
         let record_key = prepared.key.record_key().clone();
         let lease_end_ms = run_until_ms(idempotency, &attempt);
         let request = Request::from_parts(prepared.parts, body_of::<ReqB>(prepared.body));
-        let called = within_lease(idempotency, lease_end_ms, self.inner.call(request)).await;
+        let called = idempotency.within_lease(lease_end_ms, self.inner.call(request)).await;
         let response = match called {
             None => return Ok(lease_ended(&record_key)),
             Some(Ok(response)) => response,
@@ -271,7 +269,7 @@ where
         let (parts, mut body) = response.into_parts();
         // Never more than the largest answer stored, and one byte to know it is larger.
         let limit = idempotency.config().max_response_bytes().saturating_add(1);
-        let read = within_lease(idempotency, lease_end_ms, read_prefix(&mut body, limit)).await;
+        let read = idempotency.within_lease(lease_end_ms, read_prefix(&mut body, limit)).await;
         let (prefix, ended) = match read {
             None => return Ok(lease_ended(&record_key)),
             Some(Ok(read)) => read,
@@ -410,40 +408,6 @@ impl<S: Store> Shared<S> {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         response
     }
-}
-
-/// Polls `future` until it finishes or the lease ends at `lease_end_ms`, whichever comes first;
-/// `None` when the lease ended first (the future is dropped, never polled again). As
-/// `Idempotency::run` bounds its handler: the configured clock decides, read before every poll,
-/// and a timer wakes a future that waits on something slower than the lease.
-async fn within_lease<S: Store, T>(
-    idempotency: &Idempotency<S>,
-    lease_end_ms: u64,
-    future: impl Future<Output = T>,
-) -> Option<T> {
-    // The longest the timer sleeps before reading the clock again.
-    const MAX_TIMER: Duration = Duration::from_secs(3600);
-    let config = idempotency.config();
-    let until_end = |now_ms: u64| Duration::from_millis(lease_end_ms.saturating_sub(now_ms) + 1).min(MAX_TIMER);
-    let mut future = std::pin::pin!(future);
-    let mut timer = std::pin::pin!(tokio::time::sleep(until_end(config.now_ms())));
-    std::future::poll_fn(|cx| {
-        if config.now_ms() > lease_end_ms {
-            return Poll::Ready(None);
-        }
-        if let Poll::Ready(out) = future.as_mut().poll(cx) {
-            return Poll::Ready(Some(out));
-        }
-        while timer.as_mut().poll(cx).is_ready() {
-            let now_ms = config.now_ms();
-            if now_ms > lease_end_ms {
-                return Poll::Ready(None);
-            }
-            timer.as_mut().reset(tokio::time::Instant::now() + until_end(now_ms));
-        }
-        Poll::Pending
-    })
-    .await
 }
 
 /// Reads `body` until it ends or `limit` bytes are read: the bytes, and whether it ended.

@@ -306,7 +306,7 @@ pub(crate) use entry_points;
 
 /// Whether the invocation's deadline is within the margin: a record is not started then.
 fn too_late(context: &Context, options: &Options) -> bool {
-    effectively_once::lambda_deadline_ms(context.deadline)
+    effectively_once::epoch_deadline_ms(context.deadline)
         .is_some_and(|deadline| now_ms() + options.deadline_margin.as_millis() as u64 >= deadline)
 }
 

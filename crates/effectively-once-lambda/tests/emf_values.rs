@@ -1,7 +1,7 @@
 //! A handler's own metric never makes the invocation's EMF line invalid: a value or a sum
 //! outside what CloudWatch takes (0, or magnitudes 2^-360 to 2^360; serde_json writes an
 //! infinite sum as `null`) is dropped alone, so the driver's counts on the line (`Failed`, ...),
-//! which the alarms read, are kept (review of issue 12).
+//! which the alarms read, are kept.
 //!
 //! Run in a child process, as `emitted_lines.rs` does: the EMF line is printed on stdout.
 

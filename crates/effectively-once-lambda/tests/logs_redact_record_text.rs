@@ -3,6 +3,10 @@
 //! by customer, by the customer's address, is common). The drivers run in a child process of
 //! this test binary with Lambda's JSON log format at INFO, and the lines are read from its
 //! standard output, as in `emitted_lines.rs`.
+//!
+//! The redaction keeps no part of a local part the payment contract accepts, whatever
+//! characters it holds (`valid_email` refuses only whitespace, control characters, a second `@`
+//! and an undotted domain).
 
 use std::process::Command;
 
@@ -72,4 +76,33 @@ fn a_partition_key_and_a_reason_are_logged_with_their_addresses_redacted() {
     assert!(stdout.contains("record failed permanently"), "the permanent failure is logged:\n{stdout}");
     assert!(stdout.contains("a***@example.com"), "both are kept, redacted:\n{stdout}");
     assert!(!stdout.contains(ADDRESS), "an address in the logs:\n{stdout}");
+}
+
+/// Addresses `PaymentEvent::parse` accepts as `receipt_email`, and the local part each must lose.
+const ACCEPTED: [(&str, &str); 4] = [
+    // RFC 5322 atext: apostrophe, vertical bar, braces.
+    ("o'brien@example.com", "o'"),
+    ("john|doe@example.com", "john"),
+    ("{jdoe}@example.com", "jdoe"),
+    // A quoted local part: nothing before the `@` is seen as an address at all.
+    ("\"john.smith\"@example.com", "john.smith"),
+];
+
+#[test]
+fn a_panic_message_quoting_an_accepted_address_keeps_no_local_part() {
+    let mut leaks = Vec::new();
+    for (address, local) in ACCEPTED {
+        // What the SQS driver logs for a handler that panics quoting the body.
+        let logged = effectively_once_lambda::redact_emails(&format!(
+            r#"cannot post {{"event_id":"pay_1","receipt_email":"{}"}}"#,
+            address.replace('"', "\\\"")
+        ));
+        let plain = effectively_once_lambda::redact_emails(&format!("Email address is not verified: {address}"));
+        for text in [logged, plain] {
+            if text.contains(local) {
+                leaks.push(text);
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "local parts survive redaction:\n{}", leaks.join("\n"));
 }

@@ -1,10 +1,9 @@
-//! Review finding (fixed): the drivers caught a panic only while the handler's future was polled
-//! (`panics::catch(handler.handle(..))`). `Handler::handle` is a plain `fn ... -> impl Future`,
-//! so an implementation may do work before it returns its future (parse the body, look
-//! something up) and panic there: that panic happened while the argument of `catch` was
-//! evaluated, outside `catch_unwind`, and took the whole batch down, every message's receive
-//! count with it, which is what issue 11 item 2 removes. The drivers now hand `catch` the call
-//! that makes the future.
+//! A handler that panics before it returns its future fails its record alone, as one that panics
+//! while polled does. `Handler::handle` is a plain `fn ... -> impl Future`, so an implementation
+//! may do work before it returns its future (parse the body, look something up) and panic there;
+//! caught only around the future (`panics::catch(handler.handle(..))`), that panic would happen
+//! outside `catch_unwind` and take the whole batch down, every message's receive count with it.
+//! So the drivers hand `catch` the call that makes the future.
 
 mod common;
 

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use effectively_once::{Config, Idempotency, Key, Outcome, Store};
 use effectively_once_dynamodb::testing::fresh_store;
-use effectively_once_redis::{test_url, RedisStore};
+use effectively_once_redis::testing::url as test_url;
+use effectively_once_redis::RedisStore;
 use serde_json::json;
 
 struct Measured {

@@ -13,7 +13,7 @@ use redis::RedisError;
 ///   through a plain connection): `Misconfigured`;
 /// - `WRONGTYPE` (the key holds no record hash), a reply of the wrong shape: `Malformed`;
 /// - anything else: `Other`.
-pub fn classify(error: &RedisError) -> StoreErrorKind {
+pub fn store_error_kind(error: &RedisError) -> StoreErrorKind {
     use redis::ErrorKind as K;
     // Before Redis 7, an error raised by a command inside a script comes back as `ERR Error
     // running script ... WRONGTYPE ...`: the command's own code is inside the message.
@@ -44,7 +44,7 @@ pub fn classify(error: &RedisError) -> StoreErrorKind {
     }
 }
 
-/// The server codes [`classify`] tells apart.
+/// The server codes [`store_error_kind`] tells apart.
 const KNOWN: [&str; 11] = [
     "BUSY",
     "TRYAGAIN",
@@ -61,7 +61,7 @@ const KNOWN: [&str; 11] = [
 
 /// A [`StoreError`] for `error`, met while doing `what`.
 pub(crate) fn store_error(what: &str, error: RedisError) -> StoreError {
-    StoreError::new(classify(&error), format!("redis {what}: {error}")).with_source(error)
+    StoreError::new(store_error_kind(&error), format!("redis {what}: {error}")).with_source(error)
 }
 
 #[cfg(test)]
@@ -89,7 +89,7 @@ mod tests {
             ("OOM", StoreErrorKind::Unavailable),
             ("SOMETHINGNEW", StoreErrorKind::Other),
         ] {
-            assert_eq!(classify(&server(code)), kind, "{code}");
+            assert_eq!(store_error_kind(&server(code)), kind, "{code}");
         }
     }
 
@@ -104,21 +104,21 @@ mod tests {
                 )),
             )
         };
-        assert_eq!(classify(&wrapped("WRONGTYPE")), StoreErrorKind::Malformed);
-        assert_eq!(classify(&wrapped("OOM")), StoreErrorKind::Unavailable);
-        assert_eq!(classify(&wrapped("@something")), StoreErrorKind::Other);
+        assert_eq!(store_error_kind(&wrapped("WRONGTYPE")), StoreErrorKind::Malformed);
+        assert_eq!(store_error_kind(&wrapped("OOM")), StoreErrorKind::Unavailable);
+        assert_eq!(store_error_kind(&wrapped("@something")), StoreErrorKind::Other);
     }
 
     #[test]
     fn client_side() {
         let io = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"));
-        assert_eq!(classify(&io), StoreErrorKind::Unavailable);
+        assert_eq!(store_error_kind(&io), StoreErrorKind::Unavailable);
         let refused = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
-        assert_eq!(classify(&refused), StoreErrorKind::Unavailable);
+        assert_eq!(store_error_kind(&refused), StoreErrorKind::Unavailable);
         let url = RedisError::from((ErrorKind::InvalidClientConfig, "bad url"));
-        assert_eq!(classify(&url), StoreErrorKind::Misconfigured);
+        assert_eq!(store_error_kind(&url), StoreErrorKind::Misconfigured);
         let shape = RedisError::from((ErrorKind::UnexpectedReturnType, "not an array"));
-        assert_eq!(classify(&shape), StoreErrorKind::Malformed);
-        assert!(classify(&io).is_retryable() && !classify(&shape).is_retryable());
+        assert_eq!(store_error_kind(&shape), StoreErrorKind::Malformed);
+        assert!(store_error_kind(&io).is_retryable() && !store_error_kind(&shape).is_retryable());
     }
 }

@@ -50,70 +50,14 @@
 mod any;
 mod error;
 mod store;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 #[cfg(feature = "dynamodb")]
 pub use crate::any::{AnyStore, STORE_ENV, TABLE_ENV};
-pub use crate::error::classify;
+pub use crate::error::store_error_kind;
 pub use crate::store::{Builder, RedisStore, DEFAULT_EXPIRY_GRACE, DEFAULT_KEY_PREFIX, PREFIX_ENV, URL_ENV};
 
 /// The local Redis the project's scripts start (`infra/local/redis.sh`, `make local-redis-up`)
 /// on its default port.
 pub const LOCAL_URL: &str = "redis://127.0.0.1:6380";
-
-/// The URL tests and the bench use: `REDIS_URL` as given, else the project's local Redis on
-/// `127.0.0.1:$LOCAL_REDIS_PORT` (6380).
-///
-/// When nothing listens on that port, the first call in the process starts it with the
-/// checkout's `infra/local/redis.sh ensure` (a lock per port, so test binaries running at once
-/// start one server), and leaves it running for the next test binary and the next run
-/// (`make local-redis-down` stops it).
-///
-/// # Panics
-///
-/// With one line naming the command to run, when no local Redis answers and none can be
-/// started (the script failed, or this crate was not built from a checkout of the project).
-pub fn test_url() -> String {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        return url;
-    }
-    static LOCAL: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
-    match LOCAL.get_or_init(start_local_redis) {
-        Ok(url) => url.clone(),
-        Err(line) => panic!("{line}"),
-    }
-}
-
-/// The local Redis's URL once something listens on its port, starting it when nothing does.
-fn start_local_redis() -> Result<String, String> {
-    let port: u16 = match std::env::var("LOCAL_REDIS_PORT") {
-        Ok(port) => port.parse().map_err(|_| format!("LOCAL_REDIS_PORT={port} is not a port"))?,
-        Err(_) => 6380,
-    };
-    let url = format!("redis://127.0.0.1:{port}");
-    let timeout = std::time::Duration::from_secs(2);
-    let listening = || std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout);
-    if listening().is_ok() {
-        return Ok(url);
-    }
-    // Present when this crate is built from a checkout (a path dependency), not from crates.io.
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/local/redis.sh");
-    if !script.is_file() {
-        return Err(format!(
-            "no local Redis at {url}: start one (`make local-redis-up` in an effectively-once checkout) or set REDIS_URL"
-        ));
-    }
-    // Its progress (an install, the log's path) goes to the test's stderr.
-    let status = std::process::Command::new(&script)
-        .arg("ensure")
-        .env("LOCAL_REDIS_PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .status();
-    let failed = match status {
-        Ok(status) if status.success() && listening().is_ok() => return Ok(url),
-        Ok(status) => format!("`{} ensure` failed ({status})", script.display()),
-        Err(error) => format!("{} did not run ({error})", script.display()),
-    };
-    Err(format!(
-        "no local Redis at {url} and {failed}: run `make local-redis-up` (LOCAL_REDIS_PORT={port}) or set REDIS_URL"
-    ))
-}

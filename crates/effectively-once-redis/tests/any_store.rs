@@ -4,7 +4,8 @@
 mod common;
 
 use effectively_once::{Config, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
-use effectively_once_redis::{test_url, AnyStore};
+use effectively_once_redis::testing::url as test_url;
+use effectively_once_redis::AnyStore;
 use serde_json::json;
 
 /// Held by each test while it sets and reads the environment: tests run on parallel threads.
@@ -74,4 +75,25 @@ async fn a_redis_url_without_the_store_choice_is_misconfigured() {
     std::env::remove_var("IDEMPOTENCY_STORE");
     let store = AnyStore::from_env(&client).await.unwrap();
     assert!(matches!(&store, AnyStore::DynamoDb(table) if table.table() == "a-table"), "{store:?}");
+}
+
+/// An `IDEMPOTENCY_STORE` that is not UTF-8 is `Misconfigured`, like anything but
+/// `dynamodb`/`redis`/unset: read as unset, the handler would silently run on DynamoDB while the
+/// functions that read `redis` keep their records in Redis, so the same message would be
+/// claimed once in each store.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_store_choice_that_is_not_utf8_is_misconfigured() {
+    use std::os::unix::ffi::OsStrExt;
+
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .build();
+    let client = aws_sdk_dynamodb::Client::from_conf(config);
+    let _env = ENV.lock().await;
+    std::env::set_var("IDEMPOTENCY_TABLE", "a-table");
+    std::env::set_var("IDEMPOTENCY_STORE", std::ffi::OsStr::from_bytes(b"redis\xff"));
+    let chosen = AnyStore::from_env(&client).await;
+    assert!(matches!(&chosen, Err(error) if error.kind() == StoreErrorKind::Misconfigured), "{chosen:?}");
 }

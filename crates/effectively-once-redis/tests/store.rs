@@ -10,7 +10,8 @@ use std::time::Duration;
 use effectively_once::{
     Claim, Completion, Config, Idempotency, Key, ManualClock, Outcome, Record, Status, Store, StoreErrorKind,
 };
-use effectively_once_redis::{test_url, RedisStore, DEFAULT_EXPIRY_GRACE};
+use effectively_once_redis::testing::url as test_url;
+use effectively_once_redis::{RedisStore, DEFAULT_EXPIRY_GRACE};
 use serde_json::json;
 
 const NOW: u64 = 1_800_000_000_000;
@@ -348,4 +349,13 @@ async fn a_dropped_connection_is_survived() {
         Outcome::Fresh(3)
     );
     assert_eq!(store.get(other.as_str()).await.unwrap().unwrap().status, Status::Completed);
+}
+
+/// `Builder`'s `Debug` leaves the URL's password out: `tracing::info!(?builder)` or a panic
+/// message that formats it must not put the ElastiCache AUTH token in the logs.
+#[test]
+fn builder_debug_hides_the_password() {
+    let builder = RedisStore::builder("rediss://payments-user:hunter2-secret@cache.example:6379");
+    let shown = format!("{builder:?}");
+    assert!(!shown.contains("hunter2-secret"), "{shown}");
 }

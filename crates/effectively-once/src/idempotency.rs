@@ -184,7 +184,7 @@ pub const PLAUSIBLE_DEADLINE_MS: u64 = 1_000_000_000_000;
 /// "already passed" (every record would be refused) nor as "no limit" (without a deadline the
 /// configured lease bounds an attempt). [`Idempotency::with_deadline`] reads its argument this
 /// way, and so do the `effectively-once-lambda` drivers (they read the context's deadline through it).
-pub fn lambda_deadline_ms(deadline_ms: u64) -> Option<u64> {
+pub fn epoch_deadline_ms(deadline_ms: u64) -> Option<u64> {
     (deadline_ms >= PLAUSIBLE_DEADLINE_MS).then_some(deadline_ms)
 }
 
@@ -222,13 +222,13 @@ impl<S: Store> Idempotency<S> {
     /// than taking a lease that cannot fence anything.
     ///
     /// A value that is no epoch time at all is read as "no deadline known", as the Lambda
-    /// drivers read it ([`lambda_deadline_ms`]): `0` (`Context::default()` in tests) or a
+    /// drivers read it ([`epoch_deadline_ms`]): `0` (`Context::default()` in tests) or a
     /// duration (`cargo lambda watch` sends `600000`). The configured lease then bounds the
     /// attempt; such a value does not refuse every record.
     ///
     /// Takes the context's `u64` or a batch driver's `Option<u64>` (`None`: unknown) alike.
     pub fn with_deadline(&self, deadline_ms: impl Into<Option<u64>>) -> Self {
-        Idempotency { deadline_ms: deadline_ms.into().and_then(lambda_deadline_ms), ..self.clone() }
+        Idempotency { deadline_ms: deadline_ms.into().and_then(epoch_deadline_ms), ..self.clone() }
     }
 
     /// The store.
@@ -324,10 +324,14 @@ impl<S: Store> Idempotency<S> {
 
     /// Polls `handler` until it finishes or the lease ends at `lease_end_ms`, whichever comes
     /// first; `None` when the lease ended first (the handler is dropped, never polled again).
-    /// The configured clock decides, read before every poll, so a clock that moves by other
-    /// means than tokio's (a test's manual clock) bounds the handler too; the timer only wakes
-    /// a handler that waits on something slower than its lease.
-    async fn within_lease<T>(&self, lease_end_ms: u64, handler: impl Future<Output = T>) -> Option<T> {
+    ///
+    /// [`run`](Self::run) bounds its handler with it; a caller of [`begin`](Self::begin) bounds
+    /// its own work the same way, with [`Attempt::lease_expires_at_ms`], so that no work goes on
+    /// once another delivery may take the key over. The configured clock decides, read before
+    /// every poll, so a clock that moves by other means than tokio's (a test's manual clock)
+    /// bounds the handler too; the timer only wakes a handler that waits on something slower
+    /// than its lease.
+    pub async fn within_lease<T>(&self, lease_end_ms: u64, handler: impl Future<Output = T>) -> Option<T> {
         let clock = &self.config.clock;
         let until_end = |now_ms: u64| Duration::from_millis(lease_end_ms.saturating_sub(now_ms) + 1).min(MAX_TIMER);
         let mut handler = std::pin::pin!(handler);
@@ -558,10 +562,10 @@ mod tests {
     #[test]
     fn lambda_deadlines_emulated_and_real() {
         let now = crate::SystemClock.now_ms();
-        assert_eq!(lambda_deadline_ms(0), None);
-        assert_eq!(lambda_deadline_ms(600_000), None);
-        assert_eq!(lambda_deadline_ms(now + 600_000), Some(now + 600_000));
-        assert_eq!(lambda_deadline_ms(now + 200), Some(now + 200));
+        assert_eq!(epoch_deadline_ms(0), None);
+        assert_eq!(epoch_deadline_ms(600_000), None);
+        assert_eq!(epoch_deadline_ms(now + 600_000), Some(now + 600_000));
+        assert_eq!(epoch_deadline_ms(now + 200), Some(now + 200));
     }
 
     #[tokio::test]

@@ -36,7 +36,7 @@
 //! fields only; [`Config::on_replay`] and [`Outcome::Replayed`] tell replays apart;
 //! [`Config::from_env`] reads `POWERTOOLS_IDEMPOTENCY_DISABLED`; [`Idempotency::get`] reads a
 //! key's stored answer ([`Lookup`]); [`outbound`] keys downstream calls with the record's own
-//! [`Key::idempotency_key`] and says which provider answers to store ([`outbound::classify`]).
+//! [`Key::idempotency_key`] and says which provider answers to store ([`outbound::disposition`]).
 //! Each option of Powertools' idempotency utility and its counterpart here:
 //! [Coming from Powertools](https://github.com/effectively-once/effectively-once/blob/main/docs/powertools.md).
 //!
@@ -104,6 +104,8 @@ mod idempotency;
 mod key;
 #[cfg(feature = "tower")]
 pub mod layer;
+#[cfg(feature = "test-util")]
+pub mod local_service;
 mod lookup;
 mod memory;
 pub mod outbound;
@@ -125,7 +127,7 @@ pub use crate::error::{Error, ErrorChain, ErrorKind, RunError};
 pub use crate::function::Idempotent;
 pub use crate::hash::{HashVersion, PayloadHash, PAYLOAD_HASH_VERSION};
 pub use crate::idempotency::{
-    lambda_deadline_ms, Attempt, Begin, Idempotency, Outcome, Replaced, PLAUSIBLE_DEADLINE_MS,
+    epoch_deadline_ms, Attempt, Begin, Idempotency, Outcome, Replaced, PLAUSIBLE_DEADLINE_MS,
 };
 pub use crate::key::{Key, KeyError, KeyErrorKind, KeyPart};
 pub use crate::lookup::Lookup;

@@ -9,7 +9,7 @@ use crate::protocol::{self, Stored};
 use crate::record::Record;
 use crate::store::{Claim, Completion, Store, StoreError};
 
-/// Records in a map behind a mutex, each step one of [`protocol`](crate::protocol)'s pure
+/// Records in a map behind a mutex, each step one of [`protocol`]'s pure
 /// functions under the lock: the claim condition is [`Record::blocks_claim_at`], the same
 /// predicate the DynamoDB store sends as its condition expression, and the store contract
 /// suite holds both to the same behaviour.

@@ -1,6 +1,6 @@
 //! Keyed outbound calls: a deterministic `Idempotency-Key` for a downstream API that
 //! deduplicates on it, so every retry of an event reuses one server-side result, and which of
-//! the provider's answers are the call's outcome ([`classify`]).
+//! the provider's answers are the call's outcome ([`disposition`]).
 //!
 //! # A keyed call
 //!
@@ -11,7 +11,7 @@
 //! the same key.
 //!
 //! ```
-//! use effectively_once::outbound::{classify, Disposition};
+//! use effectively_once::outbound::{disposition, Disposition};
 //! use effectively_once::{Config, Idempotency, InMemoryStore, Key, Outcome};
 //!
 //! #[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -30,7 +30,7 @@
 //! let payload = serde_json::json!({"amount_cents": 1250, "currency": "USD"});
 //! let call = || async {
 //!     let (status, retry_after, body) = charge(&key.idempotency_key()).await;
-//!     match classify(status, retry_after.as_deref()) {
+//!     match disposition(status, retry_after.as_deref()) {
 //!         Disposition::Store => Ok(Answer { status, body }),
 //!         // Released: the message is retried (after `after`, where the trigger can delay it).
 //!         Disposition::Retry { after } => {
@@ -55,7 +55,7 @@
 //! An answer is stored when it is the provider's verdict on *this request*: it would give the
 //! same one again, so a duplicate must get it without asking. An answer is retried when it
 //! says nothing about the request yet: the provider was busy, overloaded, failing, or the
-//! deployment is set up wrong. [`classify`] encodes the usual reading of the status codes:
+//! deployment is set up wrong. [`disposition`] encodes the usual reading of the status codes:
 //!
 //! | status | disposition | why |
 //! |---|---|---|
@@ -69,7 +69,7 @@
 //! | 1xx, 3xx, anything else | retry | not an answer this client expects (an unfollowed redirect is a configuration error) |
 //!
 //! Providers differ; where one means something else by a code (a 403 that is a business refusal,
-//! a 409 that is a final conflict), match that status before calling [`classify`].
+//! a 409 that is a final conflict), match that status before calling [`disposition`].
 //!
 //! A stored 4xx answers every duplicate for the whole dedup window, including a 400 that a bug
 //! in the request caused. Once the bug is fixed, redriven events still get the stored 400: give
@@ -195,15 +195,15 @@ impl Disposition {
     }
 }
 
-/// [`classify`] without a `Retry-After` header.
+/// [`disposition`] without a `Retry-After` header.
 ///
 /// ```
-/// use effectively_once::outbound::{classify_status, Disposition};
-/// assert_eq!(classify_status(402), Disposition::Store);
-/// assert_eq!(classify_status(429), Disposition::Retry { after: None });
+/// use effectively_once::outbound::{disposition_of_status, Disposition};
+/// assert_eq!(disposition_of_status(402), Disposition::Store);
+/// assert_eq!(disposition_of_status(429), Disposition::Retry { after: None });
 /// ```
-pub fn classify_status(status: u16) -> Disposition {
-    classify(status, None)
+pub fn disposition_of_status(status: u16) -> Disposition {
+    disposition(status, None)
 }
 
 /// Whether an HTTP answer with `status` is the call's outcome or to be retried (see the
@@ -213,12 +213,12 @@ pub fn classify_status(status: u16) -> Disposition {
 ///
 /// ```
 /// use std::time::Duration;
-/// use effectively_once::outbound::{classify, Disposition};
-/// assert_eq!(classify(201, None), Disposition::Store);
-/// assert_eq!(classify(422, None), Disposition::Store);
-/// assert_eq!(classify(503, Some("30")), Disposition::Retry { after: Some(Duration::from_secs(30)) });
+/// use effectively_once::outbound::{disposition, Disposition};
+/// assert_eq!(disposition(201, None), Disposition::Store);
+/// assert_eq!(disposition(422, None), Disposition::Store);
+/// assert_eq!(disposition(503, Some("30")), Disposition::Retry { after: Some(Duration::from_secs(30)) });
 /// ```
-pub fn classify(status: u16, retry_after: Option<&str>) -> Disposition {
+pub fn disposition(status: u16, retry_after: Option<&str>) -> Disposition {
     let retry = || Disposition::Retry { after: retry_after.and_then(delay_seconds) };
     match status {
         200..=299 => Disposition::Store,
@@ -271,43 +271,43 @@ mod tests {
 
     #[test]
     fn every_status_class_has_its_disposition() {
-        use super::{classify_status, Disposition};
+        use super::{disposition_of_status, Disposition};
         let retry = Disposition::Retry { after: None };
         for status in [200, 201, 202, 204, 299] {
-            assert_eq!(classify_status(status), Disposition::Store, "{status}");
+            assert_eq!(disposition_of_status(status), Disposition::Store, "{status}");
         }
         // Business answers: bad request, payment required, not found, gone, unprocessable.
         for status in [400, 402, 404, 405, 410, 412, 413, 415, 422, 451, 499] {
-            assert_eq!(classify_status(status), Disposition::Store, "{status}");
+            assert_eq!(disposition_of_status(status), Disposition::Store, "{status}");
         }
         for status in [408, 409, 423, 425, 429, 401, 403, 407] {
-            assert_eq!(classify_status(status), retry, "{status}");
+            assert_eq!(disposition_of_status(status), retry, "{status}");
         }
         for status in [500, 502, 503, 504, 599] {
-            assert_eq!(classify_status(status), retry, "{status}");
+            assert_eq!(disposition_of_status(status), retry, "{status}");
         }
         for status in [0, 100, 101, 301, 302, 304, 600, 999] {
-            assert_eq!(classify_status(status), retry, "{status}");
+            assert_eq!(disposition_of_status(status), retry, "{status}");
         }
-        assert!(classify_status(422).is_store() && !classify_status(409).is_store());
+        assert!(disposition_of_status(422).is_store() && !disposition_of_status(409).is_store());
     }
 
     #[test]
     fn retry_after_is_honoured_in_seconds_only_where_retried() {
         use std::time::Duration;
 
-        use super::{classify, Disposition};
+        use super::{disposition, Disposition};
         let after = |secs| Disposition::Retry { after: Some(Duration::from_secs(secs)) };
-        assert_eq!(classify(429, Some("120")), after(120));
-        assert_eq!(classify(503, Some(" 5 ")), after(5));
-        assert_eq!(classify(409, Some("0")), after(0));
+        assert_eq!(disposition(429, Some("120")), after(120));
+        assert_eq!(disposition(503, Some(" 5 ")), after(5));
+        assert_eq!(disposition(409, Some("0")), after(0));
         // The HTTP-date form and garbage give no wait; a stored answer ignores the header.
         let none = Disposition::Retry { after: None };
-        assert_eq!(classify(503, Some("Wed, 21 Oct 2015 07:28:00 GMT")), none);
-        assert_eq!(classify(429, Some("-1")), none);
-        assert_eq!(classify(429, Some("")), none);
-        assert_eq!(classify(429, Some("99999999999999999999999")), none);
-        assert_eq!(classify(200, Some("30")), Disposition::Store);
+        assert_eq!(disposition(503, Some("Wed, 21 Oct 2015 07:28:00 GMT")), none);
+        assert_eq!(disposition(429, Some("-1")), none);
+        assert_eq!(disposition(429, Some("")), none);
+        assert_eq!(disposition(429, Some("99999999999999999999999")), none);
+        assert_eq!(disposition(200, Some("30")), Disposition::Store);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! RFC 8785 writes every number as an IEEE double, so two payloads whose integers differ beyond
 //! 2^53 would canonicalise the same. A `u64` field (an order id, a nanosecond timestamp) sent
 //! again under the same key with another value must be key reuse, not a duplicate whose second
-//! effect is dropped: the v2 hash keeps such integers' exact digits (review of issue 12).
+//! effect is dropped: the v2 hash keeps such integers' exact digits.
 
 use effectively_once::{Config, ErrorKind, Idempotency, InMemoryStore, Key, Outcome, RunError};
 use serde::Serialize;

@@ -1,5 +1,5 @@
 //! An integer past 2^53 that a double holds exactly (1e16) is RFC 8785's number however it is
-//! written, so a re-serialised duplicate is not key reuse (review of the whole change).
+//! written, so a re-serialised duplicate is not key reuse.
 
 use effectively_once::Config;
 

@@ -1,8 +1,8 @@
-//! Review finding (issue 11, fixed): `outbound::key` documents Stripe's header as its target, yet
-//! every valid (kind, event id) pair is accepted, up to 64 + 1 + 200 = 265 characters; Stripe
-//! takes idempotency keys "up to 255 characters long" (https://docs.stripe.com/idempotency).
-//! A long event id with a long kind gets a key the downstream refuses (or, for APIs that
-//! truncate, a key shared with another event).
+//! `outbound::key` fits Stripe's header, its documented target, for every valid (kind, event id)
+//! pair: Stripe takes idempotency keys "up to 255 characters long"
+//! (https://docs.stripe.com/idempotency), while a kind and an event id may reach
+//! 64 + 1 + 200 = 265 characters. A longer key would be refused downstream (or, for APIs that
+//! truncate, shared with another event).
 
 use effectively_once::outbound::key;
 

@@ -253,7 +253,7 @@ fn fault_rules(seed: u64) -> RefuseRecipients<RandomFaults> {
 
 type Faulty = Emulator<CrashingPayments<Batched<Panicking<Payments>>>, TimedRelay<InProcess<Receipts<AcceptThenDie>>>>;
 
-/// The emulator with both functions behind the fault proxy (SDK configuration `sdk`) and the
+/// The emulator with the payments consumer and the receipts relay behind the fault proxy (SDK configuration `sdk`) and the
 /// crash points: the payments function crashes `crash_per_mille`, SES half as often.
 fn faulty_emulator(
     pipeline: &Pipeline,

@@ -34,9 +34,9 @@ pub enum Command {
     /// Create the tables, queues (with DLQ and redrive policy), stream and SES sender; write
     /// the functions' environment to .local-aws/lambda.env
     Up(OwnTarget),
-    /// Delete the tables and queues
+    /// Delete the tables, queues and stream that exist, creating none
     Down(OwnTarget),
-    /// Print the functions' environment, for cargo lambda watch
+    /// Print the functions' environment, for cargo lambda watch (after `up`: creates nothing)
     Env(OwnTarget),
     /// Send a sample event file, or a generated workload, to the payments queue
     Send(SendArgs),
@@ -215,14 +215,14 @@ impl Command {
             Command::Run(args) if args.own.template.is_some() => own::run(&clients, &args).await,
             Command::Up(t) => up(&Pipeline::up(clients, &t.target.prefix).await?),
             Command::Down(t) => {
-                Pipeline::up(clients, &t.target.prefix).await?.down().await?;
+                resources::down_prefix(&clients, &t.target.prefix).await?;
                 println!("deleted the local tables and queues");
                 Ok(())
             }
             Command::Env(t) => {
                 print!(
                     "{}",
-                    resources::lambda_env(&Pipeline::up(clients, &t.target.prefix).await?.resources, &endpoint())
+                    resources::lambda_env(&Pipeline::find(clients, &t.target.prefix).await?.resources, &endpoint())
                 );
                 Ok(())
             }

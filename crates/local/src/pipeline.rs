@@ -34,6 +34,13 @@ impl Pipeline {
         Ok(Pipeline { clients, resources })
     }
 
+    /// The resources [`Pipeline::up`] created under `prefix`, looked up without creating any:
+    /// an error when they do not exist.
+    pub async fn find(clients: Clients, prefix: &str) -> Result<Pipeline> {
+        let resources = resources::lookup(&clients, prefix).await?;
+        Ok(Pipeline { clients, resources })
+    }
+
     /// Deletes the resources.
     pub async fn down(&self) -> Result<()> {
         resources::down(&self.clients, &self.resources).await

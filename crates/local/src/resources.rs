@@ -196,14 +196,49 @@ pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
     }
     let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
     let urls = create_queues(&clients.sqs, &template, prefix).await?;
-    let redrive = &template["Resources"]["PaymentsQueue"]["Properties"]["RedrivePolicy"];
-    let max_receive_count = number(&template, &redrive["maxReceiveCount"]).unwrap_or(5) as u32;
     for (id, props) in resources("AWS::Kinesis::Stream")? {
         let shards = number(&template, &props["ShardCount"]).unwrap_or(1) as i32;
         create_stream(&clients.kinesis, &local_name(prefix, &id), shards).await?;
     }
     clients.ses.create_email_identity().email_identity(RECEIPT_FROM).send().await.ok();
-    let url = |id: &str| urls.get(id).cloned().ok_or_else(|| format!("template has no {id}"));
+    named(&template, prefix, &urls, "template has no")
+}
+
+/// The names of what [`up`] created under `prefix`, looked up without creating anything: the
+/// queues' addresses are asked of SQS, and a queue that does not exist is an error saying to run
+/// `up` first.
+pub async fn lookup(clients: &Clients, prefix: &str) -> Result<Resources> {
+    let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
+    let urls = existing_queues(&clients.sqs, &template, prefix).await?;
+    named(&template, prefix, &urls, "`local up` has not created (or `local down` deleted) the queue")
+}
+
+/// The URLs of the template's queues under `prefix` that exist, by logical id.
+pub(crate) async fn existing_queues(
+    sqs: &aws_sdk_sqs::Client,
+    template: &Value,
+    prefix: &str,
+) -> Result<BTreeMap<String, String>> {
+    let mut urls = BTreeMap::new();
+    for id in resources_in(template, "AWS::SQS::Queue")?.into_keys() {
+        let name = local_name(prefix, &id);
+        match sqs.get_queue_url().queue_name(&name).send().await {
+            Ok(out) => {
+                urls.insert(id, out.queue_url().unwrap_or_default().to_owned());
+            }
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) => {}
+            Err(e) => return Err(e).context(format!("get queue url {name}")),
+        }
+    }
+    Ok(urls)
+}
+
+/// The resources' names under `prefix`, with the queues' `urls` by logical id; `missing` says
+/// why a queue the template names has no URL.
+fn named(template: &Value, prefix: &str, urls: &BTreeMap<String, String>, missing: &str) -> Result<Resources> {
+    let redrive = &template["Resources"]["PaymentsQueue"]["Properties"]["RedrivePolicy"];
+    let max_receive_count = number(template, &redrive["maxReceiveCount"]).unwrap_or(5) as u32;
+    let url = |id: &str| urls.get(id).cloned().ok_or_else(|| format!("{missing} {}", local_name(prefix, id)));
     Ok(Resources {
         idempotency_table: local_name(prefix, "IdempotencyTable"),
         ledger_table: local_name(prefix, "LedgerTable"),
@@ -292,6 +327,22 @@ pub async fn down(clients: &Clients, resources: &Resources) -> Result<()> {
         clients.sqs.delete_queue().queue_url(url).send().await.ok();
     }
     clients.kinesis.delete_stream().stream_name(&resources.orders_stream).send().await.ok();
+    Ok(())
+}
+
+/// Deletes whatever of the template's tables, queues and streams exists under `prefix`, creating
+/// nothing (what is already gone is skipped).
+pub async fn down_prefix(clients: &Clients, prefix: &str) -> Result<()> {
+    for id in resources("AWS::DynamoDB::Table")?.into_keys() {
+        clients.dynamodb.delete_table().table_name(local_name(prefix, &id)).send().await.ok();
+    }
+    let template: Value = serde_json::from_str(TEMPLATE).context("infra/template.json")?;
+    for url in existing_queues(&clients.sqs, &template, prefix).await?.into_values() {
+        clients.sqs.delete_queue().queue_url(url).send().await.ok();
+    }
+    for id in resources("AWS::Kinesis::Stream")?.into_keys() {
+        clients.kinesis.delete_stream().stream_name(local_name(prefix, &id)).send().await.ok();
+    }
     Ok(())
 }
 

@@ -55,31 +55,54 @@ pub struct SqsSource {
 /// exist are kept).
 pub async fn up(clients: &Clients, template: &str, prefix: &str) -> Result<Own> {
     let template: Value = serde_json::from_str(template).context("template")?;
-    let mut own = Own::default();
     for (id, props) in resources_in(&template, "AWS::DynamoDB::Table")? {
-        let name = local_name(prefix, &id);
-        resources::create_table(&clients.dynamodb, &name, &props).await?;
-        own.tables.insert(id, name);
+        resources::create_table(&clients.dynamodb, &local_name(prefix, &id), &props).await?;
     }
-    own.queues = resources::create_queues(&clients.sqs, &template, prefix).await?;
+    let queues = resources::create_queues(&clients.sqs, &template, prefix).await?;
     for (id, props) in resources_in(&template, "AWS::Kinesis::Stream")? {
-        let name = local_name(prefix, &id);
         let shards = number(&template, &props["ShardCount"]).unwrap_or(1) as i32;
-        resources::create_stream(&clients.kinesis, &name, shards).await?;
-        own.streams.insert(id, name);
+        resources::create_stream(&clients.kinesis, &local_name(prefix, &id), shards).await?;
     }
-    for (_, props) in resources_in(&template, "AWS::SES::EmailIdentity")? {
-        let Some(address) = resolve(&template, &own, &props["EmailIdentity"]) else { continue };
-        clients.ses.create_email_identity().email_identity(&address).send().await.ok();
+    let own = named(&template, prefix, queues)?;
+    for address in &own.senders {
+        clients.ses.create_email_identity().email_identity(address).send().await.ok();
+    }
+    Ok(own)
+}
+
+/// What [`up`] created from `template` under `prefix`, looked up without creating anything: a
+/// queue of the template that does not exist is an error saying to run `up` first.
+pub async fn lookup(clients: &Clients, template: &str, prefix: &str) -> Result<Own> {
+    let template: Value = serde_json::from_str(template).context("template")?;
+    let queues = resources::existing_queues(&clients.sqs, &template, prefix).await?;
+    if let Some(id) = resources_in(&template, "AWS::SQS::Queue")?.into_keys().find(|id| !queues.contains_key(id)) {
+        let name = local_name(prefix, &id);
+        return Err(format!("no local queue {name}: run `local up --template` first").into());
+    }
+    named(&template, prefix, queues)
+}
+
+/// The template's resources under `prefix` by name, with the queues' URLs by logical id, and
+/// each function's environment resolved against them.
+fn named(template: &Value, prefix: &str, queues: BTreeMap<String, String>) -> Result<Own> {
+    let mut own = Own { queues, ..Own::default() };
+    for id in resources_in(template, "AWS::DynamoDB::Table")?.into_keys() {
+        own.tables.insert(id.clone(), local_name(prefix, &id));
+    }
+    for id in resources_in(template, "AWS::Kinesis::Stream")?.into_keys() {
+        own.streams.insert(id.clone(), local_name(prefix, &id));
+    }
+    for (_, props) in resources_in(template, "AWS::SES::EmailIdentity")? {
+        let Some(address) = resolve(template, &own, &props["EmailIdentity"]) else { continue };
         own.senders.push(address);
     }
     for kind in FUNCTIONS {
-        for (id, props) in resources_in(&template, kind)? {
+        for (id, props) in resources_in(template, kind)? {
             let globals = &template["Globals"]["Function"]["Environment"]["Variables"];
             let mut env = BTreeMap::new();
             for variables in [globals, &props["Environment"]["Variables"]] {
                 for (name, value) in variables.as_object().into_iter().flatten() {
-                    match resolve(&template, &own, value) {
+                    match resolve(template, &own, value) {
                         Some(value) => drop(env.insert(name.clone(), value)),
                         None => own.unresolved.push(format!("{id}.{name}")),
                     }
@@ -88,8 +111,17 @@ pub async fn up(clients: &Clients, template: &str, prefix: &str) -> Result<Own> 
             own.functions.insert(id, env);
         }
     }
-    own.sqs_sources = sqs_sources(&template)?;
+    own.sqs_sources = sqs_sources(template)?;
     Ok(own)
+}
+
+/// Deletes what exists of `template`'s tables, queues and streams under `prefix`, creating
+/// nothing (email identities stay).
+pub async fn down_prefix(clients: &Clients, template: &str, prefix: &str) -> Result<()> {
+    let template: Value = serde_json::from_str(template).context("template")?;
+    let queues = resources::existing_queues(&clients.sqs, &template, prefix).await?;
+    down(clients, &named(&template, prefix, queues)?).await;
+    Ok(())
 }
 
 /// Deletes what [`up`] created (email identities stay).

@@ -1,9 +1,8 @@
-//! Review round 2: the chaos audit accepted any number of `AMBIGUOUS` receipt rows with no
-//! email at all, so its invariant "one receipt per applied event with an address" held for a
-//! run in which no receipt was ever sent, and nothing tied the ambiguous rows to the faults
-//! that may cause one (crashes after SES accepted, lost claim or SES answers, SES 5xx). Now an
-//! `AMBIGUOUS` row needs its email marker recorded `Ambiguous`, no more of them than the run's
-//! faults explain, and some email where receipts were due.
+//! The chaos audit accounts for every `AMBIGUOUS` receipt row: each needs its email marker
+//! recorded `Ambiguous`, no more of them than the run's faults explain (crashes after SES
+//! accepted, lost claim or SES answers, SES 5xx), and some email where receipts were due.
+//! Otherwise its invariant "one receipt per applied event with an address" would hold for a run
+//! in which no receipt was ever sent.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Record, Status};

@@ -1,6 +1,6 @@
 //! The emulator's HTTP invoke reads a function error as Lambda's Invoke API reports it: status 200
 //! with `X-Amz-Function-Error`. The whole batch failed; the emulator must not read the error body
-//! as "no batchItemFailures" and delete every message (review of issue 13).
+//! as "no batchItemFailures" and delete every message.
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use local::invoke::Http;

@@ -1,6 +1,6 @@
-//! The local harness forwards `effectively_once_lambda::Handler<SqsMessage>::key` through its wrappers (`Counting`, `Panicking`),
-//! so same-key records of a standard batch run one after the other locally, as deployed (review of
-//! d1ad162).
+//! The local harness forwards `effectively_once_lambda::Handler<SqsMessage>::key` through its
+//! wrappers (`Counting`, `Panicking`), so same-key records of a standard batch run one after the
+//! other locally, as deployed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,10 +1,8 @@
-//! Review finding (issue 11; fixed: the Streams driver goes past a permanent failure, and the
-//! relay skips a receipt whose row is gone): receipts the outbox stream gave up on, through
-//! the event source mapping emulator (the template's mapping: retries until the 24 h record
-//! age, bisection, on-failure queue) and the real relay. The rows are left PENDING with nothing to retry them:
-//! the on-failure record holds only shard and sequence numbers, and no tool redrives it.
-//! (A sibling test of a paused SES account outlasting six deliveries was dropped: af5f391 set
-//! MaximumRetryAttempts to -1 during the review, and it passes since.)
+//! Receipts the outbox stream gave up on, through the event source mapping emulator (the
+//! template's mapping: retries until the 24 h record age, bisection, on-failure queue) and the
+//! real relay: the Streams driver goes past a permanent failure, and the relay skips a receipt
+//! whose row is gone, so no row is left PENDING with nothing to retry it (the on-failure record
+//! holds only shard and sequence numbers, and no tool redrives it).
 
 use std::time::{Duration, SystemTime};
 

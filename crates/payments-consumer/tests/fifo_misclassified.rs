@@ -1,12 +1,11 @@
-//! Review round 2 (fixed): the FIFO driver goes on with a group past a `Retry::Permanent` failure,
-//! on the claim that such a record "never takes effect, so no later record can depend on it".
-//! That holds only if "permanent" really is permanent. A credit failed by a condition an
-//! operator fixes (a consumer deployed without `OUTBOX_TABLE`: the ledger refuses receipts with
-//! `StoreErrorKind::Other`) or by a transient server error `classify` calls `Other` (a 503
-//! without a listed code) is reported permanent; the debit behind it in its group then runs
-//! first and is rejected for insufficient funds, and that rejection is recorded never to
-//! expire. After the fix the credit is redriven and applies; the debit stays rejected for good
-//! (every redelivery replays the rejection): a valid payment lost, order broken by mistake.
+//! A failure that an operator or a moment fixes is not permanent, so the FIFO driver holds its
+//! group behind it. The driver goes on with a group past a `Retry::Permanent` failure, on the
+//! claim that such a record "never takes effect, so no later record can depend on it", which
+//! holds only if "permanent" really is permanent. A credit failed by a condition an operator
+//! fixes (a consumer deployed without `OUTBOX_TABLE`: the ledger refuses receipts with
+//! `StoreErrorKind::Other`) or by a transient server error the store reads as `Other` (a 503
+//! without a listed code) is retried, so the debit behind it in its group does not run first
+//! and get rejected for insufficient funds for good: the credit is redriven and applies.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -1,8 +1,7 @@
-//! Review round 2: `Ledger::migrate` promises that "every recorded payment outcome with a finite
-//! expiration is made permanent", but its update is conditioned on `expiration >= now`: a
-//! rejection whose 14-day window has passed while DynamoDB's TTL has not yet deleted it (TTL
-//! deletes "typically within a few days") is left as it is. The claim condition treats it as
-//! absent, so after the migration the rejected event id is posted when sent again: an event id
+//! `Ledger::migrate` makes "every recorded payment outcome with a finite expiration" permanent,
+//! including a rejection whose 14-day window has passed while DynamoDB's TTL has not yet deleted
+//! it (TTL deletes "typically within a few days"). The claim condition treats such a record as
+//! absent, so left as it is, the rejected event id would be posted when sent again: an event id
 //! both rejected (recorded) and applied, against the contract's "an event id already applied or
 //! rejected, sent again ... is key reuse" and the never-expiring records the migration exists for.
 

@@ -1,5 +1,5 @@
-//! Review finding (issue 11), moved from effectively-once-effects' review_email_faults: addresses
-//! the payment contract accepts survive the redaction of SES's echoed refusals.
+//! Addresses the payment contract accepts survive the redaction of SES's echoed refusals with no
+//! part of their local part.
 
 use effectively_once_effects::{SendError, SendErrorKind};
 use payments::PaymentEvent;
@@ -8,7 +8,7 @@ use payments::PaymentEvent;
 /// apostrophe, a quote, a brace or a bar: SES echoes a refused recipient in MessageRejected,
 /// and the stored `Failed { reason }`, the warn log and the error keep part of the local part.
 #[test]
-fn review_accepted_addresses_are_fully_redacted() {
+fn accepted_addresses_are_fully_redacted() {
     for address in
         ["mary.o'neil@example.com", "\"mary.smith\"@example.com", "mary|smith@example.com", "mary{smith}@example.com"]
     {

@@ -1,6 +1,5 @@
 //! `amount_cents` is an integer by contract; a number written as a float is judged on its text, so
-//! a decimal that is not an integer but rounds to one in a double is refused, not posted rounded
-//! (review of issue 12).
+//! a decimal that is not an integer but rounds to one in a double is refused, not posted rounded.
 
 use payments::PaymentEvent;
 

@@ -1,5 +1,5 @@
 //! The one `From<payments::Error> for RecordError` mapping keeps what the payments consumer did
-//! before it (review of issue 13): an answer no retry can change stays permanent.
+//! before it: an answer no retry can change stays permanent.
 
 use effectively_once::{Config, ErrorKind, Record, Status};
 use effectively_once_lambda::{RecordError, Retry};

@@ -215,7 +215,7 @@ impl<E: EmailSender> Handler<EventRecord> for Receipts<E> {
             return Ok(Disposition::Skipped);
         };
         tracing::Span::current().record("event_id", row.event_id.as_str());
-        let result = self.relay(&row, effectively_once::lambda_deadline_ms(context.deadline)).await;
+        let result = self.relay(&row, effectively_once::epoch_deadline_ms(context.deadline)).await;
         if let Err(error) = &result {
             if error.retry == Retry::Permanent {
                 // No retry changes a permanent answer, and the stream driver goes past it: the

@@ -1,6 +1,5 @@
-//! Review round 2 found that the relay learnt of a deleted outbox row only from `mark`, after
-//! sending: a row erased on the customer's request still got its email. The relay now reads the
-//! row before sending.
+//! The relay reads the outbox row before sending: a row erased on the customer's request gets no
+//! email (learnt of only from `mark`, after sending, it would).
 
 mod common;
 

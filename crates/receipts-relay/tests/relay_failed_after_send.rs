@@ -1,9 +1,8 @@
-//! Review round 2 (fixed): the relay's permanent path marks a still-pending row FAILED whatever failed,
-//! including the `mark` that follows a send SES accepted. A 503 without a listed error code on
-//! that UpdateItem (after the SDK's own retries) is `StoreErrorKind::Other`, permanent: the row
-//! is marked FAILED ("not sent", for the operator who resends FAILED receipts) while the email
-//! went out and its marker says SENT with the message id. The stream goes past it, so nothing
-//! ever corrects the row.
+//! The relay's permanent path never marks FAILED ("not sent", for the operator who resends FAILED
+//! receipts) a row whose email went out: when the `mark` that follows a send SES accepted fails
+//! (a 503 without a listed error code on that UpdateItem, after the SDK's own retries, is
+//! `StoreErrorKind::Other`, permanent), the marker says SENT with the message id, and the stream
+//! goes past the row, so nothing else would ever correct it.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,10 +1,9 @@
-//! Review finding (issue 11; fixed: a marker its own attempt still holds is completed past
-//! its lease): SES accepts a receipt after the marker's lease has ended (the
-//! template allows a function timeout up to 900 s, the marker lease is 60 s, and the SES call
-//! has no timeout of its own). The completion is refused (LeaseLost) although no other attempt
-//! took the marker, the record fails, and its retry takes the marker over: the row ends
-//! AMBIGUOUS (at most once) with SES's message id lost, or a second email goes out (at least
-//! once) for a send known to have succeeded.
+//! SES accepts a receipt after the marker's lease has ended (the template allows a function
+//! timeout up to 900 s, the marker lease is 60 s, and the SES call has no timeout of its own): a
+//! marker its own attempt still holds is completed past its lease. Refused (LeaseLost) although
+//! no other attempt took the marker, the record would fail and its retry take the marker over:
+//! the row would end AMBIGUOUS (at most once) with SES's message id lost, or a second email go
+//! out (at least once) for a send known to have succeeded.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,12 +1,10 @@
-//! Review finding (issue 11; fixed: the marker hashes the receipt's identity, not its
-//! wording): the email marker's payload hash covers the whole rendered
-//! message (subject and body wording included). A relay release that changes the receipt's
-//! wording, meeting a record an older release already sent (a batch retried whole after a
-//! timeout or crash, or a stream replayed from TRIM_HORIZON by a replaced mapping), gets
-//! `KeyReused`: a *permanent* failure, which the stream driver reports as the checkpoint. With
-//! MaximumRetryAttempts -1 the shard is then held for 24 h and the batch discarded, taking the
-//! new receipts behind it (see crates/local/tests/review_relay_stream.rs for that mechanism).
-//! The receipt was sent once and its marker says so: the record should be acked as a duplicate.
+//! The email marker hashes the receipt's identity, not its wording: a relay release that changes
+//! the receipt's wording, meeting a record an older release already sent (a batch retried whole
+//! after a timeout or crash, or a stream replayed from TRIM_HORIZON by a replaced mapping), acks
+//! the record as a duplicate. The receipt was sent once and its marker says so. Were it
+//! `KeyReused`, a *permanent* failure, the stream driver would report it as the checkpoint: with
+//! MaximumRetryAttempts -1 the shard held for 24 h and the batch discarded, taking the new
+//! receipts behind it (crates/local/tests/relay_stream_deleted_row.rs drives that mechanism).
 
 mod common;
 

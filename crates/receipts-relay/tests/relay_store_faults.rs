@@ -1,10 +1,9 @@
-//! Review round 2 (fixed): since a permanent relay failure is no longer the Streams checkpoint, every
-//! DynamoDB error `classify` calls `Other` is a receipt given up on for good: the row is
-//! marked FAILED, the stream goes past it, and no retry ever sends it. `Other` includes
-//! conditions an operator or a moment fixes: a marker table not there yet (a deploy order, a
-//! restore under a new name), and a 5xx whose body names no code the classifier lists. The
-//! same reasoning that makes an SES account-level refusal `Blocked` (retried) applies, but the
-//! store's faults are not read that way.
+//! A store fault that an operator or a moment fixes is retried, not a receipt given up on: a
+//! permanent relay failure is no Streams checkpoint, so the row would be marked FAILED, the
+//! stream go past it, and no retry ever send it. Such faults include a marker table not there
+//! yet (a deploy order, a restore under a new name) and a 5xx whose body names no code the
+//! store's error reading lists: the reasoning that makes an SES account-level refusal `Blocked`
+//! (retried) applies to the store's faults too.
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! The orders service started on a loopback port, over the local Valkey/Redis (`REDIS_URL`,
-//! else the local one `effectively_once_redis::test_url` starts), driven by a real HTTP client (hyper's).
+//! else the local one `effectively_once_redis::testing::url` starts), driven by a real HTTP client (hyper's).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,7 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use effectively_once::{Begin, Config, Idempotency, Key};
 use effectively_once_http::{request_payload, Answer};
-use effectively_once_redis::{test_url, RedisStore};
+use effectively_once_redis::testing::url as test_url;
+use effectively_once_redis::RedisStore;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::client::legacy::Client;

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioExecutor;
 
 #[tokio::test]
 async fn a_retry_that_fixes_its_content_type_is_not_the_stored_415() {
-    let url = effectively_once_redis::test_url();
+    let url = effectively_once_redis::testing::url();
     let namespace = format!("stored-statuses-{}", uuid::Uuid::new_v4());
     let store = RedisStore::connect(&url, &namespace).await.unwrap_or_else(|e| panic!("Redis at {url}: {e}"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -3,7 +3,7 @@
 //! stored when it is a verdict (2xx, 4xx) and retried when it is not (5xx, 409, 429).
 #![warn(missing_docs)]
 
-use effectively_once::outbound::{self, classify};
+use effectively_once::outbound::{self, disposition};
 use effectively_once::{Idempotency, Key, Outcome};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::events::Context;
@@ -50,7 +50,7 @@ impl Handler<SqsMessage> for Charges {
             // Same record key, same provider key: a retry after a 500 or a lost answer is
             // deduplicated by the provider, a duplicate after completion never reaches it.
             let (status, retry_after, body) = self.provider.post("/charges", key.idempotency_header(), &body).await?;
-            match classify(status, retry_after.as_deref()) {
+            match disposition(status, retry_after.as_deref()) {
                 outbound::Disposition::Store => Ok(Answer { status, body }),
                 // Released, so the redelivery calls again (SQS's visibility timeout is the wait).
                 outbound::Disposition::Retry { after } => {

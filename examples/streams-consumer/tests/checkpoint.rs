@@ -1,5 +1,6 @@
 //! The projector on the local AWS: a transient failure at record 2 of 4 is the checkpoint, and
-//! redelivering from it projects every order once.
+//! redelivering from it projects every order once; a put refused past the dedup window (a
+//! permanent answer) is no checkpoint, so the orders behind it are projected.
 
 mod common;
 
@@ -96,4 +97,64 @@ async fn a_write_the_store_refuses_for_good_is_the_checkpoint_until_the_fix() {
     assert!(done.batch_item_failures.is_empty(), "{:?}", done.batch_item_failures);
     let totals = item(&client, &projections, &format!("customer#{customer}")).await;
     assert_eq!((number(&totals, "order_count"), number(&totals, "total_cents")), (Some(2), Some(10)), "{totals:?}");
+}
+
+/// A refused put past the dedup window is permanent, not the checkpoint.
+mod past_the_window {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use effectively_once::{Config, Idempotency, ManualClock};
+    use effectively_once_dynamodb::testing::fresh_store;
+    use effectively_once_dynamodb::Table;
+    use effectively_once_effects::testing::streams::Batch;
+    use effectively_once_effects::testing::{fresh_table, unique_name, KeyAttribute};
+    use effectively_once_lambda::events::{Context, LambdaEvent};
+    use effectively_once_lambda::streams::{self, Options};
+    use serde_json::json;
+    use streams_consumer::Projector;
+
+    /// A dedup window of one hour; the shard redelivers record 1 (already projected) and a new
+    /// record 2 two hours later (a stalled shard, a bisected batch). The record of order 1 has
+    /// expired, so its put is refused: `commit_once` answers a non-retryable error, which must stay
+    /// permanent as a record error, or the driver would checkpoint on it forever: order 2, behind
+    /// it, is projected.
+    #[tokio::test]
+    async fn a_refused_put_past_the_window_does_not_stall_the_shard() {
+        let (store, _) = fresh_store().await;
+        let client = store.client().clone();
+        let projections = fresh_table(&client, "projections", KeyAttribute::string("pk"), None).await;
+        let clock = Arc::new(ManualClock::new());
+        let config = Config::default().with_clock(clock.clone()).with_dedup_window(Duration::from_secs(3600));
+        let handler = Projector {
+            idempotency: Idempotency::new(store, config),
+            projections: Table::new(projections.as_str(), "pk"),
+        };
+        let customer = unique_name("cust");
+        let (first, second) = (unique_name("ord1"), unique_name("ord2"));
+        let image = |id: &str| json!({"pk": format!("order#{id}"), "order_id": id, "customer_id": customer, "total_cents": 100});
+        let options = Options { emit_metrics: false, ..Options::new("streams-consumer") };
+
+        let once = Batch::new("orders", &["pk"]).insert(image(&first)).build();
+        let done = streams::process(&handler, LambdaEvent::new(once, Context::default()), &options).await;
+        assert!(done.batch_item_failures.is_empty(), "{:?}", done.batch_item_failures);
+
+        clock.advance(Duration::from_secs(2 * 3600));
+        let again = Batch::new("orders", &["pk"]).insert(image(&first)).insert(image(&second)).build();
+        let response = streams::process(&handler, LambdaEvent::new(again, Context::default()), &options).await;
+        let out = client
+            .get_item()
+            .table_name(&projections)
+            .key("pk", AttributeValue::S(format!("order#{second}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.batch_item_failures.is_empty() && out.item().is_some(),
+            "the shard is checkpointed at an already projected record: {:?}",
+            response.batch_item_failures
+        );
+    }
 }

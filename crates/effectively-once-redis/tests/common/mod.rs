@@ -3,7 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use effectively_once_redis::{test_url, RedisStore};
+use effectively_once_redis::testing::url as test_url;
+use effectively_once_redis::RedisStore;
 
 /// A prefix no other test in any process uses: tests share one server and run in parallel.
 /// `name` is from the prefix's character set, `[A-Za-z0-9._-]`.

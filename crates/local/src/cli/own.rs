@@ -48,16 +48,25 @@ pub async fn up(clients: &Clients, target: &OwnTarget) -> Result<()> {
     Ok(())
 }
 
-/// `local down --template`.
+/// What `local up --template` created, looked up without creating anything.
+async fn existing(clients: &Clients, target: &OwnTarget) -> Result<Own> {
+    let path = target.template.as_ref().ok_or("--template")?;
+    let json = std::fs::read_to_string(path).context(path.display().to_string())?;
+    template::lookup(clients, &json, &target.target.prefix).await.context(path.display().to_string())
+}
+
+/// `local down --template`: deletes what exists of the template's resources, creating nothing.
 pub async fn down(clients: &Clients, target: &OwnTarget) -> Result<()> {
-    template::down(clients, &resources(clients, target).await?).await;
+    let path = target.template.as_ref().ok_or("--template")?;
+    let json = std::fs::read_to_string(path).context(path.display().to_string())?;
+    template::down_prefix(clients, &json, &target.target.prefix).await.context(path.display().to_string())?;
     println!("deleted the template's local tables, queues and streams");
     Ok(())
 }
 
 /// `local env --template`.
 pub async fn env(clients: &Clients, target: &OwnTarget) -> Result<()> {
-    print!("{}", resources(clients, target).await?.env_file(target.function.as_deref(), &endpoint())?);
+    print!("{}", existing(clients, target).await?.env_file(target.function.as_deref(), &endpoint())?);
     Ok(())
 }
 

@@ -59,27 +59,17 @@ pub fn bootstrap() -> Result<String> {
 
 /// The local broker's address once something answers on its port, starting it when nothing does.
 fn start_local_kafka() -> std::result::Result<String, String> {
-    let port = std::env::var("LOCAL_KAFKA_PORT").unwrap_or_else(|_| "9094".into());
-    let bootstrap = format!("127.0.0.1:{port}");
-    let address: std::net::SocketAddr =
-        bootstrap.parse().map_err(|_| format!("LOCAL_KAFKA_PORT={port} is not a port"))?;
-    let answers = || std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2)).is_ok();
-    if answers() {
-        return Ok(bootstrap);
-    }
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/local/kafka.sh");
-    // Its progress (the one-time build, the log's path) goes to the caller's stderr.
-    let status = std::process::Command::new(&script)
-        .arg("up")
-        .env("LOCAL_KAFKA_PORT", &port)
-        .stdout(std::process::Stdio::null())
-        .status();
-    let failed = match status {
-        Ok(status) if status.success() && answers() => return Ok(bootstrap),
-        Ok(status) => format!("`{} up` failed ({status})", script.display()),
-        Err(error) => format!("{} did not run ({error})", script.display()),
-    };
-    Err(format!("no Kafka broker at {bootstrap} and {failed}: run `make local-kafka-up` (LOCAL_KAFKA_PORT={port})"))
+    effectively_once::local_service::LocalService {
+        name: "Kafka broker",
+        scheme: "",
+        port_var: "LOCAL_KAFKA_PORT",
+        default_port: 9094,
+        script: &script,
+        verb: "up",
+        hint: "run `make local-kafka-up`, or set KAFKA_BOOTSTRAP",
+    }
+    .ensure()
 }
 
 /// The template's parameter (the MSK cluster's ARN) the Kafka mapping reads from.

@@ -1,6 +1,6 @@
-//! Review of issue 15 (batch commit) under injected faults: the fault proxy between the ledger's
-//! client and the local AWS, so a transaction of the batch can be throttled or lose its answer;
-//! and two consumers on one hot account. All three hold on 3ed80c3.
+//! The ledger's batch path under injected faults, each event posted once: the fault proxy between
+//! the ledger's client and the local AWS throttles a transaction of the batch or loses its
+//! answer; and two consumers post to one hot account at once.
 
 use std::sync::Arc;
 
@@ -31,10 +31,9 @@ async fn through(h: &LedgerHarness, rules: Arc<dyn Rules>, retries: RetryConfig)
 /// Batch `[d: account A debits 10 (a new account), x: id X credits A 5, x2: id X credits B 5]`.
 /// Account A's aggregate fails (no funds), so A goes one at a time; d's own transaction is
 /// throttled (retryable), which holds back x ("not started"). x2, the copy of X with another
-/// payload, is then committed alone because its first copy did not commit: X is applied to
-/// account B, with the payload that one by one is key reuse, and when x is redelivered it is
-/// key reuse and goes to the DLQ, although x was never even tried.
-/// Found on 9425633 (the copy was committed alone), fixed in 3ed80c3; a regression test.
+/// payload, must not be committed alone because its first copy did not commit: X would be
+/// applied to account B, with the payload that one by one is key reuse, and x, when
+/// redelivered, be key reuse and go to the DLQ although it was never even tried.
 #[tokio::test]
 async fn a_copy_does_not_take_the_id_of_a_held_back_first_copy() {
     let h = LedgerHarness::new().await;

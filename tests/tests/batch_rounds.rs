@@ -1,8 +1,7 @@
-//! Review of issue 15 (batch commit, as fixed in 3ed80c3): when a batch's rounds run out, the
-//! members still live are reported retryable (undecided), but the group's later members that had
-//! gone alone are then committed one at a time anyway: a later event of an account is decided
-//! before an earlier one. Needs transaction conflicts, which the local AWS never answers, so a
-//! scripted DynamoDB endpoint on loopback answers instead.
+//! When a batch's rounds run out, the members still live are reported retryable (undecided), and
+//! the group's later members that had gone alone wait with them: no later event of an account is
+//! decided before an earlier one. Needs transaction conflicts, which the local AWS never answers,
+//! so the scripted DynamoDB endpoint (`end_to_end::scripted`) on loopback answers instead.
 
 use effectively_once::Outcome;
 use effectively_once_dynamodb::MAX_ROUNDS;
@@ -13,9 +12,9 @@ use payments::{Ledger, Posting};
 /// One account, `[a0: +100, a1, a2: -100]`. Round 1's transaction (a0, a1, a2 each an entry
 /// and a record, then the balance) is cancelled by a1's entry: a1 goes alone and takes a2 with
 /// it; a0 is sent again. Every later round is cancelled by a conflict on the balance, until the
-/// rounds run out and a0 is reported retryable: undecided, redelivered later. Then a1 and a2
-/// are committed alone: a2, after a0 in its account, is decided before a0 (here applied; on a
-/// real table, the debit without a0's credit is rejected and the rejection recorded for good).
+/// rounds run out and a0 is reported retryable: undecided, redelivered later. a1 and a2 must not
+/// then be committed alone: a2, after a0 in its account, would be decided before a0 (here
+/// applied; on a real table, the debit without a0's credit rejected and recorded for good).
 #[tokio::test]
 async fn rounds_run_out_and_a_later_member_is_not_committed_alone() {
     let mut script = vec![cancelled(&["None", "None", "ConditionalCheckFailed", "None", "None", "None", "None"])];

@@ -1,7 +1,8 @@
-//! Review (final): a send whose outcome is unknown holds the key for its body until the lease
-//! ends, and then the same body is to take it over and send again. If another body's request
-//! comes first after the lease, it is refused (`422`) and its attempt holds the key until its
-//! own lease ends; then the first body's retry takes the key over, sends once, and is replayed.
+//! A send whose outcome is unknown holds the key for its body until the lease ends, and then the
+//! same body takes it over and sends again. If another body's request comes first after the
+//! lease, it is refused (`422`) and its attempt holds the key until its own lease ends; then the
+//! first body's retry takes the key over, sends once, and is replayed. Over real HTTP, on the
+//! local AWS's idempotency table.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
