@@ -7,7 +7,6 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::Client;
@@ -42,36 +41,18 @@ pub fn endpoint() -> String {
 
 /// The local AWS's URL once something answers on its port, starting it when nothing does.
 fn start_local_aws() -> Result<String, String> {
-    let port: u16 = match std::env::var("LOCAL_AWS_PORT") {
-        Ok(port) => port.parse().map_err(|_| format!("LOCAL_AWS_PORT={port} is not a port"))?,
-        Err(_) => 4566,
-    };
-    let url = format!("http://127.0.0.1:{port}");
-    let listening = || std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2));
-    if listening().is_ok() {
-        return Ok(url);
-    }
     // Present when this crate is built from a checkout (a path dependency), not from crates.io.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/local/aws.sh");
-    if !script.is_file() {
-        return Err(format!(
-            "no local AWS at {url}: start one (`make local-aws-up` in an effectively-once checkout) or set AWS_ENDPOINT_URL"
-        ));
+    effectively_once::local_service::LocalService {
+        name: "local AWS",
+        scheme: "http://",
+        port_var: "LOCAL_AWS_PORT",
+        default_port: 4566,
+        script: &script,
+        verb: "up",
+        hint: "run `make local-aws-up` in an effectively-once checkout, or set AWS_ENDPOINT_URL",
     }
-    // Its progress (the one-time install, the log's path) goes to the test's stderr.
-    let status = std::process::Command::new(&script)
-        .arg("up")
-        .env("LOCAL_AWS_PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .status();
-    let failed = match status {
-        Ok(status) if status.success() && listening().is_ok() => return Ok(url),
-        Ok(status) => format!("`{} up` failed ({status})", script.display()),
-        Err(error) => format!("{} did not run ({error})", script.display()),
-    };
-    Err(format!(
-        "no local AWS at {url} and {failed}: run `make local-aws-up` (LOCAL_AWS_PORT={port}) or set AWS_ENDPOINT_URL"
-    ))
+    .ensure()
 }
 
 /// A loopback endpoint that answers every request with `reply` (a whole HTTP response), for
