@@ -1,9 +1,8 @@
-//! Review round 2 (fixed): `classify` (now `store_error`) read only the error code, never the HTTP status. A 5xx answer
-//! whose body names no code DynamoDB's classifier knows (an empty or proxy-written body from
-//! a 502/503/504, after the SDK's own retries ran out) is `StoreErrorKind::Other`, which is
-//! permanent. Callers act on that: the receipts relay marks the row FAILED and the Streams
-//! driver goes past the record for good (the receipt is never sent); the SQS FIFO driver goes
-//! on with the group past the failed message, so a later debit may be rejected for good.
+//! How `store_error` classes a failed DynamoDB call: by its HTTP status as well as its error
+//! code. A 5xx whose body names no known code (an empty or proxy-written body from a 502, 503
+//! or 504, after the SDK's own retries ran out) is retryable, never permanent: the receipts
+//! relay would mark the row failed, the Streams driver would go past the record for good, and
+//! the SQS FIFO driver would go on with the group past the message.
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
