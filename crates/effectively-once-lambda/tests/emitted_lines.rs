@@ -127,6 +127,14 @@ async fn child_runs_three_invocations() {
 
 #[test]
 fn the_emf_and_log_lines_a_function_prints() {
+    let lines = child_lines();
+    let (emf, logs): (Vec<&Value>, Vec<&Value>) = lines.iter().partition(|l| l.get("_aws").is_some());
+    check_metrics(&emf);
+    check_logs(&logs);
+}
+
+/// The JSON lines the child's three invocations print; none carries an address.
+fn child_lines() -> Vec<Value> {
     let exe = std::env::current_exe().unwrap();
     let output = Command::new(exe)
         .args(["--exact", "child_runs_three_invocations", "--nocapture", "--test-threads=1"])
@@ -144,11 +152,16 @@ fn the_emf_and_log_lines_a_function_prints() {
         .filter_map(|l| l.find('{').map(|start| &l[start..]))
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    let (emf, logs): (Vec<&Value>, Vec<&Value>) = lines.iter().partition(|l| l.get("_aws").is_some());
+    let emf = lines.iter().filter(|l| l.get("_aws").is_some()).count();
+    // One EMF line per invocation.
+    assert_eq!(emf, 3, "{stdout}");
+    lines
+}
 
-    // One EMF line per invocation, in the environment's namespace, under `Function` alone.
-    assert_eq!(emf.len(), 3, "{stdout}");
-    for line in &emf {
+/// One EMF line per invocation, in the environment's namespace, under `Function` alone, with
+/// each invocation's counts.
+fn check_metrics(emf: &[&Value]) {
+    for line in emf {
         let directive = &line["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], "StackB");
         assert_eq!(directive["Dimensions"], serde_json::json!([["Function"]]));
@@ -190,8 +203,10 @@ fn the_emf_and_log_lines_a_function_prints() {
         [0, 1, 1, 1, 1]
     );
     assert!(stream.get("OrdersPlaced").is_none(), "the custom metric was emptied by the last flush");
+}
 
-    // Log lines: each in the invocation's span (request id, function name and version, cold start).
+/// Log lines: each in the invocation's span (request id, function name and version, cold start).
+fn check_logs(logs: &[&Value]) {
     let span = |log: &Value, name: &str| -> Value {
         log["spans"].as_array().unwrap().iter().find(|s| s["name"] == name).cloned().unwrap_or(Value::Null)
     };
@@ -201,7 +216,7 @@ fn the_emf_and_log_lines_a_function_prints() {
     assert_eq!(done("message_id"), 6, "five messages done in the first invocation, one in the second");
     // The stream's INSERT at 1 is done; 2 failed permanently; the MODIFY at 3 is skipped, at debug.
     assert_eq!(done("sequence"), 1, "a stream record done says so, as a message does");
-    for log in &logs {
+    for log in logs {
         if log["level"] == "INFO" {
             assert!(!log.to_string().contains('@'), "an address at info: {log}");
         }
