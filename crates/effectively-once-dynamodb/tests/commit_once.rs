@@ -296,16 +296,7 @@ mod zero_window {
         let first = idempotency.commit_once(&key, "e-1", add).await;
         clock.advance(Duration::from_secs(30));
         let redelivery = idempotency.commit_once(&key, "e-1", add).await;
-        let out = store
-            .client()
-            .get_item()
-            .table_name(table.name())
-            .key("id", AttributeValue::S("counter".into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap();
-        let n = out.item().and_then(|i| i.get("n")).and_then(|v| v.as_n().ok()).cloned();
+        let n = super::counter(&store, &table).await;
         assert_eq!(n.as_deref(), Some("1"), "applied twice: {first:?} then {redelivery:?}");
     }
 }
