@@ -68,7 +68,7 @@ pub trait CommitOnce {
         F: FnOnce(&mut Tx<R>) -> Result<R, Error> + Send;
 
     /// The modelled write units of the transaction `build` makes, committed and cancelled
-    /// ([`WriteUnits`](WriteUnits)); nothing is sent.
+    /// ([`WriteUnits`]); nothing is sent.
     fn write_units<R, F>(&self, key: &Key, build: F) -> Result<WriteUnits, Error>
     where
         R: Serialize,

@@ -30,12 +30,12 @@
 //! # }
 //! ```
 //!
-//! [`send_once`] keeps its marker whatever the idempotency disable switch says
+//! [`send_once()`] keeps its marker whatever the idempotency disable switch says
 //! (`Config::is_disabled`): the marker is the email's once-only condition, not a cache.
 //!
 //! The module's parts: [`EmailMessage`] (`message`), the [`EmailSender`] seam (here),
 //! [`SesSender`] (`ses`) and the one mapping of SES's errors to [`SendErrorKind`]s
-//! (`ses_error`), [`send_once`] and its two rules (`send_once`), and the `RecordingSender` fake
+//! (`ses_error`), [`send_once()`] and its two rules (`send_once`), and the `RecordingSender` fake
 //! (`recording`, with the `test-util` feature).
 
 use std::future::Future;
