@@ -20,7 +20,7 @@ pub fn key_reused(event: &PaymentEvent) -> Answer {
 }
 
 /// `503 key_held`, stored for good: the key's claim replaced a record that could not be read,
-/// which may be another body's send ([`rules::OnClaim::Hold`](crate::rules::OnClaim::Hold)).
+/// which may be another body's send ([`rules::OnClaim::Hold`](effectively_once_http::rules::OnClaim::Hold)).
 pub fn key_held(event: &PaymentEvent) -> Answer {
     Answer::key_held(&event.event_id)
 }

@@ -87,9 +87,10 @@ impl SqsQueue {
     /// (the event id), each through [`fifo_id`].
     ///
     /// Each send is one attempt: the client's retries are turned off here. A refusal must mean
-    /// that nothing landed, since it releases a free key ([`rules::on_failure`](crate::rules::on_failure)); with the
-    /// SDK's retries, an attempt that may have landed (a 500, a timeout) followed by a refused
-    /// one (throttled) would read as a refusal, and the key would be freed for another body
+    /// that nothing landed, since it releases a free key
+    /// ([`rules::on_failure`](effectively_once_http::rules::on_failure)); with the SDK's retries,
+    /// an attempt that may have landed (a 500, a timeout) followed by a refused one (throttled)
+    /// would read as a refusal, and the key would be freed for another body
     /// while the first may be on the queue. The caller retries instead (a `503`).
     pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>, fifo: bool) -> Self {
         let once = client.config().to_builder().retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled());
