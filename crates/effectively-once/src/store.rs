@@ -188,6 +188,17 @@ impl StoreError {
         self.kind.is_retryable()
     }
 
+    /// Whether this failure of a caller's own write (a ledger entry, an email marker) is a
+    /// verdict on the message: the write refused for good, too large or a request the store
+    /// calls invalid. A condition the write held on ([`StoreErrorKind::ConditionFailed`]) or
+    /// the caller's misuse of the API ([`StoreErrorKind::Misuse`]) is no verdict: the data or
+    /// the code changes, and the message waits for it. A once-only record the store refuses
+    /// is judged by [`Error::is_verdict_on_the_message`](crate::Error::is_verdict_on_the_message)
+    /// instead.
+    pub fn is_verdict_on_the_message(&self) -> bool {
+        !self.is_retryable() && !matches!(self.kind, StoreErrorKind::ConditionFailed | StoreErrorKind::Misuse)
+    }
+
     /// Its message and source, for an [`Error`](crate::Error) that takes them over.
     pub(crate) fn into_parts(self) -> (String, Option<Box<dyn std::error::Error + Send + Sync>>) {
         (self.message, self.source)

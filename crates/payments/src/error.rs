@@ -50,7 +50,7 @@ impl Error {
             Error::InvalidPayment(_) => true,
             // The idempotency layer's one answer, which `commit_batch` holds a group back on.
             Error::Idempotency(error) => error.is_verdict_on_the_message(),
-            Error::Store(error) => !error.is_retryable(),
+            Error::Store(error) => error.is_verdict_on_the_message(),
             Error::Receipt(error) => error.is_verdict_on_the_message(),
         }
     }
@@ -146,6 +146,26 @@ mod tests {
     use effectively_once_effects::{SendError, SendErrorKind};
 
     use super::*;
+
+    /// The business write's own refusal for good (too large, a request the store calls invalid)
+    /// is a verdict; a condition the caller's write held on, or the caller's misuse of the API,
+    /// is the data's or the code's, never the message's: the message waits for the fix.
+    #[test]
+    fn only_a_write_refused_for_good_is_a_verdict_among_store_errors() {
+        let store = |kind| Error::Store(effectively_once::StoreError::new(kind, "write 1 refused"));
+        assert!(store(StoreErrorKind::TooLarge).is_verdict_on_the_message());
+        assert!(store(StoreErrorKind::Other).is_verdict_on_the_message());
+        for kind in [
+            StoreErrorKind::ConditionFailed,
+            StoreErrorKind::Misuse,
+            StoreErrorKind::Misconfigured,
+            StoreErrorKind::Unavailable,
+            StoreErrorKind::Throttled,
+            StoreErrorKind::Fenced,
+        ] {
+            assert!(!store(kind).is_verdict_on_the_message(), "{kind:?}");
+        }
+    }
 
     /// Transparent like the effects' error it wraps: each message of the chain shows once.
     #[test]
