@@ -5,18 +5,19 @@
 #
 #   infra/semver.sh install        install (once) only
 #   infra/semver.sh check CRATE..  check the crates against the baseline
+#   infra/semver.sh baseline       print the baseline revision
 #
-# Baseline, the last packaged version, as a git revision (cargo-semver-checks' --baseline-rev builds
+# Baseline, the last released version, as a git revision (cargo-semver-checks' --baseline-rev builds
 # it from git, so neither the network nor crates.io is needed): SEMVER_BASELINE_REV if set, else the
-# newest release tag `v*`, else the commit the last successful `make package` ran on (recorded in
-# $CARGO_TARGET_DIR/package/semver-baseline). With none of them (a fresh clone before its first
-# release) there is nothing to compare against, and the check says so and passes. A crate the
-# baseline does not have yet (new since then) is skipped, and said so.
+# newest release tag `v*`, else the last commit of the previous workspace version (the newest
+# commit whose Cargo.toml says another version): changes within an unreleased version break no
+# one, and a change since the previous version must fit the bump the current one made. With none
+# of them (one version in all of history) there is nothing to compare against, and the check says
+# so and passes. A crate the baseline does not have yet (new since then) is skipped, and said so.
 # The first install compiles cargo-semver-checks from source: about 12 minutes on 2 cores.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-RECORD="${CARGO_TARGET_DIR:-$ROOT/target}/package/semver-baseline"
 SEMVER_CHECKS_VERSION="${SEMVER_CHECKS_VERSION:-0.51.0}"
 TOOLS="$ROOT/.tools/semver-checks"
 BIN="$TOOLS/bin/cargo-semver-checks"
@@ -44,14 +45,32 @@ install() {
   fi
 }
 
+# The workspace version in the root Cargo.toml at a revision.
+version_at() {
+  git -C "$ROOT" show "$1:Cargo.toml" 2>/dev/null \
+    | sed -n '/^\[workspace\.package\]/,/^\[/s/^version = "\(.*\)"/\1/p'
+}
+
+# The newest commit whose workspace version is not the current one, or nothing.
+previous_version() {
+  local current commit
+  current="$(version_at HEAD)"
+  for commit in $(git -C "$ROOT" log --format=%H -- Cargo.toml); do
+    if [[ "$(version_at "$commit")" != "$current" ]]; then
+      echo "$commit"
+      return
+    fi
+  done
+}
+
 # The baseline revision, or nothing (see the top of this file).
 baseline() {
   if [[ -n "${SEMVER_BASELINE_REV:-}" ]]; then
     echo "$SEMVER_BASELINE_REV"
   elif git -C "$ROOT" describe --tags --abbrev=0 --match 'v*' >/dev/null 2>&1; then
     git -C "$ROOT" describe --tags --abbrev=0 --match 'v*'
-  elif [[ -s "$RECORD" ]] && git -C "$ROOT" cat-file -e "$(cat "$RECORD")^{commit}" 2>/dev/null; then
-    cat "$RECORD"
+  else
+    previous_version
   fi
 }
 
@@ -60,8 +79,7 @@ check() {
   local rev
   rev="$(baseline)"
   if [[ -z "$rev" ]]; then
-    log "no baseline: no release tag v*, no earlier \`make package\` recorded; nothing to compare against"
-    record
+    log "no baseline: no release tag v*, no earlier workspace version; nothing to compare against"
     return
   fi
   log "baseline: $rev ($(git -C "$ROOT" log -1 --format='%h %s' "$rev"))"
@@ -77,17 +95,11 @@ check() {
     # --all-features: every public item, as docs.rs shows them.
     (cd "$ROOT" && "$BIN" semver-checks check-release --baseline-rev "$rev" --all-features "${args[@]}")
   fi
-  record
-}
-
-# This commit becomes the next baseline (when no SEMVER_BASELINE_REV or tag says otherwise).
-record() {
-  mkdir -p "$(dirname "$RECORD")"
-  git -C "$ROOT" rev-parse HEAD >"$RECORD"
 }
 
 case "${1:-}" in
   install) install ;;
+  baseline) baseline ;;
   check) shift; check "$@" ;;
-  *) echo "usage: $0 install|check CRATE.." >&2; exit 2 ;;
+  *) echo "usage: $0 install|baseline|check CRATE.." >&2; exit 2 ;;
 esac
