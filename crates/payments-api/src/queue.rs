@@ -51,15 +51,17 @@ impl std::error::Error for EnqueueError {}
 pub const MAX_FIFO_ID: usize = 128;
 
 /// A FIFO queue's id for `value` (an event id or an account id, up to 200 characters by the
-/// contract): the value itself when it fits SQS's 128 characters, else the lower-case hex
-/// SHA-256 of it (64 characters). Deterministic, so a resend carries the same ids; the
-/// contract's characters are all allowed in these ids.
+/// contract): the value itself when it fits SQS's 128 characters, else `~` and the lower-case
+/// hex SHA-256 of it (65 characters). Deterministic, so a resend carries the same ids; the
+/// contract's characters are all allowed in these ids, and none is a `~`, so a hashed id never
+/// equals a value kept as it is (another event's key that spells this one's hash).
 pub fn fifo_id(value: &str) -> String {
     use sha2::{Digest, Sha256};
     if value.len() <= MAX_FIFO_ID {
         return value.to_owned();
     }
-    Sha256::digest(value.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    let hex: String = Sha256::digest(value.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("~{hex}")
 }
 
 /// Where accepted payment events go: [`SqsQueue`], or a test's wrapper around it.
@@ -137,9 +139,25 @@ mod tests {
         assert_eq!(fifo_id(&fits), fits, "128 characters are kept as they are");
         let long = format!("pay_{}", "k".repeat(125));
         let hashed = fifo_id(&long);
-        assert_eq!(hashed.len(), 64);
-        assert!(hashed.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{hashed}");
+        let hex = hashed.strip_prefix('~').expect("a hashed id starts with ~");
+        assert_eq!(hex.len(), 64);
+        assert!(hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{hashed}");
         assert_eq!(fifo_id(&long), hashed, "deterministic: a resend carries the same id");
         assert_ne!(fifo_id(&format!("{long}x")), hashed);
+    }
+
+    /// A hashed id is never a key as it is: a caller whose next key is the hash of its long key
+    /// would otherwise share that key's deduplication id, and SQS would drop the second event
+    /// after the API answered 202.
+    #[test]
+    fn a_hashed_id_never_equals_a_key_kept_as_it_is() {
+        let long = "k".repeat(200);
+        let hashed = fifo_id(&long);
+        let key_of_the_hash = hashed.trim_start_matches('~');
+        let mut headers = lambda_http::http::HeaderMap::new();
+        headers.insert(effectively_once_http::HEADER, key_of_the_hash.parse().unwrap());
+        let key = effectively_once_http::IdempotencyKey::from_headers(&headers, "api", None);
+        assert!(key.is_ok(), "a valid Idempotency-Key: {key_of_the_hash}");
+        assert_ne!(fifo_id(key_of_the_hash), hashed, "two events, one deduplication id");
     }
 }
