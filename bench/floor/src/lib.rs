@@ -10,6 +10,7 @@ use std::collections::HashSet;
 use std::num::NonZeroU8;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use serde::Deserialize;
@@ -112,7 +113,12 @@ pub async fn handle(client: &Client, table: &str, event: SqsEvent) -> Result<Sqs
         for (account, sum, count, currency) in &chunk.accounts {
             items.push(balance(table, account, *sum, *count, currency)?);
         }
-        client.transact_write_items().set_transact_items(Some(items)).send().await?;
+        client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+            .map_err(|e| format!("TransactWriteItems: {}", DisplayErrorContext(e)))?;
     }
     Ok(response)
 }
