@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# `make bench`: our payments-consumer against the Powertools pattern, one workload, one local AWS.
+# `make bench`: our payments-consumer against the floor (bench/floor) and the Powertools pattern,
+# one workload, one local AWS.
 #
 #   bench/run.sh [harness options]      e.g. bench/run.sh --rounds 7 --events 2000
 #
 # 1. installs the pinned moto (infra/local/aws.sh install: into this checkout's .local-aws/venv,
 #    whether or not a local AWS, this checkout's or another's, is already running) and serves it
 #    for the bench alone;
-# 2. creates or updates .tools/bench-venv from bench/peer/requirements.txt (Powertools, boto3);
-# 3. builds the release bootstrap of payments-consumer (infra/lambda.sh build --local, for this
-#    machine's architecture, without the glibc floor check: it runs here, not on Lambda) only if it
-#    is missing, older than its sources or of another architecture (a cold build takes several
-#    minutes);
+# 2. creates or updates .tools/bench-venv from bench/peer/requirements.txt (Powertools,
+#    awslambdaric, boto3);
+# 3. builds the release bootstraps of payments-consumer and of the floor, payments-floor
+#    (infra/lambda.sh build --local, for this machine's architecture, without the glibc floor
+#    check: they run here, not on Lambda), each only if it is missing, older than its sources or of
+#    another architecture (a cold build takes several minutes);
 # 4. runs the in-process criterion benchmark (crates/effectively-once/benches/overhead.rs);
-# 5. runs the harness (bench/harness/, `python -m bench.harness`): both functions under the same Lambda Runtime API, the same workload
-#    and the same local AWS; the table is printed and written to $TARGET/bench/report.md, the
+# 5. runs the harness (bench/harness/, `python -m bench.harness`): ours, the floor and the peer
+#    (cache off and on) under the same Lambda Runtime API, the same workload and the same local AWS,
+#    instruction counts under valgrind (callgrind) when it is installed; the table is printed and written to $TARGET/bench/report.md, the
 #    chart to $TARGET/bench/chart.svg ($TARGET: cargo's target directory, CARGO_TARGET_DIR if set).
 #
 # The local AWS counts requests server-wide, so by default the bench gets a server of its own
@@ -34,6 +37,7 @@ TARGET="$(cargo metadata --format-version 1 --no-deps |
   "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 OUT="$TARGET/bench"
 BOOTSTRAP="$TARGET/lambda/payments-consumer/bootstrap"
+FLOOR="$TARGET/lambda/payments-floor/bootstrap"
 
 log() { echo "bench: $*" >&2; }
 
@@ -80,30 +84,39 @@ if [[ ! -x "$VENV/bin/python" ]] || ! cmp -s "$REQS" "$STAMP"; then
   cp "$REQS" "$STAMP"
 fi
 
-# 3. Our function, release build, only when missing, older than what it is built from, or built
-#    for another architecture (`make build ARCH=arm64` writes the same path): it runs here.
-SOURCES=(Cargo.toml Cargo.lock .cargo/config.toml crates/payments-consumer crates/effectively-once-lambda crates/effectively-once-effects
+# 3. Our function and the floor, release builds, each only when missing, older than what it is
+#    built from, or built for another architecture (`make build ARCH=arm64` writes the same path):
+#    they run here.
+COMMON=(Cargo.toml Cargo.lock .cargo/config.toml)
+OURS_SOURCES=(crates/payments-consumer crates/effectively-once-lambda crates/effectively-once-effects
   crates/payments crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
   crates/effectively-once-dynamodb/Cargo.toml)
+FLOOR_SOURCES=(bench/floor/src bench/floor/Cargo.toml)
 elf_arch() {
   case "$(readelf -h "$1" 2>/dev/null | sed -n 's/^ *Machine: *//p')" in
     *X86-64*) echo x86_64 ;;
     *AArch64*) echo aarch64 ;;
   esac
 }
-if [[ ! -x "$BOOTSTRAP" ]] || [[ "$(elf_arch "$BOOTSTRAP")" != "$(uname -m)" ]] ||
-  [[ -n "$(find "${SOURCES[@]}" -type f -newer "$BOOTSTRAP" -print -quit 2>/dev/null)" ]]; then
-  log "building payments-consumer (release; several minutes when cold)"
-  ARCH="$(uname -m | sed 's/aarch64/arm64/')" infra/lambda.sh build --local payments-consumer
-  touch "$BOOTSTRAP" # built from the sources as they are now
-else
-  log "payments-consumer bootstrap is up to date"
-fi
+build_if_stale() { # PACKAGE BOOTSTRAP SOURCE...
+  local pkg="$1" bin="$2"
+  shift 2
+  if [[ ! -x "$bin" ]] || [[ "$(elf_arch "$bin")" != "$(uname -m)" ]] ||
+    [[ -n "$(find "$@" -type f -newer "$bin" -print -quit 2>/dev/null)" ]]; then
+    log "building $pkg (release; several minutes when cold)"
+    ARCH="$(uname -m | sed 's/aarch64/arm64/')" infra/lambda.sh build --local "$pkg"
+    touch "$bin" # built from the sources as they are now
+  else
+    log "$pkg bootstrap is up to date"
+  fi
+}
+build_if_stale payments-consumer "$BOOTSTRAP" "${COMMON[@]}" "${OURS_SOURCES[@]}"
+build_if_stale payments-floor "$FLOOR" "${COMMON[@]}" "${FLOOR_SOURCES[@]}"
 
 # 4. In-process overhead of the library (criterion; short measurement).
 log "criterion: Idempotency::run with InMemoryStore against a bare handler"
 cargo bench -q -p effectively-once --bench overhead
 
 # 5. Both functions, the same workload, the same local AWS.
-log "harness: payments-consumer against the Powertools peer"
-"$VENV/bin/python" -m bench.harness --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --out "$OUT" "$@"
+log "harness: payments-consumer against the floor and the Powertools peer"
+"$VENV/bin/python" -m bench.harness --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --floor "$FLOOR" --out "$OUT" "$@"

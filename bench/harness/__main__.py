@@ -1,104 +1,179 @@
-"""`python -m bench.harness`: the options, then warm-up, the rounds, the scenarios, the report."""
+"""`python -m bench.harness`: the options, then warm-up, the rounds of the mix, the LEDGER_PREREAD
+runs, the batch-size rows, callgrind, the report."""
 
 import argparse
 import datetime
 import json
 import os
+import shutil
 import sys
 
 from . import __doc__
 from .chart import chart_svg
 from .common import ROOT, TARGET, BenchError, log
 from .local_aws import LocalAws
-from .report import build_report, peer_versions, scenario_table, scenario_targets
-from .runs import Implementation, run_once, run_scenario, warm_up
+from .report import build_report, peer_versions
+from .runs import Implementation, count_instructions, run_round, run_scenario, warm_up
 from .sampling import cpu_model
-from .workload import Scenario, Workload
+from .workload import Mix, Scenario
+
+NAMES = ("ours", "floor", "peer", "peer-cache")
 
 
-def main():
-    p = argparse.ArgumentParser(prog="python -m bench.harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--events", type=int, default=1000, help="unique payment events (default 1000)")
-    p.add_argument("--duplicate-pct", type=float, default=20, help="share of messages that are duplicates")
+def options():
+    p = argparse.ArgumentParser(prog="python -m bench.harness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--events", type=int, default=1000, help="first deliveries of sandbox A's stream (default 1000)")
+    p.add_argument("--other-events", type=int, help="first deliveries of sandbox B's stream (default events / 4)")
+    p.add_argument("--duplicate-pct", type=float, default=20, help="share of each stream's messages that are duplicates")
     p.add_argument("--accounts", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--endpoint", default=os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:4566"))
     p.add_argument("--ours", default=os.path.join(TARGET, "lambda/payments-consumer/bootstrap"))
+    p.add_argument("--floor", default=os.path.join(TARGET, "lambda/payments-floor/bootstrap"))
     p.add_argument("--out", default=os.path.join(TARGET, "bench"))
-    p.add_argument("--only", choices=("ours", "peer"), help="run one implementation, no report (for profiling)")
+    p.add_argument("--only", help=f"comma-separated columns to run, of {', '.join(NAMES)}; without all four, "
+                                   "no report is written (for development and profiling)")
     p.add_argument("--perf", metavar="FILE",
                    help="with --only ours: run ours under `perf record -g -o FILE` (its CPU figures then "
                         "include perf's; read the profile with `perf report -i FILE`)")
     p.add_argument("--batch-sizes", default="1,10,1000",
-                   help="the batch-size table's sizes, first deliveries only (default 1,10,1000; '' skips it)")
+                   help="the batch-size table's sizes, first deliveries only (default 1,10,1000; '' skips them)")
     p.add_argument("--scenario-events", type=int, default=1000,
                    help="messages of each batch-size row (default 1000; at least the largest size)")
     p.add_argument("--hot-accounts", type=int, default=2, help="accounts of the hot-account rows (default 2)")
-    args = p.parse_args()
+    p.add_argument("--no-refusals", action="store_true",
+                   help="leave out the refusal rows (batch 100 on 3 accounts, batch 1000 hot with refusals)")
+    p.add_argument("--preread", default="off,redelivered,auto,always",
+                   help="LEDGER_PREREAD values to run ours under on the other-sandbox mix ('' skips them)")
+    p.add_argument("--callgrind-batches", type=int, default=10,
+                   help="batches of 10 in each counted part under callgrind (default 10; 0 skips callgrind)")
+    return p.parse_args()
+
+
+def implementations(args):
+    peer = [sys.executable, "-m", "awslambdaric", "handler.lambda_handler"]
+    peer_dir = os.path.join(ROOT, "bench/peer")
+    # What Lambda's Python 3.11 runtime sets; 3.12 and later would turn on awslambdaric's thread polling.
+    peer_env = {"AWS_EXECUTION_ENV": f"AWS_Lambda_python{sys.version_info[0]}.{sys.version_info[1]}",
+                "LAMBDA_TASK_ROOT": peer_dir}
+    return [
+        Implementation("ours", "ours", [args.ours], "payments-consumer"),
+        Implementation("floor", "floor", [args.floor], "payments-floor", every_delivery=True),
+        Implementation("peer", "Powertools, cache off", peer, "payments-consumer-powertools",
+                       {**peer_env, "PEER_LOCAL_CACHE": "0"}, cwd=peer_dir),
+        Implementation("peer-cache", "Powertools, cache on", peer, "payments-consumer-powertools",
+                       {**peer_env, "PEER_LOCAL_CACHE": "1"}, cwd=peer_dir),
+    ]
+
+
+ABOUT = {
+    "ours": "payments-consumer, release; `LEDGER_PREREAD` unset (its default)",
+    "floor": "bench/floor (`payments-floor`), release: the same ledger items in one TransactWriteItems per "
+             "batch, no idempotency, no condition, so it posts every duplicate again and refuses nothing",
+    "peer": "aws-lambda-powertools under awslambdaric: `IdempotencyConfig(event_key_jmespath=\"event_id\")`, every "
+            "other option at its default (use_local_cache=False, expires_after_seconds=3600, no payload "
+            "validation), `BatchProcessor(EventType.SQS)`, `DynamoDBPersistenceLayer` defaults",
+    "peer-cache": "the same with `use_local_cache=True, local_cache_max_items=10_000` (as many answers as ours "
+                  "remembers)",
+}
+
+
+def main():
+    args = options()
     if args.rounds < 1 or args.events < 2 * args.batch_size:
         raise SystemExit("need at least 1 round and two batches of events")
-
     aws = LocalAws(args.endpoint)
     aws.check()
-    if not os.access(args.ours, os.X_OK):
-        raise BenchError(f"{args.ours} is missing: infra/cargo-lambda.sh build --release --compiler cargo -p payments-consumer")
+    impls = implementations(args)
+    only = [x.strip() for x in args.only.split(",")] if args.only else list(NAMES)
+    if set(only) - set(NAMES):
+        raise SystemExit(f"--only: expected some of {', '.join(NAMES)}")
+    impls = [i for i in impls if i.name in only]
+    for i in impls:
+        if i.argv[0] != sys.executable and not os.access(i.argv[0], os.X_OK):
+            raise BenchError(f"{i.argv[0]} is missing: infra/lambda.sh build --local {i.function_name}")
+    if args.perf:
+        if only != ["ours"]:
+            raise SystemExit("--perf needs --only ours")
+        impls[0].argv = ["perf", "record", "-q", "-F", "2999", "-g", "-o", args.perf, "--"] + impls[0].argv
     log_dir = os.path.join(args.out, "logs")
     os.makedirs(log_dir, exist_ok=True)
+    by_name = {i.name: i for i in impls}
 
-    workload = Workload(args.events, args.duplicate_pct, args.accounts, args.batch_size, args.seed)
-    log(f"workload: {len(workload.events)} events, {workload.duplicates} duplicates, "
-        f"{workload.messages} messages in {len(workload.batches)} batches")
-    impls = [
-        Implementation("ours", "payments-consumer (Rust)", [args.ours], "payments-consumer"),
-        Implementation(
-            "peer", "Powertools (Python)",
-            [sys.executable, os.path.join(ROOT, "bench/peer/bootstrap.py"), "handler.lambda_handler"],
-            "payments-consumer-powertools",
-            {"PYTHONUNBUFFERED": "1"},
-        ),
-    ]
+    mix = Mix(args.events, args.duplicate_pct, args.accounts, args.batch_size, args.seed, args.other_events)
+    log(f"mix: A {mix.messages} messages ({mix.duplicates} duplicates) in {len(mix.a_batches)} batches; "
+        f"B {mix.other_messages} messages ({mix.other_duplicates} duplicates of A's events)")
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_before": "%.2f %.2f %.2f" % os.getloadavg(),
-        "ours_size": f"{os.path.getsize(args.ours) / 2**20:.1f} MiB, release",
-        "peer_versions": peer_versions(),
+        "about": dict(ABOUT, peer=ABOUT["peer"] + f" ({peer_versions()})"),
     }
-    if args.only:
-        impls = [i for i in impls if i.name == args.only]
-    if args.perf:
-        if args.only != "ours":
-            raise SystemExit("--perf needs --only ours")
-        impls[0].argv = ["perf", "record", "-q", "-F", "2999", "-g", "-o", args.perf, "--"] + impls[0].argv
+    log(f"load average {meta['load_before']}")
     for impl in impls:
         warm_up(impl, aws, args.endpoint, log_dir)
 
     results = {impl.name: [] for impl in impls}
     for round_no in range(1, args.rounds + 1):
-        order = impls if round_no % 2 else impls[::-1]
-        for impl in order:
-            r = run_once(impl, workload, aws, args.endpoint, round_no, log_dir)
+        k = (round_no - 1) % len(impls)
+        for impl in impls[k:] + impls[:k]:
+            r = run_round(impl, mix, aws, args.endpoint, f"r{round_no}", log_dir)
             results[impl.name].append(r)
-            log(f"round {round_no} {impl.name}: init {r['init_ms']:.1f} ms, CPU {r['cpu_us_per_msg']:.0f} µs/msg, "
-                f"{r['throughput']:.0f} msg/s, peak RSS {r['peak_rss_mib']:.1f} MiB, requests first "
-                f"{r['req_first']:g} dup {r['req_dup']:g} run {r['req_run']}"
-                f", {r['wcu_per_msg']:.2f} write units/msg; ledger ok")
+            log(f"round {round_no} {impl.name}: init {r['init_ms']:.1f} ms; A: CPU {r['cpu_us_per_msg']:.0f} µs/msg, "
+                f"{r['throughput']:.0f} msg/s, {r['req_per_msg']:.3f} req/msg, {r['wcu_per_msg']:.2f} WU/msg; probes: "
+                f"first {r['req_first']:g} req, dup same {r['req_dup_same']:g} req {r['wcu_dup_same']:.2f} WU, dup other "
+                f"{r['req_dup_other']:g} req {r['wcu_dup_other']:.2f} WU; B: {r['other_req_per_msg']:.3f} req/msg, "
+                f"{r['other_wcu_per_msg']:.2f} WU/msg, CPU {r['other_cpu_us_per_msg']:.0f} µs/msg; ledger ok")
+
+    preread, onebyone = {}, None
+    if "ours" in by_name:
+        for value in [v.strip() for v in args.preread.split(",") if v.strip()]:
+            r = run_round(by_name["ours"], mix, aws, args.endpoint, f"preread-{value}", log_dir, env={"LEDGER_PREREAD": value})
+            preread[value] = r
+            log(f"LEDGER_PREREAD={value}: B {r['other_req_per_msg']:.3f} req/msg, {r['other_wcu_per_msg']:.2f} WU/msg, "
+                f"CPU {r['other_cpu_us_per_msg']:.0f} µs/msg; dup other {r['req_dup_other']:g} req "
+                f"{r['wcu_dup_other']:.2f} WU; ledger ok")
+        onebyone = run_round(by_name["ours"], mix, aws, args.endpoint, "onebyone", log_dir, other_batch_size=1)
+        log(f"one by one: B {onebyone['other_req_per_msg']:.3f} req/msg, {onebyone['other_wcu_per_msg']:.2f} WU/msg")
 
     sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
-    scenarios = [Scenario(label, b, accounts, max(args.scenario_events, b), args.seed + 1)
+    seed = args.seed + 1
+    scenarios = [Scenario(label, b, accounts, max(args.scenario_events, b), seed)
                  for label, accounts in (("spread", args.accounts), ("hot", args.hot_accounts)) for b in sizes]
+    if not args.no_refusals:
+        scenarios += [Scenario("refusals", 100, 3, max(args.scenario_events, 100), seed, refusals="currency"),
+                      Scenario("refusals", 1000, args.hot_accounts, max(args.scenario_events, 1000), seed, refusals="mixed")]
     scenario_results = {impl.name: {} for impl in impls}
     for k, sc in enumerate(scenarios):
-        for impl in (impls if k % 2 else impls[::-1]):
+        j = k % len(impls)
+        for impl in impls[j:] + impls[:j]:
             r = run_scenario(impl, sc, aws, args.endpoint, log_dir)
             scenario_results[impl.name][sc.key] = r
             log(f"{sc.key} {impl.name}: {r['req_per_msg']:.3f} requests/msg, {r['wcu_per_msg']:.2f} write units/msg, "
-                f"{r['throughput']:.0f} msg/s, CPU {r['cpu_us_per_msg']:.0f} µs/msg; ledger ok")
+                f"{r['throughput']:.0f} msg/s, CPU {r['cpu_us_per_msg']:.0f} µs/msg, {r['refused']} refused; ledger ok")
+
+    instructions = {}
+    if args.callgrind_batches:
+        if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+            log("no valgrind on PATH (apt-get install valgrind): instruction counts left out")
+        else:
+            sc = Scenario("callgrind", 10, args.accounts, (2 + 2 * args.callgrind_batches) * 10, seed + 1)
+            for name in ("ours", "floor"):
+                if name in by_name:
+                    instructions[name] = count_instructions(by_name[name], sc, aws, args.endpoint, log_dir,
+                                                            n_batches=args.callgrind_batches)
     meta["load_after"] = "%.2f %.2f %.2f" % os.getloadavg()
-    if args.only:
+    log(f"load average {meta['load_after']}")
+    raw = {"meta": meta, "results": results, "scenarios": scenario_results, "preread": preread,
+           "onebyone": onebyone, "instructions": instructions}
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(raw, f, indent=2)
+    if len(impls) < len(NAMES):
+        log(f"--only: no report; figures in {os.path.join(args.out, 'results.json')}")
         return
 
     overhead = None
@@ -107,33 +182,14 @@ def main():
             overhead = json.load(f)
     except (OSError, ValueError):
         pass
-    table, report, rows = build_report(args, workload, results, impls, overhead, meta)
-    ours, peer = impls[0].name, impls[1].name
-    sizes_table = scenario_table(scenarios, scenario_results, ours, peer)
-    checks = scenario_targets(scenarios, scenario_results, ours, peer, max(sizes) if sizes else 0)
-    checks_text = "\n".join(f"- {text}: {'**met**' if met else '**missed**'}" for text, met in checks)
-    if scenarios:
-        section = (
-            f"## Batch sizes\n\nFirst deliveries only ({args.scenario_events:,} messages a row, "
-            f"at least one batch), one run each, fresh process and tables; 'spread' on {args.accounts} accounts, "
-            f"'hot' on {args.hot_accounts}. Write units are modelled by the local AWS from each request "
-            "(a put its item's size in 1 KB units, an update or condition check 1, twice in a transaction, "
-            "once in a cancelled one).\n\n" + sizes_table + "\n\n" + checks_text + "\n"
-        )
-        report = report.replace("## Every round", section + "\n## Every round", 1)
+    terminal, report, chart_rows = build_report(args, mix, impls, results, scenarios, scenario_results, preread,
+                                                onebyone, instructions, overhead, meta)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(report)
     with open(os.path.join(args.out, "chart.svg"), "w") as f:
-        f.write(chart_svg(rows, args.rounds))
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"meta": meta, "results": results, "scenarios": scenario_results, "overhead": overhead}, f, indent=2)
-    print(table)
+        f.write(chart_svg(chart_rows, args.rounds))
+    print(terminal)
     print()
-    if scenarios:
-        print(sizes_table)
-        print()
-        print(checks_text)
-        print()
     print(f"report: {os.path.relpath(os.path.join(args.out, 'report.md'), ROOT)}, "
           f"chart: {os.path.relpath(os.path.join(args.out, 'chart.svg'), ROOT)}")
 

@@ -54,6 +54,14 @@ class LocalAws:
             raise BenchError(f"the local AWS at {self.endpoint} does not model write units: restart it")
         return sum(v for k, v in units.items() if k.startswith("dynamodb:"))
 
+    def counts(self):
+        """(requests, write units) served since the last reset, DynamoDB's only, in one read."""
+        body = self.route("/_local-aws/requests")
+        if body.get("write_units") is None:
+            raise BenchError(f"the local AWS at {self.endpoint} does not model write units: restart it")
+        requests = sum(v for k, v in body["requests"].items() if k.startswith("dynamodb:"))
+        return requests, sum(v for k, v in body["write_units"].items() if k.startswith("dynamodb:"))
+
     def create_tables(self, prefix):
         idem, ledger = f"{prefix}-idempotency", f"{prefix}-ledger"
         self.dynamodb.create_table(
@@ -95,34 +103,33 @@ class LocalAws:
 
 
 def verify_ledger(aws, ledger, expected, name):
-    """Exactly one entry per unique event; each balance the sum of its events. Else: fail."""
+    """The ledger holds exactly `expected` (workload.expected_ledger): one entry per posted event
+    with its account, amount and currency, and per account its balance, entry count and currency.
+    Else: fail."""
+    want_entries, want_balances, refused = expected
     items = aws.scan(ledger)
     entries = {i["sk"][len("entry#") :]: i for i in items if i["sk"].startswith("entry#")}
     balances = {i["pk"]: i for i in items if i["sk"] == "balance"}
     n_entries = sum(1 for i in items if i["sk"].startswith("entry#"))
     problems = []
-    if n_entries != len(expected):
-        problems.append(f"{n_entries} ledger entries, {len(expected)} unique events")
-    sums, counts = {}, {}
-    for e in expected:
-        pk = f"account#{e['account_id']}"
-        sums[pk] = sums.get(pk, 0) + e["amount_cents"]
-        counts[pk] = counts.get(pk, 0) + 1
-        entry = entries.get(e["event_id"])
+    if n_entries != len(want_entries):
+        problems.append(f"{n_entries} ledger entries, {len(want_entries)} expected")
+    for event_id, (pk, amount, currency) in want_entries.items():
+        entry = entries.get(event_id)
         if entry is None:
-            problems.append(f"no entry for {e['event_id']}")
-        elif entry["pk"] != pk or int(entry["amount_cents"]) != e["amount_cents"] or entry["currency"] != "USD":
-            problems.append(f"entry of {e['event_id']} is wrong: {entry}")
-    if set(balances) != set(sums):
-        problems.append(f"balance items for {len(balances)} accounts, {len(sums)} expected")
+            problems.append(f"no entry for {event_id}")
+        elif entry["pk"] != pk or int(entry["amount_cents"]) != amount or entry["currency"] != currency:
+            problems.append(f"entry of {event_id} is wrong: {entry}")
+    if set(balances) != set(want_balances):
+        problems.append(f"balance items for {len(balances)} accounts, {len(want_balances)} expected")
     wrong = 0
-    for pk, total in sums.items():
+    for pk, (total, count, currency) in want_balances.items():
         b = balances.get(pk)
-        if b is None or int(b["balance_cents"]) != total or int(b["entry_count"]) != counts[pk] or b["currency"] != "USD":
+        if b is None or int(b["balance_cents"]) != total or int(b["entry_count"]) != count or b["currency"] != currency:
             wrong += 1
             if wrong <= 5:
-                problems.append(f"{pk}: balance {b and b.get('balance_cents')} count {b and b.get('entry_count')}, "
-                                f"expected {total} over {counts[pk]}")
+                problems.append(f"{pk}: balance {b and b.get('balance_cents')} count {b and b.get('entry_count')} "
+                                f"currency {b and b.get('currency')}, expected {total} over {count} in {currency}")
     if problems:
         raise BenchError(f"{name}: the ledger is wrong:\n  " + "\n  ".join(problems[:20]))
-    return {"entries": n_entries, "accounts": len(balances), "wrong_balances": wrong}
+    return {"entries": n_entries, "accounts": len(balances), "refused": refused}

@@ -1,151 +1,242 @@
-"""The report: medians against the issue's targets, the batch-size table, every round."""
+"""The report: every table with each implementation's column side by side, ours over the floor,
+the peer at its best over ours, and the issue's targets, each met or missed by how much."""
 
 import platform
 import statistics
 
 from .common import PROBE, ROOT
 
-
-def scenario_table(scenarios, results, ours, peer):
-    head = [
-        "| workload | batch | requests/msg ours | peer | write units/msg ours | peer | msg/s ours | peer "
-        "| ours vs peer | CPU µs/msg ours | peer |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for sc in scenarios:
-        o, p = results[ours].get(sc.key), results[peer].get(sc.key)
-        if o is None or p is None:
-            continue
-        head.append(
-            f"| {sc.label} ({sc.accounts} accounts) | {sc.batch_size:,} | {o['req_per_msg']:.3f} | {p['req_per_msg']:.2f} "
-            f"| {o['wcu_per_msg']:.2f} | {p['wcu_per_msg']:.2f} | {o['throughput']:,.0f} | {p['throughput']:,.0f} "
-            f"| {o['throughput'] / p['throughput']:.1f}x | {o['cpu_us_per_msg']:,.0f} | {p['cpu_us_per_msg']:,.0f} |"
-        )
-    return "\n".join(head)
-
-
-def scenario_targets(scenarios, results, ours, peer, largest):
-    """The issue's targets that the batch-size table decides: (text, met)."""
-    o = results[ours]
-    out = []
-    if "spread-10" in o:
-        v = o["spread-10"]["req_per_msg"]
-        out.append((f"requests per message at batch 10, no duplicates: {v:.3f} (target <= 0.15)", v <= 0.15))
-    if f"spread-{largest}" in o:
-        v = o[f"spread-{largest}"]["req_per_msg"]
-        out.append((f"requests per message at batch {largest:,}: {v:.3f} (target <= 0.05)", v <= 0.05))
-    for label in ("spread", "hot"):
-        one = o.get(f"{label}-1")
-        if one is None:
-            continue
-        for sc in scenarios:
-            if sc.label == label and sc.batch_size > 1 and sc.key in o:
-                v = o[sc.key]["wcu_per_msg"]
-                out.append((f"write units per message, {label}, batch {sc.batch_size:,}: {v:.2f} against "
-                            f"{one['wcu_per_msg']:.2f} one by one (target: never above; lower when hot)",
-                            v <= one["wcu_per_msg"] and (label != "hot" or v < one["wcu_per_msg"])))
-    return out
+PEERS = ("peer", "peer-cache")
 
 
 def fmt(v, digits):
-    return f"{v:,.{digits}f}"
+    return "-" if v is None else f"{v:,.{digits}f}"
 
 
-def build_report(args, workload, results, impls, overhead, meta):
-    ours, peer = impls[0].name, impls[1].name
-    med = {name: {} for name in (ours, peer)}
-    for name in med:
-        for key in ("init_ms", "cpu_us_per_msg", "throughput", "peak_rss_mib", "req_first", "req_dup", "req_per_msg",
-                    "wcu_per_msg"):
-            med[name][key] = statistics.median(r[key] for r in results[name])
+def ratio_text(num, den, digits=2):
+    if num is None or den is None:
+        return "-"
+    if den == 0:
+        return "same" if num == 0 else "∞"
+    return f"{num / den:.{digits}f}x"
 
-    def ratio_lower(key):
-        return med[peer][key] / med[ours][key] if med[ours][key] else float("inf")
 
-    rows = []  # (metric, ours, peer, ratio, ratio_text, target, met)
+def best_peer(values, higher_is_better):
+    got = [values[p] for p in PEERS if values.get(p) is not None]
+    if not got:
+        return None
+    return max(got) if higher_is_better else min(got)
 
-    def add(metric, key, digits, target_text, met, higher_is_better=False):
-        r = med[ours][key] / med[peer][key] if higher_is_better else ratio_lower(key)
-        rows.append((metric, fmt(med[ours][key], digits), fmt(med[peer][key], digits), r, target_text, met))
 
-    add(f"DynamoDB requests per message, a batch of {PROBE} first deliveries", "req_first", 2,
-        "ours <= 0.15, peer ~3", med[ours]["req_first"] <= 0.15)
-    add(f"DynamoDB requests per message, a batch of their {PROBE} duplicates", "req_dup", 2, "ours <= peer",
-        med[ours]["req_dup"] <= med[peer]["req_dup"])
-    add("DynamoDB requests per message, whole run", "req_per_msg", 2, "-", None)
-    add("DynamoDB write units per message, whole run (modelled)", "wcu_per_msg", 2, "ours <= peer",
-        med[ours]["wcu_per_msg"] <= med[peer]["wcu_per_msg"])
-    add("handler CPU per message (µs, user+sys)", "cpu_us_per_msg", 0, "ours <= 100 µs",
-        med[ours]["cpu_us_per_msg"] <= 100)
-    add("init (ms, spawn to first /next)", "init_ms", 1, "ours <= 15 ms", med[ours]["init_ms"] <= 15)
-    add("peak RSS (MiB, VmHWM)", "peak_rss_mib", 1, ">= 3x lower", ratio_lower("peak_rss_mib") >= 3)
-    add("throughput (messages/s, batch phase)", "throughput", 0, ">= 3x the peer", ratio_lower("throughput") <= 1 / 3,
-        higher_is_better=True)
+def ahead(ours, best, higher_is_better):
+    """Whether ours beats the peer at its best on a figure (equal zero costs count as not behind)."""
+    if ours is None or best is None:
+        return None
+    if higher_is_better:
+        return ours > best
+    return ours < best or ours == best == 0
 
-    yes = lambda m: "-" if m is None else ("**yes**" if m else "**no**")
-    table = [
-        f"| metric (median of {args.rounds} round{'s' if args.rounds > 1 else ''}) | ours | peer | ours vs peer | target | met |",
-        "|---|---:|---:|---:|---|---|",
-    ]
-    for metric, o, p, r, target, met in rows:
-        table.append(f"| {metric} | {o} | {p} | {r:.1f}x {'better' if r > 1.0 else ('same' if r == 1.0 else 'worse')} | {target} | {yes(met)} |")
-    table_text = "\n".join(table)
 
-    consistent = {n: all(r["req_run_consistent"] for r in results[n]) for n in med}
+def table(head, rows, names, labels, higher=()):
+    """rows: (label cells, {impl: value}, digits, key); one column per implementation, then ours /
+    floor and the peer at its best over ours."""
+    out = ["| " + " | ".join(head + [labels[n] for n in names] + ["ours / floor", "best peer vs ours"]) + " |",
+           "|" + "---|" * len(head) + "---:|" * (len(names) + 2)]
+    behind = []
+    for cells, values, digits, hib in rows:
+        best = best_peer(values, hib)
+        ours = values.get("ours")
+        if ours is None or best is None:
+            vs = "-"
+        elif hib:
+            vs = ratio_text(ours, best, 1) + " faster"
+        else:
+            vs = "no request" if ours == 0 and best > 0 else ratio_text(best, ours, 1) + " better"
+        if ahead(ours, best, hib) is False:
+            behind.append(" ".join(cells))
+            vs = f"**{vs.replace(' better', ' (behind)').replace(' faster', ' (behind)')}**"
+        out.append("| " + " | ".join(list(cells) + [fmt(values.get(n), digits) for n in names]
+                                    + [ratio_text(ours, values.get("floor")), vs]) + " |")
+    return "\n".join(out), behind
+
+
+MIX_ROWS = [
+    # (metric, key, digits, higher is better)
+    (f"requests per message, a batch of {PROBE} first deliveries", "req_first", 2, False),
+    (f"write units per message, a batch of {PROBE} first deliveries", "wcu_first", 2, False),
+    (f"requests per duplicate, {PROBE} duplicates at the same sandbox", "req_dup_same", 2, False),
+    (f"write units per duplicate, {PROBE} duplicates at the same sandbox", "wcu_dup_same", 2, False),
+    (f"requests per duplicate, {PROBE} duplicates at another sandbox", "req_dup_other", 2, False),
+    (f"write units per duplicate, {PROBE} duplicates at another sandbox", "wcu_dup_other", 2, False),
+    ("requests per message, same-sandbox mix (A)", "req_per_msg", 3, False),
+    ("write units per message, same-sandbox mix (A)", "wcu_per_msg", 2, False),
+    ("handler CPU per message, same-sandbox mix (A, µs)", "cpu_us_per_msg", 0, False),
+    ("requests per message, other-sandbox mix (B)", "other_req_per_msg", 3, False),
+    ("write units per message, other-sandbox mix (B)", "other_wcu_per_msg", 2, False),
+    ("handler CPU per message, other-sandbox mix (B, µs)", "other_cpu_us_per_msg", 0, False),
+    ("init (ms, spawn to first /next, A)", "init_ms", 1, False),
+    ("peak RSS (MiB, VmHWM, A)", "peak_rss_mib", 1, False),
+    ("throughput (messages/s, A)", "throughput", 0, True),
+    ("throughput (messages/s, B)", "other_throughput", 0, True),
+]
+
+
+def medians(results):
+    return {name: {key: statistics.median(r[key] for r in rs) for key in rs[0] if isinstance(rs[0][key], (int, float))}
+            for name, rs in results.items() if rs}
+
+
+def mix_table(med, names, labels, rounds, instructions):
+    rows = [((metric,), {n: med[n].get(key) for n in names}, digits, hib) for metric, key, digits, hib in MIX_ROWS]
+    if instructions:
+        rows.append((("instructions per message, batch 10 (callgrind)",),
+                     {n: instructions.get(n, {}).get("instr_per_msg") for n in names}, 0, False))
+    return table([f"metric (median of {rounds})"], rows, names, labels)
+
+
+SIZE_METRICS = [("requests per message", "req_per_msg", 3, False), ("write units per message", "wcu_per_msg", 2, False),
+                ("handler CPU per message (µs)", "cpu_us_per_msg", 0, False), ("throughput (messages/s)", "throughput", 0, True)]
+
+
+def size_tables(scenarios, results, names, labels):
+    """One table per metric, a row per scenario."""
+    out, behind = [], []
+    for title, key, digits, hib in SIZE_METRICS:
+        rows = [((sc.title, f"{sc.batch_size:,}"), {n: results[n].get(sc.key, {}).get(key) for n in names}, digits, hib)
+                for sc in scenarios]
+        text, b = table(["workload", "batch"], rows, names, labels)
+        out.append(f"**{title}**\n\n{text}")
+        behind += [f"{title}: {x}" for x in b]
+    return "\n\n".join(out), behind
+
+
+def preread_table(preread, onebyone):
+    head = ["| ours, other-sandbox mix | requests/msg | write units/msg | CPU µs/msg | msg/s "
+            f"| requests/duplicate ({PROBE} at another sandbox) | write units/duplicate |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    rows = [(f"`LEDGER_PREREAD={v}`", r) for v, r in preread.items()]
+    if onebyone:
+        rows.append(("one by one (batch 1, default setting)", onebyone))
+    for label, r in rows:
+        head.append(f"| {label} | {r['other_req_per_msg']:.3f} | {r['other_wcu_per_msg']:.2f} | "
+                    f"{r['other_cpu_us_per_msg']:,.0f} | {r['other_throughput']:,.0f} | {r['req_dup_other']:.2f} | "
+                    f"{r['wcu_dup_other']:.2f} |")
+    return "\n".join(head)
+
+
+def bound(text, value, limit, unit="", digits=2):
+    """A target `value <= limit`: (text, met, how much)."""
+    if value is None or limit is None:
+        return (text, None, "not measured in this run")
+    met = value <= limit
+    how = (f"{fmt(value, digits)}{unit} against {fmt(limit, digits)}{unit}: "
+           + (f"{(1 - value / limit) * 100:.0f} % under" if met and limit else
+              "at it" if met else f"{(value / limit - 1) * 100:.0f} % over"))
+    return (text, met, how)
+
+
+def targets(med, scenarios, scenario_results, instructions, onebyone, behind, rounds):
+    o, f = med.get("ours", {}), med.get("floor", {})
+    out = []
+    cpu, fcpu = o.get("cpu_us_per_msg"), f.get("cpu_us_per_msg")
+    out.append(bound(f"handler CPU per message at batch 10 (mix A, median of {rounds}) within 1.2x the floor's",
+                     cpu, fcpu * 1.2 if fcpu else None, " µs", 0))
+    out.append(bound("handler CPU per message at batch 10 at most 90 µs", cpu, 90, " µs", 0))
+    oi, fi = instructions.get("ours", {}).get("instr_per_msg"), instructions.get("floor", {}).get("instr_per_msg")
+    out.append(bound("instructions per message at batch 10 within 1.2x the floor's", oi, fi * 1.2 if fi else None, "", 0))
+    out.append(bound(f"init at most 15 ms (median of {rounds}; load averages above)", o.get("init_ms"), 15, " ms", 1))
+    out.append(bound("write units per duplicate at another sandbox at most 1", o.get("wcu_dup_other"), 1.0))
+    ref = onebyone.get("other_wcu_per_msg") if onebyone else None
+    out.append(bound("write units per message of the other-sandbox mix no more than one by one's "
+                     "(the same stream at batch 1, measured)", o.get("other_wcu_per_msg"), ref))
+    for sc in scenarios:
+        if sc.refusals:
+            limit = 0.05 if sc.batch_size < 1000 else 0.03
+            v = scenario_results.get("ours", {}).get(sc.key, {}).get("req_per_msg")
+            out.append(bound(f"requests per message, batch {sc.batch_size:,}, {sc.title}", v, limit, "", 3))
+    out.append(("ahead of the peer at its best (the better of its two columns) on every row", not behind,
+                "every row" if not behind else "behind on: " + "; ".join(behind)))
+    return out
+
+
+def targets_text(checks):
+    mark = {True: "**met**", False: "**missed**", None: "not decided"}
+    return "\n".join(f"- {text}: {mark[met]} ({how})" for text, met, how in checks)
+
+
+def build_report(args, mix, impls, results, scenarios, scenario_results, preread, onebyone, instructions, overhead, meta):
+    names = [i.name for i in impls]
+    labels = {i.name: i.label for i in impls}
+    med = medians(results)
+    mix_text, behind = mix_table(med, names, labels, args.rounds, instructions)
+    sizes_text, size_behind = size_tables(scenarios, scenario_results, names, labels) if scenarios else ("", [])
+    checks = targets(med, scenarios, scenario_results, instructions, onebyone, behind + size_behind, args.rounds)
     lines = [
-        "# Benchmark: payments-consumer (Rust) against the Powertools pattern (Python)",
+        "# Benchmark: payments-consumer (Rust) against the floor and the Powertools pattern",
         "",
-        f"{meta['date']}; {meta['cpu']}, {meta['cores']} cores; load average {meta['load_before']} before, "
-        f"{meta['load_after']} after; local AWS {args.endpoint} (moto, one request at a time, connections kept alive).",
+        f"{meta['date']}; {meta['cpu']}, {meta['cores']} cores; load average (1, 5, 15 min) {meta['load_before']} "
+        f"before, {meta['load_after']} after; local AWS {args.endpoint} (moto, one request at a time, "
+        "connections kept alive).",
         "",
-        f"Workload (seed {args.seed}): {len(workload.events)} payment events (credits) on {args.accounts} accounts, "
-        f"{workload.duplicates} duplicates ({100 * workload.duplicates / workload.messages:.0f} % of "
-        f"{workload.messages} messages, each re-sent in a later batch under a new message id), "
-        f"{len(workload.batches)} SQS batches of {workload.batch_size}; then a probe batch of {PROBE} first "
-        f"deliveries and one of their {PROBE} duplicates. {args.rounds} round(s), fresh tables each, "
-        "the two implementations alternating which goes first.",
-        "",
-        f"- ours: `{rel(' '.join(impls[0].argv))}` ({meta['ours_size']})",
-        f"- peer: `{rel(' '.join(impls[1].argv))}` ({meta['peer_versions']})",
-        "",
-        table_text,
-        "",
-        '"ours vs peer" is peer / ours for costs (higher is better for ours) and ours / peer for throughput.',
-        "",
-        "How each figure is taken:",
-        "",
-        "- requests: counted by the local AWS for every request it serves (`/_local-aws/requests`), the "
-        "probe batches measured alone; by operation, per first delivery: ours "
-        f"{ops_text(results[ours][0]['req_first_ops'])}; peer {ops_text(results[peer][0]['req_first_ops'])}; "
-        f"per duplicate: ours {ops_text(results[ours][0]['req_dup_ops'])}; peer {ops_text(results[peer][0]['req_dup_ops'])}. "
-        f"The whole batch phase (round 1: ours {results[ours][0]['req_run']}, peer {results[peer][0]['req_run']} "
-        "requests) equals first deliveries x per first + duplicates x per duplicate for a one-message-at-a-time "
-        f"consumer (peer: {'yes' if consistent[peer] else 'NO'}); ours commits a batch at once, and a batch "
-        "mixing first deliveries and duplicates costs its cancelled transaction and the retry of the rest "
-        f"(ours: {'yes' if consistent[ours] else 'no'});",
-        "- write units: modelled by the local AWS from each DynamoDB request (moto reports no consumed "
-        "capacity), as docs/cost-model.md models them: a put its item's size in 1 KB units, an update, "
-        "delete or condition check 1, every action of a transaction twice, once when the transaction is "
-        "cancelled (its prepare phase);",
-        "- CPU: the run time of the function process's threads from `/proc/<pid>/task/*/schedstat` (ns) "
-        "between its first GET /next and the last batch's response (init excluded), divided by the "
-        "messages; user+sys from `/proc/<pid>/stat` (10 ms ticks, exited threads included) instead "
-        "when a thread exited meanwhile;",
-        "- init: from spawning the process to its first GET /next (Lambda's init phase, without the sandbox "
-        "and the download of the code);",
-        "- peak RSS: VmHWM of the process at the end of the round;",
-        "- throughput: messages over the wall time of the batch phase, batches sent one at a time. The "
-        "local AWS serves one request at a time on the same 2 cores, so this mostly measures requests "
-        "per message against that server, not what DynamoDB would do;",
-        "- the local AWS keeps connections alive for both (HTTP/1.1, as DynamoDB does; infra/local/serve.py), "
-        "and the function's CPU is measured on this machine's cores, not on a Lambda vCPU share;",
-        "- correctness, every round and both: ledger entries = unique events "
-        f"({results[ours][0]['ledger']['entries']}), each of the {results[ours][0]['ledger']['accounts']} "
-        "balances = the sum of its events with the right entry count. Idempotency table: ours "
-        f"{results[ours][0]['idempotency_items']} items (one record per event), peer "
-        f"{results[peer][0]['idempotency_items']} ({results[peer][0]['idempotency_completed']} COMPLETED).",
+        "Columns, all from this run:",
         "",
     ]
+    for i in impls:
+        lines.append(f"- {i.label}: `{rel(' '.join(i.argv))}`" + (f" with {', '.join(f'{k}={v}' for k, v in i.extra_env.items())}" if i.extra_env else "")
+                     + f"; {meta['about'].get(i.name, '')}")
+    lines += [
+        "",
+        f"## The bench mix (median of {args.rounds} round{'s' if args.rounds > 1 else ''})",
+        "",
+        f"Seed {args.seed}, {args.accounts} accounts, credits only, SQS batches of {mix.batch_size}. Sandbox A: "
+        f"{len(mix.events)} first deliveries and {mix.duplicates} duplicates re-sent to A itself "
+        f"({100 * mix.duplicates / mix.messages:.0f} % of {mix.messages} messages), each in a later batch than its "
+        f"first copy. Sandbox B (a second process of the same implementation, its own runtime API, the same tables): "
+        f"{mix.other_messages - mix.other_duplicates} new first deliveries and {mix.other_duplicates} duplicates of "
+        "events A committed. Duplicates alternate between a producer retry (new message id, "
+        "ApproximateReceiveCount 1) and an SQS redelivery (same message id, ApproximateReceiveCount 2), in both "
+        f"sandboxes. Probes, each a batch alone: {PROBE} first deliveries to A, their {PROBE} duplicates to A, "
+        f"{PROBE} duplicates of other events of A's to B. Fresh tables each round; the order of the implementations "
+        "rotates between rounds.",
+        "",
+        mix_text,
+        "",
+        "\"ours / floor\": ours over the floor (1.00x = the cost of the work alone). \"best peer vs ours\": the "
+        "better of the two peer columns over ours for costs, ours over it for throughput (above 1x: ours ahead).",
+        "",
+    ]
+    if scenarios:
+        lines += [
+            "## Batch sizes",
+            "",
+            f"First deliveries only ({args.scenario_events:,} messages a row, at least one batch), one run each, "
+            f"fresh process and tables; 'spread' on {args.accounts} accounts, 'hot' on {args.hot_accounts}; the "
+            "refusal rows' ledgers are checked against posting one by one in order (the floor's: every event "
+            "posted). Refused events per row: "
+            + ", ".join(f"{sc.key} {scenario_results.get('ours', {}).get(sc.key, {}).get('refused', '-')}"
+                        for sc in scenarios if sc.refusals) + ".",
+            "",
+            sizes_text,
+            "",
+        ]
+    if preread or onebyone:
+        lines += ["## Ours against a sandbox that never saw the duplicates: `LEDGER_PREREAD`", "",
+                  "The other-sandbox stream (B) and its probe, one round each, ours under each setting; the last "
+                  "row is the same stream one message an invocation (the one-by-one path, the target's reference).",
+                  "", preread_table(preread, onebyone), ""]
+    if instructions:
+        lines += ["## Instructions per message", "",
+                  "| implementation | instructions/msg | the part before (check) | messages counted | ours / floor |",
+                  "|---|---:|---:|---:|---:|"]
+        for n, r in instructions.items():
+            lines.append(f"| {labels.get(n, n)} | {r['instr_per_msg']:,.0f} | {r['instr_per_msg_check']:,.0f} | "
+                         f"{r['messages']} | {ratio_text(r['instr_per_msg'], instructions.get('floor', {}).get('instr_per_msg'))} |")
+        lines += ["", "`valgrind --tool=callgrind` on the release bootstrap, batch 10, spread accounts: one process "
+                  "runs 2 warm-up batches, then two equal parts; `callgrind_control --dump` after each zeroes the "
+                  "counters, so init and the warm-up are out; the figure is the last part's instructions over its "
+                  "messages (the part before it shows the noise).", ""]
+    lines += ["## Targets (issue 26, item 6)", "", targets_text(checks), ""]
+    lines += how_taken(results, names)
     if overhead:
         lines += [
             "In-process overhead of `Idempotency::run` with `InMemoryStore` (criterion, "
@@ -154,27 +245,59 @@ def build_report(args, workload, results, impls, overhead, meta):
             f"per call over a bare handler call ({overhead['bare_handler_ns']:.1f} ns).",
             "",
         ]
-    lines += ["## Every round", "", "| round | impl | init ms | CPU µs/msg | msg/s | peak RSS MiB | req first | req dup | req run | WCU/msg |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in (ours, peer):
-        for k, r in enumerate(results[name], 1):
-            lines.append(
-                f"| {k} | {name} | {r['init_ms']:.1f} | {r['cpu_us_per_msg']:.0f} | {r['throughput']:.0f} | "
-                f"{r['peak_rss_mib']:.1f} | {r['req_first']:g} | {r['req_dup']:g} | {r['req_run']} | {r['wcu_per_msg']:.2f} |"
-            )
+    lines += ["## Every round", "",
+              "| round | impl | init ms | CPU µs/msg A | msg/s A | RSS MiB | req first | req dup same | req dup other "
+              "| WU/msg A | WU/msg B | WU/dup other |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in names:
+        for k, r in enumerate(results.get(name, []), 1):
+            lines.append(f"| {k} | {name} | {r['init_ms']:.1f} | {r['cpu_us_per_msg']:.0f} | {r['throughput']:.0f} | "
+                         f"{r['peak_rss_mib']:.1f} | {r['req_first']:g} | {r['req_dup_same']:g} | {r['req_dup_other']:g} | "
+                         f"{r['wcu_per_msg']:.2f} | {r['other_wcu_per_msg']:.2f} | {r['wcu_dup_other']:.2f} |")
     lines.append("")
-    return table_text, "\n".join(lines), rows
+    chart_rows = []
+    for metric, key, digits, hib in MIX_ROWS:
+        ours, best = med.get("ours", {}).get(key), best_peer({n: med.get(n, {}).get(key) for n in names}, hib)
+        if ours and best:
+            chart_rows.append((metric, fmt(ours, digits), fmt(best, digits), ours / best if hib else best / ours, None, None))
+    terminal = "\n\n".join(x for x in (mix_text, sizes_text, targets_text(checks)) if x)
+    return terminal, "\n".join(lines), chart_rows
+
+
+def how_taken(results, names):
+    first = {n: results[n][0] for n in names if results.get(n)}
+    ledger = next(iter(first.values()))["ledger"] if first else {}
+    return [
+        "How each figure is taken:",
+        "",
+        "- requests and write units: counted by the local AWS for every DynamoDB request it serves "
+        "(`/_local-aws/requests`), between a reset and a read around each stream and each probe batch; write "
+        "units modelled as docs/cost-model.md models them (moto reports no consumed capacity): a put its item's "
+        "size in 1 KB units, an update, delete or condition check 1, every action of a transaction twice, once "
+        "when the transaction is cancelled;",
+        "- CPU: the run time of the function process's threads from `/proc/<pid>/task/*/schedstat` (ns) around "
+        "a stream (init excluded), divided by its messages; user+sys from `/proc/<pid>/stat` (10 ms ticks, "
+        "exited threads included) instead when a thread exited meanwhile; the machine is shared, so CPU moves "
+        "with its load, instructions (callgrind) do not;",
+        "- init: from spawning the process to its first GET /next (Lambda's init phase, without the sandbox "
+        "and the download of the code);",
+        "- peak RSS: VmHWM of sandbox A at the end of its probes;",
+        "- throughput: messages over the wall time of a stream, batches sent one at a time, against a local AWS "
+        "that serves one request at a time on the same cores: mostly requests per message against that server;",
+        f"- correctness, every round and row: the ledger equals posting the events one by one in order, each once "
+        f"({ledger.get('entries', '-')} entries on {ledger.get('accounts', '-')} accounts in the mix); the floor's "
+        "equals posting every delivery (an entry per event, each balance counting every delivery, duplicates "
+        "included), since it has no idempotency and no condition.",
+        "",
+    ]
 
 
 def rel(command):
     return command.replace(ROOT + "/", "")
 
 
-def ops_text(ops):
-    return " + ".join(f"{v:g} {k}" for k, v in ops.items()) or "none"
-
-
 def peer_versions():
     from importlib.metadata import version
 
-    return ", ".join(f"{p} {version(p)}" for p in ("aws-lambda-powertools", "boto3")) + f", Python {platform.python_version()}"
+    return ", ".join(f"{p} {version(p)}" for p in ("aws-lambda-powertools", "awslambdaric", "boto3")) + \
+        f", Python {platform.python_version()}"

@@ -1,24 +1,31 @@
-"""One implementation through one measured round (`run_once`) or one batch-size scenario
-(`run_scenario`), in a fresh process on fresh tables."""
+"""One implementation through one measured round of the mix (`run_round`: sandbox A, then the
+other sandbox B), one batch-size scenario (`run_scenario`), or callgrind (`count_instructions`),
+each in fresh processes on fresh tables."""
 
+import glob
 import os
+import re
 import signal
 import subprocess
 import time
 import uuid
 
-from .common import PROBE, REGION, ROOT, BenchError, tail
+from .common import PROBE, REGION, ROOT, BenchError, log, tail
+from .local_aws import verify_ledger
 from .runtime_api import RuntimeApi
 from .sampling import cpu_between, cpu_snapshot, peak_rss_mib
-from .local_aws import verify_ledger
+from .workload import expected_ledger
 
 
 class Implementation:
-    def __init__(self, name, label, argv, function_name, extra_env=None):
-        self.name, self.label, self.argv, self.function_name = name, label, argv, function_name
-        self.extra_env = extra_env or {}
+    """A function the bench drives: its command, and whether it posts every delivery (the floor:
+    no idempotency) or each event once (the contract)."""
 
-    def env(self, runtime, endpoint, idem, ledger):
+    def __init__(self, name, label, argv, function_name, extra_env=None, cwd=ROOT, every_delivery=False):
+        self.name, self.label, self.argv, self.function_name = name, label, argv, function_name
+        self.extra_env, self.cwd, self.every_delivery = dict(extra_env or {}), cwd, every_delivery
+
+    def env(self, runtime, endpoint, idem, ledger, more=None):
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
@@ -39,149 +46,156 @@ class Implementation:
             "OUTBOX_TABLE": "",
         }
         env.update(self.extra_env)
+        env.update(more or {})
         return env
+
+
+class Sandbox:
+    """One process of an implementation behind its own Runtime API: one execution environment."""
+
+    def __init__(self, impl, endpoint, idem, ledger, log_path, env=None, wrap=()):
+        self.impl, self.log_path = impl, log_path
+        self.runtime = RuntimeApi(impl.function_name)
+        self.out = open(log_path, "wb")
+        self.spawned = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(list(wrap) + impl.argv, env=impl.env(self.runtime, endpoint, idem, ledger, env),
+                                         cwd=impl.cwd, stdout=self.out, stderr=subprocess.STDOUT)
+            self.init_ms = (self.runtime.wait_ready(self.proc, log_path, timeout=600) - self.spawned) * 1000
+        except BaseException:
+            self.close()
+            raise
+        time.sleep(0.05)  # let the process settle in its GET /next before reading its CPU
+
+    def invoke(self, batch, what):
+        response = self.runtime.invoke(batch, self.proc, self.log_path)
+        if response.get("batchItemFailures"):
+            raise BenchError(f"{self.impl.name}, {what}: failed records {response['batchItemFailures'][:5]}\n"
+                             f"{tail(self.log_path)}")
+
+    def run(self, batches, aws, what):
+        """The batches one after another: (wall s, CPU s, requests, write units)."""
+        cpu0 = cpu_snapshot(self.proc.pid)
+        aws.reset()
+        start = time.monotonic()
+        for batch in batches:
+            self.invoke(batch, what)
+        elapsed = time.monotonic() - start
+        cpu1 = cpu_snapshot(self.proc.pid)
+        requests, units = aws.counts()
+        return elapsed, cpu_between(cpu0, cpu1), requests, units
+
+    def close(self, sig=signal.SIGKILL):
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)  # SIGKILL: what the end of an execution environment does
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.runtime.close()
+        self.out.close()
 
 
 def warm_up(impl, aws, endpoint, log_dir):
     """Spawns once until the first GET /next, untimed: page cache and Python's bytecode cache
-    are warm for every measured round, for both."""
-    runtime = RuntimeApi(impl.function_name)
-    log_path = os.path.join(log_dir, f"{impl.name}-warmup.log")
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            impl.argv, env=impl.env(runtime, endpoint, "warmup-idempotency", "warmup-ledger"),
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-        )
-        try:
-            runtime.wait_ready(proc, log_path)
-        finally:
-            stop(proc)
-            runtime.close()
+    are warm for every measured round."""
+    Sandbox(impl, endpoint, "warmup-idempotency", "warmup-ledger", os.path.join(log_dir, f"{impl.name}-warmup.log")).close()
 
 
-def stop(proc):
-    if proc.poll() is None:
-        if proc.args[0] == "perf":  # --perf: perf writes its profile on SIGINT, then ends ours
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=60)
-            return
-        proc.send_signal(signal.SIGKILL)  # what the end of an execution environment does
-    proc.wait(timeout=10)
-
-
-def run_once(impl, workload, aws, endpoint, round_no, log_dir):
-    prefix = f"bench-r{round_no}-{impl.name}-{uuid.uuid4().hex[:6]}"
-    idem, ledger = aws.create_tables(prefix)
-    runtime = RuntimeApi(impl.function_name)
-    log_path = os.path.join(log_dir, f"{impl.name}-round{round_no}.log")
-    out = open(log_path, "wb")
-    proc = None
+def run_round(impl, mix, aws, endpoint, tag, log_dir, env=None, other_batch_size=None):
+    """The mix through sandbox A (its stream, then the probes of first deliveries and of their
+    duplicates) and then through sandbox B, a second process on the same tables (the
+    other-sandbox stream, in batches of `other_batch_size`, then its probe of duplicates).
+    `env`: more environment for both."""
+    idem, ledger = aws.create_tables(f"bench-{tag}-{impl.name}-{uuid.uuid4().hex[:6]}")
+    r = {}
+    a = b = None
     try:
-        env = impl.env(runtime, endpoint, idem, ledger)
-        spawned = time.monotonic()
-        proc = subprocess.Popen(impl.argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        ready = runtime.wait_ready(proc, log_path)
-        init_ms = (ready - spawned) * 1000
-        time.sleep(0.05)  # let the process settle in its GET /next before reading its CPU
-        cpu0 = cpu_snapshot(proc.pid)
-
-        aws.reset()
-        start = time.monotonic()
-        for batch in workload.batches:
-            response = runtime.invoke(batch, proc, log_path)
-            if response.get("batchItemFailures"):
-                raise BenchError(f"{impl.name}: failed records {response['batchItemFailures']}\n{tail(log_path)}")
-        elapsed = time.monotonic() - start
-        cpu1 = cpu_snapshot(proc.pid)
-        run_requests = aws.requests()
-        run_units = aws.write_units()
-
-        probes = {}
-        for kind, batch in (("first", workload.probe_first), ("duplicate", workload.probe_duplicate)):
-            aws.reset()
-            response = runtime.invoke(batch, proc, log_path)
-            if response.get("batchItemFailures"):
-                raise BenchError(f"{impl.name}: failed probe records {response['batchItemFailures']}")
-            probes[kind] = aws.requests()
-        rss = peak_rss_mib(proc.pid)
+        a = Sandbox(impl, endpoint, idem, ledger, os.path.join(log_dir, f"{impl.name}-{tag}-a.log"), env)
+        r["init_ms"] = a.init_ms
+        elapsed, cpu, requests, units = a.run(mix.a_batches, aws, f"{tag} A")
+        n = mix.messages
+        r.update(cpu_us_per_msg=cpu * 1e6 / n, throughput=n / elapsed, req_per_msg=requests / n, wcu_per_msg=units / n)
+        for kind in ("first", "dup_same"):
+            _, _, requests, units = a.run([mix.probes[kind]], aws, f"{tag} probe {kind}")
+            r[f"req_{kind}"], r[f"wcu_{kind}"] = requests / PROBE, units / PROBE
+        r["peak_rss_mib"] = peak_rss_mib(a.proc.pid)
+        b = Sandbox(impl, endpoint, idem, ledger, os.path.join(log_dir, f"{impl.name}-{tag}-b.log"), env)
+        r["init_b_ms"] = b.init_ms
+        elapsed, cpu, requests, units = b.run(mix.b_batches(other_batch_size), aws, f"{tag} B")
+        n = mix.other_messages
+        r.update(other_cpu_us_per_msg=cpu * 1e6 / n, other_throughput=n / elapsed, other_req_per_msg=requests / n,
+                 other_wcu_per_msg=units / n)
+        _, cpu, requests, units = b.run([mix.probes["dup_other"]], aws, f"{tag} probe dup_other")
+        r.update(req_dup_other=requests / PROBE, wcu_dup_other=units / PROBE, cpu_us_dup_other=cpu * 1e6 / PROBE)
     finally:
-        if proc is not None:
-            stop(proc)
-        runtime.close()
-        out.close()
-
-    checked = verify_ledger(aws, ledger, workload.expected(), f"{impl.name}, round {round_no}")
-    idem_items = aws.scan(idem)
+        for s in (a, b):
+            if s is not None:
+                s.close()
+    r["ledger"] = verify_ledger(aws, ledger, expected_ledger(mix.deliveries(), impl.every_delivery), f"{impl.name}, {tag}")
+    r["idempotency_items"] = len(aws.scan(idem))
     aws.delete_tables(idem, ledger)
-
-    per_first = sum(probes["first"].values()) / PROBE
-    per_dup = sum(probes["duplicate"].values()) / PROBE
-    total = sum(run_requests.values())
-    modelled = workload.first_deliveries * per_first + workload.duplicates * per_dup
-    cpu = cpu_between(cpu0, cpu1)
-    return {
-        "init_ms": init_ms,
-        "cpu_us_per_msg": cpu * 1e6 / workload.messages,
-        "cpu_s": cpu,
-        "cpu_ticks_s": cpu1[0] - cpu0[0],
-        "wcu_per_msg": run_units / workload.messages,
-        "throughput": workload.messages / elapsed,
-        "batch_phase_s": elapsed,
-        "peak_rss_mib": rss,
-        "req_first": per_first,
-        "req_dup": per_dup,
-        "req_first_ops": {k: v / PROBE for k, v in sorted(probes["first"].items())},
-        "req_dup_ops": {k: v / PROBE for k, v in sorted(probes["duplicate"].items())},
-        "req_run": total,
-        "req_run_ops": dict(sorted(run_requests.items())),
-        "req_run_consistent": total == modelled,
-        "req_per_msg": total / workload.messages,
-        "ledger": checked,
-        "idempotency_items": len(idem_items),
-        "idempotency_completed": sum(1 for i in idem_items if i.get("status") == "COMPLETED"),
-    }
+    return r
 
 
-def run_scenario(impl, scenario, aws, endpoint, log_dir):
+def run_scenario(impl, scenario, aws, endpoint, log_dir, env=None):
     """One implementation through one scenario, in a fresh process on fresh tables: requests and
     write units per message, throughput, CPU per message; the ledger is checked after."""
-    workload = scenario.workload
-    prefix = f"bench-{scenario.key}-{impl.name}-{uuid.uuid4().hex[:6]}"
-    idem, ledger = aws.create_tables(prefix)
-    runtime = RuntimeApi(impl.function_name)
-    log_path = os.path.join(log_dir, f"{impl.name}-{scenario.key}.log")
-    out = open(log_path, "wb")
-    proc = None
+    idem, ledger = aws.create_tables(f"bench-{scenario.key}-{impl.name}-{uuid.uuid4().hex[:6]}")
+    s = Sandbox(impl, endpoint, idem, ledger, os.path.join(log_dir, f"{impl.name}-{scenario.key}.log"), env)
     try:
-        proc = subprocess.Popen(impl.argv, env=impl.env(runtime, endpoint, idem, ledger), cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT)
-        runtime.wait_ready(proc, log_path)
-        time.sleep(0.05)
-        cpu0 = cpu_snapshot(proc.pid)
-        aws.reset()
-        start = time.monotonic()
-        for batch in workload.batches:
-            response = runtime.invoke(batch, proc, log_path)
-            if response.get("batchItemFailures"):
-                raise BenchError(f"{impl.name}, {scenario.key}: failed records "
-                                 f"{response['batchItemFailures'][:5]}\n{tail(log_path)}")
-        elapsed = time.monotonic() - start
-        cpu1 = cpu_snapshot(proc.pid)
-        requests = aws.requests()
-        units = aws.write_units()
+        elapsed, cpu, requests, units = s.run(scenario.batches, aws, scenario.key)
     finally:
-        if proc is not None:
-            stop(proc)
-        runtime.close()
-        out.close()
-    verify_ledger(aws, ledger, workload.events, f"{impl.name}, {scenario.key}")
+        s.close()
+    expected = expected_ledger(scenario.deliveries(), impl.every_delivery)
+    checked = verify_ledger(aws, ledger, expected, f"{impl.name}, {scenario.key}")
     aws.delete_tables(idem, ledger)
-    n = workload.messages
-    return {
-        "messages": n,
-        "req_per_msg": sum(requests.values()) / n,
-        "req_ops": dict(sorted(requests.items())),
-        "wcu_per_msg": units / n,
-        "throughput": n / elapsed,
-        "cpu_us_per_msg": cpu_between(cpu0, cpu1) * 1e6 / n,
-    }
+    n = len(scenario.messages)
+    return {"messages": n, "req_per_msg": requests / n, "wcu_per_msg": units / n, "throughput": n / elapsed,
+            "cpu_us_per_msg": cpu * 1e6 / n, "refused": checked["refused"]}
+
+
+def count_instructions(impl, scenario, aws, endpoint, log_dir, warm=2, n_batches=10):
+    """Instructions per message under callgrind, init and warm-up excluded: one process runs
+    `warm` batches, then `n_batches`, then `n_batches` more, with `callgrind_control --dump`
+    after each part (a dump zeroes the counters); the figure is the last part's instructions
+    over its messages, and the part before it is printed beside it as a check of the noise."""
+    idem, ledger = aws.create_tables(f"bench-callgrind-{impl.name}-{uuid.uuid4().hex[:6]}")
+    out_dir = os.path.join(log_dir, f"callgrind-{impl.name}")
+    os.makedirs(out_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(out_dir, "callgrind.out*")):
+        os.remove(old)
+    base = os.path.join(out_dir, "callgrind.out")
+    wrap = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={base}", "--dump-instr=no",
+            "--compress-strings=no"]
+    batches = scenario.batches
+    if len(batches) < warm + 2 * n_batches:
+        raise BenchError("callgrind: the scenario has too few batches")
+    s = Sandbox(impl, endpoint, idem, ledger, os.path.join(log_dir, f"{impl.name}-callgrind.log"), wrap=wrap)
+    parts = []
+    try:
+        pid = s.proc.pid
+        for k, part in enumerate((batches[:warm], batches[warm : warm + n_batches],
+                                  batches[warm + n_batches : warm + 2 * n_batches])):
+            for batch in part:
+                s.invoke(batch, "callgrind")
+            subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, capture_output=True, timeout=120)
+            parts.append(sum(batch.count(b'"messageId"') for batch in part))
+    finally:
+        s.close(signal.SIGTERM)
+        aws.delete_tables(idem, ledger)
+    totals = []
+    for path in sorted(glob.glob(base + ".*"), key=lambda p: int(re.sub(r"\D", "", p.rsplit(".", 1)[1]) or 0)):
+        with open(path, errors="replace") as f:
+            m = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M)
+        if m:
+            totals.append(int(m.group(1)))
+    if len(totals) < 3:
+        raise BenchError(f"callgrind: expected 3 dumps in {out_dir}, found {len(totals)}")
+    per_msg = [t / n for t, n in zip(totals[1:3], parts[1:3])]
+    log(f"callgrind {impl.name}: init {totals[0]:,} instructions with warm-up; per message "
+        f"{per_msg[0]:,.0f} then {per_msg[1]:,.0f}")
+    return {"instr_per_msg": per_msg[1], "instr_per_msg_check": per_msg[0], "batch_size": scenario.batch_size,
+            "messages": parts[2]}

@@ -13,6 +13,15 @@ API = "/2018-06-01/runtime"
 FUNCTION_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:"
 
 
+class Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A function killed mid-request (the end of its sandbox) resets its connection: expected.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class RuntimeApi:
     """A minimal Lambda Runtime API: one function instance, invocations one at a time."""
 
@@ -84,7 +93,7 @@ class RuntimeApi:
                     api.lock.notify_all()
                 self.reply(202, b'{"status":"OK"}')
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
