@@ -28,13 +28,13 @@ def best_peer(values, higher_is_better):
     return max(got) if higher_is_better else min(got)
 
 
-def ahead(ours, best, higher_is_better):
-    """Whether ours beats the peer at its best on a figure (equal zero costs count as not behind)."""
+def standing(ours, best, higher_is_better):
+    """"ahead", "level" or "behind": ours against the peer at its best on one figure."""
     if ours is None or best is None:
         return None
-    if higher_is_better:
-        return ours > best
-    return ours < best or ours == best == 0
+    if ours == best:
+        return "level"
+    return "ahead" if (ours > best) == higher_is_better else "behind"
 
 
 def table(head, rows, names, labels, higher=()):
@@ -42,7 +42,7 @@ def table(head, rows, names, labels, higher=()):
     floor and the peer at its best over ours."""
     out = ["| " + " | ".join(head + [labels[n] for n in names] + ["ours / floor", "best peer vs ours"]) + " |",
            "|" + "---|" * len(head) + "---:|" * (len(names) + 2)]
-    behind = []
+    behind, level = [], []
     for cells, values, digits, hib in rows:
         best = best_peer(values, hib)
         ours = values.get("ours")
@@ -52,12 +52,16 @@ def table(head, rows, names, labels, higher=()):
             vs = ratio_text(ours, best, 1) + " faster"
         else:
             vs = "no request" if ours == 0 and best > 0 else ratio_text(best, ours, 1) + " better"
-        if ahead(ours, best, hib) is False:
+        where = standing(ours, best, hib)
+        if where == "behind":
             behind.append(" ".join(cells))
             vs = f"**{vs.replace(' better', ' (behind)').replace(' faster', ' (behind)')}**"
+        elif where == "level" and ours:
+            level.append(" ".join(cells))
+            vs = "level"
         out.append("| " + " | ".join(list(cells) + [fmt(values.get(n), digits) for n in names]
                                     + [ratio_text(ours, values.get("floor")), vs]) + " |")
-    return "\n".join(out), behind
+    return "\n".join(out), (behind, level)
 
 
 MIX_ROWS = [
@@ -100,14 +104,15 @@ SIZE_METRICS = [("requests per message", "req_per_msg", 3, False), ("write units
 
 def size_tables(scenarios, results, names, labels):
     """One table per metric, a row per scenario."""
-    out, behind = [], []
+    out, behind, level = [], [], []
     for title, key, digits, hib in SIZE_METRICS:
         rows = [((sc.title, f"{sc.batch_size:,}"), {n: results[n].get(sc.key, {}).get(key) for n in names}, digits, hib)
                 for sc in scenarios]
-        text, b = table(["workload", "batch"], rows, names, labels)
+        text, (b, l) = table(["workload", "batch"], rows, names, labels)
         out.append(f"**{title}**\n\n{text}")
         behind += [f"{title}: {x}" for x in b]
-    return "\n\n".join(out), behind
+        level += [f"{title}: {x}" for x in l]
+    return "\n\n".join(out), (behind, level)
 
 
 def preread_table(preread, onebyone):
@@ -124,6 +129,21 @@ def preread_table(preread, onebyone):
     return "\n".join(head)
 
 
+def instructions_table(instructions, labels, med=None):
+    if not instructions:
+        return ""
+    out = ["| implementation | instructions/msg | the part before (check) | messages counted | ours / floor "
+           "| CPU µs/msg (schedstat, mix A) | ours / floor |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    floor = instructions.get("floor", {}).get("instr_per_msg")
+    cpu = lambda n: (med or {}).get(n, {}).get("cpu_us_per_msg")
+    for n, r in instructions.items():
+        out.append(f"| {labels.get(n, n)} | {r['instr_per_msg']:,.0f} | {r['instr_per_msg_check']:,.0f} | "
+                   f"{r['messages']} | {ratio_text(r['instr_per_msg'], floor)} | {fmt(cpu(n), 0)} | "
+                   f"{ratio_text(cpu(n), cpu('floor'))} |")
+    return "\n".join(out)
+
+
 def bound(text, value, limit, unit="", digits=2):
     """A target `value <= limit`: (text, met, how much)."""
     if value is None or limit is None:
@@ -135,15 +155,27 @@ def bound(text, value, limit, unit="", digits=2):
     return (text, met, how)
 
 
-def targets(med, scenarios, scenario_results, instructions, onebyone, behind, rounds):
+def ratio_bound(text, ours, floor, limit, unit="", digits=0):
+    """A target `ours <= limit x floor`: (text, met, how much)."""
+    if ours is None or not floor:
+        return (text, None, "not measured in this run")
+    r = ours / floor
+    met = r <= limit
+    return (text, met, f"ours {fmt(ours, digits)}{unit}, floor {fmt(floor, digits)}{unit}: {r:.2f}x against "
+                       f"{limit:.2f}x, " + (f"{(1 - r / limit) * 100:.0f} % under" if met else
+                                            f"{(r / limit - 1) * 100:.0f} % over"))
+
+
+def targets(med, scenarios, scenario_results, instructions, onebyone, standings, rounds):
+    behind, level = standings
     o, f = med.get("ours", {}), med.get("floor", {})
     out = []
     cpu, fcpu = o.get("cpu_us_per_msg"), f.get("cpu_us_per_msg")
-    out.append(bound(f"handler CPU per message at batch 10 (mix A, median of {rounds}) within 1.2x the floor's",
-                     cpu, fcpu * 1.2 if fcpu else None, " µs", 0))
+    out.append(ratio_bound(f"handler CPU per message at batch 10 (mix A, median of {rounds}) within 1.2x the floor's",
+                           cpu, fcpu, 1.2, " µs"))
     out.append(bound("handler CPU per message at batch 10 at most 90 µs", cpu, 90, " µs", 0))
     oi, fi = instructions.get("ours", {}).get("instr_per_msg"), instructions.get("floor", {}).get("instr_per_msg")
-    out.append(bound("instructions per message at batch 10 within 1.2x the floor's", oi, fi * 1.2 if fi else None, "", 0))
+    out.append(ratio_bound("instructions per message at batch 10 within 1.2x the floor's", oi, fi, 1.2))
     out.append(bound(f"init at most 15 ms (median of {rounds}; load averages above)", o.get("init_ms"), 15, " ms", 1))
     out.append(bound("write units per duplicate at another sandbox at most 1", o.get("wcu_dup_other"), 1.0))
     ref = onebyone.get("other_wcu_per_msg") if onebyone else None
@@ -154,8 +186,10 @@ def targets(med, scenarios, scenario_results, instructions, onebyone, behind, ro
             limit = 0.05 if sc.batch_size < 1000 else 0.03
             v = scenario_results.get("ours", {}).get(sc.key, {}).get("req_per_msg")
             out.append(bound(f"requests per message, batch {sc.batch_size:,}, {sc.title}", v, limit, "", 3))
-    out.append(("ahead of the peer at its best (the better of its two columns) on every row", not behind,
-                "every row" if not behind else "behind on: " + "; ".join(behind)))
+    how = "behind on: " + "; ".join(behind) if behind else "ahead or level on every row"
+    if level:
+        how += "; level (equal figures) on: " + "; ".join(level)
+    out.append(("ahead of the peer at its best (the better of its two columns) on every row", not behind, how))
     return out
 
 
@@ -168,9 +202,10 @@ def build_report(args, mix, impls, results, scenarios, scenario_results, preread
     names = [i.name for i in impls]
     labels = {i.name: i.label for i in impls}
     med = medians(results)
-    mix_text, behind = mix_table(med, names, labels, args.rounds, instructions)
-    sizes_text, size_behind = size_tables(scenarios, scenario_results, names, labels) if scenarios else ("", [])
-    checks = targets(med, scenarios, scenario_results, instructions, onebyone, behind + size_behind, args.rounds)
+    mix_text, (behind, level) = mix_table(med, names, labels, args.rounds, instructions)
+    sizes_text, (size_behind, size_level) = size_tables(scenarios, scenario_results, names, labels) if scenarios else ("", ([], []))
+    checks = targets(med, scenarios, scenario_results, instructions, onebyone,
+                     (behind + size_behind, level + size_level), args.rounds)
     lines = [
         "# Benchmark: payments-consumer (Rust) against the floor and the Powertools pattern",
         "",
@@ -224,17 +259,14 @@ def build_report(args, mix, impls, results, scenarios, scenario_results, preread
                   "The other-sandbox stream (B) and its probe, one round each, ours under each setting; the last "
                   "row is the same stream one message an invocation (the one-by-one path, the target's reference).",
                   "", preread_table(preread, onebyone), ""]
+    instr_text = instructions_table(instructions, labels, med)
     if instructions:
-        lines += ["## Instructions per message", "",
-                  "| implementation | instructions/msg | the part before (check) | messages counted | ours / floor |",
-                  "|---|---:|---:|---:|---:|"]
-        for n, r in instructions.items():
-            lines.append(f"| {labels.get(n, n)} | {r['instr_per_msg']:,.0f} | {r['instr_per_msg_check']:,.0f} | "
-                         f"{r['messages']} | {ratio_text(r['instr_per_msg'], instructions.get('floor', {}).get('instr_per_msg'))} |")
-        lines += ["", "`valgrind --tool=callgrind` on the release bootstrap, batch 10, spread accounts: one process "
+        lines += ["## Instructions per message", "", instr_text, "",
+                  "`valgrind --tool=callgrind` on the release bootstrap, batch 10, spread accounts: one process "
                   "runs 2 warm-up batches, then two equal parts; `callgrind_control --dump` after each zeroes the "
                   "counters, so init and the warm-up are out; the figure is the last part's instructions over its "
-                  "messages (the part before it shows the noise).", ""]
+                  "messages (the part before it shows the noise). Beside it the schedstat CPU of the same "
+                  "implementations in the mix (A).", ""]
     lines += ["## Targets (issue 26, item 6)", "", targets_text(checks), ""]
     lines += how_taken(results, names)
     if overhead:
@@ -260,7 +292,8 @@ def build_report(args, mix, impls, results, scenarios, scenario_results, preread
         ours, best = med.get("ours", {}).get(key), best_peer({n: med.get(n, {}).get(key) for n in names}, hib)
         if ours and best:
             chart_rows.append((metric, fmt(ours, digits), fmt(best, digits), ours / best if hib else best / ours, None, None))
-    terminal = "\n\n".join(x for x in (mix_text, sizes_text, targets_text(checks)) if x)
+    pre_text = preread_table(preread, onebyone) if (preread or onebyone) else ""
+    terminal = "\n\n".join(x for x in (mix_text, sizes_text, pre_text, instr_text, targets_text(checks)) if x)
     return terminal, "\n".join(lines), chart_rows
 
 
