@@ -46,12 +46,15 @@ def table(head, rows, names, labels, higher=()):
     for cells, values, digits, hib in rows:
         best = best_peer(values, hib)
         ours = values.get("ours")
+        digits_r = lambda a, b: 2 if b and a / b < 10 else 1
         if ours is None or best is None:
             vs = "-"
         elif hib:
-            vs = ratio_text(ours, best, 1) + " faster"
+            vs = ratio_text(ours, best, digits_r(ours, best)) + " faster"
+        elif ours == 0:
+            vs = "both none" if best == 0 else "none against some"
         else:
-            vs = "no request" if ours == 0 and best > 0 else ratio_text(best, ours, 1) + " better"
+            vs = ratio_text(best, ours, digits_r(best, ours)) + " better"
         where = standing(ours, best, hib)
         if where == "behind":
             behind.append(" ".join(cells))
