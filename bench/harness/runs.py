@@ -85,10 +85,14 @@ class Sandbox:
         requests, units = aws.counts()
         return elapsed, cpu_between(cpu0, cpu1), requests, units
 
-    def close(self, sig=signal.SIGKILL):
+    def close(self, sig=None):
         proc = getattr(self, "proc", None)
+        if sig is None:
+            # SIGKILL: what the end of an execution environment does; under --perf, SIGINT, on
+            # which perf writes its profile and then ends ours.
+            sig = signal.SIGINT if self.impl.argv[0] == "perf" else signal.SIGKILL
         if proc is not None and proc.poll() is None:
-            proc.send_signal(sig)  # SIGKILL: what the end of an execution environment does
+            proc.send_signal(sig)
             try:
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
