@@ -202,7 +202,8 @@ async fn invocation<T>(options: &Options, context: &Context, batch: impl Future<
     panics::install_hook();
     panics::warn_if_aborting();
     let (cold_start, span) = metrics::invocation_span(options.metrics.emf(), context);
-    let (response, counts) = batch.instrument(span).await;
+    let (response, counts) = batch.instrument(span.clone()).await;
+    span.in_scope(|| log_counts(&counts));
     options.metrics.flush(&counts, cold_start, &context.request_id, options.emit_metrics);
     response
 }
@@ -470,7 +471,7 @@ async fn run_round<R: Record, H: BatchHandler<R>>(
         match refused {
             Some(result) => {
                 if result.is_err() {
-                    record.span().in_scope(|| log::<R>(&result));
+                    log_in(record, &result);
                 }
                 out[at] = Some(result);
             }
@@ -497,7 +498,7 @@ async fn run_round<R: Record, H: BatchHandler<R>>(
         match answers {
             Some(results) => {
                 for (&at, result) in called.iter().zip(results) {
-                    records[positions[at]].span().in_scope(|| log::<R>(&result));
+                    log_in(&records[positions[at]], &result);
                     out[at] = Some(result);
                 }
             }
@@ -528,12 +529,39 @@ fn count<'r>(results: impl IntoIterator<Item = &'r RecordResult>) -> Counts {
     counts
 }
 
-/// The outcome's log line: done at info, a permanent failure at error, one that may pass at
-/// warn, each saying what the trigger does with it.
+/// The batch's one line at info: how many records were applied, rejected, duplicates, in
+/// progress elsewhere, failed (of which for good) and skipped. Each failure has its own line
+/// besides, with its reason ([`log`]); a record done has one at debug only.
+fn log_counts(counts: &Counts) {
+    tracing::info!(
+        applied = counts.applied,
+        rejected = counts.rejected,
+        duplicate = counts.duplicate,
+        in_progress = counts.in_progress,
+        failed = counts.failed,
+        permanent = counts.permanent,
+        skipped = counts.skipped,
+        "batch done"
+    );
+}
+
+/// A record's outcome logged in its span ([`log`]). A record done logs at debug only: when
+/// debug is off, its span is not even made (a span's fields are formatted when it is made,
+/// which per record cost more than the handler's own work in a batch).
+fn log_in<R: Record>(record: &R, result: &RecordResult) {
+    if result.is_ok() && !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    record.span().in_scope(|| log::<R>(result));
+}
+
+/// The outcome's log line: done at debug (the batch's counts are at info, [`log_counts`]), a
+/// permanent failure at error, one that may pass at warn, each saying what the trigger does
+/// with it.
 /// A reason is the handler's text, and may quote the record: its addresses are redacted.
 fn log<R: Record>(result: &RecordResult) {
     match result {
-        Ok(disposition) => tracing::info!(?disposition, "record done"),
+        Ok(disposition) => tracing::debug!(?disposition, "record done"),
         Err(error) => {
             let reason = redact_emails(&error.reason);
             match error.retry {

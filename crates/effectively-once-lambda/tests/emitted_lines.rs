@@ -21,14 +21,13 @@ use serde_json::Value;
 const CHILD: &str = "EMITTED_LINES_CHILD";
 const TRACE_ROOT: &str = "1-5759e988-bd862e3fe1be46a994272793";
 
-/// The environment of the deployed function.
-const ENV: [(&str, &str); 6] = [
+/// The environment of the deployed function (its log level is each test's: `child_lines`).
+const ENV: [(&str, &str); 5] = [
     ("AWS_LAMBDA_FUNCTION_NAME", "stack-b-PaymentsConsumer-1X2Y"),
     ("AWS_LAMBDA_FUNCTION_VERSION", "7"),
     ("POWERTOOLS_METRICS_NAMESPACE", "StackB"),
     ("POWERTOOLS_SERVICE_NAME", "payments"),
     ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
-    ("AWS_LAMBDA_LOG_LEVEL", "INFO"),
 ];
 
 /// Answers what each message's body names, and counts the orders it applied in a metric of its own.
@@ -127,19 +126,52 @@ async fn child_runs_three_invocations() {
 
 #[test]
 fn the_emf_and_log_lines_a_function_prints() {
-    let lines = child_lines();
+    let lines = child_lines("DEBUG");
     let (emf, logs): (Vec<&Value>, Vec<&Value>) = lines.iter().partition(|l| l.get("_aws").is_some());
     check_metrics(&emf);
     check_logs(&logs);
 }
 
-/// The JSON lines the child's three invocations print; none carries an address.
-fn child_lines() -> Vec<Value> {
+/// At info, a batch prints one line of counts and each failure's own line with its reason, and
+/// no line per record done (those are at debug).
+#[test]
+fn at_info_a_batch_logs_its_counts_and_each_failure_with_its_reason() {
+    let lines = child_lines("INFO");
+    let logs: Vec<&Value> = lines.iter().filter(|l| l.get("_aws").is_none()).collect();
+    let message = |l: &Value| l["fields"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(logs.iter().all(|l| message(l) != "record done"), "a record done at info");
+    let batches: Vec<&Value> = logs.iter().copied().filter(|l| message(l) == "batch done").collect();
+    assert_eq!(batches.len(), 3, "one line per invocation");
+    let counts = |line: &Value| {
+        ["applied", "rejected", "duplicate", "in_progress", "failed", "permanent", "skipped"]
+            .map(|name| line["fields"][name].as_u64().unwrap_or_else(|| panic!("{name} missing: {line}")))
+    };
+    assert!(batches.iter().all(|l| l["level"] == "INFO"));
+    assert_eq!(counts(batches[0]), [2, 1, 1, 1, 2, 1, 1], "the first invocation's counts");
+    assert_eq!(counts(batches[1]), [1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(counts(batches[2]), [1, 0, 0, 0, 1, 1, 1], "the stream's");
+    assert_eq!(batches[0]["spans"][0]["request_id"], "req-1", "in the invocation's span");
+    // Each failure: its own line, in its record's span, with its reason.
+    let reason = |id: &str| {
+        let line = logs
+            .iter()
+            .find(|l| l["spans"].as_array().is_some_and(|s| s.iter().any(|s| s["message_id"] == id)))
+            .unwrap_or_else(|| panic!("no line for {id}"));
+        (line["level"].as_str().unwrap().to_owned(), line["fields"]["reason"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(reason("m-6"), ("ERROR".to_owned(), "malformed".to_owned()));
+    assert_eq!(reason("m-7"), ("WARN".to_owned(), "throttled".to_owned()));
+    assert_eq!(reason("m-5"), ("WARN".to_owned(), "held by another attempt".to_owned()));
+}
+
+/// The JSON lines the child's three invocations print at `level`; none carries an address.
+fn child_lines(level: &str) -> Vec<Value> {
     let exe = std::env::current_exe().unwrap();
     let output = Command::new(exe)
         .args(["--exact", "child_runs_three_invocations", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .envs(ENV)
+        .env("AWS_LAMBDA_LOG_LEVEL", level)
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
@@ -213,6 +245,7 @@ fn check_logs(logs: &[&Value]) {
     let done = |field: &str| {
         logs.iter().filter(|l| l["fields"]["message"] == "record done" && !span(l, "record")[field].is_null()).count()
     };
+    assert!(logs.iter().filter(|l| l["fields"]["message"] == "record done").all(|l| l["level"] == "DEBUG"));
     assert_eq!(done("message_id"), 6, "five messages done in the first invocation, one in the second");
     // The stream's INSERT at 1 is done; 2 failed permanently; the MODIFY at 3 is skipped, at debug.
     assert_eq!(done("sequence"), 1, "a stream record done says so, as a message does");

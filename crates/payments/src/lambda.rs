@@ -8,18 +8,19 @@ use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 
 use crate::{Error, Ledger, PaymentEvent, Posting};
 
-/// A post's answer as the record's result, logged: applied; rejected (recorded, not retried);
-/// a duplicate, answered from the first delivery. A failure is in progress elsewhere, permanent
+/// A post's answer as the record's result, logged at debug (the batch's counts are at info, a
+/// failure has its own line from the driver): applied; rejected (recorded, not retried); a
+/// duplicate, answered from the first delivery. A failure is in progress elsewhere, permanent
 /// for a verdict on the payment, retryable else (`From<Error> for RecordError`).
 pub fn disposition(posted: Result<Outcome<Posting>, Error>) -> RecordResult {
     match posted {
         Ok(Outcome::Fresh(Posting::Applied)) => Ok(Disposition::Applied),
         Ok(Outcome::Fresh(Posting::Rejected { reason })) => {
-            tracing::info!(?reason, "payment rejected; recorded, not retried");
+            tracing::debug!(?reason, "payment rejected; recorded, not retried");
             Ok(Disposition::Rejected)
         }
         Ok(Outcome::Replayed(posting)) => {
-            tracing::info!(?posting, "duplicate; answered from the first delivery");
+            tracing::debug!(?posting, "duplicate; answered from the first delivery");
             Ok(Disposition::Duplicate)
         }
         Err(error) => Err(error.into()),
@@ -43,7 +44,7 @@ pub async fn post(ledger: &Ledger, event: &PaymentEvent) -> RecordResult {
 /// Posts a batch's payments: `parsed` holds each record's payment, or why it has none (that
 /// record's failure, answered as it is). The valid payments go to [`Ledger::post_batch`] in
 /// record order, so each is answered as if posted alone in that order. One result per record,
-/// in order, each logged in a `payment` span with its `event_id`.
+/// in order, each logged (at debug) in a `payment` span with its `event_id`.
 pub async fn post_batch(ledger: &Ledger, parsed: Vec<Result<PaymentEvent, RecordError>>) -> Vec<RecordResult> {
     let mut failures = Vec::with_capacity(parsed.len());
     let mut events = Vec::with_capacity(parsed.len());
@@ -57,7 +58,12 @@ pub async fn post_batch(ledger: &Ledger, parsed: Vec<Result<PaymentEvent, Record
         }
     }
     let posted = ledger.post_batch(&events).await;
+    // The span only when its lines are on: its field is formatted when it is made.
+    let logged = tracing::enabled!(tracing::Level::DEBUG);
     let mut answers = posted.into_iter().zip(&events).map(|(result, event)| {
+        if !logged {
+            return disposition(result);
+        }
         let span = tracing::info_span!("payment", event_id = event.event_id.as_str());
         span.in_scope(|| disposition(result))
     });
