@@ -62,7 +62,10 @@ impl PayloadHash {
     pub(crate) fn of(selected: Value) -> Result<PayloadHash, Error> {
         let canonical = canonical(&selected)
             .map_err(|e| Error::new(ErrorKind::Serialization, "payload has no canonical JSON form").with_source(e))?;
-        let current = format!("{PAYLOAD_HASH_VERSION}:{}", hex_sha256(&canonical));
+        let mut current = String::with_capacity(PAYLOAD_HASH_VERSION.len() + 1 + 64);
+        current.push_str(PAYLOAD_HASH_VERSION);
+        current.push(':');
+        current.push_str(&hex_sha256(&canonical));
         Ok(PayloadHash { current, selected, v1: OnceLock::new() })
     }
 
@@ -164,7 +167,7 @@ fn tagged(value: &Value) -> Value {
 }
 
 pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 // By hand, not with a library: this is version 1's exact text (keys sorted by byte, numbers as
@@ -204,6 +207,12 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_digest_is_64_lowercase_hex_digits_as_stored_hashes_are() {
+        // SHA-256("abc"), FIPS 180-2 appendix B.1: stored records compare against this form.
+        assert_eq!(hex_sha256(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
 
     fn hash(text: &str) -> PayloadHash {
         PayloadHash::of(serde_json::from_str(text).unwrap()).unwrap()
