@@ -102,7 +102,7 @@ built_bootstraps() {
 build() {
   local local_flag=()
   if [[ "${1:-}" == --local ]]; then local_flag=(--local) && shift; fi
-  local pkgs=("${@:-${FUNCTIONS[@]}}") pkg flags=(--release)
+  local pkgs=("${@:-${FUNCTIONS[@]}}") pkg flags=(--release --locked)
   py metadata
   preflight
   [[ "$ARCH" == arm64 ]] && flags+=(--arm64)
@@ -131,6 +131,9 @@ sam_build() {
   py metadata
   preflight
   install_sam
+  # SAM runs `cargo lambda build` without --locked and takes no flags for it: a Cargo.lock that
+  # is not current fails here, before it (a current lock is one no build changes).
+  cargo metadata --locked --format-version 1 >/dev/null
   # SAM runs `cargo lambda build --release [--arm64] --bin NAME` per function: the pinned
   # cargo-lambda (and the python3 holding Zig) first on PATH.
   PATH="$(infra/cargo-lambda.sh --install):$PATH"
