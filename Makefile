@@ -10,10 +10,14 @@ export AWS_REGION ?= us-east-1
 export AWS_ACCESS_KEY_ID ?= test
 export AWS_SECRET_ACCESS_KEY ?= test
 # The local Redis (infra/local/redis.sh) for the Redis store's tests and bench, unless REDIS_URL
-# names another server.
+# names another server. It asks for a password: LOCAL_REDIS_PASSWORD, else the one the script
+# made for this user (`infra/local/redis.sh password`).
 LOCAL_REDIS_PORT ?= 6380
 export LOCAL_REDIS_PORT
-export REDIS_URL ?= redis://127.0.0.1:$(LOCAL_REDIS_PORT)
+ifndef REDIS_URL
+LOCAL_REDIS_PASSWORD ?= $(shell infra/local/redis.sh password)
+export REDIS_URL := redis://default:$(LOCAL_REDIS_PASSWORD)@127.0.0.1:$(LOCAL_REDIS_PORT)
+endif
 
 # The local Kafka-protocol broker (infra/local/kafka.sh, tansu in memory) for the Kafka event
 # source emulator's tests, unless KAFKA_BOOTSTRAP names another broker.
