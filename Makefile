@@ -42,15 +42,15 @@ ARCH ?= x86_64
 # refuses a loopback/localhost endpoint or the `test` keys unless DEPLOY_ALLOW_LOCAL=1).
 REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
-.PHONY: help test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
+.PHONY: help test lint lint-infra deny unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
 	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
-## test: formatting, clippy, the template lint, the docs and their links, unit tests and the tests
-##       against the local AWS, the local Redis (the store contract suite runs on both) and the
-##       local Kafka broker
-test: lint lint-infra doc local-aws-up local-redis-up local-kafka-up
+## test: formatting, clippy, the template lint, the dependency policy, the docs and their links,
+##       unit tests and the tests against the local AWS, the local Redis (the store contract suite
+##       runs on both) and the local Kafka broker
+test: lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
 	cargo test --locked --workspace
 	cargo test --locked -p effectively-once-redis --features dynamodb --test any_store
 	cargo run --locked -q -p local -- chaos --events 300 --poison 4
@@ -92,6 +92,11 @@ lint:
 ## lint-infra: cfn-lint (pinned, installed into .tools/venv) on infra/template.json, offline
 lint-infra:
 	infra/lint.sh
+
+## deny: the dependency policy of deny.toml (licences, crates.io only, duplicate versions), offline,
+##       with cargo-deny (pinned, built into .tools/ on first use); docs/packaging.md
+deny:
+	infra/deny.sh check
 
 ## local-up: the local AWS, its tables and queues (from infra/template.json), .local-aws/lambda.env
 local-up: local-aws-up

@@ -53,7 +53,8 @@ ARCH="${ARCH:-x86_64}"
 STACK="${STACK:-effectively-once}"
 export -n ARCH STACK # ours, not the compilers' or build scripts'
 FUNCTIONS=(payments-consumer receipts-relay payments-api)
-SAM_PIN="aws-sam-cli==1.170.0"
+# SAM CLI's pin: infra/sam-requirements.in; installed from its hash-pinned closure (docs/packaging.md).
+SAM_REQS="$ROOT/infra/sam-requirements.txt"
 SAM_VENV="$ROOT/.tools/sam-venv"
 SAM_BUILD_DIR="$ROOT/.aws-sam/build"
 SAM_CONFIG="$ROOT/samconfig.toml"
@@ -116,13 +117,14 @@ build() {
   py check "${local_flag[@]}" --arch "$ARCH" "${files[@]}"
 }
 
+# The stamp is a copy of the requirements it was installed from: a changed pin reinstalls.
 install_sam() {
-  [[ -x "$SAM_VENV/bin/sam" && "$(cat "$ROOT/.tools/sam.installed" 2>/dev/null)" == "$SAM_PIN" ]] && return
-  log "installing $SAM_PIN into $SAM_VENV"
+  [[ -x "$SAM_VENV/bin/sam" ]] && cmp -s "$SAM_REQS" "$ROOT/.tools/sam.installed" && return
+  log "installing ${SAM_REQS#"$ROOT/"} into $SAM_VENV"
   mkdir -p "$ROOT/.tools"
   [[ -x "$SAM_VENV/bin/python" ]] || "$PYTHON" -m venv "$SAM_VENV"
-  "$SAM_VENV/bin/pip" install --quiet --disable-pip-version-check "$SAM_PIN"
-  echo "$SAM_PIN" >"$ROOT/.tools/sam.installed"
+  "$SAM_VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$SAM_REQS"
+  cp "$SAM_REQS" "$ROOT/.tools/sam.installed"
 }
 
 sam() { SAM_CLI_TELEMETRY=0 "$SAM_VENV/bin/sam" "$@"; }

@@ -47,9 +47,10 @@ answers() { curl -sS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
 # The server, as `up` starts it and as `server_pid` recognises it.
 SERVER=("$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT")
 
-# The pid in the pid file, when that process runs with exactly the command line `up` started
-# (not a process that took a stale pid's number).
-server_pid() { ours "$PIDFILE" "${SERVER[*]}"; }
+# The pid in the pid file, when that process runs with the command line `up` started: this
+# checkout's serve.py on this port (not a process that took a stale pid's number). The
+# interpreter may show under another path (a pyenv shim re-executes the real one).
+server_pid() { ours "$PIDFILE" "${SERVER[*]}" "* ${SERVER[*]:1}"; }
 
 
 install() {
@@ -61,7 +62,7 @@ install() {
   log "installing pinned moto into $VENV"
   mkdir -p "$STATE"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
   cp "$REQS" "$STATE/installed"
 }
 

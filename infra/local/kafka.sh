@@ -149,7 +149,7 @@ client() {
   log "installing pinned kafka-python into $VENV"
   mkdir -p "$(dirname "$VENV")"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
   cp "$REQS" "$VENV/installed"
 }
 

