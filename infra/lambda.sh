@@ -18,6 +18,7 @@
 #                                       (function-only update; the stack must exist; keeps what the
 #                                       stack's parameters set: architecture, timeout, metrics namespace)
 #   infra/lambda.sh deploy-params       the template parameters deploy would pass
+#   infra/lambda.sh deploy-args         the extra arguments deploy would pass (DEPLOY_ARGS), one a line
 #   infra/lambda.sh function-settings NAME <configuration.json
 #                                       the `cargo lambda deploy` arguments deploy-function derives
 #                                       from the function's configuration (get-function-configuration
@@ -34,7 +35,8 @@
 #   DEPLOY_PARAMS="K=V ..."     template parameters for deploy, over those saved in samconfig.toml
 #                               (e.g. "ReceiptFrom=receipts@example.com AlarmTopicArn=arn:...")
 #   DEPLOY_ARGS="..."           more `sam deploy` (deploy-function: `cargo lambda deploy`) arguments,
-#                               e.g. --region eu-west-1; choose the account with AWS_PROFILE
+#                               e.g. --region eu-west-1; choose the account with AWS_PROFILE. Split
+#                               as a shell splits words (quotes group), with no glob or $ expanded
 #   CARGO_TARGET_DIR            honoured: bootstraps are found under cargo metadata's target_directory
 #   DEPLOY_ALLOW_LOCAL=1        deploy and deploy-function go ahead with an AWS_ENDPOINT_URL* on this
 #                               machine (loopback, localhost) or the dummy `test` keys; refused
@@ -200,14 +202,27 @@ EOT
   exit 1
 }
 
+# `deploy_args ARRAY`: DEPLOY_ARGS split into ARRAY as a shell splits words, quotes included
+# (DEPLOY_ARGS='--tags "team=pay ments"' is two arguments), and nothing else: no glob is
+# expanded (a `*` stays a `*`), no variable, no command. Python's shlex does the splitting.
+deploy_args() {
+  local -n into="$1"
+  local split='import shlex, sys; sys.stdout.write("".join(a + "\0" for a in shlex.split(sys.argv[1])))'
+  into=()
+  [[ -n "${DEPLOY_ARGS:-}" ]] || return 0
+  "$PYTHON" -c "$split" "$DEPLOY_ARGS" >/dev/null 2>&1 ||
+    die "DEPLOY_ARGS: cannot split it into arguments (an unclosed quote?): $DEPLOY_ARGS"
+  mapfile -d '' -t into < <("$PYTHON" -c "$split" "$DEPLOY_ARGS")
+}
+
 deploy() {
   refuse_local deploy
   sam_build
   region_env
   local params
   params="$(py deploy-params "$SAM_CONFIG" "$ARCH" "${DEPLOY_PARAMS:-}")"
-  # shellcheck disable=SC2206
-  local extra=(${DEPLOY_ARGS:-})
+  local extra=()
+  deploy_args extra
   # No --template-file: from the workspace root SAM deploys .aws-sam/build/template.yaml and
   # reads (and, guided, writes) ./samconfig.toml; with the built template named, it would keep
   # samconfig.toml in .aws-sam/build.
@@ -241,8 +256,8 @@ deploy_function() {
   conf="$("$SAM_VENV/bin/python" infra/lambda.py function-configuration "$name" "$STACK")"
   settings_text="$(py function-settings "$name" "$ARCH" <<<"$conf")"
   mapfile -t settings <<<"$settings_text"
-  # shellcheck disable=SC2206
-  local extra=(${DEPLOY_ARGS:-})
+  local extra=()
+  deploy_args extra
   if [[ " ${extra[*]} " == *" --timeout"* ]]; then
     log "DEPLOY_ARGS sets --timeout: the function's ${settings[1]} s is not kept"
     settings=()
@@ -274,8 +289,12 @@ case "$cmd" in
     py function-settings "$1" "$ARCH"
     ;;
   deploy-params) py deploy-params "$SAM_CONFIG" "$ARCH" "${DEPLOY_PARAMS:-}" ;;
+  deploy-args)
+    deploy_args args
+    [[ ${#args[@]} -eq 0 ]] || printf '%s\n' "${args[@]}"
+    ;;
   *)
-    echo "usage: $0 build [--local] [PACKAGE...] | check [FILE...] | metadata [TEMPLATE] | sam-build | deploy | deploy-function PACKAGE | deploy-params | function-settings NAME <configuration.json" >&2
+    echo "usage: $0 build [--local] [PACKAGE...] | check [FILE...] | metadata [TEMPLATE] | sam-build | deploy | deploy-function PACKAGE | deploy-params | deploy-args | function-settings NAME <configuration.json" >&2
     exit 2
     ;;
 esac
