@@ -11,7 +11,7 @@
 # The check reads Cargo.lock and the registry's cached manifests (`--offline`): it needs no
 # network once `cargo fetch` (or any build) has run. The advisory database is not fetched here:
 # the advisories check needs a copy of it, see docs/packaging.md. The first install compiles
-# cargo-deny from source: about 6 minutes on 2 cores.
+# cargo-deny from source (release): 17 minutes on 2 cores here, at low priority beside other builds.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,7 +28,7 @@ install() {
   if installed; then
     return
   fi
-  log "building cargo-deny $CARGO_DENY_VERSION into $TOOLS; about 6 minutes on 2 cores"
+  log "building cargo-deny $CARGO_DENY_VERSION into $TOOLS; several minutes on 2 cores"
   mkdir -p "$TOOLS"
   # --locked: the tool's own Cargo.lock, so every machine builds the same dependency versions.
   # Without CARGO_TARGET_DIR cargo builds in a temporary directory it removes.
