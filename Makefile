@@ -10,10 +10,14 @@ export AWS_REGION ?= us-east-1
 export AWS_ACCESS_KEY_ID ?= test
 export AWS_SECRET_ACCESS_KEY ?= test
 # The local Redis (infra/local/redis.sh) for the Redis store's tests and bench, unless REDIS_URL
-# names another server.
+# names another server. It asks for a password: LOCAL_REDIS_PASSWORD, else the one the script
+# made for this user (`infra/local/redis.sh password`).
 LOCAL_REDIS_PORT ?= 6380
 export LOCAL_REDIS_PORT
-export REDIS_URL ?= redis://127.0.0.1:$(LOCAL_REDIS_PORT)
+ifndef REDIS_URL
+LOCAL_REDIS_PASSWORD ?= $(shell infra/local/redis.sh password)
+export REDIS_URL := redis://default:$(LOCAL_REDIS_PASSWORD)@127.0.0.1:$(LOCAL_REDIS_PORT)
+endif
 
 # The local Kafka-protocol broker (infra/local/kafka.sh, tansu in memory) for the Kafka event
 # source emulator's tests, unless KAFKA_BOOTSTRAP names another broker.
@@ -38,18 +42,18 @@ ARCH ?= x86_64
 # refuses a loopback/localhost endpoint or the `test` keys unless DEPLOY_ALLOW_LOCAL=1).
 REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
-.PHONY: help test lint lint-infra unit demo local-aws-up local-aws-down local-aws-status local-up doc \
+.PHONY: help test lint lint-infra deny unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
 	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
-## test: formatting, clippy, the template lint, the docs and their links, unit tests and the tests
-##       against the local AWS, the local Redis (the store contract suite runs on both) and the
-##       local Kafka broker
-test: lint lint-infra doc local-aws-up local-redis-up local-kafka-up
-	cargo test --workspace
-	cargo test -p effectively-once-redis --features dynamodb --test any_store
-	cargo run -q -p local -- chaos --events 300 --poison 4
+## test: formatting, clippy, the template lint, the dependency policy, the docs and their links,
+##       unit tests and the tests against the local AWS, the local Redis (the store contract suite
+##       runs on both) and the local Kafka broker
+test: lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
+	cargo test --locked --workspace
+	cargo test --locked -p effectively-once-redis --features dynamodb --test any_store
+	cargo run --locked -q -p local -- chaos --events 300 --poison 4
 
 ## help: every target and what it does (these `##` lines)
 help:
@@ -59,11 +63,11 @@ help:
 ##        keyed email) checked exhaustively with stateright, further in time than `make test`
 ##        checks them (MODEL_ARGS="--workers 3 --horizon 6"); prints the states explored (docs/model.md)
 model:
-	cargo run -q --release -p protocol-model --bin model -- $(MODEL_ARGS)
+	cargo run --locked -q --release -p protocol-model --bin model -- $(MODEL_ARGS)
 
 ## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more)
 chaos: local-aws-up
-	cargo run -q -p local -- chaos $(CHAOS_ARGS)
+	cargo run --locked -q -p local -- chaos $(CHAOS_ARGS)
 
 ## bench: payments-consumer against the Powertools pattern, same workload and local AWS (its
 ##        bootstrap runs here only: built without the glibc floor check);
@@ -76,52 +80,57 @@ bench:
 ##               DynamoDB stores side by side, on the local Redis and local AWS (debug build;
 ##               BENCH_STORES_ARGS="--messages 2000 --rounds 4"); docs/redis.md
 bench-stores: local-aws-up local-redis-up
-	cargo run -q -p effectively-once-redis --example bench_stores -- $(BENCH_STORES_ARGS)
+	cargo run --locked -q -p effectively-once-redis --example bench_stores -- $(BENCH_STORES_ARGS)
 
 ## lint: cargo fmt --check and clippy with warnings denied; in the DynamoDB crate and the
 ##       drivers, no function over 60 lines (their clippy.toml)
 lint:
 	cargo fmt --all --check
-	cargo clippy --workspace --all-targets -- -D warnings
-	cargo clippy -p effectively-once-dynamodb -p effectively-once-lambda --all-targets --all-features -- -D warnings -W clippy::too_many_lines
+	cargo clippy --locked --workspace --all-targets -- -D warnings
+	cargo clippy --locked -p effectively-once-dynamodb -p effectively-once-lambda --all-targets --all-features -- -D warnings -W clippy::too_many_lines
 
 ## lint-infra: cfn-lint (pinned, installed into .tools/venv) on infra/template.json, offline
 lint-infra:
 	infra/lint.sh
 
+## deny: the dependency policy of deny.toml (licences, crates.io only, duplicate versions), offline,
+##       with cargo-deny (pinned, built into .tools/ on first use); docs/packaging.md
+deny:
+	infra/deny.sh check
+
 ## local-up: the local AWS, its tables and queues (from infra/template.json), .local-aws/lambda.env
 local-up: local-aws-up
-	cargo run -q -p local -- up
+	cargo run --locked -q -p local -- up
 
 ## local-down: delete the local resources and stop the local AWS
 local-down:
-	cargo run -q -p local -- down
+	cargo run --locked -q -p local -- down
 	infra/local/aws.sh down
 
 ## send: EVENT=events/... (or SEND_ARGS="--events 500 --duplicates 30 --poison 5") to the queue
 send: local-up
-	cargo run -q -p local -- send $(if $(SEND_ARGS),$(SEND_ARGS),--file $(EVENT))
+	cargo run --locked -q -p local -- send $(if $(SEND_ARGS),$(SEND_ARGS),--file $(EVENT))
 
 ## run: the event source mapping emulator until the queue and stream are drained
 ##      (RUN_ARGS="--invoke-url http://127.0.0.1:9000" to invoke the binaries under `make watch`)
 run: local-up
-	cargo run -q -p local -- run $(RUN_ARGS)
+	cargo run --locked -q -p local -- run $(RUN_ARGS)
 
 ## redrive: move the DLQ back to the payments queue
 redrive: local-up
-	cargo run -q -p local -- redrive
+	cargo run --locked -q -p local -- redrive
 
 ## replay-stream: replay the outbox stream's on-failure destination through the receipts relay
 ##                (REPLAY_ARGS="--source orders --invoke-url http://127.0.0.1:9000" for the orders
 ##                Kinesis stream's, through the kinesis-consumer under `make watch`)
 replay-stream: local-up
-	cargo run -q -p local -- replay-stream $(REPLAY_ARGS)
+	cargo run --locked -q -p local -- replay-stream $(REPLAY_ARGS)
 
 ## watch: the functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
 ##        the local AWS and its tables; the payments API answers at
 ##        http://127.0.0.1:9000/lambda-url/payments-api/payments
 watch: local-up
-	infra/cargo-lambda.sh watch --invoke-address 127.0.0.1 --env-file .local-aws/lambda.env
+	infra/cargo-lambda.sh watch --locked --invoke-address 127.0.0.1 --env-file .local-aws/lambda.env
 
 ## invoke: FUNCTION=payments-consumer|receipts-relay|payments-api EVENT=events/... against `make watch`
 invoke:
@@ -155,24 +164,24 @@ unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
 unit: export REDIS_URL := redis://127.0.0.1:9
 unit: export KAFKA_BOOTSTRAP := 127.0.0.1:9
 unit:
-	cargo nextest run --workspace --all-features -E 'group(@global)'
-	cargo test --workspace --doc
+	cargo nextest run --locked --workspace --all-features -E 'group(@global)'
+	cargo test --locked --workspace --doc
 
 ## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
 demo: local-aws-up
-	cargo run -q -p local -- demo $(DEMO_ARGS)
+	cargo run --locked -q -p local -- demo $(DEMO_ARGS)
 
 ## duplicates: one payment delivered three times through the idempotency layer, with its cost
 duplicates: local-aws-up
-	cargo run -q -p effectively-once-dynamodb --features test-util --example duplicates
+	cargo run --locked -q -p effectively-once-dynamodb --features test-util --example duplicates
 
 ## doc: API docs (private items too), warnings and broken intra-doc links denied; then every
 ##      relative Markdown link and every `crate::` path in a doc comment must name something
 ##      that exists (tests/tests/doc_references.rs)
 doc:
-	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --all-features \
+	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --locked --workspace --no-deps --all-features \
 		--document-private-items
-	cargo test -q -p end-to-end --test doc_references
+	cargo test --locked -q -p end-to-end --test doc_references
 
 ## package: the library crates as they would go to crates.io (not `payments`: the showcase's domain,
 ##          publish = false, like the binaries): each must leave the program's choices (SDK
@@ -226,7 +235,7 @@ local-redis-status:
 ##            Kafka event source emulator (two pollers in one group) until it is committed
 ##            (KAFKA_ARGS="--replay", "--invoke-url http://127.0.0.1:9000" for the binary under `make watch`)
 run-kafka: local-up local-kafka-up
-	cargo run -q -p local -- kafka --file events/kafka-payments.json $(KAFKA_ARGS)
+	cargo run --locked -q -p local -- kafka --file events/kafka-payments.json $(KAFKA_ARGS)
 
 ## local-kafka-up: build tansu (pinned, once: about 8-10 minutes on 2 cores) into .tools/tansu and
 ##                 start it on 127.0.0.1:$(LOCAL_KAFKA_PORT) with in-memory storage, or reuse the

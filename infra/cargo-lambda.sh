@@ -7,18 +7,22 @@
 # (arm64 builds without a cross gcc, LAMBDA_COMPILER=zig). cargo-lambda finds it as
 # `python3 -m ziglang`, so the venv's bin directory goes first on PATH. Only the install touches
 # the network (PyPI).
+#
+# Pins: infra/cargo-lambda-requirements.in; installed from its hash-pinned closure,
+# infra/cargo-lambda-requirements.txt (infra/pip-compile.sh, docs/packaging.md). The stamp is a
+# copy of that file: a changed pin reinstalls.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.tools/lambda-venv"
-PINS=("cargo-lambda==1.9.2" "ziglang==0.17.1")
+REQS="$ROOT/infra/cargo-lambda-requirements.txt"
 STAMP="$ROOT/.tools/cargo-lambda.installed"
 PYTHON="${PYTHON:-python3}"
-if [[ ! -x "$VENV/bin/cargo-lambda" ]] || [[ "$(cat "$STAMP" 2>/dev/null)" != "${PINS[*]}" ]]; then
-  echo "cargo-lambda: installing ${PINS[*]} into $VENV" >&2
+if [[ ! -x "$VENV/bin/cargo-lambda" ]] || ! cmp -s "$REQS" "$STAMP"; then
+  echo "cargo-lambda: installing ${REQS#"$ROOT/"} into $VENV" >&2
   mkdir -p "$ROOT/.tools"
   [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PINS[@]}"
-  echo "${PINS[*]}" >"$STAMP"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
+  cp "$REQS" "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
 if [[ "${1:-}" == "--install" ]]; then

@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 failed=0
 for crate in "$@"; do
-  tree="$(cd "$ROOT" && cargo tree -q -e features,no-dev -p "$crate" --prefix none)"
+  tree="$(cd "$ROOT" && cargo tree --locked -q -e features,no-dev -p "$crate" --prefix none)"
   pulled="$(grep -oE '^aws-[a-z0-9-]+ feature "(behavior-version-latest|default-https-client|rt-tokio)"' <<<"$tree" | sort -u || true)"
   multi="$(grep -E '^tokio feature "rt-multi-thread"' <<<"$tree" | head -1 || true)"
   if [[ -n "$multi" ]]; then

@@ -18,6 +18,7 @@
 #                                       (function-only update; the stack must exist; keeps what the
 #                                       stack's parameters set: architecture, timeout, metrics namespace)
 #   infra/lambda.sh deploy-params       the template parameters deploy would pass
+#   infra/lambda.sh deploy-args         the extra arguments deploy would pass (DEPLOY_ARGS), one a line
 #   infra/lambda.sh function-settings NAME <configuration.json
 #                                       the `cargo lambda deploy` arguments deploy-function derives
 #                                       from the function's configuration (get-function-configuration
@@ -34,7 +35,8 @@
 #   DEPLOY_PARAMS="K=V ..."     template parameters for deploy, over those saved in samconfig.toml
 #                               (e.g. "ReceiptFrom=receipts@example.com AlarmTopicArn=arn:...")
 #   DEPLOY_ARGS="..."           more `sam deploy` (deploy-function: `cargo lambda deploy`) arguments,
-#                               e.g. --region eu-west-1; choose the account with AWS_PROFILE
+#                               e.g. --region eu-west-1; choose the account with AWS_PROFILE. Split
+#                               as a shell splits words (quotes group), with no glob or $ expanded
 #   CARGO_TARGET_DIR            honoured: bootstraps are found under cargo metadata's target_directory
 #   DEPLOY_ALLOW_LOCAL=1        deploy and deploy-function go ahead with an AWS_ENDPOINT_URL* on this
 #                               machine (loopback, localhost) or the dummy `test` keys; refused
@@ -53,7 +55,8 @@ ARCH="${ARCH:-x86_64}"
 STACK="${STACK:-effectively-once}"
 export -n ARCH STACK # ours, not the compilers' or build scripts'
 FUNCTIONS=(payments-consumer receipts-relay payments-api)
-SAM_PIN="aws-sam-cli==1.170.0"
+# SAM CLI's pin: infra/sam-requirements.in; installed from its hash-pinned closure (docs/packaging.md).
+SAM_REQS="$ROOT/infra/sam-requirements.txt"
 SAM_VENV="$ROOT/.tools/sam-venv"
 SAM_BUILD_DIR="$ROOT/.aws-sam/build"
 SAM_CONFIG="$ROOT/samconfig.toml"
@@ -102,7 +105,7 @@ built_bootstraps() {
 build() {
   local local_flag=()
   if [[ "${1:-}" == --local ]]; then local_flag=(--local) && shift; fi
-  local pkgs=("${@:-${FUNCTIONS[@]}}") pkg flags=(--release)
+  local pkgs=("${@:-${FUNCTIONS[@]}}") pkg flags=(--release --locked)
   py metadata
   preflight
   [[ "$ARCH" == arm64 ]] && flags+=(--arm64)
@@ -116,13 +119,14 @@ build() {
   py check "${local_flag[@]}" --arch "$ARCH" "${files[@]}"
 }
 
+# The stamp is a copy of the requirements it was installed from: a changed pin reinstalls.
 install_sam() {
-  [[ -x "$SAM_VENV/bin/sam" && "$(cat "$ROOT/.tools/sam.installed" 2>/dev/null)" == "$SAM_PIN" ]] && return
-  log "installing $SAM_PIN into $SAM_VENV"
+  [[ -x "$SAM_VENV/bin/sam" ]] && cmp -s "$SAM_REQS" "$ROOT/.tools/sam.installed" && return
+  log "installing ${SAM_REQS#"$ROOT/"} into $SAM_VENV"
   mkdir -p "$ROOT/.tools"
   [[ -x "$SAM_VENV/bin/python" ]] || "$PYTHON" -m venv "$SAM_VENV"
-  "$SAM_VENV/bin/pip" install --quiet --disable-pip-version-check "$SAM_PIN"
-  echo "$SAM_PIN" >"$ROOT/.tools/sam.installed"
+  "$SAM_VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$SAM_REQS"
+  cp "$SAM_REQS" "$ROOT/.tools/sam.installed"
 }
 
 sam() { SAM_CLI_TELEMETRY=0 "$SAM_VENV/bin/sam" "$@"; }
@@ -131,6 +135,9 @@ sam_build() {
   py metadata
   preflight
   install_sam
+  # SAM runs `cargo lambda build` without --locked and takes no flags for it: a Cargo.lock that
+  # is not current fails here, before it (a current lock is one no build changes).
+  cargo metadata --locked --format-version 1 >/dev/null
   # SAM runs `cargo lambda build --release [--arm64] --bin NAME` per function: the pinned
   # cargo-lambda (and the python3 holding Zig) first on PATH.
   PATH="$(infra/cargo-lambda.sh --install):$PATH"
@@ -195,14 +202,27 @@ EOT
   exit 1
 }
 
+# `deploy_args ARRAY`: DEPLOY_ARGS split into ARRAY as a shell splits words, quotes included
+# (DEPLOY_ARGS='--tags "team=pay ments"' is two arguments), and nothing else: no glob is
+# expanded (a `*` stays a `*`), no variable, no command. Python's shlex does the splitting.
+deploy_args() {
+  local -n into="$1"
+  local split='import shlex, sys; sys.stdout.write("".join(a + "\0" for a in shlex.split(sys.argv[1])))'
+  into=()
+  [[ -n "${DEPLOY_ARGS:-}" ]] || return 0
+  "$PYTHON" -c "$split" "$DEPLOY_ARGS" >/dev/null 2>&1 ||
+    die "DEPLOY_ARGS: cannot split it into arguments (an unclosed quote?): $DEPLOY_ARGS"
+  mapfile -d '' -t into < <("$PYTHON" -c "$split" "$DEPLOY_ARGS")
+}
+
 deploy() {
   refuse_local deploy
   sam_build
   region_env
   local params
   params="$(py deploy-params "$SAM_CONFIG" "$ARCH" "${DEPLOY_PARAMS:-}")"
-  # shellcheck disable=SC2206
-  local extra=(${DEPLOY_ARGS:-})
+  local extra=()
+  deploy_args extra
   # No --template-file: from the workspace root SAM deploys .aws-sam/build/template.yaml and
   # reads (and, guided, writes) ./samconfig.toml; with the built template named, it would keep
   # samconfig.toml in .aws-sam/build.
@@ -236,8 +256,8 @@ deploy_function() {
   conf="$("$SAM_VENV/bin/python" infra/lambda.py function-configuration "$name" "$STACK")"
   settings_text="$(py function-settings "$name" "$ARCH" <<<"$conf")"
   mapfile -t settings <<<"$settings_text"
-  # shellcheck disable=SC2206
-  local extra=(${DEPLOY_ARGS:-})
+  local extra=()
+  deploy_args extra
   if [[ " ${extra[*]} " == *" --timeout"* ]]; then
     log "DEPLOY_ARGS sets --timeout: the function's ${settings[1]} s is not kept"
     settings=()
@@ -269,8 +289,12 @@ case "$cmd" in
     py function-settings "$1" "$ARCH"
     ;;
   deploy-params) py deploy-params "$SAM_CONFIG" "$ARCH" "${DEPLOY_PARAMS:-}" ;;
+  deploy-args)
+    deploy_args args
+    [[ ${#args[@]} -eq 0 ]] || printf '%s\n' "${args[@]}"
+    ;;
   *)
-    echo "usage: $0 build [--local] [PACKAGE...] | check [FILE...] | metadata [TEMPLATE] | sam-build | deploy | deploy-function PACKAGE | deploy-params | function-settings NAME <configuration.json" >&2
+    echo "usage: $0 build [--local] [PACKAGE...] | check [FILE...] | metadata [TEMPLATE] | sam-build | deploy | deploy-function PACKAGE | deploy-params | deploy-args | function-settings NAME <configuration.json" >&2
     exit 2
     ;;
 esac

@@ -44,15 +44,13 @@ is_moto_up() { curl -fsS -o /dev/null --max-time 2 "$URL/_local-aws/health" 2>/d
 # Any HTTP answer at all means some server holds the endpoint.
 answers() { curl -sS -o /dev/null --max-time 2 "$1" 2>/dev/null; }
 
-# The pid in the pid file, when that process runs and is this port's serve.py (not a process
-# that took a stale pid's number).
-server_pid() {
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null)" || return 1
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-  [[ "$(ps -o args= -p "$pid" 2>/dev/null)" == *serve.py*"--port $PORT"* ]] || return 1
-  echo "$pid"
-}
+# The server, as `up` starts it and as `server_pid` recognises it.
+SERVER=("$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT")
+
+# The pid in the pid file, when that process runs with the command line `up` started: this
+# checkout's serve.py on this port (not a process that took a stale pid's number). The
+# interpreter may show under another path (a pyenv shim re-executes the real one).
+server_pid() { ours "$PIDFILE" "${SERVER[*]}" "* ${SERVER[*]:1}"; }
 
 
 install() {
@@ -64,7 +62,7 @@ install() {
   log "installing pinned moto into $VENV"
   mkdir -p "$STATE"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
   cp "$REQS" "$STATE/installed"
 }
 
@@ -87,7 +85,7 @@ up() {
     fi
     mkdir -p "$RUN"
     log "starting moto at $URL (log: $LOG)"
-    nohup "$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$PORT" >"$LOG" 2>&1 8>&- 9>&- &
+    nohup "${SERVER[@]}" >"$LOG" 2>&1 8>&- 9>&- &
     pid=$!
     echo "$pid" >"$PIDFILE"
   fi

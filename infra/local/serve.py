@@ -10,6 +10,9 @@ process-wide lock, and drains the response body inside it.
 Connections are kept alive (HTTP/1.1), as DynamoDB's endpoints keep them: werkzeug's server
 answers every request with `Connection: close`, so each SDK request paid a TCP handshake, a
 thread start and a 10 ms drain of the socket, distorting every latency and throughput figure.
+
+It keeps to this machine's programs: moto's allow-all CORS off, loopback Host names only, and
+the one route that changes state (the counters' reset) POST only (docs/local.md).
 """
 
 import argparse
@@ -17,6 +20,7 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -128,17 +132,62 @@ def reset_requests():
     return {"reset": True}
 
 
-# The project's own routes, beside moto's: moto's /moto-api/data.json serialises every
-# model of every service (a megabyte after a test run), too slow to poll for one mailbox.
+# The project's own routes, beside moto's, by path: the method each takes and its answer.
+# moto's /moto-api/data.json serialises every model of every service (a megabyte after a test
+# run), too slow to poll for one mailbox. The reset changes state, so it takes POST only: a GET
+# is what a link or an <img> on any web page can send.
 LOCAL_ROUTES = {
-    "/_local-aws/health": lambda: {"server": "moto", "serialized": True},
-    "/_local-aws/ses/messages": lambda: {"messages": sent_emails()},
-    "/_local-aws/requests": lambda: {
+    "/_local-aws/health": ("GET", lambda: {"server": "moto", "serialized": True}),
+    "/_local-aws/ses/messages": ("GET", lambda: {"messages": sent_emails()}),
+    "/_local-aws/requests": ("GET", lambda: {
         "requests": dict(sorted(REQUESTS.items())),
         "write_units": dict(sorted(WRITE_UNITS.items())),
-    },
-    "/_local-aws/requests/reset": reset_requests,
+    }),
+    "/_local-aws/requests/reset": ("POST", reset_requests),
 }
+
+
+def answer(start_response, status, body, headers=()):
+    """A whole answer of our own (JSON when `body` is not bytes)."""
+    if not isinstance(body, bytes):
+        body, headers = json.dumps(body).encode(), [("Content-Type", "application/json"), *headers]
+    start_response(status, [*headers, ("Content-Length", str(len(body)))])
+    return [body]
+
+
+# The Host names a request may carry: this machine's loopback ones. A web page whose name an
+# attacker re-points at 127.0.0.1 (DNS rebinding) reaches this port from the browser with its own
+# name in Host, and is refused. Any port: the fault proxy of crates/local listens on a port of
+# its own and forwards the Host it was sent.
+LOOPBACK_HOST = re.compile(r"(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?", re.IGNORECASE)
+
+
+class LoopbackHostOnly:
+    """WSGI middleware: a request whose Host is not a loopback name gets 403, unserved."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        if not LOOPBACK_HOST.fullmatch(environ.get("HTTP_HOST", "")):
+            return answer(start_response, "403 Forbidden", b"the local AWS serves Host 127.0.0.1 or localhost only\n",
+                          [("Content-Type", "text/plain")])
+        return self.app(environ, start_response)
+
+
+def disable_cors():
+    """No CORS headers: moto's server answers every origin's preflight with allow-all, so any web
+    page open in a browser here could read and write the local AWS. No client of it is a page."""
+    import moto.moto_server.werkzeug_app as werkzeug_app
+
+    werkzeug_app.DISABLE_GLOBAL_CORS = True
+
+
+def make_app():
+    """The local AWS's WSGI application: moto, without CORS, one request at a time, loopback
+    Host names only."""
+    disable_cors()
+    return LoopbackHostOnly(Serialized(DomainDispatcherApplication(create_backend_app)))
 
 
 def install_item_level_rollback():
@@ -470,10 +519,11 @@ class Serialized:
     def __call__(self, environ, start_response):
         route = LOCAL_ROUTES.get(environ.get("PATH_INFO", ""))
         with self.lock:
-            if route is not None and environ.get("REQUEST_METHOD") in ("GET", "POST"):
-                body = json.dumps(route()).encode()
-                start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
-                return [body]
+            if route is not None:
+                method, handler = route
+                if environ.get("REQUEST_METHOD") != method:
+                    return answer(start_response, "405 Method Not Allowed", {"allowed": method}, [("Allow", method)])
+                return answer(start_response, "200 OK", handler())
             op = operation_of(environ)
             REQUESTS[op] = REQUESTS.get(op, 0) + 1
             statuses = []
@@ -575,14 +625,14 @@ def main():
     install_kinesis_resharding()
     # One log line per request is a tenth of the server's time under load; errors still log.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    app = DomainDispatcherApplication(create_backend_app)
+    app = make_app()
     # Kept-alive connections sit idle in their (daemon) threads: stopping must not wait for them
     # (socketserver joins every connection's thread on close by default).
     ThreadedWSGIServer.block_on_close = False
     run_simple(
         args.host,
         args.port,
-        Serialized(app),
+        app,
         threaded=True,
         request_handler=KeepAliveRequestHandler,
     )

@@ -237,6 +237,62 @@ class KeepAlive(unittest.TestCase):
         self.assertEqual(response.getheader("Connection"), "close")
 
 
+class Guards(unittest.TestCase):
+    """What keeps other programs of this machine, web pages in a browser above all, out of the
+    local AWS: no CORS, loopback Host names only, and no state changed by a GET."""
+
+    def setUp(self):
+        from werkzeug.test import Client
+
+        self.client = Client(serve.make_app())
+
+    def dynamodb(self, host="127.0.0.1:4566", **headers):
+        return self.client.post(
+            "/",
+            data=b"{}",
+            headers={"Host": host, "X-Amz-Target": "DynamoDB_20120810.ListTables",
+                     "Content-Type": "application/x-amz-json-1.0",
+                     "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request",
+                     **headers},
+        )
+
+    def test_no_origin_gets_cors_headers_from_a_preflight_or_a_request(self):
+        origin = "http://attacker.example"
+        preflight = self.client.options("/", headers={
+            "Host": "127.0.0.1:4566", "Origin": origin, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "x-amz-target,content-type"})
+        answered = self.dynamodb(Origin=origin)
+        self.assertEqual(answered.status_code, 200, answered.get_data(as_text=True))
+        self.assertIn("TableNames", answered.get_json(force=True))
+        for response in (preflight, answered):
+            cors = [h for h in response.headers.keys() if h.lower().startswith("access-control-")]
+            self.assertEqual(cors, [], f"{response.status}: {response.headers}")
+
+    def test_a_request_naming_another_host_is_refused_unserved(self):
+        serve.REQUESTS.clear()
+        for host in ("attacker.example:4566", "attacker.example", "127.0.0.1.attacker.example:4566",
+                     "localhost.attacker.example", "10.0.0.1:4566", ""):
+            refused = self.dynamodb(host=host)
+            self.assertEqual(refused.status_code, 403, host)
+        self.assertEqual(serve.REQUESTS, {}, "a refused request reached moto")
+        for host in ("127.0.0.1:4566", "localhost:4566", "LOCALHOST:4566", "[::1]:4566", "127.0.0.1:45001"):
+            self.assertEqual(self.dynamodb(host=host).status_code, 200, host)
+        self.assertEqual(serve.REQUESTS, {"dynamodb:ListTables": 5})
+
+    def test_the_counter_reset_takes_post_only_and_the_reads_get_only(self):
+        serve.REQUESTS.clear()
+        self.dynamodb()
+        host = {"Host": "127.0.0.1:4566"}
+        got = self.client.get("/_local-aws/requests/reset", headers=host)
+        self.assertEqual((got.status_code, got.headers.get("Allow")), (405, "POST"))
+        self.assertEqual(self.client.get("/_local-aws/requests", headers=host).get_json()["requests"],
+                         {"dynamodb:ListTables": 1}, "a GET reset the counters")
+        self.assertEqual(self.client.post("/_local-aws/requests", headers=host).status_code, 405)
+        self.assertEqual(self.client.post("/_local-aws/requests/reset", headers=host).get_json(), {"reset": True})
+        self.assertEqual(self.client.get("/_local-aws/requests", headers=host).get_json()["requests"], {})
+        self.assertEqual(self.client.get("/_local-aws/health", headers=host).status_code, 200)
+
+
 class WriteUnits(unittest.TestCase):
     """The modelled write units of docs/cost-model.md, from the request alone."""
 

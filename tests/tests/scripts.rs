@@ -1,5 +1,5 @@
-//! infra/lambda.sh and the Makefile's deploy targets (docs/deploy.md). Nothing here builds a
-//! release bootstrap or talks to AWS.
+//! infra/lambda.sh and the Makefile's deploy targets (docs/deploy.md), and the local servers'
+//! pid files. Nothing here builds a release bootstrap or talks to AWS.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -251,4 +251,65 @@ fn the_deploy_metadata_check_reads_metadata_larger_than_an_argument() {
 
     let out = lambda_sh().arg("metadata").env("PATH", path).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
+}
+
+/// DEPLOY_ARGS is split as a shell splits words (quotes group) and nothing more: a `*` matches
+/// no file, a `$` expands nothing, and an unclosed quote is refused, not guessed at.
+#[test]
+fn deploy_args_are_split_as_words_without_globs_or_expansions() {
+    let dir = Scratch::new("deploy-args");
+    std::fs::write(dir.0.join("matched-by-a-glob"), "").unwrap();
+    let run = |args: &str| {
+        Command::new(root().join("infra/lambda.sh"))
+            .arg("deploy-args")
+            .current_dir(&dir.0)
+            .env("DEPLOY_ARGS", args)
+            .output()
+            .unwrap()
+    };
+    let split = run(r#"--region eu-west-1  --tags "team=pay ments" 'a b' * $HOME $(id)"#);
+    assert!(split.status.success(), "{}", text(&split));
+    let words: Vec<&str> = std::str::from_utf8(&split.stdout).unwrap().lines().collect();
+    assert_eq!(words, ["--region", "eu-west-1", "--tags", "team=pay ments", "a b", "*", "$HOME", "$(id)"]);
+    assert_eq!(run("").stdout, b"", "no DEPLOY_ARGS, no arguments");
+    let unclosed = run(r#"--tags "team=pay"#);
+    assert!(!unclosed.status.success() && text(&unclosed).contains("DEPLOY_ARGS"), "{}", text(&unclosed));
+}
+
+/// A pid file outlives its server (a crash, a reboot) and its number goes to another process:
+/// each local server's `down` kills the pid file's process only when its command line is the
+/// one the script starts, and otherwise leaves it running and drops the stale pid file.
+#[test]
+fn a_local_server_down_leaves_a_process_that_took_a_stale_pid_alone() {
+    for (script, state, pid_file, port_var) in [
+        ("aws.sh", "aws", "moto.pid", "LOCAL_AWS_PORT"),
+        ("redis.sh", "redis", "redis.pid", "LOCAL_REDIS_PORT"),
+        ("kafka.sh", "kafka", "tansu.pid", "LOCAL_KAFKA_PORT"),
+    ] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = root().join(format!(".local-aws/{state}-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Someone else's process, whose command line names the server and its port as a
+        // server's would (a loose match, `*serve.py*--port PORT*`, would take it for ours).
+        let mut other = Command::new("python3")
+            .args(["-c", "import time; time.sleep(60)", "serve.py", "redis-server", "--port"])
+            .arg(port.to_string())
+            .spawn()
+            .unwrap();
+        std::fs::write(dir.join(pid_file), other.id().to_string()).unwrap();
+        let down = Command::new(root().join("infra/local").join(script))
+            .arg("down")
+            .env(port_var, port.to_string())
+            .output()
+            .unwrap();
+        let alive = other.try_wait().unwrap().is_none();
+        let _ = other.kill();
+        let _ = other.wait();
+        let pid_file_left = dir.join(pid_file).exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(down.status.success(), "{script} down: {}", text(&down));
+        assert!(alive, "{script} down killed a process it did not start: {}", text(&down));
+        assert!(text(&down).contains("not running"), "{script} down: {}", text(&down));
+        assert!(!pid_file_left, "{script} down left the stale pid file");
+    }
 }

@@ -59,5 +59,6 @@ pub use crate::error::store_error_kind;
 pub use crate::store::{Builder, RedisStore, DEFAULT_EXPIRY_GRACE, DEFAULT_KEY_PREFIX, PREFIX_ENV, URL_ENV};
 
 /// The local Redis the project's scripts start (`infra/local/redis.sh`, `make local-redis-up`)
-/// on its default port.
+/// on its default port. It asks for a password: connect with the URL `infra/local/redis.sh url`
+/// prints, which is this one with `default:PASSWORD@` in it.
 pub const LOCAL_URL: &str = "redis://127.0.0.1:6380";

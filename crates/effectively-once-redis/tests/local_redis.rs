@@ -49,8 +49,15 @@ async fn two_local_redis_ports_serve_at_once_and_each_stops_alone() {
         !redis_sh(a, "status").status.success()
     });
     assert!(stopped, "the instance on {a} stopped");
-    // The other still answers a real client, not only the script's PING.
-    let client = redis::Client::open(format!("redis://127.0.0.1:{b}")).unwrap();
+    // The other still answers a real client, not only the script's PING, with the password
+    // the script gives; and refuses one without it.
+    let url = String::from_utf8(redis_sh(b, "url").stdout).unwrap();
+    assert!(url.trim().ends_with(&format!("@127.0.0.1:{b}")), "{url}");
+    let anonymous = redis::Client::open(format!("redis://127.0.0.1:{b}")).unwrap();
+    let mut anonymous = anonymous.get_multiplexed_async_connection().await.expect("the instance on b answers");
+    let refused: redis::RedisResult<String> = redis::cmd("GET").arg("two-ports").query_async(&mut anonymous).await;
+    assert!(refused.is_err_and(|e| e.to_string().contains("NOAUTH")), "a client without the password is refused");
+    let client = redis::Client::open(url.trim()).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.expect("the instance on b serves");
     let _: () = redis::cmd("SET").arg("two-ports").arg("b").query_async(&mut connection).await.unwrap();
     let value: String = redis::cmd("GET").arg("two-ports").query_async(&mut connection).await.unwrap();

@@ -35,9 +35,14 @@ fn cutting_proxy(landed: std::sync::mpsc::Sender<()>, go: std::sync::mpsc::Recei
     use std::sync::{Arc, Mutex};
 
     let upstream = effectively_once_redis::testing::url();
-    let upstream = upstream.trim_start_matches("redis://").trim_end_matches('/').to_owned();
+    let upstream = upstream.trim_start_matches("redis://").trim_end_matches('/');
+    // A password (`default:PASSWORD@`, the local Redis's) goes into the proxy's URL.
+    let (auth, upstream) = match upstream.rsplit_once('@') {
+        Some((auth, address)) => (format!("{auth}@"), address.to_owned()),
+        None => (String::new(), upstream.to_owned()),
+    };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("redis://{}", listener.local_addr().unwrap());
+    let url = format!("redis://{auth}{}", listener.local_addr().unwrap());
     let armed = Arc::new(AtomicBool::new(false));
     let flag = armed.clone();
     let signals = Arc::new(Mutex::new((landed, go)));

@@ -25,3 +25,10 @@ pub async fn fresh_store(name: &str) -> RedisStore {
         ),
     }
 }
+
+/// `url` with `user:password` as its credentials, in place of any it has.
+pub fn with_credentials(url: &str, credentials: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let address = rest.rsplit_once('@').map_or(rest, |(_, address)| address);
+    format!("{scheme}://{credentials}@{address}")
+}
