@@ -1,5 +1,11 @@
 //! The payments consumer: an SQS record handler that parses the payment event and posts it to
 //! the ledger once. `main.rs` only wires the environment, the clients and this handler.
+//!
+//! Environment: the contract's tables ([`Env`]) and `LEDGER_PREREAD` (`off`, `redelivered`,
+//! `auto`, the default, or `always`): when a batch reads its records first, so a duplicate
+//! another sandbox posted is answered from one `BatchGetItem` instead of cancelling the batch's
+//! transaction. A batch holding a message SQS delivered before tells the ledger so. The values
+//! and their costs: `docs/operations.md`; measured: `docs/bench.md`.
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use effectively_once_lambda::events::Context;
