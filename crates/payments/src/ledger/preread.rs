@@ -1,23 +1,6 @@
 //! The pre-read of a batch's records: when a batch may hold duplicates this sandbox does not
 //! remember, one `BatchGetItem` of their records answers them before the transaction, which
 //! would otherwise be cancelled by them and sent again without them.
-//!
-//! # The cost arithmetic
-//!
-//! For a batch of `n` event ids this sandbox does not remember (the docs' cost model, items
-//! under 1 KB, on-demand prices, where a write request unit costs five read request units):
-//!
-//! - a pre-read is one request per 100 ids and `n / 2` read units (eventually consistent):
-//!   `n / 10` write units' worth;
-//! - a cancelled transaction bills one write unit per action, at least two per event (its
-//!   record and its entry, beside a balance update per account), so at least `2 n`, and one
-//!   request more (the rest sent again).
-//!
-//! So a pre-read pays for itself in units when the chance that a batch holds a duplicate this
-//! sandbox did not remember is above `(n / 10) / (2 n)` = 1/20, whatever `n`; in requests it
-//! never does (one request always, against one with that chance). [`Preread::Auto`] reads
-//! ahead when the running estimate of that chance is at least [`BREAK_EVEN`] (1/16, the break
-//! even rounded to a power of two), or when the trigger says a record may be a redelivery.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -37,7 +20,24 @@ pub const PREREAD_VAR: &str = "LEDGER_PREREAD";
 /// ids this sandbox does not remember. A record found answers its duplicate as the remembered
 /// answers do (a replay, or key reuse for another payload), with no write; one a read missed
 /// costs only the cancelled transaction it costs without the read, as the transaction's
-/// conditions still decide. See the [module](self) for the arithmetic.
+/// conditions still decide.
+///
+/// # The cost arithmetic
+///
+/// For a batch of `n` event ids this sandbox does not remember (the docs' cost model, items
+/// under 1 KB, on-demand prices, where a write request unit costs five read request units):
+///
+/// - a pre-read is one request per 100 ids and `n / 2` read units (eventually consistent):
+///   `n / 10` write units' worth;
+/// - a cancelled transaction bills one write unit per action, at least two per event (its
+///   record and its entry, beside a balance update per account), so at least `2 n`, and one
+///   request more (the rest sent again).
+///
+/// So a pre-read pays for itself in units when the chance that a batch holds a duplicate this
+/// sandbox did not remember is above `(n / 10) / (2 n)` = 1/20, whatever `n`; in requests it
+/// never does (one request always, against one with that chance). [`Preread::Auto`] reads
+/// ahead when the running estimate of that chance is at least [`BREAK_EVEN`] (1/16, the break
+/// even rounded to a power of two), or when the trigger says a record may be a redelivery.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Preread {
     /// Never: a duplicate from elsewhere cancels its batch's transaction (one write unit per
