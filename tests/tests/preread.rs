@@ -81,8 +81,11 @@ async fn duplicates_at_another_sandbox_write_nothing_when_the_strategy_reads_ahe
     let batch = posted(&h, "auto-first").await;
     assert_eq!(post(&h, &auto, &batch, Delivery::Unknown).await, (replayed.clone(), (0, 1)));
     assert!(auto.outside_duplicate_estimate() >= payments::ledger::BREAK_EVEN, "{}", auto.outside_duplicate_estimate());
+    assert_eq!(auto.outside_duplicate_estimate(), 1.0 / 8.0, "one batch of eight weighs");
     let batch = posted(&h, "auto-next").await;
     assert_eq!(post(&h, &auto, &batch, Delivery::Unknown).await, (replayed.clone(), (1, 0)));
+    // Duplicates the read answered count too: 1/8 kept at 7/8, plus 1/8.
+    assert_eq!(auto.outside_duplicate_estimate(), 1.0 / 8.0 * 7.0 / 8.0 + 1.0 / 8.0);
 
     // Found records are remembered: the same batch again costs nothing.
     assert_eq!(post(&h, &auto, &batch, Delivery::Unknown).await, (replayed, (0, 0)));
@@ -120,6 +123,13 @@ async fn a_record_of_another_payload_found_ahead_is_key_reuse_never_a_replay() {
     // Remembered as the record, not as an answer: the same two again, with no request.
     let (again, requests) = post(&h, &other, &[other_amount, first], Delivery::Unknown).await;
     assert_eq!((again, requests), (answers, (0, 0)));
+    // Key reuse found by a transaction at a sandbox that did not read ahead is a duplicate from
+    // elsewhere too, for the estimate.
+    let auto = h.ledger.clone_forgetting();
+    let (answers, requests) =
+        post(&h, &auto, &[LedgerHarness::event("reuse-1", "acct-1", 7, "USD")], Delivery::Unknown).await;
+    assert_eq!((answers, requests), (vec!["error KeyReused".to_owned()], (0, 1)));
+    assert_eq!(auto.outside_duplicate_estimate(), 1.0 / 8.0);
     let balance = h.ledger.balance("acct-1").await.unwrap().unwrap();
     assert_eq!((balance.balance_cents, balance.entry_count), (100, 1), "nothing posted twice");
 }

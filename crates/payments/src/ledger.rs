@@ -466,15 +466,16 @@ impl Ledger {
             };
             // An event id this sandbox saw answered: its record says the same, for free (a
             // replay, or key reuse for another payload).
-            if let Some(record) = self.seen.lock().get(key.as_str()) {
-                results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
-                continue;
-            }
             // A record a pre-read found that blocks a claim: the same answer its transaction's
-            // cancellation would give (a replay, key reuse, or in progress: retryable).
-            if let Some(record) = found.get(key.as_str()) {
+            // cancellation would give (a replay, key reuse, or in progress: retryable). Before
+            // the remembered answers, which the read just filled: it counts as met elsewhere.
+            if let Some(record) = (!found.is_empty()).then(|| found.get(key.as_str())).flatten() {
                 results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
                 prefound = true;
+                continue;
+            }
+            if let Some(record) = self.seen.lock().get(key.as_str()) {
+                results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
                 continue;
             }
             members.push(Member::new(key, event).in_group(event.account_id.clone()).with_hash(hash));

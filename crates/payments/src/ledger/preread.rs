@@ -286,6 +286,15 @@ mod tests {
     }
 
     #[test]
+    fn the_break_even_is_one_batch_in_sixteen_and_another_sandbox_keeps_the_strategy() {
+        assert_eq!(BREAK_EVEN, 1.0 / 16.0);
+        let off = Prereads { strategy: Preread::Off, estimate: Estimate::default() };
+        off.estimate.observe(true);
+        let other = off.forgetting();
+        assert_eq!((other.strategy, other.estimate.get()), (Preread::Off, 0), "the strategy, not the estimate");
+    }
+
+    #[test]
     fn the_variable_names_a_strategy_and_anything_else_is_refused() {
         assert_eq!(Preread::from_env_value(None), Ok(Preread::Auto));
         assert_eq!(Preread::from_env_value(Some("")), Ok(Preread::Auto));
