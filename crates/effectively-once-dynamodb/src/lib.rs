@@ -142,6 +142,7 @@ mod error;
 mod item;
 mod otherwise;
 pub mod raw;
+mod read;
 mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -154,6 +155,7 @@ pub use crate::counter::RequestCounter;
 pub use crate::error::store_error;
 pub use crate::item::{attr, carried, carried_from_item, NEVER_EXPIRES};
 pub use crate::otherwise::{Fallback, Otherwise};
+pub use crate::read::{Consistency, MAX_BATCH_GET_KEYS};
 pub use crate::store::{create_table, wait_until_active, DynamoDbStore, TABLE_ACTIVE_WAIT};
 pub use crate::transaction::WriteUnits;
 pub use crate::tx::{Item, Table, Tx, WriteId};

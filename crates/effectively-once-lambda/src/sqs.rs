@@ -37,6 +37,17 @@ pub fn trace_id(header: &str) -> Option<&str> {
     header.split(';').find_map(|part| part.trim().strip_prefix("Root=")).filter(|root| !root.is_empty())
 }
 
+/// Whether SQS delivered `message` before: its `ApproximateReceiveCount` attribute is above 1
+/// (a handler that failed, a lost ack, a visibility timeout that ran out, a DLQ redrive). Then
+/// its effect may already be recorded, by this sandbox or another; a batch handler may read
+/// ahead for it. A producer's retry is a new message with a count of 1, so `false` says nothing
+/// of duplicates. A missing or unreadable count is `false`.
+pub fn may_be_redelivery(message: &SqsMessage) -> bool {
+    // Bounded before parsing: a count has at most ten digits.
+    let count = message.attributes.get("ApproximateReceiveCount").filter(|c| c.len() <= 10);
+    count.and_then(|c| c.parse::<u64>().ok()).is_some_and(|c| c > 1)
+}
+
 /// Whether the batch comes from a FIFO queue: its order within a message group must hold.
 fn is_fifo(message: &SqsMessage) -> bool {
     message.attributes.contains_key("MessageGroupId")
@@ -157,4 +168,27 @@ fn respond(records: &[SqsMessage], results: &[RecordResult]) -> SqsBatchResponse
         }
     }
     response
+}
+
+#[cfg(test)]
+mod redelivery_tests {
+    use super::*;
+
+    #[test]
+    fn a_receive_count_above_one_may_be_a_redelivery() {
+        let message = |count: Option<&str>| {
+            let mut message = SqsMessage::default();
+            if let Some(count) = count {
+                message.attributes.insert("ApproximateReceiveCount".into(), count.into());
+            }
+            message
+        };
+        assert!(!may_be_redelivery(&message(None)));
+        assert!(!may_be_redelivery(&message(Some("1"))));
+        assert!(may_be_redelivery(&message(Some("2"))));
+        assert!(may_be_redelivery(&message(Some("17"))));
+        assert!(!may_be_redelivery(&message(Some("two"))));
+        assert!(!may_be_redelivery(&message(Some("0"))));
+        assert!(!may_be_redelivery(&message(Some(&"9".repeat(11)))), "over ten digits is not parsed");
+    }
 }

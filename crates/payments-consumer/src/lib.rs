@@ -1,11 +1,18 @@
 //! The payments consumer: an SQS record handler that parses the payment event and posts it to
 //! the ledger once. `main.rs` only wires the environment, the clients and this handler.
+//!
+//! Environment: the contract's tables ([`Env`]) and `LEDGER_PREREAD` (`off`, `redelivered`,
+//! `auto`, the default, or `always`): when a batch reads its records first, so a duplicate
+//! another sandbox posted is answered from one `BatchGetItem` instead of cancelling the batch's
+//! transaction. A batch holding a message SQS delivered before tells the ledger so. The values
+//! and their costs: `docs/operations.md`; measured: `docs/bench.md`.
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use effectively_once_lambda::events::Context;
+use effectively_once_lambda::sqs;
 use effectively_once_lambda::{BatchHandler, Handler};
 use effectively_once_lambda::{RecordError, RecordResult};
-use payments::{Ledger, PaymentEvent};
+use payments::{Delivery, Ledger, PaymentEvent};
 
 /// The function's name in metrics where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent.
 pub const FUNCTION: &str = "payments-consumer";
@@ -64,11 +71,23 @@ impl Handler<SqsMessage> for Payments {
 
 /// The batch path, the function's default: the valid payments of a batch in one transaction
 /// (as few as DynamoDB's limits allow, [`Ledger::post_batch`]), each answered as if posted alone
-/// in batch order; a malformed message fails alone.
+/// in batch order; a malformed message fails alone. A batch holding a message SQS delivered
+/// before ([`sqs::may_be_redelivery`]) says so to the ledger, whose pre-read strategy
+/// (`LEDGER_PREREAD`) may then read the batch's records first ([`Delivery`]).
 impl BatchHandler<SqsMessage> for Payments {
     async fn handle_batch(&self, messages: &[&SqsMessage], _context: &Context) -> Vec<RecordResult> {
         let parsed = messages.iter().map(|message| parse(message)).collect();
-        payments::lambda::post_batch(&self.ledger, parsed).await
+        payments::lambda::post_batch_as(&self.ledger, parsed, delivery(messages)).await
+    }
+}
+
+/// What a batch's messages say of redeliveries: one received before makes the batch a possible
+/// redelivery.
+fn delivery(messages: &[&SqsMessage]) -> Delivery {
+    if messages.iter().any(|message| sqs::may_be_redelivery(message)) {
+        Delivery::MayBeRedelivery
+    } else {
+        Delivery::Unknown
     }
 }
 
@@ -94,5 +113,18 @@ mod tests {
         assert_eq!(payments.key(&message("{not json")), None);
         assert_eq!(payments.key(&message(r#"{"amount_cents":100}"#)), None);
         assert_eq!(payments.key(&SqsMessage::default()), None);
+    }
+
+    #[test]
+    fn a_batch_holding_one_message_received_before_may_be_a_redelivery() {
+        let received = |count: &str| {
+            let mut message = SqsMessage::default();
+            message.attributes.insert("ApproximateReceiveCount".into(), count.into());
+            message
+        };
+        let (first, again) = (received("1"), received("3"));
+        assert_eq!(delivery(&[&first, &first]), Delivery::Unknown);
+        assert_eq!(delivery(&[&first, &again]), Delivery::MayBeRedelivery);
+        assert_eq!(delivery(&[]), Delivery::Unknown);
     }
 }

@@ -6,7 +6,7 @@
 use effectively_once::Outcome;
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 
-use crate::{Error, Ledger, PaymentEvent, Posting};
+use crate::{Delivery, Error, Ledger, PaymentEvent, Posting};
 
 /// A post's answer as the record's result, logged at debug (the batch's counts are at info, a
 /// failure has its own line from the driver): applied; rejected (recorded, not retried); a
@@ -46,6 +46,16 @@ pub async fn post(ledger: &Ledger, event: &PaymentEvent) -> RecordResult {
 /// record order, so each is answered as if posted alone in that order. One result per record,
 /// in order, each logged (at debug) in a `payment` span with its `event_id`.
 pub async fn post_batch(ledger: &Ledger, parsed: Vec<Result<PaymentEvent, RecordError>>) -> Vec<RecordResult> {
+    post_batch_as(ledger, parsed, Delivery::Unknown).await
+}
+
+/// [`post_batch`], told what the trigger knows of redeliveries ([`Ledger::post_batch_as`]: the
+/// SQS consumer passes [`Delivery::MayBeRedelivery`] when a record's receive count is above 1).
+pub async fn post_batch_as(
+    ledger: &Ledger,
+    parsed: Vec<Result<PaymentEvent, RecordError>>,
+    delivery: Delivery,
+) -> Vec<RecordResult> {
     let mut failures = Vec::with_capacity(parsed.len());
     let mut events = Vec::with_capacity(parsed.len());
     for record in parsed {
@@ -57,7 +67,7 @@ pub async fn post_batch(ledger: &Ledger, parsed: Vec<Result<PaymentEvent, Record
             Err(error) => failures.push(Some(error)),
         }
     }
-    let posted = ledger.post_batch(&events).await;
+    let posted = ledger.post_batch_as(&events, delivery).await;
     // The span only when its lines are on: its field is formatted when it is made.
     let logged = tracing::enabled!(tracing::Level::DEBUG);
     let mut answers = posted.into_iter().zip(&events).map(|(result, event)| {

@@ -18,6 +18,10 @@ use crate::outbox;
 use crate::payment::PaymentEvent;
 use crate::time::rfc3339;
 
+mod preread;
+
+pub use self::preread::{Delivery, Preread, BREAK_EVEN, PREREAD_VAR};
+
 /// The key prefix of payment records: `payments#{event_id}`.
 pub const PREFIX: &str = "payments";
 
@@ -104,6 +108,7 @@ pub struct Ledger {
     outbox: Option<Table>,
     config: Config,
     seen: Seen,
+    prereads: preread::Prereads,
 }
 
 /// How many event ids' answers a ledger remembers ([`Ledger::post_batch`]): about 1.5 MB.
@@ -188,6 +193,7 @@ impl Ledger {
             outbox: outbox.map(|name| Table::new(name, outbox::KEY)),
             config: Config::default(),
             seen: Seen::new(),
+            prereads: preread::Prereads::default(),
         }
     }
 
@@ -200,10 +206,11 @@ impl Ledger {
         self
     }
 
-    /// The same ledger, remembering no answers: as another sandbox would see it (for tests and
-    /// benchmarks of the path without them).
+    /// The same ledger, remembering no answers and no estimate of duplicates from elsewhere
+    /// ([`Preread::Auto`]): as another sandbox would see it (for tests and benchmarks of the
+    /// path without them).
     pub fn clone_forgetting(&self) -> Self {
-        Ledger { seen: Seen::new(), ..self.clone() }
+        Ledger { seen: Seen::new(), prereads: self.prereads.forgetting(), ..self.clone() }
     }
 
     /// The ledger table's name.
@@ -381,9 +388,25 @@ impl Ledger {
     /// it. An event
     /// that fails in a way a retry may undo holds back its account's later events (answered
     /// retryable too), so SQS redelivers them after it, in order.
+    ///
+    /// The trigger says nothing of redeliveries here ([`Delivery::Unknown`]); see
+    /// [`Ledger::post_batch_as`].
     pub async fn post_batch(&self, events: &[PaymentEvent]) -> Vec<Result<Outcome<Posting>, Error>> {
+        self.post_batch_as(events, Delivery::Unknown).await
+    }
+
+    /// [`Ledger::post_batch`], told what the trigger knows of redeliveries (`delivery`): as
+    /// the ledger's [`Preread`] strategy says, the records of the event ids this sandbox does
+    /// not remember are read first (one `BatchGetItem`), and a record found answers its
+    /// duplicate as a remembered one does, with no write.
+    pub async fn post_batch_as(
+        &self,
+        events: &[PaymentEvent],
+        delivery: Delivery,
+    ) -> Vec<Result<Outcome<Posting>, Error>> {
+        let found = self.preread(events, delivery).await;
         let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
-        let (members, positions) = self.admit(events, &mut results);
+        let (members, positions, prefound) = self.admit(events, &found, &mut results);
         let batch = Postings {
             ledger: self,
             events,
@@ -392,6 +415,7 @@ impl Ledger {
             unrecorded: Unrecorded::default(),
         };
         let posted = self.idempotency.commit_batch(&members, &batch).await;
+        self.observe_batch(prefound, &members, &posted);
         self.remember(&members, &posted, &batch.unrecorded);
         for (result, position) in posted.into_iter().zip(&positions) {
             results[*position] = Some(result.map_err(Error::from));
@@ -401,7 +425,8 @@ impl Ledger {
 
     /// The events of a batch that go to [`CommitOnce::commit_batch`], as members, with their
     /// positions; the others are answered in `results`: from the answers this ledger remembers,
-    /// or with the failure of their checks. An event whose check fails in a way a retry may undo
+    /// or the records a pre-read `found` (then the third value is true), or with the failure of
+    /// their checks. An event whose check fails in a way a retry may undo
     /// (a receipt with no outbox table) holds back the later events of its account and of its
     /// event id, and each event held back holds back those of its own account and event id, as
     /// `commit_batch` does for its own such failures: they are answered retryable too, so SQS
@@ -409,10 +434,12 @@ impl Ledger {
     fn admit<'e>(
         &self,
         events: &'e [PaymentEvent],
+        found: &preread::Found,
         results: &mut [Option<Result<Outcome<Posting>, Error>>],
-    ) -> (Vec<Member<'e, PaymentEvent>>, Vec<usize>) {
+    ) -> (Vec<Member<'e, PaymentEvent>>, Vec<usize>, bool) {
         let mut members = Vec::with_capacity(events.len());
         let mut positions = Vec::with_capacity(events.len());
+        let mut prefound = false;
         let mut waiting = Waiting::default();
         for (position, event) in events.iter().enumerate() {
             if waiting.holds(event) {
@@ -439,6 +466,14 @@ impl Ledger {
             };
             // An event id this sandbox saw answered: its record says the same, for free (a
             // replay, or key reuse for another payload).
+            // A record a pre-read found that blocks a claim: the same answer its transaction's
+            // cancellation would give (a replay, key reuse, or in progress: retryable). Before
+            // the remembered answers, which the read just filled: it counts as met elsewhere.
+            if let Some(record) = (!found.is_empty()).then(|| found.get(key.as_str())).flatten() {
+                results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
+                prefound = true;
+                continue;
+            }
             if let Some(record) = self.seen.lock().get(key.as_str()) {
                 results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
                 continue;
@@ -446,7 +481,7 @@ impl Ledger {
             members.push(Member::new(key, event).in_group(event.account_id.clone()).with_hash(hash));
             positions.push(position);
         }
-        (members, positions)
+        (members, positions, prefound)
     }
 
     /// Remembers the answers `commit_batch` gave `members`, as copies of their records; not an

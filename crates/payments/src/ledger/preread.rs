@@ -1,0 +1,309 @@
+//! The pre-read of a batch's records: when a batch may hold duplicates this sandbox does not
+//! remember, one `BatchGetItem` of their records answers them before the transaction, which
+//! would otherwise be cancelled by them and sent again without them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use effectively_once::{ErrorChain, ErrorKind, Key, Outcome, Record, Status};
+use effectively_once_dynamodb::{Consistency, Member, NEVER_EXPIRES};
+
+use super::{Ledger, Posting, PREFIX};
+use crate::payment::PaymentEvent;
+
+/// The environment variable naming a ledger's [`Preread`] strategy (`off`, `redelivered`,
+/// `auto`, `always`); unset or empty is the default, [`Preread::Auto`].
+pub const PREREAD_VAR: &str = "LEDGER_PREREAD";
+
+/// When [`Ledger::post_batch_as`] reads a batch's records before its transaction, for the event
+/// ids this sandbox does not remember. A record found answers its duplicate as the remembered
+/// answers do (a replay, or key reuse for another payload), with no write; one a read missed
+/// costs only the cancelled transaction it costs without the read, as the transaction's
+/// conditions still decide.
+///
+/// # The cost arithmetic
+///
+/// For a batch of `n` event ids this sandbox does not remember (the docs' cost model, items
+/// under 1 KB, on-demand prices, where a write request unit costs five read request units):
+///
+/// - a pre-read is one request per 100 ids and `n / 2` read units (eventually consistent):
+///   `n / 10` write units' worth;
+/// - a cancelled transaction bills one write unit per action, at least two per event (its
+///   record and its entry, beside a balance update per account), so at least `2 n`, and one
+///   request more (the rest sent again).
+///
+/// So a pre-read pays for itself in units when the chance that a batch holds a duplicate this
+/// sandbox did not remember is above `(n / 10) / (2 n)` = 1/20, whatever `n`; in requests it
+/// never does (one request always, against one with that chance). [`Preread::Auto`] reads
+/// ahead when the running estimate of that chance is at least [`BREAK_EVEN`] (1/16, the break
+/// even rounded to a power of two), or when the trigger says a record may be a redelivery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Preread {
+    /// Never: a duplicate from elsewhere cancels its batch's transaction (one write unit per
+    /// action), and the rest is sent again.
+    Off,
+    /// Only for a batch that says one of its records may be a redelivery
+    /// ([`Delivery::MayBeRedelivery`]: an SQS `ApproximateReceiveCount` above 1). A producer's
+    /// retry comes under a new message id, received once, and is not caught.
+    Redelivered,
+    /// [`Preread::Redelivered`], and every batch while this sandbox's recent batches met
+    /// duplicates it did not remember at least [`BREAK_EVEN`] of the time.
+    #[default]
+    Auto,
+    /// Every batch with an event id this sandbox does not remember: one request more per batch.
+    Always,
+}
+
+impl Preread {
+    /// The strategy a value of [`PREREAD_VAR`] names; `None` or empty is the default.
+    pub fn from_env_value(value: Option<&str>) -> Result<Preread, String> {
+        match value.map(str::trim).unwrap_or("") {
+            "" => Ok(Preread::default()),
+            "off" => Ok(Preread::Off),
+            "redelivered" => Ok(Preread::Redelivered),
+            "auto" => Ok(Preread::Auto),
+            "always" => Ok(Preread::Always),
+            // Bounded: a value is echoed only when it is short.
+            other => Err(format!(
+                "{PREREAD_VAR} must be off, redelivered, auto or always, not {:?}",
+                other.chars().take(32).collect::<String>()
+            )),
+        }
+    }
+}
+
+/// What a batch's trigger says about its records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// Nothing: a first delivery as far as the trigger knows (or it cannot tell).
+    #[default]
+    Unknown,
+    /// At least one record was delivered before (an SQS `ApproximateReceiveCount` above 1):
+    /// its event may already be recorded, by this sandbox or another.
+    MayBeRedelivery,
+}
+
+/// The fixed-point scale of [`Estimate`]: 1.0.
+const SCALE: u32 = 1 << 16;
+/// The estimate's weight of the latest batch: `1 / 2^WEIGHT_SHIFT` = 1/8, so one batch that met
+/// a duplicate from elsewhere raises it from 0 to 1/8, above the break even, for the next six
+/// batches (`(7/8)^6 / 8 < 1/16`), and a steady rate is followed within a dozen batches.
+const WEIGHT_SHIFT: u32 = 3;
+/// The estimated chance that a batch meets a duplicate from elsewhere above which
+/// [`Preread::Auto`] reads ahead: 1/16 (the break even, 1/20, rounded to a power of two).
+pub const BREAK_EVEN: f64 = BREAK_EVEN_FIXED as f64 / SCALE as f64;
+const BREAK_EVEN_FIXED: u32 = SCALE / 16;
+
+/// A running estimate of the chance that a batch holds a duplicate this sandbox did not
+/// remember: an exponentially weighted mean of one bit per batch, in fixed point. Shared by a
+/// ledger's clones, as its remembered answers are.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Estimate(Arc<AtomicU32>);
+
+impl Estimate {
+    fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Counts a batch that met (or not) a duplicate from elsewhere. Two batches of one sandbox
+    /// finishing at once may lose one of their updates: an estimate, not a count.
+    fn observe(&self, met: bool) {
+        let now = self.get();
+        let next = now - (now >> WEIGHT_SHIFT) + if met { SCALE >> WEIGHT_SHIFT } else { 0 };
+        self.0.store(next, Ordering::Relaxed);
+    }
+}
+
+/// A ledger's strategy and its estimate.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Prereads {
+    pub(super) strategy: Preread,
+    estimate: Estimate,
+}
+
+impl Prereads {
+    /// The same strategy with a fresh estimate: another sandbox's.
+    pub(super) fn forgetting(&self) -> Prereads {
+        Prereads { strategy: self.strategy, estimate: Estimate::default() }
+    }
+}
+
+/// Whether a batch reads its records first (when it has any id this sandbox does not remember).
+fn decide(strategy: Preread, delivery: Delivery, estimate: u32) -> bool {
+    let redelivered = delivery == Delivery::MayBeRedelivery;
+    match strategy {
+        Preread::Off => false,
+        Preread::Redelivered => redelivered,
+        Preread::Auto => redelivered || estimate >= BREAK_EVEN_FIXED,
+        Preread::Always => true,
+    }
+}
+
+/// The records a pre-read found that block a claim now, by id.
+pub(super) type Found = HashMap<String, Record>;
+
+impl Ledger {
+    /// Reads the records of `events`' ids that this sandbox does not remember, when the
+    /// strategy says so: those that block a claim now (a record past its window or its lease is
+    /// not a duplicate: the transaction takes it over, as a claim would). A completed record
+    /// that never expires is remembered, as a posted answer is. A failed read (throttling, the
+    /// network) reads nothing: every event goes to the transaction, whose conditions decide,
+    /// as without the read.
+    pub(super) async fn preread(&self, events: &[PaymentEvent], delivery: Delivery) -> Found {
+        if !decide(self.prereads.strategy, delivery, self.prereads.estimate.get()) {
+            return Found::new();
+        }
+        let ids: Vec<String> = {
+            let seen = self.seen.lock();
+            let keys = events.iter().filter_map(|event| Key::new(PREFIX, &event.event_id).ok());
+            keys.filter(|key| !seen.contains(key.as_str())).map(|key| key.as_str().to_owned()).collect()
+        };
+        if ids.is_empty() {
+            return Found::new();
+        }
+        // Eventually consistent, at half the read units: a ledger's record is written once,
+        // completed, and never changes or expires, so a stale read can only miss one written a
+        // moment ago, and that duplicate costs the cancelled transaction it costs without the
+        // read. A copy it shows is the record as it stands.
+        let read = self.store().get_records(ids.iter().map(String::as_str), Consistency::Eventual).await;
+        let records = match read {
+            Ok(records) => records,
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "pre-read of the batch's records failed; its transaction decides");
+                return Found::new();
+            }
+        };
+        let now_ms = self.config.now_ms();
+        let mut seen = self.seen.lock();
+        let mut found = Found::with_capacity(records.len());
+        for (id, record) in records.into_iter().filter(|(_, record)| record.blocks_claim_at(now_ms)) {
+            // In progress (never a ledger's, but a stale copy says nothing of its end) or with a
+            // finite window: answered now, not remembered.
+            if record.status == Status::Completed && record.expiration_s == NEVER_EXPIRES {
+                seen.put(id.clone(), record.clone());
+            }
+            found.insert(id, record);
+        }
+        found
+    }
+
+    /// Counts whether a batch met a duplicate this sandbox did not remember: one a pre-read
+    /// answered (`prefound`), or one its transaction found (a replay or key reuse of a member
+    /// whose key no earlier member had: a later copy of an id in the batch is answered from the
+    /// first, and says nothing of other sandboxes). A batch answered from memory alone counts
+    /// nothing.
+    pub(super) fn observe_batch(
+        &self,
+        prefound: bool,
+        members: &[Member<'_, PaymentEvent>],
+        posted: &[Result<Outcome<Posting>, effectively_once::Error>],
+    ) {
+        if !prefound && members.is_empty() {
+            return;
+        }
+        let met = prefound || {
+            let mut earlier = HashSet::with_capacity(members.len());
+            members.iter().zip(posted).any(|(member, result)| {
+                let outside = match result {
+                    Ok(outcome) => outcome.is_replay(),
+                    Err(error) => error.kind() == ErrorKind::KeyReused,
+                };
+                let first = earlier.insert(member.key.as_str());
+                outside && first
+            })
+        };
+        self.prereads.estimate.observe(met);
+    }
+
+    /// The ledger's pre-read strategy ([`Ledger::with_preread`]).
+    pub fn preread_strategy(&self) -> Preread {
+        self.prereads.strategy
+    }
+
+    /// The same ledger, reading a batch's records first as `strategy` says (default
+    /// [`Preread::Auto`]; [`crate::LedgerEnv`] reads it from [`PREREAD_VAR`]).
+    pub fn with_preread(mut self, strategy: Preread) -> Self {
+        self.prereads = Prereads { strategy, estimate: Estimate::default() };
+        self
+    }
+
+    /// The running estimate that [`Preread::Auto`] compares with [`BREAK_EVEN`], from 0 to 1.
+    pub fn outside_duplicate_estimate(&self) -> f64 {
+        f64::from(self.prereads.estimate.get()) / f64::from(SCALE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_strategy_reads_ahead_exactly_when_it_says() {
+        use Delivery::{MayBeRedelivery as Again, Unknown};
+        let (below, at) = (BREAK_EVEN_FIXED - 1, BREAK_EVEN_FIXED);
+        for estimate in [0, below, at, SCALE] {
+            for delivery in [Unknown, Again] {
+                assert!(!decide(Preread::Off, delivery, estimate));
+                assert!(decide(Preread::Always, delivery, estimate));
+                assert_eq!(decide(Preread::Redelivered, delivery, estimate), delivery == Again);
+            }
+        }
+        assert!(decide(Preread::Auto, Again, 0), "a redelivery is read ahead whatever the estimate");
+        assert!(!decide(Preread::Auto, Unknown, 0));
+        assert!(!decide(Preread::Auto, Unknown, below), "below the break even: no read");
+        assert!(decide(Preread::Auto, Unknown, at), "at the break even: read");
+    }
+
+    #[test]
+    fn one_batch_from_elsewhere_turns_auto_on_for_six_batches_and_a_steady_rate_keeps_it() {
+        let estimate = Estimate::default();
+        estimate.observe(true);
+        assert_eq!(estimate.get(), SCALE / 8);
+        let mut on = 0;
+        while estimate.get() >= BREAK_EVEN_FIXED {
+            on += 1;
+            estimate.observe(false);
+        }
+        assert_eq!(on, 6, "batches read ahead after one hit");
+        for _ in 0..1000 {
+            estimate.observe(true);
+        }
+        assert!(estimate.get() <= SCALE && estimate.get() > SCALE - SCALE / 64, "{}", estimate.get());
+        // One batch in ten meeting a duplicate from elsewhere (above the break even) keeps it
+        // on; one in forty (below) lets it fall off.
+        let rate = |period: usize| {
+            let estimate = Estimate::default();
+            let mut on = 0;
+            for batch in 0..4000 {
+                estimate.observe(batch % period == 0);
+                on += usize::from(estimate.get() >= BREAK_EVEN_FIXED);
+            }
+            on as f64 / 4000.0
+        };
+        assert!(rate(10) > 0.5, "{}", rate(10));
+        assert!(rate(40) < 0.25, "{}", rate(40));
+    }
+
+    #[test]
+    fn the_break_even_is_one_batch_in_sixteen_and_another_sandbox_keeps_the_strategy() {
+        assert_eq!(BREAK_EVEN, 1.0 / 16.0);
+        let off = Prereads { strategy: Preread::Off, estimate: Estimate::default() };
+        off.estimate.observe(true);
+        let other = off.forgetting();
+        assert_eq!((other.strategy, other.estimate.get()), (Preread::Off, 0), "the strategy, not the estimate");
+    }
+
+    #[test]
+    fn the_variable_names_a_strategy_and_anything_else_is_refused() {
+        assert_eq!(Preread::from_env_value(None), Ok(Preread::Auto));
+        assert_eq!(Preread::from_env_value(Some("")), Ok(Preread::Auto));
+        assert_eq!(Preread::from_env_value(Some("off")), Ok(Preread::Off));
+        assert_eq!(Preread::from_env_value(Some(" redelivered ")), Ok(Preread::Redelivered));
+        assert_eq!(Preread::from_env_value(Some("auto")), Ok(Preread::Auto));
+        assert_eq!(Preread::from_env_value(Some("always")), Ok(Preread::Always));
+        let refused = Preread::from_env_value(Some(&"x".repeat(1000))).unwrap_err();
+        assert!(refused.contains(PREREAD_VAR) && refused.len() < 120, "{refused}");
+        assert!(Preread::from_env_value(Some("On")).is_err());
+    }
+}

@@ -1,0 +1,288 @@
+//! The ledger's pre-read (`Ledger::post_batch_as`, `LEDGER_PREREAD`) on the local AWS: a batch
+//! of duplicates that reaches a sandbox which never saw them is answered from one
+//! `BatchGetItem`, with no write, when the strategy reads ahead; and a pre-read never changes
+//! an answer, a balance or an entry, whatever it finds or fails to read.
+
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use effectively_once::Outcome;
+use effectively_once_dynamodb::testing::sdk_config;
+use effectively_once_dynamodb::{DynamoDbStore, RequestCounter};
+use end_to_end::LedgerHarness;
+use payments::{Delivery, Ledger, PaymentEvent, Posting, Preread};
+
+/// An answer as tests compare them: fresh or replayed, the posting, or the error's kind.
+fn summary(result: &Result<Outcome<Posting>, payments::Error>) -> String {
+    match result {
+        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
+        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
+        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
+        Err(error) => format!("error retryable={}", error.is_retryable()),
+    }
+}
+
+fn events(prefix: &str, n: usize) -> Vec<PaymentEvent> {
+    (0..n).map(|i| LedgerHarness::event(&format!("{prefix}-{i}"), &format!("acct-{}", i % 3), 100, "USD")).collect()
+}
+
+/// `(BatchGetItem, TransactWriteItems)` requests since the last reset.
+fn reads_and_transactions(requests: &RequestCounter) -> (u64, u64) {
+    let by = requests.by_operation();
+    (by.get("BatchGetItem").copied().unwrap_or(0), by.get("TransactWriteItems").copied().unwrap_or(0))
+}
+
+/// Posts `batch` at `ledger` and says what each event got, with the requests it took.
+async fn post(
+    h: &LedgerHarness,
+    ledger: &Ledger,
+    batch: &[PaymentEvent],
+    delivery: Delivery,
+) -> (Vec<String>, (u64, u64)) {
+    h.requests.reset();
+    let answers = ledger.post_batch_as(batch, delivery).await.iter().map(summary).collect();
+    (answers, reads_and_transactions(&h.requests))
+}
+
+/// Ten events posted at the harness's own ledger (the sandbox that saw them).
+async fn posted(h: &LedgerHarness, prefix: &str) -> Vec<PaymentEvent> {
+    let batch = events(prefix, 10);
+    assert!(h.ledger.post_batch(&batch).await.iter().all(|r| matches!(r, Ok(Outcome::Fresh(_)))));
+    batch
+}
+
+fn all(answer: &str, n: usize) -> Vec<String> {
+    vec![answer.to_owned(); n]
+}
+
+#[tokio::test]
+async fn duplicates_at_another_sandbox_write_nothing_when_the_strategy_reads_ahead() {
+    let h = LedgerHarness::new().await;
+    let sandbox = |strategy| h.ledger.clone_forgetting().with_preread(strategy);
+    let replayed = all("replayed Applied", 10);
+    // Read ahead: one BatchGetItem, no transaction, so no write unit at all.
+    let batch = posted(&h, "always").await;
+    assert_eq!(post(&h, &sandbox(Preread::Always), &batch, Delivery::Unknown).await, (replayed.clone(), (1, 0)));
+    let batch = posted(&h, "redelivered").await;
+    let redelivered = sandbox(Preread::Redelivered);
+    assert_eq!(post(&h, &redelivered, &batch, Delivery::MayBeRedelivery).await, (replayed.clone(), (1, 0)));
+    let batch = posted(&h, "auto-hint").await;
+    assert_eq!(post(&h, &sandbox(Preread::Auto), &batch, Delivery::MayBeRedelivery).await, (replayed.clone(), (1, 0)));
+
+    // Without the hint, `redelivered` keeps the old path: one cancelled transaction.
+    let batch = posted(&h, "redelivered-no-hint").await;
+    assert_eq!(post(&h, &redelivered, &batch, Delivery::Unknown).await, (replayed.clone(), (0, 1)));
+    // `off` keeps it whatever the hint says.
+    let batch = posted(&h, "off").await;
+    assert_eq!(post(&h, &sandbox(Preread::Off), &batch, Delivery::MayBeRedelivery).await, (replayed.clone(), (0, 1)));
+
+    // `auto` at a sandbox that met no duplicate yet, without the hint: the old path, once;
+    // that batch raises its estimate, so the next batch of duplicates is read ahead.
+    let auto = sandbox(Preread::Auto);
+    let batch = posted(&h, "auto-first").await;
+    assert_eq!(post(&h, &auto, &batch, Delivery::Unknown).await, (replayed.clone(), (0, 1)));
+    assert!(auto.outside_duplicate_estimate() >= payments::ledger::BREAK_EVEN, "{}", auto.outside_duplicate_estimate());
+    assert_eq!(auto.outside_duplicate_estimate(), 1.0 / 8.0, "one batch of eight weighs");
+    let batch = posted(&h, "auto-next").await;
+    assert_eq!(post(&h, &auto, &batch, Delivery::Unknown).await, (replayed.clone(), (1, 0)));
+    // Duplicates the read answered count too: 1/8 kept at 7/8, plus 1/8.
+    assert_eq!(auto.outside_duplicate_estimate(), 1.0 / 8.0 * 7.0 / 8.0 + 1.0 / 8.0);
+
+    // Found records are remembered: the same batch again costs nothing.
+    assert_eq!(post(&h, &auto, &batch, Delivery::Unknown).await, (replayed, (0, 0)));
+}
+
+#[tokio::test]
+async fn a_first_delivery_read_ahead_costs_one_read_and_its_transaction_and_posts_the_same() {
+    let h = LedgerHarness::new().await;
+    let fresh = all("fresh Applied", 10);
+    let always = h.ledger.clone_forgetting().with_preread(Preread::Always);
+    assert_eq!(post(&h, &always, &events("first-always", 10), Delivery::Unknown).await, (fresh.clone(), (1, 1)));
+    // `auto` with nothing met from elsewhere: no read.
+    let auto = h.ledger.clone_forgetting();
+    assert_eq!(auto.preread_strategy(), Preread::Auto, "the default");
+    assert_eq!(post(&h, &auto, &events("first-auto", 10), Delivery::Unknown).await, (fresh, (0, 1)));
+    for account in ["acct-0", "acct-1", "acct-2"] {
+        let balance = h.ledger.balance(account).await.unwrap().unwrap();
+        let entries = h.ledger.entries(account).await.unwrap();
+        assert_eq!(balance.entry_count, entries.len() as u64);
+        assert_eq!(balance.balance_cents, 100 * entries.len() as i64);
+    }
+    assert_eq!(h.ledger.entries("acct-0").await.unwrap().len(), 8, "4 of each batch");
+}
+
+#[tokio::test]
+async fn a_record_of_another_payload_found_ahead_is_key_reuse_never_a_replay() {
+    let h = LedgerHarness::new().await;
+    let first = LedgerHarness::event("reuse-1", "acct-1", 100, "USD");
+    assert!(matches!(h.ledger.post(&first).await, Ok(Outcome::Fresh(Posting::Applied))));
+    let other = h.ledger.clone_forgetting().with_preread(Preread::Always);
+    let other_amount = LedgerHarness::event("reuse-1", "acct-1", 250, "USD");
+    let (answers, requests) = post(&h, &other, &[other_amount.clone(), first.clone()], Delivery::Unknown).await;
+    assert_eq!(answers, ["error KeyReused", "replayed Applied"]);
+    assert_eq!(requests, (1, 0), "answered from the read");
+    // Remembered as the record, not as an answer: the same two again, with no request.
+    let (again, requests) = post(&h, &other, &[other_amount, first], Delivery::Unknown).await;
+    assert_eq!((again, requests), (answers, (0, 0)));
+    // Key reuse found by a transaction at a sandbox that did not read ahead is a duplicate from
+    // elsewhere too, for the estimate.
+    let auto = h.ledger.clone_forgetting();
+    let (answers, requests) =
+        post(&h, &auto, &[LedgerHarness::event("reuse-1", "acct-1", 7, "USD")], Delivery::Unknown).await;
+    assert_eq!((answers, requests), (vec!["error KeyReused".to_owned()], (0, 1)));
+    assert_eq!(auto.outside_duplicate_estimate(), 1.0 / 8.0);
+    let balance = h.ledger.balance("acct-1").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (100, 1), "nothing posted twice");
+}
+
+#[tokio::test]
+async fn an_event_id_recorded_under_another_account_is_key_reuse_and_posts_nothing() {
+    let h = LedgerHarness::new().await;
+    let taken = LedgerHarness::event("acct-move-1", "acct-a", 100, "USD");
+    assert!(matches!(h.ledger.post(&taken).await, Ok(Outcome::Fresh(Posting::Applied))));
+    let other = h.ledger.clone_forgetting().with_preread(Preread::Always);
+    let moved = LedgerHarness::event("acct-move-1", "acct-b", 100, "USD");
+    let new = LedgerHarness::event("acct-move-2", "acct-b", 40, "USD");
+    let (answers, requests) = post(&h, &other, &[moved, new], Delivery::MayBeRedelivery).await;
+    assert_eq!(answers, ["error KeyReused", "fresh Applied"]);
+    assert_eq!(requests, (1, 1), "the read, and one transaction for the new event only");
+    assert_eq!(h.ledger.entries("acct-b").await.unwrap(), [("acct-move-2".to_owned(), 40)]);
+    let b = h.ledger.balance("acct-b").await.unwrap().unwrap();
+    assert_eq!((b.balance_cents, b.entry_count), (40, 1));
+    assert_eq!(h.ledger.entries("acct-a").await.unwrap(), [("acct-move-1".to_owned(), 100)]);
+}
+
+#[tokio::test]
+async fn a_duplicate_within_the_batch_read_ahead_gets_the_first_copys_answer() {
+    let h = LedgerHarness::new().await;
+    let known = LedgerHarness::event("inbatch-1", "acct-1", 100, "USD");
+    assert!(matches!(h.ledger.post(&known).await, Ok(Outcome::Fresh(Posting::Applied))));
+    let other = h.ledger.clone_forgetting().with_preread(Preread::Always);
+    let reused = LedgerHarness::event("inbatch-1", "acct-1", 999, "USD");
+    let new = LedgerHarness::event("inbatch-2", "acct-1", 30, "USD");
+    let batch = [known.clone(), known, reused, new.clone(), new];
+    let (answers, requests) = post(&h, &other, &batch, Delivery::Unknown).await;
+    assert_eq!(
+        answers,
+        ["replayed Applied", "replayed Applied", "error KeyReused", "fresh Applied", "replayed Applied"]
+    );
+    // The repeated id is asked for once (DynamoDB refuses a key twice in one request, which
+    // would have fallen back to a cancelled transaction: two of them here).
+    assert_eq!(requests, (1, 1));
+    let balance = h.ledger.balance("acct-1").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (130, 2));
+    // A batch whose only repeat is its own in-batch copy met no duplicate from elsewhere.
+    let fresh = h.ledger.clone_forgetting();
+    let twice = LedgerHarness::event("inbatch-3", "acct-1", 5, "USD");
+    let (answers, _) = post(&h, &fresh, &[twice.clone(), twice], Delivery::Unknown).await;
+    assert_eq!(answers, ["fresh Applied", "replayed Applied"]);
+    assert_eq!(fresh.outside_duplicate_estimate(), 0.0, "an in-batch copy is not from elsewhere");
+}
+
+/// Fails every `BatchGetItem` before it is sent, as throttling or the network would.
+#[derive(Debug)]
+struct FailingReads;
+
+impl Intercept for FailingReads {
+    fn name(&self) -> &'static str {
+        "FailingReads"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        match context.request().headers().get("x-amz-target") {
+            Some(target) if target.ends_with("BatchGetItem") => Err("throttled (test)".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failed_preread_falls_back_to_the_transaction_and_loses_or_doubles_nothing() {
+    let h = LedgerHarness::new().await;
+    let counter = RequestCounter::default();
+    let config = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
+        .interceptor(counter.clone())
+        .interceptor(FailingReads)
+        .build();
+    let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::from_conf(config), h.ledger.store().table());
+    let failing = Ledger::new(store, h.ledger.table(), None).with_preread(Preread::Always);
+    let earlier = events("fail", 4);
+    assert!(h.ledger.post_batch(&earlier).await.iter().all(|r| matches!(r, Ok(Outcome::Fresh(_)))));
+    let mut batch = earlier.clone();
+    batch.extend(events("fail-new", 6));
+    let answers: Vec<String> = failing.post_batch(&batch).await.iter().map(summary).collect();
+    let mut expected = all("replayed Applied", 4);
+    expected.extend(all("fresh Applied", 6));
+    assert_eq!(answers, expected);
+    let by = counter.by_operation();
+    assert_eq!(by.get("BatchGetItem"), Some(&1), "tried once: {by:?}");
+    assert_eq!(by.get("TransactWriteItems"), Some(&2), "cancelled by the duplicates, then the rest: {by:?}");
+    // Each event once: the four earlier and the six new, on three accounts.
+    let mut entries = 0;
+    for account in ["acct-0", "acct-1", "acct-2"] {
+        let balance = h.ledger.balance(account).await.unwrap().unwrap();
+        let listed = h.ledger.entries(account).await.unwrap();
+        assert_eq!((balance.entry_count, balance.balance_cents), (listed.len() as u64, 100 * listed.len() as i64));
+        entries += listed.len();
+    }
+    assert_eq!(entries, 10);
+    // And again: all duplicates now, answered from what the failing ledger remembers.
+    let again: Vec<String> = failing.post_batch(&batch).await.iter().map(summary).collect();
+    assert_eq!(again, all("replayed Applied", 10));
+}
+
+/// A batch mixing duplicates, a rejection's duplicate, key reuse, a new rejection and a first,
+/// read ahead at a sandbox that remembers nothing, is answered as posting one by one answers it
+/// (each on its own tables, seeded alike), and leaves the same balances.
+#[tokio::test]
+async fn reading_ahead_answers_a_mixed_batch_as_posting_one_by_one_does() {
+    let seed = [
+        LedgerHarness::event("mix-1", "acct-m", 500, "USD"),
+        LedgerHarness::event("mix-2", "acct-m", -9000, "USD"),
+        LedgerHarness::event("mix-3", "acct-n", 100, "EUR"),
+    ];
+    let batch = vec![
+        seed[0].clone(),
+        LedgerHarness::event("mix-4", "acct-m", -200, "USD"),
+        seed[1].clone(),
+        LedgerHarness::event("mix-3", "acct-m", 100, "EUR"),
+        LedgerHarness::event("mix-5", "acct-n", 7, "USD"),
+        seed[2].clone(),
+    ];
+    let mut runs = Vec::new();
+    for read_ahead in [true, false] {
+        let h = LedgerHarness::new().await;
+        for event in &seed {
+            h.ledger.post(event).await.unwrap();
+        }
+        let answers: Vec<String> = if read_ahead {
+            let ledger = h.ledger.clone_forgetting().with_preread(Preread::Always);
+            ledger.post_batch(&batch).await.iter().map(summary).collect()
+        } else {
+            let ledger = h.ledger.clone_forgetting().with_preread(Preread::Off);
+            let mut answers = Vec::new();
+            for event in &batch {
+                answers.push(summary(&ledger.post(event).await));
+            }
+            answers
+        };
+        let (m, n) = (h.ledger.balance("acct-m").await.unwrap(), h.ledger.balance("acct-n").await.unwrap());
+        runs.push((answers, format!("{m:?} {n:?}")));
+    }
+    assert_eq!(runs[0], runs[1]);
+    assert_eq!(
+        runs[0].0,
+        [
+            "replayed Applied",
+            "fresh Applied",
+            "replayed Rejected { reason: InsufficientFunds { balance_cents: 500 } }",
+            "error KeyReused",
+            "fresh Rejected { reason: CurrencyMismatch { account_currency: \"EUR\" } }",
+            "replayed Applied",
+        ]
+    );
+}
