@@ -245,6 +245,49 @@ pub(crate) struct Parts<R> {
 pub(crate) use crate::raw::Carrier;
 
 impl<R> Tx<R> {
+    /// The conditions of these writes, as condition checks, with nothing written: what a member
+    /// a batch refuses on its group's shared item keeps ([`crate::BatchWrites::decide`]), so an
+    /// item that would fail one of its writes (an entry already there) still cancels the
+    /// transaction, and the member goes alone, where its own answer applies as one by one. The
+    /// record's lifetime is kept. `None` when a write cannot be checked so (an update or a
+    /// delete with a condition, whose expression values may not all be the condition's).
+    pub(crate) fn into_checks(self) -> Option<Tx<R>> {
+        let mut checks = Tx::new();
+        checks.lifetime = self.lifetime;
+        checks.guard = self.guard;
+        for (index, write) in self.writes.iter().enumerate() {
+            let action = write.item();
+            if let Some(put) = action.put() {
+                let Some(condition) = put.condition_expression() else { continue };
+                let table = &self.puts[&index];
+                let key: Item = [Some(table.partition_key.as_str()), table.sort_key()]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|name| put.item().get(name).map(|value| (name.to_owned(), value.clone())))
+                    .collect();
+                let check = ConditionCheck::builder()
+                    .table_name(put.table_name())
+                    .set_key(Some(key))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(put.expression_attribute_names().cloned())
+                    .set_expression_attribute_values(put.expression_attribute_values().cloned())
+                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                    .build()
+                    .ok()?;
+                checks.push(TransactWriteItem::builder().condition_check(check).build());
+            } else if let Some(check) = action.condition_check() {
+                checks.push(TransactWriteItem::builder().condition_check(check.clone()).build());
+            } else if action.update().is_some_and(|u| u.condition_expression().is_some())
+                || action.delete().is_some_and(|d| d.condition_expression().is_some())
+            {
+                return None;
+            }
+        }
+        Some(checks)
+    }
+}
+
+impl<R> Tx<R> {
     /// Appends `other`'s writes (and what they answer otherwise) after this one's.
     pub(crate) fn append(&mut self, other: Tx<R>) {
         let offset = self.writes.len();

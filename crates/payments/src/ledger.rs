@@ -8,8 +8,8 @@ use aws_sdk_dynamodb::Client;
 use effectively_once::{Config, HashVersion, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
 use effectively_once_dynamodb::raw::Committed;
 use effectively_once_dynamodb::{
-    attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, DynamoDbStore, Member, Otherwise, Table,
-    Tx, WriteUnits, NEVER_EXPIRES,
+    attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, Decided, DynamoDbStore, Item, Member,
+    Observed, Otherwise, Table, Tx, WriteUnits, NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
 
@@ -168,6 +168,20 @@ impl BatchWrites<Posting> for Postings<'_> {
     fn shared(&self, members: &[usize], tx: &mut Tx<Posting>) -> Result<(), effectively_once::Error> {
         let events: Vec<&PaymentEvent> = members.iter().map(|&m| &self.events[self.positions[m]]).collect();
         self.ledger.balance_update(tx, &events)
+    }
+
+    fn decide(
+        &self,
+        members: &[usize],
+        observed: &Observed,
+        tx: &mut Tx<Posting>,
+    ) -> Option<Result<Decided<Posting>, effectively_once::Error>> {
+        let events: Vec<&PaymentEvent> = members.iter().map(|&m| &self.events[self.positions[m]]).collect();
+        let replay = replay(&events, observed)?;
+        Some(self.ledger.replayed_update(tx, &events[0].account_id, &replay).map(|()| Decided {
+            refusals: replay.refusals.into_iter().map(|r| r.map(|reason| Posting::Rejected { reason })).collect(),
+            after: replay.after,
+        }))
     }
 }
 
@@ -365,6 +379,47 @@ impl Ledger {
                 Otherwise::Answer(Posting::Rejected { reason: rejection(&rejected, item) })
             });
         }
+        Ok(())
+    }
+
+    /// The balance update of an account's events replayed on its item ([`replay`]): their
+    /// applied sum and count on the replay's condition; with none applied, a check of the
+    /// condition alone (an update would create an item for a new account).
+    fn replayed_update(
+        &self,
+        tx: &mut Tx<Posting>,
+        account_id: &str,
+        replay: &Replay,
+    ) -> Result<(), effectively_once::Error> {
+        let key = BalanceKey { pk: account_pk(account_id), sk: "balance" };
+        let (condition, names, values) = replay.condition.expression();
+        let Some(currency) = &replay.currency else {
+            tx.check(&self.table, &key, |check| {
+                check
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+            })?;
+            return Ok(());
+        };
+        let number = |value: i64| AttributeValue::N(value.to_string());
+        tx.update(&self.table, &key, |update| {
+            update
+                .update_expression(
+                    "SET #balance = if_not_exists(#balance, :zero) + :amount, #currency = if_not_exists(#currency, :currency) \
+                     ADD #count :count",
+                )
+                .condition_expression(condition)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .expression_attribute_names("#balance", "balance_cents")
+                .expression_attribute_names("#currency", "currency")
+                .expression_attribute_names("#count", "entry_count")
+                .expression_attribute_values(":zero", number(0))
+                .expression_attribute_values(":count", number(replay.applied))
+                .expression_attribute_values(":amount", number(replay.sum))
+                .expression_attribute_values(":currency", AttributeValue::S(currency.clone()))
+        })?;
         Ok(())
     }
 
@@ -683,4 +738,151 @@ fn rejection(event: &PaymentEvent, balance: Option<&HashMap<String, AttributeVal
             },
         },
     }
+}
+
+/// One account's events (in batch order) replayed on its balance item ([`replay`]).
+#[derive(Debug, Clone, PartialEq)]
+struct Replay {
+    /// Each event's rejection, as posting one by one records it; `None`: applied.
+    refusals: Vec<Option<Rejection>>,
+    /// The applied events' sum and count.
+    sum: i64,
+    applied: i64,
+    /// The currency the balance update sets on a new account; `None` when nothing applies.
+    currency: Option<String>,
+    /// What the item must be for the decisions to hold.
+    condition: Condition,
+    /// The item once they are committed.
+    after: Observed,
+}
+
+/// What an account's balance item must be for a replay's decisions to hold.
+#[derive(Debug, Clone, PartialEq)]
+enum Condition {
+    /// No item (a new account).
+    Absent,
+    /// Exactly this balance, in this currency (the item as seen).
+    Exactly { balance_cents: i64, currency: String },
+    /// No item, or this currency (assumed, with no debit to cover).
+    Open { currency: String },
+    /// This currency, and a balance of at least `needed` (assumed).
+    Covers { currency: String, needed: i64 },
+}
+
+type Expression = (&'static str, Option<HashMap<String, String>>, Option<Item>);
+
+impl Condition {
+    /// The condition expression, with only the names and values it uses (a condition check
+    /// takes no others).
+    fn expression(&self) -> Expression {
+        let names =
+            |list: &[(&str, &str)]| Some(list.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+        let currency = |c: &str| (":currency".to_owned(), AttributeValue::S(c.to_owned()));
+        let number = |name: &str, n: i64| (name.to_owned(), AttributeValue::N(n.to_string()));
+        match self {
+            Condition::Absent => ("attribute_not_exists(pk)", None, None),
+            Condition::Exactly { balance_cents, currency: c } => (
+                "#balance = :balance AND #currency = :currency",
+                names(&[("#balance", "balance_cents"), ("#currency", "currency")]),
+                Some([number(":balance", *balance_cents), currency(c)].into()),
+            ),
+            Condition::Open { currency: c } => (
+                "attribute_not_exists(pk) OR #currency = :currency",
+                names(&[("#currency", "currency")]),
+                Some([currency(c)].into()),
+            ),
+            Condition::Covers { currency: c, needed } => (
+                "#currency = :currency AND #balance >= :needed",
+                names(&[("#balance", "balance_cents"), ("#currency", "currency")]),
+                Some([number(":needed", *needed), currency(c)].into()),
+            ),
+        }
+    }
+}
+
+/// Replays `events` (one account's, in batch order, at least one) on its balance item as
+/// `observed`, as posting them one by one would decide each: seen, exactly (the update then
+/// conditioned on the item being as seen); unseen, assuming the account holds the first
+/// event's currency (events in another are rejected, the rest applied if the balance covers
+/// their debits: the update conditioned on both, so a wrong assumption is refused and the item
+/// seen). `None` for an item this cannot read (a balance not an integer, no currency): the
+/// batch then posts the account's events one at a time.
+fn replay(events: &[&PaymentEvent], observed: &Observed) -> Option<Replay> {
+    match observed {
+        Observed::Unseen => Some(assume(events)),
+        Observed::Seen(item) => replay_seen(events, item.as_ref()),
+    }
+}
+
+/// [`replay`] on an unseen item.
+fn assume(events: &[&PaymentEvent]) -> Replay {
+    let currency = events[0].currency.clone();
+    let assumed: Item = [("currency".to_owned(), AttributeValue::S(currency.clone()))].into();
+    let (mut sum, mut lowest, mut applied) = (0i64, 0i64, 0i64);
+    let mut refusals = Vec::with_capacity(events.len());
+    for event in events {
+        if event.currency == currency {
+            sum += event.amount_cents;
+            lowest = lowest.min(sum);
+            applied += 1;
+            refusals.push(None);
+        } else {
+            refusals.push(Some(rejection(event, Some(&assumed))));
+        }
+    }
+    let condition = if lowest < 0 {
+        Condition::Covers { currency: currency.clone(), needed: -lowest }
+    } else {
+        Condition::Open { currency: currency.clone() }
+    };
+    Replay { refusals, sum, applied, currency: Some(currency), condition, after: Observed::Unseen }
+}
+
+/// [`replay`] on an item seen (`None`: no account).
+fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> {
+    let read = |item: &Item| match (item.get("balance_cents"), item.get("currency")) {
+        (Some(AttributeValue::N(n)), Some(AttributeValue::S(c))) => Some((n.parse::<i64>().ok()?, c.clone())),
+        _ => None,
+    };
+    let mut state = match item {
+        Some(item) => Some(read(item)?),
+        None => None,
+    };
+    let condition = match &state {
+        Some((balance_cents, currency)) => {
+            Condition::Exactly { balance_cents: *balance_cents, currency: currency.clone() }
+        }
+        None => Condition::Absent,
+    };
+    let mut local = item.cloned();
+    let (mut sum, mut applied, mut currency) = (0i64, 0i64, None);
+    let mut refusals = Vec::with_capacity(events.len());
+    for event in events {
+        // The single post's condition: a debit needs the currency and the balance to cover it;
+        // a credit the currency, or no account yet.
+        let needed = (-event.amount_cents).max(0);
+        let applies = match &state {
+            Some((balance, held)) => *held == event.currency && *balance >= needed,
+            None => needed == 0,
+        };
+        if !applies {
+            refusals.push(Some(rejection(event, local.as_ref())));
+            continue;
+        }
+        let balance = state.as_ref().map_or(0, |(balance, _)| *balance).checked_add(event.amount_cents)?;
+        state = Some((balance, event.currency.clone()));
+        let count = local.as_ref().and_then(|item| match item.get("entry_count") {
+            Some(AttributeValue::N(n)) => n.parse::<i64>().ok(),
+            _ => None,
+        });
+        let entry = local.get_or_insert_with(Item::new);
+        entry.insert("balance_cents".into(), AttributeValue::N(balance.to_string()));
+        entry.entry("currency".into()).or_insert_with(|| AttributeValue::S(event.currency.clone()));
+        entry.insert("entry_count".into(), AttributeValue::N((count.unwrap_or(0) + 1).to_string()));
+        sum += event.amount_cents;
+        applied += 1;
+        currency.get_or_insert_with(|| event.currency.clone());
+        refusals.push(None);
+    }
+    Some(Replay { refusals, sum, applied, currency, condition, after: Observed::Seen(local) })
 }

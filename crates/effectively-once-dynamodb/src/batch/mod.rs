@@ -9,13 +9,16 @@
 //! writes and sends what it decides.
 
 mod schedule;
+mod writes;
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use effectively_once::{Error, ErrorKind, Idempotency, Key, Outcome, PayloadHash, StoreError, StoreErrorKind};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use self::schedule::{Early, Entry, Owner, Passes, Rounds};
+pub use self::writes::{BatchWrites, Decided, Member, Observed};
+
+use self::schedule::{Early, Entry, Owner, Passes, Rounds, States};
 use crate::commit_once::{response_json, settle, window_s};
 use crate::item::from_item;
 use crate::store::DynamoDbStore;
@@ -25,62 +28,6 @@ use crate::tx::Tx;
 /// Rounds of a batch: a conflict or a cancellation by other members sends the rest again, at
 /// most this many times in all, before the rest is reported retryable.
 pub const MAX_ROUNDS: u32 = 8;
-
-/// One member of a batch: its key, its payload (hashed as the config says), and the group whose
-/// shared writes it takes part in (an account: its balance), if any.
-#[derive(Debug, Clone)]
-pub struct Member<'a, P: ?Sized> {
-    /// The record's key.
-    pub key: Key,
-    /// What is hashed.
-    pub payload: &'a P,
-    /// Members of one group share writes ([`BatchWrites::shared`]) and keep their order.
-    pub group: Option<String>,
-    /// The payload's hash, when the caller has it already: not computed again.
-    hash: Option<PayloadHash>,
-}
-
-impl<'a, P: ?Sized> Member<'a, P> {
-    /// A member of no group, its payload hashed under the idempotency's config.
-    pub fn new(key: Key, payload: &'a P) -> Self {
-        Member { key, payload, group: None, hash: None }
-    }
-
-    /// In `group`: its members share writes ([`BatchWrites::shared`]) and keep their order.
-    pub fn in_group(mut self, group: impl Into<String>) -> Self {
-        self.group = Some(group.into());
-        self
-    }
-
-    /// With the payload's hash under the idempotency's config, when the caller has it already
-    /// (it looked the key up first, say): not computed again.
-    pub fn with_hash(mut self, hash: PayloadHash) -> Self {
-        self.hash = Some(hash);
-        self
-    }
-
-    /// The payload's hash the caller gave ([`Member::with_hash`]).
-    pub fn hash(&self) -> Option<&PayloadHash> {
-        self.hash.as_ref()
-    }
-}
-
-/// The writes of a batch's members, built as often as rounds and fallbacks need (so each call
-/// must build the same writes).
-pub trait BatchWrites<R>: Sync {
-    /// Member `index`'s own writes, and its response. Its record is added for it.
-    fn writes(&self, index: usize, tx: &mut Tx<R>) -> Result<R, Error>;
-
-    /// The writes `members` (of one group, in batch order) share, as one transaction holds them:
-    /// their effects aggregated, with a condition that holds if and only if committing the
-    /// members one by one in this order would pass every one of theirs. Called with one member
-    /// when a member falls back to a transaction of its own: then the writes' own
-    /// [`Tx::otherwise`] answers apply. Default: none.
-    fn shared(&self, members: &[usize], tx: &mut Tx<R>) -> Result<(), Error> {
-        let _ = (members, tx);
-        Ok(())
-    }
-}
 
 /// What a member's result is while the batch runs.
 type Slot<R> = Option<Result<Outcome<R>, Error>>;
@@ -109,7 +56,7 @@ where
     let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
     let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
     for (index, member) in members.iter().enumerate() {
-        match member.hash.clone().map_or_else(|| idempotency.config().payload_hash(member.payload), Ok) {
+        match member.hash().cloned().map_or_else(|| idempotency.config().payload_hash(member.payload), Ok) {
             Ok(hash) => hashes.push(Some(hash)),
             Err(error) => {
                 hashes.push(None);
@@ -157,11 +104,23 @@ struct Planned<R> {
     members: Vec<(usize, R)>,
     /// Groups: their members.
     groups: Vec<Vec<usize>>,
+    /// Groups: how their members were decided.
+    shares: Vec<Share>,
+}
+
+/// How a group's members in one transaction were decided.
+#[derive(Debug, Clone, PartialEq)]
+struct Share {
+    /// What [`BatchWrites::decide`] decided them on; `None`: not decided, all applied under
+    /// [`BatchWrites::shared`].
+    on: Option<Observed>,
+    /// The group's item once the transaction commits.
+    after: Observed,
 }
 
 impl<R> Planned<R> {
     fn new() -> Self {
-        Planned { actions: Vec::new(), owners: Vec::new(), members: Vec::new(), groups: Vec::new() }
+        Planned { actions: Vec::new(), owners: Vec::new(), members: Vec::new(), groups: Vec::new(), shares: Vec::new() }
     }
 
     /// Adds a group's part, its shared writes owned by its index here.
@@ -174,6 +133,7 @@ impl<R> Planned<R> {
             other => other,
         }));
         self.members.extend(part.members);
+        self.shares.extend(part.shares);
     }
 
     fn bytes(&self) -> usize {
@@ -217,7 +177,7 @@ where
     }
 }
 
-impl<P, B> Batch<'_, '_, P, B>
+impl<'b, P, B> Batch<'b, '_, P, B>
 where
     P: ?Sized + Sync,
 {
@@ -231,14 +191,15 @@ where
         // In-batch duplicates are answered from the first occurrence, with no request of their own.
         let (mut live, copies) = schedule::copies(send.iter().map(|&index| (index, self.entries[index].key)));
         let mut rounds = Rounds::new(self.entries);
+        let mut states = States::default();
         let mut round = 0;
         while !live.is_empty() {
             round += 1;
-            let (plans, refused, deferred) = self.plan::<R>(&live);
+            let (plans, refused, deferred) = self.plan::<R>(&live, &states);
             rounds.go_alone(refused);
             let (mut next, mut conflicted, mut cancelled) = (deferred, false, false);
             for planned in plans {
-                let left = self.send(planned, results, &mut rounds).await;
+                let left = self.send(planned, results, &mut rounds, &mut states).await;
                 conflicted |= left.conflicted;
                 cancelled |= !left.again.is_empty();
                 next.extend(left.again);
@@ -308,7 +269,7 @@ where
     /// The transactions of a round (the first chunk of each group), the members that must go
     /// alone (a carried record, writes that do not build), and the members deferred to the next
     /// round (a group's later chunks).
-    fn plan<R>(&self, live: &[usize]) -> (Vec<Planned<R>>, Vec<usize>, Vec<usize>)
+    fn plan<R>(&self, live: &[usize], states: &States<'_>) -> (Vec<Planned<R>>, Vec<usize>, Vec<usize>)
     where
         R: Serialize,
         B: BatchWrites<R>,
@@ -319,7 +280,8 @@ where
             // chunk's shared write is conditioned on the state the chunk before it left, so it
             // is sent only once that chunk is settled (committed, or its members gone alone,
             // which take the rest of the group with them).
-            match self.part(&group) {
+            let observed = self.entries[group[0]].group.map_or(&Observed::Unseen, |name| states.get(name));
+            match self.part(&group, observed) {
                 Ok((part, taken)) => {
                     deferred.extend_from_slice(&group[taken..]);
                     parts.push(part);
@@ -341,8 +303,9 @@ where
     }
 
     /// The longest prefix of `group` (at least one member) whose actions and shared writes fit
-    /// one transaction, built; and how many members it took.
-    fn part<R>(&self, group: &[usize]) -> Result<(Planned<R>, usize), Error>
+    /// one transaction, built, its members decided on `observed` where the writes decide
+    /// ([`BatchWrites::decide`]); and how many members it took.
+    fn part<R>(&self, group: &[usize], observed: &Observed) -> Result<(Planned<R>, usize), Error>
     where
         R: Serialize,
         B: BatchWrites<R>,
@@ -351,17 +314,16 @@ where
         loop {
             let chunk = &group[..take];
             let mut part = Planned::new();
-            for &index in chunk {
-                self.member_part(index, &mut part)?;
-            }
             let mut shared = Tx::<R>::new();
-            if self.entries[chunk[0]].group.is_some() {
-                self.writes.shared(chunk, &mut shared)?;
+            let (refusals, share) = self.share(chunk, observed, &mut shared)?;
+            for (&index, refusal) in chunk.iter().zip(refusals) {
+                self.member_part(index, refusal, &mut part)?;
             }
             for write in shared.writes {
                 part.actions.push(write.into_item());
                 part.owners.push(Owner::Shared(0));
             }
+            part.shares.push(share);
             if fits(part.actions.len(), part.bytes()) || take == 1 {
                 return Ok((part, take));
             }
@@ -369,8 +331,41 @@ where
         }
     }
 
-    /// Adds member `index`'s writes and record to `part`.
-    fn member_part<R>(&self, index: usize, part: &mut Planned<R>) -> Result<(), Error>
+    /// The shared writes of `chunk` (of one group, or one ungrouped member), and each member's
+    /// refusal: decided on `observed` if the writes decide, else none refused.
+    #[allow(clippy::type_complexity)]
+    fn share<R>(
+        &self,
+        chunk: &[usize],
+        observed: &Observed,
+        shared: &mut Tx<R>,
+    ) -> Result<(Vec<Option<R>>, Share), Error>
+    where
+        B: BatchWrites<R>,
+    {
+        let none = || chunk.iter().map(|_| None).collect();
+        if self.entries[chunk[0]].group.is_none() {
+            return Ok((none(), Share { on: None, after: Observed::Unseen }));
+        }
+        match self.writes.decide(chunk, observed, shared) {
+            Some(decided) => {
+                let Decided { refusals, after } = decided?;
+                if refusals.len() != chunk.len() {
+                    let message = format!("decide answered {} members of {}", refusals.len(), chunk.len());
+                    return Err(StoreError::new(StoreErrorKind::Misuse, message).into());
+                }
+                Ok((refusals, Share { on: Some(observed.clone()), after }))
+            }
+            None => {
+                self.writes.shared(chunk, shared)?;
+                Ok((none(), Share { on: None, after: Observed::Unseen }))
+            }
+        }
+    }
+
+    /// Adds member `index`'s writes and record to `part`; refused (`refusal`: its answer), its
+    /// record with that answer and its writes' conditions only.
+    fn member_part<R>(&self, index: usize, refusal: Option<R>, part: &mut Planned<R>) -> Result<(), Error>
     where
         R: Serialize,
         B: BatchWrites<R>,
@@ -383,6 +378,14 @@ where
             // Not an error anyone sees: the member goes alone (`plan`).
             return Err(StoreError::new(StoreErrorKind::Misuse, "a carried record commits alone").into());
         }
+        let (tx, response) = match refusal {
+            None => (tx, response),
+            Some(answer) => match tx.into_checks() {
+                Some(checks) => (checks, answer),
+                // Its writes cannot be checked without writing them: it goes alone (`plan`).
+                None => return Err(StoreError::new(StoreErrorKind::Misuse, "unchecked writes").into()),
+            },
+        };
         let json = response_json(&response, config.max_response_bytes())?;
         let parts = tx.into_commit(self.key(index), self.hash(index).as_str(), json, now_ms, window_s(config));
         let actions = parts.commit.actions(self.idempotency.store(), now_ms)?;
@@ -394,7 +397,13 @@ where
     }
 
     /// Sends one transaction of a round, answers what it decided, and says what it left.
-    async fn send<R>(&self, planned: Planned<R>, results: &mut [Slot<R>], rounds: &mut Rounds<'_>) -> Left
+    async fn send<R>(
+        &self,
+        planned: Planned<R>,
+        results: &mut [Slot<R>],
+        rounds: &mut Rounds<'_>,
+        states: &mut States<'b>,
+    ) -> Left
     where
         R: DeserializeOwned,
     {
@@ -402,6 +411,11 @@ where
         let members: Vec<usize> = planned.members.iter().map(|(index, _)| *index).collect();
         let cancellation = match transaction::send(self.idempotency.store().client(), planned.actions).await {
             Ok(Sent::Committed) => {
+                for (group, share) in planned.groups.iter().zip(planned.shares) {
+                    if let (Some(name), Some(_)) = (self.entries[group[0]].group, share.on) {
+                        states.set(name, share.after);
+                    }
+                }
                 for (index, response) in planned.members {
                     results[index] = Some(Ok(Outcome::Fresh(response)));
                 }
@@ -416,7 +430,13 @@ where
                 return left;
             }
         };
-        let verdicts = schedule::read(&planned.owners, &planned.groups, &members, &cancellation);
+        let decided: Vec<Option<&Observed>> = planned.shares.iter().map(|share| share.on.as_ref()).collect();
+        let verdicts = schedule::read(&planned.owners, &planned.groups, &decided, &members, &cancellation);
+        for (group, seen) in verdicts.observed {
+            if let Some(name) = self.entries[planned.groups[group][0]].group {
+                states.set(name, seen);
+            }
+        }
         for (index, at) in verdicts.duplicates {
             match self.duplicate(index, cancellation.item(at)).await {
                 Some(result) => answer(results, rounds, index, result.map(Outcome::Replayed)),

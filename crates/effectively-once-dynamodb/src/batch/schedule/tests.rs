@@ -176,7 +176,7 @@ fn owners() -> (Vec<Owner>, Vec<Vec<usize>>, Vec<usize>) {
 
 fn read_codes(codes: &[&str]) -> Verdicts {
     let (owners, groups, members) = owners();
-    read(&owners, &groups, &members, &Cancellation::of_codes(codes))
+    read(&owners, &groups, &[None, None], &members, &Cancellation::of_codes(codes))
 }
 
 /// A member whose record's condition failed is a duplicate, answered from that action's item;
