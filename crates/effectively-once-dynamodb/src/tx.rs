@@ -305,3 +305,49 @@ impl<R> Tx<R> {
         self.guard |= other.guard;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused member keeps its puts' conditions as checks on their keys, drops writes with no
+    /// condition, keeps its checks and its record's lifetime, and cannot keep an update's.
+    #[test]
+    fn a_refused_members_writes_become_checks_of_their_conditions() {
+        let table = Table::new("ledger", "pk").with_sort_key("sk");
+        let mut tx = Tx::<()>::new();
+        tx.never_expires();
+        tx.put(&table, &serde_json::json!({"pk": "a", "sk": "entry#1", "amount": 5})).unwrap();
+        tx.update(&table, &serde_json::json!({"pk": "a", "sk": "n"}), |u| u.update_expression("SET x = :x")).unwrap();
+        tx.check(&table, &serde_json::json!({"pk": "a", "sk": "c"}), |c| {
+            c.condition_expression("attribute_exists(pk)")
+        })
+        .unwrap();
+        let checks = tx.into_checks().expect("checkable");
+        assert_eq!(checks.lifetime, Lifetime::Never);
+        assert_eq!(checks.writes.len(), 2, "the put's condition and the check; the update had none");
+        let check = checks.writes[0].item().condition_check().expect("a check");
+        assert_eq!(check.condition_expression(), "attribute_not_exists(#pk)");
+        assert_eq!(check.key().len(), 2, "the table's key, not the item: {:?}", check.key());
+        assert_eq!(check.key()["sk"], AttributeValue::S("entry#1".into()));
+        assert_eq!(check.expression_attribute_names().unwrap()["#pk"], "pk");
+        let kept = checks.writes[1].item().condition_check().expect("the check kept");
+        assert_eq!(kept.condition_expression(), "attribute_exists(pk)");
+        let mut conditioned = Tx::<()>::new();
+        conditioned
+            .update(&table, &serde_json::json!({"pk": "a", "sk": "n"}), |u| {
+                u.update_expression("SET x = :x").condition_expression("attribute_exists(pk)")
+            })
+            .unwrap();
+        assert!(conditioned.into_checks().is_none(), "an update's values may not all be its condition's");
+        let mut deleting = Tx::<()>::new();
+        let key = [("pk".to_owned(), AttributeValue::S("a".into()))].into();
+        let delete = aws_sdk_dynamodb::types::Delete::builder().table_name("ledger").set_key(Some(key));
+        deleting.action(TransactWriteItem::builder().delete(delete.clone().build().unwrap()).build());
+        assert_eq!(deleting.into_checks().map(|t| t.writes.len()), Some(0), "a delete with no condition is dropped");
+        let mut guarded = Tx::<()>::new();
+        let delete = delete.condition_expression("attribute_exists(pk)").build().unwrap();
+        guarded.action(TransactWriteItem::builder().delete(delete).build());
+        assert!(guarded.into_checks().is_none(), "a delete's condition is not kept");
+    }
+}

@@ -886,3 +886,141 @@ fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> 
     }
     Some(Replay { refusals, sum, applied, currency, condition, after: Observed::Seen(local) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: &str, amount_cents: i64, currency: &str) -> PaymentEvent {
+        PaymentEvent {
+            event_id: id.into(),
+            account_id: "acct".into(),
+            amount_cents,
+            currency: currency.into(),
+            receipt_email: None,
+        }
+    }
+
+    fn item(balance_cents: &str, currency: &str, entry_count: &str) -> Item {
+        [
+            ("balance_cents".to_owned(), AttributeValue::N(balance_cents.into())),
+            ("currency".to_owned(), AttributeValue::S(currency.into())),
+            ("entry_count".to_owned(), AttributeValue::N(entry_count.into())),
+        ]
+        .into()
+    }
+
+    fn on(events: &[PaymentEvent], observed: &Observed) -> Option<Replay> {
+        replay(&events.iter().collect::<Vec<_>>(), observed)
+    }
+
+    fn funds(balance_cents: i64) -> Option<Rejection> {
+        Some(Rejection::InsufficientFunds { balance_cents })
+    }
+
+    fn held(currency: &str) -> Option<Rejection> {
+        Some(Rejection::CurrencyMismatch { account_currency: currency.into() })
+    }
+
+    /// On a seen item each event is decided as its own post would be, on the balance the
+    /// earlier ones left: a debit exactly covered applies, one cent more is rejected with the
+    /// balance it saw; another currency is rejected; the update is conditioned on the item seen.
+    #[test]
+    fn a_seen_account_replays_each_event_on_the_balance_before_it() {
+        let events = [
+            event("1", -100, "USD"),
+            event("2", -1, "USD"),
+            event("3", 7, "EUR"),
+            event("4", 5, "USD"),
+            event("5", -5, "USD"),
+            event("6", -1, "USD"),
+        ];
+        let replay = on(&events, &Observed::Seen(Some(item("100", "USD", "3")))).unwrap();
+        assert_eq!(replay.refusals, vec![None, funds(0), held("USD"), None, None, funds(0)]);
+        assert_eq!((replay.sum, replay.applied, replay.currency.as_deref()), (-100, 3, Some("USD")));
+        assert_eq!(replay.condition, Condition::Exactly { balance_cents: 100, currency: "USD".into() });
+        assert_eq!(replay.after, Observed::Seen(Some(item("0", "USD", "6"))));
+    }
+
+    /// A new account: debits are rejected with no funds until a credit opens it, in the
+    /// credit's currency, which then holds; the update is conditioned on there being no item.
+    #[test]
+    fn a_new_account_is_opened_by_its_first_credit() {
+        let events = [event("1", -3, "USD"), event("2", 10, "EUR"), event("3", 4, "USD"), event("4", -10, "EUR")];
+        let replay = on(&events, &Observed::Seen(None)).unwrap();
+        assert_eq!(replay.refusals, vec![funds(0), None, held("EUR"), None]);
+        assert_eq!((replay.sum, replay.applied, replay.currency.as_deref()), (0, 2, Some("EUR")));
+        assert_eq!(replay.condition, Condition::Absent);
+        assert_eq!(replay.after, Observed::Seen(Some(item("0", "EUR", "2"))));
+    }
+
+    /// Nothing applied: no currency to set (the ledger then checks the item instead of updating
+    /// it), and the item stays as seen, absent included.
+    #[test]
+    fn nothing_applied_leaves_the_item_as_seen() {
+        let replay = on(&[event("1", -3, "USD")], &Observed::Seen(None)).unwrap();
+        assert_eq!((replay.refusals, replay.applied, replay.currency), (vec![funds(0)], 0, None));
+        assert_eq!(replay.after, Observed::Seen(None));
+        let seen = Observed::Seen(Some(item("2", "USD", "1")));
+        let replay = on(&[event("1", -3, "USD"), event("2", 1, "GBP")], &seen).unwrap();
+        assert_eq!(replay.refusals, vec![funds(2), held("USD")]);
+        assert_eq!((replay.applied, replay.sum, replay.currency, replay.after), (0, 0, None, seen));
+    }
+
+    /// An item this cannot read is not replayed: its events go one at a time.
+    #[test]
+    fn an_unreadable_item_is_not_replayed() {
+        let events = [event("1", 5, "USD")];
+        let mut no_currency = item("1", "USD", "1");
+        no_currency.remove("currency");
+        for bad in [item("1.5", "USD", "1"), item("x", "USD", "1"), no_currency] {
+            assert!(on(&events, &Observed::Seen(Some(bad.clone()))).is_none(), "{bad:?}");
+        }
+        let overflow = on(&events, &Observed::Seen(Some(item(&i64::MAX.to_string(), "USD", "1"))));
+        assert!(overflow.is_none(), "a sum past i64 is left to DynamoDB");
+        let count_missing = [("balance_cents".to_owned(), AttributeValue::N("1".into()))]
+            .into_iter()
+            .chain([("currency".to_owned(), AttributeValue::S("USD".into()))])
+            .collect::<Item>();
+        let replay = on(&events, &Observed::Seen(Some(count_missing))).unwrap();
+        assert_eq!(replay.after, Observed::Seen(Some(item("6", "USD", "1"))), "a missing count starts at 0");
+    }
+
+    /// Unseen, the account is assumed to hold the first event's currency: the others are
+    /// rejected as another currency, and the update is conditioned on that currency and on the
+    /// balance covering the lowest running sum (no debit: a new account passes too).
+    #[test]
+    fn an_unseen_account_is_assumed_in_its_first_events_currency() {
+        let events = [event("1", 10, "USD"), event("2", 3, "EUR"), event("3", -25, "USD"), event("4", 4, "USD")];
+        let replay = on(&events, &Observed::Unseen).unwrap();
+        assert_eq!(replay.refusals, vec![None, held("USD"), None, None]);
+        assert_eq!((replay.sum, replay.applied, replay.currency.as_deref()), (-11, 3, Some("USD")));
+        assert_eq!(replay.condition, Condition::Covers { currency: "USD".into(), needed: 15 });
+        assert_eq!(replay.after, Observed::Unseen);
+        let credits = on(&[event("1", 1, "EUR"), event("2", -1, "EUR")], &Observed::Unseen).unwrap();
+        assert_eq!(credits.condition, Condition::Open { currency: "EUR".into() }, "never below zero");
+    }
+
+    /// Each condition sends only the names and values it uses.
+    #[test]
+    fn each_condition_names_only_what_it_uses() {
+        let (absent, names, values) = Condition::Absent.expression();
+        assert_eq!((absent, names, values), ("attribute_not_exists(pk)", None, None));
+        let (exactly, names, values) = Condition::Exactly { balance_cents: 7, currency: "USD".into() }.expression();
+        assert_eq!(exactly, "#balance = :balance AND #currency = :currency");
+        assert_eq!(names.unwrap().len(), 2);
+        let values = values.unwrap();
+        assert_eq!(
+            (values[":balance"].clone(), values[":currency"].clone()),
+            (AttributeValue::N("7".into()), AttributeValue::S("USD".into()))
+        );
+        let (open, names, values) = Condition::Open { currency: "EUR".into() }.expression();
+        assert_eq!(
+            (open, names.unwrap().len(), values.unwrap().len()),
+            ("attribute_not_exists(pk) OR #currency = :currency", 1, 1)
+        );
+        let (covers, names, values) = Condition::Covers { currency: "EUR".into(), needed: 3 }.expression();
+        assert_eq!(covers, "#currency = :currency AND #balance >= :needed");
+        assert_eq!((names.unwrap().len(), values.unwrap()[":needed"].clone()), (2, AttributeValue::N("3".into())));
+    }
+}

@@ -150,6 +150,9 @@ struct Left {
     alone: Vec<usize>,
     /// Whether a conflict cancelled it.
     conflicted: bool,
+    /// Whether the cancellation counts towards [`MAX_ROUNDS`]: not when only groups seen for
+    /// the first time cancelled it ([`schedule::first_sight`]), once per group in a pass.
+    counted: bool,
 }
 
 impl<P, B> Batch<'_, '_, P, B>
@@ -201,7 +204,7 @@ where
             for planned in plans {
                 let left = self.send(planned, results, &mut rounds, &mut states).await;
                 conflicted |= left.conflicted;
-                cancelled |= !left.again.is_empty();
+                cancelled |= left.counted && !left.again.is_empty();
                 next.extend(left.again);
                 rounds.go_alone(left.alone);
             }
@@ -432,6 +435,7 @@ where
         };
         let decided: Vec<Option<&Observed>> = planned.shares.iter().map(|share| share.on.as_ref()).collect();
         let verdicts = schedule::read(&planned.owners, &planned.groups, &decided, &members, &cancellation);
+        left.counted = !schedule::first_sight(&verdicts, &decided);
         for (group, seen) in verdicts.observed {
             if let Some(name) = self.entries[planned.groups[group][0]].group {
                 states.set(name, seen);

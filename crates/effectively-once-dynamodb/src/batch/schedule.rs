@@ -277,6 +277,20 @@ pub(crate) fn observe(before: &Observed, item: Option<&Item>) -> Option<Observed
     }
 }
 
+/// Whether a cancellation was only groups seeing their shared item for the first time (decided
+/// on [`Observed::Unseen`], by `decided`, each group's in the transaction): nothing else
+/// refused, failed or conflicted. Such a cancellation happens once per group in a pass (a group
+/// seen stays seen), so it need not count towards [`MAX_ROUNDS`], which bounds the others.
+pub(crate) fn first_sight(verdicts: &Verdicts, decided: &[Option<&Observed>]) -> bool {
+    let quiet = verdicts.duplicates.is_empty()
+        && verdicts.alone.is_empty()
+        && verdicts.failed.is_empty()
+        && verdicts.failure.is_none()
+        && !verdicts.conflicted;
+    let unseen = |group: usize| decided.get(group).copied().flatten() == Some(&Observed::Unseen);
+    quiet && !verdicts.observed.is_empty() && verdicts.observed.iter().all(|&(group, _)| unseen(group))
+}
+
 /// What a pass knows of each group's shared item: seen in a cancelled transaction, or as the
 /// group's last committed transaction left it; unseen until then. Kept across the pass's
 /// rounds, so a group's later chunks are decided on it with no cancellation of their own.
