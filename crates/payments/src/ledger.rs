@@ -327,7 +327,9 @@ impl Ledger {
     /// up to it non-negative; credits only raise prefix sums. So the condition is the currency,
     /// and `balance >= -min(0, smallest prefix sum)`; with no prefix below zero, a new account
     /// (no item) passes too, as a first credit does. A single event gets the rejection as its
-    /// answer when the condition fails; a batch that fails it falls back to one event at a time.
+    /// answer when the condition fails. A batch uses it only for an event alone (an event whose
+    /// own write failed, say); its accounts' events are decided on their balance items
+    /// ([`BatchWrites::decide`]: [`replay`]), mixed currencies included.
     fn balance_update(&self, tx: &mut Tx<Posting>, events: &[&PaymentEvent]) -> Result<(), effectively_once::Error> {
         let Some(first) = events.first() else { return Ok(()) };
         if events.iter().any(|e| e.currency != first.currency || e.account_id != first.account_id) {
@@ -427,8 +429,14 @@ impl Ledger {
     /// by one in this order, would: the result at each position is that event's. In as few
     /// transactions as DynamoDB's limits allow (one for ten events), with one balance update per
     /// account per transaction ([`CommitOnce::commit_batch`]): an event id twice in the batch is
-    /// answered from the first, with no request; an account whose aggregate fails its condition
-    /// is posted one event at a time, so exactly the right debits are rejected and recorded.
+    /// answered from the first, with no request. An account's events are decided first on its
+    /// currency as the first of them assumes it, and, when its balance update's condition fails,
+    /// on its balance item as the cancelled transaction returned it: replayed in batch order, the
+    /// rejections (overdrafts, another currency, debits on a new account) recorded, never
+    /// expiring, in the same transaction as the applied events, which is conditioned on the
+    /// balance and currency seen; the account's later transactions in the batch are decided on
+    /// the balance the earlier left. So a refusal costs one more transaction per account, not
+    /// one per event, and a balance changed meanwhile by another writer is seen and replayed on.
     /// An event id this ledger saw answered (its last [`SEEN_CAPACITY`] ids, in this sandbox) is
     /// answered from memory, with no request: a ledger's records never expire or change, so the
     /// copy says what the record would (a replay, or key reuse for another payload); a duplicate

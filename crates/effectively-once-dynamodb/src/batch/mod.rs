@@ -2,8 +2,14 @@
 //! few `TransactWriteItems` as DynamoDB's limits allow, each member with its own record and
 //! writes, and writes its group shares (one balance update per account) once per transaction.
 //! A cancelled transaction is read reason by reason: duplicates are answered from their records,
-//! a group whose shared write failed falls back to one member at a time, conflicts are retried,
-//! and the rest is committed again as a batch.
+//! conflicts are retried, and the rest is committed again as a batch. A group whose shared write
+//! failed its condition is, when its writes decide ([`BatchWrites::decide`]), replayed in batch
+//! order on the shared item the cancellation returned (`ALL_OLD`): its refusals are decided
+//! there and committed (their records) with its applies in one transaction, conditioned on the
+//! item as seen; the item is then tracked across the group's later transactions, so a group
+//! costs at most two more transactions whatever its size (one to see the item, one more per
+//! writer that changes it meanwhile, bounded by [`MAX_ROUNDS`]). Otherwise the group falls back
+//! to one member at a time.
 //!
 //! What is sent when is decided in [`schedule`], with no I/O; this module builds the members'
 //! writes and sends what it decides.
