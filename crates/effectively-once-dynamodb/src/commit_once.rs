@@ -82,10 +82,13 @@ pub trait CommitOnce {
     ///   reuse when the payloads differ).
     /// - A cancelled transaction is read reason by reason: a member whose record exists is a
     ///   duplicate, answered from the record returned with the reason; a group whose shared
-    ///   write failed (a balance that would not cover its debits) falls back to one transaction
-    ///   per member, in order, so exactly the members that would fail alone fail; a member whose
-    ///   own write failed does too; conflicts back off (capped, jittered) and the rest is sent
-    ///   again as a batch, at most [`MAX_ROUNDS`](crate::MAX_ROUNDS) rounds.
+    ///   write failed (a balance that would not cover its debits) is decided again on the item
+    ///   the reason returned, each member as it would be alone, and its refusals and applies
+    ///   committed in one transaction conditioned on that item ([`crate::BatchWrites::decide`]);
+    ///   without `decide`, it falls back to one transaction per member, in order, so exactly
+    ///   the members that would fail alone fail; a member whose own write failed does too;
+    ///   conflicts back off (capped, jittered) and the rest is sent again as a batch, at most
+    ///   [`MAX_ROUNDS`](crate::MAX_ROUNDS) rounds.
     /// - In a group, a member that failed with no verdict on the message
     ///   ([`Error::is_verdict_on_the_message`]: it is delivered again) holds back the group's
     ///   later members, answered retryable, so none overtakes it.

@@ -149,7 +149,7 @@ pub mod testing;
 mod transaction;
 mod tx;
 
-pub use crate::batch::{BatchWrites, Member, MAX_ROUNDS};
+pub use crate::batch::{BatchWrites, Decided, Member, Observed, MAX_ROUNDS};
 pub use crate::commit_once::CommitOnce;
 pub use crate::counter::RequestCounter;
 pub use crate::error::store_error;

@@ -117,6 +117,14 @@ impl Cancellation {
         Cancellation::new(reasons)
     }
 
+    /// A cancellation with these codes, the action at `at` returning `item` (for tests).
+    #[cfg(test)]
+    pub(crate) fn with_item(codes: &[&str], at: usize, item: Item) -> Self {
+        let mut cancellation = Cancellation::of_codes(codes);
+        cancellation.items[at] = Some(item);
+        cancellation
+    }
+
     /// The reason of the action at `at` ([`CancellationReason::None`] past the last).
     pub(crate) fn reason(&self, at: usize) -> &CancellationReason {
         self.reasons.get(at).unwrap_or(&CancellationReason::None)

@@ -245,6 +245,49 @@ pub(crate) struct Parts<R> {
 pub(crate) use crate::raw::Carrier;
 
 impl<R> Tx<R> {
+    /// The conditions of these writes, as condition checks, with nothing written: what a member
+    /// a batch refuses on its group's shared item keeps ([`crate::BatchWrites::decide`]), so an
+    /// item that would fail one of its writes (an entry already there) still cancels the
+    /// transaction, and the member goes alone, where its own answer applies as one by one. The
+    /// record's lifetime is kept. `None` when a write cannot be checked so (an update or a
+    /// delete with a condition, whose expression values may not all be the condition's).
+    pub(crate) fn into_checks(self) -> Option<Tx<R>> {
+        let mut checks = Tx::new();
+        checks.lifetime = self.lifetime;
+        checks.guard = self.guard;
+        for (index, write) in self.writes.iter().enumerate() {
+            let action = write.item();
+            if let Some(put) = action.put() {
+                let Some(condition) = put.condition_expression() else { continue };
+                let table = &self.puts[&index];
+                let key: Item = [Some(table.partition_key.as_str()), table.sort_key()]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|name| put.item().get(name).map(|value| (name.to_owned(), value.clone())))
+                    .collect();
+                let check = ConditionCheck::builder()
+                    .table_name(put.table_name())
+                    .set_key(Some(key))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(put.expression_attribute_names().cloned())
+                    .set_expression_attribute_values(put.expression_attribute_values().cloned())
+                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                    .build()
+                    .ok()?;
+                checks.push(TransactWriteItem::builder().condition_check(check).build());
+            } else if let Some(check) = action.condition_check() {
+                checks.push(TransactWriteItem::builder().condition_check(check.clone()).build());
+            } else if action.update().is_some_and(|u| u.condition_expression().is_some())
+                || action.delete().is_some_and(|d| d.condition_expression().is_some())
+            {
+                return None;
+            }
+        }
+        Some(checks)
+    }
+}
+
+impl<R> Tx<R> {
     /// Appends `other`'s writes (and what they answer otherwise) after this one's.
     pub(crate) fn append(&mut self, other: Tx<R>) {
         let offset = self.writes.len();
@@ -260,5 +303,51 @@ impl<R> Tx<R> {
             self.lifetime = Lifetime::Never;
         }
         self.guard |= other.guard;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused member keeps its puts' conditions as checks on their keys, drops writes with no
+    /// condition, keeps its checks and its record's lifetime, and cannot keep an update's.
+    #[test]
+    fn a_refused_members_writes_become_checks_of_their_conditions() {
+        let table = Table::new("ledger", "pk").with_sort_key("sk");
+        let mut tx = Tx::<()>::new();
+        tx.never_expires();
+        tx.put(&table, &serde_json::json!({"pk": "a", "sk": "entry#1", "amount": 5})).unwrap();
+        tx.update(&table, &serde_json::json!({"pk": "a", "sk": "n"}), |u| u.update_expression("SET x = :x")).unwrap();
+        tx.check(&table, &serde_json::json!({"pk": "a", "sk": "c"}), |c| {
+            c.condition_expression("attribute_exists(pk)")
+        })
+        .unwrap();
+        let checks = tx.into_checks().expect("checkable");
+        assert_eq!(checks.lifetime, Lifetime::Never);
+        assert_eq!(checks.writes.len(), 2, "the put's condition and the check; the update had none");
+        let check = checks.writes[0].item().condition_check().expect("a check");
+        assert_eq!(check.condition_expression(), "attribute_not_exists(#pk)");
+        assert_eq!(check.key().len(), 2, "the table's key, not the item: {:?}", check.key());
+        assert_eq!(check.key()["sk"], AttributeValue::S("entry#1".into()));
+        assert_eq!(check.expression_attribute_names().unwrap()["#pk"], "pk");
+        let kept = checks.writes[1].item().condition_check().expect("the check kept");
+        assert_eq!(kept.condition_expression(), "attribute_exists(pk)");
+        let mut conditioned = Tx::<()>::new();
+        conditioned
+            .update(&table, &serde_json::json!({"pk": "a", "sk": "n"}), |u| {
+                u.update_expression("SET x = :x").condition_expression("attribute_exists(pk)")
+            })
+            .unwrap();
+        assert!(conditioned.into_checks().is_none(), "an update's values may not all be its condition's");
+        let mut deleting = Tx::<()>::new();
+        let key = [("pk".to_owned(), AttributeValue::S("a".into()))].into();
+        let delete = aws_sdk_dynamodb::types::Delete::builder().table_name("ledger").set_key(Some(key));
+        deleting.action(TransactWriteItem::builder().delete(delete.clone().build().unwrap()).build());
+        assert_eq!(deleting.into_checks().map(|t| t.writes.len()), Some(0), "a delete with no condition is dropped");
+        let mut guarded = Tx::<()>::new();
+        let delete = delete.condition_expression("attribute_exists(pk)").build().unwrap();
+        guarded.action(TransactWriteItem::builder().delete(delete).build());
+        assert!(guarded.into_checks().is_none(), "a delete's condition is not kept");
     }
 }

@@ -8,8 +8,8 @@ use aws_sdk_dynamodb::Client;
 use effectively_once::{Config, HashVersion, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
 use effectively_once_dynamodb::raw::Committed;
 use effectively_once_dynamodb::{
-    attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, DynamoDbStore, Member, Otherwise, Table,
-    Tx, WriteUnits, NEVER_EXPIRES,
+    attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, Decided, DynamoDbStore, Member, Observed,
+    Otherwise, Table, Tx, WriteUnits, NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
 
@@ -19,8 +19,10 @@ use crate::payment::PaymentEvent;
 use crate::time::rfc3339;
 
 mod preread;
+mod replay;
 
 pub use self::preread::{Delivery, Preread, BREAK_EVEN, PREREAD_VAR};
+use self::replay::{replay, Replay};
 
 /// The key prefix of payment records: `payments#{event_id}`.
 pub const PREFIX: &str = "payments";
@@ -174,6 +176,20 @@ impl BatchWrites<Posting> for Postings<'_> {
         let events: Vec<&PaymentEvent> = members.iter().map(|&m| &self.events[self.positions[m]]).collect();
         self.ledger.balance_update(tx, &events)
     }
+
+    fn decide(
+        &self,
+        members: &[usize],
+        observed: &Observed,
+        tx: &mut Tx<Posting>,
+    ) -> Option<Result<Decided<Posting>, effectively_once::Error>> {
+        let events: Vec<&PaymentEvent> = members.iter().map(|&m| &self.events[self.positions[m]]).collect();
+        let replay = replay(&events, observed)?;
+        Some(self.ledger.replayed_update(tx, &events[0].account_id, &replay).map(|()| Decided {
+            refusals: replay.refusals.into_iter().map(|r| r.map(|reason| Posting::Rejected { reason })).collect(),
+            after: replay.after,
+        }))
+    }
 }
 
 /// An account's balance item's key.
@@ -320,7 +336,9 @@ impl Ledger {
     /// up to it non-negative; credits only raise prefix sums. So the condition is the currency,
     /// and `balance >= -min(0, smallest prefix sum)`; with no prefix below zero, a new account
     /// (no item) passes too, as a first credit does. A single event gets the rejection as its
-    /// answer when the condition fails; a batch that fails it falls back to one event at a time.
+    /// answer when the condition fails. A batch uses it only for an event alone (an event whose
+    /// own write failed, say); its accounts' events are decided on their balance items
+    /// ([`BatchWrites::decide`]: [`replay`]), mixed currencies included.
     fn balance_update(&self, tx: &mut Tx<Posting>, events: &[&PaymentEvent]) -> Result<(), effectively_once::Error> {
         let Some(first) = events.first() else { return Ok(()) };
         if events.iter().any(|e| e.currency != first.currency || e.account_id != first.account_id) {
@@ -375,12 +393,59 @@ impl Ledger {
         Ok(())
     }
 
+    /// The balance update of an account's events replayed on its item ([`replay`]): their
+    /// applied sum and count on the replay's condition; with none applied, a check of the
+    /// condition alone (an update would create an item for a new account).
+    fn replayed_update(
+        &self,
+        tx: &mut Tx<Posting>,
+        account_id: &str,
+        replay: &Replay,
+    ) -> Result<(), effectively_once::Error> {
+        let key = BalanceKey { pk: account_pk(account_id), sk: "balance" };
+        let (condition, names, values) = replay.condition.expression();
+        let Some(currency) = &replay.currency else {
+            tx.check(&self.table, &key, |check| {
+                check
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+            })?;
+            return Ok(());
+        };
+        let number = |value: i64| AttributeValue::N(value.to_string());
+        tx.update(&self.table, &key, |update| {
+            update
+                .update_expression(
+                    "SET #balance = if_not_exists(#balance, :zero) + :amount, #currency = if_not_exists(#currency, :currency) \
+                     ADD #count :count",
+                )
+                .condition_expression(condition)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .expression_attribute_names("#balance", "balance_cents")
+                .expression_attribute_names("#currency", "currency")
+                .expression_attribute_names("#count", "entry_count")
+                .expression_attribute_values(":zero", number(0))
+                .expression_attribute_values(":count", number(replay.applied))
+                .expression_attribute_values(":amount", number(replay.sum))
+                .expression_attribute_values(":currency", AttributeValue::S(currency.clone()))
+        })?;
+        Ok(())
+    }
+
     /// Posts the valid events of one invocation as [`Ledger::post`] posts each, committed one
     /// by one in this order, would: the result at each position is that event's. In as few
     /// transactions as DynamoDB's limits allow (one for ten events), with one balance update per
     /// account per transaction ([`CommitOnce::commit_batch`]): an event id twice in the batch is
-    /// answered from the first, with no request; an account whose aggregate fails its condition
-    /// is posted one event at a time, so exactly the right debits are rejected and recorded.
+    /// answered from the first, with no request. An account's events are decided first on its
+    /// currency as the first of them assumes it, and, when its balance update's condition fails,
+    /// on its balance item as the cancelled transaction returned it: replayed in batch order, the
+    /// rejections (overdrafts, another currency, debits on a new account) recorded, never
+    /// expiring, in the same transaction as the applied events, which is conditioned on the
+    /// balance and currency seen; the account's later transactions in the batch are decided on
+    /// the balance the earlier left. So a refusal costs one more transaction per account, not
+    /// one per event, and a balance changed meanwhile by another writer is seen and replayed on.
     /// An event id this ledger saw answered (its last [`SEEN_CAPACITY`] ids, in this sandbox) is
     /// answered from memory, with no request: a ledger's records never expire or change, so the
     /// copy says what the record would (a replay, or key reuse for another payload); a duplicate

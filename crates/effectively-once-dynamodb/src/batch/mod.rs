@@ -2,85 +2,39 @@
 //! few `TransactWriteItems` as DynamoDB's limits allow, each member with its own record and
 //! writes, and writes its group shares (one balance update per account) once per transaction.
 //! A cancelled transaction is read reason by reason: duplicates are answered from their records,
-//! a group whose shared write failed falls back to one member at a time, conflicts are retried,
-//! and the rest is committed again as a batch.
+//! conflicts are retried, and the rest is committed again as a batch. A group whose shared write
+//! failed its condition is, when its writes decide ([`BatchWrites::decide`]), replayed in batch
+//! order on the shared item the cancellation returned (`ALL_OLD`): its refusals are decided
+//! there and committed (their records) with its applies in one transaction, conditioned on the
+//! item as seen; the item is then tracked across the group's later transactions, so a group
+//! costs at most two more transactions whatever its size (one to see the item, one more per
+//! writer that changes it meanwhile, bounded by [`MAX_ROUNDS`]). Otherwise the group falls back
+//! to one member at a time.
 //!
 //! What is sent when is decided in [`schedule`], with no I/O; this module builds the members'
 //! writes and sends what it decides.
 
+mod plan;
 mod schedule;
+mod writes;
 
-use aws_sdk_dynamodb::types::TransactWriteItem;
 use effectively_once::{Error, ErrorKind, Idempotency, Key, Outcome, PayloadHash, StoreError, StoreErrorKind};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use self::schedule::{Early, Entry, Owner, Passes, Rounds};
-use crate::commit_once::{response_json, settle, window_s};
+pub use self::writes::{BatchWrites, Decided, Member, Observed};
+
+use self::plan::Planned;
+use self::schedule::{Early, Entry, Passes, Rounds, States};
+use crate::commit_once::settle;
 use crate::item::from_item;
 use crate::store::DynamoDbStore;
-use crate::transaction::{self, action_size, backoff, fits, Sent};
+use crate::transaction::{self, backoff, Sent};
 use crate::tx::Tx;
 
 /// Rounds of a batch: a conflict or a cancellation by other members sends the rest again, at
 /// most this many times in all, before the rest is reported retryable.
 pub const MAX_ROUNDS: u32 = 8;
-
-/// One member of a batch: its key, its payload (hashed as the config says), and the group whose
-/// shared writes it takes part in (an account: its balance), if any.
-#[derive(Debug, Clone)]
-pub struct Member<'a, P: ?Sized> {
-    /// The record's key.
-    pub key: Key,
-    /// What is hashed.
-    pub payload: &'a P,
-    /// Members of one group share writes ([`BatchWrites::shared`]) and keep their order.
-    pub group: Option<String>,
-    /// The payload's hash, when the caller has it already: not computed again.
-    hash: Option<PayloadHash>,
-}
-
-impl<'a, P: ?Sized> Member<'a, P> {
-    /// A member of no group, its payload hashed under the idempotency's config.
-    pub fn new(key: Key, payload: &'a P) -> Self {
-        Member { key, payload, group: None, hash: None }
-    }
-
-    /// In `group`: its members share writes ([`BatchWrites::shared`]) and keep their order.
-    pub fn in_group(mut self, group: impl Into<String>) -> Self {
-        self.group = Some(group.into());
-        self
-    }
-
-    /// With the payload's hash under the idempotency's config, when the caller has it already
-    /// (it looked the key up first, say): not computed again.
-    pub fn with_hash(mut self, hash: PayloadHash) -> Self {
-        self.hash = Some(hash);
-        self
-    }
-
-    /// The payload's hash the caller gave ([`Member::with_hash`]).
-    pub fn hash(&self) -> Option<&PayloadHash> {
-        self.hash.as_ref()
-    }
-}
-
-/// The writes of a batch's members, built as often as rounds and fallbacks need (so each call
-/// must build the same writes).
-pub trait BatchWrites<R>: Sync {
-    /// Member `index`'s own writes, and its response. Its record is added for it.
-    fn writes(&self, index: usize, tx: &mut Tx<R>) -> Result<R, Error>;
-
-    /// The writes `members` (of one group, in batch order) share, as one transaction holds them:
-    /// their effects aggregated, with a condition that holds if and only if committing the
-    /// members one by one in this order would pass every one of theirs. Called with one member
-    /// when a member falls back to a transaction of its own: then the writes' own
-    /// [`Tx::otherwise`] answers apply. Default: none.
-    fn shared(&self, members: &[usize], tx: &mut Tx<R>) -> Result<(), Error> {
-        let _ = (members, tx);
-        Ok(())
-    }
-}
 
 /// What a member's result is while the batch runs.
 type Slot<R> = Option<Result<Outcome<R>, Error>>;
@@ -109,7 +63,7 @@ where
     let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
     let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
     for (index, member) in members.iter().enumerate() {
-        match member.hash.clone().map_or_else(|| idempotency.config().payload_hash(member.payload), Ok) {
+        match member.hash().cloned().map_or_else(|| idempotency.config().payload_hash(member.payload), Ok) {
             Ok(hash) => hashes.push(Some(hash)),
             Err(error) => {
                 hashes.push(None);
@@ -149,38 +103,6 @@ where
     results.into_iter().map(|slot| slot.unwrap_or_else(|| Err(unavailable("not run")))).collect()
 }
 
-/// One transaction of a round.
-struct Planned<R> {
-    actions: Vec<TransactWriteItem>,
-    owners: Vec<Owner>,
-    /// Members, with their responses.
-    members: Vec<(usize, R)>,
-    /// Groups: their members.
-    groups: Vec<Vec<usize>>,
-}
-
-impl<R> Planned<R> {
-    fn new() -> Self {
-        Planned { actions: Vec::new(), owners: Vec::new(), members: Vec::new(), groups: Vec::new() }
-    }
-
-    /// Adds a group's part, its shared writes owned by its index here.
-    fn add(&mut self, part: Planned<R>) {
-        let group = self.groups.len();
-        self.groups.push(part.members.iter().map(|(index, _)| *index).collect());
-        self.actions.extend(part.actions);
-        self.owners.extend(part.owners.into_iter().map(|owner| match owner {
-            Owner::Shared(_) => Owner::Shared(group),
-            other => other,
-        }));
-        self.members.extend(part.members);
-    }
-
-    fn bytes(&self) -> usize {
-        self.actions.iter().map(action_size).sum()
-    }
-}
-
 /// What one transaction of a round left to do.
 #[derive(Default)]
 struct Left {
@@ -190,6 +112,9 @@ struct Left {
     alone: Vec<usize>,
     /// Whether a conflict cancelled it.
     conflicted: bool,
+    /// Whether the cancellation counts towards [`MAX_ROUNDS`]: not when only groups seen for
+    /// the first time cancelled it ([`schedule::first_sight`]), once per group in a pass.
+    counted: bool,
 }
 
 impl<P, B> Batch<'_, '_, P, B>
@@ -217,7 +142,7 @@ where
     }
 }
 
-impl<P, B> Batch<'_, '_, P, B>
+impl<'b, P, B> Batch<'b, '_, P, B>
 where
     P: ?Sized + Sync,
 {
@@ -231,16 +156,17 @@ where
         // In-batch duplicates are answered from the first occurrence, with no request of their own.
         let (mut live, copies) = schedule::copies(send.iter().map(|&index| (index, self.entries[index].key)));
         let mut rounds = Rounds::new(self.entries);
+        let mut states = States::default();
         let mut round = 0;
         while !live.is_empty() {
             round += 1;
-            let (plans, refused, deferred) = self.plan::<R>(&live);
+            let (plans, refused, deferred) = self.plan::<R>(&live, &states);
             rounds.go_alone(refused);
             let (mut next, mut conflicted, mut cancelled) = (deferred, false, false);
             for planned in plans {
-                let left = self.send(planned, results, &mut rounds).await;
+                let left = self.send(planned, results, &mut rounds, &mut states).await;
                 conflicted |= left.conflicted;
-                cancelled |= !left.again.is_empty();
+                cancelled |= left.counted && !left.again.is_empty();
                 next.extend(left.again);
                 rounds.go_alone(left.alone);
             }
@@ -305,96 +231,14 @@ where
         settle(self.idempotency, self.key(index), self.hash(index), tx, response).await
     }
 
-    /// The transactions of a round (the first chunk of each group), the members that must go
-    /// alone (a carried record, writes that do not build), and the members deferred to the next
-    /// round (a group's later chunks).
-    fn plan<R>(&self, live: &[usize]) -> (Vec<Planned<R>>, Vec<usize>, Vec<usize>)
-    where
-        R: Serialize,
-        B: BatchWrites<R>,
-    {
-        let (mut alone, mut deferred, mut parts) = (Vec::new(), Vec::new(), Vec::new());
-        for group in schedule::groups(self.entries, live) {
-            // A group too large for one transaction goes one chunk per round, in order: a later
-            // chunk's shared write is conditioned on the state the chunk before it left, so it
-            // is sent only once that chunk is settled (committed, or its members gone alone,
-            // which take the rest of the group with them).
-            match self.part(&group) {
-                Ok((part, taken)) => {
-                    deferred.extend_from_slice(&group[taken..]);
-                    parts.push(part);
-                }
-                // A member whose writes do not build, or that carries its record, goes alone,
-                // where its error (or its carried record) is handled as for a single commit.
-                Err(_) => alone.extend_from_slice(&group),
-            }
-        }
-        let sizes: Vec<(usize, usize)> = parts.iter().map(|part| (part.actions.len(), part.bytes())).collect();
-        let mut plans: Vec<Planned<R>> = Vec::new();
-        for (part, at) in parts.into_iter().zip(schedule::pack(&sizes)) {
-            if plans.len() == at {
-                plans.push(Planned::new());
-            }
-            plans[at].add(part);
-        }
-        (plans, alone, deferred)
-    }
-
-    /// The longest prefix of `group` (at least one member) whose actions and shared writes fit
-    /// one transaction, built; and how many members it took.
-    fn part<R>(&self, group: &[usize]) -> Result<(Planned<R>, usize), Error>
-    where
-        R: Serialize,
-        B: BatchWrites<R>,
-    {
-        let mut take = group.len();
-        loop {
-            let chunk = &group[..take];
-            let mut part = Planned::new();
-            for &index in chunk {
-                self.member_part(index, &mut part)?;
-            }
-            let mut shared = Tx::<R>::new();
-            if self.entries[chunk[0]].group.is_some() {
-                self.writes.shared(chunk, &mut shared)?;
-            }
-            for write in shared.writes {
-                part.actions.push(write.into_item());
-                part.owners.push(Owner::Shared(0));
-            }
-            if fits(part.actions.len(), part.bytes()) || take == 1 {
-                return Ok((part, take));
-            }
-            take = schedule::shrink(take, part.actions.len());
-        }
-    }
-
-    /// Adds member `index`'s writes and record to `part`.
-    fn member_part<R>(&self, index: usize, part: &mut Planned<R>) -> Result<(), Error>
-    where
-        R: Serialize,
-        B: BatchWrites<R>,
-    {
-        let config = self.idempotency.config();
-        let now_ms = config.now_ms();
-        let mut tx = Tx::new();
-        let response = self.writes.writes(index, &mut tx)?;
-        if tx.carrier.is_some() {
-            // Not an error anyone sees: the member goes alone (`plan`).
-            return Err(StoreError::new(StoreErrorKind::Misuse, "a carried record commits alone").into());
-        }
-        let json = response_json(&response, config.max_response_bytes())?;
-        let parts = tx.into_commit(self.key(index), self.hash(index).as_str(), json, now_ms, window_s(config));
-        let actions = parts.commit.actions(self.idempotency.store(), now_ms)?;
-        part.owners.extend((0..actions.len() - 1).map(|_| Owner::Write(index)));
-        part.owners.push(Owner::Record(index));
-        part.actions.extend(actions);
-        part.members.push((index, response));
-        Ok(())
-    }
-
     /// Sends one transaction of a round, answers what it decided, and says what it left.
-    async fn send<R>(&self, planned: Planned<R>, results: &mut [Slot<R>], rounds: &mut Rounds<'_>) -> Left
+    async fn send<R>(
+        &self,
+        planned: Planned<R>,
+        results: &mut [Slot<R>],
+        rounds: &mut Rounds<'_>,
+        states: &mut States<'b>,
+    ) -> Left
     where
         R: DeserializeOwned,
     {
@@ -402,6 +246,11 @@ where
         let members: Vec<usize> = planned.members.iter().map(|(index, _)| *index).collect();
         let cancellation = match transaction::send(self.idempotency.store().client(), planned.actions).await {
             Ok(Sent::Committed) => {
+                for (group, share) in planned.groups.iter().zip(planned.shares) {
+                    if let (Some(name), Some(_)) = (self.entries[group[0]].group, share.on) {
+                        states.set(name, share.after);
+                    }
+                }
                 for (index, response) in planned.members {
                     results[index] = Some(Ok(Outcome::Fresh(response)));
                 }
@@ -416,7 +265,14 @@ where
                 return left;
             }
         };
-        let verdicts = schedule::read(&planned.owners, &planned.groups, &members, &cancellation);
+        let decided: Vec<Option<&Observed>> = planned.shares.iter().map(|share| share.on.as_ref()).collect();
+        let verdicts = schedule::read(&planned.owners, &planned.groups, &decided, &members, &cancellation);
+        left.counted = !schedule::first_sight(&verdicts, &decided);
+        for (group, seen) in verdicts.observed {
+            if let Some(name) = self.entries[planned.groups[group][0]].group {
+                states.set(name, seen);
+            }
+        }
         for (index, at) in verdicts.duplicates {
             match self.duplicate(index, cancellation.item(at)).await {
                 Some(result) => answer(results, rounds, index, result.map(Outcome::Replayed)),

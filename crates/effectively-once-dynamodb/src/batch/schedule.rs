@@ -1,15 +1,17 @@
 //! The batch's schedule, with no I/O: which members a pass sends and which wait for the next
 //! ([`Passes`]), the copies of a key within a pass ([`copies`]), how a round's members group and
 //! pack into transactions ([`groups`], [`pack`], [`shrink`]), what a cancelled transaction
-//! means for each member ([`read`]), and which members go alone or are held back behind a
-//! group's undecided member ([`Rounds`]). The batch module sends what this decides.
+//! means for each member ([`read`]), what a refused shared write says of its group's item
+//! ([`observe`], [`States`]), and which members go alone or are held back behind a group's
+//! undecided member ([`Rounds`]). The batch module sends what this decides.
 
 use std::collections::{HashMap, HashSet};
 
 use effectively_once::StoreErrorKind;
 
-use super::MAX_ROUNDS;
+use super::{Observed, MAX_ROUNDS};
 use crate::transaction::{fits, Cancellation, MAX_TRANSACTION_ITEMS};
+use crate::tx::Item;
 
 /// A member as the schedule sees it: its key, its group, and its payload hash (`None` when it
 /// could not be hashed, and is answered already).
@@ -194,12 +196,15 @@ pub(crate) enum Owner {
 }
 
 /// What a cancelled batch transaction means for its members.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct Verdicts {
     /// Members whose record blocked them (duplicates), with the action whose item holds it.
     pub(crate) duplicates: Vec<(usize, usize)>,
     /// Members to commit one at a time, where their own condition gets its own answer.
     pub(crate) alone: Vec<usize>,
+    /// Groups (their index in the transaction) decided on their shared item whose shared write
+    /// found it otherwise: the item as it is, for their members, sent again, to be decided on.
+    pub(crate) observed: Vec<(usize, Observed)>,
     /// Members cancelled by another's condition, or a conflict: sent again next round.
     pub(crate) again: Vec<usize>,
     /// Members failed with [`Verdicts::failure`].
@@ -211,10 +216,13 @@ pub(crate) struct Verdicts {
 }
 
 /// Reads a cancelled transaction reason by reason: `owners` says whose each action is,
-/// `groups` the members of each group in it, `members` every member in it.
+/// `groups` the members of each group in it, `decided` what each group was decided on
+/// ([`crate::BatchWrites::decide`]; `None`: not decided, its members go alone when its shared
+/// write is refused), `members` every member in it.
 pub(crate) fn read(
     owners: &[Owner],
     groups: &[Vec<usize>],
+    decided: &[Option<&Observed>],
     members: &[usize],
     cancellation: &Cancellation,
 ) -> Verdicts {
@@ -228,7 +236,13 @@ pub(crate) fn read(
         match *owner {
             Owner::Record(index) => verdicts.duplicates.push((index, at)),
             Owner::Write(index) => to_alone.push(index),
-            Owner::Shared(group) => to_alone.extend(groups[group].iter().copied()),
+            Owner::Shared(group) => {
+                let seen = decided.get(group).copied().flatten().and_then(|on| observe(on, cancellation.item(at)));
+                match seen {
+                    Some(seen) => verdicts.observed.push((group, seen)),
+                    None => to_alone.extend(groups[group].iter().copied()),
+                }
+            }
         }
     }
     for &index in members {
@@ -250,6 +264,51 @@ pub(crate) fn read(
         }
     }
     verdicts
+}
+
+/// What a shared write refused says of its group's item, decided on `before`: the item it
+/// returned (none: no item). `None` when that cannot be: a write conditioned on no item refused
+/// with no item returned (a server that returns no items), so the group goes alone rather than
+/// deciding again on what it cannot see.
+pub(crate) fn observe(before: &Observed, item: Option<&Item>) -> Option<Observed> {
+    match (before, item) {
+        (Observed::Seen(None), None) => None,
+        (_, item) => Some(Observed::Seen(item.cloned())),
+    }
+}
+
+/// Whether a cancellation was only groups seeing their shared item for the first time (decided
+/// on [`Observed::Unseen`], by `decided`, each group's in the transaction): nothing else
+/// refused, failed or conflicted. Such a cancellation happens once per group in a pass (a group
+/// seen stays seen), so it need not count towards [`MAX_ROUNDS`], which bounds the others.
+pub(crate) fn first_sight(verdicts: &Verdicts, decided: &[Option<&Observed>]) -> bool {
+    let quiet = verdicts.duplicates.is_empty()
+        && verdicts.alone.is_empty()
+        && verdicts.failed.is_empty()
+        && verdicts.failure.is_none()
+        && !verdicts.conflicted;
+    let unseen = |group: usize| decided.get(group).copied().flatten() == Some(&Observed::Unseen);
+    quiet && !verdicts.observed.is_empty() && verdicts.observed.iter().all(|&(group, _)| unseen(group))
+}
+
+/// What a pass knows of each group's shared item: seen in a cancelled transaction, or as the
+/// group's last committed transaction left it; unseen until then. Kept across the pass's
+/// rounds, so a group's later chunks are decided on it with no cancellation of their own.
+#[derive(Debug, Default)]
+pub(crate) struct States<'m> {
+    known: HashMap<&'m str, Observed>,
+}
+
+impl<'m> States<'m> {
+    /// What is known of `group`'s item.
+    pub(crate) fn get(&self, group: &str) -> &Observed {
+        self.known.get(group).unwrap_or(&Observed::Unseen)
+    }
+
+    /// `group`'s item is (or, once its transaction commits, will be) `state`.
+    pub(crate) fn set(&mut self, group: &'m str, state: Observed) {
+        self.known.insert(group, state);
+    }
 }
 
 /// The rounds of one pass: which members go alone, which groups are held behind an undecided

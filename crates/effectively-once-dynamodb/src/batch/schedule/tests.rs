@@ -176,7 +176,7 @@ fn owners() -> (Vec<Owner>, Vec<Vec<usize>>, Vec<usize>) {
 
 fn read_codes(codes: &[&str]) -> Verdicts {
     let (owners, groups, members) = owners();
-    read(&owners, &groups, &members, &Cancellation::of_codes(codes))
+    read(&owners, &groups, &[None, None], &members, &Cancellation::of_codes(codes))
 }
 
 /// A member whose record's condition failed is a duplicate, answered from that action's item;
@@ -312,4 +312,92 @@ fn max_rounds_with_nothing_left_exhausts_nothing() {
     let end = rounds.end_round(vec![], true);
     assert!(end.exhausted.is_empty() && end.live.is_empty());
     assert!(!rounds.held(1));
+}
+
+fn balance(cents: &str) -> Item {
+    [("balance_cents".to_owned(), aws_sdk_dynamodb::types::AttributeValue::N(cents.to_owned()))].into()
+}
+
+/// Group 0 (members 0, 1) decided on `on`, its shared write (action 4) refused with `item`.
+fn read_decided(on: &Observed, item: Option<Item>) -> Verdicts {
+    let (owners, groups, members) = owners();
+    let mut codes = vec!["None"; 7];
+    codes[4] = "ConditionalCheckFailed";
+    let cancellation = match item {
+        Some(item) => Cancellation::with_item(&codes, 4, item),
+        None => Cancellation::of_codes(&codes),
+    };
+    read(&owners, &groups, &[Some(on), None], &members, &cancellation)
+}
+
+/// A decided group whose shared write is refused is sent again, with the item it returned to be
+/// decided on, not alone; the rest of the transaction is sent again too.
+#[test]
+fn a_refused_decided_group_is_sent_again_on_the_item_seen() {
+    let verdicts = read_decided(&Observed::Unseen, Some(balance("100")));
+    assert_eq!(verdicts.observed, vec![(0, Observed::Seen(Some(balance("100"))))]);
+    assert_eq!((verdicts.again, verdicts.alone), (vec![0, 1, 2], vec![]));
+    let seen_again = read_decided(&Observed::Seen(Some(balance("100"))), Some(balance("300")));
+    assert_eq!(seen_again.observed, vec![(0, Observed::Seen(Some(balance("300"))))]);
+    let absent = read_decided(&Observed::Seen(Some(balance("100"))), None);
+    assert_eq!(absent.observed, vec![(0, Observed::Seen(None))], "no item returned: the item is gone");
+}
+
+/// Conditioned on no item and refused with no item returned (a server that returns none): the
+/// group goes alone rather than deciding again on what it cannot see.
+#[test]
+fn a_group_refused_on_no_item_with_no_item_returned_goes_alone() {
+    let verdicts = read_decided(&Observed::Seen(None), None);
+    assert!(verdicts.observed.is_empty());
+    assert_eq!((verdicts.alone, verdicts.again), (vec![0, 1], vec![2]));
+    let returned = read_decided(&Observed::Seen(None), Some(balance("5")));
+    assert_eq!(returned.observed, vec![(0, Observed::Seen(Some(balance("5"))))]);
+}
+
+#[test]
+fn observing_keeps_the_item_returned_or_none_unless_it_cannot_be() {
+    assert_eq!(observe(&Observed::Unseen, None), Some(Observed::Seen(None)));
+    assert_eq!(observe(&Observed::Seen(None), Some(&balance("1"))), Some(Observed::Seen(Some(balance("1")))));
+    assert_eq!(observe(&Observed::Seen(Some(balance("1"))), None), Some(Observed::Seen(None)));
+    assert_eq!(observe(&Observed::Seen(None), None), None);
+}
+
+/// Only a cancellation by groups seen for the first time, and nothing else, goes uncounted.
+#[test]
+fn only_a_first_sight_goes_uncounted() {
+    let unseen = Observed::Unseen;
+    let seen = Observed::Seen(Some(balance("100")));
+    let first = read_decided(&unseen, Some(balance("100")));
+    assert!(first_sight(&first, &[Some(&unseen), None]));
+    let again = read_decided(&seen, Some(balance("300")));
+    assert!(!first_sight(&again, &[Some(&seen), None]), "a second sight is a conflict");
+    assert!(!first_sight(&first, &[None, None]), "not decided on an unseen item");
+    let quiet = read_codes(&["None"; 7]);
+    assert!(!first_sight(&quiet, &[Some(&unseen), None]), "no group seen");
+    let (owners, groups, members) = owners();
+    let mut codes = vec!["None"; 7];
+    codes[4] = "ConditionalCheckFailed";
+    for (at, code) in [(1, "ConditionalCheckFailed"), (5, "ConditionalCheckFailed"), (6, "TransactionConflict")] {
+        let mut codes = codes.clone();
+        codes[at] = code;
+        let verdicts = read(&owners, &groups, &[Some(&unseen), None], &members, &Cancellation::of_codes(&codes));
+        assert!(!first_sight(&verdicts, &[Some(&unseen), None]), "{codes:?}");
+    }
+    let mut throttled = codes.clone();
+    throttled[6] = "ThrottlingError";
+    let verdicts = read(&owners, &groups, &[Some(&unseen), None], &members, &Cancellation::of_codes(&throttled));
+    assert!(!first_sight(&verdicts, &[Some(&unseen), None]), "throttled");
+}
+
+/// A group's item is unseen until set, and then what was set last.
+#[test]
+fn states_remember_each_groups_item() {
+    let mut states = States::default();
+    assert_eq!(states.get("g"), &Observed::Unseen);
+    states.set("g", Observed::Seen(None));
+    states.set("h", Observed::Seen(Some(balance("7"))));
+    states.set("g", Observed::Seen(Some(balance("9"))));
+    assert_eq!(states.get("g"), &Observed::Seen(Some(balance("9"))));
+    assert_eq!(states.get("h"), &Observed::Seen(Some(balance("7"))));
+    assert_eq!(states.get("k"), &Observed::Unseen);
 }

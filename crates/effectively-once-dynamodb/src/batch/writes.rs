@@ -1,0 +1,101 @@
+//! What a batch is made of: its members ([`Member`]) and their writes ([`BatchWrites`]), and
+//! what the batch knows of a group's shared item when it decides the group's members on it
+//! ([`Observed`], [`Decided`]).
+
+use effectively_once::{Error, Key, PayloadHash};
+
+use crate::tx::{Item, Tx};
+
+/// One member of a batch: its key, its payload (hashed as the config says), and the group whose
+/// shared writes it takes part in (an account: its balance), if any.
+#[derive(Debug, Clone)]
+pub struct Member<'a, P: ?Sized> {
+    /// The record's key.
+    pub key: Key,
+    /// What is hashed.
+    pub payload: &'a P,
+    /// Members of one group share writes ([`BatchWrites::shared`]) and keep their order.
+    pub group: Option<String>,
+    /// The payload's hash, when the caller has it already: not computed again.
+    hash: Option<PayloadHash>,
+}
+
+impl<'a, P: ?Sized> Member<'a, P> {
+    /// A member of no group, its payload hashed under the idempotency's config.
+    pub fn new(key: Key, payload: &'a P) -> Self {
+        Member { key, payload, group: None, hash: None }
+    }
+
+    /// In `group`: its members share writes ([`BatchWrites::shared`]) and keep their order.
+    pub fn in_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// With the payload's hash under the idempotency's config, when the caller has it already
+    /// (it looked the key up first, say): not computed again.
+    pub fn with_hash(mut self, hash: PayloadHash) -> Self {
+        self.hash = Some(hash);
+        self
+    }
+
+    /// The payload's hash the caller gave ([`Member::with_hash`]).
+    pub fn hash(&self) -> Option<&PayloadHash> {
+        self.hash.as_ref()
+    }
+}
+
+/// The writes of a batch's members, built as often as rounds and fallbacks need (so each call
+/// must build the same writes).
+pub trait BatchWrites<R>: Sync {
+    /// Member `index`'s own writes, and its response. Its record is added for it.
+    fn writes(&self, index: usize, tx: &mut Tx<R>) -> Result<R, Error>;
+
+    /// The writes `members` (of one group, in batch order) share, as one transaction holds them:
+    /// their effects aggregated, with a condition that holds if and only if committing the
+    /// members one by one in this order would pass every one of theirs. Called with one member
+    /// when a member falls back to a transaction of its own: then the writes' own
+    /// [`Tx::otherwise`] answers apply. Default: none.
+    fn shared(&self, members: &[usize], tx: &mut Tx<R>) -> Result<(), Error> {
+        let _ = (members, tx);
+        Ok(())
+    }
+
+    /// Decides `members` (of one group, in batch order) on the group's shared item as
+    /// `observed`, as committing them one by one in this order would: each member whose write
+    /// would be refused gets the answer its [`Tx::otherwise`] would record, and the shared
+    /// write of the others goes to `tx`, on a condition that holds if and only if the item is
+    /// as observed (for [`Observed::Unseen`], as assumed: a wrong assumption must fail it). A
+    /// transaction that commits so commits exactly these decisions; one whose shared write is
+    /// refused returns the item, and the members are decided again on it. With no member to
+    /// apply, the shared write is a condition check of the item alone.
+    ///
+    /// `None` (the default): the batch uses [`BatchWrites::shared`], and a group whose shared
+    /// write is refused goes one member per transaction.
+    fn decide(&self, members: &[usize], observed: &Observed, tx: &mut Tx<R>) -> Option<Result<Decided<R>, Error>> {
+        let _ = (members, observed, tx);
+        None
+    }
+}
+
+/// What a batch knows of a group's shared item ([`BatchWrites::decide`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observed {
+    /// Not seen yet: decide on an assumption that the shared write's condition checks.
+    Unseen,
+    /// As a refused shared write returned it, or as the group's last committed transaction
+    /// left it; `None`: no item.
+    Seen(Option<Item>),
+}
+
+/// A group's members decided on its shared item ([`BatchWrites::decide`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided<R> {
+    /// Each member's answer when it is refused, in the order given: `None` applies it (its
+    /// writes and its record), `Some(answer)` refuses it: its record holds `answer`, and of its
+    /// writes only their conditions are sent, as checks.
+    pub refusals: Vec<Option<R>>,
+    /// The item once the transaction commits: what the group's next transaction in the batch
+    /// is decided on ([`Observed::Unseen`] when it cannot be told).
+    pub after: Observed,
+}

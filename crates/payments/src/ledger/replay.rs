@@ -1,0 +1,297 @@
+//! An account's events in a batch decided on its balance item, as posting them one by one would
+//! decide each ([`replay`]): what
+//! [`BatchWrites::decide`](effectively_once_dynamodb::BatchWrites::decide) does for the ledger,
+//! with no I/O.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use effectively_once_dynamodb::{Item, Observed};
+
+use super::{rejection, Rejection};
+use crate::payment::PaymentEvent;
+
+/// One account's events (in batch order) replayed on its balance item ([`replay`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Replay {
+    /// Each event's rejection, as posting one by one records it; `None`: applied.
+    pub(super) refusals: Vec<Option<Rejection>>,
+    /// The applied events' sum and count.
+    pub(super) sum: i64,
+    pub(super) applied: i64,
+    /// The currency the balance update sets on a new account; `None` when nothing applies.
+    pub(super) currency: Option<String>,
+    /// What the item must be for the decisions to hold.
+    pub(super) condition: Condition,
+    /// The item once they are committed.
+    pub(super) after: Observed,
+}
+
+/// What an account's balance item must be for a replay's decisions to hold.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Condition {
+    /// No item (a new account).
+    Absent,
+    /// Exactly this balance, in this currency (the item as seen).
+    Exactly { balance_cents: i64, currency: String },
+    /// No item, or this currency (assumed, with no debit to cover).
+    Open { currency: String },
+    /// This currency, and a balance of at least `needed` (assumed).
+    Covers { currency: String, needed: i64 },
+}
+
+pub(super) type Expression = (&'static str, Option<HashMap<String, String>>, Option<Item>);
+
+impl Condition {
+    /// The condition expression, with only the names and values it uses (a condition check
+    /// takes no others).
+    pub(super) fn expression(&self) -> Expression {
+        let names =
+            |list: &[(&str, &str)]| Some(list.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
+        let currency = |c: &str| (":currency".to_owned(), AttributeValue::S(c.to_owned()));
+        let number = |name: &str, n: i64| (name.to_owned(), AttributeValue::N(n.to_string()));
+        match self {
+            Condition::Absent => ("attribute_not_exists(pk)", None, None),
+            Condition::Exactly { balance_cents, currency: c } => (
+                "#balance = :balance AND #currency = :currency",
+                names(&[("#balance", "balance_cents"), ("#currency", "currency")]),
+                Some([number(":balance", *balance_cents), currency(c)].into()),
+            ),
+            Condition::Open { currency: c } => (
+                "attribute_not_exists(pk) OR #currency = :currency",
+                names(&[("#currency", "currency")]),
+                Some([currency(c)].into()),
+            ),
+            Condition::Covers { currency: c, needed } => (
+                "#currency = :currency AND #balance >= :needed",
+                names(&[("#balance", "balance_cents"), ("#currency", "currency")]),
+                Some([number(":needed", *needed), currency(c)].into()),
+            ),
+        }
+    }
+}
+
+/// Replays `events` (one account's, in batch order, at least one) on its balance item as
+/// `observed`, as posting them one by one would decide each: seen, exactly (the update then
+/// conditioned on the item being as seen); unseen, assuming the account holds the first
+/// event's currency (events in another are rejected, the rest applied if the balance covers
+/// their debits: the update conditioned on both, so a wrong assumption is refused and the item
+/// seen). `None` for an item this cannot read (a balance not an integer, no currency): the
+/// batch then posts the account's events one at a time.
+pub(super) fn replay(events: &[&PaymentEvent], observed: &Observed) -> Option<Replay> {
+    match observed {
+        Observed::Unseen => Some(assume(events)),
+        Observed::Seen(item) => replay_seen(events, item.as_ref()),
+    }
+}
+
+/// [`replay`] on an unseen item.
+fn assume(events: &[&PaymentEvent]) -> Replay {
+    let currency = events[0].currency.clone();
+    let assumed: Item = [("currency".to_owned(), AttributeValue::S(currency.clone()))].into();
+    let (mut sum, mut lowest, mut applied) = (0i64, 0i64, 0i64);
+    let mut refusals = Vec::with_capacity(events.len());
+    for event in events {
+        if event.currency == currency {
+            sum += event.amount_cents;
+            lowest = lowest.min(sum);
+            applied += 1;
+            refusals.push(None);
+        } else {
+            refusals.push(Some(rejection(event, Some(&assumed))));
+        }
+    }
+    let condition = if lowest < 0 {
+        Condition::Covers { currency: currency.clone(), needed: -lowest }
+    } else {
+        Condition::Open { currency: currency.clone() }
+    };
+    Replay { refusals, sum, applied, currency: Some(currency), condition, after: Observed::Unseen }
+}
+
+/// [`replay`] on an item seen (`None`: no account).
+fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> {
+    let read = |item: &Item| match (item.get("balance_cents"), item.get("currency")) {
+        (Some(AttributeValue::N(n)), Some(AttributeValue::S(c))) => Some((n.parse::<i64>().ok()?, c.clone())),
+        _ => None,
+    };
+    let mut state = match item {
+        Some(item) => Some(read(item)?),
+        None => None,
+    };
+    let condition = match &state {
+        Some((balance_cents, currency)) => {
+            Condition::Exactly { balance_cents: *balance_cents, currency: currency.clone() }
+        }
+        None => Condition::Absent,
+    };
+    let mut local = item.cloned();
+    let (mut sum, mut applied, mut currency) = (0i64, 0i64, None);
+    let mut refusals = Vec::with_capacity(events.len());
+    for event in events {
+        // The single post's condition: a debit needs the currency and the balance to cover it;
+        // a credit the currency, or no account yet.
+        let needed = (-event.amount_cents).max(0);
+        let applies = match &state {
+            Some((balance, held)) => *held == event.currency && *balance >= needed,
+            None => needed == 0,
+        };
+        if !applies {
+            refusals.push(Some(rejection(event, local.as_ref())));
+            continue;
+        }
+        let balance = state.as_ref().map_or(0, |(balance, _)| *balance).checked_add(event.amount_cents)?;
+        state = Some((balance, event.currency.clone()));
+        let count = local.as_ref().and_then(|item| match item.get("entry_count") {
+            Some(AttributeValue::N(n)) => n.parse::<i64>().ok(),
+            _ => None,
+        });
+        let entry = local.get_or_insert_with(Item::new);
+        entry.insert("balance_cents".into(), AttributeValue::N(balance.to_string()));
+        entry.entry("currency".into()).or_insert_with(|| AttributeValue::S(event.currency.clone()));
+        entry.insert("entry_count".into(), AttributeValue::N((count.unwrap_or(0) + 1).to_string()));
+        sum += event.amount_cents;
+        applied += 1;
+        currency.get_or_insert_with(|| event.currency.clone());
+        refusals.push(None);
+    }
+    Some(Replay { refusals, sum, applied, currency, condition, after: Observed::Seen(local) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: &str, amount_cents: i64, currency: &str) -> PaymentEvent {
+        PaymentEvent {
+            event_id: id.into(),
+            account_id: "acct".into(),
+            amount_cents,
+            currency: currency.into(),
+            receipt_email: None,
+        }
+    }
+
+    fn item(balance_cents: &str, currency: &str, entry_count: &str) -> Item {
+        [
+            ("balance_cents".to_owned(), AttributeValue::N(balance_cents.into())),
+            ("currency".to_owned(), AttributeValue::S(currency.into())),
+            ("entry_count".to_owned(), AttributeValue::N(entry_count.into())),
+        ]
+        .into()
+    }
+
+    fn on(events: &[PaymentEvent], observed: &Observed) -> Option<Replay> {
+        replay(&events.iter().collect::<Vec<_>>(), observed)
+    }
+
+    fn funds(balance_cents: i64) -> Option<Rejection> {
+        Some(Rejection::InsufficientFunds { balance_cents })
+    }
+
+    fn held(currency: &str) -> Option<Rejection> {
+        Some(Rejection::CurrencyMismatch { account_currency: currency.into() })
+    }
+
+    /// On a seen item each event is decided as its own post would be, on the balance the
+    /// earlier ones left: a debit exactly covered applies, one cent more is rejected with the
+    /// balance it saw; another currency is rejected; the update is conditioned on the item seen.
+    #[test]
+    fn a_seen_account_replays_each_event_on_the_balance_before_it() {
+        let events = [
+            event("1", -100, "USD"),
+            event("2", -1, "USD"),
+            event("3", 7, "EUR"),
+            event("4", 5, "USD"),
+            event("5", -5, "USD"),
+            event("6", -1, "USD"),
+        ];
+        let replay = on(&events, &Observed::Seen(Some(item("100", "USD", "3")))).unwrap();
+        assert_eq!(replay.refusals, vec![None, funds(0), held("USD"), None, None, funds(0)]);
+        assert_eq!((replay.sum, replay.applied, replay.currency.as_deref()), (-100, 3, Some("USD")));
+        assert_eq!(replay.condition, Condition::Exactly { balance_cents: 100, currency: "USD".into() });
+        assert_eq!(replay.after, Observed::Seen(Some(item("0", "USD", "6"))));
+    }
+
+    /// A new account: debits are rejected with no funds until a credit opens it, in the
+    /// credit's currency, which then holds; the update is conditioned on there being no item.
+    #[test]
+    fn a_new_account_is_opened_by_its_first_credit() {
+        let events = [event("1", -3, "USD"), event("2", 10, "EUR"), event("3", 4, "USD"), event("4", -10, "EUR")];
+        let replay = on(&events, &Observed::Seen(None)).unwrap();
+        assert_eq!(replay.refusals, vec![funds(0), None, held("EUR"), None]);
+        assert_eq!((replay.sum, replay.applied, replay.currency.as_deref()), (0, 2, Some("EUR")));
+        assert_eq!(replay.condition, Condition::Absent);
+        assert_eq!(replay.after, Observed::Seen(Some(item("0", "EUR", "2"))));
+    }
+
+    /// Nothing applied: no currency to set (the ledger then checks the item instead of updating
+    /// it), and the item stays as seen, absent included.
+    #[test]
+    fn nothing_applied_leaves_the_item_as_seen() {
+        let replay = on(&[event("1", -3, "USD")], &Observed::Seen(None)).unwrap();
+        assert_eq!((replay.refusals, replay.applied, replay.currency), (vec![funds(0)], 0, None));
+        assert_eq!(replay.after, Observed::Seen(None));
+        let seen = Observed::Seen(Some(item("2", "USD", "1")));
+        let replay = on(&[event("1", -3, "USD"), event("2", 1, "GBP")], &seen).unwrap();
+        assert_eq!(replay.refusals, vec![funds(2), held("USD")]);
+        assert_eq!((replay.applied, replay.sum, replay.currency, replay.after), (0, 0, None, seen));
+    }
+
+    /// An item this cannot read is not replayed: its events go one at a time.
+    #[test]
+    fn an_unreadable_item_is_not_replayed() {
+        let events = [event("1", 5, "USD")];
+        let mut no_currency = item("1", "USD", "1");
+        no_currency.remove("currency");
+        for bad in [item("1.5", "USD", "1"), item("x", "USD", "1"), no_currency] {
+            assert!(on(&events, &Observed::Seen(Some(bad.clone()))).is_none(), "{bad:?}");
+        }
+        let overflow = on(&events, &Observed::Seen(Some(item(&i64::MAX.to_string(), "USD", "1"))));
+        assert!(overflow.is_none(), "a sum past i64 is left to DynamoDB");
+        let count_missing = [("balance_cents".to_owned(), AttributeValue::N("1".into()))]
+            .into_iter()
+            .chain([("currency".to_owned(), AttributeValue::S("USD".into()))])
+            .collect::<Item>();
+        let replay = on(&events, &Observed::Seen(Some(count_missing))).unwrap();
+        assert_eq!(replay.after, Observed::Seen(Some(item("6", "USD", "1"))), "a missing count starts at 0");
+    }
+
+    /// Unseen, the account is assumed to hold the first event's currency: the others are
+    /// rejected as another currency, and the update is conditioned on that currency and on the
+    /// balance covering the lowest running sum (no debit: a new account passes too).
+    #[test]
+    fn an_unseen_account_is_assumed_in_its_first_events_currency() {
+        let events = [event("1", 10, "USD"), event("2", 3, "EUR"), event("3", -25, "USD"), event("4", 4, "USD")];
+        let replay = on(&events, &Observed::Unseen).unwrap();
+        assert_eq!(replay.refusals, vec![None, held("USD"), None, None]);
+        assert_eq!((replay.sum, replay.applied, replay.currency.as_deref()), (-11, 3, Some("USD")));
+        assert_eq!(replay.condition, Condition::Covers { currency: "USD".into(), needed: 15 });
+        assert_eq!(replay.after, Observed::Unseen);
+        let credits = on(&[event("1", 1, "EUR"), event("2", -1, "EUR")], &Observed::Unseen).unwrap();
+        assert_eq!(credits.condition, Condition::Open { currency: "EUR".into() }, "never below zero");
+    }
+
+    /// Each condition sends only the names and values it uses.
+    #[test]
+    fn each_condition_names_only_what_it_uses() {
+        let (absent, names, values) = Condition::Absent.expression();
+        assert_eq!((absent, names, values), ("attribute_not_exists(pk)", None, None));
+        let (exactly, names, values) = Condition::Exactly { balance_cents: 7, currency: "USD".into() }.expression();
+        assert_eq!(exactly, "#balance = :balance AND #currency = :currency");
+        assert_eq!(names.unwrap().len(), 2);
+        let values = values.unwrap();
+        assert_eq!(
+            (values[":balance"].clone(), values[":currency"].clone()),
+            (AttributeValue::N("7".into()), AttributeValue::S("USD".into()))
+        );
+        let (open, names, values) = Condition::Open { currency: "EUR".into() }.expression();
+        assert_eq!(
+            (open, names.unwrap().len(), values.unwrap().len()),
+            ("attribute_not_exists(pk) OR #currency = :currency", 1, 1)
+        );
+        let (covers, names, values) = Condition::Covers { currency: "EUR".into(), needed: 3 }.expression();
+        assert_eq!(covers, "#currency = :currency AND #balance >= :needed");
+        assert_eq!((names.unwrap().len(), values.unwrap()[":needed"].clone()), (2, AttributeValue::N("3".into())));
+    }
+}
