@@ -534,13 +534,20 @@ impl Ledger {
             // A record a pre-read found that blocks a claim: the same answer its transaction's
             // cancellation would give (a replay, key reuse, or in progress: retryable). Before
             // the remembered answers, which the read just filled: it counts as met elsewhere.
-            if let Some(record) = (!found.is_empty()).then(|| found.get(key.as_str())).flatten() {
-                results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
+            let answer = if let Some(record) = (!found.is_empty()).then(|| found.get(key.as_str())).flatten() {
                 prefound = true;
-                continue;
-            }
-            if let Some(record) = self.seen.lock().get(key.as_str()) {
-                results[position] = Some(record.replay(&hash).map(Outcome::Replayed).map_err(Error::from));
+                Some(record.replay(&hash))
+            } else {
+                self.seen.lock().get(key.as_str()).map(|record| record.replay(&hash))
+            };
+            if let Some(answer) = answer {
+                let answer = answer.map(Outcome::Replayed).map_err(Error::from);
+                // In progress elsewhere: retryable, so it holds back its account's later events
+                // and its event id, as the transaction's answer would.
+                if answer.as_ref().is_err_and(Error::is_retryable) {
+                    waiting.hold(event);
+                }
+                results[position] = Some(answer);
                 continue;
             }
             members.push(Member::new(key, event).in_group(event.account_id.clone()).with_hash(hash));
