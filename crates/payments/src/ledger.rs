@@ -338,7 +338,7 @@ impl Ledger {
     /// (no item) passes too, as a first credit does. A single event gets the rejection as its
     /// answer when the condition fails. A batch uses it only for an event alone (an event whose
     /// own write failed, say); its accounts' events are decided on their balance items
-    /// ([`BatchWrites::decide`]: [`replay`]), mixed currencies included.
+    /// ([`BatchWrites::decide`]: [`replay()`]), mixed currencies included.
     fn balance_update(&self, tx: &mut Tx<Posting>, events: &[&PaymentEvent]) -> Result<(), effectively_once::Error> {
         let Some(first) = events.first() else { return Ok(()) };
         if events.iter().any(|e| e.currency != first.currency || e.account_id != first.account_id) {
@@ -393,7 +393,7 @@ impl Ledger {
         Ok(())
     }
 
-    /// The balance update of an account's events replayed on its item ([`replay`]): their
+    /// The balance update of an account's events replayed on its item ([`replay()`]): their
     /// applied sum and count on the replay's condition; with none applied, a check of the
     /// condition alone (an update would create an item for a new account).
     fn replayed_update(
