@@ -48,8 +48,7 @@ pub enum Preread {
     /// retry comes under a new message id, received once, and is not caught.
     Redelivered,
     /// [`Preread::Redelivered`], and every batch while this sandbox's recent batches met
-    /// duplicates it did not remember at least [`BREAK_EVEN`] of the time; a new sandbox's first
-    /// six batches too, as if its last one had met one.
+    /// duplicates it did not remember at least [`BREAK_EVEN`] of the time.
     #[default]
     Auto,
     /// Every batch with an event id this sandbox does not remember: one request more per batch.
@@ -114,34 +113,19 @@ impl Estimate {
         let next = now - (now >> WEIGHT_SHIFT) + if met { SCALE >> WEIGHT_SHIFT } else { 0 };
         self.0.store(next, Ordering::Relaxed);
     }
-
-    /// A new sandbox's: as if its last batch met a duplicate from elsewhere, so [`Preread::Auto`]
-    /// reads its first six batches ahead. A new sandbox is where such duplicates land most: the
-    /// event source scales out on a backlog, a redrive or the redeliveries of a sandbox that
-    /// timed out, all of them events another sandbox may have recorded. Six reads a sandbox's
-    /// life when nothing is found.
-    fn fresh() -> Self {
-        Estimate(Arc::new(AtomicU32::new(SCALE >> WEIGHT_SHIFT)))
-    }
 }
 
 /// A ledger's strategy and its estimate.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Prereads {
     pub(super) strategy: Preread,
     estimate: Estimate,
 }
 
-impl Default for Prereads {
-    fn default() -> Self {
-        Prereads { strategy: Preread::default(), estimate: Estimate::fresh() }
-    }
-}
-
 impl Prereads {
     /// The same strategy with a fresh estimate: another sandbox's.
     pub(super) fn forgetting(&self) -> Prereads {
-        Prereads { strategy: self.strategy, estimate: Estimate::fresh() }
+        Prereads { strategy: self.strategy, estimate: Estimate::default() }
     }
 }
 
@@ -240,7 +224,7 @@ impl Ledger {
     /// The same ledger, reading a batch's records first as `strategy` says (default
     /// [`Preread::Auto`]; [`crate::LedgerEnv`] reads it from [`PREREAD_VAR`]).
     pub fn with_preread(mut self, strategy: Preread) -> Self {
-        self.prereads = Prereads { strategy, estimate: Estimate::fresh() };
+        self.prereads = Prereads { strategy, estimate: Estimate::default() };
         self
     }
 
@@ -305,22 +289,9 @@ mod tests {
     fn the_break_even_is_one_batch_in_sixteen_and_another_sandbox_keeps_the_strategy() {
         assert_eq!(BREAK_EVEN, 1.0 / 16.0);
         let off = Prereads { strategy: Preread::Off, estimate: Estimate::default() };
-        for _ in 0..20 {
-            off.estimate.observe(true);
-        }
+        off.estimate.observe(true);
         let other = off.forgetting();
-        assert_eq!((other.strategy, other.estimate.get()), (Preread::Off, SCALE / 8), "the strategy, not the estimate");
-    }
-
-    #[test]
-    fn a_new_sandbox_reads_its_first_six_batches_ahead_then_stops_when_nothing_comes() {
-        let estimate = Prereads::default().estimate;
-        let mut on = 0;
-        for _ in 0..20 {
-            on += usize::from(decide(Preread::Auto, Delivery::Unknown, estimate.get()));
-            estimate.observe(false);
-        }
-        assert_eq!(on, 6);
+        assert_eq!((other.strategy, other.estimate.get()), (Preread::Off, 0), "the strategy, not the estimate");
     }
 
     #[test]
