@@ -68,7 +68,6 @@ impl Rules for HotAccount {
 /// SQS redelivers it to meet the same writer again, until the messages reach the DLQ; a quiet
 /// account's event that shares the transactions is failed with it.
 #[tokio::test]
-#[ignore = "finding: after a refusal, concurrent writers cancel every exact-balance transaction"]
 async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer_posts() {
     let h = LedgerHarness::new().await;
     let account = "hot-acct";
