@@ -36,10 +36,10 @@ fn post_elsewhere(tables: &(String, String, String), event: PaymentEvent) {
     .unwrap();
 }
 
-/// Another sandbox on a hot account: before each of this ledger's `TransactWriteItems` from
-/// the `from`-th on, it posts a credit of one cent to `account`.
+/// Another sandbox on a hot account: before this ledger's `n`-th `TransactWriteItems`, it posts
+/// `elsewhere(n)` cents (if any) to `account`.
 struct HotAccount {
-    from: u64,
+    elsewhere: fn(u64) -> Option<i64>,
     seen: Arc<AtomicU64>,
     tables: (String, String, String),
     account: String,
@@ -49,8 +49,9 @@ impl Rules for HotAccount {
     fn decide(&self, operation: &str) -> Fault {
         if operation.starts_with("dynamodb:TransactWriteItems") {
             let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
-            if n >= self.from {
-                let event = LedgerHarness::event(&format!("{}-elsewhere-{n}", self.account), &self.account, 1, "USD");
+            if let Some(amount) = (self.elsewhere)(n) {
+                let id = format!("{}-elsewhere-{n}", self.account);
+                let event = LedgerHarness::event(&id, &self.account, amount, "USD");
                 post_elsewhere(&self.tables, event);
             }
         }
@@ -75,7 +76,8 @@ async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer
     assert!(matches!(h.ledger.post(&seed).await, Ok(Outcome::Fresh(Posting::Applied))));
     let tables = (h.ledger.store().table().to_owned(), h.ledger.table().to_owned(), h.outbox_table.clone());
     let seen = Arc::new(AtomicU64::new(0));
-    let rules = HotAccount { from: 2, seen: seen.clone(), tables, account: account.into() };
+    let rules =
+        HotAccount { elsewhere: |n| (n >= 2).then_some(1), seen: seen.clone(), tables, account: account.into() };
     let proxy = Proxy::to_local_aws(Arc::new(rules)).await.unwrap();
     let client = aws_sdk_dynamodb::Client::new(&proxy.sdk_config(RetryConfig::disabled()).await);
     let through = Ledger::new(DynamoDbStore::new(client, h.ledger.store().table()), h.ledger.table(), None);
@@ -88,4 +90,58 @@ async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer
     eprintln!("{transactions} transactions: {answers:?}");
     assert!(answers[0].starts_with("fresh Rejected { reason: InsufficientFunds"), "{answers:?}");
     assert!(answers[1..].iter().all(|a| a == "fresh Applied"), "every credit applies one by one: {answers:?}");
+}
+
+/// Another writer's post that crosses a threshold of the decisions between the cancellation
+/// that showed the balance and the commit: the decided update is refused, the batch sees the
+/// balance the other writer left and decides again on it, as posting one by one after that
+/// post would. A credit of 60 on 100 covers the debit of 150 first refused (and the debit of
+/// 70 after it is then refused); a debit of 60 leaves the debit of 70 first applied uncovered.
+/// Then a credit of one cent before each later transaction crosses nothing.
+#[tokio::test]
+async fn another_writers_post_across_a_threshold_changes_the_decisions_as_one_by_one() {
+    let cases: [(fn(u64) -> Option<i64>, i64, [&str; 3], i64); 2] = [
+        (
+            |n| [None, Some(60), Some(1)].get(n as usize - 1).copied().flatten(),
+            60,
+            ["Applied", "Rejected", "Applied"],
+            11 + 5,
+        ),
+        (
+            |n| [None, Some(-60), Some(1)].get(n as usize - 1).copied().flatten(),
+            -60,
+            ["Rejected", "Rejected", "Applied"],
+            41 + 5,
+        ),
+    ];
+    for (case, (elsewhere, moved, expected, balance)) in cases.into_iter().enumerate() {
+        let h = LedgerHarness::new().await;
+        let account = format!("cross-{case}");
+        let seed = LedgerHarness::event(&format!("cross-{case}-seed"), &account, 100, "USD");
+        assert!(matches!(h.ledger.post(&seed).await, Ok(Outcome::Fresh(Posting::Applied))));
+        let tables = (h.ledger.store().table().to_owned(), h.ledger.table().to_owned(), h.outbox_table.clone());
+        let seen = Arc::new(AtomicU64::new(0));
+        let rules = HotAccount { elsewhere, seen: seen.clone(), tables, account: account.clone() };
+        let proxy = Proxy::to_local_aws(Arc::new(rules)).await.unwrap();
+        let client = aws_sdk_dynamodb::Client::new(&proxy.sdk_config(RetryConfig::disabled()).await);
+        let through = Ledger::new(DynamoDbStore::new(client, h.ledger.store().table()), h.ledger.table(), None);
+        let events = [
+            LedgerHarness::event(&format!("cross-{case}-150"), &account, -150, "USD"),
+            LedgerHarness::event(&format!("cross-{case}-70"), &account, -70, "USD"),
+            LedgerHarness::event(&format!("cross-{case}-5"), &account, 5, "USD"),
+        ];
+        let answers: Vec<String> = through.post_batch(&events).await.iter().map(summary).collect();
+        let transactions = seen.load(Ordering::SeqCst);
+        eprintln!("{moved:+} elsewhere, {transactions} transactions: {answers:?}");
+        // One by one, after the other writer's post: 100 + moved, then the batch's events.
+        for (answer, outcome) in answers.iter().zip(expected) {
+            assert!(answer.starts_with(&format!("fresh {outcome}")), "{moved:+}: {answers:?}");
+        }
+        assert_eq!(transactions, 3, "seen, refused across the threshold, decided again");
+        let held = h.ledger.balance(&account).await.unwrap().unwrap();
+        assert_eq!(held.balance_cents, balance, "{moved:+}: the other writer's posts and the applied events");
+        let entries = h.ledger.entries(&account).await.unwrap();
+        let applied = expected.iter().filter(|e| **e == "Applied").count();
+        assert_eq!((entries.len(), held.entry_count as usize), (3 + applied, 3 + applied), "{entries:?}");
+    }
 }
