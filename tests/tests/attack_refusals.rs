@@ -63,11 +63,11 @@ impl Rules for HotAccount {
 /// batch holding one overdraft among credits. One by one, in any interleaving with the other
 /// writer's credits, the overdraft is rejected and every credit applies; the old path (one
 /// event per transaction, each conditioned on the balance covering it) decides them all. Once
-/// the overdraft has shown the group its balance, every later transaction of the group is
-/// conditioned on the balance being exactly as last seen, which the other writer has always
-/// changed: each is cancelled, and after `MAX_ROUNDS` the whole batch is answered retryable.
-/// SQS redelivers it to meet the same writer again, until the messages reach the DLQ; a quiet
-/// account's event that shares the transactions is failed with it.
+/// the overdraft had shown the group its balance, every later transaction of the group was
+/// conditioned on the balance being exactly as last seen, which the other writer had always
+/// changed: each was cancelled, and after `MAX_ROUNDS` the whole batch, a quiet account's event
+/// included, was answered retryable. Conditioned on the interval of balances that keeps the
+/// overdraft refused, the other writer's cent crosses nothing, and the batch commits.
 #[tokio::test]
 async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer_posts() {
     let h = LedgerHarness::new().await;
@@ -90,6 +90,7 @@ async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer
     eprintln!("{transactions} transactions: {answers:?}");
     assert!(answers[0].starts_with("fresh Rejected { reason: InsufficientFunds"), "{answers:?}");
     assert!(answers[1..].iter().all(|a| a == "fresh Applied"), "every credit applies one by one: {answers:?}");
+    assert_eq!(transactions, 2, "one to see the balance, one to commit across the other writer's cent");
 }
 
 /// Another writer's post that crosses a threshold of the decisions between the cancellation

@@ -6,10 +6,13 @@
 //! failed its condition is, when its writes decide ([`BatchWrites::decide`]), replayed in batch
 //! order on the shared item the cancellation returned (`ALL_OLD`): its refusals are decided
 //! there and committed (their records) with its applies in one transaction, conditioned on the
-//! item as seen; the item is then tracked across the group's later transactions, so a group
-//! costs at most two more transactions whatever its size (one to see the item, one more per
-//! writer that changes it meanwhile, bounded by [`MAX_ROUNDS`]). Otherwise the group falls back
-//! to one member at a time.
+//! item being one on which committing them one by one decides them the same (for the ledger:
+//! the currency, and the balance within an interval), so the item seen is a hint, and another
+//! writer's change that crosses no threshold of the decisions leaves them standing; the item
+//! is then tracked across the group's later transactions, so a group costs at most two more
+//! transactions whatever its size (one to see the item, one more per writer that crosses a
+//! threshold meanwhile, bounded by [`MAX_ROUNDS`]). Otherwise the group falls back to one
+//! member at a time.
 //!
 //! What is sent when is decided in [`schedule`], with no I/O; this module builds the members'
 //! writes and sends what it decides.
