@@ -102,7 +102,10 @@ async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer
 /// Then a credit of one cent before each later transaction crosses nothing.
 #[tokio::test]
 async fn another_writers_post_across_a_threshold_changes_the_decisions_as_one_by_one() {
-    let cases: [(fn(u64) -> Option<i64>, i64, [&str; 3], i64); 2] = [
+    // Another writer's post before our second transaction, then a cent before the third; one by
+    // one after that post, the answers, and the balance at the end.
+    type Case = (fn(u64) -> Option<i64>, i64, [&'static str; 3], i64);
+    let cases: [Case; 2] = [
         (
             |n| [None, Some(60), Some(1)].get(n as usize - 1).copied().flatten(),
             60,
@@ -162,7 +165,7 @@ async fn a_writer_crossing_every_threshold_does_not_fail_the_batch() {
     assert!(matches!(h.ledger.post(&seed).await, Ok(Outcome::Fresh(Posting::Applied))));
     let tables = (h.ledger.store().table().to_owned(), h.ledger.table().to_owned(), h.outbox_table.clone());
     let seen = Arc::new(AtomicU64::new(0));
-    let elsewhere = |n: u64| (n >= 2).then_some(if n % 2 == 0 { 60 } else { -60 });
+    let elsewhere = |n: u64| (n >= 2).then_some(if n.is_multiple_of(2) { 60 } else { -60 });
     let rules = HotAccount { elsewhere, seen: seen.clone(), tables, account: account.into() };
     let proxy = Proxy::to_local_aws(Arc::new(rules)).await.unwrap();
     let client = aws_sdk_dynamodb::Client::new(&proxy.sdk_config(RetryConfig::disabled()).await);
