@@ -443,9 +443,15 @@ impl Ledger {
     /// on its balance item as the cancelled transaction returned it: replayed in batch order, the
     /// rejections (overdrafts, another currency, debits on a new account) recorded, never
     /// expiring, in the same transaction as the applied events, which is conditioned on the
-    /// balance and currency seen; the account's later transactions in the batch are decided on
-    /// the balance the earlier left. So a refusal costs one more transaction per account, not
-    /// one per event, and a balance changed meanwhile by another writer is seen and replayed on.
+    /// currency seen and on the balance lying in the interval on which posting one by one would
+    /// decide every event the same (at least what the applied debits need, below what would
+    /// cover the first refused one); the account's later transactions in the batch are decided
+    /// on the balance the earlier left, conditioned likewise. So a refusal costs one more
+    /// transaction per account, not one per event; another writer's posts that cross no
+    /// threshold (a credit too small to cover a refused debit) leave the decisions standing, and
+    /// one that crosses one refuses them: the balance it left is seen and replayed on. A
+    /// rejection records the balance the batch decided it on (as a single post records the
+    /// balance its cancellation returned, whatever was posted since).
     /// An event id this ledger saw answered (its last [`SEEN_CAPACITY`] ids, in this sandbox) is
     /// answered from memory, with no request: a ledger's records never expire or change, so the
     /// copy says what the record would (a replay, or key reuse for another payload); a duplicate

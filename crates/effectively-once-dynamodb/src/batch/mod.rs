@@ -6,10 +6,14 @@
 //! failed its condition is, when its writes decide ([`BatchWrites::decide`]), replayed in batch
 //! order on the shared item the cancellation returned (`ALL_OLD`): its refusals are decided
 //! there and committed (their records) with its applies in one transaction, conditioned on the
-//! item as seen; the item is then tracked across the group's later transactions, so a group
-//! costs at most two more transactions whatever its size (one to see the item, one more per
-//! writer that changes it meanwhile, bounded by [`MAX_ROUNDS`]). Otherwise the group falls back
-//! to one member at a time.
+//! item being one on which committing them one by one decides them the same (for the ledger:
+//! the currency, and the balance within an interval), so the item seen is a hint, and another
+//! writer's change that crosses no threshold of the decisions leaves them standing; the item
+//! is then tracked across the group's later transactions, so a group costs at most two more
+//! transactions whatever its size (one to see the item, one more per writer that crosses a
+//! threshold meanwhile: not counted towards [`MAX_ROUNDS`], so the batch's other groups are not
+//! failed with it, but at most [`MAX_ROUNDS`] times per group before it goes one member at a
+//! time). Otherwise the group falls back to one member at a time.
 //!
 //! What is sent when is decided in [`schedule`], with no I/O; this module builds the members'
 //! writes and sends what it decides.
@@ -112,8 +116,8 @@ struct Left {
     alone: Vec<usize>,
     /// Whether a conflict cancelled it.
     conflicted: bool,
-    /// Whether the cancellation counts towards [`MAX_ROUNDS`]: not when only groups seen for
-    /// the first time cancelled it ([`schedule::first_sight`]), once per group in a pass.
+    /// Whether the cancellation counts towards [`MAX_ROUNDS`]: not when only groups decided on
+    /// their item found it otherwise ([`schedule::only_sights`]), each bounded on its own.
     counted: bool,
 }
 
@@ -267,9 +271,15 @@ where
         };
         let decided: Vec<Option<&Observed>> = planned.shares.iter().map(|share| share.on.as_ref()).collect();
         let verdicts = schedule::read(&planned.owners, &planned.groups, &decided, &members, &cancellation);
-        left.counted = !schedule::first_sight(&verdicts, &decided);
+        left.counted = !schedule::only_sights(&verdicts);
+        // A group whose item keeps changing across its thresholds goes one member at a time,
+        // where each member's own condition decides it.
+        let mut changing: Vec<usize> = Vec::new();
         for (group, seen) in verdicts.observed {
             if let Some(name) = self.entries[planned.groups[group][0]].group {
+                if matches!(decided[group], Some(Observed::Seen(_))) && states.changed(name) > MAX_ROUNDS {
+                    changing.extend_from_slice(&planned.groups[group]);
+                }
                 states.set(name, seen);
             }
         }
@@ -286,8 +296,9 @@ where
             let error = StoreError::new(kind, format!("{}: batch transaction cancelled: {codes:?}", self.key(index)));
             answer(results, rounds, index, Err(error.into()));
         }
-        left.again.extend(verdicts.again);
+        left.again.extend(verdicts.again.into_iter().filter(|index| !changing.contains(index)));
         left.alone = verdicts.alone;
+        left.alone.extend(changing);
         left.conflicted = verdicts.conflicted;
         left
     }

@@ -277,18 +277,20 @@ pub(crate) fn observe(before: &Observed, item: Option<&Item>) -> Option<Observed
     }
 }
 
-/// Whether a cancellation was only groups seeing their shared item for the first time (decided
-/// on [`Observed::Unseen`], by `decided`, each group's in the transaction): nothing else
-/// refused, failed or conflicted. Such a cancellation happens once per group in a pass (a group
-/// seen stays seen), so it need not count towards [`MAX_ROUNDS`], which bounds the others.
-pub(crate) fn first_sight(verdicts: &Verdicts, decided: &[Option<&Observed>]) -> bool {
+/// Whether a cancellation was only groups decided on their shared item finding it otherwise:
+/// seen for the first time, or changed by another writer across a threshold of their decisions;
+/// nothing else refused, failed or conflicted. Such a cancellation does not count towards
+/// [`MAX_ROUNDS`], which bounds the others, so a hot group does not fail the quiet groups that
+/// share its transactions: a group sees its item for the first time once in a pass (a group
+/// seen stays seen), and is decided again on a changed item at most [`MAX_ROUNDS`] times in a
+/// pass ([`States::changed`]) before its members go alone.
+pub(crate) fn only_sights(verdicts: &Verdicts) -> bool {
     let quiet = verdicts.duplicates.is_empty()
         && verdicts.alone.is_empty()
         && verdicts.failed.is_empty()
         && verdicts.failure.is_none()
         && !verdicts.conflicted;
-    let unseen = |group: usize| decided.get(group).copied().flatten() == Some(&Observed::Unseen);
-    quiet && !verdicts.observed.is_empty() && verdicts.observed.iter().all(|&(group, _)| unseen(group))
+    quiet && !verdicts.observed.is_empty()
 }
 
 /// What a pass knows of each group's shared item: seen in a cancelled transaction, or as the
@@ -297,12 +299,20 @@ pub(crate) fn first_sight(verdicts: &Verdicts, decided: &[Option<&Observed>]) ->
 #[derive(Debug, Default)]
 pub(crate) struct States<'m> {
     known: HashMap<&'m str, Observed>,
+    changed: HashMap<&'m str, u32>,
 }
 
 impl<'m> States<'m> {
     /// What is known of `group`'s item.
     pub(crate) fn get(&self, group: &str) -> &Observed {
         self.known.get(group).unwrap_or(&Observed::Unseen)
+    }
+
+    /// `group`'s item, decided on as seen, was found otherwise: how many times now in the pass.
+    pub(crate) fn changed(&mut self, group: &'m str) -> u32 {
+        let times = self.changed.entry(group).or_insert(0);
+        *times += 1;
+        *times
     }
 
     /// `group`'s item is (or, once its transaction commits, will be) `state`.

@@ -64,10 +64,14 @@ pub trait BatchWrites<R>: Sync {
     /// Decides `members` (of one group, in batch order) on the group's shared item as
     /// `observed`, as committing them one by one in this order would: each member whose write
     /// would be refused gets the answer its [`Tx::otherwise`] would record, and the shared
-    /// write of the others goes to `tx`, on a condition that holds if and only if the item is
-    /// as observed (for [`Observed::Unseen`], as assumed: a wrong assumption must fail it). A
-    /// transaction that commits so commits exactly these decisions; one whose shared write is
-    /// refused returns the item, and the members are decided again on it. With no member to
+    /// write of the others goes to `tx`, on a condition that holds if and only if committing
+    /// the members one by one on the item as it is would decide each of them the same (for
+    /// [`Observed::Unseen`], as assumed: a wrong assumption must fail it). The item observed is
+    /// then a hint: the condition should hold on every item that decides the same (for a
+    /// balance, an interval), not only on the item as observed, so that another writer's change
+    /// that crosses no threshold of the decisions does not refuse them. A transaction that
+    /// commits so commits exactly these decisions; one whose shared write is refused returns
+    /// the item, and the members are decided again on it. With no member to
     /// apply, the shared write is a condition check of the item alone.
     ///
     /// `None` (the default): the batch uses [`BatchWrites::shared`], and a group whose shared
@@ -84,7 +88,8 @@ pub enum Observed {
     /// Not seen yet: decide on an assumption that the shared write's condition checks.
     Unseen,
     /// As a refused shared write returned it, or as the group's last committed transaction
-    /// left it; `None`: no item.
+    /// left it if nobody else wrote it meanwhile (a hint: the condition of
+    /// [`BatchWrites::decide`] checks what the decisions need); `None`: no item.
     Seen(Option<Item>),
 }
 
@@ -95,7 +100,8 @@ pub struct Decided<R> {
     /// writes and its record), `Some(answer)` refuses it: its record holds `answer`, and of its
     /// writes only their conditions are sent, as checks.
     pub refusals: Vec<Option<R>>,
-    /// The item once the transaction commits: what the group's next transaction in the batch
-    /// is decided on ([`Observed::Unseen`] when it cannot be told).
+    /// The item once the transaction commits, if the item was as observed: what the group's
+    /// next transaction in the batch is decided on, a hint as the observed item is
+    /// ([`Observed::Unseen`] when it cannot be told).
     pub after: Observed,
 }

@@ -32,8 +32,13 @@ pub(super) struct Replay {
 pub(super) enum Condition {
     /// No item (a new account).
     Absent,
-    /// Exactly this balance, in this currency (the item as seen).
+    /// Exactly this balance, in this currency (the item as seen): when the bounds of
+    /// [`Condition::Within`] cannot be computed in `i64`.
     Exactly { balance_cents: i64, currency: String },
+    /// This currency, and a balance in `[lo, hi)` (no bound where `None`): every balance on
+    /// which posting the events one by one decides each as the replay did, so another writer's
+    /// change that crosses no threshold does not refuse the decisions ([`interval`]).
+    Within { currency: String, lo: Option<i64>, hi: Option<i64> },
     /// No item, or this currency (assumed, with no debit to cover).
     Open { currency: String },
     /// This currency, and a balance of at least `needed` (assumed).
@@ -57,6 +62,21 @@ impl Condition {
                 names(&[("#balance", "balance_cents"), ("#currency", "currency")]),
                 Some([number(":balance", *balance_cents), currency(c)].into()),
             ),
+            Condition::Within { currency: c, lo, hi } => {
+                let expression = match (lo, hi) {
+                    (None, None) => "#currency = :currency",
+                    (Some(_), None) => "#currency = :currency AND #balance >= :lo",
+                    (None, Some(_)) => "#currency = :currency AND #balance < :hi",
+                    (Some(_), Some(_)) => "#currency = :currency AND #balance >= :lo AND #balance < :hi",
+                };
+                let bounds = [lo.map(|lo| number(":lo", lo)), hi.map(|hi| number(":hi", hi))];
+                let values = bounds.into_iter().flatten().chain([currency(c)]).collect();
+                if lo.is_none() && hi.is_none() {
+                    (expression, names(&[("#currency", "currency")]), Some(values))
+                } else {
+                    (expression, names(&[("#balance", "balance_cents"), ("#currency", "currency")]), Some(values))
+                }
+            }
             Condition::Open { currency: c } => (
                 "attribute_not_exists(pk) OR #currency = :currency",
                 names(&[("#currency", "currency")]),
@@ -72,8 +92,9 @@ impl Condition {
 }
 
 /// Replays `events` (one account's, in batch order, at least one) on its balance item as
-/// `observed`, as posting them one by one would decide each: seen, exactly (the update then
-/// conditioned on the item being as seen); unseen, assuming the account holds the first
+/// `observed`, as posting them one by one would decide each: seen, on the item as seen, the
+/// update then conditioned on its currency and on the interval of balances on which one by one
+/// decides each event the same ([`interval`]; no item: on there being none); unseen, assuming the account holds the first
 /// event's currency (events in another are rejected, the rest applied if the balance covers
 /// their debits: the update conditioned on both, so a wrong assumption is refused and the item
 /// seen). `None` for an item this cannot read (a balance not an integer, no currency): the
@@ -109,6 +130,42 @@ fn assume(events: &[&PaymentEvent]) -> Replay {
     Replay { refusals, sum, applied, currency: Some(currency), condition, after: Observed::Unseen }
 }
 
+/// How an event was decided, as far as the balances it holds on depend on it ([`interval`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Applied: this amount moved the balance (a debit needed it covered).
+    Applied(i64),
+    /// A debit of this amount refused for funds: the balance before it did not cover it.
+    Overdrawn(i64),
+    /// Refused for another currency: holds while the currency does, whatever the balance.
+    OtherCurrency,
+}
+
+/// The balances `[lo, hi)` (no bound where `None`) on which posting events one by one, in
+/// the account's currency, decides each as `steps` says, and only those: the applies need the
+/// balance to cover every prefix sum of the applied amounts (`lo`: minus the lowest, when it is
+/// below zero); a debit refused for funds needs the balance before it (the balance and the
+/// applied amounts ahead of it) plus its amount below zero (`hi`: the least such threshold).
+/// `None` when a sum leaves `i64`.
+pub(super) fn interval(steps: &[Step]) -> Option<(Option<i64>, Option<i64>)> {
+    let (mut prefix, mut lowest, mut hi) = (0i64, 0i64, None::<i64>);
+    for step in steps {
+        match *step {
+            Step::Applied(amount) => {
+                prefix = prefix.checked_add(amount)?;
+                lowest = lowest.min(prefix);
+            }
+            Step::Overdrawn(amount) => {
+                let threshold = amount.checked_add(prefix)?.checked_neg()?;
+                hi = Some(hi.map_or(threshold, |hi| hi.min(threshold)));
+            }
+            Step::OtherCurrency => {}
+        }
+    }
+    let lo = if lowest < 0 { Some(lowest.checked_neg()?) } else { None };
+    Some((lo, hi))
+}
+
 /// [`replay`] on an item seen (`None`: no account).
 fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> {
     let read = |item: &Item| match (item.get("balance_cents"), item.get("currency")) {
@@ -119,15 +176,11 @@ fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> 
         Some(item) => Some(read(item)?),
         None => None,
     };
-    let condition = match &state {
-        Some((balance_cents, currency)) => {
-            Condition::Exactly { balance_cents: *balance_cents, currency: currency.clone() }
-        }
-        None => Condition::Absent,
-    };
+    let seen = state.clone();
     let mut local = item.cloned();
     let (mut sum, mut applied, mut currency) = (0i64, 0i64, None);
     let mut refusals = Vec::with_capacity(events.len());
+    let mut steps = Vec::with_capacity(events.len());
     for event in events {
         // The single post's condition: a debit needs the currency and the balance to cover it;
         // a credit the currency, or no account yet.
@@ -137,6 +190,8 @@ fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> 
             None => needed == 0,
         };
         if !applies {
+            let other = state.as_ref().is_some_and(|(_, held)| *held != event.currency);
+            steps.push(if other { Step::OtherCurrency } else { Step::Overdrawn(event.amount_cents) });
             refusals.push(Some(rejection(event, local.as_ref())));
             continue;
         }
@@ -150,11 +205,22 @@ fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> 
         entry.insert("balance_cents".into(), AttributeValue::N(balance.to_string()));
         entry.entry("currency".into()).or_insert_with(|| AttributeValue::S(event.currency.clone()));
         entry.insert("entry_count".into(), AttributeValue::N((count.unwrap_or(0) + 1).to_string()));
+        steps.push(Step::Applied(event.amount_cents));
         sum += event.amount_cents;
         applied += 1;
         currency.get_or_insert_with(|| event.currency.clone());
         refusals.push(None);
     }
+    // The item seen is a hint: the decisions hold on every balance of the interval, so another
+    // writer's credit that crosses no threshold does not cancel them. No item: the account's
+    // first applied event sets its currency, so the decisions hold only on there being none.
+    let condition = match seen {
+        None => Condition::Absent,
+        Some((balance_cents, currency)) => match interval(&steps) {
+            Some((lo, hi)) => Condition::Within { currency, lo, hi },
+            None => Condition::Exactly { balance_cents, currency },
+        },
+    };
     Some(Replay { refusals, sum, applied, currency, condition, after: Observed::Seen(local) })
 }
 
@@ -209,7 +275,9 @@ mod tests {
         let replay = on(&events, &Observed::Seen(Some(item("100", "USD", "3")))).unwrap();
         assert_eq!(replay.refusals, vec![None, funds(0), held("USD"), None, None, funds(0)]);
         assert_eq!((replay.sum, replay.applied, replay.currency.as_deref()), (-100, 3, Some("USD")));
-        assert_eq!(replay.condition, Condition::Exactly { balance_cents: 100, currency: "USD".into() });
+        // Applies need 100 (the first debit), the refused debits 101 or more: only 100 decides so.
+        let tight = Condition::Within { currency: "USD".into(), lo: Some(100), hi: Some(101) };
+        assert_eq!(replay.condition, tight);
         assert_eq!(replay.after, Observed::Seen(Some(item("0", "USD", "6"))));
     }
 
@@ -272,6 +340,78 @@ mod tests {
         assert_eq!(credits.condition, Condition::Open { currency: "EUR".into() }, "never below zero");
     }
 
+    /// The interval's bounds: a refused debit's threshold (the balance before it, with the
+    /// applies ahead of it, must stay short of it), the applies' lower bound (the lowest prefix
+    /// of the applied amounts covered), both, and none (credits, another currency).
+    #[test]
+    fn the_decisions_hold_on_an_interval_of_balances() {
+        use Step::{Applied, OtherCurrency, Overdrawn};
+        assert_eq!(interval(&[Overdrawn(-150), Applied(5)]), Some((None, Some(150))));
+        assert_eq!(interval(&[Applied(20), Overdrawn(-150), Overdrawn(-130)]), Some((None, Some(110))));
+        assert_eq!(interval(&[Applied(-30), Applied(10), Applied(-50)]), Some((Some(70), None)));
+        assert_eq!(interval(&[Applied(-60), Overdrawn(-50), Applied(20)]), Some((Some(60), Some(110))));
+        assert_eq!(interval(&[Applied(5), OtherCurrency, Applied(-5)]), Some((None, None)));
+        assert_eq!(interval(&[]), Some((None, None)));
+        // An apply that brings a prefix to exactly zero needs no cover.
+        assert_eq!(interval(&[Applied(3), Applied(-3)]), Some((None, None)));
+        let replay = on(&[event("1", -150, "USD"), event("2", 5, "USD"), event("3", 1, "EUR")], &seen(100)).unwrap();
+        assert_eq!(replay.refusals, vec![funds(100), None, held("USD")]);
+        assert_eq!(replay.condition, Condition::Within { currency: "USD".into(), lo: None, hi: Some(150) });
+        let replay = on(&[event("1", -60, "USD"), event("2", -50, "USD")], &seen(100)).unwrap();
+        assert_eq!(replay.condition, Condition::Within { currency: "USD".into(), lo: Some(60), hi: Some(110) });
+    }
+
+    /// A sum past `i64` has no interval: the update is conditioned on the item as seen.
+    #[test]
+    fn an_interval_past_i64_falls_back_to_the_balance_seen() {
+        assert_eq!(interval(&[Step::Applied(i64::MAX), Step::Applied(1)]), None);
+        assert_eq!(interval(&[Step::Applied(i64::MIN), Step::Applied(-1)]), None);
+        assert_eq!(interval(&[Step::Applied(i64::MIN)]), None, "no cover can be named");
+        assert_eq!(interval(&[Step::Applied(-1), Step::Overdrawn(i64::MIN)]), None);
+        assert_eq!(interval(&[Step::Overdrawn(i64::MIN + 1)]), Some((None, Some(i64::MAX))));
+        let events = [event("1", -1, "USD"), event("2", i64::MIN + 1, "USD")];
+        let replay = on(&events, &seen(1)).unwrap();
+        assert_eq!(replay.refusals, vec![None, funds(0)]);
+        assert_eq!(replay.condition, Condition::Exactly { balance_cents: 1, currency: "USD".into() });
+    }
+
+    /// Against posting one by one on every balance near the one seen: the decisions made on the
+    /// balance seen are one by one's on a balance if and only if it lies in the interval.
+    /// (Credits, amounts past DynamoDB's numbers or i64 aside: random small batches.)
+    #[test]
+    fn the_interval_holds_exactly_where_one_by_one_decides_the_same() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let decisions = |replay: &Replay| -> Vec<bool> { replay.refusals.iter().map(Option::is_some).collect() };
+        for _ in 0..400 {
+            let events: Vec<PaymentEvent> = (0..1 + next(6))
+                .map(|i| {
+                    let amount = next(41) as i64 - 20;
+                    let currency = if next(5) == 0 { "EUR" } else { "USD" };
+                    event(&i.to_string(), if amount == 0 { 1 } else { amount }, currency)
+                })
+                .collect();
+            let hint = next(40) as i64;
+            let on_hint = on(&events, &seen(hint)).unwrap();
+            let Condition::Within { lo, hi, .. } = on_hint.condition.clone() else { panic!("{on_hint:?}") };
+            // A balance is never below zero (every debit is conditioned on covering it).
+            for balance in 0..90 {
+                let same = decisions(&on(&events, &seen(balance)).unwrap()) == decisions(&on_hint);
+                let inside = lo.is_none_or(|lo| balance >= lo) && hi.is_none_or(|hi| balance < hi);
+                assert_eq!(same, inside, "{events:?} seen at {hint}, posted on {balance}: [{lo:?}, {hi:?})");
+            }
+        }
+    }
+
+    fn seen(balance_cents: i64) -> Observed {
+        Observed::Seen(Some(item(&balance_cents.to_string(), "USD", "1")))
+    }
+
     /// Each condition sends only the names and values it uses.
     #[test]
     fn each_condition_names_only_what_it_uses() {
@@ -290,6 +430,26 @@ mod tests {
             (open, names.unwrap().len(), values.unwrap().len()),
             ("attribute_not_exists(pk) OR #currency = :currency", 1, 1)
         );
+        let within = |lo, hi| Condition::Within { currency: "USD".into(), lo, hi }.expression();
+        let (expression, names, values) = within(None, None);
+        assert_eq!((expression, names.unwrap().len(), values.unwrap().len()), ("#currency = :currency", 1, 1));
+        let (expression, names, values) = within(Some(3), None);
+        assert_eq!(expression, "#currency = :currency AND #balance >= :lo");
+        let values = values.unwrap();
+        assert_eq!((names.unwrap().len(), values.len(), values[":lo"].clone()), (2, 2, AttributeValue::N("3".into())));
+        let (expression, names, values) = within(None, Some(-4));
+        assert_eq!(expression, "#currency = :currency AND #balance < :hi");
+        let values = values.unwrap();
+        assert_eq!((names.unwrap().len(), values.len(), values[":hi"].clone()), (2, 2, AttributeValue::N("-4".into())));
+        let (expression, names, values) = within(Some(1), Some(9));
+        assert_eq!(expression, "#currency = :currency AND #balance >= :lo AND #balance < :hi");
+        let values = values.unwrap();
+        assert_eq!((names.unwrap().len(), values.len()), (2, 3));
+        assert_eq!(
+            (values[":lo"].clone(), values[":hi"].clone()),
+            (AttributeValue::N("1".into()), AttributeValue::N("9".into()))
+        );
+        assert_eq!(values[":currency"], AttributeValue::S("USD".into()));
         let (covers, names, values) = Condition::Covers { currency: "EUR".into(), needed: 3 }.expression();
         assert_eq!(covers, "#currency = :currency AND #balance >= :needed");
         assert_eq!((names.unwrap().len(), values.unwrap()[":needed"].clone()), (2, AttributeValue::N("3".into())));

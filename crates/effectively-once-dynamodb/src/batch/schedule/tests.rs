@@ -362,18 +362,18 @@ fn observing_keeps_the_item_returned_or_none_unless_it_cannot_be() {
     assert_eq!(observe(&Observed::Seen(None), None), None);
 }
 
-/// Only a cancellation by groups seen for the first time, and nothing else, goes uncounted.
+/// Only a cancellation by decided groups finding their item otherwise (seen for the first
+/// time, or changed across a threshold), and nothing else, goes uncounted.
 #[test]
-fn only_a_first_sight_goes_uncounted() {
+fn only_groups_finding_their_item_otherwise_go_uncounted() {
     let unseen = Observed::Unseen;
     let seen = Observed::Seen(Some(balance("100")));
     let first = read_decided(&unseen, Some(balance("100")));
-    assert!(first_sight(&first, &[Some(&unseen), None]));
+    assert!(only_sights(&first));
     let again = read_decided(&seen, Some(balance("300")));
-    assert!(!first_sight(&again, &[Some(&seen), None]), "a second sight is a conflict");
-    assert!(!first_sight(&first, &[None, None]), "not decided on an unseen item");
+    assert!(only_sights(&again), "a change across a threshold: bounded per group (States::changed)");
     let quiet = read_codes(&["None"; 7]);
-    assert!(!first_sight(&quiet, &[Some(&unseen), None]), "no group seen");
+    assert!(!only_sights(&quiet), "no group seen");
     let (owners, groups, members) = owners();
     let mut codes = vec!["None"; 7];
     codes[4] = "ConditionalCheckFailed";
@@ -381,12 +381,19 @@ fn only_a_first_sight_goes_uncounted() {
         let mut codes = codes.clone();
         codes[at] = code;
         let verdicts = read(&owners, &groups, &[Some(&unseen), None], &members, &Cancellation::of_codes(&codes));
-        assert!(!first_sight(&verdicts, &[Some(&unseen), None]), "{codes:?}");
+        assert!(!only_sights(&verdicts), "{codes:?}");
     }
     let mut throttled = codes.clone();
     throttled[6] = "ThrottlingError";
     let verdicts = read(&owners, &groups, &[Some(&unseen), None], &members, &Cancellation::of_codes(&throttled));
-    assert!(!first_sight(&verdicts, &[Some(&unseen), None]), "throttled");
+    assert!(!only_sights(&verdicts), "throttled");
+}
+
+/// Each group's changes are counted apart, once each.
+#[test]
+fn states_count_each_groups_changes() {
+    let mut states = States::default();
+    assert_eq!((states.changed("a"), states.changed("a"), states.changed("b"), states.changed("a")), (1, 2, 1, 3));
 }
 
 /// A group's item is unseen until set, and then what was set last.
