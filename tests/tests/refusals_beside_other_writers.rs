@@ -1,5 +1,6 @@
-//! Findings against deciding a group's refusals on its observed balance (branch `refuse`): each
-//! test pins what posting one by one would do, and is ignored while the finding stands.
+//! A batch's refusals decided on an account's balance while another writer (another sandbox)
+//! posts to the same account between our transactions: each test pins what posting one by one,
+//! interleaved with those posts, would do.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
