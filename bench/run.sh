@@ -80,7 +80,7 @@ fi
 if [[ ! -x "$VENV/bin/python" ]] || ! cmp -s "$REQS" "$STAMP"; then
   log "installing bench/peer/requirements.txt into $VENV"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQS"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
   cp "$REQS" "$STAMP"
 fi
 
@@ -115,7 +115,7 @@ build_if_stale payments-floor "$FLOOR" "${COMMON[@]}" "${FLOOR_SOURCES[@]}"
 
 # 4. In-process overhead of the library (criterion; short measurement).
 log "criterion: Idempotency::run with InMemoryStore against a bare handler"
-cargo bench -q -p effectively-once --bench overhead
+cargo bench --locked -q -p effectively-once --bench overhead
 
 # 5. Both functions, the same workload, the same local AWS.
 log "harness: payments-consumer against the floor and the Powertools peer"

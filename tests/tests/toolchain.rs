@@ -26,7 +26,7 @@ fn files(dir: &Path, extension: &str) -> Vec<PathBuf> {
 /// The scripts `make` and CI run: the Makefile, .ci/run and every shell script under infra/.
 fn scripts() -> Vec<PathBuf> {
     let root = root();
-    let mut scripts = vec![root.join("Makefile"), root.join(".ci/run")];
+    let mut scripts = vec![root.join("Makefile"), root.join(".ci/run"), root.join("bench/run.sh")];
     scripts.extend(files(&root.join("infra"), "sh"));
     scripts
 }
