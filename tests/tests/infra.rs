@@ -1107,6 +1107,14 @@ impl aws_sdk_dynamodb::config::Intercept for Recorder {
                     }
                 }
             }
+            // Each key a batch read asks for, under its table.
+            "BatchGetItem" => {
+                for (table, reads) in body["RequestItems"].as_object().into_iter().flatten() {
+                    for key in list(&reads["Keys"]) {
+                        push("BatchGetItem", &serde_json::json!({ "TableName": table }), &key);
+                    }
+                }
+            }
             // Item actions by key; anything else (Query, Scan, batches) is recorded without a
             // key, which no grant here matches: a new kind of request must be granted on purpose.
             other => push(other, &body, &body["Key"]),
