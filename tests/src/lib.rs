@@ -145,3 +145,15 @@ impl LedgerHarness {
 }
 
 pub use effectively_once_effects::testing::{emails_to, ses_sender};
+
+/// A ledger post's answer as tests compare two paths' answers: fresh or replayed with its
+/// posting, the idempotency error's kind, or whether another error is retryable.
+pub fn summary(result: &Result<effectively_once::Outcome<payments::Posting>, payments::Error>) -> String {
+    use effectively_once::Outcome;
+    match result {
+        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
+        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
+        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
+        Err(error) => format!("error retryable={}", error.is_retryable()),
+    }
+}

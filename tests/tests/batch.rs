@@ -5,18 +5,8 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::Outcome;
-use end_to_end::LedgerHarness;
+use end_to_end::{summary, LedgerHarness};
 use payments::{PaymentEvent, Posting};
-
-/// An answer as the two paths are compared: fresh or replayed, the posting, or the error's kind.
-fn summary(result: &Result<Outcome<Posting>, payments::Error>) -> String {
-    match result {
-        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
-        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
-        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
-        Err(error) => format!("error retryable={}", error.is_retryable()),
-    }
-}
 
 async fn balances(h: &LedgerHarness, accounts: &[&str]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();

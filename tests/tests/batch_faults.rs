@@ -5,20 +5,10 @@
 use std::sync::Arc;
 
 use aws_config::retry::RetryConfig;
-use effectively_once::Outcome;
 use effectively_once_dynamodb::DynamoDbStore;
-use end_to_end::LedgerHarness;
+use end_to_end::{summary, LedgerHarness};
 use local::proxy::{Fault, Proxy, Rules, ScriptedFaults};
-use payments::{Ledger, Posting};
-
-fn summary(result: &Result<Outcome<Posting>, payments::Error>) -> String {
-    match result {
-        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
-        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
-        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
-        Err(error) => format!("error retryable={}", error.is_retryable()),
-    }
-}
+use payments::Ledger;
 
 /// The harness's tables, through a proxy with `rules`, retrying as `retries` says.
 async fn through(h: &LedgerHarness, rules: Arc<dyn Rules>, retries: RetryConfig) -> (Ledger, Proxy) {

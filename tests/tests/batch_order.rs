@@ -4,18 +4,8 @@
 //! carries another payload.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once::Outcome;
-use end_to_end::LedgerHarness;
-use payments::{PaymentEvent, Posting};
-
-fn summary(result: &Result<Outcome<Posting>, payments::Error>) -> String {
-    match result {
-        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
-        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
-        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
-        Err(error) => format!("error retryable={}", error.is_retryable()),
-    }
-}
+use end_to_end::{summary, LedgerHarness};
+use payments::PaymentEvent;
 
 /// Posts `events` as a batch on one ledger and one by one on another; every answer and the
 /// account's balance must be the same.

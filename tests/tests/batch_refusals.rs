@@ -10,19 +10,9 @@ use std::sync::Arc;
 use aws_config::retry::RetryConfig;
 use effectively_once::Outcome;
 use effectively_once_dynamodb::DynamoDbStore;
-use end_to_end::LedgerHarness;
+use end_to_end::{summary, LedgerHarness};
 use local::proxy::{Fault, Proxy, Rules};
 use payments::{Ledger, PaymentEvent, Posting};
-
-/// An answer as the two paths are compared: fresh or replayed, the posting, or the error's kind.
-fn summary(result: &Result<Outcome<Posting>, payments::Error>) -> String {
-    match result {
-        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
-        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
-        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
-        Err(error) => format!("error retryable={}", error.is_retryable()),
-    }
-}
 
 /// Posts `events` as one batch on `batched` and one by one on `single` (both holding the same
 /// state): every answer, and each account's balance (with its entry count) and entries, must be

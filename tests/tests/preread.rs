@@ -8,18 +8,8 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use effectively_once::{Clock as _, Config, Outcome, Record, Store as _};
 use effectively_once_dynamodb::testing::sdk_config;
 use effectively_once_dynamodb::{DynamoDbStore, RequestCounter};
-use end_to_end::LedgerHarness;
+use end_to_end::{summary, LedgerHarness};
 use payments::{Delivery, Ledger, PaymentEvent, Posting, Preread};
-
-/// An answer as tests compare them: fresh or replayed, the posting, or the error's kind.
-fn summary(result: &Result<Outcome<Posting>, payments::Error>) -> String {
-    match result {
-        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
-        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
-        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
-        Err(error) => format!("error retryable={}", error.is_retryable()),
-    }
-}
 
 fn events(prefix: &str, n: usize) -> Vec<PaymentEvent> {
     (0..n).map(|i| LedgerHarness::event(&format!("{prefix}-{i}"), &format!("acct-{}", i % 3), 100, "USD")).collect()

@@ -8,18 +8,9 @@ use std::sync::Arc;
 use aws_config::retry::RetryConfig;
 use effectively_once::Outcome;
 use effectively_once_dynamodb::DynamoDbStore;
-use end_to_end::LedgerHarness;
+use end_to_end::{summary, LedgerHarness};
 use local::proxy::{Fault, Proxy, Rules};
 use payments::{Ledger, PaymentEvent, Posting};
-
-fn summary(result: &Result<Outcome<Posting>, payments::Error>) -> String {
-    match result {
-        Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
-        Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
-        Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
-        Err(error) => format!("error retryable={}", error.is_retryable()),
-    }
-}
 
 /// Posts `event` to the tables from a thread and a runtime of its own (another sandbox), and
 /// waits for its answer.
