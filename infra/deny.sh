@@ -45,6 +45,10 @@ case "${1:-}" in
   check)
     install
     cd "$ROOT"
+    # cargo-deny reads the graph for every platform, so every platform's crates must be in the
+    # local registry cache: a build fetches only this host's (windows-sys, say, is missing on a
+    # fresh machine). `cargo fetch --locked` downloads exactly Cargo.lock's, no index update.
+    cargo fetch --locked >&2
     # --locked: the graph is Cargo.lock's, as every build's is; --offline: no index update.
     "$BIN" --locked --offline check bans licenses sources
     ;;
