@@ -111,7 +111,8 @@ def main():
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_before": "%.2f %.2f %.2f" % os.getloadavg(),
-        "about": dict(ABOUT, peer=ABOUT["peer"] + f" ({peer_versions()})"),
+        # The peer's versions only when it runs: `--only ours,floor` needs no bench venv.
+        "about": dict(ABOUT, peer=ABOUT["peer"] + f" ({peer_versions()})") if "peer" in only else ABOUT,
     }
     log(f"load average {meta['load_before']}")
     for impl in impls:

@@ -9,7 +9,7 @@ use effectively_once::{Clock as _, Config, Outcome, Record, Store as _};
 use effectively_once_dynamodb::testing::sdk_config;
 use effectively_once_dynamodb::{DynamoDbStore, RequestCounter};
 use end_to_end::{summary, LedgerHarness};
-use payments::{Delivery, Ledger, PaymentEvent, Posting, Preread};
+use payments::{Deliveries, Delivery, Ledger, PaymentEvent, Posting, Preread};
 
 fn events(prefix: &str, n: usize) -> Vec<PaymentEvent> {
     (0..n).map(|i| LedgerHarness::event(&format!("{prefix}-{i}"), &format!("acct-{}", i % 3), 100, "USD")).collect()
@@ -26,7 +26,7 @@ async fn post(
     h: &LedgerHarness,
     ledger: &Ledger,
     batch: &[PaymentEvent],
-    delivery: Delivery,
+    delivery: impl Into<Deliveries>,
 ) -> (Vec<String>, (u64, u64)) {
     h.requests.reset();
     let answers = ledger.post_batch_as(batch, delivery).await.iter().map(summary).collect();
@@ -79,6 +79,30 @@ async fn duplicates_at_another_sandbox_write_nothing_when_the_strategy_reads_ahe
 
     // Found records are remembered: the same batch again costs nothing.
     assert_eq!(post(&h, &auto, &batch, Delivery::Unknown).await, (replayed, (0, 0)));
+}
+
+/// The hint is per record: a batch reads the records of the events said to be redeliveries that
+/// this sandbox does not remember, not the whole batch, and nothing when it remembers them all
+/// (a redelivery to the sandbox that posted the first copy, the common case).
+#[tokio::test]
+async fn a_redelivery_hint_reads_only_the_redelivered_records_this_sandbox_does_not_remember() {
+    use Delivery::{MayBeRedelivery as Again, Unknown as First};
+    let h = LedgerHarness::new().await;
+    let batch = posted(&h, "hinted").await;
+    let fresh = events("hinted-fresh", 5);
+    let mixed: Vec<PaymentEvent> = batch[..5].iter().cloned().chain(fresh.iter().cloned()).collect();
+    let hints = [vec![Again; 5], vec![First; 5]].concat();
+    let answers = [all("replayed Applied", 5), all("fresh Applied", 5)].concat();
+    // The sandbox that posted them remembers every redelivered id: no read, one transaction for
+    // the new events.
+    assert_eq!(post(&h, &h.ledger, &mixed, hints.clone()).await, (answers, (0, 1)));
+
+    // Another sandbox, nothing met from elsewhere yet: five producer retries (received once)
+    // and five redeliveries of events it never saw. Only the redeliveries are read; the
+    // retries cancel the transaction, as without a read, and are answered from it.
+    let other = h.ledger.clone_forgetting().with_preread(Preread::Auto);
+    let hints = [vec![First; 5], vec![Again; 5]].concat();
+    assert_eq!(post(&h, &other, &batch, hints).await, (all("replayed Applied", 10), (1, 1)));
 }
 
 #[tokio::test]

@@ -12,8 +12,17 @@ use aws_sdk_dynamodb::types::{
 use effectively_once::{Config, Record, Status, StoreError, StoreErrorKind};
 
 use crate::item::{attr, carried, carried_from_item, from_item, to_item};
-use crate::store::{DynamoDbStore, CLAIM_CONDITION};
+use crate::store::DynamoDbStore;
 use crate::transaction::{self, backoff, check_limits, Cancellation, Sent, WriteUnits};
+
+/// [`RECORD_CONDITION`]'s placeholders: the record's attributes.
+const RECORD_NAMES: [(&str, &str); 4] =
+    [("#i", attr::ID), ("#e", attr::EXPIRATION), ("#t", attr::STATUS), ("#l", attr::LEASE_EXPIRES_AT)];
+
+/// The claim condition ([`crate::store`]'s), with one-letter placeholders: a batch's
+/// transaction carries it once per record, and every byte of a request is serialised, signed
+/// and SHA-256-hashed (about 80 bytes less a record than with the claim's own names).
+pub(crate) const RECORD_CONDITION: &str = "attribute_not_exists(#i) OR #e < :s OR (#t = :p AND #l < :m)";
 
 /// A named action of a commit-once transaction: the name says which condition fired when the
 /// transaction is cancelled.
@@ -159,19 +168,11 @@ impl Commit {
     /// The record's own action: its put (an own record), a check that no record was recorded
     /// apart (a guarded carried record), or none.
     fn record_action(&self, store: &DynamoDbStore, now_ms: u64) -> Result<Option<TransactWriteItem>, StoreError> {
-        let names: HashMap<String, String> = [
-            ("#id", attr::ID),
-            ("#expiration", attr::EXPIRATION),
-            ("#status", attr::STATUS),
-            ("#lease", attr::LEASE_EXPIRES_AT),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        let names: HashMap<String, String> = RECORD_NAMES.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let values: HashMap<String, AttributeValue> = [
-            (":now_s", AttributeValue::N((now_ms / 1000).to_string())),
-            (":now_ms", AttributeValue::N(now_ms.to_string())),
-            (":in_progress", AttributeValue::S(Status::InProgress.as_str().into())),
+            (":s", AttributeValue::N((now_ms / 1000).to_string())),
+            (":m", AttributeValue::N(now_ms.to_string())),
+            (":p", AttributeValue::S(Status::InProgress.as_str().into())),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -182,7 +183,7 @@ impl Commit {
             let put = Put::builder()
                 .table_name(store.table())
                 .set_item(Some(to_item(&self.record_at(now_ms))))
-                .condition_expression(CLAIM_CONDITION)
+                .condition_expression(RECORD_CONDITION)
                 .set_expression_attribute_names(Some(names))
                 .set_expression_attribute_values(Some(values))
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -196,7 +197,7 @@ impl Commit {
         let check = ConditionCheck::builder()
             .table_name(store.table())
             .key(attr::ID, AttributeValue::S(self.record.id.clone()))
-            .condition_expression(CLAIM_CONDITION)
+            .condition_expression(RECORD_CONDITION)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -457,4 +458,37 @@ fn not_applied((table, key, key_attribute): Carrier) -> Result<TransactWriteItem
         .build()
         .map_err(unbuilt)?;
     Ok(TransactWriteItem::builder().condition_check(check).build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::CLAIM_CONDITION;
+
+    /// The record's condition in a transaction is the claim's, placeholder for placeholder, on
+    /// the same attributes: a duplicate is cancelled, and a record past its window or its lease
+    /// taken over, exactly as a claim would.
+    #[test]
+    fn the_record_condition_is_the_claim_condition_under_shorter_names() {
+        let claim_names = [
+            ("#id", attr::ID),
+            ("#expiration", attr::EXPIRATION),
+            ("#status", attr::STATUS),
+            ("#lease", attr::LEASE_EXPIRES_AT),
+        ];
+        let values = [(":s", ":now_s"), (":m", ":now_ms"), (":p", ":in_progress")];
+        let rename = |token: &str| -> String {
+            let name = RECORD_NAMES.iter().find(|(short, _)| *short == token).map(|(_, attribute)| {
+                claim_names.iter().find(|(_, a)| a == attribute).expect("an attribute the claim names").0
+            });
+            let value = values.iter().find(|(short, _)| *short == token).map(|(_, long)| *long);
+            name.or(value).unwrap_or(token).to_owned()
+        };
+        let tokens = |condition: &str| -> Vec<String> {
+            condition.replace('(', " ( ").replace(')', " ) ").split_whitespace().map(str::to_owned).collect()
+        };
+        let renamed: Vec<String> = tokens(RECORD_CONDITION).iter().map(|token| rename(token)).collect();
+        assert_eq!(renamed, tokens(CLAIM_CONDITION));
+        assert!(RECORD_CONDITION.len() + 30 < CLAIM_CONDITION.len(), "shorter, or why have two");
+    }
 }

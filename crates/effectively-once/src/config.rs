@@ -200,6 +200,20 @@ impl Config {
         self.clock.now_ms()
     }
 
+    /// [`Config::payload_hash`] of a plain payload: one with no floating-point number, no
+    /// integer past ±2^53 and no string that starts with a NUL (a validated event's ids,
+    /// amounts in cents and codes, say). The same hash, without building the payload's
+    /// `serde_json::Value` tree first: its fields are serialised straight to their RFC 8785
+    /// form. Debug builds check it against [`Config::payload_hash`]; a payload that is not
+    /// plain may get another hash in release builds. Under a selector other than the whole
+    /// payload, this is [`Config::payload_hash`].
+    pub fn payload_hash_of_plain<P: Serialize + ?Sized>(&self, payload: &P) -> Result<PayloadHash, Error> {
+        match self.payload {
+            PayloadSelector::Whole => PayloadHash::of_plain(payload),
+            _ => self.payload_hash(payload),
+        }
+    }
+
     /// The hash of `payload` under this config's selector: SHA-256 of its RFC 8785 (JSON
     /// Canonicalization Scheme) form, so a producer that re-serialises the payload (`1` as
     /// `1.0`, keys in another order) sends the same payload. Numbers compare as IEEE doubles, as

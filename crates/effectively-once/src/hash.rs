@@ -8,6 +8,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -54,19 +55,43 @@ impl HashVersion {
 pub struct PayloadHash {
     current: String,
     /// The selected payload, kept to compute an older version only when a record carries one.
-    selected: Value,
+    selected: Selected,
     v1: OnceLock<String>,
+}
+
+/// What [`PayloadHash::v1`] hashes, when it is asked for.
+#[derive(Debug, Clone)]
+enum Selected {
+    /// The selected payload.
+    Value(Value),
+    /// A plain payload's canonical form ([`PayloadHash::of_plain`]), which reads back as the
+    /// payload's own tree: it has only objects, arrays, strings, integers a double holds,
+    /// booleans and nulls.
+    Canonical(Vec<u8>),
 }
 
 impl PayloadHash {
     pub(crate) fn of(selected: Value) -> Result<PayloadHash, Error> {
-        let canonical = canonical(&selected)
-            .map_err(|e| Error::new(ErrorKind::Serialization, "payload has no canonical JSON form").with_source(e))?;
-        let mut current = String::with_capacity(PAYLOAD_HASH_VERSION.len() + 1 + 64);
-        current.push_str(PAYLOAD_HASH_VERSION);
-        current.push(':');
-        current.push_str(&hex_sha256(&canonical));
-        Ok(PayloadHash { current, selected, v1: OnceLock::new() })
+        let canonical = canonical(&selected).map_err(no_canonical_form)?;
+        Ok(PayloadHash { current: current(&canonical), selected: Selected::Value(selected), v1: OnceLock::new() })
+    }
+
+    /// The hash of a plain payload (no floating-point number, no integer past ±2^53, no string
+    /// that starts with a NUL: so version 2 tags nothing), serialised straight to its RFC 8785
+    /// form by `serde_json_canonicalizer`'s serializer, with no `serde_json::Value` built; the
+    /// same hash as [`PayloadHash::of`] the payload's tree, which debug builds check.
+    pub(crate) fn of_plain<P: Serialize + ?Sized>(payload: &P) -> Result<PayloadHash, Error> {
+        let canonical = serde_json_canonicalizer::to_vec(&payload).map_err(no_canonical_form)?;
+        let hash =
+            PayloadHash { current: current(&canonical), selected: Selected::Canonical(canonical), v1: OnceLock::new() };
+        #[cfg(debug_assertions)]
+        {
+            let tree = serde_json::to_value(payload).expect("a payload that serialised once serialises again");
+            let slow = PayloadHash::of(tree.clone()).expect("its tree has a canonical form");
+            assert_eq!(hash.current, slow.current, "of_plain needs a plain payload: {tree}");
+            assert_eq!(hash.v1(), slow.v1(), "of_plain needs a plain payload: {tree}");
+        }
+        Ok(hash)
     }
 
     /// The hash new records store: `v2:` and 64 hex digits.
@@ -79,7 +104,14 @@ impl PayloadHash {
     pub fn v1(&self) -> &str {
         self.v1.get_or_init(|| {
             let mut text = String::new();
-            write_v1(&self.selected, &mut text);
+            match &self.selected {
+                Selected::Value(selected) => write_v1(selected, &mut text),
+                Selected::Canonical(canonical) => {
+                    // A plain payload's canonical form parses back to its own tree.
+                    let tree = serde_json::from_slice(canonical).unwrap_or(Value::Null);
+                    write_v1(&tree, &mut text);
+                }
+            }
             hex_sha256(text.as_bytes())
         })
     }
@@ -166,6 +198,19 @@ fn tagged(value: &Value) -> Value {
     }
 }
 
+/// The hash new records store of a canonical form: `v2:` and 64 hex digits.
+fn current(canonical: &[u8]) -> String {
+    let mut current = String::with_capacity(PAYLOAD_HASH_VERSION.len() + 1 + 64);
+    current.push_str(PAYLOAD_HASH_VERSION);
+    current.push(':');
+    current.push_str(&hex_sha256(canonical));
+    current
+}
+
+fn no_canonical_form(e: serde_json::Error) -> Error {
+    Error::new(ErrorKind::Serialization, "payload has no canonical JSON form").with_source(e)
+}
+
 pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
@@ -216,6 +261,45 @@ mod tests {
 
     fn hash(text: &str) -> PayloadHash {
         PayloadHash::of(serde_json::from_str(text).unwrap()).unwrap()
+    }
+
+    /// A plain payload hashed straight from its fields gets the tree's hash, in both versions:
+    /// fields in any order (keys sorted by UTF-16 code unit), skipped ones, escapes, nesting.
+    #[test]
+    fn a_plain_payload_hashes_as_its_tree_does() {
+        #[derive(serde::Serialize)]
+        struct Plain {
+            zeta: &'static str,
+            #[serde(rename = "\u{fb33}")]
+            late: i64,
+            #[serde(rename = "\u{1f600}")]
+            early: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            none: Option<i64>,
+            alpha: Vec<Option<bool>>,
+            nested: std::collections::BTreeMap<&'static str, &'static str>,
+        }
+        let plain = Plain {
+            zeta: "quote \" back \\ tab \t bell \u{7} café ✓",
+            late: -(1 << 53) + 1,
+            early: (1 << 53) - 1,
+            none: None,
+            alpha: vec![Some(true), None, Some(false)],
+            nested: [("b", "2"), ("a", "1")].into_iter().collect(),
+        };
+        let fast = PayloadHash::of_plain(&plain).unwrap();
+        let tree = PayloadHash::of(serde_json::to_value(&plain).unwrap()).unwrap();
+        assert_eq!(fast.as_str(), tree.as_str());
+        assert_eq!(fast.v1(), tree.v1());
+        assert!(fast.matches(tree.as_str()) && fast.matches(tree.v1()));
+    }
+
+    /// Debug builds catch a payload that is not plain: an integer no double holds is tagged in
+    /// the tree's form, not in the serializer's.
+    #[test]
+    #[should_panic(expected = "of_plain needs a plain payload")]
+    fn a_payload_that_is_not_plain_is_caught_in_debug_builds() {
+        let _ = PayloadHash::of_plain(&serde_json::json!({"id": 9_007_199_254_740_993_u64}));
     }
 
     /// A producer that re-serialises a payload (numbers, key order, whitespace, escapes) sends

@@ -71,24 +71,27 @@ impl Handler<SqsMessage> for Payments {
 
 /// The batch path, the function's default: the valid payments of a batch in one transaction
 /// (as few as DynamoDB's limits allow, [`Ledger::post_batch`]), each answered as if posted alone
-/// in batch order; a malformed message fails alone. A batch holding a message SQS delivered
-/// before ([`sqs::may_be_redelivery`]) says so to the ledger, whose pre-read strategy
-/// (`LEDGER_PREREAD`) may then read the batch's records first ([`Delivery`]).
+/// in batch order; a malformed message fails alone. Each message SQS delivered before
+/// ([`sqs::may_be_redelivery`]) says so to the ledger, whose pre-read strategy
+/// (`LEDGER_PREREAD`) may then read its record first ([`Delivery`]).
 impl BatchHandler<SqsMessage> for Payments {
     async fn handle_batch(&self, messages: &[&SqsMessage], _context: &Context) -> Vec<RecordResult> {
         let parsed = messages.iter().map(|message| parse(message)).collect();
-        payments::lambda::post_batch_as(&self.ledger, parsed, delivery(messages)).await
+        payments::lambda::post_batch_as(&self.ledger, parsed, deliveries(messages)).await
     }
 }
 
-/// What a batch's messages say of redeliveries: one received before makes the batch a possible
-/// redelivery.
-fn delivery(messages: &[&SqsMessage]) -> Delivery {
-    if messages.iter().any(|message| sqs::may_be_redelivery(message)) {
-        Delivery::MayBeRedelivery
-    } else {
-        Delivery::Unknown
-    }
+/// What each of a batch's messages says of its redelivery, in order: one received before may
+/// be a redelivery.
+fn deliveries(messages: &[&SqsMessage]) -> Vec<Delivery> {
+    let of = |message: &&SqsMessage| {
+        if sqs::may_be_redelivery(message) {
+            Delivery::MayBeRedelivery
+        } else {
+            Delivery::Unknown
+        }
+    };
+    messages.iter().map(of).collect()
 }
 
 #[cfg(test)]
@@ -116,15 +119,16 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_holding_one_message_received_before_may_be_a_redelivery() {
+    fn each_message_received_before_may_be_a_redelivery_and_only_it() {
         let received = |count: &str| {
             let mut message = SqsMessage::default();
             message.attributes.insert("ApproximateReceiveCount".into(), count.into());
             message
         };
         let (first, again) = (received("1"), received("3"));
-        assert_eq!(delivery(&[&first, &first]), Delivery::Unknown);
-        assert_eq!(delivery(&[&first, &again]), Delivery::MayBeRedelivery);
-        assert_eq!(delivery(&[]), Delivery::Unknown);
+        let (unknown, redelivery) = (Delivery::Unknown, Delivery::MayBeRedelivery);
+        assert_eq!(deliveries(&[&first, &first]), [unknown, unknown]);
+        assert_eq!(deliveries(&[&first, &again, &first]), [unknown, redelivery, unknown]);
+        assert_eq!(deliveries(&[]), []);
     }
 }

@@ -6,7 +6,7 @@
 use effectively_once::Outcome;
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 
-use crate::{Delivery, Error, Ledger, PaymentEvent, Posting};
+use crate::{Deliveries, Delivery, Error, Ledger, PaymentEvent, Posting};
 
 /// A post's answer as the record's result, logged at debug (the batch's counts are at info, a
 /// failure has its own line from the driver): applied; rejected (recorded, not retried); a
@@ -49,25 +49,29 @@ pub async fn post_batch(ledger: &Ledger, parsed: Vec<Result<PaymentEvent, Record
     post_batch_as(ledger, parsed, Delivery::Unknown).await
 }
 
-/// [`post_batch`], told what the trigger knows of redeliveries ([`Ledger::post_batch_as`]: the
-/// SQS consumer passes [`Delivery::MayBeRedelivery`] when a record's receive count is above 1).
+/// [`post_batch`], told what the trigger knows of each record's redelivery, in record order
+/// ([`Ledger::post_batch_as`]: the SQS consumer passes [`Delivery::MayBeRedelivery`] for a
+/// record whose receive count is above 1).
 pub async fn post_batch_as(
     ledger: &Ledger,
     parsed: Vec<Result<PaymentEvent, RecordError>>,
-    delivery: Delivery,
+    deliveries: impl Into<Deliveries>,
 ) -> Vec<RecordResult> {
+    let deliveries = deliveries.into();
     let mut failures = Vec::with_capacity(parsed.len());
     let mut events = Vec::with_capacity(parsed.len());
-    for record in parsed {
+    let mut valid = Vec::with_capacity(parsed.len());
+    for (position, record) in parsed.into_iter().enumerate() {
         match record {
             Ok(event) => {
                 events.push(event);
+                valid.push(deliveries.of(position));
                 failures.push(None);
             }
             Err(error) => failures.push(Some(error)),
         }
     }
-    let posted = ledger.post_batch_as(&events, delivery).await;
+    let posted = ledger.post_batch_as(&events, valid).await;
     // The span only when its lines are on: its field is formatted when it is made.
     let logged = tracing::enabled!(tracing::Level::DEBUG);
     let mut answers = posted.into_iter().zip(&events).map(|(result, event)| {

@@ -21,7 +21,7 @@ use crate::time::rfc3339;
 mod preread;
 mod replay;
 
-pub use self::preread::{Delivery, Preread, BREAK_EVEN, PREREAD_VAR};
+pub use self::preread::{Deliveries, Delivery, Preread, BREAK_EVEN, PREREAD_VAR};
 use self::replay::{replay, Replay};
 
 /// The key prefix of payment records: `payments#{event_id}`.
@@ -466,16 +466,18 @@ impl Ledger {
         self.post_batch_as(events, Delivery::Unknown).await
     }
 
-    /// [`Ledger::post_batch`], told what the trigger knows of redeliveries (`delivery`): as
-    /// the ledger's [`Preread`] strategy says, the records of the event ids this sandbox does
-    /// not remember are read first (one `BatchGetItem`), and a record found answers its
-    /// duplicate as a remembered one does, with no write.
+    /// [`Ledger::post_batch`], told what the trigger knows of redeliveries (`deliveries`: one
+    /// [`Delivery`] for every event, or one per event in order): as the ledger's [`Preread`]
+    /// strategy says, the records of the event ids this sandbox does not remember are read first
+    /// (one `BatchGetItem`): those of the events that may be redeliveries, or, while duplicates
+    /// from elsewhere are frequent ([`Preread::Auto`]) or always ([`Preread::Always`]), every
+    /// one. A record found answers its duplicate as a remembered one does, with no write.
     pub async fn post_batch_as(
         &self,
         events: &[PaymentEvent],
-        delivery: Delivery,
+        deliveries: impl Into<Deliveries>,
     ) -> Vec<Result<Outcome<Posting>, Error>> {
-        let found = self.preread(events, delivery).await;
+        let found = self.preread(events, &deliveries.into()).await;
         let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
         let (members, positions, prefound) = self.admit(events, &found, &mut results);
         let batch = Postings {
@@ -523,7 +525,12 @@ impl Ledger {
             }
             let checked = Key::new(PREFIX, &event.event_id).map_err(Error::from).and_then(|key| {
                 self.check_outbox(event)?;
-                Ok((key, self.config.payload_hash(event)?))
+                let hash = if event.is_plain() {
+                    self.config.payload_hash_of_plain(event)
+                } else {
+                    self.config.payload_hash(event)
+                };
+                Ok((key, hash?))
             });
             let (key, hash) = match checked {
                 Ok(checked) => checked,

@@ -258,6 +258,22 @@ fn integral(text: &str) -> Option<i64> {
     Some(if negative { -integer } else { integer })
 }
 
+impl PaymentEvent {
+    /// Whether its payload hash may skip the JSON tree ([`Config::payload_hash_of_plain`]): no
+    /// amount past ±2^53 and no field starting with a NUL, as every event [`PaymentEvent::parse`]
+    /// accepts; one built by hand past the contract's bounds takes the general path.
+    ///
+    /// [`Config::payload_hash_of_plain`]: effectively_once::Config::payload_hash_of_plain
+    pub(crate) fn is_plain(&self) -> bool {
+        let nul = |field: &str| field.starts_with('\0');
+        self.amount_cents.unsigned_abs() < 1 << 53
+            && !nul(&self.event_id)
+            && !nul(&self.account_id)
+            && !nul(&self.currency)
+            && !self.receipt_email.as_deref().is_some_and(nul)
+    }
+}
+
 /// A plausible address: one `@`, a local part, a dotted domain, no spaces, at most 254 bytes.
 fn valid_email(address: &str) -> bool {
     let Some((local, domain)) = address.split_once('@') else { return false };
@@ -273,6 +289,23 @@ fn valid_email(address: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_parsed_event_is_plain_and_one_built_past_the_bounds_is_not() {
+        let body = r#"{"event_id": "e", "account_id": "a", "amount_cents": -1000000000000, "currency": "USD",
+            "receipt_email": "a@b.co"}"#;
+        let event = PaymentEvent::parse(body).unwrap();
+        assert!(event.is_plain());
+        assert!(!PaymentEvent { amount_cents: 1 << 53, ..event.clone() }.is_plain());
+        assert!(PaymentEvent { amount_cents: (1 << 53) - 1, ..event.clone() }.is_plain());
+        assert!(!PaymentEvent { amount_cents: -(1 << 53), ..event.clone() }.is_plain());
+        let nul = "\0e";
+        assert!(!PaymentEvent { event_id: nul.into(), ..event.clone() }.is_plain());
+        assert!(!PaymentEvent { account_id: nul.into(), ..event.clone() }.is_plain());
+        assert!(!PaymentEvent { currency: nul.into(), ..event.clone() }.is_plain());
+        assert!(!PaymentEvent { receipt_email: Some(nul.into()), ..event.clone() }.is_plain());
+        assert!(PaymentEvent { receipt_email: Some(format!("e{nul}")), ..event }.is_plain());
+    }
 
     fn field_of(body: &str) -> Option<&'static str> {
         PaymentEvent::parse(body).unwrap_err().field

@@ -43,12 +43,13 @@ pub enum Preread {
     /// Never: a duplicate from elsewhere cancels its batch's transaction (one write unit per
     /// action), and the rest is sent again.
     Off,
-    /// Only for a batch that says one of its records may be a redelivery
-    /// ([`Delivery::MayBeRedelivery`]: an SQS `ApproximateReceiveCount` above 1). A producer's
-    /// retry comes under a new message id, received once, and is not caught.
+    /// Only the records the trigger says may be redeliveries ([`Delivery::MayBeRedelivery`]:
+    /// an SQS `ApproximateReceiveCount` above 1), of those this sandbox does not remember: a
+    /// redelivery to the sandbox that posted the first copy reads nothing. A producer's retry
+    /// comes under a new message id, received once, and is not caught.
     Redelivered,
-    /// [`Preread::Redelivered`], and every batch while this sandbox's recent batches met
-    /// duplicates it did not remember at least [`BREAK_EVEN`] of the time.
+    /// [`Preread::Redelivered`]; and every record of every batch while this sandbox's recent
+    /// batches met duplicates it did not remember at least [`BREAK_EVEN`] of the time.
     #[default]
     Auto,
     /// Every batch with an event id this sandbox does not remember: one request more per batch.
@@ -73,15 +74,54 @@ impl Preread {
     }
 }
 
-/// What a batch's trigger says about its records.
+/// What a batch's trigger says about one of its records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Delivery {
     /// Nothing: a first delivery as far as the trigger knows (or it cannot tell).
     #[default]
     Unknown,
-    /// At least one record was delivered before (an SQS `ApproximateReceiveCount` above 1):
-    /// its event may already be recorded, by this sandbox or another.
+    /// The record was delivered before (an SQS `ApproximateReceiveCount` above 1): its event
+    /// may already be recorded, by this sandbox or another.
     MayBeRedelivery,
+}
+
+/// What a batch's trigger says about each of its records: one [`Delivery`] for them all (a
+/// [`Delivery`] converts into this), or one per record, in batch order (a record past the end
+/// of the list is [`Delivery::Unknown`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deliveries {
+    /// The same for every record.
+    All(Delivery),
+    /// One per record, in batch order.
+    Each(Vec<Delivery>),
+}
+
+impl Deliveries {
+    /// What the trigger says about the record at `position`.
+    pub fn of(&self, position: usize) -> Delivery {
+        match self {
+            Deliveries::All(delivery) => *delivery,
+            Deliveries::Each(each) => each.get(position).copied().unwrap_or_default(),
+        }
+    }
+}
+
+impl Default for Deliveries {
+    fn default() -> Self {
+        Deliveries::All(Delivery::Unknown)
+    }
+}
+
+impl From<Delivery> for Deliveries {
+    fn from(delivery: Delivery) -> Self {
+        Deliveries::All(delivery)
+    }
+}
+
+impl From<Vec<Delivery>> for Deliveries {
+    fn from(each: Vec<Delivery>) -> Self {
+        Deliveries::Each(each)
+    }
 }
 
 /// The fixed-point scale of [`Estimate`]: 1.0.
@@ -129,14 +169,26 @@ impl Prereads {
     }
 }
 
-/// Whether a batch reads its records first (when it has any id this sandbox does not remember).
-fn decide(strategy: Preread, delivery: Delivery, estimate: u32) -> bool {
-    let redelivered = delivery == Delivery::MayBeRedelivery;
+/// Which of a batch's records a pre-read reads (of those this sandbox does not remember).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// None.
+    None,
+    /// Those the trigger says may be redeliveries: a first delivery in the batch of one is not
+    /// read for it, nor is the batch read at all when every redelivered id is remembered.
+    Redelivered,
+    /// Every one.
+    All,
+}
+
+/// Which records a batch reads first, by the strategy and the running estimate.
+fn decide(strategy: Preread, estimate: u32) -> Reads {
     match strategy {
-        Preread::Off => false,
-        Preread::Redelivered => redelivered,
-        Preread::Auto => redelivered || estimate >= BREAK_EVEN_FIXED,
-        Preread::Always => true,
+        Preread::Off => Reads::None,
+        Preread::Redelivered => Reads::Redelivered,
+        Preread::Auto if estimate >= BREAK_EVEN_FIXED => Reads::All,
+        Preread::Auto => Reads::Redelivered,
+        Preread::Always => Reads::All,
     }
 }
 
@@ -150,13 +202,19 @@ impl Ledger {
     /// that never expires is remembered, as a posted answer is. A failed read (throttling, the
     /// network) reads nothing: every event goes to the transaction, whose conditions decide,
     /// as without the read.
-    pub(super) async fn preread(&self, events: &[PaymentEvent], delivery: Delivery) -> Found {
-        if !decide(self.prereads.strategy, delivery, self.prereads.estimate.get()) {
+    pub(super) async fn preread(&self, events: &[PaymentEvent], deliveries: &Deliveries) -> Found {
+        let reads = decide(self.prereads.strategy, self.prereads.estimate.get());
+        if reads == Reads::None {
             return Found::new();
         }
         let ids: Vec<String> = {
             let seen = self.seen.lock();
-            let keys = events.iter().filter_map(|event| Key::new(PREFIX, &event.event_id).ok());
+            let read = |position: usize| reads == Reads::All || deliveries.of(position) == Delivery::MayBeRedelivery;
+            let keys = events
+                .iter()
+                .enumerate()
+                .filter(|(position, _)| read(*position))
+                .filter_map(|(_, event)| Key::new(PREFIX, &event.event_id).ok());
             keys.filter(|key| !seen.contains(key.as_str())).map(|key| key.as_str().to_owned()).collect()
         };
         if ids.is_empty() {
@@ -240,19 +298,27 @@ mod tests {
 
     #[test]
     fn each_strategy_reads_ahead_exactly_when_it_says() {
-        use Delivery::{MayBeRedelivery as Again, Unknown};
         let (below, at) = (BREAK_EVEN_FIXED - 1, BREAK_EVEN_FIXED);
         for estimate in [0, below, at, SCALE] {
-            for delivery in [Unknown, Again] {
-                assert!(!decide(Preread::Off, delivery, estimate));
-                assert!(decide(Preread::Always, delivery, estimate));
-                assert_eq!(decide(Preread::Redelivered, delivery, estimate), delivery == Again);
-            }
+            assert_eq!(decide(Preread::Off, estimate), Reads::None);
+            assert_eq!(decide(Preread::Always, estimate), Reads::All);
+            assert_eq!(decide(Preread::Redelivered, estimate), Reads::Redelivered);
         }
-        assert!(decide(Preread::Auto, Again, 0), "a redelivery is read ahead whatever the estimate");
-        assert!(!decide(Preread::Auto, Unknown, 0));
-        assert!(!decide(Preread::Auto, Unknown, below), "below the break even: no read");
-        assert!(decide(Preread::Auto, Unknown, at), "at the break even: read");
+        assert_eq!(decide(Preread::Auto, 0), Reads::Redelivered, "a redelivery is read ahead whatever the estimate");
+        assert_eq!(decide(Preread::Auto, below), Reads::Redelivered, "below the break even: only redeliveries");
+        assert_eq!(decide(Preread::Auto, at), Reads::All, "at the break even: every record");
+    }
+
+    #[test]
+    fn a_record_past_the_end_of_the_list_is_a_first_delivery() {
+        let each = Deliveries::from(vec![Delivery::Unknown, Delivery::MayBeRedelivery]);
+        assert_eq!(
+            (each.of(0), each.of(1), each.of(2)),
+            (Delivery::Unknown, Delivery::MayBeRedelivery, Delivery::Unknown)
+        );
+        let all = Deliveries::from(Delivery::MayBeRedelivery);
+        assert_eq!((all.of(0), all.of(7)), (Delivery::MayBeRedelivery, Delivery::MayBeRedelivery));
+        assert_eq!(Deliveries::default().of(0), Delivery::Unknown);
     }
 
     #[test]
