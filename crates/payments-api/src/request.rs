@@ -138,6 +138,28 @@ mod tests {
         assert!(message.starts_with("event_id:"), "{message}");
     }
 
+    /// The payload hash of a body is what stored records are compared with: a change to how
+    /// the body is parsed must leave it as it is, or every retry of a stored key becomes `422`.
+    #[test]
+    fn the_fingerprint_of_a_body_is_pinned() {
+        let hash = |key: &str, body: &str| {
+            let (mut parts, ()) = lambda_http::http::Request::new(()).into_parts();
+            let key = IdempotencyKey::from_headers(&headers(Some(key)), crate::PREFIX, None).unwrap();
+            let payload = fingerprint(&key, &mut parts, &bytes::Bytes::copy_from_slice(body.as_bytes())).unwrap();
+            effectively_once::Config::default().payload_hash(&payload).unwrap().as_str().to_owned()
+        };
+        let sample = r#"{"account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#;
+        let pinned = "v2:198656cf0d87fcea1a1d29f7d43a334e8494466a84598aa4f65f7f95f3de7235";
+        assert_eq!(hash("pay_http_0001", sample), pinned);
+        let respelled = r#"{"receipt_email": "alice@example.com", "trace": {"x": [1]}, "currency": "USD",
+            "amount_cents": 1.25e3, "account_id": "acct_42"}"#;
+        assert_eq!(hash("pay_http_0001", respelled), pinned, "order, spelling and unknown fields do not count");
+        assert_eq!(
+            hash("pay_http_0002", r#"{"account_id": "acct_42", "amount_cents": 500, "currency": "USD"}"#),
+            "v2:7d9a7d597b50416825ca9a89f6e181279d789bcfc6b8f617c0c44b1c0439cd40"
+        );
+    }
+
     #[test]
     fn a_named_stage_is_stripped_from_the_path() {
         let event = |path: &str, stage: &str| {
