@@ -57,12 +57,11 @@ async fn a_scope_is_one_routes_and_leaves_the_other_routes_as_they_were() {
 
     let idempotency = Idempotency::new(InMemoryStore::new(), Config::default());
     let refunds = IdempotencyLayer::new(idempotency.clone(), "refunds");
-    let orders = IdempotencyLayer::new(idempotency.clone(), "orders").scope(|parts: &http::request::Parts| {
-        match parts.headers.get("x-caller") {
-            Some(caller) => Ok(Some(caller.to_str().unwrap().to_owned())),
-            None => Err(Answer::error(StatusCode::FORBIDDEN, "forbidden", "unknown caller")),
-        }
-    });
+    let known_callers = |parts: &http::request::Parts| match parts.headers.get("x-caller") {
+        Some(caller) => Ok(Some(caller.to_str().unwrap().to_owned())),
+        None => Err(Answer::error(StatusCode::FORBIDDEN, "forbidden", "unknown caller")),
+    };
+    let orders = IdempotencyLayer::new(idempotency.clone(), "orders").scope(known_callers);
     let audited = refunds.clone().scope(|_: &http::request::Parts| Ok(Some("audit".to_owned())));
     let send = |layer: &IdempotencyLayer<InMemoryStore>, key: &str, caller: Option<&str>| {
         let service = layer.layer(service_fn(|request: Request<common::Body>| async move {

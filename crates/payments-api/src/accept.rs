@@ -266,8 +266,11 @@ mod tests {
         )
         .unwrap();
         let run = |level: tracing::Level| {
-            let api = Api::new(Idempotency::new(effectively_once::InMemoryStore::new(), Config::default()), Counting::default())
-                .with_producers(producers.clone());
+            let api = Api::new(
+                Idempotency::new(effectively_once::InMemoryStore::new(), Config::default()),
+                Counting::default(),
+            )
+            .with_producers(producers.clone());
             let logs = Logs::default();
             let subscriber = lambda_http::tracing::subscriber::fmt()
                 .with_writer(logs.clone())
@@ -277,7 +280,8 @@ mod tests {
                 .finish();
             tracing::subscriber::with_default(subscriber, || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                let request = lambda_http::request::from_str(include_str!("../../../events/http-payment.json")).unwrap();
+                let request =
+                    lambda_http::request::from_str(include_str!("../../../events/http-payment.json")).unwrap();
                 assert_eq!(runtime.block_on(api.handle(request)).status().as_u16(), 202);
             });
             let text = logs.0.lock().unwrap().clone();

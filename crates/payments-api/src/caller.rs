@@ -186,7 +186,8 @@ impl Producers {
             Some(producer) => Ok(Caller { producer: Some(producer.clone()), scoped: self.scoped() }),
             None => {
                 tracing::warn!(principal, "forbidden: the caller is no producer of this API");
-                let who = principal.map_or_else(|| "a caller without an IAM principal".to_owned(), |arn| arn.to_owned());
+                let who =
+                    principal.map_or_else(|| "a caller without an IAM principal".to_owned(), |arn| arn.to_owned());
                 Err(error(StatusCode::FORBIDDEN, "forbidden", format!("{who} is not a producer of this API")))
             }
         }
@@ -249,8 +250,12 @@ impl<'a> Arn<'a> {
         };
         let account_ok = account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit());
         let resource_ok = resource.split('/').all(|segment| !segment.is_empty());
-        (!partition.is_empty() && matches!(service, "iam" | "sts") && account_ok && resource_ok)
-            .then_some(Arn { partition, service, account, resource })
+        (!partition.is_empty() && matches!(service, "iam" | "sts") && account_ok && resource_ok).then_some(Arn {
+            partition,
+            service,
+            account,
+            resource,
+        })
     }
 }
 
@@ -365,12 +370,22 @@ mod tests {
             (format!(r#"{{"a": {{"principals": ["{ROLE}"]}}}}"#), "missing field `accounts`"),
             (format!(r#"{{"a": {{"principals": ["{ROLE}"], "accounts": ["*"], "acounts": []}}}}"#), "unknown field"),
             (format!(r#"{{"a:b": {{"principals": ["{ROLE}"], "accounts": ["*"]}}}}"#), "the name must be"),
-            (format!(r#"{{"{}": {{"principals": ["{ROLE}"], "accounts": ["*"]}}}}"#, "p".repeat(65)), "the name must be"),
+            (
+                format!(r#"{{"{}": {{"principals": ["{ROLE}"], "accounts": ["*"]}}}}"#, "p".repeat(65)),
+                "the name must be",
+            ),
             (r#"{"a": {"principals": ["shop"], "accounts": ["*"]}}"#.to_owned(), "is not an IAM ARN"),
-            (r#"{"a": {"principals": ["arn:aws:iam::111122223333:root"], "accounts": ["*"]}}"#.to_owned(), "is neither"),
-            (r#"{"a": {"principals": ["arn:aws:iam::1111:role/x"], "accounts": ["*"]}}"#.to_owned(), "is not an IAM ARN"),
+            (
+                r#"{"a": {"principals": ["arn:aws:iam::111122223333:root"], "accounts": ["*"]}}"#.to_owned(),
+                "is neither",
+            ),
+            (
+                r#"{"a": {"principals": ["arn:aws:iam::1111:role/x"], "accounts": ["*"]}}"#.to_owned(),
+                "is not an IAM ARN",
+            ),
             (format!(r#"{{"a": {{"principals": ["{ROLE}"], "accounts": ["acct 1"]}}}}"#), "is not an account id"),
-            (format!(
+            (
+                format!(
                     r#"{{"a": {{"principals": ["{ROLE}"], "accounts": ["*"]}},
                         "b": {{"principals": ["arn:aws:iam::111122223333:role/shop"], "accounts": ["*"]}}}}"#
                 ),

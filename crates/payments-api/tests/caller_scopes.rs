@@ -50,7 +50,8 @@ struct Setup {
 
 fn setup(producers: Producers) -> Setup {
     let store = Arc::new(InMemoryStore::new());
-    let api = Api::new(Idempotency::new(store.clone(), Config::default()), Recording::default()).with_producers(producers);
+    let api =
+        Api::new(Idempotency::new(store.clone(), Config::default()), Recording::default()).with_producers(producers);
     Setup { api, store }
 }
 

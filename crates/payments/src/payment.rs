@@ -554,7 +554,10 @@ mod tests {
             Err(BodyError::Invalid(invalid)) => (invalid.field, invalid.problem),
             other => panic!("{other:?}"),
         };
-        assert_eq!(field("bad id", body), (Some("event_id"), "has the character ' '; allowed: A-Z a-z 0-9 . _ : # -".into()));
+        assert_eq!(
+            field("bad id", body),
+            (Some("event_id"), "has the character ' '; allowed: A-Z a-z 0-9 . _ : # -".into())
+        );
         let twice = r#"{"account_id": "a", "amount_cents": 1, "amount_cents": 2, "currency": "USD"}"#;
         assert_eq!(field("bad id", twice), (Some("amount_cents"), "appears more than once in the body".into()));
         assert_eq!(field("k", "{}"), (Some("account_id"), "is required".into()));
