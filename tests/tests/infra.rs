@@ -1300,6 +1300,11 @@ fn the_api_sends_to_the_payments_queue_alone_behind_iam() {
     // FIFO follows the queue type, so the API sends group and deduplication ids to a FIFO queue.
     assert_eq!(env["PAYMENTS_QUEUE_FIFO"], json!({"Fn::If": ["IsFifo", "true", "false"]}));
     assert_eq!(env["API_DEDUP_WINDOW_SECONDS"], json!({"Ref": "ApiDedupWindowSeconds"}));
+    // Callers (issue 27): empty by default, which the function reads as every caller, the event
+    // id the key; a value the function would refuse fails its init, naming the variable.
+    assert_eq!(env["API_PRODUCERS"], json!({"Ref": "ApiProducers"}));
+    let producers = t["Parameters"]["ApiProducers"]["Default"].as_str().unwrap();
+    assert!(payments_api::Producers::parse(producers).unwrap().names().next().is_none());
     assert_eq!(
         t["Parameters"]["ApiDedupWindowSeconds"]["Default"].as_u64(),
         Some(payments_api::DEFAULT_DEDUP_WINDOW.as_secs()),

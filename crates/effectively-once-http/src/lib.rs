@@ -66,6 +66,14 @@
 //! plain scope spells); the handler finds the validated key in the request's extensions
 //! ([`IdempotencyKey`]).
 //!
+//! A route's settings are its layer's alone: the builder methods copy on write, so
+//! `base.clone().scope(..)` scopes that route and leaves `base`, and every other clone of it,
+//! as it was. Give each route its own prefix: a scope keeps callers apart within one layer,
+//! while two layers on one prefix, one scoped and one not, could spell the same record
+//! (`{prefix}#shop-a:k` is caller `shop-a`'s key `k` on the one and key `shop-a:k` on the
+//! other). The payments API keys its route by the caller's producer this way (its
+//! `API_PRODUCERS`).
+//!
 //! # Order of writes, and what the handler may say
 //!
 //! The key is claimed (one conditional write) **before** the handler runs, and completed with

@@ -8,12 +8,14 @@ use std::sync::Arc;
 
 use effectively_once::{Idempotency, Store};
 use effectively_once_http::{Disposition, IdempotencyLayer};
+use lambda_http::http::request::Parts;
 use lambda_http::http::{header, HeaderValue, Method, StatusCode};
 use lambda_http::tower::{Layer, Service};
 use lambda_http::{Body, Request, Response};
 use payments::PaymentEvent;
 
 use crate::answer::unavailable;
+use crate::caller::{principal, Caller, Producers};
 use crate::request::fingerprint;
 use crate::{accepted, error, reply, route_path, Env, Queue, SqsQueue, DEFAULT_MAX_BODY_BYTES, PATH, PREFIX};
 
@@ -22,6 +24,7 @@ use crate::{accepted, error, reply, route_path, Env, Queue, SqsQueue, DEFAULT_MA
 pub struct Api<S, Q> {
     layer: IdempotencyLayer<S>,
     queue: Arc<Q>,
+    producers: Arc<Producers>,
 }
 
 /// The API as deployed: records in DynamoDB, events on SQS.
@@ -33,14 +36,17 @@ impl DeployedApi {
         let store =
             effectively_once_dynamodb::DynamoDbStore::new(aws_sdk_dynamodb::Client::new(sdk), &env.idempotency_table);
         let queue = SqsQueue::new(aws_sdk_sqs::Client::new(sdk), &env.queue_url, env.fifo);
-        Api::new(Idempotency::new(store, env.config.clone()), queue).with_max_body_bytes(env.max_body_bytes)
+        Api::new(Idempotency::new(store, env.config.clone()), queue)
+            .with_max_body_bytes(env.max_body_bytes)
+            .with_producers(env.producers.clone())
     }
 }
 
 impl<S: Store, Q: Queue + 'static> Api<S, Q> {
     /// The API over its records and its queue: `POST` keyed under [`PREFIX`], the validated
     /// event as the payload ([`parse_event`](crate::parse_event)), the `202` stored, leases ending at the
-    /// invocation's deadline.
+    /// invocation's deadline; every caller accepted, the event id the key
+    /// ([`Producers::open`]; see [`with_producers`](Api::with_producers)).
     pub fn new(idempotency: Idempotency<S>, queue: Q) -> Self {
         let layer = IdempotencyLayer::new(idempotency, PREFIX)
             .methods([Method::POST])
@@ -48,7 +54,25 @@ impl<S: Store, Q: Queue + 'static> Api<S, Q> {
             .fingerprint(fingerprint)
             .max_body_bytes(DEFAULT_MAX_BODY_BYTES)
             .lambda_deadline();
-        Api { layer, queue: Arc::new(queue) }
+        Api { layer, queue: Arc::new(queue), producers: Arc::new(Producers::open()) }
+    }
+
+    /// The same API for these callers only ([`Producers`]): an unknown principal gets `403`
+    /// before anything is read or stored, an account its producer may not post to `403`
+    /// before anything is stored or sent; with several producers each one's keys are scoped
+    /// by its name (the layer's [`scope`](IdempotencyLayer::scope): records
+    /// `api#{producer}:{key}`, the event id `{producer}:{key}`). Once per API: the scope it
+    /// sets stays on the layer.
+    pub fn with_producers(mut self, producers: Producers) -> Self {
+        if producers.scoped() {
+            // Set by `handle` before the layer runs; a request without one is refused.
+            self.layer = self.layer.scope(|parts: &Parts| match parts.extensions.get::<Caller>() {
+                Some(caller) => Ok(caller.scope().map(str::to_owned)),
+                None => Err(error(StatusCode::FORBIDDEN, "forbidden", "the caller is not known")),
+            });
+        }
+        self.producers = Arc::new(producers);
+        self
     }
 
     /// The same API, answering `413` to a body over `bytes` before it is parsed.
@@ -64,7 +88,7 @@ impl<S: Store, Q: Queue + 'static> Api<S, Q> {
 
     /// Answers one request. Never fails: every outcome is an HTTP answer (a store or queue
     /// outage is a `503` with `Retry-After`).
-    pub async fn handle(&self, request: Request) -> Response<Body> {
+    pub async fn handle(&self, mut request: Request) -> Response<Body> {
         let path = route_path(&request);
         if path != PATH {
             return reply(error(StatusCode::NOT_FOUND, "not_found", format!("no route {path}")));
@@ -74,6 +98,12 @@ impl<S: Store, Q: Queue + 'static> Api<S, Q> {
             response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             return response;
         }
+        // Before the layer reads the key or the body: an unknown caller leaves no trace.
+        let caller = match self.producers.caller(principal(&request)) {
+            Ok(caller) => caller,
+            Err(forbidden) => return reply(forbidden),
+        };
+        request.extensions_mut().insert(caller);
         let service = self.layer.layer(Enqueue { queue: self.queue.clone() });
         match service.handle(request).await {
             Ok(response) => response,
@@ -118,7 +148,10 @@ async fn send<Q: Queue>(queue: &Q, request: Request) -> Response<Body> {
     };
     match queue.send(event).await {
         Ok(()) => {
-            tracing::info!(?event, "enqueued");
+            // The account, the amount and the address stay out of INFO (PII, issue 27).
+            let producer = request.extensions().get::<Caller>().and_then(Caller::producer);
+            tracing::info!(event_id = %event.event_id, producer, "enqueued");
+            tracing::debug!(?event, "enqueued event");
             reply(accepted(event))
         }
         Err(e) => {
@@ -198,5 +231,68 @@ mod tests {
             }
         }
         assert_eq!(api.queue().0.load(std::sync::atomic::Ordering::SeqCst), 3, "three first requests sent");
+    }
+
+    /// Log lines, as the runtime's subscriber writes them.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> lambda_http::tracing::subscriber::fmt::MakeWriter<'a> for Logs {
+        type Writer = Logs;
+
+        fn make_writer(&'a self) -> Logs {
+            self.clone()
+        }
+    }
+
+    /// At INFO an accepted payment logs its event id and producer, never its account, amount
+    /// or address (issue 27); the rest is at DEBUG.
+    #[test]
+    fn info_logs_name_the_event_and_the_producer_only() {
+        let producers = crate::Producers::parse(
+            r#"{"shop": {"principals": ["arn:aws:iam::123456789012:user/producer"], "accounts": ["*"]},
+                "payroll": {"principals": ["arn:aws:iam::123456789012:user/payroll"], "accounts": ["*"]}}"#,
+        )
+        .unwrap();
+        let run = |level: tracing::Level| {
+            let api = Api::new(
+                Idempotency::new(effectively_once::InMemoryStore::new(), Config::default()),
+                Counting::default(),
+            )
+            .with_producers(producers.clone());
+            let logs = Logs::default();
+            let subscriber = lambda_http::tracing::subscriber::fmt()
+                .with_writer(logs.clone())
+                .with_max_level(level)
+                .with_ansi(false)
+                .without_time()
+                .finish();
+            tracing::subscriber::with_default(subscriber, || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let request =
+                    lambda_http::request::from_str(include_str!("../../../events/http-payment.json")).unwrap();
+                assert_eq!(runtime.block_on(api.handle(request)).status().as_u16(), 202);
+            });
+            let text = logs.0.lock().unwrap().clone();
+            String::from_utf8(text).unwrap()
+        };
+        let info = run(tracing::Level::INFO);
+        assert!(info.contains("enqueued") && info.contains("shop:pay_http_0001") && info.contains("shop"), "{info}");
+        for secret in ["acct_42", "1250", "alice", "example.com"] {
+            assert!(!info.contains(secret), "{secret} at INFO: {info}");
+        }
+        let debug = run(tracing::Level::DEBUG);
+        assert!(debug.contains("acct_42") && !debug.contains("alice@"), "{debug}");
     }
 }

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use effectively_once::Config;
 
+use crate::caller::{Producers, API_PRODUCERS};
+
 /// How long a key's record (its body's hash and its answer) is kept, unless
 /// `API_DEDUP_WINDOW_SECONDS` says otherwise: for good (100 years), because an event id is
 /// unique in the ledger for good, and a record that DynamoDB's TTL has deleted can no longer
@@ -26,6 +28,9 @@ pub struct Env {
     pub config: Config,
     /// `API_MAX_BODY_BYTES` (default [`DEFAULT_MAX_BODY_BYTES`]): larger bodies get `413`.
     pub max_body_bytes: usize,
+    /// `API_PRODUCERS` ([`Producers`]): who may call, under which producer, for which accounts;
+    /// unset or empty, every caller, the event id the key.
+    pub producers: Producers,
 }
 
 impl Env {
@@ -60,8 +65,10 @@ impl Env {
                 .filter(|&n| n > 0)
                 .ok_or_else(|| format!("API_MAX_BODY_BYTES must be a positive number of bytes, is {s:?}"))?,
         };
+        let producers = Producers::parse(&var(API_PRODUCERS).unwrap_or_default())?;
         Ok(Env {
             max_body_bytes,
+            producers,
             idempotency_table: required("IDEMPOTENCY_TABLE")?,
             queue_url,
             fifo,
@@ -101,5 +108,23 @@ mod tests {
             });
             assert_eq!(env.unwrap().fifo, fifo, "{value}");
         }
+    }
+
+    #[test]
+    fn a_malformed_producers_variable_fails_the_function_naming_it() {
+        let with = |producers: &'static str| {
+            Env::from_env_with(move |name: &str| match name {
+                "IDEMPOTENCY_TABLE" => Some("t".into()),
+                "PAYMENTS_QUEUE_URL" => Some("http://q/p".into()),
+                "API_PRODUCERS" => Some(producers.into()),
+                _ => None,
+            })
+        };
+        assert!(with("").unwrap().producers.names().next().is_none(), "empty: the template's default, no producer");
+        let two = r#"{"a": {"principals": ["arn:aws:iam::111122223333:user/a"], "accounts": ["*"]},
+                      "b": {"principals": ["arn:aws:iam::111122223333:user/b"], "accounts": ["*"]}}"#;
+        assert!(with(two).unwrap().producers.scoped());
+        let error = with(r#"{"a": {"principals": ["a-role"], "accounts": ["*"]}}"#).unwrap_err();
+        assert!(error.starts_with("API_PRODUCERS: producer \"a\": principal \"a-role\""), "{error}");
     }
 }

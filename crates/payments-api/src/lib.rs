@@ -9,20 +9,36 @@
 //! | same key, same body | the stored status and body again, with `Idempotent-Replayed: true` |
 //! | same key, other body | `422 {"error": "idempotency_key_reused", ...}` |
 //! | same key, first still in flight | `409 {"error": "request_in_progress", ...}` with `Retry-After` (seconds to the lease end) |
+//! | caller not a configured producer (`API_PRODUCERS`) | `403 {"error": "forbidden", ...}`, before anything is read or stored |
 //! | body over `API_MAX_BODY_BYTES` (default 8 KiB) | `413 {"error": "payload_too_large", ...}`, before it is parsed |
 //! | key or body missing or invalid | `400 {"error": "invalid_idempotency_key" \| "invalid_body", "message": "FIELD: ..."}` (a field named twice included) |
+//! | an account the caller's producer may not post to | `403 {"error": "forbidden", "message": "account_id: ..."}`, before anything is stored or sent |
 //!
 //! The body is the payment event's fields without `event_id`: the key becomes the event id, and
-//! the event is validated by [`PaymentEvent::parse`], so the API and the consumer apply one set
-//! of rules. "Same body" means the same validated event (RFC 8785 canonical form: key order,
+//! the event is validated by [`PaymentEvent::parse_with_event_id`] (the rules of
+//! [`PaymentEvent::parse`], in one pass over the text), so the API and the consumer apply one
+//! set of rules.
+//!
+//! # Keys scoped by caller
+//!
+//! Callers are IAM principals (`requestContext.authorizer.iam.userArn`, [`principal`]), mapped
+//! to producers by `API_PRODUCERS` ([`Producers`], where the syntax is; docs/deploy.md has the
+//! template parameter). Unset (the default deployment): every authenticated caller, any
+//! account, the event id is the key. One producer: its principals only (others `403`), its
+//! accounts only, the event id is still the key. Several: each producer's keys live apart
+//! (records `api#{producer}:{key}`), the event id is `{producer}:{key}`, and the key may be as
+//! long as the event id allows (200 characters less the name and a colon; longer is `400`
+//! naming `Idempotency-Key`). A `403` stores nothing, so the caller's later valid request
+//! under the same key is its first. "Same body" means the same validated event (RFC 8785 canonical form: key order,
 //! `1250` against `1250.0` and unknown fields do not count).
 //!
 //! # Built on the Idempotency-Key layer
 //!
 //! The key's handling is `effectively_once_http`'s [`IdempotencyLayer`], one route of it: the
 //! layer bounds the body, validates the key, hashes the validated event (its fingerprint is
-//! [`parse`]), claims the key's record (`api#{key}` in `IdempotencyTable`, apart from the
-//! consumer's `payments#{event_id}`) **before** the message is sent, stores the `202`, and
+//! [`parse`]), claims the key's record (`api#{key}` in `IdempotencyTable`, `api#{producer}:{key}`
+//! with several producers, apart from the consumer's `payments#{event_id}`) **before** the
+//! message is sent, stores the `202`, and
 //! replays, refuses or holds by its rules ([`rules`]). What this crate adds is the payment:
 //! the route, the event's validation, and the send, whose failure says what becomes of the key.
 //!
@@ -73,23 +89,27 @@
 //! # Layout
 //!
 //! One concern a module, each re-exported here: `env` (the environment the function reads),
+//! `caller` (the producers and the caller's principal),
 //! `queue` (the SQS send and what its failure means), `request` (the route and the event a
 //! request stands for), `answer` (the JSON answers) and `accept` ([`Api`]: the route, then the
 //! Idempotency-Key layer around the send).
 //!
 //! [`PaymentEvent::parse`]: payments::PaymentEvent::parse
+//! [`PaymentEvent::parse_with_event_id`]: payments::PaymentEvent::parse_with_event_id
 //! [`IdempotencyLayer`]: effectively_once_http::IdempotencyLayer
 //! [`Idempotency::with_deadline`]: effectively_once::Idempotency::with_deadline
 #![warn(missing_docs)]
 
 mod accept;
 mod answer;
+mod caller;
 mod env;
 mod queue;
 mod request;
 
 pub use crate::accept::{Api, DeployedApi};
 pub use crate::answer::{accepted, error, key_held, key_reused, reply};
+pub use crate::caller::{principal, Caller, Producers, API_PRODUCERS, MAX_PRODUCER};
 pub use crate::env::{Env, DEFAULT_DEDUP_WINDOW, DEFAULT_MAX_BODY_BYTES};
 pub use crate::queue::{fifo_id, EnqueueError, Queue, SqsQueue, MAX_FIFO_ID};
 pub use crate::request::{parse, parse_event, route_path};
@@ -97,7 +117,8 @@ pub use effectively_once_http::{rules, Answer};
 
 /// The function's name in metrics and logs.
 pub const FUNCTION: &str = "payments-api";
-/// The key prefix of the API's records: `api#{Idempotency-Key}`.
+/// The key prefix of the API's records: `api#{Idempotency-Key}` (`api#{producer}:{Idempotency-Key}`
+/// with several producers).
 pub const PREFIX: &str = "api";
 /// The request header carrying the key.
 pub const IDEMPOTENCY_KEY: &str = effectively_once_http::HEADER;

@@ -6,18 +6,28 @@ use effectively_once_http::IdempotencyKey;
 use lambda_http::http::request::Parts;
 use lambda_http::http::{HeaderMap, HeaderValue, StatusCode};
 use lambda_http::{Body, Request, RequestExt};
-use payments::PaymentEvent;
+use payments::{BodyError, PaymentEvent};
 use serde_json::Value;
 
+use crate::caller::Caller;
 use crate::{error, Answer, IDEMPOTENCY_KEY};
 
 /// The layer's fingerprint: the event the request stands for ([`parse_event`] of the scoped
-/// key and the body), left in the request's extensions for the send, and hashed as the
-/// payload, so "same body" means the same validated event.
+/// key and the body), refused (`403`) when its account is not the caller's producer's, left
+/// in the request's extensions for the send, and hashed as the payload, so "same body" means
+/// the same validated event.
 pub(crate) fn fingerprint(key: &IdempotencyKey, parts: &mut Parts, body: &bytes::Bytes) -> Result<Value, Answer> {
     let text = std::str::from_utf8(body)
         .map_err(|_| error(StatusCode::BAD_REQUEST, "invalid_body", "body: must be UTF-8 JSON"))?;
     let event = parse_event(key.scoped(), text)?;
+    // Judged on the parsed event, before the claim: a refused account leaves no record that
+    // would hold the caller's key.
+    if let Some(caller) = parts.extensions.get::<Caller>().filter(|caller| !caller.may_post_to(&event.account_id)) {
+        let producer = caller.producer().unwrap_or_default();
+        tracing::warn!(producer, event_id = %event.event_id, "forbidden: an account the producer may not post to");
+        let message = format!("account_id: producer {producer} may not post to account {}", event.account_id);
+        return Err(error(StatusCode::FORBIDDEN, "forbidden", message));
+    }
     let payload = serde_json::to_value(&event).map_err(|_| {
         error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the payment event could not be hashed")
     })?;
@@ -45,27 +55,22 @@ pub fn parse(headers: &HeaderMap, body: &Body) -> Result<PaymentEvent, Answer> {
 }
 
 /// The event of `event_id` (the key, within its caller's scope) and a body's text, validated
-/// by [`PaymentEvent::parse`]; a refusal names the field (`Idempotency-Key` for the event id).
+/// by [`PaymentEvent::parse_with_event_id`] (the rules of [`PaymentEvent::parse`], in one pass
+/// over the text: no tree of the body is built); a refusal names the field (`Idempotency-Key`
+/// for the event id).
 pub fn parse_event(event_id: &str, text: &str) -> Result<PaymentEvent, Answer> {
     let key_error = |message: String| error(StatusCode::BAD_REQUEST, "invalid_idempotency_key", message);
     let body_error = |message: String| error(StatusCode::BAD_REQUEST, "invalid_body", message);
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(fields)) if fields.contains_key("event_id") => {
-            return Err(body_error(
-                "event_id: not allowed in the body; the Idempotency-Key header is the event id".into(),
-            ))
+    PaymentEvent::parse_with_event_id(event_id, text).map_err(|refused| match refused {
+        BodyError::NotAnObject => body_error("body: must be a JSON object with the payment's fields".into()),
+        BodyError::NamesEventId => {
+            body_error("event_id: not allowed in the body; the Idempotency-Key header is the event id".into())
         }
-        Ok(Value::Object(_)) => {}
-        _ => return Err(body_error("body: must be a JSON object with the payment's fields".into())),
-    }
-    // Spliced as text, not re-serialised: the amount is judged on the digits the client sent.
-    let rest = text.trim_start().strip_prefix('{').unwrap_or_default();
-    let comma = if rest.trim_start().starts_with('}') { "" } else { "," };
-    let key_json = serde_json::to_string(event_id).unwrap_or_default();
-    PaymentEvent::parse(&format!("{{\"event_id\":{key_json}{comma}{rest}")).map_err(|invalid| match invalid.field {
-        Some("event_id") => key_error(format!("Idempotency-Key: {}", invalid.problem)),
-        Some(field) => body_error(format!("{field}: {}", invalid.problem)),
-        None => body_error(format!("body: {}", invalid.problem)),
+        BodyError::Invalid(invalid) => match invalid.field {
+            Some("event_id") => key_error(format!("Idempotency-Key: {}", invalid.problem)),
+            Some(field) => body_error(format!("{field}: {}", invalid.problem)),
+            None => body_error(format!("body: {}", invalid.problem)),
+        },
     })
 }
 
@@ -136,6 +141,28 @@ mod tests {
         let (_, _, message) =
             refusal(Some("k"), r#"{"event_id": "x", "account_id": "a", "amount_cents": 1, "currency": "USD"}"#);
         assert!(message.starts_with("event_id:"), "{message}");
+    }
+
+    /// The payload hash of a body is what stored records are compared with: a change to how
+    /// the body is parsed must leave it as it is, or every retry of a stored key becomes `422`.
+    #[test]
+    fn the_fingerprint_of_a_body_is_pinned() {
+        let hash = |key: &str, body: &str| {
+            let (mut parts, ()) = lambda_http::http::Request::new(()).into_parts();
+            let key = IdempotencyKey::from_headers(&headers(Some(key)), crate::PREFIX, None).unwrap();
+            let payload = fingerprint(&key, &mut parts, &bytes::Bytes::copy_from_slice(body.as_bytes())).unwrap();
+            effectively_once::Config::default().payload_hash(&payload).unwrap().as_str().to_owned()
+        };
+        let sample = r#"{"account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#;
+        let pinned = "v2:198656cf0d87fcea1a1d29f7d43a334e8494466a84598aa4f65f7f95f3de7235";
+        assert_eq!(hash("pay_http_0001", sample), pinned);
+        let respelled = r#"{"receipt_email": "alice@example.com", "trace": {"x": [1]}, "currency": "USD",
+            "amount_cents": 1.25e3, "account_id": "acct_42"}"#;
+        assert_eq!(hash("pay_http_0001", respelled), pinned, "order, spelling and unknown fields do not count");
+        assert_eq!(
+            hash("pay_http_0002", r#"{"account_id": "acct_42", "amount_cents": 500, "currency": "USD"}"#),
+            "v2:7d9a7d597b50416825ca9a89f6e181279d789bcfc6b8f617c0c44b1c0439cd40"
+        );
     }
 
     #[test]

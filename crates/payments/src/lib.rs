@@ -115,7 +115,7 @@ pub use crate::env::LedgerEnv;
 pub use crate::error::Error;
 pub use crate::ledger::{Balance, Deliveries, Delivery, Ledger, Migration, Posting, Preread, Rejection};
 pub use crate::outbox::{Outbox, OutboxRow, ReceiptRow, RowStatus};
-pub use crate::payment::{InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
+pub use crate::payment::{BodyError, InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
 pub use crate::time::rfc3339;
 
 /// The key prefix of receipt email markers: `email#{event_id}`. A deployed contract: the

@@ -67,6 +67,39 @@ fn id_char(character: char) -> bool {
     character.is_ascii_alphanumeric() || matches!(character, '.' | '_' | ':' | '#' | '-')
 }
 
+/// An id field (`event_id`, `account_id`) as the body has it.
+fn id(field: &'static str, value: Option<&Value>) -> Result<String, InvalidPayment> {
+    match value {
+        None | Some(Value::Null) => Err(invalid(field, "is required")),
+        Some(Value::String(s)) => id_text(field, s),
+        Some(_) => Err(invalid(field, "must be a string")),
+    }
+}
+
+/// An id's text: 1 to 200 characters from `[A-Za-z0-9._:#-]`.
+fn id_text(field: &'static str, s: &str) -> Result<String, InvalidPayment> {
+    let len = s.chars().count();
+    if len == 0 || len > 200 {
+        return Err(invalid(field, format!("must have 1 to 200 characters, has {len}")));
+    }
+    if let Some(c) = s.chars().find(|&c| !id_char(c)) {
+        return Err(invalid(field, format!("has the character {c:?}; allowed: A-Z a-z 0-9 . _ : # -")));
+    }
+    Ok(s.to_owned())
+}
+
+/// Why a body given its event id apart ([`PaymentEvent::parse_with_event_id`]) is not a valid
+/// payment event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// The body is not JSON, or not a JSON object.
+    NotAnObject,
+    /// The body names `event_id`, which is given apart.
+    NamesEventId,
+    /// A field is invalid (`event_id`: the given id).
+    Invalid(InvalidPayment),
+}
+
 impl PaymentEvent {
     /// Parses and validates a message body.
     ///
@@ -79,9 +112,34 @@ impl PaymentEvent {
     /// assert_eq!(err.field, Some("amount_cents"));
     /// ```
     pub fn parse(body: &str) -> Result<PaymentEvent, InvalidPayment> {
-        let value: Value = serde_json::from_str(body)
-            .map_err(|e| InvalidPayment { field: None, problem: format!("body is not JSON ({e})") })?;
-        Self::from_parsed(&value, body)
+        match read(body)? {
+            Document::Object(members) => Self::from_members(&members, body, None),
+            Document::Other => Err(InvalidPayment { field: None, problem: "body is not a JSON object".into() }),
+        }
+    }
+
+    /// Parses and validates a body that leaves `event_id` out because it is given apart (the
+    /// payments API's `Idempotency-Key`): the rules of [`parse`](PaymentEvent::parse), with
+    /// `event_id`'s problems the given id's. One pass over the text, as `parse` makes: only
+    /// the contract's fields are kept, the rest of the body is checked as JSON and dropped.
+    ///
+    /// ```
+    /// use payments::{BodyError, PaymentEvent};
+    ///
+    /// let event = PaymentEvent::parse_with_event_id("pay_0001", r#"{"account_id": "acct_42", "amount_cents": 1250, "currency": "USD"}"#);
+    /// assert_eq!(event.unwrap().event_id, "pay_0001");
+    /// let named = PaymentEvent::parse_with_event_id("pay_0001", r#"{"event_id": "x"}"#);
+    /// assert_eq!(named.unwrap_err(), BodyError::NamesEventId);
+    /// ```
+    pub fn parse_with_event_id(event_id: &str, body: &str) -> Result<PaymentEvent, BodyError> {
+        let members = match read(body) {
+            Ok(Document::Object(members)) => members,
+            Ok(Document::Other) | Err(_) => return Err(BodyError::NotAnObject),
+        };
+        if members.get("event_id").is_some() {
+            return Err(BodyError::NamesEventId);
+        }
+        Self::from_members(&members, body, Some(event_id)).map_err(BodyError::Invalid)
     }
 
     /// The event id a body names, without judging the rest: the batch key of a payments
@@ -102,33 +160,19 @@ impl PaymentEvent {
         serde_json::from_slice::<Key>(body).ok().map(|key| key.event_id)
     }
 
-    /// Validates a parsed body; `body` is its text, for numbers a double cannot judge.
-    fn from_parsed(value: &Value, body: &str) -> Result<PaymentEvent, InvalidPayment> {
-        let Value::Object(map) = value else {
-            return Err(InvalidPayment { field: None, problem: "body is not a JSON object".into() });
-        };
-        if let Some(field) = repeated_field(body) {
+    /// Validates a body's members, the event id `given` apart or else the body's; `body` is
+    /// its text, for numbers a double cannot judge.
+    fn from_members(members: &Members, body: &str, given: Option<&str>) -> Result<PaymentEvent, InvalidPayment> {
+        if let Some(field) = members.repeated {
             // A map keeps the last copy; which one the producer meant is not ours to guess.
             return Err(invalid(field, "appears more than once in the body"));
         }
-        let id = |field: &'static str| -> Result<String, InvalidPayment> {
-            let s = match map.get(field) {
-                None | Some(Value::Null) => return Err(invalid(field, "is required")),
-                Some(Value::String(s)) => s,
-                Some(_) => return Err(invalid(field, "must be a string")),
-            };
-            let len = s.chars().count();
-            if len == 0 || len > 200 {
-                return Err(invalid(field, format!("must have 1 to 200 characters, has {len}")));
-            }
-            if let Some(c) = s.chars().find(|&c| !id_char(c)) {
-                return Err(invalid(field, format!("has the character {c:?}; allowed: A-Z a-z 0-9 . _ : # -")));
-            }
-            Ok(s.clone())
+        let event_id = match given {
+            Some(event_id) => id_text("event_id", event_id)?,
+            None => id("event_id", members.get("event_id"))?,
         };
-        let event_id = id("event_id")?;
-        let account_id = id("account_id")?;
-        let amount_cents = match map.get("amount_cents") {
+        let account_id = id("account_id", members.get("account_id"))?;
+        let amount_cents = match members.get("amount_cents") {
             None | Some(Value::Null) => return Err(invalid("amount_cents", "is required")),
             Some(Value::Number(n)) => match n.as_i64() {
                 Some(cents) => cents,
@@ -145,12 +189,12 @@ impl PaymentEvent {
         if amount_cents.unsigned_abs() > MAX_AMOUNT_CENTS as u64 {
             return Err(invalid("amount_cents", "absolute value must be at most 10^12"));
         }
-        let currency = match map.get("currency") {
+        let currency = match members.get("currency") {
             None | Some(Value::Null) => return Err(invalid("currency", "is required")),
             Some(Value::String(s)) if s.len() == 3 && s.chars().all(|c| c.is_ascii_uppercase()) => s.clone(),
             Some(_) => return Err(invalid("currency", "must be three upper-case letters")),
         };
-        let receipt_email = match map.get("receipt_email") {
+        let receipt_email = match members.get("receipt_email") {
             None | Some(Value::Null) => None,
             Some(Value::String(address)) if valid_email(address) => Some(address.clone()),
             Some(_) => return Err(invalid("receipt_email", "must be an email address")),
@@ -162,37 +206,139 @@ impl PaymentEvent {
 /// The contract's fields, the ones a repeated member makes ambiguous.
 const FIELDS: [&str; 5] = ["event_id", "account_id", "amount_cents", "currency", "receipt_email"];
 
-/// The first of the contract's fields that the body's top-level object names more than once
-/// (`{"amount_cents": 5, "amount_cents": 7}`): a JSON map keeps the last copy, another parser
-/// the first. Unknown fields are ignored, their copies too. `None` when no field repeats or
-/// the body is not an object (judged elsewhere).
-fn repeated_field(body: &str) -> Option<&'static str> {
-    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+/// A body's top-level object as the contract reads it: each of its fields as parsed (the last
+/// copy, as a JSON map keeps it), and the first that the body names more than once
+/// (`{"amount_cents": 5, "amount_cents": 7}`: a map keeps the last copy, another parser the
+/// first). Other members are checked as JSON and dropped, their copies too.
+#[derive(Default)]
+struct Members {
+    values: [Option<Value>; FIELDS.len()],
+    repeated: Option<&'static str>,
+}
 
-    struct Members;
-    impl<'de> Visitor<'de> for Members {
-        type Value = Option<&'static str>;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON object")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut seen = [false; FIELDS.len()];
-            let mut repeated = None;
-            while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                map.next_value::<IgnoredAny>()?;
-                if let Some(i) = FIELDS.iter().position(|field| *field == name) {
-                    if seen[i] {
-                        repeated = repeated.or(Some(FIELDS[i]));
-                    }
-                    seen[i] = true;
-                }
-            }
-            Ok(repeated)
-        }
+impl Members {
+    fn get(&self, field: &str) -> Option<&Value> {
+        FIELDS.iter().position(|name| *name == field).and_then(|i| self.values[i].as_ref())
     }
-    serde_json::Deserializer::from_str(body).deserialize_map(Members).ok().flatten()
+}
+
+/// A body: an object's members, or anything else (judged as not an object).
+enum Document {
+    Object(Members),
+    Other,
+}
+
+/// Reads a body in one pass: no tree of it is built, only the contract's fields are kept. A
+/// body that is not JSON is refused as `serde_json::Value` would refuse it (the same errors,
+/// the same nesting limit), so the message names the same line and column.
+fn read(body: &str) -> Result<Document, InvalidPayment> {
+    serde_json::from_str::<Document>(body)
+        .map_err(|e| InvalidPayment { field: None, problem: format!("body is not JSON ({e})") })
+}
+
+impl<'de> Deserialize<'de> for Document {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{MapAccess, SeqAccess, Visitor};
+
+        struct Top;
+        impl<'de> Visitor<'de> for Top {
+            type Value = Document;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("JSON")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Document, A::Error> {
+                let mut members = Members::default();
+                while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match FIELDS.iter().position(|field| *field == name) {
+                        Some(i) => {
+                            let value = map.next_value::<Value>()?;
+                            if members.values[i].replace(value).is_some() {
+                                members.repeated = members.repeated.or(Some(FIELDS[i]));
+                            }
+                        }
+                        None => {
+                            map.next_value::<Skip>()?;
+                        }
+                    }
+                }
+                Ok(Document::Object(members))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Document, A::Error> {
+                Skip.visit_seq(seq).map(|_| Document::Other)
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Document, E> {
+                Ok(Document::Other)
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Document, E> {
+                Ok(Document::Other)
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Document, E> {
+                Ok(Document::Other)
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Document, E> {
+                Ok(Document::Other)
+            }
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Document, E> {
+                Ok(Document::Other)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Document, E> {
+                Ok(Document::Other)
+            }
+        }
+        deserializer.deserialize_any(Top)
+    }
+}
+
+/// A JSON value read and dropped. Through `deserialize_any`, as `serde_json::Value` reads one
+/// (`IgnoredAny` skips without the nesting limit or the number checks), so a body refused
+/// before is refused still, with the same message.
+struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Skip)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Skip {
+    type Value = Skip;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+        while map.next_entry::<Skip, Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
 }
 
 /// The text of `amount_cents` as the producer wrote it: a double cannot tell `1250.0000000000001`
@@ -402,5 +548,53 @@ mod tests {
         // Unknown fields are ignored, their copies too.
         let event = PaymentEvent::parse(&format!(r#"{{{event}, "trace": 1, "trace": 2}}"#)).unwrap();
         assert_eq!(event.amount_cents, 5);
+    }
+
+    /// The one-pass reader refuses what `serde_json::Value` refused, with its message: a body
+    /// the consumer sent to the DLQ before goes there still, for the same reason.
+    #[test]
+    fn a_body_that_is_not_json_is_refused_as_before() {
+        let ok = r#""event_id": "e", "account_id": "a", "amount_cents": 5, "currency": "USD""#;
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        for body in [
+            "not json".to_owned(),
+            "[1, 2".to_owned(),
+            format!("{{{ok}, \"trace\": {deep}}}"),
+            format!("{{{ok}, \"trace\": 1e400}}"),
+            format!("{{{ok}, \"trace\": \"\\x\"}}"),
+            format!("{{{ok}}} trailing"),
+            format!("{{{ok},}}"),
+        ] {
+            let value = serde_json::from_str::<Value>(&body).unwrap_err();
+            let err = PaymentEvent::parse(&body).unwrap_err();
+            assert_eq!((err.field, err.problem), (None, format!("body is not JSON ({value})")), "{body}");
+        }
+        for body in ["[1]", "\"text\"", "null", "7"] {
+            assert_eq!(PaymentEvent::parse(body).unwrap_err().problem, "body is not a JSON object", "{body}");
+        }
+    }
+
+    #[test]
+    fn a_body_given_its_event_id_apart_follows_the_same_rules() {
+        let body = r#"{"account_id": "a", "amount_cents": 1.25e3, "currency": "USD", "trace": [{"x": 1}]}"#;
+        let event = PaymentEvent::parse_with_event_id("p1:k", body).unwrap();
+        assert_eq!((event.event_id.as_str(), event.amount_cents), ("p1:k", 1250));
+        assert_eq!(PaymentEvent::parse_with_event_id("k", "[1]"), Err(BodyError::NotAnObject));
+        assert_eq!(PaymentEvent::parse_with_event_id("k", "{"), Err(BodyError::NotAnObject));
+        let named = r#"{"event_id": null, "account_id": "a", "amount_cents": 1, "currency": "USD"}"#;
+        assert_eq!(PaymentEvent::parse_with_event_id("k", named), Err(BodyError::NamesEventId));
+        let field = |id: &str, body: &str| match PaymentEvent::parse_with_event_id(id, body) {
+            Err(BodyError::Invalid(invalid)) => (invalid.field, invalid.problem),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            field("bad id", body),
+            (Some("event_id"), "has the character ' '; allowed: A-Z a-z 0-9 . _ : # -".into())
+        );
+        let twice = r#"{"account_id": "a", "amount_cents": 1, "amount_cents": 2, "currency": "USD"}"#;
+        assert_eq!(field("bad id", twice), (Some("amount_cents"), "appears more than once in the body".into()));
+        assert_eq!(field("k", "{}"), (Some("account_id"), "is required".into()));
+        let fraction = r#"{"account_id": "a", "amount_cents": 1250.0000000000001, "currency": "USD"}"#;
+        assert_eq!(field("k", fraction).0, Some("amount_cents"), "judged on the digits sent");
     }
 }
