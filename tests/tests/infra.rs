@@ -1316,6 +1316,129 @@ fn the_api_sends_to_the_payments_queue_alone_behind_iam() {
     }
 }
 
+/// Every policy statement in `value`, wherever it sits (a role's inline policies, a managed
+/// policy, a queue policy), each branch of an `Fn::If` around a statement counted as a statement.
+fn all_statements(value: &Value, out: &mut Vec<Value>) {
+    match value {
+        Value::Object(o) => {
+            for (key, inner) in o {
+                if key == "Statement" {
+                    for statement in list(inner) {
+                        match statement.get("Fn::If") {
+                            Some(branches) => out.extend(
+                                list(branches).into_iter().skip(1).filter(|b| b != &json!({"Ref": "AWS::NoValue"})),
+                            ),
+                            None => out.push(statement),
+                        }
+                    }
+                } else {
+                    all_statements(inner, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| all_statements(v, out)),
+        _ => {}
+    }
+}
+
+/// Whether `value` (a statement's `Resource`, a permission's `FunctionName`) may name the payments
+/// API: a reference to its function or alias, a string with its name, or a wildcard. Read
+/// generously: a grant the test cannot place counts as one on the API.
+fn may_name_the_api(value: &Value) -> bool {
+    let mut refs = std::collections::BTreeSet::new();
+    references(value, &mut refs);
+    let text = value.to_string();
+    refs.contains("PaymentsApiFunction") || text.contains('*') || text.contains("payments-api")
+}
+
+/// Whether an allow statement grants `action`: its `Action` matches (wildcards included), or its
+/// `NotAction` leaves it out.
+fn grants(statement: &Value, action: &str) -> bool {
+    if statement["Effect"] != "Allow" {
+        return false;
+    }
+    if statement.get("NotAction").is_some() {
+        let excluded = list(&statement["NotAction"]);
+        return !excluded.iter().filter_map(Value::as_str).any(|a| like(&a.to_lowercase(), &action.to_lowercase()));
+    }
+    action_matches(statement, action)
+}
+
+/// Every grant of `lambda:InvokeFunction` on the payments API that holds outside its function
+/// URL, as `resource/Sid`: a statement without `Bool lambda:InvokedViaFunctionUrl = true`, or a
+/// Lambda permission without `InvokedViaFunctionUrl: true`. Such a grant lets its holder call
+/// `Invoke` with a hand-built Function URL event, whose `requestContext.authorizer.iam` (the
+/// identity the API scopes keys and accounts by) is then whatever the caller wrote.
+fn direct_invoke_grants(t: &Value) -> Vec<String> {
+    let via_url_only = |v: &Value| v == &json!("true") || v == &json!(true);
+    let mut found = Vec::new();
+    for (id, resource) in t["Resources"].as_object().expect("template has resources") {
+        let props = &resource["Properties"];
+        if resource["Type"] == "AWS::Lambda::Permission" {
+            let invoke = like(&props["Action"].as_str().unwrap_or("*").to_lowercase(), "lambda:invokefunction");
+            if invoke && may_name_the_api(&props["FunctionName"]) && !via_url_only(&props["InvokedViaFunctionUrl"]) {
+                found.push(format!("{id} (permission)"));
+            }
+            continue;
+        }
+        let mut statements = Vec::new();
+        all_statements(props, &mut statements);
+        for s in statements {
+            let on_api = may_name_the_api(&s["Resource"]) || s.get("NotResource").is_some();
+            let conditioned = via_url_only(&s["Condition"]["Bool"]["lambda:InvokedViaFunctionUrl"]);
+            if grants(&s, "lambda:InvokeFunction") && on_api && !conditioned {
+                found.push(format!("{id}/{}", s["Sid"].as_str().unwrap_or("(no Sid)")));
+            }
+        }
+    }
+    found
+}
+
+/// A producer may call the API's function URL and nothing else of it. Lambda requires both
+/// `lambda:InvokeFunctionUrl` and `lambda:InvokeFunction` of a URL caller (function URLs created
+/// since October 2025); the second holds only with `lambda:InvokedViaFunctionUrl`, so a direct
+/// `Invoke` with a hand-built event, carrying any identity, is denied. No other statement or
+/// permission in the template grants the API's `Invoke` outside its URL.
+#[test]
+fn a_producer_cannot_invoke_the_api_directly_with_a_forged_request_context() {
+    let t = template();
+    assert_eq!(direct_invoke_grants(&t), Vec::<String>::new(), "direct Invoke grants on the payments API");
+
+    let policy = &t["Resources"]["PaymentsApiInvokePolicy"]["Properties"]["PolicyDocument"]["Statement"];
+    let url = list(policy).into_iter().find(|s| action_matches(s, "lambda:InvokeFunctionUrl")).expect("the URL's grant");
+    assert_eq!(url["Condition"], json!({"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}));
+    let invoke = list(policy).into_iter().find(|s| action_matches(s, "lambda:InvokeFunction")).expect("Invoke's grant");
+    assert_eq!(invoke["Condition"], json!({"Bool": {"lambda:InvokedViaFunctionUrl": "true"}}));
+    assert_eq!(list(&invoke["Action"]), [json!("lambda:InvokeFunction")], "no other action rides on the condition");
+}
+
+/// The check above can fail: it finds the producers' policy as it was (Invoke without the
+/// condition), a wildcard grant in a role, and a resource permission for direct invokes.
+#[test]
+fn the_direct_invoke_check_finds_an_unconditioned_grant() {
+    let mut old = template();
+    let statements = &mut old["Resources"]["PaymentsApiInvokePolicy"]["Properties"]["PolicyDocument"]["Statement"];
+    for statement in statements.as_array_mut().unwrap() {
+        statement.as_object_mut().unwrap().remove("Condition");
+    }
+    assert_eq!(direct_invoke_grants(&old), ["PaymentsApiInvokePolicy/InvokePaymentsApiViaUrlOnly"]);
+
+    let mut wildcard = template();
+    let role = &mut wildcard["Resources"][CONSUMER]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"];
+    role.as_array_mut().unwrap().push(json!({"Sid": "Wide", "Effect": "Allow", "Action": "lambda:*", "Resource": "*"}));
+    assert_eq!(direct_invoke_grants(&wildcard), [format!("{CONSUMER}/Wide")]);
+
+    let mut permission = template();
+    permission["Resources"]["ProducerInvoke"] = json!({"Type": "AWS::Lambda::Permission", "Properties": {
+        "Action": "lambda:InvokeFunction",
+        "FunctionName": {"Ref": "PaymentsApiFunction.Alias"},
+        "Principal": "123456789012",
+    }});
+    assert_eq!(direct_invoke_grants(&permission), ["ProducerInvoke (permission)"]);
+    permission["Resources"]["ProducerInvoke"]["Properties"]["InvokedViaFunctionUrl"] = json!(true);
+    assert_eq!(direct_invoke_grants(&permission), Vec::<String>::new());
+}
+
 /// The API's alarms, as the other functions': failed and throttled invocations, and its URL's
 /// 5xx answers (a 503 is an answer, not a failed invocation, so Errors alone would miss a
 /// failing table or queue).
