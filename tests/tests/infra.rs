@@ -1052,6 +1052,66 @@ fn the_functions_are_traced_aliased_and_configured_and_the_tables_protected() {
     }
 }
 
+/// Each function's reserved concurrency: its parameter, and the condition that leaves it out
+/// when the parameter is 0.
+fn reservation(t: &Value, function: &str) -> (String, Value) {
+    let reserved = &t["Resources"][function]["Properties"]["ReservedConcurrentExecutions"];
+    let branches = list(&reserved["Fn::If"]);
+    let parameter = branches[1]["Ref"].as_str().unwrap_or_else(|| panic!("{function}: {reserved}")).to_owned();
+    assert_eq!(branches[2], json!({"Ref": "AWS::NoValue"}), "{function}: 0 reserves nothing");
+    assert_eq!(
+        t["Conditions"][branches[0].as_str().unwrap()],
+        json!({"Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, "0"]}]}),
+        "{function}: reserved unless its parameter is 0"
+    );
+    (parameter.clone(), t["Parameters"][&parameter].clone())
+}
+
+/// What one flood can take is bounded: every function runs within concurrency reserved for it
+/// (a parameter; 0 lifts the reservation and the cap), so a burst on the API answers 429 instead
+/// of taking the account's pool from the consumers, and a backlog cannot starve the API. The SQS
+/// mapping invokes at most what the consumer has reserved: above it Lambda would throttle, and a
+/// throttled batch goes back to the queue with its receive count raised, towards the DLQ. The
+/// defaults leave Lambda's 100 unreserved executions in an account of 1,000 (the default quota).
+#[test]
+fn every_function_runs_within_its_reserved_concurrency() {
+    let t = template();
+    let functions: Vec<&String> = t["Resources"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(functions.len(), 5, "{functions:?}");
+    let mut reserved_by_default = 0;
+    for function in functions {
+        let (name, parameter) = reservation(&t, function);
+        assert_eq!(parameter["Type"], "Number", "{name}");
+        assert_eq!((&parameter["MinValue"], &parameter["MaxValue"]), (&json!(0), &json!(1000)), "{name}");
+        let default = parameter["Default"].as_u64().unwrap_or_else(|| panic!("{name} has a default"));
+        assert!(default > 0, "{name}: reserved by default");
+        if t["Resources"][function]["Condition"].is_null() {
+            reserved_by_default += default;
+        }
+    }
+    assert!(reserved_by_default + 100 <= 1000, "the defaults reserve {reserved_by_default} of an account's 1,000");
+
+    let (consumer, parameter) = reservation(&t, "PaymentsConsumerFunction");
+    let scaling = &t["Resources"]["PaymentsEventSourceMapping"]["Properties"]["ScalingConfig"]["MaximumConcurrency"];
+    let reserves =
+        t["Resources"]["PaymentsConsumerFunction"]["Properties"]["ReservedConcurrentExecutions"]["Fn::If"][0].clone();
+    assert_eq!(scaling, &json!({"Fn::If": [reserves, {"Ref": consumer}, 10]}), "the mapping follows the reservation");
+    assert!(parameter["Default"].as_u64() >= Some(2), "MaximumConcurrency takes 2 to 1000");
+
+    // The Kinesis consumer takes one invocation per shard and parallelization slot: fewer reserved
+    // would hold records back by default.
+    let (_, kinesis) = reservation(&t, "KinesisConsumerFunction");
+    let shards = t["Resources"]["OrdersStream"]["Properties"]["ShardCount"].as_u64().unwrap();
+    let factor = t["Resources"]["OrdersEventSourceMapping"]["Properties"]["ParallelizationFactor"].as_u64().unwrap();
+    assert!(kinesis["Default"].as_u64().unwrap() >= shards * factor, "the orders stream needs {shards} x {factor}");
+}
+
 /// Every DynamoDB item request a client sends, as IAM authorises it: `(action, table name,
 /// partition key)`, a transaction split into its items (each is authorised as its own action).
 #[derive(Debug, Clone, Default)]
@@ -1405,7 +1465,8 @@ fn a_producer_cannot_invoke_the_api_directly_with_a_forged_request_context() {
     assert_eq!(direct_invoke_grants(&t), Vec::<String>::new(), "direct Invoke grants on the payments API");
 
     let policy = &t["Resources"]["PaymentsApiInvokePolicy"]["Properties"]["PolicyDocument"]["Statement"];
-    let url = list(policy).into_iter().find(|s| action_matches(s, "lambda:InvokeFunctionUrl")).expect("the URL's grant");
+    let url =
+        list(policy).into_iter().find(|s| action_matches(s, "lambda:InvokeFunctionUrl")).expect("the URL's grant");
     assert_eq!(url["Condition"], json!({"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}));
     let invoke = list(policy).into_iter().find(|s| action_matches(s, "lambda:InvokeFunction")).expect("Invoke's grant");
     assert_eq!(invoke["Condition"], json!({"Bool": {"lambda:InvokedViaFunctionUrl": "true"}}));
