@@ -569,17 +569,23 @@ fn the_kafka_resources_exist_only_when_a_cluster_is_given() {
 
 /// The template with `Fn::If` on `IsFifo` resolved.
 fn resolve(v: &Value, fifo: bool) -> Option<Value> {
+    resolve_condition(v, "IsFifo", fifo)
+}
+
+/// `v` with each `Fn::If` on `condition` resolved as `holds` says, `AWS::NoValue` left out.
+fn resolve_condition(v: &Value, condition: &str, holds: bool) -> Option<Value> {
+    let resolve = |v: &Value| resolve_condition(v, condition, holds);
     match v {
         Value::Object(o) => {
-            if let Some(args) = o.get("Fn::If").and_then(Value::as_array).filter(|a| a[0] == "IsFifo") {
-                return resolve(&args[if fifo { 1 } else { 2 }], fifo);
+            if let Some(args) = o.get("Fn::If").and_then(Value::as_array).filter(|a| a[0] == condition) {
+                return resolve(&args[if holds { 1 } else { 2 }]);
             }
             if o.get("Ref") == Some(&json!("AWS::NoValue")) {
                 return None;
             }
-            Some(Value::Object(o.iter().filter_map(|(k, v)| Some((k.clone(), resolve(v, fifo)?))).collect()))
+            Some(Value::Object(o.iter().filter_map(|(k, v)| Some((k.clone(), resolve(v)?))).collect()))
         }
-        Value::Array(items) => Some(Value::Array(items.iter().filter_map(|v| resolve(v, fifo)).collect())),
+        Value::Array(items) => Some(Value::Array(items.iter().filter_map(resolve).collect())),
         other => Some(other.clone()),
     }
 }
@@ -1110,6 +1116,78 @@ fn every_function_runs_within_its_reserved_concurrency() {
     let shards = t["Resources"]["OrdersStream"]["Properties"]["ShardCount"].as_u64().unwrap();
     let factor = t["Resources"]["OrdersEventSourceMapping"]["Properties"]["ParallelizationFactor"].as_u64().unwrap();
     assert!(kinesis["Default"].as_u64().unwrap() >= shards * factor, "the orders stream needs {shards} x {factor}");
+}
+
+/// With `KmsKeyArn` set, everything the stack keeps at rest is encrypted under that key: every
+/// table, queue, log group and stream of the template, whichever is added later; empty (the
+/// default), the AWS keys as before (the tables' and the stream's AWS managed keys, SSE-SQS), and
+/// nothing names the parameter. Every function's role may then use the key, that key only, for
+/// what reading and writing encrypted data takes (`kms:Decrypt`, `kms:GenerateDataKey`), and no
+/// statement grants any other KMS action.
+#[test]
+fn a_customer_managed_key_encrypts_every_table_queue_log_group_and_stream() {
+    let t = template();
+    let key = json!({"Ref": "KmsKeyArn"});
+    assert_eq!(t["Parameters"]["KmsKeyArn"]["Default"], "");
+    assert_eq!(t["Conditions"]["HasKmsKey"], json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}]}));
+    for with_key in [true, false] {
+        let resources = resolve_condition(&t["Resources"], "HasKmsKey", with_key).unwrap();
+        let mut covered = std::collections::BTreeSet::new();
+        for (id, resource) in resources.as_object().unwrap() {
+            let (kind, props) = (resource["Type"].as_str().unwrap(), &resource["Properties"]);
+            let (encryption, expected) = match kind {
+                "AWS::DynamoDB::Table" => (
+                    props["SSESpecification"].clone(),
+                    match with_key {
+                        true => json!({"SSEEnabled": true, "SSEType": "KMS", "KMSMasterKeyId": key}),
+                        false => json!({"SSEEnabled": true}),
+                    },
+                ),
+                "AWS::SQS::Queue" => (
+                    json!([props["KmsMasterKeyId"], props["SqsManagedSseEnabled"]]),
+                    match with_key {
+                        true => json!([key, null]),
+                        false => json!([null, true]),
+                    },
+                ),
+                "AWS::Logs::LogGroup" => (props["KmsKeyId"].clone(), if with_key { key.clone() } else { Value::Null }),
+                "AWS::Kinesis::Stream" => (
+                    props["StreamEncryption"].clone(),
+                    json!({"EncryptionType": "KMS", "KeyId": if with_key { key.clone() } else { json!("alias/aws/kinesis") }}),
+                ),
+                _ => continue,
+            };
+            assert_eq!(encryption, expected, "{id} (with a key: {with_key})");
+            covered.insert(kind);
+        }
+        // The test reads what is there: it must have found each kind the template holds.
+        let kinds: Vec<&str> = covered.into_iter().collect();
+        assert_eq!(kinds, ["AWS::DynamoDB::Table", "AWS::Kinesis::Stream", "AWS::Logs::LogGroup", "AWS::SQS::Queue"]);
+        if !with_key {
+            assert!(!resources.to_string().contains("KmsKeyArn"), "without a key nothing names it");
+        }
+
+        for (id, resource) in resources.as_object().unwrap() {
+            if resource["Type"] != "AWS::Serverless::Function" {
+                continue;
+            }
+            let role = resource["Properties"]["Role"]["Fn::GetAtt"][0].as_str().unwrap();
+            let mut kms = Vec::new();
+            all_statements(&resources[role], &mut kms);
+            kms.retain(|s| list(&s["Action"]).iter().any(|a| a.as_str().is_some_and(|a| a.starts_with("kms:"))));
+            let expected = match with_key {
+                true => vec![json!({"Sid": "CustomerManagedKey", "Effect": "Allow",
+                    "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": key})],
+                false => Vec::new(),
+            };
+            assert_eq!(kms, expected, "{id}'s role {role} (with a key: {with_key})");
+        }
+        let mut everywhere = Vec::new();
+        all_statements(&resources, &mut everywhere);
+        let wider: Vec<&Value> =
+            everywhere.iter().filter(|s| grants(s, "kms:CreateGrant") || grants(s, "kms:Encrypt")).collect();
+        assert!(wider.is_empty(), "wider KMS grants than the functions need: {wider:?}");
+    }
 }
 
 /// Every DynamoDB item request a client sends, as IAM authorises it: `(action, table name,
