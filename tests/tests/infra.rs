@@ -569,17 +569,23 @@ fn the_kafka_resources_exist_only_when_a_cluster_is_given() {
 
 /// The template with `Fn::If` on `IsFifo` resolved.
 fn resolve(v: &Value, fifo: bool) -> Option<Value> {
+    resolve_condition(v, "IsFifo", fifo)
+}
+
+/// `v` with each `Fn::If` on `condition` resolved as `holds` says, `AWS::NoValue` left out.
+fn resolve_condition(v: &Value, condition: &str, holds: bool) -> Option<Value> {
+    let resolve = |v: &Value| resolve_condition(v, condition, holds);
     match v {
         Value::Object(o) => {
-            if let Some(args) = o.get("Fn::If").and_then(Value::as_array).filter(|a| a[0] == "IsFifo") {
-                return resolve(&args[if fifo { 1 } else { 2 }], fifo);
+            if let Some(args) = o.get("Fn::If").and_then(Value::as_array).filter(|a| a[0] == condition) {
+                return resolve(&args[if holds { 1 } else { 2 }]);
             }
             if o.get("Ref") == Some(&json!("AWS::NoValue")) {
                 return None;
             }
-            Some(Value::Object(o.iter().filter_map(|(k, v)| Some((k.clone(), resolve(v, fifo)?))).collect()))
+            Some(Value::Object(o.iter().filter_map(|(k, v)| Some((k.clone(), resolve(v)?))).collect()))
         }
-        Value::Array(items) => Some(Value::Array(items.iter().filter_map(|v| resolve(v, fifo)).collect())),
+        Value::Array(items) => Some(Value::Array(items.iter().filter_map(resolve).collect())),
         other => Some(other.clone()),
     }
 }
@@ -1052,6 +1058,138 @@ fn the_functions_are_traced_aliased_and_configured_and_the_tables_protected() {
     }
 }
 
+/// Each function's reserved concurrency: its parameter, and the condition that leaves it out
+/// when the parameter is 0.
+fn reservation(t: &Value, function: &str) -> (String, Value) {
+    let reserved = &t["Resources"][function]["Properties"]["ReservedConcurrentExecutions"];
+    let branches = list(&reserved["Fn::If"]);
+    let parameter = branches[1]["Ref"].as_str().unwrap_or_else(|| panic!("{function}: {reserved}")).to_owned();
+    assert_eq!(branches[2], json!({"Ref": "AWS::NoValue"}), "{function}: 0 reserves nothing");
+    assert_eq!(
+        t["Conditions"][branches[0].as_str().unwrap()],
+        json!({"Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, "0"]}]}),
+        "{function}: reserved unless its parameter is 0"
+    );
+    (parameter.clone(), t["Parameters"][&parameter].clone())
+}
+
+/// What one flood can take is bounded: every function runs within concurrency reserved for it
+/// (a parameter; 0 lifts the reservation and the cap), so a burst on the API answers 429 instead
+/// of taking the account's pool from the consumers, and a backlog cannot starve the API. The SQS
+/// mapping invokes at most what the consumer has reserved: above it Lambda would throttle, and a
+/// throttled batch goes back to the queue with its receive count raised, towards the DLQ. The
+/// defaults leave Lambda's 100 unreserved executions in an account of 1,000 (the default quota).
+#[test]
+fn every_function_runs_within_its_reserved_concurrency() {
+    let t = template();
+    let functions: Vec<&String> = t["Resources"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(functions.len(), 5, "{functions:?}");
+    let mut reserved_by_default = 0;
+    for function in functions {
+        let (name, parameter) = reservation(&t, function);
+        assert_eq!(parameter["Type"], "Number", "{name}");
+        assert_eq!((&parameter["MinValue"], &parameter["MaxValue"]), (&json!(0), &json!(1000)), "{name}");
+        let default = parameter["Default"].as_u64().unwrap_or_else(|| panic!("{name} has a default"));
+        assert!(default > 0, "{name}: reserved by default");
+        if t["Resources"][function]["Condition"].is_null() {
+            reserved_by_default += default;
+        }
+    }
+    assert!(reserved_by_default + 100 <= 1000, "the defaults reserve {reserved_by_default} of an account's 1,000");
+
+    let (consumer, parameter) = reservation(&t, "PaymentsConsumerFunction");
+    let scaling = &t["Resources"]["PaymentsEventSourceMapping"]["Properties"]["ScalingConfig"]["MaximumConcurrency"];
+    let reserves =
+        t["Resources"]["PaymentsConsumerFunction"]["Properties"]["ReservedConcurrentExecutions"]["Fn::If"][0].clone();
+    assert_eq!(scaling, &json!({"Fn::If": [reserves, {"Ref": consumer}, 10]}), "the mapping follows the reservation");
+    assert!(parameter["Default"].as_u64() >= Some(2), "MaximumConcurrency takes 2 to 1000");
+
+    // The Kinesis consumer takes one invocation per shard and parallelization slot: fewer reserved
+    // would hold records back by default.
+    let (_, kinesis) = reservation(&t, "KinesisConsumerFunction");
+    let shards = t["Resources"]["OrdersStream"]["Properties"]["ShardCount"].as_u64().unwrap();
+    let factor = t["Resources"]["OrdersEventSourceMapping"]["Properties"]["ParallelizationFactor"].as_u64().unwrap();
+    assert!(kinesis["Default"].as_u64().unwrap() >= shards * factor, "the orders stream needs {shards} x {factor}");
+}
+
+/// With `KmsKeyArn` set, everything the stack keeps at rest is encrypted under that key: every
+/// table, queue, log group and stream of the template, whichever is added later; empty (the
+/// default), the AWS keys as before (the tables' and the stream's AWS managed keys, SSE-SQS), and
+/// nothing names the parameter. Every function's role may then use the key, that key only, for
+/// what reading and writing encrypted data takes (`kms:Decrypt`, `kms:GenerateDataKey`), and no
+/// statement grants any other KMS action.
+#[test]
+fn a_customer_managed_key_encrypts_every_table_queue_log_group_and_stream() {
+    let t = template();
+    let key = json!({"Ref": "KmsKeyArn"});
+    assert_eq!(t["Parameters"]["KmsKeyArn"]["Default"], "");
+    assert_eq!(t["Conditions"]["HasKmsKey"], json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}]}));
+    for with_key in [true, false] {
+        let resources = resolve_condition(&t["Resources"], "HasKmsKey", with_key).unwrap();
+        let mut covered = std::collections::BTreeSet::new();
+        for (id, resource) in resources.as_object().unwrap() {
+            let (kind, props) = (resource["Type"].as_str().unwrap(), &resource["Properties"]);
+            let (encryption, expected) = match kind {
+                "AWS::DynamoDB::Table" => (
+                    props["SSESpecification"].clone(),
+                    match with_key {
+                        true => json!({"SSEEnabled": true, "SSEType": "KMS", "KMSMasterKeyId": key}),
+                        false => json!({"SSEEnabled": true}),
+                    },
+                ),
+                "AWS::SQS::Queue" => (
+                    json!([props["KmsMasterKeyId"], props["SqsManagedSseEnabled"]]),
+                    match with_key {
+                        true => json!([key, null]),
+                        false => json!([null, true]),
+                    },
+                ),
+                "AWS::Logs::LogGroup" => (props["KmsKeyId"].clone(), if with_key { key.clone() } else { Value::Null }),
+                "AWS::Kinesis::Stream" => (
+                    props["StreamEncryption"].clone(),
+                    json!({"EncryptionType": "KMS", "KeyId": if with_key { key.clone() } else { json!("alias/aws/kinesis") }}),
+                ),
+                _ => continue,
+            };
+            assert_eq!(encryption, expected, "{id} (with a key: {with_key})");
+            covered.insert(kind);
+        }
+        // The test reads what is there: it must have found each kind the template holds.
+        let kinds: Vec<&str> = covered.into_iter().collect();
+        assert_eq!(kinds, ["AWS::DynamoDB::Table", "AWS::Kinesis::Stream", "AWS::Logs::LogGroup", "AWS::SQS::Queue"]);
+        if !with_key {
+            assert!(!resources.to_string().contains("KmsKeyArn"), "without a key nothing names it");
+        }
+
+        for (id, resource) in resources.as_object().unwrap() {
+            if resource["Type"] != "AWS::Serverless::Function" {
+                continue;
+            }
+            let role = resource["Properties"]["Role"]["Fn::GetAtt"][0].as_str().unwrap();
+            let mut kms = Vec::new();
+            all_statements(&resources[role], &mut kms);
+            kms.retain(|s| list(&s["Action"]).iter().any(|a| a.as_str().is_some_and(|a| a.starts_with("kms:"))));
+            let expected = match with_key {
+                true => vec![json!({"Sid": "CustomerManagedKey", "Effect": "Allow",
+                    "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": key})],
+                false => Vec::new(),
+            };
+            assert_eq!(kms, expected, "{id}'s role {role} (with a key: {with_key})");
+        }
+        let mut everywhere = Vec::new();
+        all_statements(&resources, &mut everywhere);
+        let wider: Vec<&Value> =
+            everywhere.iter().filter(|s| grants(s, "kms:CreateGrant") || grants(s, "kms:Encrypt")).collect();
+        assert!(wider.is_empty(), "wider KMS grants than the functions need: {wider:?}");
+    }
+}
+
 /// Every DynamoDB item request a client sends, as IAM authorises it: `(action, table name,
 /// partition key)`, a transaction split into its items (each is authorised as its own action).
 #[derive(Debug, Clone, Default)]
@@ -1319,6 +1457,130 @@ fn the_api_sends_to_the_payments_queue_alone_behind_iam() {
     for statement in list(invoke) {
         assert_eq!(statement["Resource"], json!({"Ref": "PaymentsApiFunction.Alias"}));
     }
+}
+
+/// Every policy statement in `value`, wherever it sits (a role's inline policies, a managed
+/// policy, a queue policy), each branch of an `Fn::If` around a statement counted as a statement.
+fn all_statements(value: &Value, out: &mut Vec<Value>) {
+    match value {
+        Value::Object(o) => {
+            for (key, inner) in o {
+                if key == "Statement" {
+                    for statement in list(inner) {
+                        match statement.get("Fn::If") {
+                            Some(branches) => out.extend(
+                                list(branches).into_iter().skip(1).filter(|b| b != &json!({"Ref": "AWS::NoValue"})),
+                            ),
+                            None => out.push(statement),
+                        }
+                    }
+                } else {
+                    all_statements(inner, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| all_statements(v, out)),
+        _ => {}
+    }
+}
+
+/// Whether `value` (a statement's `Resource`, a permission's `FunctionName`) may name the payments
+/// API: a reference to its function or alias, a string with its name, or a wildcard. Read
+/// generously: a grant the test cannot place counts as one on the API.
+fn may_name_the_api(value: &Value) -> bool {
+    let mut refs = std::collections::BTreeSet::new();
+    references(value, &mut refs);
+    let text = value.to_string();
+    refs.contains("PaymentsApiFunction") || text.contains('*') || text.contains("payments-api")
+}
+
+/// Whether an allow statement grants `action`: its `Action` matches (wildcards included), or its
+/// `NotAction` leaves it out.
+fn grants(statement: &Value, action: &str) -> bool {
+    if statement["Effect"] != "Allow" {
+        return false;
+    }
+    if statement.get("NotAction").is_some() {
+        let excluded = list(&statement["NotAction"]);
+        return !excluded.iter().filter_map(Value::as_str).any(|a| like(&a.to_lowercase(), &action.to_lowercase()));
+    }
+    action_matches(statement, action)
+}
+
+/// Every grant of `lambda:InvokeFunction` on the payments API that holds outside its function
+/// URL, as `resource/Sid`: a statement without `Bool lambda:InvokedViaFunctionUrl = true`, or a
+/// Lambda permission without `InvokedViaFunctionUrl: true`. Such a grant lets its holder call
+/// `Invoke` with a hand-built Function URL event, whose `requestContext.authorizer.iam` (the
+/// identity the API scopes keys and accounts by) is then whatever the caller wrote.
+fn direct_invoke_grants(t: &Value) -> Vec<String> {
+    let via_url_only = |v: &Value| v == &json!("true") || v == &json!(true);
+    let mut found = Vec::new();
+    for (id, resource) in t["Resources"].as_object().expect("template has resources") {
+        let props = &resource["Properties"];
+        if resource["Type"] == "AWS::Lambda::Permission" {
+            let invoke = like(&props["Action"].as_str().unwrap_or("*").to_lowercase(), "lambda:invokefunction");
+            if invoke && may_name_the_api(&props["FunctionName"]) && !via_url_only(&props["InvokedViaFunctionUrl"]) {
+                found.push(format!("{id} (permission)"));
+            }
+            continue;
+        }
+        let mut statements = Vec::new();
+        all_statements(props, &mut statements);
+        for s in statements {
+            let on_api = may_name_the_api(&s["Resource"]) || s.get("NotResource").is_some();
+            let conditioned = via_url_only(&s["Condition"]["Bool"]["lambda:InvokedViaFunctionUrl"]);
+            if grants(&s, "lambda:InvokeFunction") && on_api && !conditioned {
+                found.push(format!("{id}/{}", s["Sid"].as_str().unwrap_or("(no Sid)")));
+            }
+        }
+    }
+    found
+}
+
+/// A producer may call the API's function URL and nothing else of it. Lambda requires both
+/// `lambda:InvokeFunctionUrl` and `lambda:InvokeFunction` of a URL caller (function URLs created
+/// since October 2025); the second holds only with `lambda:InvokedViaFunctionUrl`, so a direct
+/// `Invoke` with a hand-built event, carrying any identity, is denied. No other statement or
+/// permission in the template grants the API's `Invoke` outside its URL.
+#[test]
+fn a_producer_cannot_invoke_the_api_directly_with_a_forged_request_context() {
+    let t = template();
+    assert_eq!(direct_invoke_grants(&t), Vec::<String>::new(), "direct Invoke grants on the payments API");
+
+    let policy = &t["Resources"]["PaymentsApiInvokePolicy"]["Properties"]["PolicyDocument"]["Statement"];
+    let url =
+        list(policy).into_iter().find(|s| action_matches(s, "lambda:InvokeFunctionUrl")).expect("the URL's grant");
+    assert_eq!(url["Condition"], json!({"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}));
+    let invoke = list(policy).into_iter().find(|s| action_matches(s, "lambda:InvokeFunction")).expect("Invoke's grant");
+    assert_eq!(invoke["Condition"], json!({"Bool": {"lambda:InvokedViaFunctionUrl": "true"}}));
+    assert_eq!(list(&invoke["Action"]), [json!("lambda:InvokeFunction")], "no other action rides on the condition");
+}
+
+/// The check above can fail: it finds the producers' policy as it was (Invoke without the
+/// condition), a wildcard grant in a role, and a resource permission for direct invokes.
+#[test]
+fn the_direct_invoke_check_finds_an_unconditioned_grant() {
+    let mut old = template();
+    let statements = &mut old["Resources"]["PaymentsApiInvokePolicy"]["Properties"]["PolicyDocument"]["Statement"];
+    for statement in statements.as_array_mut().unwrap() {
+        statement.as_object_mut().unwrap().remove("Condition");
+    }
+    assert_eq!(direct_invoke_grants(&old), ["PaymentsApiInvokePolicy/InvokePaymentsApiViaUrlOnly"]);
+
+    let mut wildcard = template();
+    let role = &mut wildcard["Resources"][CONSUMER]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"];
+    role.as_array_mut().unwrap().push(json!({"Sid": "Wide", "Effect": "Allow", "Action": "lambda:*", "Resource": "*"}));
+    assert_eq!(direct_invoke_grants(&wildcard), [format!("{CONSUMER}/Wide")]);
+
+    let mut permission = template();
+    permission["Resources"]["ProducerInvoke"] = json!({"Type": "AWS::Lambda::Permission", "Properties": {
+        "Action": "lambda:InvokeFunction",
+        "FunctionName": {"Ref": "PaymentsApiFunction.Alias"},
+        "Principal": "123456789012",
+    }});
+    assert_eq!(direct_invoke_grants(&permission), ["ProducerInvoke (permission)"]);
+    permission["Resources"]["ProducerInvoke"]["Properties"]["InvokedViaFunctionUrl"] = json!(true);
+    assert_eq!(direct_invoke_grants(&permission), Vec::<String>::new());
 }
 
 /// The API's alarms, as the other functions': failed and throttled invocations, and its URL's

@@ -13,7 +13,7 @@ use crate::pipeline::Pipeline;
 use crate::progress::Tracker;
 use crate::resources::{self, Clients, RECEIPT_FROM};
 use crate::workload::{self, Workload};
-use crate::{chaos, demo, esm};
+use crate::{chaos, demo, esm, loopback};
 
 mod own;
 
@@ -26,6 +26,19 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Use AWS_ENDPOINT_URL (or a service's AWS_ENDPOINT_URL_*) even when it is not on this
+    /// machine: the commands create, purge and delete tables and queues wherever it points
+    /// (LOCAL_ALLOW_REMOTE=1 does the same)
+    #[arg(long, global = true)]
+    pub allow_remote: bool,
+}
+
+impl Cli {
+    /// Carries the command out, unless the endpoint is off this machine and neither
+    /// `--allow-remote` nor `LOCAL_ALLOW_REMOTE=1` allows it.
+    pub async fn apply(self) -> Result<()> {
+        self.command.apply_allowing(self.allow_remote || loopback::allowed_by_env()).await
+    }
 }
 
 /// One command.
@@ -203,8 +216,16 @@ fn workload(events: usize, duplicates: u32, poison: usize) -> Workload {
 }
 
 impl Command {
-    /// Carries the command out against the local AWS (or `AWS_ENDPOINT_URL`).
+    /// Carries the command out against the local AWS (or `AWS_ENDPOINT_URL`), refusing an
+    /// endpoint off this machine unless `LOCAL_ALLOW_REMOTE=1` ([`loopback`]).
     pub async fn apply(self) -> Result<()> {
+        self.apply_allowing(loopback::allowed_by_env()).await
+    }
+
+    async fn apply_allowing(self, allow_remote: bool) -> Result<()> {
+        // Before the first request: `down` deletes, `up` creates, wherever the SDK points.
+        let vars = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        loopback::check(&loopback::configured(&endpoint(), vars), allow_remote)?;
         let clients = Clients::local().await;
         match self {
             Command::Chaos(options) => chaos(&clients, &options).await,
@@ -465,6 +486,8 @@ mod tests {
             "local send --template template.json --queue OrdersQueue --file events/order.json",
             "local run --template template.json --bin target/debug/orders-consumer",
             "local run --template template.json --invoke-url http://127.0.0.1:9000 --name orders-consumer",
+            "local down --allow-remote",
+            "local --allow-remote up --prefix t1",
         ] {
             Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
         }

@@ -12,7 +12,8 @@
 //! - [`api`]: an HTTP function (the payments API) served over real HTTP in process;
 //! - [`via_api`]: the demo through the payments API, with client timeouts and lost answers;
 //! - [`template`]: a user's own template's resources, environment and SQS event sources;
-//! - [`runtime`]: a function's own binary run under a local Lambda Runtime API.
+//! - [`runtime`]: a function's own binary run under a local Lambda Runtime API;
+//! - [`loopback`]: the endpoints it may touch: this machine's, unless told otherwise.
 
 pub mod api;
 pub mod chaos;
@@ -23,6 +24,7 @@ pub mod esm;
 mod http;
 pub mod invariants;
 pub mod invoke;
+pub mod loopback;
 pub mod pipeline;
 pub mod progress;
 pub mod proxy;

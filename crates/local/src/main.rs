@@ -5,7 +5,7 @@ use clap::Parser;
 #[tokio::main]
 async fn main() {
     let cli = local::cli::Cli::parse();
-    if let Err(e) = cli.command.apply().await {
+    if let Err(e) = cli.apply().await {
         eprintln!("local: {}", local::error::report(&*e));
         std::process::exit(1);
     }
