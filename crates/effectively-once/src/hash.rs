@@ -302,6 +302,24 @@ mod tests {
         let _ = PayloadHash::of_plain(&serde_json::json!({"id": 9_007_199_254_740_993_u64}));
     }
 
+    /// A payload nested deeper than serde_json reads back (128 levels) is plain as documented
+    /// (no float, no integer past 2^53, no string starting with a NUL), yet its canonical form
+    /// does not read back as its tree: the version 1 hash must still be the tree's, not the
+    /// hash of `null` (in release builds the debug check is off, and a v1 record of the same
+    /// payload would be key reuse; one of `null` a duplicate).
+    #[test]
+    fn a_deeply_nested_plain_payload_keeps_its_version_1_hash() {
+        let mut deep = serde_json::json!("leaf");
+        for _ in 0..200 {
+            deep = serde_json::json!({ "a": [deep] });
+        }
+        let tree = PayloadHash::of(deep.clone()).unwrap();
+        let fast = PayloadHash::of_plain(&deep).unwrap();
+        assert_eq!(fast.as_str(), tree.as_str());
+        assert_eq!(fast.v1(), tree.v1(), "the v1 hash of a deep plain payload is its tree's");
+        assert!(!fast.matches(&hex_sha256(b"null")), "a deep payload is not the payload null");
+    }
+
     /// A producer that re-serialises a payload (numbers, key order, whitespace, escapes) sends
     /// the same payload: RFC 8785 gives it one form.
     #[test]
