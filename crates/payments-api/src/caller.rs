@@ -340,6 +340,26 @@ mod tests {
         assert!(a.caller(Some("arn:aws:sts::111122223333:assumed-role/ci/other")).is_err());
     }
 
+    /// "A principal belongs to one producer": a session named exactly by one producer and
+    /// covered by another's role is one principal given twice. Accepted, the session's caller
+    /// is silently the producer first by name (`ci-all` here), with that producer's scope and
+    /// accounts, not the one that names it (`deploy`).
+    #[test]
+    fn a_session_given_to_one_producer_and_its_role_to_another_is_refused() {
+        let json = r#"{"deploy": {"principals": ["arn:aws:sts::111122223333:assumed-role/ci/deploy"], "accounts": ["dep_*"]},
+            "ci-all": {"principals": ["arn:aws:iam::111122223333:role/ci"], "accounts": ["*"]}}"#;
+        let parsed = Producers::parse(json);
+        if let Ok(producers) = &parsed {
+            let caller = producers.caller(Some("arn:aws:sts::111122223333:assumed-role/ci/deploy")).unwrap();
+            panic!(
+                "accepted: the session deploy is producer {:?}, may post to acct_1: {}",
+                caller.producer(),
+                caller.may_post_to("acct_1")
+            );
+        }
+        assert!(parsed.unwrap_err().contains("too"), "refused as a principal given twice");
+    }
+
     #[test]
     fn one_producer_keeps_the_key_as_it_is_and_several_scope_it() {
         let open = Producers::open();
