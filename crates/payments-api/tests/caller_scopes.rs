@@ -231,3 +231,24 @@ async fn two_producers_put_two_events_on_the_queue_under_their_own_records() {
     ids.sort();
     assert_eq!(ids, ["api#payroll:pay_1", "api#shop:pay_1"], "nothing stored for the 403s");
 }
+
+/// Going from no producer (or one) to several keeps the records (`api#{key}`, kept for good)
+/// on the same prefix the scoped ones use (`api#{producer}:{key}`): a key sent before the
+/// switch that spells `{producer}:{key}` answers that producer's own key after it. A caller of
+/// the open deployment squats `payroll:pay_1` with a 1-cent body; once producers are
+/// configured, payroll's first `pay_1` is refused as key reuse (or, same body, replayed and
+/// never sent), the squat the scoping was to prevent, and its event id `payroll:pay_1` is
+/// already the squatter's in the ledger.
+#[tokio::test]
+async fn a_key_sent_before_producers_were_configured_does_not_squat_a_producers_key() {
+    let store = Arc::new(InMemoryStore::new());
+    let open = Api::new(Idempotency::new(store.clone(), Config::default()), Recording::default());
+    let squat = answer(&open, request(Some(STRANGER), "payroll:pay_1", &body("acct_42", 1))).await;
+    assert_eq!((squat.0, &squat.2["event_id"]), (202, &json!("payroll:pay_1")));
+
+    let scoped = Api::new(Idempotency::new(store.clone(), Config::default()), Recording::default())
+        .with_producers(two_producers());
+    let real = answer(&scoped, request(Some(PAYROLL), "pay_1", &body("acct_42", 125_000))).await;
+    assert_eq!((real.0, real.1, &real.2["event_id"]), (202, false, &json!("payroll:pay_1")), "{real:?}");
+    assert_eq!(scoped.queue().sent(), [("payroll:pay_1".to_owned(), 125_000)]);
+}
