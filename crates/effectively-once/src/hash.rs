@@ -82,8 +82,15 @@ impl PayloadHash {
     /// same hash as [`PayloadHash::of`] the payload's tree, which debug builds check.
     pub(crate) fn of_plain<P: Serialize + ?Sized>(payload: &P) -> Result<PayloadHash, Error> {
         let canonical = serde_json_canonicalizer::to_vec(&payload).map_err(no_canonical_form)?;
-        let hash =
-            PayloadHash { current: current(&canonical), selected: Selected::Canonical(canonical), v1: OnceLock::new() };
+        let current = current(&canonical);
+        // serde_json reads back at most 128 levels (100 leaves a margin): a deeper payload keeps
+        // its tree for v1.
+        let selected = if nesting(&canonical) < 100 {
+            Selected::Canonical(canonical)
+        } else {
+            Selected::Value(serde_json::to_value(payload).map_err(no_canonical_form)?)
+        };
+        let hash = PayloadHash { current, selected, v1: OnceLock::new() };
         #[cfg(debug_assertions)]
         {
             let tree = serde_json::to_value(payload).expect("a payload that serialised once serialises again");
@@ -198,6 +205,25 @@ fn tagged(value: &Value) -> Value {
     }
 }
 
+/// How deep a JSON text's arrays and objects nest (brackets inside strings do not count).
+fn nesting(json: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    for &byte in json {
+        match (in_string, escaped, byte) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (_, _, b'"') => in_string = !in_string,
+            (false, _, b'{' | b'[') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, _, b'}' | b']') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// The hash new records store of a canonical form: `v2:` and 64 hex digits.
 fn current(canonical: &[u8]) -> String {
     let mut current = String::with_capacity(PAYLOAD_HASH_VERSION.len() + 1 + 64);
@@ -307,6 +333,13 @@ mod tests {
     /// does not read back as its tree: the version 1 hash must still be the tree's, not the
     /// hash of `null` (in release builds the debug check is off, and a v1 record of the same
     /// payload would be key reuse; one of `null` a duplicate).
+    #[test]
+    fn nesting_counts_brackets_outside_strings() {
+        assert_eq!(nesting(br#""a""#), 0);
+        assert_eq!(nesting(br#"{"a":[1,{"b":"[[{"}],"c":"\"[]"}"#), 3);
+        assert_eq!(nesting(br#"[[],[[]]]"#), 3);
+    }
+
     #[test]
     fn a_deeply_nested_plain_payload_keeps_its_version_1_hash() {
         let mut deep = serde_json::json!("leaf");

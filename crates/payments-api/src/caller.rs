@@ -147,7 +147,12 @@ impl Producers {
             let mut principals = Vec::new();
             for arn in &entry.principals {
                 let principal = Principal::parse(arn).map_err(&problem)?;
-                if let Some((_, other)) = seen.iter().find(|(seen, _)| *seen == principal) {
+                // One principal, one producer: a session given to one and its role to another
+                // would otherwise be the first producer's by name, with its scope and accounts.
+                let clash = |(seen, other): &&(Principal, String)| {
+                    *seen == principal || (*other != name && seen.overlaps(&principal))
+                };
+                if let Some((_, other)) = seen.iter().find(clash) {
                     return Err(problem(format!("principal {arn} is producer {other:?}'s too")));
                 }
                 seen.push((principal.clone(), name.clone()));
@@ -214,6 +219,15 @@ impl Principal {
                 Ok(Principal::Exact(arn.to_owned()))
             }
             _ => Err(refuse("is neither an IAM user's or role's ARN nor an assumed-role session's")),
+        }
+    }
+
+    /// Whether a caller could be both: the same principal, or a role and one of its sessions.
+    fn overlaps(&self, other: &Principal) -> bool {
+        match (self, other) {
+            (Principal::Exact(arn), role @ Principal::Role { .. })
+            | (role @ Principal::Role { .. }, Principal::Exact(arn)) => role.matches(arn),
+            _ => self == other,
         }
     }
 

@@ -233,14 +233,14 @@ async fn two_producers_put_two_events_on_the_queue_under_their_own_records() {
 }
 
 /// Going from no producer (or one) to several keeps the records (`api#{key}`, kept for good)
-/// on the same prefix the scoped ones use (`api#{producer}:{key}`): a key sent before the
-/// switch that spells `{producer}:{key}` answers that producer's own key after it. A caller of
-/// the open deployment squats `payroll:pay_1` with a 1-cent body; once producers are
-/// configured, payroll's first `pay_1` is refused as key reuse (or, same body, replayed and
-/// never sent), the squat the scoping was to prevent, and its event id `payroll:pay_1` is
-/// already the squatter's in the ledger.
+/// on the prefix the scoped ones use (`api#{producer}:{key}`): a key sent before the switch
+/// that spells `{producer}:{key}` holds that event id, in the API's records and in the ledger.
+/// After the switch, that producer's own request under it with another body is refused `422`
+/// and nothing is sent: a `202` would put a second event under one event id on the queue,
+/// which the consumer sends to the DLQ as key reuse after the client was told it was
+/// accepted. docs/deploy.md says to check for such keys before switching.
 #[tokio::test]
-async fn a_key_sent_before_producers_were_configured_does_not_squat_a_producers_key() {
+async fn a_key_held_from_before_producers_were_configured_is_refused_never_sent_twice() {
     let store = Arc::new(InMemoryStore::new());
     let open = Api::new(Idempotency::new(store.clone(), Config::default()), Recording::default());
     let squat = answer(&open, request(Some(STRANGER), "payroll:pay_1", &body("acct_42", 1))).await;
@@ -249,6 +249,7 @@ async fn a_key_sent_before_producers_were_configured_does_not_squat_a_producers_
     let scoped = Api::new(Idempotency::new(store.clone(), Config::default()), Recording::default())
         .with_producers(two_producers());
     let real = answer(&scoped, request(Some(PAYROLL), "pay_1", &body("acct_42", 125_000))).await;
-    assert_eq!((real.0, real.1, &real.2["event_id"]), (202, false, &json!("payroll:pay_1")), "{real:?}");
-    assert_eq!(scoped.queue().sent(), [("payroll:pay_1".to_owned(), 125_000)]);
+    assert_eq!((real.0, &real.2["error"]), (422, &json!("idempotency_key_reused")), "{real:?}");
+    assert!(scoped.queue().sent().is_empty(), "nothing sent under the held event id");
+    assert_eq!(open.queue().sent(), [("payroll:pay_1".to_owned(), 1)], "the one event of that id");
 }
