@@ -1290,10 +1290,13 @@ fn receipts_go_out_under_a_configuration_set_with_bounce_and_complaint_alarms() 
     let send = statements(&t, RELAY).into_iter().find(|s| s["Sid"] == "SendFromReceiptIdentity").unwrap();
     let resources = list(&send["Resource"]);
     assert_eq!(resources.len(), 2, "{resources:?}");
-    assert!(resources.iter().any(|r| r["Fn::Sub"].as_str().is_some_and(|a| a.ends_with("configuration-set/${ReceiptsConfigurationSet}"))));
+    assert!(resources
+        .iter()
+        .any(|r| r["Fn::Sub"].as_str().is_some_and(|a| a.ends_with("configuration-set/${ReceiptsConfigurationSet}"))));
 
     let now_ms = 1_795_000_000_000;
-    let (counter, _) = payments::RateLimit::from_env_values(Some("5"), None).unwrap().unwrap().counter("acct_42", now_ms);
+    let (counter, _) =
+        payments::RateLimit::from_env_values(Some("5"), None).unwrap().unwrap().counter("acct_42", now_ms);
     assert!(allows(&t, RELAY, Request { action: "dynamodb:UpdateItem", table: "IdempotencyTable", key: &counter }));
     for action in ["dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:GetItem"] {
         let request = Request { action, table: "IdempotencyTable", key: &counter };

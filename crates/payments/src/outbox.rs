@@ -64,8 +64,7 @@ impl RowStatus {
 
     /// The state a stored form names.
     pub fn parse(stored: &str) -> Option<RowStatus> {
-        RowStatus::ALL.into_iter()
-            .find(|status| status.as_str() == stored)
+        RowStatus::ALL.into_iter().find(|status| status.as_str() == stored)
     }
 }
 
@@ -176,7 +175,8 @@ impl ReceiptRow {
         if !matches!(image.get("kind"), Some(serde_dynamo::AttributeValue::S(kind)) if kind == KIND) {
             return Ok(None);
         }
-        let malformed = |e: String| StoreError::new(StoreErrorKind::Malformed, format!("outbox row in the stream image: {e}"));
+        let malformed =
+            |e: String| StoreError::new(StoreErrorKind::Malformed, format!("outbox row in the stream image: {e}"));
         let row: ReceiptRow = serde_dynamo::from_item(image.clone()).map_err(|e| malformed(e.to_string()))?;
         // Any writer of the outbox table can put a row: what the email shows is checked here,
         // not trusted because the ledger usually wrote it.
@@ -331,9 +331,9 @@ impl Outbox {
             Some(AttributeValue::S(stored)) => RowStatus::parse(stored),
             _ => None,
         };
-        status
-            .map(Some)
-            .ok_or_else(|| StoreError::new(StoreErrorKind::Malformed, format!("outbox row {event_id}: no known status")))
+        status.map(Some).ok_or_else(|| {
+            StoreError::new(StoreErrorKind::Malformed, format!("outbox row {event_id}: no known status"))
+        })
     }
 
     /// An event's row with its fate, read consistently; `None` when there is none.
@@ -403,7 +403,13 @@ impl Outbox {
     /// own rule), with `reason` (addresses redacted here), and removes the event's address:
     /// no receipt will ever go to it. `Ok(false)`, nothing written, when the row is not
     /// pending (already marked, or gone).
-    pub async fn mark_held(&self, event_id: &str, status: RowStatus, reason: &str, at: &str) -> Result<bool, StoreError> {
+    pub async fn mark_held(
+        &self,
+        event_id: &str,
+        status: RowStatus,
+        reason: &str,
+        at: &str,
+    ) -> Result<bool, StoreError> {
         debug_assert!(matches!(status, RowStatus::Refused | RowStatus::RateLimited), "{status:?}");
         self.mark_unsent(event_id, status, reason, at).await
     }

@@ -58,12 +58,13 @@ impl RateLimit {
         if per_window == 0 {
             return Ok(None);
         }
-        let window_s = match window_s.map(str::trim).filter(|v| !v.is_empty()) {
-            None => 3_600,
-            Some(text) => text.parse::<u64>().ok().filter(|s| (60..=31 * 86_400).contains(s)).ok_or_else(|| {
-                format!("RECEIPT_RATE_WINDOW_SECONDS must be 60 to 2678400 (31 days), is {text:?}")
-            })?,
-        };
+        let window_s =
+            match window_s.map(str::trim).filter(|v| !v.is_empty()) {
+                None => 3_600,
+                Some(text) => text.parse::<u64>().ok().filter(|s| (60..=31 * 86_400).contains(s)).ok_or_else(|| {
+                    format!("RECEIPT_RATE_WINDOW_SECONDS must be 60 to 2678400 (31 days), is {text:?}")
+                })?,
+            };
         Ok(Some(RateLimit { per_window, window: Duration::from_secs(window_s) }))
     }
 

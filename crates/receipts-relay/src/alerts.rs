@@ -30,7 +30,8 @@ pub enum Alert {
 }
 
 impl Alert {
-    const ALL: [Alert; 4] = [Alert::EmailBlocked, Alert::EmailAmbiguous, Alert::ReceiptRefused, Alert::ReceiptRateLimited];
+    const ALL: [Alert; 4] =
+        [Alert::EmailBlocked, Alert::EmailAmbiguous, Alert::ReceiptRefused, Alert::ReceiptRateLimited];
 
     /// The metric's name.
     pub fn metric(self) -> &'static str {

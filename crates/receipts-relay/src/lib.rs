@@ -472,16 +472,16 @@ impl<E: EmailSender> Receipts<E> {
             return Ok(Disposition::Duplicate);
         }
         let now = rfc3339(markers.config().now_ms());
-        let marked = self
-            .outbox
-            .mark_held(&row.event_id, status, reason, &now)
-            .await
-            .map_err(|e| RecordError::retryable(format!("marking the row {}: {}", status.as_str(), ErrorChain(&e))))?;
+        let marked =
+            self.outbox.mark_held(&row.event_id, status, reason, &now).await.map_err(|e| {
+                RecordError::retryable(format!("marking the row {}: {}", status.as_str(), ErrorChain(&e)))
+            })?;
         if !marked {
             return Ok(Disposition::Duplicate);
         }
         let alert = if status == RowStatus::Refused { Alert::ReceiptRefused } else { Alert::ReceiptRateLimited };
-        self.alerts.raise(alert, &format!("receipt not sent; row marked {}: {}", status.as_str(), redact_emails(reason)));
+        self.alerts
+            .raise(alert, &format!("receipt not sent; row marked {}: {}", status.as_str(), redact_emails(reason)));
         Ok(Disposition::Rejected)
     }
 

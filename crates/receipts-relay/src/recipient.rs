@@ -122,10 +122,7 @@ mod tests {
             choose(registered.clone(), Some("x@evil.example"), list.as_ref()),
             Ok(Recipient::Account("owner@bank.example".into()))
         );
-        assert_eq!(
-            choose(None, Some("a@example.com"), list.as_ref()),
-            Ok(Recipient::Event("a@example.com".into()))
-        );
+        assert_eq!(choose(None, Some("a@example.com"), list.as_ref()), Ok(Recipient::Event("a@example.com".into())));
         let refused = choose(None, Some("spamtrap@evil.example"), list.as_ref()).unwrap_err();
         assert!(refused.contains(ALLOWED_VAR) && !refused.contains("spamtrap"), "{refused}");
         assert_eq!(

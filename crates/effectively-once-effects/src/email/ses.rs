@@ -156,13 +156,13 @@ mod tests {
 
     #[tokio::test]
     async fn the_configuration_set_is_named_on_every_send_when_set() {
-        let with = request_body(|c| {
-            SesSender::new(c, "r@example.com").with_configuration_set(Some("receipts-prod".into()))
-        })
-        .await;
+        let with =
+            request_body(|c| SesSender::new(c, "r@example.com").with_configuration_set(Some("receipts-prod".into())))
+                .await;
         assert!(with.contains(r#""ConfigurationSetName":"receipts-prod""#), "{with}");
         assert!(with.contains(r#""FromEmailAddress":"r@example.com""#), "{with}");
-        let without = request_body(|c| SesSender::new(c, "r@example.com").with_configuration_set(Some(String::new()))).await;
+        let without =
+            request_body(|c| SesSender::new(c, "r@example.com").with_configuration_set(Some(String::new()))).await;
         assert!(!without.contains("ConfigurationSetName"), "{without}");
     }
 }
