@@ -752,7 +752,7 @@ fn every_condition_an_operator_must_see_has_an_alarm() {
         required.push((metrics_namespace(), "Failed", dimension("Function", function_name(&t, function))));
     }
     let relay = dimension("Function", function_name(&t, "ReceiptsRelayFunction"));
-    for alert in [Alert::EmailBlocked, Alert::EmailAmbiguous] {
+    for alert in [Alert::EmailBlocked, Alert::EmailAmbiguous, Alert::ReceiptRefused, Alert::ReceiptRateLimited] {
         required.push((metrics_namespace(), alert.metric(), relay.clone()));
     }
     required.push((metrics_namespace(), "PermanentFailures", relay.clone()));
@@ -1318,8 +1318,11 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     let markers = effectively_once::Idempotency::new(DynamoDbStore::new(client, &idempotency), Default::default());
     let sender = effectively_once_effects::RecordingSender::new();
     sender.fail_next(SendError::new(SendErrorKind::Throttled, "injected"));
+    // With every rule on: the profile read and the rate counter are requests of the role too.
     let relay =
-        receipts_relay::Receipts::new(markers, sender, &outbox_table, effectively_once_effects::Policy::default());
+        receipts_relay::Receipts::new(markers, sender, &outbox_table, effectively_once_effects::Policy::default())
+            .with_profiles(&ledger_table)
+            .with_rate_limit(payments::RateLimit::from_env_values(Some("5"), None).unwrap());
     let event: Event = serde_json::from_str(include_str!("../../events/dynamodb-stream-outbox.json")).unwrap();
     let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
     for _ in 0..3 {
@@ -1375,6 +1378,77 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
         }
         println!("{role}: {} requests, all allowed: {seen:?}", requests.len());
     }
+}
+
+/// The relay sends under the stack's SES configuration set, whose reputation metrics (bounce and
+/// complaint rates) page an operator before SES pauses the account; its grants for the receipt
+/// rules are as narrow as the rules: the counters' prefix, and one attribute of the ledger.
+#[test]
+fn receipts_go_out_under_a_configuration_set_with_bounce_and_complaint_alarms() {
+    let t = template();
+    let set = &t["Resources"]["ReceiptsConfigurationSet"];
+    assert_eq!(set["Type"], "AWS::SES::ConfigurationSet");
+    assert_eq!(set["Properties"]["ReputationOptions"]["ReputationMetricsEnabled"], true, "no rates without it");
+    let env = t["Resources"]["ReceiptsRelayFunction"]["Properties"]["Environment"]["Variables"].clone();
+    assert_eq!(env["RECEIPT_CONFIGURATION_SET"], json!({"Ref": "ReceiptsConfigurationSet"}));
+    // The names the template writes are the ones the relay reads.
+    let sample = |name: &str| match name {
+        "RECEIPT_CONFIGURATION_SET" => Some("stack-receipts".to_owned()),
+        "RECEIPT_ALLOWED_RECIPIENTS" => Some("example.com".to_owned()),
+        "RECEIPT_RATE_PER_ACCOUNT" => Some("10".to_owned()),
+        "RECEIPT_RATE_WINDOW_SECONDS" => Some("3600".to_owned()),
+        other => env.get(other).map(|_| "x".to_owned()),
+    };
+    let read = receipts_relay::Env::from_env_with(sample).unwrap();
+    assert_eq!(read.configuration_set.as_deref(), Some("stack-receipts"));
+    assert!(read.allowed.is_some_and(|list| list.allows("a@example.com")));
+    assert_eq!(read.rate.map(|r| r.per_window), Some(10));
+    assert_eq!(read.ledger_table.as_deref(), Some("x"), "profiles are read from the ledger the stack passes");
+    for (parameter, variable) in [
+        ("ReceiptAllowedRecipients", "RECEIPT_ALLOWED_RECIPIENTS"),
+        ("ReceiptRatePerAccount", "RECEIPT_RATE_PER_ACCOUNT"),
+        ("ReceiptRateWindowSeconds", "RECEIPT_RATE_WINDOW_SECONDS"),
+    ] {
+        assert_eq!(env[variable], json!({"Ref": parameter}));
+    }
+    // Off by default: the payment contract's "exactly one receipt per event with an address".
+    assert_eq!(t["Parameters"]["ReceiptAllowedRecipients"]["Default"], "");
+    assert_eq!(t["Parameters"]["ReceiptRatePerAccount"]["Default"], 0);
+
+    let dimension = json!([{"Name": "ses:configuration-set", "Value": {"Ref": "ReceiptsConfigurationSet"}}]);
+    for (metric, threshold) in [("Reputation.BounceRate", 0.05), ("Reputation.ComplaintRate", 0.001)] {
+        let alarm = alarm_on(&t, &json!("AWS/SES"), metric, dimension.clone())
+            .unwrap_or_else(|| panic!("no alarm on {metric} of the receipts' configuration set"));
+        assert_eq!(alarm["Threshold"], json!(threshold), "{metric}");
+        assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
+        assert_eq!(alarm["AlarmActions"], alarm_actions(), "{metric}");
+    }
+
+    // SES authorises a send under a configuration set on the set too: granted on this one only.
+    let send = statements(&t, RELAY).into_iter().find(|s| s["Sid"] == "SendFromReceiptIdentity").unwrap();
+    let resources = list(&send["Resource"]);
+    assert_eq!(resources.len(), 2, "{resources:?}");
+    assert!(resources
+        .iter()
+        .any(|r| r["Fn::Sub"].as_str().is_some_and(|a| a.ends_with("configuration-set/${ReceiptsConfigurationSet}"))));
+
+    let now_ms = 1_795_000_000_000;
+    let (counter, _) =
+        payments::RateLimit::from_env_values(Some("5"), None).unwrap().unwrap().counter("acct_42", now_ms);
+    assert!(allows(&t, RELAY, Request { action: "dynamodb:UpdateItem", table: "IdempotencyTable", key: &counter }));
+    for action in ["dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:GetItem"] {
+        let request = Request { action, table: "IdempotencyTable", key: &counter };
+        assert!(!allows(&t, RELAY, request), "the relay needs only UpdateItem on its counters, not {action}");
+    }
+    let profile = Request { action: "dynamodb:GetItem", table: "LedgerTable", key: "account#acct_42" };
+    assert!(allows(&t, RELAY, profile), "the relay reads the account's profile");
+    let read = statements(&t, RELAY).into_iter().find(|s| s["Sid"] == "AccountProfileReceiptAddress").unwrap();
+    assert_eq!(
+        read["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"],
+        json!(["receipt_email"]),
+        "of the ledger, the relay reads the receipt address alone (no balance, no entry)"
+    );
+    assert_eq!(read["Condition"]["StringEqualsIfExists"]["dynamodb:Select"], "SPECIFIC_ATTRIBUTES");
 }
 
 const API: &str = "PaymentsApiRole";

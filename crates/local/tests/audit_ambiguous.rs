@@ -40,17 +40,12 @@ async fn post(clients: &Clients, r: &Resources, domain: &str, count: usize) -> P
     plan
 }
 
-/// Sets the receipt row's status, as the relay's `outbox::mark` would.
+/// Marks the receipt row `status` through the relay's own `Outbox::mark` (a `SENT` row drops its
+/// address there, as the relay's does).
 async fn mark_row(clients: &Clients, r: &Resources, event_id: &str, status: &str) {
-    clients
-        .dynamodb
-        .update_item()
-        .table_name(&r.outbox_table)
-        .key("pk", AttributeValue::S(payments::outbox::row_key(event_id)))
-        .update_expression("SET #s = :a")
-        .expression_attribute_names("#s", "status")
-        .expression_attribute_values(":a", AttributeValue::S(status.into()))
-        .send()
+    let status = payments::RowStatus::parse(status).expect("a row status");
+    payments::Outbox::new(clients.dynamodb.clone(), &r.outbox_table)
+        .mark(event_id, status, None, "2026-12-02T10:00:00.000Z")
         .await
         .unwrap();
 }

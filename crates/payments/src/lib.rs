@@ -75,8 +75,15 @@
 //! The outbox row (`OUTBOX_TABLE`, key `pk = receipt#{event_id}`, stream with new images)
 //! carries what the receipt needs: `event_id`, `account_id`, `amount_cents`, `currency`,
 //! `receipt_email`, `created_at`, `status = PENDING`. The relay reads the [`ReceiptRow`] out of
-//! the stream record and marks the row `SENT` (with `message_id`), `FAILED` or `AMBIGUOUS`
-//! through an [`Outbox`] ([`outbox`]).
+//! the stream record and marks the row `SENT` (with `message_id`, the address removed),
+//! `FAILED`, `AMBIGUOUS`, or, sending nothing, `REFUSED` or `RATE_LIMITED` (the address
+//! removed) through an [`Outbox`] ([`outbox`]).
+//!
+//! The event's address is a request, not the recipient: the relay sends to the account's
+//! registered address where its [profile](profile) names one, else to the event's when the
+//! deployment's allow-list admits it (or no allow-list is set), and admits at most a
+//! [rate](rate) of receipts per account. Both are what a deployment turns on:
+//! [operations](https://github.com/effectively-once/effectively-once/blob/main/docs/operations.md#receipts-who-gets-them-and-how-many).
 //!
 //! # Features
 //!
@@ -105,6 +112,8 @@ pub mod lambda;
 pub mod ledger;
 pub mod outbox;
 mod payment;
+pub mod profile;
+pub mod rate;
 #[cfg(feature = "test-util")]
 pub mod tables;
 mod time;
@@ -116,6 +125,8 @@ pub use crate::error::Error;
 pub use crate::ledger::{Balance, Deliveries, Delivery, Ledger, Migration, Posting, Preread, Rejection};
 pub use crate::outbox::{Outbox, OutboxRow, ReceiptRow, RowStatus};
 pub use crate::payment::{BodyError, InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
+pub use crate::profile::Profiles;
+pub use crate::rate::{RateLimit, ReceiptRate};
 pub use crate::time::rfc3339;
 
 /// The key prefix of receipt email markers: `email#{event_id}`. A deployed contract: the

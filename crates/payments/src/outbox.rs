@@ -31,9 +31,25 @@ pub enum RowStatus {
     Failed,
     /// A send may or may not have happened; not resent (at most once). For an operator.
     Ambiguous,
+    /// Not sent: the recipient is neither the account's receipt address nor allowed by the
+    /// deployment's rule (`failure_reason` says which). Never retried.
+    Refused,
+    /// Not sent: the account had its receipts for the window already (`failure_reason` says
+    /// the limit). Never retried: a held receipt sent later would arrive out of context.
+    RateLimited,
 }
 
 impl RowStatus {
+    /// Every state.
+    pub const ALL: [RowStatus; 6] = [
+        RowStatus::Pending,
+        RowStatus::Sent,
+        RowStatus::Failed,
+        RowStatus::Ambiguous,
+        RowStatus::Refused,
+        RowStatus::RateLimited,
+    ];
+
     /// The stored form.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -41,14 +57,14 @@ impl RowStatus {
             RowStatus::Sent => "SENT",
             RowStatus::Failed => "FAILED",
             RowStatus::Ambiguous => "AMBIGUOUS",
+            RowStatus::Refused => "REFUSED",
+            RowStatus::RateLimited => "RATE_LIMITED",
         }
     }
 
     /// The state a stored form names.
     pub fn parse(stored: &str) -> Option<RowStatus> {
-        [RowStatus::Pending, RowStatus::Sent, RowStatus::Failed, RowStatus::Ambiguous]
-            .into_iter()
-            .find(|status| status.as_str() == stored)
+        RowStatus::ALL.into_iter().find(|status| status.as_str() == stored)
     }
 }
 
@@ -65,8 +81,12 @@ pub struct ReceiptRow {
     pub amount_cents: i64,
     /// Its currency.
     pub currency: String,
-    /// The recipient.
-    pub receipt_email: String,
+    /// The address the event asked the receipt to go to. `None` on a row read from the table
+    /// once its receipt was sent, refused or limited: the address is removed then (it is
+    /// personal data the row no longer needs). The relay decides the actual recipient
+    /// (`receipts_relay`'s recipient rule), of which this is only the last choice.
+    #[serde(default)]
+    pub receipt_email: Option<String>,
     /// When the payment was posted (RFC 3339).
     pub created_at: String,
 }
@@ -79,7 +99,7 @@ impl fmt::Debug for ReceiptRow {
             .field("account_id", &self.account_id)
             .field("amount_cents", &self.amount_cents)
             .field("currency", &self.currency)
-            .field("receipt_email", &redact_email(&self.receipt_email))
+            .field("receipt_email", &self.receipt_email.as_deref().map(redact_email))
             .field("created_at", &self.created_at)
             .finish()
     }
@@ -98,6 +118,13 @@ pub fn row_item(event: &PaymentEvent, email: &str, created_at: &str) -> HashMap<
 /// The `kind` attribute that tells a receipt row from other items in the table.
 const KIND: &str = "receipt";
 
+/// The attribute holding the event's address, removed once the receipt's fate is settled.
+const RECEIPT_EMAIL: &str = "receipt_email";
+
+/// The receipt's subject: fixed, so no producer-chosen text (an event id, an account id) ever
+/// sits in the line a mail client shows first.
+pub const RECEIPT_SUBJECT: &str = "Your payment receipt";
+
 impl ReceiptRow {
     /// The receipt of `event`, for `email`, posted at `created_at`.
     pub fn new(event: &PaymentEvent, email: &str, created_at: &str) -> ReceiptRow {
@@ -106,7 +133,7 @@ impl ReceiptRow {
             account_id: event.account_id.clone(),
             amount_cents: event.amount_cents,
             currency: event.currency.clone(),
-            receipt_email: email.to_owned(),
+            receipt_email: Some(email.to_owned()),
             created_at: created_at.to_owned(),
         }
     }
@@ -114,17 +141,20 @@ impl ReceiptRow {
     /// The row as the ledger's transaction writes it: `PENDING`, keyed by the event.
     pub(crate) fn to_item(&self) -> HashMap<String, AttributeValue> {
         let string = |value: &str| AttributeValue::S(value.to_owned());
-        HashMap::from([
+        let mut item = HashMap::from([
             (KEY.to_owned(), string(&row_key(&self.event_id))),
             ("kind".to_owned(), string(KIND)),
             ("event_id".to_owned(), string(&self.event_id)),
             ("account_id".to_owned(), string(&self.account_id)),
             ("amount_cents".to_owned(), AttributeValue::N(self.amount_cents.to_string())),
             ("currency".to_owned(), string(&self.currency)),
-            ("receipt_email".to_owned(), string(&self.receipt_email)),
             ("created_at".to_owned(), string(&self.created_at)),
             ("status".to_owned(), string(RowStatus::Pending.as_str())),
-        ])
+        ]);
+        if let Some(email) = &self.receipt_email {
+            item.insert(RECEIPT_EMAIL.to_owned(), string(email));
+        }
+        item
     }
 
     /// The receipt row in a stream record's new image: `None` when the image is not a receipt
@@ -145,9 +175,40 @@ impl ReceiptRow {
         if !matches!(image.get("kind"), Some(serde_dynamo::AttributeValue::S(kind)) if kind == KIND) {
             return Ok(None);
         }
-        serde_dynamo::from_item(image.clone())
-            .map(Some)
-            .map_err(|e| StoreError::new(StoreErrorKind::Malformed, format!("outbox row in the stream image: {e}")))
+        let malformed =
+            |e: String| StoreError::new(StoreErrorKind::Malformed, format!("outbox row in the stream image: {e}"));
+        let row: ReceiptRow = serde_dynamo::from_item(image.clone()).map_err(|e| malformed(e.to_string()))?;
+        // Any writer of the outbox table can put a row: what the email shows is checked here,
+        // not trusted because the ledger usually wrote it.
+        row.check().map_err(malformed)?;
+        Ok(Some(row))
+    }
+
+    /// Whether the fields the email shows, and the keys the relay builds, are what the ledger
+    /// writes: ids in the payment contract's character set, an amount within its bounds, a
+    /// currency of three upper-case letters, an RFC 3339 UTC time. The error names the field.
+    pub fn check(&self) -> Result<(), String> {
+        let id = |name: &str, value: &str| {
+            let ok = (1..=200).contains(&value.len())
+                && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '#' | '-'));
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("{name} is not a payment id"))
+            }
+        };
+        id("event_id", &self.event_id)?;
+        id("account_id", &self.account_id)?;
+        if self.amount_cents == 0 || self.amount_cents.unsigned_abs() > crate::MAX_AMOUNT_CENTS as u64 {
+            return Err("amount_cents is out of bounds".into());
+        }
+        if !(self.currency.len() == 3 && self.currency.chars().all(|c| c.is_ascii_uppercase())) {
+            return Err("currency is not three upper-case letters".into());
+        }
+        if !crate::time::is_utc_timestamp(&self.created_at) {
+            return Err("created_at is not an RFC 3339 time".into());
+        }
+        Ok(())
     }
 
     /// Reads a row (a `GetItem`'s item).
@@ -156,21 +217,28 @@ impl ReceiptRow {
             .map_err(|e| StoreError::new(StoreErrorKind::Malformed, format!("outbox row: {e}")))
     }
 
-    /// The receipt email for this row.
-    pub fn message(&self) -> effectively_once_effects::EmailMessage {
-        let (verb, amount) =
-            if self.amount_cents >= 0 { ("credited", self.amount_cents) } else { ("debited", -self.amount_cents) };
+    /// The receipt email for this row, to `to` (the recipient the relay chose). The subject is
+    /// fixed ([`RECEIPT_SUBJECT`]) and the body shows only what [`check`](Self::check)
+    /// validates: the amount, its currency and the day it was posted. Neither the event id nor
+    /// the account id is shown, though the contract bounds both to `[A-Za-z0-9._:#-]`: that
+    /// set still spells a host name (`pay.evil-site.example`), which mail clients turn into a
+    /// link, and 200 characters of producer-chosen words. The customer's reference is the
+    /// amount and the date; support finds the row by the SES message id stored on it.
+    pub fn message(&self, to: &str) -> effectively_once_effects::EmailMessage {
+        let (verb, amount) = if self.amount_cents >= 0 {
+            ("credited", self.amount_cents.unsigned_abs())
+        } else {
+            ("debited", self.amount_cents.unsigned_abs())
+        };
+        let day = self.created_at.get(..10).unwrap_or_default();
         effectively_once_effects::EmailMessage {
-            to: self.receipt_email.clone(),
-            subject: format!("Receipt for payment {}", self.event_id),
+            to: to.to_owned(),
+            subject: RECEIPT_SUBJECT.to_owned(),
             text: format!(
-                "Account {} was {verb} {}.{:02} {} on {} (payment {}).",
-                self.account_id,
+                "Your account was {verb} {}.{:02} {} on {day} (UTC).\n\nThis is an automated receipt; no reply is needed.",
                 amount / 100,
                 amount % 100,
                 self.currency,
-                self.created_at,
-                self.event_id
             ),
         }
     }
@@ -240,22 +308,32 @@ impl Outbox {
         &self.table
     }
 
-    /// Whether an event's receipt row is still there (a consistent read of its key alone, 1
-    /// read unit). The relay asks before sending: a row deleted after the stream captured it
-    /// (an erasure on the customer's request, a cleanup) must not be emailed.
-    pub async fn exists(&self, event_id: &str) -> Result<bool, StoreError> {
+    /// An event's row's status, or `None` when the row is gone (a consistent read of its key
+    /// and status alone, 1 read unit). The relay asks before sending: a row deleted after the
+    /// stream captured it (an erasure on the customer's request, a cleanup) must not be
+    /// emailed, and a row already marked has its fate (a redelivered insert whose address
+    /// the row no longer holds must neither send nor fail).
+    pub async fn status(&self, event_id: &str) -> Result<Option<RowStatus>, StoreError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
             .key(KEY, AttributeValue::S(row_key(event_id)))
-            .projection_expression("#pk")
+            .projection_expression("#pk, #status")
             .expression_attribute_names("#pk", KEY)
+            .expression_attribute_names("#status", "status")
             .consistent_read(true)
             .send()
             .await
             .map_err(|e| store_error("GetItem", e))?;
-        Ok(out.item().is_some())
+        let Some(item) = out.item() else { return Ok(None) };
+        let status = match item.get("status") {
+            Some(AttributeValue::S(stored)) => RowStatus::parse(stored),
+            _ => None,
+        };
+        status.map(Some).ok_or_else(|| {
+            StoreError::new(StoreErrorKind::Malformed, format!("outbox row {event_id}: no known status"))
+        })
     }
 
     /// An event's row with its fate, read consistently; `None` when there is none.
@@ -273,7 +351,10 @@ impl Outbox {
     }
 
     /// Marks a row with the receipt's fate. Idempotent; a missing row is an error (`Malformed`:
-    /// the update's only condition is the row's existence).
+    /// the update's only condition is the row's existence). Marking it `SENT` removes the
+    /// event's address from the row in the same update: the row keeps what the receipt was
+    /// (amount, date, SES message id), not where it went. `FAILED` and `AMBIGUOUS` keep it for
+    /// the operator who checks them against SES's records.
     pub async fn mark(
         &self,
         event_id: &str,
@@ -291,11 +372,15 @@ impl Outbox {
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":status", AttributeValue::S(status.as_str().into()))
             .expression_attribute_values(":at", AttributeValue::S(at.into()));
+        let remove = if status == RowStatus::Sent { " REMOVE #email" } else { "" };
+        if status == RowStatus::Sent {
+            update = update.expression_attribute_names("#email", RECEIPT_EMAIL);
+        }
         update = match message_id {
             Some(id) => update
-                .update_expression("SET #status = :status, marked_at = :at, message_id = :id")
+                .update_expression(format!("SET #status = :status, marked_at = :at, message_id = :id{remove}"))
                 .expression_attribute_values(":id", AttributeValue::S(id.into())),
-            None => update.update_expression("SET #status = :status, marked_at = :at"),
+            None => update.update_expression(format!("SET #status = :status, marked_at = :at{remove}")),
         };
         match update.send().await {
             Ok(_) => Ok(()),
@@ -311,21 +396,43 @@ impl Outbox {
     /// pending: already marked (never over a receipt's recorded fate, `SENT` or `AMBIGUOUS`)
     /// or gone.
     pub async fn mark_failed(&self, event_id: &str, reason: &str, at: &str) -> Result<bool, StoreError> {
-        let written = self
+        self.mark_unsent(event_id, RowStatus::Failed, reason, at).await
+    }
+
+    /// Marks a row still `PENDING` `REFUSED` or `RATE_LIMITED` (nothing sent, by the relay's
+    /// own rule), with `reason` (addresses redacted here), and removes the event's address:
+    /// no receipt will ever go to it. `Ok(false)`, nothing written, when the row is not
+    /// pending (already marked, or gone).
+    pub async fn mark_held(
+        &self,
+        event_id: &str,
+        status: RowStatus,
+        reason: &str,
+        at: &str,
+    ) -> Result<bool, StoreError> {
+        debug_assert!(matches!(status, RowStatus::Refused | RowStatus::RateLimited), "{status:?}");
+        self.mark_unsent(event_id, status, reason, at).await
+    }
+
+    /// Marks a `PENDING` row `status` with `reason`, on the condition that it is still pending.
+    async fn mark_unsent(&self, event_id: &str, status: RowStatus, reason: &str, at: &str) -> Result<bool, StoreError> {
+        let mut set = "SET #status = :to, marked_at = :at, failure_reason = :reason".to_owned();
+        let mut update = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(KEY, AttributeValue::S(row_key(event_id)))
             .condition_expression("#status = :pending")
-            .update_expression("SET #status = :failed, marked_at = :at, failure_reason = :reason")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":pending", AttributeValue::S(RowStatus::Pending.as_str().into()))
-            .expression_attribute_values(":failed", AttributeValue::S(RowStatus::Failed.as_str().into()))
+            .expression_attribute_values(":to", AttributeValue::S(status.as_str().into()))
             .expression_attribute_values(":at", AttributeValue::S(at.into()))
-            .expression_attribute_values(":reason", AttributeValue::S(redact_emails(reason)))
-            .send()
-            .await;
-        match written {
+            .expression_attribute_values(":reason", AttributeValue::S(redact_emails(reason)));
+        if status != RowStatus::Failed {
+            set.push_str(" REMOVE #email");
+            update = update.expression_attribute_names("#email", RECEIPT_EMAIL);
+        }
+        match update.update_expression(set).send().await {
             Ok(_) => Ok(true),
             Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
                 Ok(false)
@@ -346,7 +453,7 @@ mod tests {
         )
         .unwrap();
         let row = ReceiptRow::from_item(&row_item(&event, "alice.smith@example.com", "2026-11-30T10:00:00Z")).unwrap();
-        assert_eq!(row.receipt_email, "alice.smith@example.com", "the row itself keeps the address");
+        assert_eq!(row.receipt_email.as_deref(), Some("alice.smith@example.com"), "the row itself keeps the address");
         for text in [format!("{row:?}"), format!("{row:#?}"), format!("{:?}", Ok::<_, ()>(&row))] {
             assert!(!text.contains("alice.smith"), "{text}");
             assert!(
@@ -395,7 +502,7 @@ mod tests {
         assert_eq!(image["status"], serde_json::json!({"S": "PENDING"}));
         let read = ReceiptRow::from_stream_record(&record(image)).unwrap().expect("a receipt row");
         assert_eq!(read, row);
-        assert_eq!(read.message(), row.message());
+        assert_eq!(read.message("x@example.com"), row.message("x@example.com"));
     }
 
     /// A receipt row's new image in DynamoDB JSON, with `extra` attributes of the caller's.
@@ -427,8 +534,8 @@ mod tests {
             ("pay_1", "acct_1", -1250, "USD")
         );
         assert_eq!(
-            (row.receipt_email.as_str(), row.created_at.as_str()),
-            ("a@example.com", "2026-11-18T11:06:40.123Z")
+            (row.receipt_email.as_deref(), row.created_at.as_str()),
+            (Some("a@example.com"), "2026-11-18T11:06:40.123Z")
         );
     }
 
@@ -467,8 +574,47 @@ mod tests {
         assert_eq!(sent.receipt.event_id, "pay_2");
         item.insert("status".into(), AttributeValue::S("LOST".into()));
         assert_eq!(OutboxRow::from_item(&item).unwrap_err().kind(), StoreErrorKind::Malformed);
-        for status in [RowStatus::Pending, RowStatus::Sent, RowStatus::Failed, RowStatus::Ambiguous] {
+        for status in RowStatus::ALL {
             assert_eq!(RowStatus::parse(status.as_str()), Some(status));
+        }
+        // Sent: the address is gone from the row, which still reads.
+        item.insert("status".into(), AttributeValue::S("SENT".into()));
+        item.remove("receipt_email");
+        assert_eq!(OutboxRow::from_item(&item).unwrap().receipt.receipt_email, None);
+    }
+
+    /// The subject is fixed and the body holds no producer-chosen id, only the validated
+    /// amount, currency and date.
+    #[test]
+    fn the_receipt_shows_no_producer_ids() {
+        let event = PaymentEvent::parse(
+            r#"{"event_id": "Urgent:verify.at.evil-site.example", "account_id": "Call.support.now", "amount_cents": -120005, "currency": "EUR"}"#,
+        )
+        .unwrap();
+        let row = ReceiptRow::new(&event, "a@example.com", "2026-11-30T10:00:00.000Z");
+        let message = row.message("b@example.com");
+        assert_eq!((message.to.as_str(), message.subject.as_str()), ("b@example.com", RECEIPT_SUBJECT));
+        assert!(message.text.contains("debited 1200.05 EUR on 2026-11-30"), "{}", message.text);
+        for id in ["evil-site", "Urgent", "Call.support"] {
+            assert!(!message.text.contains(id) && !message.subject.contains(id), "{message:?}");
+        }
+    }
+
+    /// A row any writer put in the outbox is checked before its fields reach an email.
+    #[cfg(feature = "lambda")]
+    #[test]
+    fn an_image_whose_shown_fields_are_not_the_ledgers_is_malformed() {
+        for (field, value) in [
+            ("currency", r#"{"S": "Visit evil.example"}"#),
+            ("created_at", r#"{"S": "tomorrow, call us"}"#),
+            ("amount_cents", r#"{"N": "10000000000000"}"#),
+            ("account_id", r#"{"S": "acct 1 <a href>"}"#),
+        ] {
+            let mut item = image("");
+            item.insert(field.into(), serde_json::from_str(value).unwrap());
+            let err = ReceiptRow::from_image(&item).unwrap_err();
+            assert_eq!(err.kind(), StoreErrorKind::Malformed);
+            assert!(err.to_string().contains(field), "{err}");
         }
     }
 }

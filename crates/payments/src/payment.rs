@@ -421,7 +421,7 @@ impl PaymentEvent {
 }
 
 /// A plausible address: one `@`, a local part, a dotted domain, no spaces, at most 254 bytes.
-fn valid_email(address: &str) -> bool {
+pub(crate) fn valid_email(address: &str) -> bool {
     let Some((local, domain)) = address.split_once('@') else { return false };
     address.len() <= 254
         && !local.is_empty()

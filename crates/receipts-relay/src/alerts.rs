@@ -20,16 +20,26 @@ pub enum Alert {
     /// A receipt may or may not have gone out, and is not resent (at most once): its row is
     /// marked `AMBIGUOUS` for an operator to check against the provider's sending records.
     EmailAmbiguous,
+    /// A receipt was not sent: its address is not the account's registered one and the
+    /// allow-list does not admit it. Its row is marked `REFUSED`. A producer naming addresses
+    /// it should not (or an allow-list missing a customer's domain).
+    ReceiptRefused,
+    /// A receipt was not sent: its account had its allowance of receipts for the window. Its
+    /// row is marked `RATE_LIMITED`. A producer flooding one account (or a limit set too low).
+    ReceiptRateLimited,
 }
 
 impl Alert {
-    const ALL: [Alert; 2] = [Alert::EmailBlocked, Alert::EmailAmbiguous];
+    const ALL: [Alert; 4] =
+        [Alert::EmailBlocked, Alert::EmailAmbiguous, Alert::ReceiptRefused, Alert::ReceiptRateLimited];
 
     /// The metric's name.
     pub fn metric(self) -> &'static str {
         match self {
             Alert::EmailBlocked => "EmailBlocked",
             Alert::EmailAmbiguous => "EmailAmbiguous",
+            Alert::ReceiptRefused => "ReceiptRefused",
+            Alert::ReceiptRateLimited => "ReceiptRateLimited",
         }
     }
 

@@ -1,8 +1,14 @@
 //! The receipts relay: a DynamoDB Streams record handler that sends each outbox row's receipt
 //! email once (fenced by `email#{event_id}`) and marks the row. `main.rs` only wires it.
+//!
+//! Before sending it decides who gets the receipt ([`recipient`]: the account's registered
+//! address, else the event's when allowed) and whether the account's receipts fit its rate
+//! ([`payments::rate`]); a receipt that does not is not sent, and its row says why
+//! (`REFUSED`, `RATE_LIMITED`).
 #![warn(missing_docs)]
 
 pub mod alerts;
+pub mod recipient;
 
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::Handler;
@@ -15,9 +21,10 @@ use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{redact_emails, SendErrorKind};
 use effectively_once_effects::{send_once, EmailSender, Policy, SendOutcome};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
-use payments::{receipt_key, rfc3339, Outbox, ReceiptRow, RowStatus};
+use payments::{receipt_key, rfc3339, Outbox, Profiles, RateLimit, ReceiptRate, ReceiptRow, RowStatus};
 
 pub use crate::alerts::{Alert, Alerts};
+pub use crate::recipient::{AllowList, Recipient};
 
 /// The email markers' lease in [`Receipts::from_env`]; without a known deadline, no longer a
 /// wait than this.
@@ -43,6 +50,18 @@ pub struct Env {
     pub outbox_table: String,
     /// `RECEIPT_FROM`: the verified sender address.
     pub receipt_from: String,
+    /// `LEDGER_TABLE`, optional: where account profiles are read (`pk = account#{id}`,
+    /// `sk = profile`, `receipt_email`); unset or empty, every receipt goes to the event's
+    /// address (under the allow-list).
+    pub ledger_table: Option<String>,
+    /// `RECEIPT_ALLOWED_RECIPIENTS`, optional: the event addresses admitted for accounts
+    /// without a registered one ([`AllowList::parse`]); unset, every one is.
+    pub allowed: Option<AllowList>,
+    /// `RECEIPT_RATE_PER_ACCOUNT` and `RECEIPT_RATE_WINDOW_SECONDS`, optional: at most that
+    /// many receipts per account per window ([`RateLimit::from_env_values`]); unset, no limit.
+    pub rate: Option<RateLimit>,
+    /// `RECEIPT_CONFIGURATION_SET`, optional: the SES configuration set every send names.
+    pub configuration_set: Option<String>,
     /// [`Config::from_env_with`]: the disable switch (`POWERTOOLS_IDEMPOTENCY_DISABLED`) is read,
     /// and the email markers ignore it: a receipt keeps its once-only marker whatever the
     /// environment says ([`payments::warn_if_disabled`], which `main` calls at
@@ -63,6 +82,13 @@ impl Env {
             idempotency_table: required("IDEMPOTENCY_TABLE")?,
             outbox_table: required("OUTBOX_TABLE")?,
             receipt_from: required("RECEIPT_FROM")?,
+            ledger_table: var("LEDGER_TABLE").filter(|t| !t.is_empty()),
+            allowed: AllowList::parse(var(recipient::ALLOWED_VAR).as_deref())?,
+            rate: RateLimit::from_env_values(
+                var("RECEIPT_RATE_PER_ACCOUNT").as_deref(),
+                var("RECEIPT_RATE_WINDOW_SECONDS").as_deref(),
+            )?,
+            configuration_set: var("RECEIPT_CONFIGURATION_SET").filter(|n| !n.is_empty()),
             config: Config::from_env_with(&var),
         })
     }
@@ -77,6 +103,9 @@ pub struct Receipts<E> {
     policy: Policy,
     sleep: SharedAsyncSleep,
     alerts: Alerts,
+    profiles: Option<Profiles>,
+    allowed: Option<AllowList>,
+    rate: Option<ReceiptRate>,
 }
 
 /// Tokio's timer, the relay's default way to wait out a lease.
@@ -105,7 +134,34 @@ impl<E: EmailSender> Receipts<E> {
             policy,
             sleep: SharedAsyncSleep::new(TokioSleep),
             alerts: Alerts::from_env(),
+            profiles: None,
+            allowed: None,
+            rate: None,
         }
+    }
+
+    /// Sends each account's receipts to the address its profile in the ledger `table` names,
+    /// where there is one (read through the markers' client).
+    pub fn with_profiles(mut self, ledger_table: impl Into<String>) -> Self {
+        self.profiles = Some(Profiles::new(self.markers.store().client().clone(), ledger_table));
+        self
+    }
+
+    /// Sends to an event's address, for an account without a registered one, only when
+    /// `allowed` admits it; `None` admits every one (the default).
+    pub fn with_allow_list(mut self, allowed: Option<AllowList>) -> Self {
+        self.allowed = allowed;
+        self
+    }
+
+    /// Admits at most `limit` receipts per account per window, counted in the markers' table;
+    /// `None` admits every one (the default).
+    pub fn with_rate_limit(mut self, limit: Option<RateLimit>) -> Self {
+        self.rate = limit.map(|limit| {
+            let store = self.markers.store();
+            ReceiptRate::new(store.client().clone(), store.table(), limit)
+        });
+        self
     }
 
     /// Waits out leases with `sleep` instead of tokio's timer (tests pass one that moves their
@@ -193,12 +249,15 @@ impl Receipts<effectively_once_effects::SesSender> {
     pub fn from_env(dynamodb: aws_sdk_dynamodb::Client, ses: aws_sdk_sesv2::Client, env: &Env) -> Self {
         let store = DynamoDbStore::new(dynamodb, &env.idempotency_table);
         let markers = Idempotency::new(store, env.config.clone().with_disabled(false).with_lease(MARKER_LEASE));
-        Receipts::new(
-            markers,
-            effectively_once_effects::SesSender::new(ses, &env.receipt_from),
-            &env.outbox_table,
-            Policy::default(),
-        )
+        let sender = effectively_once_effects::SesSender::new(ses, &env.receipt_from)
+            .with_configuration_set(env.configuration_set.clone());
+        let relay = Receipts::new(markers, sender, &env.outbox_table, Policy::default())
+            .with_allow_list(env.allowed.clone())
+            .with_rate_limit(env.rate);
+        match &env.ledger_table {
+            Some(table) => relay.with_profiles(table),
+            None => relay,
+        }
     }
 }
 
@@ -238,16 +297,46 @@ impl<E: EmailSender> Receipts<E> {
         };
         // Read before sending, not learnt from `mark` after: a row erased after the stream
         // captured it must not be emailed. Consistent, so a row just written is seen.
-        let present = self
+        let status = self
             .outbox
-            .exists(&row.event_id)
+            .status(&row.event_id)
             .await
             .map_err(|e| RecordError::retryable(format!("reading the outbox row: {}", ErrorChain(&e))))?;
-        if !present {
-            tracing::warn!("outbox row deleted before its receipt was sent; skipped, nothing sent");
-            return Ok(Disposition::Skipped);
+        match status {
+            None => {
+                tracing::warn!("outbox row deleted before its receipt was sent; skipped, nothing sent");
+                return Ok(Disposition::Skipped);
+            }
+            Some(RowStatus::Pending) => {}
+            // Its fate is recorded (the marker, then the row, or the row alone for a receipt
+            // held back): a redelivered insert changes nothing, and must not need the address
+            // the row dropped when it was marked.
+            Some(status) => {
+                tracing::info!(status = status.as_str(), "outbox row already marked; nothing to send");
+                return Ok(Disposition::Duplicate);
+            }
         }
-        let message = row.message();
+        let to = match self.recipient(row).await? {
+            Ok(to) => to,
+            Err(reason) => return self.hold(&markers, &key, row, RowStatus::Refused, &reason).await,
+        };
+        if let Some(rate) = &self.rate {
+            let now = markers.config().now_ms();
+            let admitted = rate
+                .admit(&row.account_id, &row.event_id, now)
+                .await
+                .map_err(|e| RecordError::retryable(format!("counting the account's receipts: {}", ErrorChain(&e))))?;
+            if !admitted {
+                let limit = rate.limit();
+                let reason = format!(
+                    "the account had its {} receipts of the last {} s window (RECEIPT_RATE_PER_ACCOUNT)",
+                    limit.per_window,
+                    limit.window.as_secs()
+                );
+                return self.hold(&markers, &key, row, RowStatus::RateLimited, &reason).await;
+            }
+        }
+        let message = row.message(to.address());
         let mut waits = 0;
         let outcome = loop {
             let error = match send_once(&markers, &self.sender, &key, &message, self.policy).await {
@@ -321,6 +410,79 @@ impl<E: EmailSender> Receipts<E> {
                 Err(RecordError::retryable(format!("marking the row {}: {}", status.as_str(), ErrorChain(&error))))
             }
         }
+    }
+
+    /// The receipt's recipient ([`recipient::choose`]), or why there is none.
+    async fn recipient(&self, row: &ReceiptRow) -> Result<Result<Recipient, String>, RecordError> {
+        let registered = match &self.profiles {
+            Some(profiles) => profiles
+                .receipt_email(&row.account_id)
+                .await
+                .map_err(|e| RecordError::retryable(format!("reading the account's profile: {}", ErrorChain(&e))))?,
+            None => None,
+        };
+        let chosen = recipient::choose(registered, row.receipt_email.as_deref(), self.allowed.as_ref());
+        if let Ok(Recipient::Account(_)) = &chosen {
+            tracing::info!("receipt goes to the account's registered address");
+        }
+        Ok(chosen)
+    }
+
+    /// Holds a receipt back (`status`, `REFUSED` or `RATE_LIMITED`, with `reason`): nothing
+    /// sent, the row marked and its address removed, an alert counted; never retried.
+    ///
+    /// Unless the email's marker exists: an earlier attempt of this receipt passed the rules
+    /// and claimed it (the profile, the allow-list or the window changed since). Its outcome is
+    /// the receipt's: a completed marker's is marked on the row, as a replay would; one still
+    /// in progress is retried until it completes. Never a receipt sent and marked as held
+    /// back. The marker read costs one unit, on this path only.
+    async fn hold(
+        &self,
+        markers: &Idempotency<DynamoDbStore>,
+        key: &Key,
+        row: &ReceiptRow,
+        status: RowStatus,
+        reason: &str,
+    ) -> RecordResult {
+        let claimed = markers
+            .store()
+            .get(key.as_str())
+            .await
+            .map_err(|e| RecordError::retryable(format!("reading the email marker: {}", ErrorChain(&e))))?;
+        if let Some(marker) = claimed {
+            let outcome = match (marker.status, marker.response.as_deref()) {
+                (Status::Completed, Some(response)) => serde_json::from_str::<SendOutcome>(response).ok(),
+                _ => None,
+            };
+            let Some(outcome) = outcome else {
+                return Err(RecordError::retryable(format!(
+                    "receipt would be {} now, but an earlier attempt holds its email marker: retried until it completes",
+                    status.as_str()
+                )));
+            };
+            let (fate, message_id) = match outcome {
+                SendOutcome::Sent { message_id } => (RowStatus::Sent, Some(message_id)),
+                SendOutcome::Failed { .. } => (RowStatus::Failed, None),
+                SendOutcome::Ambiguous => (RowStatus::Ambiguous, None),
+            };
+            let now = rfc3339(markers.config().now_ms());
+            self.outbox.mark(&row.event_id, fate, message_id.as_deref(), &now).await.map_err(|e| {
+                RecordError::retryable(format!("marking the row {}: {}", fate.as_str(), ErrorChain(&e)))
+            })?;
+            return Ok(Disposition::Duplicate);
+        }
+        let now = rfc3339(markers.config().now_ms());
+        let marked =
+            self.outbox.mark_held(&row.event_id, status, reason, &now).await.map_err(|e| {
+                RecordError::retryable(format!("marking the row {}: {}", status.as_str(), ErrorChain(&e)))
+            })?;
+        if !marked {
+            return Ok(Disposition::Duplicate);
+        }
+        let alert = if status == RowStatus::Refused { Alert::ReceiptRefused } else { Alert::ReceiptRateLimited };
+        self.alerts
+            .raise(alert, &format!("receipt not sent; row marked {}: {}", status.as_str(), redact_emails(reason)));
+        Ok(Disposition::Rejected)
     }
 
     /// Marks a still-pending row FAILED with `reason` (addresses redacted), for a permanent

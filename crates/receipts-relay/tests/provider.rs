@@ -72,7 +72,7 @@ impl Setup {
 
     /// The receipt email the relay sends for the row.
     fn message(&self) -> EmailMessage {
-        self.receipt().message()
+        self.receipt().message(&self.pending.to)
     }
 
     /// An attempt claimed the marker, SES accepted the email, and the attempt died holding it.

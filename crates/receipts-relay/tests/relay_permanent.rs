@@ -17,7 +17,7 @@ async fn key_reuse_marks_the_row_failed_redacted_and_the_stream_goes_on() {
     let (event_id, to) = (&p.event_id, &p.to);
     let markers = p.markers();
 
-    let mut other = p.receipt().message();
+    let mut other = p.receipt().message(to);
     other.to = "first.recipient@example.com".into();
     let first = RecordingSender::new();
     send_once(&markers, &first, &receipt_key(event_id).unwrap(), &other, Policy::AtMostOnce).await.unwrap();

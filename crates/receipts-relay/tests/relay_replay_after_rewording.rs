@@ -20,7 +20,7 @@ async fn a_replay_after_a_wording_change_is_a_duplicate() {
     let markers = p.markers();
 
     // The previous release sent this receipt, worded its own way, and completed the marker.
-    let mut earlier = p.receipt().message();
+    let mut earlier = p.receipt().message(&p.to);
     earlier.text = earlier.text.replace(" was credited ", " has been credited ");
     let old_sender = RecordingSender::new();
     let key = receipt_key(&p.event_id).unwrap();

@@ -18,12 +18,21 @@ use super::{EmailMessage, EmailSender, SendError, SendErrorKind};
 pub struct SesSender {
     client: aws_sdk_sesv2::Client,
     from: String,
+    configuration_set: Option<String>,
 }
 
 impl SesSender {
     /// Sends from `from`, a verified SES identity.
     pub fn new(client: aws_sdk_sesv2::Client, from: impl Into<String>) -> Self {
-        SesSender { client, from: from.into() }
+        SesSender { client, from: from.into(), configuration_set: None }
+    }
+
+    /// Sends every email under the SES configuration set `name` (its event destinations and
+    /// reputation metrics: bounce and complaint rates an alarm can watch); `None` or an empty
+    /// name sends without one.
+    pub fn with_configuration_set(mut self, name: Option<String>) -> Self {
+        self.configuration_set = name.filter(|n| !n.is_empty());
+        self
     }
 }
 
@@ -47,6 +56,7 @@ impl EmailSender for SesSender {
             .from_email_address(&self.from)
             .destination(Destination::builder().to_addresses(&message.to).build())
             .content(EmailContent::builder().simple(simple).build())
+            .set_configuration_set_name(self.configuration_set.clone())
             .customize()
             // SendEmail is not idempotent: an SDK retry after a lost answer sends a second
             // copy behind the marker's back. One attempt; `send_once` retries what is safe to.
@@ -95,5 +105,64 @@ impl Intercept for Transmitted {
     ) -> Result<(), BoxError> {
         self.0.store(true, Ordering::SeqCst);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use aws_sdk_sesv2::config::interceptors::BeforeTransmitInterceptorContextRef;
+
+    use super::*;
+
+    /// Keeps the body of the request about to be sent, then fails it: nothing leaves the host.
+    #[derive(Debug, Clone, Default)]
+    struct Capture(Arc<Mutex<Option<String>>>);
+
+    impl Intercept for Capture {
+        fn name(&self) -> &'static str {
+            "Capture"
+        }
+
+        fn read_before_transmit(
+            &self,
+            context: &BeforeTransmitInterceptorContextRef<'_>,
+            _runtime_components: &RuntimeComponents,
+            _cfg: &mut ConfigBag,
+        ) -> Result<(), BoxError> {
+            let body = context.request().body().bytes().map(|b| String::from_utf8_lossy(b).into_owned());
+            *self.0.lock().unwrap() = body;
+            Err("captured".into())
+        }
+    }
+
+    /// The JSON body of the `SendEmail` request `sender` makes (compared as text: the test
+    /// build has no JSON parser of its own).
+    async fn request_body(sender: impl Fn(aws_sdk_sesv2::Client) -> SesSender) -> String {
+        let capture = Capture::default();
+        let conf = aws_sdk_sesv2::Config::builder()
+            .behavior_version_latest()
+            .region(aws_sdk_sesv2::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sesv2::config::Credentials::new("test", "test", None, None, "test"))
+            .endpoint_url("http://127.0.0.1:9")
+            .interceptor(capture.clone())
+            .build();
+        let message = EmailMessage { to: "a@example.com".into(), subject: "s".into(), text: "t".into() };
+        assert!(sender(aws_sdk_sesv2::Client::from_conf(conf)).send(&message).await.is_err());
+        let body = capture.0.lock().unwrap().clone().expect("the request reached transmit");
+        body
+    }
+
+    #[tokio::test]
+    async fn the_configuration_set_is_named_on_every_send_when_set() {
+        let with =
+            request_body(|c| SesSender::new(c, "r@example.com").with_configuration_set(Some("receipts-prod".into())))
+                .await;
+        assert!(with.contains(r#""ConfigurationSetName":"receipts-prod""#), "{with}");
+        assert!(with.contains(r#""FromEmailAddress":"r@example.com""#), "{with}");
+        let without =
+            request_body(|c| SesSender::new(c, "r@example.com").with_configuration_set(Some(String::new()))).await;
+        assert!(!without.contains("ConfigurationSetName"), "{without}");
     }
 }
