@@ -1445,8 +1445,9 @@ fn receipts_go_out_under_a_configuration_set_with_bounce_and_complaint_alarms() 
     let read = statements(&t, RELAY).into_iter().find(|s| s["Sid"] == "AccountProfileReceiptAddress").unwrap();
     assert_eq!(
         read["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"],
-        json!(["receipt_email"]),
-        "of the ledger, the relay reads the receipt address alone (no balance, no entry)"
+        json!(["pk", "sk", "receipt_email"]),
+        "of the ledger, the relay reads the receipt address alone (no balance, no entry); DynamoDB's \
+         fine-grained access control needs the key attributes listed beside it"
     );
     assert_eq!(read["Condition"]["StringEqualsIfExists"]["dynamodb:Select"], "SPECIFIC_ATTRIBUTES");
 }
