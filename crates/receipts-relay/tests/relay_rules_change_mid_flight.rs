@@ -4,13 +4,17 @@
 //! stream record to a retry, which may read another registered address (the customer changed it
 //! meanwhile, or registered one for the first time). The receipt's fate is the marker's: the row
 //! is marked as the earlier attempt left it, and nothing is sent again.
+//!
+//! A registered address the relay cannot read is the account owner's data, not a fault a retry
+//! will cure: it must not hold the stream (MaximumRetryAttempts -1, a day of retries on the
+//! shard) nor leave the row PENDING for good.
 
 mod common;
 
 use common::Pending;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
-use effectively_once_lambda::{Disposition, Handler};
+use effectively_once_lambda::{Disposition, Handler, Retry};
 use payments::{receipt_key, Profiles, RowStatus};
 
 async fn ledger_with_profile(p: &Pending, address: &str) -> String {
@@ -58,4 +62,35 @@ async fn a_receipt_sent_before_the_registered_address_changed_is_marked_sent_not
         row.failure_reason
     );
     assert_eq!(result, Ok(Disposition::Duplicate));
+}
+
+/// A profile whose `receipt_email` is not an address (written by another tool than
+/// `Profiles::put`): the receipt is held back or failed for good, not retried for a day while
+/// every receipt behind it on the shard waits.
+#[tokio::test]
+async fn a_malformed_registered_address_does_not_hold_the_stream() {
+    let p = Pending::new("badprofile").await;
+    let ledger_table = ledger_with_profile(&p, "placeholder@bank.example").await;
+    p.client
+        .put_item()
+        .table_name(&ledger_table)
+        .item("pk", aws_sdk_dynamodb::types::AttributeValue::S("account#acct_42".into()))
+        .item("sk", aws_sdk_dynamodb::types::AttributeValue::S("profile".into()))
+        .item("receipt_email", aws_sdk_dynamodb::types::AttributeValue::S("n/a".into()))
+        .send()
+        .await
+        .unwrap();
+
+    let sender = RecordingSender::new();
+    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce).with_profiles(&ledger_table);
+    let result =
+        Handler::<effectively_once_lambda::events::EventRecord>::handle(&relay, &p.event.records[0], &Default::default())
+            .await;
+
+    assert!(sender.sent().is_empty());
+    assert!(
+        !matches!(&result, Err(e) if e.retry == Retry::Retryable),
+        "a malformed profile is retried (the shard holds up to 24 h): {result:?}"
+    );
+    assert_ne!(p.status().await, "PENDING", "the row's fate is recorded");
 }
