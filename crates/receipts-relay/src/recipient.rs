@@ -133,6 +133,22 @@ mod tests {
         assert!(choose(registered, None, None).is_err(), "no address asked for, no receipt");
     }
 
+    /// The relay reads rows any writer put in the outbox, and `ReceiptRow::check` does not check
+    /// the address: the list must judge the whole address, not only what follows its last `@`.
+    #[test]
+    fn an_address_naming_an_off_list_mailbox_before_its_last_at_is_not_allowed() {
+        let list = AllowList::parse(Some("example.com")).unwrap().unwrap();
+        assert!(list.allows("a@example.com"));
+        for smuggled in [
+            "victim@evil.example,a@example.com",
+            "victim@evil.example@example.com",
+            "victim@evil.example;a@example.com",
+            "Victim <victim@evil.example>,a@example.com",
+        ] {
+            assert!(!list.allows(smuggled), "{smuggled:?} admitted under example.com");
+        }
+    }
+
     #[test]
     fn entries_that_are_neither_address_nor_domain_are_named() {
         for bad in ["*.example.com", "@example.com", "localhost", "a@b"] {
