@@ -48,9 +48,12 @@ async fn a_receipt_sent_before_the_registered_address_changed_is_marked_sent_not
 
     let sender = RecordingSender::new();
     let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce).with_profiles(&ledger_table);
-    let result =
-        Handler::<effectively_once_lambda::events::EventRecord>::handle(&relay, &p.event.records[0], &Default::default())
-            .await;
+    let result = Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &relay,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await;
 
     assert!(sender.sent().is_empty(), "no second receipt: {:?}", sender.sent());
     let row = p.row().await.unwrap();
@@ -83,9 +86,12 @@ async fn a_malformed_registered_address_does_not_hold_the_stream() {
 
     let sender = RecordingSender::new();
     let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce).with_profiles(&ledger_table);
-    let result =
-        Handler::<effectively_once_lambda::events::EventRecord>::handle(&relay, &p.event.records[0], &Default::default())
-            .await;
+    let result = Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &relay,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await;
 
     assert!(sender.sent().is_empty());
     assert!(
