@@ -365,6 +365,26 @@ impl<E: EmailSender> Receipts<E> {
                         LeaseWait::ThenClaim(_) => {}
                     }
                 }
+                // The marker under `email#{event_id}` is this receipt's (the event id is the
+                // business key) but was claimed for another recipient: the registered address was
+                // read again on this attempt and changed (or was registered, or removed) since an
+                // earlier attempt claimed the marker. The recipient is a decision made once, by the
+                // attempt that claimed: its outcome is the receipt's, marked on the row as a
+                // replay would (sent → SENT); in progress, retried until it completes. Never
+                // FAILED over a receipt that went out, and never a second receipt.
+                //
+                // The marker's payload keeps hashing the recipient (`send_once`'s identity, a
+                // library contract other callers rely on, under which every deployed marker was
+                // written: hashing the key alone would make them all `KeyReused`); the relay just
+                // does not let that hash decide the receipt's fate.
+                effectively_once_effects::Error::Idempotency(reused) if reused.kind() == ErrorKind::KeyReused => {
+                    let reason = "an earlier attempt claimed its email marker for another recipient";
+                    return match self.answer_from_marker(&markers, &key, row, reason).await? {
+                        Some(disposition) => Ok(disposition),
+                        // Gone since the claim met it (released): the retry claims it afresh.
+                        None => Err(RecordError::retryable(format!("{reason}, and the marker is gone since: retried"))),
+                    };
+                }
                 effectively_once_effects::Error::Email(blocked) if blocked.kind == SendErrorKind::Blocked => {
                     // Not this message's fate: the marker is released and the stream retries.
                     self.alerts.raise(Alert::EmailBlocked, &blocked.to_string());
@@ -372,7 +392,7 @@ impl<E: EmailSender> Receipts<E> {
                 _ => {}
             }
             // In progress elsewhere, retryable, or permanent only for a verdict on the receipt
-            // itself (its event id reused for another recipient, an invalid key): a fault of
+            // itself (an invalid key): a fault of
             // the store, the provider or the deployment is retried, as a permanent answer would
             // mark the row FAILED and the stream would go past the receipt for good.
             return Err(error.into());
@@ -444,32 +464,9 @@ impl<E: EmailSender> Receipts<E> {
         status: RowStatus,
         reason: &str,
     ) -> RecordResult {
-        let claimed = markers
-            .store()
-            .get(key.as_str())
-            .await
-            .map_err(|e| RecordError::retryable(format!("reading the email marker: {}", ErrorChain(&e))))?;
-        if let Some(marker) = claimed {
-            let outcome = match (marker.status, marker.response.as_deref()) {
-                (Status::Completed, Some(response)) => serde_json::from_str::<SendOutcome>(response).ok(),
-                _ => None,
-            };
-            let Some(outcome) = outcome else {
-                return Err(RecordError::retryable(format!(
-                    "receipt would be {} now, but an earlier attempt holds its email marker: retried until it completes",
-                    status.as_str()
-                )));
-            };
-            let (fate, message_id) = match outcome {
-                SendOutcome::Sent { message_id } => (RowStatus::Sent, Some(message_id)),
-                SendOutcome::Failed { .. } => (RowStatus::Failed, None),
-                SendOutcome::Ambiguous => (RowStatus::Ambiguous, None),
-            };
-            let now = rfc3339(markers.config().now_ms());
-            self.outbox.mark(&row.event_id, fate, message_id.as_deref(), &now).await.map_err(|e| {
-                RecordError::retryable(format!("marking the row {}: {}", fate.as_str(), ErrorChain(&e)))
-            })?;
-            return Ok(Disposition::Duplicate);
+        let would_be = format!("receipt would be {} now", status.as_str());
+        if let Some(disposition) = self.answer_from_marker(markers, key, row, &would_be).await? {
+            return Ok(disposition);
         }
         let now = rfc3339(markers.config().now_ms());
         let marked =
@@ -483,6 +480,45 @@ impl<E: EmailSender> Receipts<E> {
         self.alerts
             .raise(alert, &format!("receipt not sent; row marked {}: {}", status.as_str(), redact_emails(reason)));
         Ok(Disposition::Rejected)
+    }
+
+    /// The receipt's fate as its email marker records it, marked on the row as a replay would
+    /// (`Duplicate`); `None` when there is no marker. A marker not completed (in progress) is
+    /// retried until it completes, `why` saying what this attempt met. One marker read.
+    async fn answer_from_marker(
+        &self,
+        markers: &Idempotency<DynamoDbStore>,
+        key: &Key,
+        row: &ReceiptRow,
+        why: &str,
+    ) -> Result<Option<Disposition>, RecordError> {
+        let claimed = markers
+            .store()
+            .get(key.as_str())
+            .await
+            .map_err(|e| RecordError::retryable(format!("reading the email marker: {}", ErrorChain(&e))))?;
+        let Some(marker) = claimed else { return Ok(None) };
+        let outcome = match (marker.status, marker.response.as_deref()) {
+            (Status::Completed, Some(response)) => serde_json::from_str::<SendOutcome>(response).ok(),
+            _ => None,
+        };
+        let Some(outcome) = outcome else {
+            return Err(RecordError::retryable(format!(
+                "{why}, but an earlier attempt holds its email marker: retried until it completes"
+            )));
+        };
+        let (fate, message_id) = match outcome {
+            SendOutcome::Sent { message_id } => (RowStatus::Sent, Some(message_id)),
+            SendOutcome::Failed { .. } => (RowStatus::Failed, None),
+            SendOutcome::Ambiguous => (RowStatus::Ambiguous, None),
+        };
+        tracing::info!(status = fate.as_str(), "{why}; the earlier attempt's outcome is the receipt's");
+        let now = rfc3339(markers.config().now_ms());
+        self.outbox
+            .mark(&row.event_id, fate, message_id.as_deref(), &now)
+            .await
+            .map_err(|e| RecordError::retryable(format!("marking the row {}: {}", fate.as_str(), ErrorChain(&e))))?;
+        Ok(Some(Disposition::Duplicate))
     }
 
     /// Marks a still-pending row FAILED with `reason` (addresses redacted), for a permanent
