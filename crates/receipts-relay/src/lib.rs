@@ -435,10 +435,28 @@ impl<E: EmailSender> Receipts<E> {
     /// The receipt's recipient ([`recipient::choose`]), or why there is none.
     async fn recipient(&self, row: &ReceiptRow) -> Result<Result<Recipient, String>, RecordError> {
         let registered = match &self.profiles {
-            Some(profiles) => profiles
-                .receipt_email(&row.account_id)
-                .await
-                .map_err(|e| RecordError::retryable(format!("reading the account's profile: {}", ErrorChain(&e))))?,
+            Some(profiles) => match profiles.receipt_email(&row.account_id).await {
+                Ok(registered) => registered,
+                // The profile names something that is not an address (written by a tool other
+                // than `Profiles::put`): the owner's data, which no retry cures, and retrying
+                // holds the shard for a day. Refused, never sent to the event's address instead
+                // (the registered one is meant to override it). The reason names the profile;
+                // the value itself is not repeated. A row asking for no receipt gets none anyway.
+                Err(e) if e.kind() == StoreErrorKind::Malformed => {
+                    if row.receipt_email.is_none() {
+                        None
+                    } else {
+                        return Ok(Err(format!(
+                            "the profile of account {} holds a receipt_email that is not an address; \
+                             refused, not sent to the event's address",
+                            row.account_id
+                        )));
+                    }
+                }
+                Err(e) => {
+                    return Err(RecordError::retryable(format!("reading the account's profile: {}", ErrorChain(&e))))
+                }
+            },
             None => None,
         };
         let chosen = recipient::choose(registered, row.receipt_email.as_deref(), self.allowed.as_ref());
