@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
-use effectively_once::{Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
+use effectively_once::{
+    Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Record, Status, Store, StoreErrorKind,
+};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{redact_emails, SendErrorKind};
 use effectively_once_effects::{send_once, EmailSender, Policy, SendOutcome};
@@ -322,10 +324,22 @@ impl<E: EmailSender> Receipts<E> {
         };
         if let Some(rate) = &self.rate {
             let now = markers.config().now_ms();
-            let admitted = rate
-                .admit(&row.account_id, &row.event_id, now)
-                .await
-                .map_err(|e| RecordError::retryable(format!("counting the account's receipts: {}", ErrorChain(&e))))?;
+            // Counted only when no live marker exists. A marker completed (`send_once` replays
+            // it, sending nothing) or in progress (claimed by an attempt that was admitted
+            // before claiming, in its own window) is a receipt already counted: counting the
+            // retry again would spend the window it lands in, say the next one, on a receipt
+            // that sends nothing there (at least once, a takeover of a dead attempt's marker
+            // may send a copy: the receipt's one allowance covers it). Read first rather than
+            // counted after the claim: the claim and the send are one step in `send_once`, so
+            // counting after the claim would count after the send and break "at most N sent
+            // per window". A record is handled by one invocation at a time, so no attempt
+            // claims between this read and the claim. One marker read, only when a rate is
+            // configured.
+            let counted = self.marker(&markers, &key).await?.is_some_and(|marker| marker.expiration_s >= now / 1000);
+            let admitted = counted
+                || rate.admit(&row.account_id, &row.event_id, now).await.map_err(|e| {
+                    RecordError::retryable(format!("counting the account's receipts: {}", ErrorChain(&e)))
+                })?;
             if !admitted {
                 let limit = rate.limit();
                 let reason = format!(
@@ -510,12 +524,7 @@ impl<E: EmailSender> Receipts<E> {
         row: &ReceiptRow,
         why: &str,
     ) -> Result<Option<Disposition>, RecordError> {
-        let claimed = markers
-            .store()
-            .get(key.as_str())
-            .await
-            .map_err(|e| RecordError::retryable(format!("reading the email marker: {}", ErrorChain(&e))))?;
-        let Some(marker) = claimed else { return Ok(None) };
+        let Some(marker) = self.marker(markers, key).await? else { return Ok(None) };
         let outcome = match (marker.status, marker.response.as_deref()) {
             (Status::Completed, Some(response)) => serde_json::from_str::<SendOutcome>(response).ok(),
             _ => None,
@@ -537,6 +546,15 @@ impl<E: EmailSender> Receipts<E> {
             .await
             .map_err(|e| RecordError::retryable(format!("marking the row {}: {}", fate.as_str(), ErrorChain(&e))))?;
         Ok(Some(Disposition::Duplicate))
+    }
+
+    /// The receipt's email marker, if any (expired or not); a read that fails is retried.
+    async fn marker(&self, markers: &Idempotency<DynamoDbStore>, key: &Key) -> Result<Option<Record>, RecordError> {
+        markers
+            .store()
+            .get(key.as_str())
+            .await
+            .map_err(|e| RecordError::retryable(format!("reading the email marker: {}", ErrorChain(&e))))
     }
 
     /// Marks a still-pending row FAILED with `reason` (addresses redacted), for a permanent
