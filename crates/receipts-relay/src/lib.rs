@@ -299,11 +299,19 @@ impl<E: EmailSender> Receipts<E> {
         };
         // Read before sending, not learnt from `mark` after: a row erased after the stream
         // captured it must not be emailed. Consistent, so a row just written is seen.
-        let status = self
-            .outbox
-            .status(&row.event_id)
-            .await
-            .map_err(|e| RecordError::retryable(format!("reading the outbox row: {}", ErrorChain(&e))))?;
+        let status = self.outbox.status(&row.event_id).await.map_err(|e| {
+            let reason = format!("reading the outbox row: {}", ErrorChain(&e));
+            // A status the relay does not know (another writer's, say a number): the row's
+            // data, which no retry cures, and a retry holds the shard's checkpoint for a day.
+            // Nothing is sent over a fate it cannot read; the record fails alone, for good
+            // (`Outbox::status` calls that, and only that, `Malformed`; `handle` leaves a row
+            // that is not PENDING as it is).
+            if e.kind() == StoreErrorKind::Malformed {
+                RecordError::permanent(format!("{reason}; not sent"))
+            } else {
+                RecordError::retryable(reason)
+            }
+        })?;
         match status {
             None => {
                 tracing::warn!("outbox row deleted before its receipt was sent; skipped, nothing sent");
