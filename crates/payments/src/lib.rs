@@ -124,7 +124,7 @@ pub use crate::env::LedgerEnv;
 pub use crate::error::Error;
 pub use crate::ledger::{Balance, Deliveries, Delivery, Ledger, Migration, Posting, Preread, Rejection};
 pub use crate::outbox::{Outbox, OutboxRow, ReceiptRow, RowStatus};
-pub use crate::payment::{BodyError, InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
+pub use crate::payment::{valid_email, BodyError, InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
 pub use crate::profile::Profiles;
 pub use crate::rate::{RateLimit, ReceiptRate};
 pub use crate::time::rfc3339;

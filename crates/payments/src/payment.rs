@@ -421,7 +421,9 @@ impl PaymentEvent {
 }
 
 /// A plausible address: one `@`, a local part, a dotted domain, no spaces, at most 254 bytes.
-pub(crate) fn valid_email(address: &str) -> bool {
+/// The payment contract's check of `receipt_email` (and [`Profiles`](crate::Profiles)'); the
+/// receipts relay applies it, and more, to every address it would send to.
+pub fn valid_email(address: &str) -> bool {
     let Some((local, domain)) = address.split_once('@') else { return false };
     address.len() <= 254
         && !local.is_empty()

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_sesv2::config::{AsyncSleep, SharedAsyncSleep, Sleep};
-use effectively_once::{Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
+use effectively_once::{
+    Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Record, Status, Store, StoreErrorKind,
+};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{redact_emails, SendErrorKind};
 use effectively_once_effects::{send_once, EmailSender, Policy, SendOutcome};
@@ -297,11 +299,19 @@ impl<E: EmailSender> Receipts<E> {
         };
         // Read before sending, not learnt from `mark` after: a row erased after the stream
         // captured it must not be emailed. Consistent, so a row just written is seen.
-        let status = self
-            .outbox
-            .status(&row.event_id)
-            .await
-            .map_err(|e| RecordError::retryable(format!("reading the outbox row: {}", ErrorChain(&e))))?;
+        let status = self.outbox.status(&row.event_id).await.map_err(|e| {
+            let reason = format!("reading the outbox row: {}", ErrorChain(&e));
+            // A status the relay does not know (another writer's, say a number): the row's
+            // data, which no retry cures, and a retry holds the shard's checkpoint for a day.
+            // Nothing is sent over a fate it cannot read; the record fails alone, for good
+            // (`Outbox::status` calls that, and only that, `Malformed`; `handle` leaves a row
+            // that is not PENDING as it is).
+            if e.kind() == StoreErrorKind::Malformed {
+                RecordError::permanent(format!("{reason}; not sent"))
+            } else {
+                RecordError::retryable(reason)
+            }
+        })?;
         match status {
             None => {
                 tracing::warn!("outbox row deleted before its receipt was sent; skipped, nothing sent");
@@ -322,10 +332,22 @@ impl<E: EmailSender> Receipts<E> {
         };
         if let Some(rate) = &self.rate {
             let now = markers.config().now_ms();
-            let admitted = rate
-                .admit(&row.account_id, &row.event_id, now)
-                .await
-                .map_err(|e| RecordError::retryable(format!("counting the account's receipts: {}", ErrorChain(&e))))?;
+            // Counted only when no live marker exists. A marker completed (`send_once` replays
+            // it, sending nothing) or in progress (claimed by an attempt that was admitted
+            // before claiming, in its own window) is a receipt already counted: counting the
+            // retry again would spend the window it lands in, say the next one, on a receipt
+            // that sends nothing there (at least once, a takeover of a dead attempt's marker
+            // may send a copy: the receipt's one allowance covers it). Read first rather than
+            // counted after the claim: the claim and the send are one step in `send_once`, so
+            // counting after the claim would count after the send and break "at most N sent
+            // per window". A record is handled by one invocation at a time, so no attempt
+            // claims between this read and the claim. One marker read, only when a rate is
+            // configured.
+            let counted = self.marker(&markers, &key).await?.is_some_and(|marker| marker.expiration_s >= now / 1000);
+            let admitted = counted
+                || rate.admit(&row.account_id, &row.event_id, now).await.map_err(|e| {
+                    RecordError::retryable(format!("counting the account's receipts: {}", ErrorChain(&e)))
+                })?;
             if !admitted {
                 let limit = rate.limit();
                 let reason = format!(
@@ -365,6 +387,26 @@ impl<E: EmailSender> Receipts<E> {
                         LeaseWait::ThenClaim(_) => {}
                     }
                 }
+                // The marker under `email#{event_id}` is this receipt's (the event id is the
+                // business key) but was claimed for another recipient: the registered address was
+                // read again on this attempt and changed (or was registered, or removed) since an
+                // earlier attempt claimed the marker. The recipient is a decision made once, by the
+                // attempt that claimed: its outcome is the receipt's, marked on the row as a
+                // replay would (sent → SENT); in progress, retried until it completes. Never
+                // FAILED over a receipt that went out, and never a second receipt.
+                //
+                // The marker's payload keeps hashing the recipient (`send_once`'s identity, a
+                // library contract other callers rely on, under which every deployed marker was
+                // written: hashing the key alone would make them all `KeyReused`); the relay just
+                // does not let that hash decide the receipt's fate.
+                effectively_once_effects::Error::Idempotency(reused) if reused.kind() == ErrorKind::KeyReused => {
+                    let reason = "an earlier attempt claimed its email marker for another recipient";
+                    return match self.answer_from_marker(&markers, &key, row, reason).await? {
+                        Some(disposition) => Ok(disposition),
+                        // Gone since the claim met it (released): the retry claims it afresh.
+                        None => Err(RecordError::retryable(format!("{reason}, and the marker is gone since: retried"))),
+                    };
+                }
                 effectively_once_effects::Error::Email(blocked) if blocked.kind == SendErrorKind::Blocked => {
                     // Not this message's fate: the marker is released and the stream retries.
                     self.alerts.raise(Alert::EmailBlocked, &blocked.to_string());
@@ -372,7 +414,7 @@ impl<E: EmailSender> Receipts<E> {
                 _ => {}
             }
             // In progress elsewhere, retryable, or permanent only for a verdict on the receipt
-            // itself (its event id reused for another recipient, an invalid key): a fault of
+            // itself (an invalid key): a fault of
             // the store, the provider or the deployment is retried, as a permanent answer would
             // mark the row FAILED and the stream would go past the receipt for good.
             return Err(error.into());
@@ -415,10 +457,28 @@ impl<E: EmailSender> Receipts<E> {
     /// The receipt's recipient ([`recipient::choose`]), or why there is none.
     async fn recipient(&self, row: &ReceiptRow) -> Result<Result<Recipient, String>, RecordError> {
         let registered = match &self.profiles {
-            Some(profiles) => profiles
-                .receipt_email(&row.account_id)
-                .await
-                .map_err(|e| RecordError::retryable(format!("reading the account's profile: {}", ErrorChain(&e))))?,
+            Some(profiles) => match profiles.receipt_email(&row.account_id).await {
+                Ok(registered) => registered,
+                // The profile names something that is not an address (written by a tool other
+                // than `Profiles::put`): the owner's data, which no retry cures, and retrying
+                // holds the shard for a day. Refused, never sent to the event's address instead
+                // (the registered one is meant to override it). The reason names the profile;
+                // the value itself is not repeated. A row asking for no receipt gets none anyway.
+                Err(e) if e.kind() == StoreErrorKind::Malformed => {
+                    if row.receipt_email.is_none() {
+                        None
+                    } else {
+                        return Ok(Err(format!(
+                            "the profile of account {} holds a receipt_email that is not an address; \
+                             refused, not sent to the event's address",
+                            row.account_id
+                        )));
+                    }
+                }
+                Err(e) => {
+                    return Err(RecordError::retryable(format!("reading the account's profile: {}", ErrorChain(&e))))
+                }
+            },
             None => None,
         };
         let chosen = recipient::choose(registered, row.receipt_email.as_deref(), self.allowed.as_ref());
@@ -444,32 +504,9 @@ impl<E: EmailSender> Receipts<E> {
         status: RowStatus,
         reason: &str,
     ) -> RecordResult {
-        let claimed = markers
-            .store()
-            .get(key.as_str())
-            .await
-            .map_err(|e| RecordError::retryable(format!("reading the email marker: {}", ErrorChain(&e))))?;
-        if let Some(marker) = claimed {
-            let outcome = match (marker.status, marker.response.as_deref()) {
-                (Status::Completed, Some(response)) => serde_json::from_str::<SendOutcome>(response).ok(),
-                _ => None,
-            };
-            let Some(outcome) = outcome else {
-                return Err(RecordError::retryable(format!(
-                    "receipt would be {} now, but an earlier attempt holds its email marker: retried until it completes",
-                    status.as_str()
-                )));
-            };
-            let (fate, message_id) = match outcome {
-                SendOutcome::Sent { message_id } => (RowStatus::Sent, Some(message_id)),
-                SendOutcome::Failed { .. } => (RowStatus::Failed, None),
-                SendOutcome::Ambiguous => (RowStatus::Ambiguous, None),
-            };
-            let now = rfc3339(markers.config().now_ms());
-            self.outbox.mark(&row.event_id, fate, message_id.as_deref(), &now).await.map_err(|e| {
-                RecordError::retryable(format!("marking the row {}: {}", fate.as_str(), ErrorChain(&e)))
-            })?;
-            return Ok(Disposition::Duplicate);
+        let would_be = format!("receipt would be {} now", status.as_str());
+        if let Some(disposition) = self.answer_from_marker(markers, key, row, &would_be).await? {
+            return Ok(disposition);
         }
         let now = rfc3339(markers.config().now_ms());
         let marked =
@@ -483,6 +520,49 @@ impl<E: EmailSender> Receipts<E> {
         self.alerts
             .raise(alert, &format!("receipt not sent; row marked {}: {}", status.as_str(), redact_emails(reason)));
         Ok(Disposition::Rejected)
+    }
+
+    /// The receipt's fate as its email marker records it, marked on the row as a replay would
+    /// (`Duplicate`); `None` when there is no marker. A marker not completed (in progress) is
+    /// retried until it completes, `why` saying what this attempt met. One marker read.
+    async fn answer_from_marker(
+        &self,
+        markers: &Idempotency<DynamoDbStore>,
+        key: &Key,
+        row: &ReceiptRow,
+        why: &str,
+    ) -> Result<Option<Disposition>, RecordError> {
+        let Some(marker) = self.marker(markers, key).await? else { return Ok(None) };
+        let outcome = match (marker.status, marker.response.as_deref()) {
+            (Status::Completed, Some(response)) => serde_json::from_str::<SendOutcome>(response).ok(),
+            _ => None,
+        };
+        let Some(outcome) = outcome else {
+            return Err(RecordError::retryable(format!(
+                "{why}, but an earlier attempt holds its email marker: retried until it completes"
+            )));
+        };
+        let (fate, message_id) = match outcome {
+            SendOutcome::Sent { message_id } => (RowStatus::Sent, Some(message_id)),
+            SendOutcome::Failed { .. } => (RowStatus::Failed, None),
+            SendOutcome::Ambiguous => (RowStatus::Ambiguous, None),
+        };
+        tracing::info!(status = fate.as_str(), "{why}; the earlier attempt's outcome is the receipt's");
+        let now = rfc3339(markers.config().now_ms());
+        self.outbox
+            .mark(&row.event_id, fate, message_id.as_deref(), &now)
+            .await
+            .map_err(|e| RecordError::retryable(format!("marking the row {}: {}", fate.as_str(), ErrorChain(&e))))?;
+        Ok(Some(Disposition::Duplicate))
+    }
+
+    /// The receipt's email marker, if any (expired or not); a read that fails is retried.
+    async fn marker(&self, markers: &Idempotency<DynamoDbStore>, key: &Key) -> Result<Option<Record>, RecordError> {
+        markers
+            .store()
+            .get(key.as_str())
+            .await
+            .map_err(|e| RecordError::retryable(format!("reading the email marker: {}", ErrorChain(&e))))
     }
 
     /// Marks a still-pending row FAILED with `reason` (addresses redacted), for a permanent

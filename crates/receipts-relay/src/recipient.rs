@@ -61,12 +61,35 @@ impl AllowList {
         Ok((!list.addresses.is_empty() || !list.domains.is_empty()).then_some(list))
     }
 
-    /// Whether `address` is on the list.
+    /// Whether `address` is on the list: a single address ([`single_address`]) whose whole
+    /// text is a listed address or whose domain is a listed domain.
     pub fn allows(&self, address: &str) -> bool {
+        if !single_address(address) {
+            return false;
+        }
         let address = address.to_ascii_lowercase();
         let domain = address.rsplit_once('@').map(|(_, d)| d).unwrap_or_default();
         self.addresses.contains(&address) || self.domains.contains(domain)
     }
+}
+
+/// Whether `address` is one mailbox the relay may send to: the payment contract's shape
+/// ([`payments::valid_email`]: exactly one `@`, a local part, a dotted domain, no white space or
+/// control characters) and none of the characters that make a header list or a display name of
+/// it (`,` `;` `:` `<` `>` `"` `(` `)` `[` `]` `\`). Checked before any rule: the relay reads
+/// rows any writer put in the outbox, and `victim@evil.example,a@example.com` must not pass as
+/// an address at `example.com`.
+///
+/// ```
+/// use receipts_relay::recipient::single_address;
+/// assert!(single_address("alice+receipts@example.com"));
+/// assert!(!single_address("victim@evil.example,a@example.com"));
+/// assert!(!single_address("victim,a@example.com"));
+/// assert!(!single_address("Victim <victim@example.com>"));
+/// ```
+pub fn single_address(address: &str) -> bool {
+    payments::valid_email(address)
+        && !address.chars().any(|c| matches!(c, ',' | ';' | ':' | '<' | '>' | '"' | '(' | ')' | '[' | ']' | '\\'))
 }
 
 /// Where a receipt goes.
@@ -99,7 +122,18 @@ pub fn choose(
         return Err("the row names no receipt address: no receipt was asked for".into());
     };
     if let Some(registered) = registered {
+        if !single_address(&registered) {
+            return Err(
+                "the account's registered receipt_email is not a single email address; refused, not sent to the \
+                 event's address"
+                    .into(),
+            );
+        }
         return Ok(Recipient::Account(registered));
+    }
+    if !single_address(requested) {
+        // Not shown, even redacted: what is not one address may not redact as one.
+        return Err("the row's receipt address is not a single email address".into());
     }
     match allowed {
         Some(list) if !list.allows(requested) => Err(format!(
@@ -131,6 +165,32 @@ mod tests {
             "no allow-list: the event's address (the default deployment)"
         );
         assert!(choose(registered, None, None).is_err(), "no address asked for, no receipt");
+    }
+
+    /// The relay reads rows any writer put in the outbox, and `ReceiptRow::check` does not check
+    /// the address: the list must judge the whole address, not only what follows its last `@`.
+    #[test]
+    fn an_address_naming_an_off_list_mailbox_before_its_last_at_is_not_allowed() {
+        let list = AllowList::parse(Some("example.com")).unwrap().unwrap();
+        assert!(list.allows("a@example.com"));
+        for smuggled in [
+            "victim@evil.example,a@example.com",
+            "victim@evil.example@example.com",
+            "victim@evil.example;a@example.com",
+            "Victim <victim@evil.example>,a@example.com",
+        ] {
+            assert!(!list.allows(smuggled), "{smuggled:?} admitted under example.com");
+        }
+    }
+
+    /// Refused before any rule, with no allow-list and a registered address too.
+    #[test]
+    fn a_recipient_that_is_not_one_address_is_refused() {
+        for smuggled in ["victim@evil.example,a@example.com", "victim,a@example.com", "V <v@example.com>"] {
+            let refused = choose(None, Some(smuggled), None).unwrap_err();
+            assert!(!refused.contains("victim") && !refused.contains("v@"), "{refused}");
+            assert!(choose(Some(smuggled.into()), Some("a@example.com"), None).is_err(), "{smuggled:?} registered");
+        }
     }
 
     #[test]

@@ -52,3 +52,21 @@ async fn a_row_with_attributes_of_every_type_still_gets_its_receipt() {
     numbers.sort();
     assert_eq!(numbers, ["-300", "1", "2.5"], "left as it was");
 }
+
+/// A row whose `status` another writer left in a form the relay does not know (here a number):
+/// the status read before sending (`Outbox::status`) calls it malformed, and the relay must not
+/// answer that with a retry, which holds the shard's checkpoint for a day (MaximumRetryAttempts
+/// -1) and every receipt behind it.
+#[tokio::test]
+async fn a_row_whose_status_is_not_one_the_relay_knows_does_not_hold_the_checkpoint() {
+    let p = Pending::new("oddstatus").await;
+    let mut item = p.item.clone();
+    item.insert("status".into(), serde_dynamo::AttributeValue::N("0".into()));
+    p.client.put_item().table_name(&p.outbox_table).set_item(Some(item.into())).send().await.unwrap();
+
+    let sender = RecordingSender::new();
+    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
+    let options = Options { emit_metrics: false, ..Options::new("test") };
+    let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
+    assert!(response.batch_item_failures.is_empty(), "the checkpoint moves on: {:?}", response.batch_item_failures);
+}

@@ -169,3 +169,46 @@ async fn the_receipt_over_the_accounts_rate_is_not_sent() {
     assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Rejected));
     assert!(emails_to(&p.to).is_empty());
 }
+
+/// A receipt counted and sent in one window whose row was not marked (the attempt died) is
+/// retried after the window turned: the retry replays the marker and sends nothing, so it must
+/// not take the new window's allowance either. With a limit of one, the account's first receipt
+/// of the new window is still sent.
+#[tokio::test]
+async fn a_receipt_retried_into_the_next_window_does_not_spend_that_windows_allowance() {
+    let p = Pending::new("rate-turn").await;
+    let limit = RateLimit::from_env_values(Some("1"), Some("3600")).unwrap();
+    let clock = std::sync::Arc::new(effectively_once::ManualClock::new());
+    let markers = p.markers_on(clock.clone());
+    let ses = common::verified_ses(FROM).await;
+
+    // The first attempt, as the relay makes it: counted in its window, sent, then it died
+    // before marking the row.
+    let rate = payments::ReceiptRate::new(p.client.clone(), p.store.table(), limit.unwrap());
+    assert!(rate.admit("acct_42", &p.event_id, markers.config().now_ms()).await.unwrap());
+    let key = payments::receipt_key(&p.event_id).unwrap();
+    effectively_once_effects::send_once(&markers, &ses, &key, &p.receipt().message(&p.to), Policy::AtMostOnce)
+        .await
+        .unwrap();
+    assert_eq!(emails_to(&p.to).len(), 1);
+
+    // The stream retries the record in the next window.
+    clock.advance(std::time::Duration::from_secs(3600));
+    let relay = common::relay(markers, ses, &p.outbox_table, Policy::AtMostOnce).with_rate_limit(limit);
+    assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Duplicate), "the marker replays");
+    assert_eq!(p.row().await.unwrap().status, RowStatus::Sent);
+
+    // The account's first new receipt of this window.
+    let rows = more_rows(&p, 1).await;
+    let (to, event_id, event) = &rows[0];
+    let result = handle(&relay, event).await;
+    let row = common::row(&p.client, &p.outbox_table, event_id).await.unwrap();
+    assert_eq!(
+        (result, row.status),
+        (Ok(Disposition::Applied), RowStatus::Sent),
+        "the window's first receipt is held: {:?}",
+        row.failure_reason
+    );
+    assert_eq!(emails_to(to).len(), 1);
+    assert_eq!(emails_to(&p.to).len(), 1, "no second receipt for the retried event");
+}
