@@ -80,9 +80,9 @@
 //! removed) through an [`Outbox`] ([`outbox`]).
 //!
 //! The event's address is a request, not the recipient: the relay sends to the account's
-//! registered address where its [profile](profile) names one, else to the event's when the
+//! registered address where its [profile] names one, else to the event's when the
 //! deployment's allow-list admits it (or no allow-list is set), and admits at most a
-//! [rate](rate) of receipts per account. Both are what a deployment turns on:
+//! [rate] of receipts per account. Both are what a deployment turns on:
 //! [operations](https://github.com/effectively-once/effectively-once/blob/main/docs/operations.md#receipts-who-gets-them-and-how-many).
 //!
 //! # Features
