@@ -432,13 +432,18 @@ impl Outbox {
             set.push_str(" REMOVE #email");
             update = update.expression_attribute_names("#email", RECEIPT_EMAIL);
         }
-        match update.update_expression(set).send().await {
-            Ok(_) => Ok(true),
-            Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Ok(false)
-            }
-            Err(error) => Err(store_error("UpdateItem", error)),
-        }
+        updated(update.update_expression(set).send().await)
+    }
+}
+
+/// A conditional `UpdateItem`'s outcome: `true` written, `false` its condition failed.
+pub(crate) fn updated<O>(
+    result: Result<O, aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError>>,
+) -> Result<bool, StoreError> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
+        Err(error) => Err(store_error("UpdateItem", error)),
     }
 }
 

@@ -15,7 +15,6 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::StoreError;
-use effectively_once_dynamodb::store_error;
 
 /// The key prefix of the counters in the idempotency table.
 pub const RATE_PREFIX: &str = "receipt-rate";
@@ -119,13 +118,7 @@ impl ReceiptRate {
             .expression_attribute_values(":expiration", AttributeValue::N(expires_s.to_string()))
             .send()
             .await;
-        match written {
-            Ok(_) => Ok(true),
-            Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Ok(false)
-            }
-            Err(error) => Err(store_error("UpdateItem", error)),
-        }
+        crate::outbox::updated(written)
     }
 }
 
