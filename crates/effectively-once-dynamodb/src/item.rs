@@ -160,16 +160,20 @@ pub(crate) fn claim_answer(item: &HashMap<String, AttributeValue>) -> Option<Cla
 /// Encodes a record. Numbers are integers: TTL ignores anything else (TypeScript #2298 stored a
 /// float and records never expired).
 pub(crate) fn to_item(record: &Record) -> HashMap<String, AttributeValue> {
-    let mut item = HashMap::from([
-        (attr::ID.to_owned(), AttributeValue::S(record.id.clone())),
-        (attr::STATUS.to_owned(), AttributeValue::S(record.status.as_str().to_owned())),
-        (attr::LEASE_EXPIRES_AT.to_owned(), AttributeValue::N(record.lease_expires_at_ms.to_string())),
-        (attr::EXPIRATION.to_owned(), AttributeValue::N(record.expiration_s.to_string())),
-        (attr::PAYLOAD_HASH.to_owned(), AttributeValue::S(record.payload_hash.clone())),
-        (attr::OWNER.to_owned(), AttributeValue::S(record.owner.clone())),
-    ]);
-    if let Some(response) = &record.response {
-        item.insert(attr::RESPONSE.to_owned(), AttributeValue::S(response.clone()));
+    into_item(record.clone())
+}
+
+/// [`to_item`], moving the record's strings into the item.
+pub(crate) fn into_item(record: Record) -> HashMap<String, AttributeValue> {
+    let mut item = HashMap::with_capacity(7);
+    item.insert(attr::ID.to_owned(), AttributeValue::S(record.id));
+    item.insert(attr::STATUS.to_owned(), AttributeValue::S(record.status.as_str().to_owned()));
+    item.insert(attr::LEASE_EXPIRES_AT.to_owned(), AttributeValue::N(record.lease_expires_at_ms.to_string()));
+    item.insert(attr::EXPIRATION.to_owned(), AttributeValue::N(record.expiration_s.to_string()));
+    item.insert(attr::PAYLOAD_HASH.to_owned(), AttributeValue::S(record.payload_hash));
+    item.insert(attr::OWNER.to_owned(), AttributeValue::S(record.owner));
+    if let Some(response) = record.response {
+        item.insert(attr::RESPONSE.to_owned(), AttributeValue::S(response));
     }
     item
 }

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 };
 use effectively_once::{Config, Record, Status, StoreError, StoreErrorKind};
 
-use crate::item::{attr, carried, carried_from_item, from_item, to_item};
+use crate::item::{attr, carried, carried_from_item, from_item, into_item};
 use crate::store::DynamoDbStore;
 use crate::transaction::{self, backoff, check_limits, Cancellation, Sent, WriteUnits};
 
@@ -146,21 +146,28 @@ impl Commit {
 
     /// The actions as sent, with the record's own action (the own put, or the guard) last.
     pub(crate) fn actions(&self, store: &DynamoDbStore, now_ms: u64) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let mut actions = Vec::with_capacity(self.writes.len() + 1);
-        for write in &self.writes {
-            match &self.placement {
-                Placement::Carried { write: carrier, key_attribute } if *carrier == write.name => {
-                    actions.push(self.carry(write, key_attribute)?);
-                }
-                _ => actions.push(write.item.clone()),
-            }
-        }
+        self.clone().into_actions(store, now_ms)
+    }
+
+    /// [`Commit::actions`], moving the writes' items into the actions rather than copying them:
+    /// a batch builds every member's actions once, and its items are most of what it sends.
+    pub(crate) fn into_actions(self, store: &DynamoDbStore, now_ms: u64) -> Result<Vec<TransactWriteItem>, StoreError> {
         if let Placement::Carried { write, .. } = &self.placement {
             if !self.writes.iter().any(|w| w.name == *write) {
                 return Err(misuse(format!("no write named {write} to carry the record")));
             }
         }
-        actions.extend(self.record_action(store, now_ms)?);
+        let record = self.record_action(store, now_ms)?;
+        let mut actions = Vec::with_capacity(self.writes.len() + 1);
+        for write in self.writes {
+            match &self.placement {
+                Placement::Carried { write: carrier, key_attribute } if *carrier == write.name => {
+                    actions.push(carry(&self.record, &write, key_attribute)?);
+                }
+                _ => actions.push(write.item),
+            }
+        }
+        actions.extend(record);
         check_limits(&actions)?;
         Ok(actions)
     }
@@ -168,21 +175,19 @@ impl Commit {
     /// The record's own action: its put (an own record), a check that no record was recorded
     /// apart (a guarded carried record), or none.
     fn record_action(&self, store: &DynamoDbStore, now_ms: u64) -> Result<Option<TransactWriteItem>, StoreError> {
-        let names: HashMap<String, String> = RECORD_NAMES.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let values: HashMap<String, AttributeValue> = [
-            (":s", AttributeValue::N((now_ms / 1000).to_string())),
-            (":m", AttributeValue::N(now_ms.to_string())),
-            (":p", AttributeValue::S(Status::InProgress.as_str().into())),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        let names: HashMap<String, String> =
+            RECORD_NAMES.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let values = HashMap::from([
+            (":s".to_owned(), AttributeValue::N((now_ms / 1000).to_string())),
+            (":m".to_owned(), AttributeValue::N(now_ms.to_string())),
+            (":p".to_owned(), AttributeValue::S(Status::InProgress.as_str().into())),
+        ]);
         if self.placement == Placement::Own {
             // The same condition as a claim: no live record, so a duplicate's transaction is
             // cancelled by this action and its ALL_OLD item is the record to replay.
             let put = Put::builder()
                 .table_name(store.table())
-                .set_item(Some(to_item(&self.record_at(now_ms))))
+                .set_item(Some(into_item(self.record_at(now_ms))))
                 .condition_expression(RECORD_CONDITION)
                 .set_expression_attribute_names(Some(names))
                 .set_expression_attribute_values(Some(values))
@@ -205,44 +210,6 @@ impl Commit {
             .map_err(unbuilt)?;
         Ok(Some(TransactWriteItem::builder().condition_check(check).build()))
     }
-
-    fn carry(&self, write: &Write, key_attribute: &str) -> Result<TransactWriteItem, StoreError> {
-        let Some(put) = write.item.put() else {
-            return Err(misuse(format!("write {} carries the record but is not a Put", write.name)));
-        };
-        let mut item = put.item().clone();
-        if let Some(name) = item.keys().find(|name| name.starts_with(carried::RESERVED_PREFIX)) {
-            return Err(misuse(format!(
-                "write {} carries the record but its item has the attribute {name}: the prefix {} is reserved for the record",
-                write.name,
-                carried::RESERVED_PREFIX
-            )));
-        }
-        item.insert(carried::KEY.into(), AttributeValue::S(self.record.id.clone()));
-        item.insert(carried::PAYLOAD_HASH.into(), AttributeValue::S(self.record.payload_hash.clone()));
-        if let Some(response) = &self.record.response {
-            item.insert(carried::RESPONSE.into(), AttributeValue::S(response.clone()));
-        }
-        let mut names = put.expression_attribute_names().cloned().unwrap_or_default();
-        names.insert("#carrier_key".into(), key_attribute.to_owned());
-        // The carrier is keyed by the business id, so its existence is the duplicate test; its
-        // ALL_OLD image carries the first delivery's hash and response.
-        let condition = match put.condition_expression() {
-            Some(own) => format!("attribute_not_exists(#carrier_key) AND ({own})"),
-            None => "attribute_not_exists(#carrier_key)".to_owned(),
-        };
-        let put = Put::builder()
-            .table_name(put.table_name())
-            .set_item(Some(item))
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(put.expression_attribute_values().cloned())
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(unbuilt)?;
-        Ok(TransactWriteItem::builder().put(put).build())
-    }
-
     /// The indices of the actions whose failed condition means "a record exists".
     fn record_indices(&self) -> Vec<usize> {
         let mut indices = Vec::new();
@@ -261,6 +228,44 @@ impl Commit {
     pub fn write_units(&self, store: &DynamoDbStore) -> Result<WriteUnits, StoreError> {
         Ok(WriteUnits::of(&self.actions(store, 0)?))
     }
+}
+
+/// `write`'s put with `record` carried on its item, on the condition that the item is absent.
+fn carry(record: &Record, write: &Write, key_attribute: &str) -> Result<TransactWriteItem, StoreError> {
+    let Some(put) = write.item.put() else {
+        return Err(misuse(format!("write {} carries the record but is not a Put", write.name)));
+    };
+    let mut item = put.item().clone();
+    if let Some(name) = item.keys().find(|name| name.starts_with(carried::RESERVED_PREFIX)) {
+        return Err(misuse(format!(
+            "write {} carries the record but its item has the attribute {name}: the prefix {} is reserved for the record",
+            write.name,
+            carried::RESERVED_PREFIX
+        )));
+    }
+    item.insert(carried::KEY.into(), AttributeValue::S(record.id.clone()));
+    item.insert(carried::PAYLOAD_HASH.into(), AttributeValue::S(record.payload_hash.clone()));
+    if let Some(response) = &record.response {
+        item.insert(carried::RESPONSE.into(), AttributeValue::S(response.clone()));
+    }
+    let mut names = put.expression_attribute_names().cloned().unwrap_or_default();
+    names.insert("#carrier_key".into(), key_attribute.to_owned());
+    // The carrier is keyed by the business id, so its existence is the duplicate test; its
+    // ALL_OLD image carries the first delivery's hash and response.
+    let condition = match put.condition_expression() {
+        Some(own) => format!("attribute_not_exists(#carrier_key) AND ({own})"),
+        None => "attribute_not_exists(#carrier_key)".to_owned(),
+    };
+    let put = Put::builder()
+        .table_name(put.table_name())
+        .set_item(Some(item))
+        .condition_expression(condition)
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(put.expression_attribute_values().cloned())
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .build()
+        .map_err(unbuilt)?;
+    Ok(TransactWriteItem::builder().put(put).build())
 }
 
 /// A request the SDK's builder refused (a required field missing).

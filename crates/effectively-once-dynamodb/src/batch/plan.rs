@@ -183,7 +183,7 @@ where
         };
         let json = response_json(&response, config.max_response_bytes())?;
         let parts = tx.into_commit(self.key(index), self.hash(index).as_str(), json, now_ms, window_s(config));
-        let actions = parts.commit.actions(self.idempotency.store(), now_ms)?;
+        let actions = parts.commit.into_actions(self.idempotency.store(), now_ms)?;
         part.owners.extend((0..actions.len() - 1).map(|_| Owner::Write(index)));
         part.owners.push(Owner::Record(index));
         part.actions.extend(actions);
