@@ -45,6 +45,10 @@ and tables.
 Then instruction counts (`runs.count_instructions`): ours and the floor under
 `valgrind --tool=callgrind` at batch 10, one process through warm-up batches and two equal parts,
 `callgrind_control --dump` after each (a dump zeroes the counters): init and warm-up excluded.
+When the floor runs, a third count, "floor with the record" (`floor-record`): the floor with
+`FLOOR_RECORD=1`, also putting each event's least record into the idempotency table in the same
+transaction, the bound of a consumer that writes the record; counted only, since a duplicate
+cancels its batch.
 
 Every run's ledger is scanned (consistent reads) and must equal `workload.expected_ledger`:
 posting the valid events one by one in delivery order, each once, refusing an event in another

@@ -34,8 +34,9 @@ def options():
     p.add_argument("--ours", default=os.path.join(TARGET, "lambda/payments-consumer/bootstrap"))
     p.add_argument("--floor", default=os.path.join(TARGET, "lambda/payments-floor/bootstrap"))
     p.add_argument("--out", default=os.path.join(TARGET, "bench"))
-    p.add_argument("--only", help=f"comma-separated columns to run, of {', '.join(NAMES)}; without all four, "
-                                   "no report is written (for development and profiling)")
+    p.add_argument("--only", help=f"comma-separated columns to run, of {', '.join(NAMES)} (the floor brings the "
+                                   "instruction count of the floor with the record); without all four, no report is "
+                                   "written (for development and profiling)")
     p.add_argument("--perf", metavar="FILE",
                    help="with --only ours: run ours under `perf record -g -o FILE` (its CPU figures then "
                         "include perf's; read the profile with `perf report -i FILE`)")
@@ -69,10 +70,20 @@ def implementations(args):
     ]
 
 
+def floor_with_the_record(args):
+    """The floor writing each event's least record too (`FLOOR_RECORD=1`, into the run's
+    idempotency table): for the instruction count only, since a duplicate cancels its batch."""
+    return Implementation("floor-record", "floor with the record", [args.floor], "payments-floor",
+                          {"FLOOR_RECORD": "1"}, every_delivery=True)
+
+
 ABOUT = {
     "ours": "payments-consumer, release; `LEDGER_PREREAD` unset (its default)",
     "floor": "bench/floor (`payments-floor`), release: the same ledger items in one TransactWriteItems per "
              "batch, no idempotency, no condition, so it posts every duplicate again and refuses nothing",
+    "floor-record": "the floor with `FLOOR_RECORD=1`: per event also the least record duplicate detection needs "
+                    "(`id`, `status`, `payload_hash`, `response`, condition `attribute_not_exists(#i)`) in the same "
+                    "transaction, so most of ours' request size without the rest of its logic; instruction count only",
     "peer": "aws-lambda-powertools under awslambdaric: `IdempotencyConfig(event_key_jmespath=\"event_id\")`, every "
             "other option at its default (use_local_cache=False, expires_after_seconds=3600, no payload "
             "validation), `BatchProcessor(EventType.SQS)`, `DynamoDBPersistenceLayer` defaults",
@@ -163,9 +174,12 @@ def main():
             log("no valgrind on PATH (apt-get install valgrind): instruction counts left out")
         else:
             sc = Scenario("callgrind", 10, args.accounts, (2 + 2 * args.callgrind_batches) * 10, seed + 1)
-            for name in ("ours", "floor"):
-                if name in by_name:
-                    instructions[name] = count_instructions(by_name[name], sc, aws, args.endpoint, log_dir,
+            counted = dict(by_name)
+            if "floor" in by_name:
+                counted["floor-record"] = floor_with_the_record(args)
+            for name in ("ours", "floor", "floor-record"):
+                if name in counted:
+                    instructions[name] = count_instructions(counted[name], sc, aws, args.endpoint, log_dir,
                                                             n_batches=args.callgrind_batches)
     meta["load_after"] = "%.2f %.2f %.2f" % os.getloadavg()
     log(f"load average {meta['load_after']}")

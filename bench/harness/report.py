@@ -141,7 +141,8 @@ def instructions_table(instructions, labels, med=None):
     floor = instructions.get("floor", {}).get("instr_per_msg")
     cpu = lambda n: (med or {}).get(n, {}).get("cpu_us_per_msg")
     for n, r in instructions.items():
-        out.append(f"| {labels.get(n, n)} | {r['instr_per_msg']:,.0f} | {r['instr_per_msg_check']:,.0f} | "
+        label = labels.get(n, r.get("label", n))
+        out.append(f"| {label} | {r['instr_per_msg']:,.0f} | {r['instr_per_msg_check']:,.0f} | "
                    f"{r['messages']} | {ratio_text(r['instr_per_msg'], floor)} | {fmt(cpu(n), 0)} | "
                    f"{ratio_text(cpu(n), cpu('floor'))} |")
     return "\n".join(out)
@@ -158,13 +159,13 @@ def bound(text, value, limit, unit="", digits=2):
     return (text, met, how)
 
 
-def ratio_bound(text, ours, floor, limit, unit="", digits=0):
+def ratio_bound(text, ours, floor, limit, unit="", digits=0, floor_name="floor"):
     """A target `ours <= limit x floor`: (text, met, how much)."""
     if ours is None or not floor:
         return (text, None, "not measured in this run")
     r = ours / floor
     met = r <= limit
-    return (text, met, f"ours {fmt(ours, digits)}{unit}, floor {fmt(floor, digits)}{unit}: {r:.2f}x against "
+    return (text, met, f"ours {fmt(ours, digits)}{unit}, {floor_name} {fmt(floor, digits)}{unit}: {r:.2f}x against "
                        f"{limit:.2f}x, " + (f"{(1 - r / limit) * 100:.0f} % under" if met else
                                             f"{(r / limit - 1) * 100:.0f} % over"))
 
@@ -179,6 +180,12 @@ def targets(med, scenarios, scenario_results, instructions, onebyone, standings,
     out.append(bound("handler CPU per message at batch 10 at most 90 µs", cpu, 90, " µs", 0))
     oi, fi = instructions.get("ours", {}).get("instr_per_msg"), instructions.get("floor", {}).get("instr_per_msg")
     out.append(ratio_bound("instructions per message at batch 10 within 1.2x the floor's", oi, fi, 1.2))
+    # Informational, not the issue's target: the floor that also writes the record bounds from
+    # below what any consumer writing the record atomically with the entry can cost.
+    fri = instructions.get("floor-record", {}).get("instr_per_msg")
+    out.append(ratio_bound("instructions per message at batch 10 within 1.2x the floor with the record "
+                           "(informational: the issue's target is the line above)", oi, fri, 1.2,
+                           floor_name="floor with the record"))
     out.append(bound(f"init at most 15 ms (median of {rounds}; load averages above)", o.get("init_ms"), 15, " ms", 1))
     out.append(bound("write units per duplicate at another sandbox at most 1", o.get("wcu_dup_other"), 1.0))
     ref = onebyone.get("other_wcu_per_msg") if onebyone else None
@@ -269,7 +276,9 @@ def build_report(args, mix, impls, results, scenarios, scenario_results, preread
                   "runs 2 warm-up batches, then two equal parts; `callgrind_control --dump` after each zeroes the "
                   "counters, so init and the warm-up are out; the figure is the last part's instructions over its "
                   "messages (the part before it shows the noise). Beside it the schedstat CPU of the same "
-                  "implementations in the mix (A).", ""]
+                  "implementations in the mix (A)."
+                  + (f" The floor with the record: {meta['about']['floor-record']}."
+                     if "floor-record" in instructions and "floor-record" in meta.get("about", {}) else ""), ""]
     lines += ["## Targets (issue 26, item 6)", "", targets_text(checks), ""]
     lines += how_taken(results, names)
     if overhead:

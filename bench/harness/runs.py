@@ -165,7 +165,10 @@ def count_instructions(impl, scenario, aws, endpoint, log_dir, warm=2, n_batches
     """Instructions per message under callgrind, init and warm-up excluded: one process runs
     `warm` batches, then `n_batches`, then `n_batches` more, with `callgrind_control --dump`
     after each part (a dump zeroes the counters); the figure is the last part's instructions
-    over its messages, and the part before it is printed beside it as a check of the noise."""
+    over its messages, and the part before it is printed beside it as a check of the noise. The
+    process gets the run's idempotency table as `IDEMPOTENCY_TABLE`, as every sandbox does; with
+    `FLOOR_RECORD=1` (the floor with the record) it must hold one record per message after, or
+    the build ignored the variable and the count would be the bare floor's."""
     idem, ledger = aws.create_tables(f"bench-callgrind-{impl.name}-{uuid.uuid4().hex[:6]}")
     out_dir = os.path.join(log_dir, f"callgrind-{impl.name}")
     os.makedirs(out_dir, exist_ok=True)
@@ -189,7 +192,11 @@ def count_instructions(impl, scenario, aws, endpoint, log_dir, warm=2, n_batches
             parts.append(sum(batch.count(b'"messageId"') for batch in part))
     finally:
         s.close(signal.SIGTERM)
+        records = len(aws.scan(idem))
         aws.delete_tables(idem, ledger)
+    if impl.extra_env.get("FLOOR_RECORD") == "1" and records != sum(parts):
+        raise BenchError(f"callgrind {impl.name}: {records} records for {sum(parts)} messages: does {impl.argv[0]} "
+                         "know FLOOR_RECORD?")
     totals = []
     for path in sorted(glob.glob(base + ".*"), key=lambda p: int(re.sub(r"\D", "", p.rsplit(".", 1)[1]) or 0)):
         with open(path, errors="replace") as f:
@@ -202,4 +209,4 @@ def count_instructions(impl, scenario, aws, endpoint, log_dir, warm=2, n_batches
     log(f"callgrind {impl.name}: init {totals[0]:,} instructions with warm-up; per message "
         f"{per_msg[0]:,.0f} then {per_msg[1]:,.0f}")
     return {"instr_per_msg": per_msg[1], "instr_per_msg_check": per_msg[0], "batch_size": scenario.batch_size,
-            "messages": parts[2]}
+            "messages": parts[2], "label": impl.label, "records": records}

@@ -5,6 +5,19 @@
 //! idempotency at all: no record, no condition, no replay, no answers remembered. A redelivered
 //! message is posted again, and a debit may take a balance below zero: this is a yardstick,
 //! never a consumer to run.
+//!
+//! With a record table ([`handle`]'s `records`; the binary's `FLOOR_RECORD=1`, table from
+//! `IDEMPOTENCY_TABLE`), the floor also puts, in the same transaction, the least record the
+//! contract's duplicate detection needs: per event an item `id` = `payments#{event_id}`, `status`
+//! = `COMPLETED`, `payload_hash` = `v2:` and the hex SHA-256 of the message body (a stand-in, of
+//! the same length, for ours' hash of the canonical JSON), `response` = `{"outcome":"applied"}`,
+//! conditioned on `attribute_not_exists(#i)`. A record is an action like any other in the
+//! 100-action split. Nothing else: no replay and no reading of cancellation reasons, so an event
+//! whose record exists cancels its transaction and fails the batch, like any other error. Ours'
+//! record put carries more (`ReturnValuesOnConditionCheckFailure` `ALL_OLD`, to tell a duplicate
+//! from key reuse without a read; the claim's longer condition, which also takes over expired and
+//! abandoned records; and the record's expiry, lease and owner), so this mode bounds from below
+//! what a consumer that writes the record atomically with the entry can cost.
 
 use std::collections::HashSet;
 use std::num::NonZeroU8;
@@ -14,6 +27,7 @@ use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use time::format_description::well_known::iso8601::{Config, EncodedConfig, TimePrecision};
 use time::format_description::well_known::Iso8601;
 use time::OffsetDateTime;
@@ -56,24 +70,37 @@ impl Payment {
     }
 }
 
-/// One transaction's worth: its entries, and per account (in order of first appearance) the
-/// sum, count and currency its balance update adds.
+/// The key prefix of the payments consumer's records (`payments::ledger::PREFIX`).
+const RECORD_PREFIX: &str = "payments#";
+
+/// The response ours stores for an applied payment (`payments::Posting::Applied`, serialised).
+const APPLIED: &str = r#"{"outcome":"applied"}"#;
+
+/// One transaction's worth: its puts (each event's entry, then its record when there is one),
+/// and per account (in order of first appearance) the sum, count and currency its balance update
+/// adds.
 #[derive(Default)]
 struct Chunk {
-    entries: Vec<TransactWriteItem>,
+    puts: Vec<TransactWriteItem>,
     accounts: Vec<(String, i64, i64, String)>,
 }
 
 impl Chunk {
     fn actions(&self) -> usize {
-        self.entries.len() + self.accounts.len()
+        self.puts.len() + self.accounts.len()
     }
 }
 
 /// Handles one SQS batch: writes every valid message's entry and its account's balance, and
-/// reports the invalid messages as failed. A failed write fails the whole batch (SQS redelivers
-/// it; the floor has no way to tell what was written).
-pub async fn handle(client: &Client, table: &str, event: SqsEvent) -> Result<SqsBatchResponse, lambda_runtime::Error> {
+/// reports the invalid messages as failed. With `records` (a table), also puts each event's
+/// record there (see the crate's documentation). A failed write fails the whole batch (SQS
+/// redelivers it; the floor has no way to tell what was written).
+pub async fn handle(
+    client: &Client,
+    table: &str,
+    records: Option<&str>,
+    event: SqsEvent,
+) -> Result<SqsBatchResponse, lambda_runtime::Error> {
     let posted_at = rfc3339(OffsetDateTime::now_utc());
     let mut response = SqsBatchResponse::default();
     let mut chunks = vec![Chunk::default()];
@@ -81,7 +108,8 @@ pub async fn handle(client: &Client, table: &str, event: SqsEvent) -> Result<Sqs
     // twice in the batch is written once.
     let mut ids = HashSet::new();
     for message in &event.records {
-        let Some(payment) = message.body.as_deref().and_then(Payment::parse) else {
+        let body = message.body.as_deref();
+        let Some(payment) = body.and_then(Payment::parse) else {
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = message.message_id.clone().unwrap_or_default();
             response.batch_item_failures.push(failure);
@@ -92,11 +120,15 @@ pub async fn handle(client: &Client, table: &str, event: SqsEvent) -> Result<Sqs
         }
         let mut chunk = chunks.last_mut().expect("one chunk at least");
         let known = chunk.accounts.iter().any(|(a, ..)| *a == payment.account_id);
-        if chunk.actions() + 1 + usize::from(!known) > MAX_ACTIONS {
+        let puts = 1 + usize::from(records.is_some());
+        if chunk.actions() + puts + usize::from(!known) > MAX_ACTIONS {
             chunks.push(Chunk::default());
             chunk = chunks.last_mut().expect("just pushed");
         }
-        chunk.entries.push(entry(table, &payment, &posted_at)?);
+        chunk.puts.push(entry(table, &payment, &posted_at)?);
+        if let Some(records) = records {
+            chunk.puts.push(record(records, &payment.event_id, body.unwrap_or_default())?);
+        }
         match chunk.accounts.iter_mut().find(|(a, ..)| *a == payment.account_id) {
             Some((_, sum, count, _)) => {
                 *sum += payment.amount_cents;
@@ -106,10 +138,10 @@ pub async fn handle(client: &Client, table: &str, event: SqsEvent) -> Result<Sqs
         }
     }
     for chunk in chunks {
-        if chunk.entries.is_empty() {
+        if chunk.puts.is_empty() {
             continue;
         }
-        let mut items = chunk.entries;
+        let mut items = chunk.puts;
         for (account, sum, count, currency) in &chunk.accounts {
             items.push(balance(table, account, *sum, *count, currency)?);
         }
@@ -133,6 +165,22 @@ fn entry(table: &str, payment: &Payment, posted_at: &str) -> Result<TransactWrit
         .item("currency", s(payment.currency.clone()))
         .item("event_id", s(payment.event_id.clone()))
         .item("posted_at", s(posted_at.to_owned()))
+        .build()?;
+    Ok(TransactWriteItem::builder().put(put).build())
+}
+
+/// The event's record: what a duplicate is detected by, and nothing more (see the crate's
+/// documentation for what ours adds).
+fn record(table: &str, event_id: &str, body: &str) -> Result<TransactWriteItem, lambda_runtime::Error> {
+    let put = Put::builder()
+        .table_name(table)
+        .item("id", s(format!("{RECORD_PREFIX}{event_id}")))
+        .item("status", s("COMPLETED".to_owned()))
+        .item("payload_hash", s(format!("v2:{}", hex::encode(Sha256::digest(body.as_bytes())))))
+        .item("response", s(APPLIED.to_owned()))
+        // A record already there is a duplicate (or key reuse): the transaction is cancelled.
+        .condition_expression("attribute_not_exists(#i)")
+        .expression_attribute_names("#i", "id")
         .build()?;
     Ok(TransactWriteItem::builder().put(put).build())
 }
