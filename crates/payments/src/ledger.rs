@@ -797,3 +797,39 @@ fn rejection(event: &PaymentEvent, balance: Option<&HashMap<String, AttributeVal
         },
     }
 }
+
+#[cfg(test)]
+mod entry_item_tests {
+    use super::*;
+
+    /// An entry holds the contract's attributes and nothing else: `pk`, `sk`, `currency`,
+    /// `event_id`, `posted_at` as strings and `amount_cents` as a number, for amounts at and past
+    /// the contract's bounds and ids of every allowed character.
+    #[test]
+    fn an_entry_is_the_contracts_item() {
+        let ids = ["pay_0001", "a", "A.b_c:d#e-f", "entry#balance", &"9".repeat(200)];
+        let amounts = [1, -1, 1250, -1250, 1_000_000_000_000, -1_000_000_000_000, i64::MAX, i64::MIN];
+        for (event_id, amount_cents) in ids.iter().flat_map(|id| amounts.iter().map(move |a| (*id, *a))) {
+            let event = PaymentEvent {
+                event_id: event_id.to_owned(),
+                account_id: format!("acct#{event_id}"),
+                amount_cents,
+                currency: "EUR".to_owned(),
+                receipt_email: Some("r@example.com".to_owned()),
+            };
+            let posted_at = "2026-12-02T14:10:32.123Z";
+            let s = |v: String| AttributeValue::S(v);
+            let expected = HashMap::from([
+                ("pk".to_owned(), s(format!("account#acct#{event_id}"))),
+                ("sk".to_owned(), s(format!("entry#{event_id}"))),
+                ("amount_cents".to_owned(), AttributeValue::N(amount_cents.to_string())),
+                ("currency".to_owned(), s("EUR".to_owned())),
+                ("event_id".to_owned(), s(event_id.to_owned())),
+                ("posted_at".to_owned(), s(posted_at.to_owned())),
+            ]);
+            let entry = entry_item(&event, posted_at);
+            assert_eq!(entry, expected, "{event_id} {amount_cents}");
+            assert!(entry_matches(amount_cents, "EUR", &entry), "an entry answers its own duplicate");
+        }
+    }
+}
