@@ -65,8 +65,9 @@ help:
 model:
 	cargo run --locked -q --release -p protocol-model --bin model -- $(MODEL_ARGS)
 
-## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more)
-chaos: local-aws-up
+## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more),
+##        on the local AWS and the local Kafka broker, both started if they are not running
+chaos: local-aws-up local-kafka-up
 	cargo run --locked -q -p local -- chaos $(CHAOS_ARGS)
 
 ## bench: payments-consumer against the Powertools pattern, same workload and local AWS (its

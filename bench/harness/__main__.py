@@ -54,6 +54,12 @@ def options():
     return p.parse_args()
 
 
+# What infra/template.json sets for payments-consumer, given to the floor too so ours / floor
+# credits neither the allocator nor its setting: mimalloc keeps freed pages instead of returning
+# them to the OS a second after, which made every batch fault them in again (docs/profile.md).
+RUST_ENV = {"MIMALLOC_PURGE_DELAY": "-1"}
+
+
 def implementations(args):
     peer = [sys.executable, "-m", "awslambdaric", "handler.lambda_handler"]
     peer_dir = os.path.join(ROOT, "bench/peer")
@@ -61,8 +67,8 @@ def implementations(args):
     peer_env = {"AWS_EXECUTION_ENV": f"AWS_Lambda_python{sys.version_info[0]}.{sys.version_info[1]}",
                 "LAMBDA_TASK_ROOT": peer_dir}
     return [
-        Implementation("ours", "ours", [args.ours], "payments-consumer"),
-        Implementation("floor", "floor", [args.floor], "payments-floor", every_delivery=True),
+        Implementation("ours", "ours", [args.ours], "payments-consumer", RUST_ENV),
+        Implementation("floor", "floor", [args.floor], "payments-floor", RUST_ENV, every_delivery=True),
         Implementation("peer", "Powertools, cache off", peer, "payments-consumer-powertools",
                        {**peer_env, "PEER_LOCAL_CACHE": "0"}, cwd=peer_dir),
         Implementation("peer-cache", "Powertools, cache on", peer, "payments-consumer-powertools",
@@ -74,11 +80,12 @@ def floor_with_the_record(args):
     """The floor writing each event's least record too (`FLOOR_RECORD=1`, into the run's
     idempotency table): for the instruction count only, since a duplicate cancels its batch."""
     return Implementation("floor-record", "floor with the record", [args.floor], "payments-floor",
-                          {"FLOOR_RECORD": "1"}, every_delivery=True)
+                          {**RUST_ENV, "FLOOR_RECORD": "1"}, every_delivery=True)
 
 
 ABOUT = {
-    "ours": "payments-consumer, release; `LEDGER_PREREAD` unset (its default)",
+    "ours": "payments-consumer, release; `LEDGER_PREREAD` unset (its default); `MIMALLOC_PURGE_DELAY=-1`, as the "
+            "template deploys it (the floor gets it too)",
     "floor": "bench/floor (`payments-floor`), release: the same ledger items in one TransactWriteItems per "
              "batch, no idempotency, no condition, so it posts every duplicate again and refuses nothing",
     "floor-record": "the floor with `FLOOR_RECORD=1`: per event also the least record duplicate detection needs "

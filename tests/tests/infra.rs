@@ -1747,3 +1747,16 @@ async fn every_request_the_api_sends_is_allowed_by_its_role() {
     let all = ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"];
     assert_eq!(seen.iter().map(String::as_str).collect::<Vec<_>>(), all, "every path ran");
 }
+
+/// The payments consumer (the one function on mimalloc) keeps the pages it freed: a sandbox
+/// serves one invocation at a time, so memory returned to the OS between batches is only faulted
+/// in again by the next one, and Lambda bills the configured memory, not the resident set.
+#[test]
+fn the_payments_consumer_keeps_its_freed_memory_between_batches() {
+    let t = template();
+    let env = &t["Resources"]["PaymentsConsumerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(env["MIMALLOC_PURGE_DELAY"], "-1");
+    let main = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/payments-consumer/src/main.rs"))
+        .expect("the consumer's main");
+    assert!(main.contains("mimalloc::MiMalloc"), "the setting is mimalloc's: the consumer must allocate with it");
+}
