@@ -13,7 +13,10 @@
 //! the same length, for ours' hash of the canonical JSON), `response` = `{"outcome":"applied"}`,
 //! conditioned on `attribute_not_exists(#i)`. A record is an action like any other in the
 //! 100-action split. Nothing else: no replay and no reading of cancellation reasons, so an event
-//! whose record exists cancels its transaction and fails the batch, like any other error. Ours'
+//! whose record exists cancels its transaction and fails the batch, like any other error. A batch
+//! of several transactions whose later one fails keeps its earlier ones, so its redelivery is
+//! cancelled by their records for good and its later events are never posted: one more reason
+//! this is a yardstick for first deliveries, never a consumer. Ours'
 //! record put carries more (`ReturnValuesOnConditionCheckFailure` `ALL_OLD`, to tell a duplicate
 //! from key reuse without a read; the claim's longer condition, which also takes over expired and
 //! abandoned records; and the record's expiry, lease and owner), so this mode bounds from below

@@ -1,8 +1,8 @@
 //! The floor writes the ledger items `payments::Ledger` writes for the same batch (on the local
 //! AWS): the same entries and balances, read back from both tables; only `posted_at`, a clock
 //! reading, may differ. With a record table (`FLOOR_RECORD`), it also writes one record per event,
-//! with the id, status and response ours records and a hash of the same length, and a batch
-//! holding an event already recorded writes nothing.
+//! with the id, status and response ours records and a hash of the same length, and a batch of
+//! one transaction holding an event already recorded writes nothing.
 
 use std::collections::{BTreeMap, HashMap};
 
