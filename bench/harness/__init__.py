@@ -47,8 +47,9 @@ Then instruction counts (`runs.count_instructions`): ours and the floor under
 `callgrind_control --dump` after each (a dump zeroes the counters): init and warm-up excluded.
 When the floor runs, a third count, "floor with the record" (`floor-record`): the floor with
 `FLOOR_RECORD=1`, also putting each event's least record into the idempotency table in the same
-transaction, the bound of a consumer that writes the record; counted only, since a duplicate
-cancels its batch.
+transaction, the bound of a consumer that writes the record; counted, and run once more in the
+batch-size row "spread" at batch 10 for its CPU there (the reason a CPU target's line gives for a
+miss), never in the mix, since a duplicate cancels its batch.
 
 Every run's ledger is scanned (consistent reads) and must equal `workload.expected_ledger`:
 posting the valid events one by one in delivery order, each once, refusing an event in another
@@ -56,7 +57,7 @@ currency than its account's or a debit below zero; for the floor, every delivery
 refused. Anything else stops the bench with an error.
 
 The tables (a column per implementation, ours over the floor, the better peer column over ours),
-the issue's targets each met or missed by how much, and every round go to stdout and
+the issue's targets each met or missed by how much (and why, for a miss), and every round go to stdout and
 `target/bench/report.md`, a chart of ours against the better peer column to
 `target/bench/chart.svg`, the raw figures to `target/bench/results.json`. The local AWS keeps
 connections alive (HTTP/1.1), as DynamoDB does, so no side pays a TCP handshake per request.
