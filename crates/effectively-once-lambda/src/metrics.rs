@@ -61,7 +61,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::{json, Map, Value};
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 
 use crate::{Disposition, RecordResult, Retry};
 
@@ -198,7 +199,8 @@ impl Emf {
     }
 
     /// One EMF line holding `metrics` (name, value, unit) under this namespace and dimension,
-    /// with the `service` and `function_version` properties.
+    /// with the `service` and `function_version` properties. A name given twice is written once,
+    /// with its first value; a property's name (`Function`, `service`, ...) is not a metric's.
     pub fn line<'a>(&self, timestamp_ms: u64, metrics: impl IntoIterator<Item = (&'a str, f64, Unit)>) -> String {
         self.line_with(timestamp_ms, metrics, None)
     }
@@ -209,45 +211,89 @@ impl Emf {
         metrics: impl IntoIterator<Item = (&'a str, f64, Unit)>,
         request_id: Option<&str>,
     ) -> String {
-        let mut line = Map::new();
-        let mut definitions = Vec::new();
-        let mut values = Vec::new();
-        for (name, value, unit) in metrics {
-            definitions.push(json!({"Name": name, "Unit": unit.as_str()}));
-            values.push((name, number(value)));
+        // Each name once: a line's keys are unique, and a property's name is not a metric's.
+        let mut unique: Vec<(&str, f64, Unit)> = Vec::new();
+        for metric in metrics {
+            if !PROPERTIES.contains(&metric.0) && !unique.iter().any(|m| m.0 == metric.0) {
+                unique.push(metric);
+            }
         }
-        line.insert(
-            "_aws".into(),
-            json!({
-                "Timestamp": timestamp_ms,
-                "CloudWatchMetrics": [{
-                    "Namespace": self.namespace,
-                    "Dimensions": [[FUNCTION_DIMENSION]],
-                    "Metrics": definitions,
-                }],
-            }),
-        );
-        line.insert(FUNCTION_DIMENSION.into(), json!(self.function));
-        line.insert("service".into(), json!(self.service));
-        if let Some(version) = &self.version {
-            line.insert("function_version".into(), json!(version));
-        }
-        if let Some(request_id) = request_id.filter(|r| !r.is_empty()) {
-            line.insert("request_id".into(), json!(request_id));
-        }
-        for (name, value) in values {
-            line.insert(name.to_owned(), value);
-        }
-        Value::Object(line).to_string()
+        let line = Line { emf: self, timestamp_ms, metrics: &unique, request_id: request_id.filter(|r| !r.is_empty()) };
+        // Written straight to the text, not built as a `serde_json::Value` first: a tree costs
+        // an allocation a key and a value, on every invocation. Nothing in a line can fail to
+        // serialise (its keys are strings, its numbers finite or written as null).
+        serde_json::to_string(&line).unwrap_or_default()
     }
 }
 
+/// One EMF line, serialised as it is written ([`Emf::line`]).
+struct Line<'a> {
+    emf: &'a Emf,
+    timestamp_ms: u64,
+    metrics: &'a [(&'a str, f64, Unit)],
+    request_id: Option<&'a str>,
+}
+
+impl Serialize for Line<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let definitions: Vec<Definition<'_>> =
+            self.metrics.iter().map(|&(name, _, unit)| Definition { name, unit: unit.as_str() }).collect();
+        let directive =
+            Directive { namespace: &self.emf.namespace, dimensions: [[FUNCTION_DIMENSION]], metrics: &definitions };
+        let mut line = serializer.serialize_map(None)?;
+        line.serialize_entry("_aws", &Aws { timestamp: self.timestamp_ms, cloud_watch_metrics: [directive] })?;
+        line.serialize_entry(FUNCTION_DIMENSION, &self.emf.function)?;
+        line.serialize_entry("service", &self.emf.service)?;
+        if let Some(version) = &self.emf.version {
+            line.serialize_entry("function_version", version)?;
+        }
+        if let Some(request_id) = self.request_id {
+            line.serialize_entry("request_id", request_id)?;
+        }
+        for &(name, value, _) in self.metrics {
+            line.serialize_entry(name, &Number(value))?;
+        }
+        line.end()
+    }
+}
+
+#[derive(Serialize)]
+struct Aws<'a> {
+    #[serde(rename = "Timestamp")]
+    timestamp: u64,
+    #[serde(rename = "CloudWatchMetrics")]
+    cloud_watch_metrics: [Directive<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct Directive<'a> {
+    #[serde(rename = "Namespace")]
+    namespace: &'a str,
+    #[serde(rename = "Dimensions")]
+    dimensions: [[&'static str; 1]; 1],
+    #[serde(rename = "Metrics")]
+    metrics: &'a [Definition<'a>],
+}
+
+#[derive(Serialize)]
+struct Definition<'a> {
+    #[serde(rename = "Name")]
+    name: &'a str,
+    #[serde(rename = "Unit")]
+    unit: &'static str,
+}
+
 /// A whole number as an integer, anything else as a float.
-fn number(value: f64) -> Value {
-    if value.fract() == 0.0 && value.abs() < 9_007_199_254_740_992.0 {
-        json!(value as i64)
-    } else {
-        json!(value)
+struct Number(f64);
+
+impl Serialize for Number {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let value = self.0;
+        if value.fract() == 0.0 && value.abs() < 9_007_199_254_740_992.0 {
+            serializer.serialize_i64(value as i64)
+        } else {
+            serializer.serialize_f64(value)
+        }
     }
 }
 
@@ -429,6 +475,7 @@ fn cloudwatch_takes(value: f64) -> bool {
 mod tests {
     use super::*;
     use crate::RecordError;
+    use serde_json::{json, Value};
 
     fn parse(line: &str) -> Value {
         serde_json::from_str(line).unwrap()
@@ -507,6 +554,24 @@ mod tests {
             (emf.namespace(), emf.function(), emf.service(), emf.version()),
             (NAMESPACE, "relay", "relay", None)
         );
+    }
+
+    #[test]
+    fn a_line_names_each_metric_once_and_never_a_property() {
+        let emf = Emf::named("orders");
+        let text = emf.line(9, [("Sent", 1.0, Unit::Count), ("service", 5.0, Unit::Count), ("Sent", 2.0, Unit::Count)]);
+        assert_eq!(text.matches("\"Sent\"").count(), 2, "one definition and one value: {text}");
+        let line = parse(&text);
+        assert_eq!((&line["Sent"], &line["service"]), (&json!(1), &json!("orders")));
+        let names: Vec<&str> = line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["Name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["Sent"]);
+        assert_eq!(line["_aws"]["Timestamp"], 9);
+        assert_eq!(parse(&emf.line(1, [("Ratio", 0.25, Unit::Percent)]))["Ratio"], 0.25);
     }
 
     #[test]
