@@ -46,14 +46,13 @@ impl Rules for WriterBefore {
 /// The account holds 100; the batch credits 10, debits 150 and credits 5. The first
 /// transaction is refused (the debit is not covered) and returns 100; replayed on it, the credit
 /// of 10 applies and the debit is refused on 110. Before the replay is sent, another sandbox
-/// credits 1 cent: 101 crosses no threshold (the debit needs 140 before the credit of 10), so
-/// the replay commits, and the debit's never-expiring record, replayed to every duplicate, says
-/// it was refused on a balance of 110. No order of posting one by one gives that answer: the
-/// batch's credit of 10 committed after the other sandbox's cent (a read between the two sees
-/// 101, without the 10), and the debit comes after that credit in batch order, so one by one it
-/// sees 111 and records 111.
+/// credits 1 cent. 101 crosses no threshold of the decisions (the debit needs 140 before the
+/// credit of 10), but the debit's never-expiring record, replayed to every duplicate, holds the
+/// balance it was refused on, and the batch's credit of 10 takes effect at the commit, after the
+/// cent: one by one, the debit sees 111. So the replay is conditioned on the balance seen
+/// exactly; the cent refuses it, and the batch decides again on 101, recording 111.
 #[tokio::test]
-async fn a_batch_rejection_records_the_balance_it_was_decided_on() {
+async fn a_batch_rejection_records_the_balance_one_by_one_sees() {
     let batched = LedgerHarness::new().await;
     let single = LedgerHarness::new().await;
     let seed = LedgerHarness::event("stale-seed", "stale", 100, "USD");
@@ -75,7 +74,7 @@ async fn a_batch_rejection_records_the_balance_it_was_decided_on() {
     ];
     let answers: Vec<String> = through.post_batch(&events).await.iter().map(summary).collect();
     let transactions = seen.load(Ordering::SeqCst);
-    assert_eq!(transactions, 2, "refused on 100, then committed across the other writer's cent (101 < 140)");
+    assert_eq!(transactions, 3, "refused on 100, refused by the other writer's cent, committed on 101");
     // One by one, with the other writer's credit where it landed: before the batch's credit of
     // 10 was written, so before the debit that follows that credit.
     single.ledger.post(&other).await.unwrap();

@@ -31,8 +31,8 @@ async fn credits_summing_past_i64_are_not_posted_as_a_debit_or_a_panic() {
     assert_eq!(one_by_one, ["fresh Applied", "fresh Applied"]);
     let ledger = h.ledger.clone();
     let batch = events.clone();
-    let posted = tokio::spawn(async move { ledger.post_batch(&batch).await.iter().map(summary).collect::<Vec<_>>() })
-        .await;
+    let posted =
+        tokio::spawn(async move { ledger.post_batch(&batch).await.iter().map(summary).collect::<Vec<_>>() }).await;
     let answers = match posted {
         Ok(answers) => answers,
         Err(error) => panic!("post_batch panicked in the middle of the batch: {error}"),

@@ -54,13 +54,12 @@ impl Rules for HotAccount {
 
 /// A hot account (another sandbox credits it between every two of our transactions) and a
 /// batch holding one overdraft among credits. One by one, in any interleaving with the other
-/// writer's credits, the overdraft is rejected and every credit applies; the old path (one
-/// event per transaction, each conditioned on the balance covering it) decides them all. Once
-/// the overdraft had shown the group its balance, every later transaction of the group was
-/// conditioned on the balance being exactly as last seen, which the other writer had always
-/// changed: each was cancelled, and after `MAX_ROUNDS` the whole batch, a quiet account's event
-/// included, was answered retryable. Conditioned on the interval of balances that keeps the
-/// overdraft refused, the other writer's cent crosses nothing, and the batch commits.
+/// writer's credits, the overdraft is rejected and every credit applies. The overdraft's record
+/// holds the balance it was decided on, so the group's decided transaction is conditioned on
+/// that balance exactly, which the other writer has always changed: each is cancelled and
+/// decided again on what it left, and after `MAX_ROUNDS` changes the hot account goes one event
+/// per transaction, where each post decides itself; the quiet account's credit is never held
+/// back with it. Every event is decided, and the rejection names a balance the account held.
 #[tokio::test]
 async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer_posts() {
     let h = LedgerHarness::new().await;
@@ -83,7 +82,20 @@ async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer
     eprintln!("{transactions} transactions: {answers:?}");
     assert!(answers[0].starts_with("fresh Rejected { reason: InsufficientFunds"), "{answers:?}");
     assert!(answers[1..].iter().all(|a| a == "fresh Applied"), "every credit applies one by one: {answers:?}");
-    assert_eq!(transactions, 2, "one to see the balance, one to commit across the other writer's cent");
+    // The overdraft is first in batch order: one by one it sees the seed and the other
+    // writer's cents before it, never the batch's own credits.
+    let held = h.ledger.balance(account).await.unwrap().unwrap();
+    let cents = held.balance_cents - 100 - 9 * 5;
+    let balance: i64 = answers[0]
+        .trim_start_matches("fresh Rejected { reason: InsufficientFunds { balance_cents: ")
+        .trim_end_matches(" } }")
+        .parse()
+        .unwrap_or_else(|_| panic!("{answers:?}"));
+    assert!((100..=100 + cents).contains(&balance), "{balance} not a balance one by one sees: {answers:?}");
+    // The first sight, a change per round up to `MAX_ROUNDS` and one past it, then each of the
+    // hot account's ten events alone (a refusal's record a second transaction).
+    let bound = 2 + u64::from(effectively_once_dynamodb::MAX_ROUNDS) + 2 * 10;
+    assert!(transactions <= bound, "bounded: {transactions}");
 }
 
 /// Another writer's post that crosses a threshold of the decisions between the cancellation
@@ -91,7 +103,8 @@ async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer
 /// balance the other writer left and decides again on it, as posting one by one after that
 /// post would. A credit of 60 on 100 covers the debit of 150 first refused (and the debit of
 /// 70 after it is then refused); a debit of 60 leaves the debit of 70 first applied uncovered.
-/// Then a credit of one cent before each later transaction crosses nothing.
+/// Then a credit of one cent before the third transaction changes the balance the refusals were
+/// decided on (their records hold it): seen once more, and decided again on it.
 #[tokio::test]
 async fn another_writers_post_across_a_threshold_changes_the_decisions_as_one_by_one() {
     // Another writer's post before our second transaction, then a cent before the third; one by
@@ -134,7 +147,7 @@ async fn another_writers_post_across_a_threshold_changes_the_decisions_as_one_by
         for (answer, outcome) in answers.iter().zip(expected) {
             assert!(answer.starts_with(&format!("fresh {outcome}")), "{moved:+}: {answers:?}");
         }
-        assert_eq!(transactions, 3, "seen, refused across the threshold, decided again");
+        assert_eq!(transactions, 4, "seen, refused across the threshold, refused by the cent, decided again");
         let held = h.ledger.balance(&account).await.unwrap().unwrap();
         assert_eq!(held.balance_cents, balance, "{moved:+}: the other writer's posts and the applied events");
         let entries = h.ledger.entries(&account).await.unwrap();

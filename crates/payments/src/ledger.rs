@@ -338,12 +338,15 @@ impl Ledger {
             // Another currency in the group: only one at a time says which event sets it.
             return Err(StoreError::new(StoreErrorKind::Other, "mixed currencies in one account's batch").into());
         }
+        // Checked: events built past the contract's bounds may sum past i64; such a group goes
+        // one event at a time (a batch sends a group whose writes do not build alone).
+        let past_i64 = || StoreError::new(StoreErrorKind::Other, "amounts that sum past i64 in one balance update");
         let (mut sum, mut lowest) = (0i64, 0i64);
         for event in events {
-            sum += event.amount_cents;
+            sum = sum.checked_add(event.amount_cents).ok_or_else(past_i64)?;
             lowest = lowest.min(sum);
         }
-        let needed = -lowest;
+        let needed = lowest.checked_neg().ok_or_else(past_i64)?;
         // Credits need only the account's currency to match (or no account yet); debits also
         // need the balance to cover them, and a new account has none to cover anything.
         let condition = if needed == 0 {
@@ -407,6 +410,20 @@ impl Ledger {
             return Ok(());
         };
         let number = |value: i64| AttributeValue::N(value.to_string());
+        // The update's own names beside the condition's, each added once (the condition's
+        // `#balance` and `#currency` are the update's too); its values after the condition's, so
+        // `:currency` is the update's.
+        let mut names = names.unwrap_or_default();
+        for (name, attribute) in [("#balance", "balance_cents"), ("#currency", "currency"), ("#count", "entry_count")] {
+            if !names.contains_key(name) {
+                names.insert(name.to_owned(), attribute.to_owned());
+            }
+        }
+        let mut values = values.unwrap_or_default();
+        values.insert(":currency".to_owned(), AttributeValue::S(currency.clone()));
+        values.insert(":zero".to_owned(), number(0));
+        values.insert(":count".to_owned(), number(replay.applied));
+        values.insert(":amount".to_owned(), number(replay.sum));
         tx.update(&self.table, &key, |update| {
             update
                 .update_expression(
@@ -414,15 +431,8 @@ impl Ledger {
                      ADD #count :count",
                 )
                 .condition_expression(condition)
-                .set_expression_attribute_names(names)
-                .set_expression_attribute_values(values)
-                .expression_attribute_names("#balance", "balance_cents")
-                .expression_attribute_names("#currency", "currency")
-                .expression_attribute_names("#count", "entry_count")
-                .expression_attribute_values(":zero", number(0))
-                .expression_attribute_values(":count", number(replay.applied))
-                .expression_attribute_values(":amount", number(replay.sum))
-                .expression_attribute_values(":currency", AttributeValue::S(currency.clone()))
+                .set_expression_attribute_names(Some(names))
+                .set_expression_attribute_values(Some(values))
         })?;
         Ok(())
     }
@@ -437,14 +447,16 @@ impl Ledger {
     /// rejections (overdrafts, another currency, debits on a new account) recorded, never
     /// expiring, in the same transaction as the applied events, which is conditioned on the
     /// currency seen and on the balance lying in the interval on which posting one by one would
-    /// decide every event the same (at least what the applied debits need, below what would
-    /// cover the first refused one); the account's later transactions in the batch are decided
-    /// on the balance the earlier left, conditioned likewise. So a refusal costs one more
-    /// transaction per account, not one per event; another writer's posts that cross no
-    /// threshold (a credit too small to cover a refused debit) leave the decisions standing, and
-    /// one that crosses one refuses them: the balance it left is seen and replayed on. A
-    /// rejection records the balance the batch decided it on (as a single post records the
-    /// balance its cancellation returned, whatever was posted since).
+    /// decide every event the same (at least what the applied debits need), or, when a debit is
+    /// refused for funds, on the balance seen exactly: that rejection records the balance it was
+    /// decided on, and the batch's events take effect at its commit, after any other writer's
+    /// post. The account's later transactions in the batch are decided on the balance the
+    /// earlier left, conditioned likewise. So a refusal costs one more transaction per account,
+    /// not one per event; another writer's posts that cross no threshold leave decisions without
+    /// a refused debit standing, and any other post refuses them: the balance it left is seen
+    /// and replayed on (an account whose balance keeps changing under its transactions goes one
+    /// event per transaction after [`MAX_ROUNDS`](effectively_once_dynamodb::MAX_ROUNDS)
+    /// changes).
     /// An event id this ledger saw answered (its last [`SEEN_CAPACITY`] ids, in this sandbox) is
     /// answered from memory, with no request: a ledger's records never expire or change, so the
     /// copy says what the record would (a replay, or key reuse for another payload); a duplicate

@@ -32,12 +32,15 @@ pub(super) struct Replay {
 pub(super) enum Condition {
     /// No item (a new account).
     Absent,
-    /// Exactly this balance, in this currency (the item as seen): when the bounds of
+    /// Exactly this balance, in this currency (the item as seen): when a debit is refused for
+    /// funds (its record holds the balance it was decided on), or when the bounds of
     /// [`Condition::Within`] cannot be computed in `i64`.
     Exactly { balance_cents: i64, currency: String },
     /// This currency, and a balance in `[lo, hi)` (no bound where `None`): every balance on
     /// which posting the events one by one decides each as the replay did, so another writer's
-    /// change that crosses no threshold does not refuse the decisions ([`interval`]).
+    /// change that crosses no threshold does not refuse the decisions ([`interval`]). Only a
+    /// refused debit sets `hi`, and a replay that refuses one commits on [`Condition::Exactly`]
+    /// instead: so a replay's `hi` is `None`, and `interval` keeps the bound for its own sake.
     Within { currency: String, lo: Option<i64>, hi: Option<i64> },
     /// No item, or this currency (assumed, with no debit to cover).
     Open { currency: String },
@@ -101,33 +104,34 @@ impl Condition {
 /// batch then posts the account's events one at a time.
 pub(super) fn replay(events: &[&PaymentEvent], observed: &Observed) -> Option<Replay> {
     match observed {
-        Observed::Unseen => Some(assume(events)),
+        Observed::Unseen => assume(events),
         Observed::Seen(item) => replay_seen(events, item.as_ref()),
     }
 }
 
-/// [`replay`] on an unseen item.
-fn assume(events: &[&PaymentEvent]) -> Replay {
+/// [`replay`] on an unseen item; `None` when the applied amounts' running sum leaves `i64`
+/// (events built past the contract's bounds), which one by one decides.
+fn assume(events: &[&PaymentEvent]) -> Option<Replay> {
     let currency = events[0].currency.clone();
-    let assumed: Item = [("currency".to_owned(), AttributeValue::S(currency.clone()))].into();
     let (mut sum, mut lowest, mut applied) = (0i64, 0i64, 0i64);
     let mut refusals = Vec::with_capacity(events.len());
     for event in events {
         if event.currency == currency {
-            sum += event.amount_cents;
+            sum = sum.checked_add(event.amount_cents)?;
             lowest = lowest.min(sum);
             applied += 1;
             refusals.push(None);
         } else {
-            refusals.push(Some(rejection(event, Some(&assumed))));
+            // What `rejection` answers on an item of the assumed currency, with no item built.
+            refusals.push(Some(Rejection::CurrencyMismatch { account_currency: currency.clone() }));
         }
     }
     let condition = if lowest < 0 {
-        Condition::Covers { currency: currency.clone(), needed: -lowest }
+        Condition::Covers { currency: currency.clone(), needed: lowest.checked_neg()? }
     } else {
         Condition::Open { currency: currency.clone() }
     };
-    Replay { refusals, sum, applied, currency: Some(currency), condition, after: Observed::Unseen }
+    Some(Replay { refusals, sum, applied, currency: Some(currency), condition, after: Observed::Unseen })
 }
 
 /// How an event was decided, as far as the balances it holds on depend on it ([`interval`]).
@@ -184,7 +188,7 @@ fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> 
     for event in events {
         // The single post's condition: a debit needs the currency and the balance to cover it;
         // a credit the currency, or no account yet.
-        let needed = (-event.amount_cents).max(0);
+        let needed = event.amount_cents.checked_neg()?.max(0);
         let applies = match &state {
             Some((balance, held)) => *held == event.currency && *balance >= needed,
             None => needed == 0,
@@ -212,13 +216,17 @@ fn replay_seen(events: &[&PaymentEvent], item: Option<&Item>) -> Option<Replay> 
         refusals.push(None);
     }
     // The item seen is a hint: the decisions hold on every balance of the interval, so another
-    // writer's credit that crosses no threshold does not cancel them. No item: the account's
-    // first applied event sets its currency, so the decisions hold only on there being none.
+    // writer's post that crosses no threshold does not cancel them. But a debit refused for funds
+    // records the balance it was decided on, and every event of the batch takes effect at the
+    // commit, after any other writer's post: only the balance seen, exactly, makes that record
+    // one by one's. No item: the account's first applied event sets its currency, so the
+    // decisions hold only on there being none.
+    let refused_for_funds = steps.iter().any(|step| matches!(step, Step::Overdrawn(_)));
     let condition = match seen {
         None => Condition::Absent,
         Some((balance_cents, currency)) => match interval(&steps) {
-            Some((lo, hi)) => Condition::Within { currency, lo, hi },
-            None => Condition::Exactly { balance_cents, currency },
+            Some((lo, hi)) if !refused_for_funds => Condition::Within { currency, lo, hi },
+            _ => Condition::Exactly { balance_cents, currency },
         },
     };
     Some(Replay { refusals, sum, applied, currency, condition, after: Observed::Seen(local) })
@@ -275,9 +283,10 @@ mod tests {
         let replay = on(&events, &Observed::Seen(Some(item("100", "USD", "3")))).unwrap();
         assert_eq!(replay.refusals, vec![None, funds(0), held("USD"), None, None, funds(0)]);
         assert_eq!((replay.sum, replay.applied, replay.currency.as_deref()), (-100, 3, Some("USD")));
-        // Applies need 100 (the first debit), the refused debits 101 or more: only 100 decides so.
-        let tight = Condition::Within { currency: "USD".into(), lo: Some(100), hi: Some(101) };
-        assert_eq!(replay.condition, tight);
+        // Applies need 100 (the first debit), the refused debits 101 or more: only 100 decides
+        // so, and the refusals' records hold the balance seen, so exactly that.
+        let exactly = Condition::Exactly { balance_cents: 100, currency: "USD".into() };
+        assert_eq!(replay.condition, exactly);
         assert_eq!(replay.after, Observed::Seen(Some(item("0", "USD", "6"))));
     }
 
@@ -354,11 +363,16 @@ mod tests {
         assert_eq!(interval(&[]), Some((None, None)));
         // An apply that brings a prefix to exactly zero needs no cover.
         assert_eq!(interval(&[Applied(3), Applied(-3)]), Some((None, None)));
+        // A replay commits on its interval unless it refuses a debit for funds: that refusal's
+        // record holds the balance seen, which only that exact balance at the commit makes true.
         let replay = on(&[event("1", -150, "USD"), event("2", 5, "USD"), event("3", 1, "EUR")], &seen(100)).unwrap();
         assert_eq!(replay.refusals, vec![funds(100), None, held("USD")]);
-        assert_eq!(replay.condition, Condition::Within { currency: "USD".into(), lo: None, hi: Some(150) });
+        assert_eq!(replay.condition, Condition::Exactly { balance_cents: 100, currency: "USD".into() });
         let replay = on(&[event("1", -60, "USD"), event("2", -50, "USD")], &seen(100)).unwrap();
-        assert_eq!(replay.condition, Condition::Within { currency: "USD".into(), lo: Some(60), hi: Some(110) });
+        assert_eq!(replay.condition, Condition::Exactly { balance_cents: 100, currency: "USD".into() });
+        let replay = on(&[event("1", -60, "USD"), event("2", 7, "EUR"), event("3", -30, "USD")], &seen(100)).unwrap();
+        assert_eq!(replay.refusals, vec![None, held("USD"), None]);
+        assert_eq!(replay.condition, Condition::Within { currency: "USD".into(), lo: Some(90), hi: None });
     }
 
     /// A sum past `i64` has no interval: the update is conditioned on the item as seen.
@@ -398,7 +412,13 @@ mod tests {
                 .collect();
             let hint = next(40) as i64;
             let on_hint = on(&events, &seen(hint)).unwrap();
-            let Condition::Within { lo, hi, .. } = on_hint.condition.clone() else { panic!("{on_hint:?}") };
+            // The interval itself, whether the replay commits on it or (a debit refused for
+            // funds) on the balance seen exactly.
+            let steps = steps_of(&events, hint);
+            let Some((lo, hi)) = interval(&steps) else { panic!("{on_hint:?}") };
+            let refused_for_funds = steps.iter().any(|step| matches!(step, Step::Overdrawn(_)));
+            let exactly = Condition::Exactly { balance_cents: hint, currency: "USD".into() };
+            assert_eq!(refused_for_funds, on_hint.condition == exactly, "{events:?} seen at {hint}: {on_hint:?}");
             // A balance is never below zero (every debit is conditioned on covering it).
             for balance in 0..90 {
                 let same = decisions(&on(&events, &seen(balance)).unwrap()) == decisions(&on_hint);
@@ -410,6 +430,21 @@ mod tests {
 
     fn seen(balance_cents: i64) -> Observed {
         Observed::Seen(Some(item(&balance_cents.to_string(), "USD", "1")))
+    }
+
+    /// The steps a replay on a USD balance takes, told from its refusals (the test's amounts
+    /// are never zero).
+    fn steps_of(events: &[PaymentEvent], balance_cents: i64) -> Vec<Step> {
+        let replay = on(events, &seen(balance_cents)).unwrap();
+        events
+            .iter()
+            .zip(&replay.refusals)
+            .map(|(event, refusal)| match refusal {
+                None => Step::Applied(event.amount_cents),
+                Some(Rejection::CurrencyMismatch { .. }) => Step::OtherCurrency,
+                Some(_) => Step::Overdrawn(event.amount_cents),
+            })
+            .collect()
     }
 
     /// Each condition sends only the names and values it uses.
