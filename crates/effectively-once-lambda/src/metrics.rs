@@ -200,7 +200,10 @@ impl Emf {
 
     /// One EMF line holding `metrics` (name, value, unit) under this namespace and dimension,
     /// with the `service` and `function_version` properties. A name given twice is written once,
-    /// with its first value; a property's name (`Function`, `service`, ...) is not a metric's.
+    /// with its first value; a property's name (`Function`, `service`, ...) is not a metric's;
+    /// a metric CloudWatch cannot read (a name that is empty, over 255 characters or holds a
+    /// control character; a value that is not 0 or a magnitude from 2^-360 to 2^360) and
+    /// metrics past the 100th are left off, with a warning.
     pub fn line<'a>(&self, timestamp_ms: u64, metrics: impl IntoIterator<Item = (&'a str, f64, Unit)>) -> String {
         self.line_with(timestamp_ms, metrics, None)
     }
@@ -211,12 +214,24 @@ impl Emf {
         metrics: impl IntoIterator<Item = (&'a str, f64, Unit)>,
         request_id: Option<&str>,
     ) -> String {
-        // Each name once: a line's keys are unique, and a property's name is not a metric's.
+        // Each name once (a line's keys are unique; a property's name is not a metric's), only
+        // what CloudWatch reads, and at most EMF's 100 a directive: one metric it cannot read
+        // would lose the whole line.
         let mut unique: Vec<(&str, f64, Unit)> = Vec::new();
+        let mut dropped = 0usize;
         for metric in metrics {
-            if !PROPERTIES.contains(&metric.0) && !unique.iter().any(|m| m.0 == metric.0) {
-                unique.push(metric);
+            let (name, value, _) = metric;
+            if PROPERTIES.contains(&name) || unique.iter().any(|m| m.0 == name) {
+                continue;
             }
+            if unreadable(name, value).is_some() || unique.len() == MAX_METRICS {
+                dropped += 1;
+                continue;
+            }
+            unique.push(metric);
+        }
+        if dropped > 0 {
+            tracing::warn!(dropped, "metrics CloudWatch cannot read, or past 100 a line, left off an EMF line");
         }
         let line = Line { emf: self, timestamp_ms, metrics: &unique, request_id: request_id.filter(|r| !r.is_empty()) };
         // Written straight to the text, not built as a `serde_json::Value` first: a tree costs
@@ -281,6 +296,17 @@ struct Definition<'a> {
     name: &'a str,
     #[serde(rename = "Unit")]
     unit: &'static str,
+}
+
+/// Why CloudWatch would not read a metric of this name and value, if it would not.
+fn unreadable(name: &str, value: f64) -> Option<&'static str> {
+    if name.is_empty() || name.chars().count() > 255 || name.chars().any(char::is_control) {
+        Some("EMF names are 1 to 255 printable characters")
+    } else if !cloudwatch_takes(value) {
+        Some("CloudWatch takes 0 and magnitudes from 2^-360 to 2^360 only")
+    } else {
+        None
+    }
 }
 
 /// A whole number as an integer, anything else as a float.
@@ -391,12 +417,8 @@ impl Metrics {
         let value = value.into();
         let refused = if DRIVER_METRICS.contains(&name) || PROPERTIES.contains(&name) {
             Some("the name is the driver's")
-        } else if name.is_empty() || name.chars().count() > 255 || name.chars().any(char::is_control) {
-            Some("EMF names are 1 to 255 printable characters")
-        } else if !cloudwatch_takes(value) {
-            Some("CloudWatch takes 0 and magnitudes from 2^-360 to 2^360 only")
         } else {
-            None
+            unreadable(name, value)
         };
         let mut added = self.added.lock().unwrap_or_else(|p| p.into_inner());
         let refused = refused.or_else(|| {

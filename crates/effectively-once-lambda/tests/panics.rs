@@ -248,7 +248,7 @@ fn the_process_output_is_redacted_and_counts_the_panic() {
     assert!(!stdout.contains(ADDRESS) && !stderr.contains(ADDRESS), "no address anywhere\n{stdout}\n{stderr}");
 
     // The harness may print the test's name on the same line, before it.
-    let metrics = stdout.lines().find_map(|l| l.find("{\"Applied\"").map(|i| &l[i..])).expect("an EMF line");
+    let metrics = stdout.lines().find_map(|l| l.find("{\"_aws\"").map(|i| &l[i..])).expect("an EMF line");
     let metrics: serde_json::Value = serde_json::from_str(metrics).unwrap();
     assert_eq!((metrics["Applied"].as_u64(), metrics["Failed"].as_u64()), (Some(7), Some(1)), "{metrics}");
 
