@@ -1,5 +1,6 @@
 //! Shared set-up for the workspace's end-to-end tests against the local AWS.
 
+pub mod other_writer;
 pub mod scripted;
 
 use std::sync::Arc;

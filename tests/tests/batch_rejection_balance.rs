@@ -1,47 +1,12 @@
 //! A batch's rejection decided on a balance item another sandbox changed before the commit:
 //! the recorded answer must be the one posting one by one records.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use aws_config::retry::RetryConfig;
 use effectively_once::Outcome;
-use effectively_once_dynamodb::DynamoDbStore;
+use end_to_end::other_writer::OtherSandbox;
 use end_to_end::{summary, LedgerHarness};
-use local::proxy::{Fault, Proxy, Rules};
-use payments::{Ledger, PaymentEvent, Posting};
-
-/// Lets every request through and, just before the `at`-th `TransactWriteItems` (from 1), posts
-/// `event` to the same tables from a ledger of its own (another sandbox).
-struct WriterBefore {
-    at: u64,
-    seen: Arc<AtomicU64>,
-    tables: (String, String, String),
-    event: PaymentEvent,
-}
-
-impl Rules for WriterBefore {
-    fn decide(&self, operation: &str) -> Fault {
-        if operation.starts_with("dynamodb:TransactWriteItems") {
-            let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
-            if n == self.at {
-                let (tables, event) = (self.tables.clone(), self.event.clone());
-                std::thread::spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                    runtime.block_on(async {
-                        let client =
-                            aws_sdk_dynamodb::Client::new(&effectively_once_dynamodb::testing::sdk_config().await);
-                        let ledger = Ledger::new(DynamoDbStore::new(client, tables.0), tables.1, Some(tables.2));
-                        assert!(matches!(ledger.post(&event).await, Ok(Outcome::Fresh(Posting::Applied))));
-                    });
-                })
-                .join()
-                .unwrap();
-            }
-        }
-        Fault::Pass
-    }
-}
+use payments::Posting;
 
 /// The account holds 100; the batch credits 10, debits 150 and credits 5. The first
 /// transaction is refused (the debit is not covered) and returns 100; replayed on it, the credit
@@ -61,12 +26,9 @@ async fn a_batch_rejection_records_the_balance_one_by_one_sees() {
     }
     let other = LedgerHarness::event("stale-other", "stale", 1, "USD");
     let h = &batched;
-    let tables = (h.ledger.store().table().to_owned(), h.ledger.table().to_owned(), h.outbox_table.clone());
-    let seen = Arc::new(AtomicU64::new(0));
-    let rules = WriterBefore { at: 2, seen: seen.clone(), tables, event: other.clone() };
-    let proxy = Proxy::to_local_aws(Arc::new(rules)).await.unwrap();
-    let client = aws_sdk_dynamodb::Client::new(&proxy.sdk_config(RetryConfig::disabled()).await);
-    let through = Ledger::new(DynamoDbStore::new(client, h.ledger.store().table()), h.ledger.table(), None);
+    let before_second = other.clone();
+    let rules = OtherSandbox::beside(h, move |n| (n == 2).then(|| before_second.clone()));
+    let (through, _proxy, seen) = rules.ledger(h).await;
     let events = [
         LedgerHarness::event("stale-10", "stale", 10, "USD"),
         LedgerHarness::event("stale-150", "stale", -150, "USD"),
@@ -88,4 +50,8 @@ async fn a_batch_rejection_records_the_balance_one_by_one_sees() {
         "the same effects"
     );
     assert_eq!(answers, one_by_one, "the recorded answers (replayed to every duplicate) as one by one");
+    // What the records hold: a sandbox that never saw the batch gets the same answers, replayed.
+    let replays: Vec<String> = h.ledger.clone_forgetting().post_batch(&events).await.iter().map(summary).collect();
+    let recorded: Vec<String> = answers.iter().map(|a| a.replacen("fresh", "replayed", 1)).collect();
+    assert_eq!(replays, recorded, "every duplicate is answered from the record");
 }

@@ -2,54 +2,20 @@
 //! posts to the same account between our transactions: each test pins what posting one by one,
 //! interleaved with those posts, would do.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use aws_config::retry::RetryConfig;
 use effectively_once::Outcome;
-use effectively_once_dynamodb::DynamoDbStore;
+use end_to_end::other_writer::OtherSandbox;
 use end_to_end::{summary, LedgerHarness};
-use local::proxy::{Fault, Proxy, Rules};
-use payments::{Ledger, PaymentEvent, Posting};
+use payments::Posting;
 
-/// Posts `event` to the tables from a thread and a runtime of its own (another sandbox), and
-/// waits for its answer.
-fn post_elsewhere(tables: &(String, String, String), event: PaymentEvent) {
-    let tables = tables.clone();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let client = aws_sdk_dynamodb::Client::new(&effectively_once_dynamodb::testing::sdk_config().await);
-            let ledger = Ledger::new(DynamoDbStore::new(client, tables.0), tables.1, Some(tables.2));
-            // Decided (a debit elsewhere may be refused); the tests check the balances.
-            assert!(matches!(ledger.post(&event).await, Ok(Outcome::Fresh(_))));
-        });
+/// Before our `n`-th transaction, another sandbox posts `elsewhere(n)` cents (if any) to
+/// `account`.
+fn hot_account(h: &LedgerHarness, account: &str, elsewhere: fn(u64) -> Option<i64>) -> OtherSandbox {
+    let account = account.to_owned();
+    OtherSandbox::beside(h, move |n| {
+        elsewhere(n).map(|amount| LedgerHarness::event(&format!("{account}-elsewhere-{n}"), &account, amount, "USD"))
     })
-    .join()
-    .unwrap();
-}
-
-/// Another sandbox on a hot account: before this ledger's `n`-th `TransactWriteItems`, it posts
-/// `elsewhere(n)` cents (if any) to `account`.
-struct HotAccount {
-    elsewhere: fn(u64) -> Option<i64>,
-    seen: Arc<AtomicU64>,
-    tables: (String, String, String),
-    account: String,
-}
-
-impl Rules for HotAccount {
-    fn decide(&self, operation: &str) -> Fault {
-        if operation.starts_with("dynamodb:TransactWriteItems") {
-            let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
-            if let Some(amount) = (self.elsewhere)(n) {
-                let id = format!("{}-elsewhere-{n}", self.account);
-                let event = LedgerHarness::event(&id, &self.account, amount, "USD");
-                post_elsewhere(&self.tables, event);
-            }
-        }
-        Fault::Pass
-    }
 }
 
 /// A hot account (another sandbox credits it between every two of our transactions) and a
@@ -66,13 +32,7 @@ async fn a_refusal_on_a_hot_account_still_decides_the_batch_while_another_writer
     let account = "hot-acct";
     let seed = LedgerHarness::event("hot-seed", account, 100, "USD");
     assert!(matches!(h.ledger.post(&seed).await, Ok(Outcome::Fresh(Posting::Applied))));
-    let tables = (h.ledger.store().table().to_owned(), h.ledger.table().to_owned(), h.outbox_table.clone());
-    let seen = Arc::new(AtomicU64::new(0));
-    let rules =
-        HotAccount { elsewhere: |n| (n >= 2).then_some(1), seen: seen.clone(), tables, account: account.into() };
-    let proxy = Proxy::to_local_aws(Arc::new(rules)).await.unwrap();
-    let client = aws_sdk_dynamodb::Client::new(&proxy.sdk_config(RetryConfig::disabled()).await);
-    let through = Ledger::new(DynamoDbStore::new(client, h.ledger.store().table()), h.ledger.table(), None);
+    let (through, _proxy, seen) = hot_account(&h, account, |n| (n >= 2).then_some(1)).ledger(&h).await;
     let mut events = vec![LedgerHarness::event("hot-0", account, -10_000, "USD")];
     events.extend((1..10).map(|i| LedgerHarness::event(&format!("hot-{i}"), account, 5, "USD")));
     // A quiet account's credit in the same batch: nobody else writes it.
@@ -129,12 +89,7 @@ async fn another_writers_post_across_a_threshold_changes_the_decisions_as_one_by
         let account = format!("cross-{case}");
         let seed = LedgerHarness::event(&format!("cross-{case}-seed"), &account, 100, "USD");
         assert!(matches!(h.ledger.post(&seed).await, Ok(Outcome::Fresh(Posting::Applied))));
-        let tables = (h.ledger.store().table().to_owned(), h.ledger.table().to_owned(), h.outbox_table.clone());
-        let seen = Arc::new(AtomicU64::new(0));
-        let rules = HotAccount { elsewhere, seen: seen.clone(), tables, account: account.clone() };
-        let proxy = Proxy::to_local_aws(Arc::new(rules)).await.unwrap();
-        let client = aws_sdk_dynamodb::Client::new(&proxy.sdk_config(RetryConfig::disabled()).await);
-        let through = Ledger::new(DynamoDbStore::new(client, h.ledger.store().table()), h.ledger.table(), None);
+        let (through, _proxy, seen) = hot_account(&h, &account, elsewhere).ledger(&h).await;
         let events = [
             LedgerHarness::event(&format!("cross-{case}-150"), &account, -150, "USD"),
             LedgerHarness::event(&format!("cross-{case}-70"), &account, -70, "USD"),
@@ -168,13 +123,8 @@ async fn a_writer_crossing_every_threshold_does_not_fail_the_batch() {
     let account = "flip-acct";
     let seed = LedgerHarness::event("flip-seed", account, 100, "USD");
     assert!(matches!(h.ledger.post(&seed).await, Ok(Outcome::Fresh(Posting::Applied))));
-    let tables = (h.ledger.store().table().to_owned(), h.ledger.table().to_owned(), h.outbox_table.clone());
-    let seen = Arc::new(AtomicU64::new(0));
     let elsewhere = |n: u64| (n >= 2).then_some(if n.is_multiple_of(2) { 60 } else { -60 });
-    let rules = HotAccount { elsewhere, seen: seen.clone(), tables, account: account.into() };
-    let proxy = Proxy::to_local_aws(Arc::new(rules)).await.unwrap();
-    let client = aws_sdk_dynamodb::Client::new(&proxy.sdk_config(RetryConfig::disabled()).await);
-    let through = Ledger::new(DynamoDbStore::new(client, h.ledger.store().table()), h.ledger.table(), None);
+    let (through, _proxy, seen) = hot_account(&h, account, elsewhere).ledger(&h).await;
     let events = [
         LedgerHarness::event("flip-150", account, -150, "USD"),
         LedgerHarness::event("flip-5", account, 5, "USD"),
