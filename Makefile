@@ -95,7 +95,7 @@ lint-infra:
 	infra/lint.sh
 
 ## deny: the dependency policy of deny.toml (licences, crates.io only, duplicate versions), offline,
-##       with cargo-deny (pinned, built into .tools/ on first use); docs/packaging.md
+##       with cargo-deny (pinned, built into ~/.cache/effectively-once/ on first use); docs/packaging.md
 deny:
 	infra/deny.sh check
 
@@ -189,7 +189,7 @@ doc:
 ##          behaviour version, HTTP client, runtime) to the program (infra/features.sh), is packed
 ##          and verified (`cargo package`), then its public API is checked against the last
 ##          packaged version with cargo-semver-checks (infra/semver.sh; pinned, installed into
-##          .tools/ on first use); docs/packaging.md
+##          ~/.cache/effectively-once/ on first use); docs/packaging.md
 package:
 	infra/features.sh $(PUBLISHED)
 	# cargo verifies each crate against the others' fresh packs, served from a local registry
@@ -238,7 +238,7 @@ local-redis-status:
 run-kafka: local-up local-kafka-up
 	cargo run --locked -q -p local -- kafka --file events/kafka-payments.json $(KAFKA_ARGS)
 
-## local-kafka-up: build tansu (pinned, once: about 8-10 minutes on 2 cores) into .tools/tansu and
+## local-kafka-up: build tansu (pinned, once: about 8-10 minutes on 2 cores) into ~/.cache/effectively-once/ and
 ##                 start it on 127.0.0.1:$(LOCAL_KAFKA_PORT) with in-memory storage, or reuse the
 ##                 running one (docs/kafka.md)
 local-kafka-up:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The dependency policy of `make test`: cargo-deny (pinned, built with --locked into
-# .tools/cargo-deny) checks the workspace's dependency graph against deny.toml, offline.
+# ~/.cache/effectively-once/cargo-deny-VERSION) checks the workspace's dependency graph against deny.toml, offline.
 #
 #   infra/deny.sh install   install (once) only
 #   infra/deny.sh check     `cargo deny check bans licenses sources`, offline: licences on the
@@ -16,7 +16,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CARGO_DENY_VERSION="${CARGO_DENY_VERSION:-0.20.2}"
-TOOLS="$ROOT/.tools/cargo-deny"
+# Tools built from source live in a per-user cache outside the checkout, so a second clone or CI reuses them.
+CACHE="${EFFECTIVELY_ONCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/effectively-once}"
+TOOLS="$CACHE/cargo-deny-$CARGO_DENY_VERSION"
 BIN="$TOOLS/bin/cargo-deny"
 
 log() { echo "deny: $*" >&2; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The semver check of `make package`: cargo-semver-checks (pinned, built with --locked into
-# .tools/semver-checks) compares each published crate's public API with a baseline, and fails on
+# ~/.cache/effectively-once/semver-checks-VERSION) compares each published crate's public API with a baseline, and fails on
 # a change that needs a bigger version bump than the one in Cargo.toml.
 #
 #   infra/semver.sh install        install (once) only
@@ -19,7 +19,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SEMVER_CHECKS_VERSION="${SEMVER_CHECKS_VERSION:-0.51.0}"
-TOOLS="$ROOT/.tools/semver-checks"
+# Tools built from source live in a per-user cache outside the checkout, so a second clone or CI reuses them.
+CACHE="${EFFECTIVELY_ONCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/effectively-once}"
+TOOLS="$CACHE/semver-checks-$SEMVER_CHECKS_VERSION"
 BIN="$TOOLS/bin/cargo-semver-checks"
 
 log() { echo "semver: $*" >&2; }

@@ -3,7 +3,7 @@
 # on 127.0.0.1, its state under .local-aws/. Nothing survives a restart.
 #
 #   infra/local/kafka.sh ensure   install (once) and start, or reuse the broker already answering
-#   infra/local/kafka.sh install  install (once) only: `cargo install tansu` into .tools/tansu
+#   infra/local/kafka.sh install  install (once) only: `cargo install tansu` into ~/.cache/effectively-once/tansu-VERSION
 #   infra/local/kafka.sh down     stop the one this script started
 #   infra/local/kafka.sh status   exit 0 when a Kafka broker answers ApiVersions on the port
 #   infra/local/kafka.sh smoke    ensure, then create a topic, produce three records, consume them
@@ -25,7 +25,9 @@ LOG="$STATE/tansu.log"
 TANSU_VERSION="${TANSU_VERSION:-0.6.0}"
 # The `memory://` storage engine is behind the crate's `dynostore` feature.
 TANSU_FEATURES=dynostore
-TOOLS="$ROOT/.tools/tansu"
+# Tools built from source live in a per-user cache outside the checkout, so a second clone or CI reuses them.
+CACHE="${EFFECTIVELY_ONCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/effectively-once}"
+TOOLS="$CACHE/tansu-$TANSU_VERSION"
 BIN="$TOOLS/bin/tansu"
 VENV="$ROOT/.tools/kafka-venv"
 REQS="$ROOT/infra/local/kafka-requirements.txt"
@@ -58,7 +60,7 @@ answers_kafka() {
 # Something listens on the port, whatever it speaks.
 port_taken() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null && { exec 3<&- 3>&-; return 0; }; return 1; }
 
-# The binary in .tools/tansu, when it is the pinned version (`tansu --version` prints "tansu X.Y.Z").
+# The binary in the cache, when it is the pinned version (`tansu --version` prints "tansu X.Y.Z").
 installed() { [[ -x "$BIN" ]] && [[ "$("$BIN" --version 2>/dev/null)" == "tansu $TANSU_VERSION" ]]; }
 
 install() {
