@@ -207,7 +207,11 @@ fn every_queue_denies_requests_without_tls() {
     let resources = t["Resources"].as_object().unwrap();
     let queues: Vec<&String> =
         resources.iter().filter(|(_, r)| r["Type"] == "AWS::SQS::Queue").map(|(id, _)| id).collect();
-    assert_eq!(queues.len(), 5, "the payments queue, its DLQ and the relay's, orders' and Kafka's failure queues");
+    assert_eq!(
+        queues.len(),
+        8,
+        "the payments queue, its DLQ, and the relay's, orders' and Kafka's failure and park queues"
+    );
     for queue in queues {
         let arn = json!({"Fn::GetAtt": [queue, "Arn"]});
         let denies_plain_http = resources.values().filter(|r| r["Type"] == "AWS::SQS::QueuePolicy").any(|p| {
@@ -436,9 +440,10 @@ fn the_kafka_consumer_reads_its_topic_in_its_own_group_and_sends_to_its_failure_
     for action in ["kafka-cluster:WriteData", "kafka-cluster:CreateTopic", "kafka-cluster:AlterCluster", "kafka:*"] {
         assert!(on(action).is_empty(), "{KAFKA} may {action}");
     }
-    let send = on("sqs:SendMessage");
+    let send: Vec<&Value> = on("sqs:SendMessage").iter().map(|s| &s["Resource"]).collect();
     let failures = json!({"Fn::GetAtt": ["KafkaFailureQueue", "Arn"]});
-    assert!(send.len() == 1 && send[0]["Resource"] == failures, "{KAFKA} sends to its failure queue only");
+    let park = json!({"Fn::GetAtt": ["KafkaParkQueue", "Arn"]});
+    assert_eq!(send, [&failures, &park], "{KAFKA} sends to its failure and park queues only");
     let network = [
         "ec2:CreateNetworkInterface",
         "ec2:DescribeNetworkInterfaces",
@@ -854,8 +859,9 @@ fn the_orders_stream_mapping_discards_poison_to_its_failure_queue_and_is_alarmed
         assert!(!allowed.is_empty(), "{role} cannot {action}");
         assert!(allowed.iter().all(|s| s["Resource"] == json!({"Fn::GetAtt": ["OrdersStream", "Arn"]})), "{action}");
     }
-    let send = on("sqs:SendMessage");
-    assert!(send.len() == 1 && send[0]["Resource"] == failures, "{role} sends to its failure queue only");
+    let send: Vec<&Value> = on("sqs:SendMessage").iter().map(|s| &s["Resource"]).collect();
+    let park = json!({"Fn::GetAtt": ["OrdersParkQueue", "Arn"]});
+    assert_eq!(send, [&failures, &park], "{role} sends to its failure and park queues only");
     for s in grants.iter().filter(|s| s["Resource"] == "*") {
         assert!(list(&s["Action"]).iter().all(|a| a.as_str().is_some_and(|a| a.starts_with("xray:"))), "{s}");
     }

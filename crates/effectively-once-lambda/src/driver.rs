@@ -16,6 +16,7 @@ use serde::Serialize;
 use tracing::Instrument;
 
 use crate::metrics::{self, Counts, Emf, Metrics};
+use crate::park::{self, Coordinates, Parcel, Poison};
 use crate::{now_ms, panics, redact_emails, RecordError, RecordResult, Retry};
 
 /// Handles one record of a trigger's batch: `R` is the trigger's record type
@@ -99,6 +100,11 @@ pub struct Options {
     pub metrics: Metrics,
     /// Print the EMF metrics line after each batch. Default true.
     pub emit_metrics: bool,
+    /// Kafka, Kinesis and DynamoDB Streams: what becomes of a record that failed permanently
+    /// ([`park`]). Default [`Poison::Unchosen`]: `run` refuses to start, `process` holds such a
+    /// record as if it were retryable. Set it with [`Options::park_in`] or, by name,
+    /// [`Options::drop_poison`]. SQS ignores it: a queue's DLQ is its park.
+    pub poison: Poison,
 }
 
 impl Options {
@@ -118,12 +124,27 @@ impl Options {
             event_names: vec!["INSERT".into()],
             metrics: Metrics::new(emf),
             emit_metrics: true,
+            poison: Poison::Unchosen,
         }
+    }
+
+    /// Parks a stream's poison in `destination` ([`park::SqsQueue`] with the `sqs` feature)
+    /// before the position passes it.
+    pub fn park_in(mut self, destination: impl park::Destination + 'static) -> Self {
+        self.poison = Poison::Park(std::sync::Arc::new(destination));
+        self
+    }
+
+    /// Drops a stream's poison: each such record is logged at error and counted, and the position
+    /// passes it with nothing kept. Only for a function whose permanent failures are worth nothing.
+    pub fn drop_poison(mut self) -> Self {
+        self.poison = Poison::Drop;
+        self
     }
 }
 
 /// A trigger's record, as the driver core needs it.
-pub(crate) trait Record: Sync {
+pub(crate) trait Record: Sync + Serialize {
     /// How the trigger names the record back to Lambda (an SQS message id, a sequence number).
     fn id(&self) -> Option<std::borrow::Cow<'_, str>>;
     /// The driver's `record` span, with the trigger's identifiers.
@@ -140,6 +161,38 @@ pub(crate) trait Record: Sync {
     const RETRY: &'static str;
     /// What a panic becomes, for the log line.
     const PANICKED: &'static str;
+    /// Where the record sits in its source, for its parcel ([`park`]); `None` on a trigger that
+    /// parks nothing (SQS: its DLQ keeps poison).
+    fn coordinates(&self) -> Option<Coordinates> {
+        None
+    }
+    /// The record's event source ARN, when the record carries it (Kinesis, DynamoDB Streams).
+    fn source_arn(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// What a batch's event says of its source beside its records, for parcels (Kafka's ARN and
+/// bootstrap servers are the event's, not the record's).
+#[derive(Debug, Default)]
+pub(crate) struct Source {
+    pub(crate) event_source_arn: Option<String>,
+    pub(crate) bootstrap_servers: Option<String>,
+}
+
+/// A batch's ordered groups ([`joined_groups`]): the positions of each group, in batch order,
+/// and, with `hold_back`, what each record waits for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Groups {
+    /// Positions into the records, each group in order; groups in order of their first record.
+    pub(crate) groups: Vec<Vec<usize>>,
+    /// For each position, the earlier positions it follows: the previous record with each of its
+    /// ordering keys (its partition, its business key). A record is held back when one of them
+    /// may still take effect, and only then: an earlier record of another partition that merely
+    /// shares the group does not hold it.
+    pub(crate) after: Vec<Vec<usize>>,
+    /// Whether a record that may take effect later holds back those that follow it.
+    pub(crate) hold_back: bool,
 }
 
 /// A trigger: its event, its records, how they group, and its answer to Lambda.
@@ -150,15 +203,18 @@ pub(crate) trait Trigger {
     type Record: Record + 'static;
     /// The answer Lambda reads.
     type Response: Serialize + Send;
+    /// Lambda's name for the event source (`aws:kinesis`), when the trigger parks poison.
+    const PARKS: Option<&'static str>;
+
+    /// What the event says of its source beside its records.
+    fn source(event: &Self::Event) -> Source;
 
     /// The event's records, in the order Lambda gave them (grouped by topic-partition, each in
     /// offset order, for Kafka).
     fn records(event: Self::Event) -> Vec<Self::Record>;
 
-    /// The records' ordered groups (positions, each group in order) and whether a failure that
-    /// may take effect later holds back the rest of its group. `rounds`: for the batch path.
-    fn groups<H: Handler<Self::Record>>(handler: &H, records: &[Self::Record], rounds: bool)
-        -> (Vec<Vec<usize>>, bool);
+    /// The records' ordered groups and what each record waits for. `rounds`: for the batch path.
+    fn groups<H: Handler<Self::Record>>(handler: &H, records: &[Self::Record], rounds: bool) -> Groups;
 
     /// The answer for the records' results, by position.
     fn respond(records: &[Self::Record], results: &[RecordResult]) -> Self::Response;
@@ -171,11 +227,13 @@ pub(crate) async fn one_by_one<T: Trigger, H: Handler<T::Record>>(
     options: &Options,
 ) -> T::Response {
     let LambdaEvent { payload, context } = event;
+    let source = T::source(&payload);
     let records = &T::records(payload);
     let batch = async {
-        let (groups, hold_back) = T::groups(handler, records, false);
-        let results = run_groups(handler, records, groups, hold_back, &context, options).await;
-        (T::respond(records, &results), count(&results))
+        let groups = T::groups(handler, records, false);
+        let mut results = run_groups(handler, records, groups, &context, options).await;
+        let parked = settle::<T>(records, &mut results, &source, options).await;
+        (T::respond(records, &results), count(&results, parked))
     };
     invocation(options, &context, batch).await
 }
@@ -187,11 +245,13 @@ pub(crate) async fn in_rounds<T: Trigger, H: BatchHandler<T::Record>>(
     options: &Options,
 ) -> T::Response {
     let LambdaEvent { payload, context } = event;
+    let source = T::source(&payload);
     let records = &T::records(payload);
     let batch = async {
-        let (groups, _) = T::groups(handler, records, true);
-        let results = run_rounds(handler, records, groups, &context, options).await;
-        (T::respond(records, &results), count(&results))
+        let groups = T::groups(handler, records, true);
+        let mut results = run_rounds(handler, records, groups, &context, options).await;
+        let parked = settle::<T>(records, &mut results, &source, options).await;
+        (T::respond(records, &results), count(&results, parked))
     };
     invocation(options, &context, batch).await
 }
@@ -220,6 +280,7 @@ pub(crate) async fn serve<T: Trigger, H: Handler<T::Record>>(
     handler: H,
     options: Options,
 ) -> Result<(), lambda_runtime::Error> {
+    refuse_unchosen_poison::<T>(&options)?;
     let (handler, options) = (&handler, &options);
     lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<T::Event>| async move {
         Ok::<T::Response, lambda_runtime::Error>(Box::pin(one_by_one::<T, H>(handler, event, options)).await)
@@ -232,11 +293,26 @@ pub(crate) async fn serve_rounds<T: Trigger, H: BatchHandler<T::Record>>(
     handler: H,
     options: Options,
 ) -> Result<(), lambda_runtime::Error> {
+    refuse_unchosen_poison::<T>(&options)?;
     let (handler, options) = (&handler, &options);
     lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<T::Event>| async move {
         Ok::<T::Response, lambda_runtime::Error>(Box::pin(in_rounds::<T, H>(handler, event, options)).await)
     }))
     .await
+}
+
+/// A stream function that has not said where its poison goes does not start: losing a record
+/// that failed permanently is a choice ([`Options::drop_poison`]), never a default.
+fn refuse_unchosen_poison<T: Trigger>(options: &Options) -> Result<(), lambda_runtime::Error> {
+    match (T::PARKS, &options.poison) {
+        (Some(trigger), Poison::Unchosen) => Err(format!(
+            "a {trigger} function needs a park destination for records that fail permanently: \
+             Options::park_in(park::SqsQueue::from_env(..)?) with {} set, or Options::drop_poison() to lose them",
+            park::PARK_QUEUE_URL
+        )
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// A trigger module's four entry points, with their docs: `process` and `run` (record by
@@ -257,12 +333,17 @@ macro_rules! entry_points {
             type Event = $event;
             type Record = $record;
             type Response = $response;
+            const PARKS: Option<&'static str> = PARKS;
+
+            fn source(event: &$event) -> $crate::driver::Source {
+                source(event)
+            }
 
             fn records(event: $event) -> Vec<$record> {
                 records(event)
             }
 
-            fn groups<H: Handler<$record>>(handler: &H, records: &[$record], rounds: bool) -> (Vec<Vec<usize>>, bool) {
+            fn groups<H: Handler<$record>>(handler: &H, records: &[$record], rounds: bool) -> $crate::driver::Groups {
                 groups(handler, records, rounds)
             }
 
@@ -360,23 +441,24 @@ async fn one<R: Record, H: Handler<R>>(handler: &H, record: &R, context: &Contex
     }
 }
 
-/// Runs `groups` (positions into `records`, each group in order) record by record, the groups
-/// concurrently, at most [`Options::concurrency`] at once; the results by position. With
-/// `hold_back`, a failure that may take effect later leaves the rest of its group not started
-/// (reported failed, retryable): running them first would break the group's order.
+/// Runs `groups` record by record, the groups concurrently, at most [`Options::concurrency`] at
+/// once, each in order; the results by position. With `hold_back`, a record whose predecessor
+/// ([`Groups::after`]) may take effect later is not started (reported failed, retryable):
+/// running it first would break its partition's or its key's order.
 pub(crate) async fn run_groups<R: Record, H: Handler<R>>(
     handler: &H,
     records: &[R],
-    groups: Vec<Vec<usize>>,
-    hold_back: bool,
+    groups: Groups,
     context: &Context,
     options: &Options,
 ) -> Vec<RecordResult> {
     use futures_util::stream::{self, StreamExt};
+    let Groups { groups, after, hold_back } = groups;
+    let after = (after.as_slice(), hold_back);
     // Futures made eagerly, not in a stream's `map` closure: a closure over borrowed records
     // makes the batch future's `Send` unprovable for callers that spawn it.
     let pending: Vec<_> =
-        groups.into_iter().map(|group| run_group(handler, records, group, hold_back, context, options)).collect();
+        groups.into_iter().map(|group| run_group(handler, records, group, after, context, options)).collect();
     let done: Vec<Vec<(usize, RecordResult)>> =
         stream::iter(pending).buffer_unordered(options.concurrency.max(1)).collect().await;
     by_position(records.len(), done.into_iter().flatten())
@@ -386,67 +468,93 @@ async fn run_group<R: Record, H: Handler<R>>(
     handler: &H,
     records: &[R],
     group: Vec<usize>,
-    hold_back: bool,
+    (after, hold_back): (&[Vec<usize>], bool),
     context: &Context,
     options: &Options,
 ) -> Vec<(usize, RecordResult)> {
     let mut out = Vec::with_capacity(group.len());
-    // The first record of the group that failed in a way a later delivery may undo.
-    let mut held_back_by: Option<String> = None;
+    // The records of the group that may take effect later, with the failure each waits for.
+    let mut holding = Holding::default();
     for position in group {
         let record = &records[position];
-        let result = match &held_back_by {
-            Some(earlier) => not_started(record, earlier),
-            None => one(handler, record, context, options).await,
+        let result = match holding.blocker(&after[position]) {
+            Some(earlier) if hold_back => not_started(record, &earlier),
+            _ => one(handler, record, context, options).await,
         };
-        if hold_back && held_back_by.is_none() && may_take_effect_later(&result) {
-            held_back_by = Some(format!("record {}", record.id().unwrap_or_default()));
+        if hold_back {
+            holding.note(records, position, &after[position], &result);
         }
         out.push((position, result));
     }
     out
 }
 
+/// The records of a batch that may take effect later, each with the failure it waits for (its
+/// own id when it failed itself): a record following one of them is held back.
+#[derive(Default)]
+struct Holding(std::collections::HashMap<usize, String>);
+
+impl Holding {
+    /// The failure the first held predecessor waits for, if any.
+    fn blocker(&self, after: &[usize]) -> Option<String> {
+        after.iter().find_map(|earlier| self.0.get(earlier).cloned())
+    }
+
+    /// Notes `position`'s result: held when it may take effect later.
+    fn note<R: Record>(&mut self, records: &[R], position: usize, after: &[usize], result: &RecordResult) {
+        if may_take_effect_later(result) {
+            let cause =
+                self.blocker(after).unwrap_or_else(|| format!("record {}", records[position].id().unwrap_or_default()));
+            self.0.insert(position, cause);
+        }
+    }
+}
+
 /// Runs `groups` through a [`BatchHandler`] in rounds, each one call with the next record of
-/// every group still going; a failure that may take effect later holds back the rest of its
-/// group (reported failed, not started), a permanent one does not. A round is not started
-/// within the deadline margin: its records are reported failed, retryable. A call that panics
-/// is not trusted with any of its records: each is handled again alone through
+/// every group still going; a record following one that may take effect later is held back
+/// (reported failed, not started), one following a permanent failure is not. A round is not
+/// started within the deadline margin: its records are reported failed, retryable. A call that
+/// panics is not trusted with any of its records: each is handled again alone through
 /// [`Handler::handle`] (its panic caught), and what the panicking call committed is found by the
 /// handler's own idempotency and answered as a duplicate. The results by position.
 pub(crate) async fn run_rounds<R: Record, H: BatchHandler<R>>(
     handler: &H,
     records: &[R],
-    groups: Vec<Vec<usize>>,
+    groups: Groups,
     context: &Context,
     options: &Options,
 ) -> Vec<RecordResult> {
+    let Groups { groups, after, hold_back } = groups;
     let mut results: Vec<Option<RecordResult>> = records.iter().map(|_| None).collect();
     let mut queues: Vec<std::collections::VecDeque<usize>> = groups.into_iter().map(Into::into).collect();
-    let mut held: Vec<Option<String>> = queues.iter().map(|_| None).collect();
+    let mut holding = Holding::default();
     loop {
-        let round: Vec<(usize, usize)> = queues
-            .iter_mut()
-            .enumerate()
-            .filter(|(at, _)| held[*at].is_none())
-            .filter_map(|(at, queue)| queue.pop_front().map(|position| (at, position)))
-            .collect();
+        let mut round: Vec<usize> = Vec::with_capacity(queues.len());
+        for queue in &mut queues {
+            // A group's next record, past those held back (their predecessors ran in earlier
+            // rounds: a group's records are in order).
+            while let Some(position) = queue.pop_front() {
+                match holding.blocker(&after[position]).filter(|_| hold_back) {
+                    Some(earlier) => {
+                        let result = not_started(&records[position], &earlier);
+                        holding.note(records, position, &after[position], &result);
+                        results[position] = Some(result);
+                    }
+                    None => {
+                        round.push(position);
+                        break;
+                    }
+                }
+            }
+        }
         if round.is_empty() {
             break;
         }
-        let positions: Vec<usize> = round.iter().map(|(_, position)| *position).collect();
-        for ((at, position), result) in
-            round.iter().zip(run_round(handler, records, &positions, context, options).await)
-        {
-            if may_take_effect_later(&result) {
-                held[*at].get_or_insert_with(|| format!("record {}", records[*position].id().unwrap_or_default()));
+        for (&position, result) in round.iter().zip(run_round(handler, records, &round, context, options).await) {
+            if hold_back {
+                holding.note(records, position, &after[position], &result);
             }
-            results[*position] = Some(result);
-        }
-    }
-    for (at, queue) in queues.iter().enumerate() {
-        for &position in queue {
-            results[position] = Some(not_started(&records[position], held[at].as_deref().unwrap_or("")));
+            results[position] = Some(result);
         }
     }
     results.into_iter().map(|result| result.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
@@ -520,12 +628,85 @@ fn by_position(len: usize, results: impl Iterator<Item = (usize, RecordResult)>)
     out.into_iter().map(|result| result.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
 }
 
-/// The counts of a batch's results.
-fn count<'r>(results: impl IntoIterator<Item = &'r RecordResult>) -> Counts {
+/// A stream's permanent failures, settled before the answer: parked (they stay permanent
+/// failures, past which the position may move), or, when parking fails or no destination was
+/// chosen, made retryable so the position holds there; dropped only under [`Poison::Drop`].
+/// Returns how many were parked. A trigger that parks nothing (SQS) is left as it is.
+async fn settle<T: Trigger>(
+    records: &[T::Record],
+    results: &mut [RecordResult],
+    source: &Source,
+    options: &Options,
+) -> u64 {
+    let Some(trigger) = T::PARKS else { return 0 };
+    let poisoned: Vec<usize> =
+        (0..results.len()).filter(|&at| results[at].as_ref().is_err_and(|e| e.retry == Retry::Permanent)).collect();
+    if poisoned.is_empty() {
+        return 0;
+    }
+    let destination = match &options.poison {
+        Poison::Drop => {
+            for &at in &poisoned {
+                records[at].span().in_scope(|| tracing::error!("record dropped: Options::poison is Drop"));
+            }
+            return 0;
+        }
+        Poison::Unchosen => {
+            for &at in &poisoned {
+                hold(&records[at], &mut results[at], "no park destination was chosen (Options::poison)");
+            }
+            return 0;
+        }
+        Poison::Park(destination) => destination,
+    };
+    let parcels: Vec<Parcel> = poisoned.iter().map(|&at| parcel(trigger, &records[at], &results[at], source)).collect();
+    let parked = match panics::catch(|| destination.park(&parcels)).await {
+        Ok(parked) => parked,
+        Err(panic) => vec![Err(format!("the park destination panicked: {panic}")); parcels.len()],
+    };
+    let mut count = 0;
+    for (at, (&position, parcel)) in poisoned.iter().zip(&parcels).enumerate() {
+        let record = &records[position];
+        match parked.get(at) {
+            Some(Ok(())) => {
+                count += 1;
+                record.span().in_scope(|| tracing::warn!(coordinates = %parcel.coordinates, "record parked"));
+            }
+            Some(Err(why)) => {
+                hold(record, &mut results[position], &format!("parking it failed: {}", redact_emails(why)))
+            }
+            None => hold(record, &mut results[position], "the park destination did not answer for it"),
+        }
+    }
+    count
+}
+
+/// A permanent failure that was not parked, held: retryable, so the position stays at it.
+fn hold<R: Record>(record: &R, result: &mut RecordResult, why: &str) {
+    let reason = result.as_ref().err().map(|e| redact_emails(&e.reason)).unwrap_or_default();
+    record.span().in_scope(|| tracing::error!(why, "record failed permanently and is held: not parked"));
+    *result = Err(RecordError::retryable(format!("failed permanently ({reason}), held: {why}")));
+}
+
+/// The parcel of a record that failed permanently.
+fn parcel<R: Record>(trigger: &str, record: &R, result: &RecordResult, source: &Source) -> Parcel {
+    Parcel {
+        trigger: trigger.to_owned(),
+        event_source_arn: record.source_arn().map(str::to_owned).or_else(|| source.event_source_arn.clone()),
+        coordinates: record.coordinates().unwrap_or(Coordinates::DynamoDb { sequence_number: String::new() }),
+        reason: result.as_ref().err().map(|e| redact_emails(&e.reason)).unwrap_or_default(),
+        record: serde_json::to_value(record).unwrap_or_default(),
+        bootstrap_servers: source.bootstrap_servers.clone(),
+    }
+}
+
+/// The counts of a batch's results, `parked` of them parked.
+fn count<'r>(results: impl IntoIterator<Item = &'r RecordResult>, parked: u64) -> Counts {
     let mut counts = Counts::default();
     for result in results {
         counts.add(result);
     }
+    counts.parked = parked;
     counts
 }
 
@@ -540,6 +721,7 @@ fn log_counts(counts: &Counts) {
         in_progress = counts.in_progress,
         failed = counts.failed,
         permanent = counts.permanent,
+        parked = counts.parked,
         skipped = counts.skipped,
         "batch done"
     );
@@ -598,11 +780,13 @@ pub(crate) fn key_of<R, H: Handler<R>>(handler: &H, record: &R) -> Option<String
 
 /// Records in one group when they share any of their keys (an ordering key such as a partition
 /// key, and the handler's business key), each group in batch order, groups in order of their
-/// first record. Joined by hand (a union of positions, a dozen lines) rather than a crate.
+/// first record; each record follows the previous record with each of its keys
+/// ([`Groups::after`]). Joined by hand (a union of positions, a dozen lines) rather than a crate.
 pub(crate) fn joined_groups<R, const N: usize>(
     records: &[R],
+    hold_back: bool,
     keys: impl Fn(&R) -> [Option<String>; N],
-) -> Vec<Vec<usize>> {
+) -> Groups {
     fn root(parent: &mut [usize], mut at: usize) -> usize {
         while parent[at] != at {
             parent[at] = parent[parent[at]];
@@ -611,12 +795,16 @@ pub(crate) fn joined_groups<R, const N: usize>(
         at
     }
     let mut parent: Vec<usize> = (0..records.len()).collect();
-    let mut first_with: std::collections::HashMap<(usize, String), usize> = std::collections::HashMap::new();
+    let mut after: Vec<Vec<usize>> = (0..records.len()).map(|_| Vec::new()).collect();
+    let mut last_with: std::collections::HashMap<(usize, String), usize> = std::collections::HashMap::new();
     for (position, record) in records.iter().enumerate() {
         for (kind, key) in keys(record).into_iter().enumerate() {
             let Some(key) = key else { continue };
-            let first = *first_with.entry((kind, key)).or_insert(position);
-            let (a, b) = (root(&mut parent, first), root(&mut parent, position));
+            let Some(previous) = last_with.insert((kind, key), position) else { continue };
+            if !after[position].contains(&previous) {
+                after[position].push(previous);
+            }
+            let (a, b) = (root(&mut parent, previous), root(&mut parent, position));
             // The earlier position stays the root: groups come out in order of their first record.
             parent[a.max(b)] = a.min(b);
         }
@@ -631,7 +819,7 @@ pub(crate) fn joined_groups<R, const N: usize>(
         });
         groups[index].push(position);
     }
-    groups
+    Groups { groups, after, hold_back }
 }
 
 #[cfg(test)]
@@ -642,17 +830,23 @@ mod tests {
     #[test]
     fn records_sharing_any_key_are_one_group() {
         let records = [("p1", "a"), ("p2", "b"), ("p3", "a"), ("p2", "c"), ("p4", "d"), ("p3", "e")];
-        let groups = joined_groups(&records, |(partition, key)| [Some(partition.to_string()), Some(key.to_string())]);
-        assert_eq!(groups, vec![vec![0, 2, 5], vec![1, 3], vec![4]]);
-        let unkeyed = joined_groups(&records, |_| [None::<String>]);
-        assert_eq!(unkeyed, (0..6).map(|p| vec![p]).collect::<Vec<_>>());
+        let groups =
+            joined_groups(&records, true, |(partition, key)| [Some(partition.to_string()), Some(key.to_string())]);
+        assert_eq!(groups.groups, vec![vec![0, 2, 5], vec![1, 3], vec![4]]);
+        assert_eq!(groups.after, vec![vec![], vec![], vec![0], vec![1], vec![], vec![2]]);
+        let unkeyed = joined_groups(&records, false, |_| [None::<String>]);
+        assert_eq!(unkeyed.groups, (0..6).map(|p| vec![p]).collect::<Vec<_>>());
     }
 
     /// A chain of shared keys joins groups formed apart, and the group keeps batch order.
     #[test]
     fn a_chain_of_keys_joins_groups_formed_apart() {
         let records = [("p1", "a"), ("p2", "b"), ("p2", "a")];
-        let groups = joined_groups(&records, |(partition, key)| [Some(partition.to_string()), Some(key.to_string())]);
-        assert_eq!(groups, vec![vec![0, 1, 2]]);
+        let groups =
+            joined_groups(&records, true, |(partition, key)| [Some(partition.to_string()), Some(key.to_string())]);
+        assert_eq!(groups.groups, vec![vec![0, 1, 2]]);
+        // The third follows the second (its partition) and the first (its key); the second
+        // follows nothing: the first, of another partition, does not hold it back.
+        assert_eq!(groups.after, vec![vec![], vec![], vec![1, 0]]);
     }
 }

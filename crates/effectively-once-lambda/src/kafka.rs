@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::driver::{self, Record};
 pub use crate::driver::{BatchHandler, Handler, Options};
+use crate::park::Coordinates;
 use crate::RecordResult;
 
 /// The answer to a Kafka batch: for each partition to resume, where (`aws_lambda_events` has no
@@ -79,6 +80,10 @@ impl Record for KafkaRecord {
         Some(format!("{}@{}", topic_partition(self), self.offset).into())
     }
 
+    fn coordinates(&self) -> Option<Coordinates> {
+        Some(Coordinates::Kafka { topic_partition: topic_partition(self), offset: self.offset })
+    }
+
     /// `topic_partition` and `offset`.
     fn span(&self) -> tracing::Span {
         tracing::info_span!("record", topic_partition = %topic_partition(self), offset = self.offset)
@@ -114,6 +119,18 @@ driver::entry_points! {
     run_batch;
 }
 
+/// Lambda's name for the event source, for MSK and self-managed Kafka alike: poison is parked
+/// ([`crate::park`]).
+const PARKS: Option<&str> = Some("aws:kafka");
+
+/// The cluster's ARN and bootstrap servers are the event's, not the record's.
+fn source(event: &KafkaEvent) -> driver::Source {
+    driver::Source {
+        event_source_arn: event.event_source_arn.clone(),
+        bootstrap_servers: event.bootstrap_servers.clone(),
+    }
+}
+
 /// The event's records, partition by partition (in the name order of their topic-partitions),
 /// each partition in offset order.
 fn records(event: KafkaEvent) -> Vec<KafkaRecord> {
@@ -128,9 +145,9 @@ fn records(event: KafkaEvent) -> Vec<KafkaRecord> {
 }
 
 /// By topic-partition (Kafka's order), joined with records sharing the handler's business key.
-fn groups<H: Handler<KafkaRecord>>(handler: &H, records: &[KafkaRecord], _rounds: bool) -> (Vec<Vec<usize>>, bool) {
+fn groups<H: Handler<KafkaRecord>>(handler: &H, records: &[KafkaRecord], _rounds: bool) -> driver::Groups {
     let keys = |record: &KafkaRecord| [Some(topic_partition(record)), driver::key_of(handler, record)];
-    (driver::joined_groups(records, keys), true)
+    driver::joined_groups(records, true, keys)
 }
 
 /// For each partition, its first record a later delivery may still make take effect.

@@ -17,6 +17,7 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 
 use crate::driver::{self, Record};
 pub use crate::driver::{BatchHandler, Handler, Options};
+use crate::park::Coordinates;
 use crate::RecordResult;
 
 impl Record for KinesisEventRecord {
@@ -27,6 +28,17 @@ impl Record for KinesisEventRecord {
 
     fn id(&self) -> Option<std::borrow::Cow<'_, str>> {
         Some(self.kinesis.sequence_number.as_str().into())
+    }
+
+    /// The shard is the `eventID`'s part before its `:` (`shardId-000000000000:4959...`).
+    fn coordinates(&self) -> Option<Coordinates> {
+        let event_id = self.event_id.as_deref().unwrap_or_default();
+        let shard_id = event_id.split_once(':').map_or(event_id, |(shard, _)| shard).to_owned();
+        Some(Coordinates::Kinesis { shard_id, sequence_number: self.kinesis.sequence_number.clone() })
+    }
+
+    fn source_arn(&self) -> Option<&str> {
+        self.event_source_arn.as_deref()
     }
 
     /// `partition_key` (the producer's text, so its addresses redacted) and `sequence`.
@@ -70,6 +82,14 @@ driver::entry_points! {
     run_batch;
 }
 
+/// Lambda's name for the event source: poison is parked ([`crate::park`]).
+const PARKS: Option<&str> = Some("aws:kinesis");
+
+/// Each record carries its stream's ARN.
+fn source(_event: &KinesisEvent) -> driver::Source {
+    driver::Source::default()
+}
+
 /// The event's records, as Lambda gave them.
 fn records(event: KinesisEvent) -> Vec<KinesisEventRecord> {
     event.records
@@ -83,10 +103,10 @@ fn groups<H: Handler<KinesisEventRecord>>(
     handler: &H,
     records: &[KinesisEventRecord],
     _rounds: bool,
-) -> (Vec<Vec<usize>>, bool) {
+) -> driver::Groups {
     let keys =
         |record: &KinesisEventRecord| [Some(record.kinesis.partition_key.clone()), driver::key_of(handler, record)];
-    (driver::joined_groups(records, keys), true)
+    driver::joined_groups(records, true, keys)
 }
 
 /// The checkpoint, if any.

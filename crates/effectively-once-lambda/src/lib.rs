@@ -40,6 +40,7 @@ pub mod kafka;
 pub mod kinesis;
 pub mod metrics;
 pub mod panics;
+pub mod park;
 pub mod sqs;
 pub mod streams;
 

@@ -80,8 +80,17 @@ pub const FUNCTION_VERSION_VAR: &str = "AWS_LAMBDA_FUNCTION_VERSION";
 pub const FUNCTION_DIMENSION: &str = "Function";
 
 /// The metrics the drivers print on every invocation's line: custom metrics may not reuse them.
-pub const DRIVER_METRICS: [&str; 8] =
-    ["ColdStart", "Applied", "Duplicate", "Rejected", "Skipped", "InProgressElsewhere", "Failed", "PermanentFailures"];
+pub const DRIVER_METRICS: [&str; 9] = [
+    "ColdStart",
+    "Applied",
+    "Duplicate",
+    "Rejected",
+    "Skipped",
+    "InProgressElsewhere",
+    "Failed",
+    "PermanentFailures",
+    "Parked",
+];
 
 /// Keys of the line that are not metrics: custom metrics may not reuse them either.
 const PROPERTIES: [&str; 5] = ["_aws", FUNCTION_DIMENSION, "service", "function_version", "request_id"];
@@ -340,6 +349,27 @@ pub struct Counts {
     pub permanent: u64,
     /// Not for this handler.
     pub skipped: u64,
+    /// Of `permanent`, those a stream trigger parked ([`crate::park`]) before its position
+    /// passed them.
+    pub parked: u64,
+}
+
+/// Two batches' counts together (a run of several invocations, say).
+impl std::ops::Add for Counts {
+    type Output = Counts;
+
+    fn add(self, other: Counts) -> Counts {
+        Counts {
+            applied: self.applied + other.applied,
+            duplicate: self.duplicate + other.duplicate,
+            rejected: self.rejected + other.rejected,
+            in_progress: self.in_progress + other.in_progress,
+            failed: self.failed + other.failed,
+            permanent: self.permanent + other.permanent,
+            skipped: self.skipped + other.skipped,
+            parked: self.parked + other.parked,
+        }
+    }
 }
 
 impl Counts {
@@ -362,7 +392,7 @@ impl Counts {
 
     /// Every count under its metric name (the [`DRIVER_METRICS`] after `ColdStart`), zeros
     /// included: a metric that is absent when zero cannot tell "none" from "not reporting".
-    pub fn metrics(&self) -> [(&'static str, u64); 7] {
+    pub fn metrics(&self) -> [(&'static str, u64); 8] {
         [
             ("Applied", self.applied),
             ("Duplicate", self.duplicate),
@@ -371,6 +401,7 @@ impl Counts {
             ("InProgressElsewhere", self.in_progress),
             ("Failed", self.failed),
             ("PermanentFailures", self.permanent),
+            ("Parked", self.parked),
         ]
     }
 }
@@ -612,8 +643,13 @@ mod tests {
         assert_eq!(line["Latency"], 1.5);
         assert_eq!(line["Applied"], 0, "a custom metric cannot overwrite the driver's");
         assert_eq!(line["request_id"], "r");
-        let units: Vec<_> =
-            line["_aws"]["CloudWatchMetrics"][0]["Metrics"].as_array().unwrap().iter().skip(8).cloned().collect();
+        let units: Vec<_> = line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .skip(DRIVER_METRICS.len())
+            .cloned()
+            .collect();
         assert_eq!(
             units,
             [json!({"Name": "Latency", "Unit": "Milliseconds"}), json!({"Name": "OrdersPlaced", "Unit": "Count"})]

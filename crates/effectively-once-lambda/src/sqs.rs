@@ -138,6 +138,13 @@ driver::entry_points! {
     run_batch;
 }
 
+/// SQS parks nothing: a queue's DLQ keeps its poison.
+const PARKS: Option<&str> = None;
+
+fn source(_event: &SqsEvent) -> driver::Source {
+    driver::Source::default()
+}
+
 /// The event's records, as Lambda gave them.
 fn records(event: SqsEvent) -> Vec<SqsMessage> {
     event.records
@@ -146,14 +153,14 @@ fn records(event: SqsEvent) -> Vec<SqsMessage> {
 /// FIFO: by message group, a failure that may pass holding back the rest of its group.
 /// Standard: by the handler's key ([`Handler::key`]), nothing held back, on the record path;
 /// each message alone on the batch path (the batch handler answers in-batch keys itself).
-fn groups<H: Handler<SqsMessage>>(handler: &H, records: &[SqsMessage], rounds: bool) -> (Vec<Vec<usize>>, bool) {
+fn groups<H: Handler<SqsMessage>>(handler: &H, records: &[SqsMessage], rounds: bool) -> driver::Groups {
     if records.first().is_some_and(is_fifo) {
         let group = |record: &SqsMessage| [Some(record.attributes.get("MessageGroupId").cloned().unwrap_or_default())];
-        (driver::joined_groups(records, group), true)
+        driver::joined_groups(records, true, group)
     } else if rounds {
-        ((0..records.len()).map(|position| vec![position]).collect(), false)
+        driver::joined_groups(records, false, |_| [None::<String>])
     } else {
-        (driver::joined_groups(records, |record| [driver::key_of(handler, record)]), false)
+        driver::joined_groups(records, false, |record| [driver::key_of(handler, record)])
     }
 }
 

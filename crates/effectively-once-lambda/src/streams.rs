@@ -7,6 +7,7 @@ use aws_lambda_events::event::streams::DynamoDbEventResponse;
 
 use crate::driver::{self, Record};
 pub use crate::driver::{BatchHandler, Handler, Options};
+use crate::park::Coordinates;
 use crate::{Disposition, RecordResult};
 
 impl Record for EventRecord {
@@ -17,6 +18,14 @@ impl Record for EventRecord {
 
     fn id(&self) -> Option<std::borrow::Cow<'_, str>> {
         self.change.sequence_number.as_deref().map(Into::into)
+    }
+
+    fn coordinates(&self) -> Option<Coordinates> {
+        Some(Coordinates::DynamoDb { sequence_number: self.change.sequence_number.clone().unwrap_or_default() })
+    }
+
+    fn source_arn(&self) -> Option<&str> {
+        self.event_source_arn.as_deref()
     }
 
     /// `event_name` and `sequence` (stream records carry no trace header).
@@ -105,6 +114,14 @@ driver::entry_points! {
     run_batch;
 }
 
+/// Lambda's name for the event source: poison is parked ([`crate::park`]).
+const PARKS: Option<&str> = Some("aws:dynamodb");
+
+/// Each record carries its stream's ARN.
+fn source(_event: &Event) -> driver::Source {
+    driver::Source::default()
+}
+
 /// The event's records, as Lambda gave them.
 fn records(event: Event) -> Vec<EventRecord> {
     event.records
@@ -119,11 +136,12 @@ fn item_of(record: &EventRecord) -> String {
 
 /// Record by record: the whole batch, in stream order. Batch path: by item, joined with the
 /// handler's business key. Either way a failure that may pass holds back the rest.
-fn groups<H: Handler<EventRecord>>(handler: &H, records: &[EventRecord], rounds: bool) -> (Vec<Vec<usize>>, bool) {
+fn groups<H: Handler<EventRecord>>(handler: &H, records: &[EventRecord], rounds: bool) -> driver::Groups {
     if rounds {
-        (driver::joined_groups(records, |record| [Some(item_of(record)), driver::key_of(handler, record)]), true)
+        driver::joined_groups(records, true, |record| [Some(item_of(record)), driver::key_of(handler, record)])
     } else {
-        (vec![(0..records.len()).collect()], true)
+        // One key for all: each record follows the one before it.
+        driver::joined_groups(records, true, |_| [Some(String::new())])
     }
 }
 

@@ -107,7 +107,7 @@ async fn child_runs_three_invocations() {
     batch.records = vec![message("m-next", "applied", false)];
     sqs::process(&handler, LambdaEvent::new(batch, context("req-2")), &options).await;
 
-    let options = streams::Options::new("receipts-relay");
+    let options = streams::Options::new("receipts-relay").park_in(Accepts);
     let mut event: Event =
         serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
     let insert = event.records[0].clone();
@@ -122,6 +122,18 @@ async fn child_runs_three_invocations() {
         })
         .collect();
     streams::process(&handler, LambdaEvent::new(event, context("req-3")), &options).await;
+}
+
+/// A park destination that takes every parcel.
+struct Accepts;
+
+impl effectively_once_lambda::park::Destination for Accepts {
+    fn park<'a>(
+        &'a self,
+        parcels: &'a [effectively_once_lambda::park::Parcel],
+    ) -> effectively_once_lambda::park::ParkFuture<'a> {
+        Box::pin(async move { parcels.iter().map(|_| Ok(())).collect() })
+    }
 }
 
 #[test]
@@ -143,13 +155,13 @@ fn at_info_a_batch_logs_its_counts_and_each_failure_with_its_reason() {
     let batches: Vec<&Value> = logs.iter().copied().filter(|l| message(l) == "batch done").collect();
     assert_eq!(batches.len(), 3, "one line per invocation");
     let counts = |line: &Value| {
-        ["applied", "rejected", "duplicate", "in_progress", "failed", "permanent", "skipped"]
+        ["applied", "rejected", "duplicate", "in_progress", "failed", "permanent", "parked", "skipped"]
             .map(|name| line["fields"][name].as_u64().unwrap_or_else(|| panic!("{name} missing: {line}")))
     };
     assert!(batches.iter().all(|l| l["level"] == "INFO"));
-    assert_eq!(counts(batches[0]), [2, 1, 1, 1, 2, 1, 1], "the first invocation's counts");
-    assert_eq!(counts(batches[1]), [1, 0, 0, 0, 0, 0, 0]);
-    assert_eq!(counts(batches[2]), [1, 0, 0, 0, 1, 1, 1], "the stream's");
+    assert_eq!(counts(batches[0]), [2, 1, 1, 1, 2, 1, 0, 1], "the first invocation's counts");
+    assert_eq!(counts(batches[1]), [1, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(counts(batches[2]), [1, 0, 0, 0, 1, 1, 1, 1], "the stream's: its poison parked");
     assert_eq!(batches[0]["spans"][0]["request_id"], "req-1", "in the invocation's span");
     // Each failure: its own line, in its record's span, with its reason.
     let reason = |id: &str| {
@@ -228,11 +240,11 @@ fn check_metrics(emf: &[&Value]) {
     assert_eq!(emf[0]["request_id"], "req-1");
     assert_eq!((count(emf[1], "ColdStart"), count(emf[1], "Applied"), count(emf[1], "OrdersPlaced")), (0, 1, 1));
     assert_eq!(emf[1]["request_id"], "req-2");
-    // The stream: 1 applied, 2 failed for good (gone past), 3 a MODIFY, skipped.
+    // The stream: 1 applied, 2 failed for good (parked, gone past), 3 a MODIFY, skipped.
     let stream = emf[2];
     assert_eq!(
-        ["ColdStart", "Applied", "Failed", "PermanentFailures", "Skipped"].map(|n| count(stream, n)),
-        [0, 1, 1, 1, 1]
+        ["ColdStart", "Applied", "Failed", "PermanentFailures", "Parked", "Skipped"].map(|n| count(stream, n)),
+        [0, 1, 1, 1, 1, 1]
     );
     assert!(stream.get("OrdersPlaced").is_none(), "the custom metric was emptied by the last flush");
 }

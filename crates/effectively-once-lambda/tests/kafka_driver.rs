@@ -13,8 +13,9 @@ fn sample() -> KafkaEvent {
     serde_json::from_slice(include_bytes!("../../../events/kafka-orders.json")).unwrap()
 }
 
+/// Poison dropped by name: these tests pin resume points; parking is pinned in `park.rs`.
 fn quiet() -> Options {
-    Options { emit_metrics: false, ..Options::new("t") }
+    Options { emit_metrics: false, ..Options::new("t") }.drop_poison()
 }
 
 #[derive(Debug, Deserialize)]

@@ -82,8 +82,9 @@ fn batch(records: &[(&str, &str)]) -> KinesisEvent {
     event
 }
 
+/// Poison dropped by name: these tests pin checkpoints; parking is pinned in `park.rs`.
 fn quiet() -> Options {
-    Options { emit_metrics: false, ..Options::new("t") }
+    Options { emit_metrics: false, ..Options::new("t") }.drop_poison()
 }
 
 fn checkpoint(response: &KinesisEventResponse) -> Vec<Option<String>> {

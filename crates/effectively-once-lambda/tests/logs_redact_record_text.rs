@@ -40,7 +40,7 @@ async fn child_runs_a_kinesis_and_a_stream_batch() {
         return;
     }
     lambda_runtime::tracing::init_default_subscriber();
-    let options = Options { emit_metrics: false, ..Options::new("orders-consumer") };
+    let options = Options { emit_metrics: false, ..Options::new("orders-consumer") }.drop_poison();
     let mut event: KinesisEvent =
         serde_json::from_slice(include_bytes!("../../../events/kinesis-orders.json")).unwrap();
     event.records.truncate(1);

@@ -49,8 +49,9 @@ impl<R: Sync> BodyBatchHandler<R> for Orders {
 
 const BAD_TYPE: &str = r#"{"order_id": "o-2", "total_cents": "alice@example.com"}"#;
 
+/// Poison dropped by name: these tests pin decoding; parking is pinned in `park.rs`.
 fn quiet() -> Options {
-    Options { emit_metrics: false, ..Options::new("t") }
+    Options { emit_metrics: false, ..Options::new("t") }.drop_poison()
 }
 
 fn sqs_batch(bodies: &[&str]) -> SqsEvent {
@@ -104,7 +105,7 @@ async fn an_sqs_body_that_is_not_the_type_fails_alone_and_permanently() {
     assert!(error.reason.contains("a***@example.com"), "the reason keeps its shape, redacted: {}", error.reason);
 }
 
-/// On a stream a payload that does not decode is no checkpoint: a retry cannot change it.
+/// On a stream a payload that does not decode is permanent, no checkpoint: a retry cannot change it.
 #[tokio::test]
 async fn kinesis_data_that_is_not_the_type_is_not_the_checkpoint() {
     let orders = Typed(Orders::default());

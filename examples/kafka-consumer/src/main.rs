@@ -1,6 +1,7 @@
 //! Lambda entry point: Kafka payment events to the ledger, once each.
 
 use effectively_once_lambda::kafka::{self, Options};
+use effectively_once_lambda::park::SqsQueue;
 use effectively_once_lambda::Error;
 use kafka_consumer::{Payments, FUNCTION};
 use payments::LedgerEnv;
@@ -14,8 +15,9 @@ async fn main() -> Result<(), Error> {
     // The switch is honoured by nothing this function runs: say so once, at cold start.
     payments::warn_if_disabled(&env.config);
     // Namespace, `Function` dimension and service read from the environment once, here.
-    let options = Options::new(FUNCTION);
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    // A record that fails for good is parked in PARK_QUEUE_URL before the partition passes it.
+    let options = Options::new(FUNCTION).park_in(SqsQueue::from_env(aws_sdk_sqs::Client::new(&sdk))?);
     let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);
     // The batch path: each round's payments in one transaction (kafka::run posts one at a time).
     kafka::run_batch(handler, options).await

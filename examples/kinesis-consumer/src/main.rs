@@ -5,6 +5,7 @@ use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::{DynamoDbStore, Table};
 use effectively_once_effects::SesSender;
 use effectively_once_lambda::kinesis::{self, Options};
+use effectively_once_lambda::park::SqsQueue;
 use effectively_once_lambda::{Error, Typed};
 use kinesis_consumer::Orders;
 
@@ -19,5 +20,7 @@ async fn main() -> Result<(), Error> {
         orders: Table::new(var("ORDERS_TABLE")?, "pk"),
         sender: SesSender::new(aws_sdk_sesv2::Client::new(&sdk), var("CONFIRMATION_FROM")?),
     };
-    kinesis::run(Typed(handler), Options::new("kinesis-consumer")).await
+    // A record that fails for good is parked in PARK_QUEUE_URL before the shard passes it.
+    let park = SqsQueue::from_env(aws_sdk_sqs::Client::new(&sdk))?;
+    kinesis::run(Typed(handler), Options::new("kinesis-consumer").park_in(park)).await
 }

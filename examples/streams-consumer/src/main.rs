@@ -3,6 +3,7 @@
 
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::{DynamoDbStore, Table};
+use effectively_once_lambda::park::SqsQueue;
 use effectively_once_lambda::streams::{self, Options};
 use effectively_once_lambda::Error;
 use streams_consumer::Projector;
@@ -17,5 +18,7 @@ async fn main() -> Result<(), Error> {
         idempotency: Idempotency::new(store, Config::from_env()),
         projections: Table::new(var("PROJECTIONS_TABLE")?, "pk"),
     };
-    streams::run_batch(handler, Options::new("streams-consumer")).await
+    // A record that fails for good is parked in PARK_QUEUE_URL before the stream passes it.
+    let park = SqsQueue::from_env(aws_sdk_sqs::Client::new(&sdk))?;
+    streams::run_batch(handler, Options::new("streams-consumer").park_in(park)).await
 }

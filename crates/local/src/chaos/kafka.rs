@@ -149,15 +149,7 @@ async fn open_accounts(pipeline: &Pipeline, plan: &KafkaPlan) -> Result<()> {
 }
 
 fn sum(a: Counts, b: Counts) -> Counts {
-    Counts {
-        applied: a.applied + b.applied,
-        duplicate: a.duplicate + b.duplicate,
-        rejected: a.rejected + b.rejected,
-        in_progress: a.in_progress + b.in_progress,
-        failed: a.failed + b.failed,
-        permanent: a.permanent + b.permanent,
-        skipped: a.skipped + b.skipped,
-    }
+    a + b
 }
 
 /// Replays the destination until a pass keeps nothing (four passes at most).

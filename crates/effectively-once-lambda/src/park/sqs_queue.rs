@@ -1,0 +1,119 @@
+//! [`SqsQueue`]: an SQS queue as the park destination (feature `sqs`).
+
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use aws_sdk_sqs::Client;
+
+use super::{body, Destination, Parcel, ParkFuture, MAX_BODY, PARK_QUEUE_URL};
+
+/// An SQS queue that takes parked records, ten a `SendMessageBatch` (one request for a batch's
+/// poison, not one a record). Give the queue a retention of 14 days and an alarm on its depth.
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: Client,
+    queue_url: String,
+    max_body: usize,
+}
+
+impl SqsQueue {
+    /// Parks into the queue at `queue_url` through `client`.
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        SqsQueue { client, queue_url: queue_url.into(), max_body: MAX_BODY }
+    }
+
+    /// Parks into the queue the environment names ([`PARK_QUEUE_URL`]); an error naming the
+    /// variable when it is unset or empty.
+    pub fn from_env(client: Client) -> Result<Self, lambda_runtime::Error> {
+        match std::env::var(PARK_QUEUE_URL) {
+            Ok(url) if !url.trim().is_empty() => Ok(SqsQueue::new(client, url.trim())),
+            _ => Err(format!(
+                "{PARK_QUEUE_URL} is not set: a stream function parks records that fail permanently in an SQS queue \
+                 (set {PARK_QUEUE_URL}), or drops them only when told to (Options::drop_poison)"
+            )
+            .into()),
+        }
+    }
+
+    /// A message body of at most `max_body` bytes with the record in it; a larger parcel goes
+    /// without its record (default [`MAX_BODY`], SQS's limit; lower it for a queue whose
+    /// `MaximumMessageSize` is lower).
+    pub fn with_max_body(mut self, max_body: usize) -> Self {
+        self.max_body = max_body;
+        self
+    }
+
+    async fn send(&self, parcels: &[Parcel]) -> Vec<Result<(), String>> {
+        let bodies: Vec<String> = parcels.iter().map(|parcel| body(parcel, self.max_body)).collect();
+        let mut results: Vec<Result<(), String>> = vec![Ok(()); parcels.len()];
+        for chunk in chunks(&bodies, self.max_body) {
+            let entries: Vec<SendMessageBatchRequestEntry> = chunk
+                .iter()
+                .filter_map(|&at| {
+                    SendMessageBatchRequestEntry::builder().id(at.to_string()).message_body(&bodies[at]).build().ok()
+                })
+                .collect();
+            let sent =
+                self.client.send_message_batch().queue_url(&self.queue_url).set_entries(Some(entries)).send().await;
+            match sent {
+                Ok(output) => {
+                    // Only an entry SQS names as successful is durable; anything else failed.
+                    let done: std::collections::HashSet<&str> = output.successful().iter().map(|s| s.id()).collect();
+                    for &at in &chunk {
+                        if !done.contains(at.to_string().as_str()) {
+                            let why = output.failed().iter().find(|f| f.id() == at.to_string());
+                            let why = why.map_or("not in the answer".to_owned(), |f| {
+                                format!("{}: {}", f.code(), f.message().unwrap_or_default())
+                            });
+                            results[at] = Err(format!("park queue refused the record ({why})"));
+                        }
+                    }
+                }
+                Err(error) => {
+                    let why = aws_sdk_sqs::error::DisplayErrorContext(&error).to_string();
+                    for &at in &chunk {
+                        results[at] = Err(format!("park queue unreachable: {why}"));
+                    }
+                }
+            }
+        }
+        results
+    }
+}
+
+/// Positions of `bodies` in batches SQS takes: at most 10 entries, at most `max` bytes in all.
+fn chunks(bodies: &[String], max: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut size = 0;
+    for (at, body) in bodies.iter().enumerate() {
+        match out.last_mut() {
+            Some(last) if last.len() < 10 && size + body.len() <= max => {
+                last.push(at);
+                size += body.len();
+            }
+            _ => {
+                out.push(vec![at]);
+                size = body.len();
+            }
+        }
+    }
+    out
+}
+
+impl Destination for SqsQueue {
+    fn park<'a>(&'a self, parcels: &'a [Parcel]) -> ParkFuture<'a> {
+        Box::pin(self.send(parcels))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunks;
+
+    #[test]
+    fn batches_hold_ten_entries_and_the_size_limit() {
+        let bodies: Vec<String> = (0..23).map(|_| "x".repeat(10)).collect();
+        let sizes: Vec<usize> = chunks(&bodies, 1000).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [10, 10, 3]);
+        let sizes: Vec<usize> = chunks(&bodies[..5], 25).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [2, 2, 1]);
+    }
+}

@@ -1,0 +1,329 @@
+//! Poison on a stream trigger (Kafka, Kinesis, DynamoDB Streams): a record that fails
+//! permanently is parked, with the record as delivered, its redacted reason and its coordinates,
+//! before the answer lets the position pass it; a park that fails, or no destination chosen,
+//! holds the position at it; dropping it is a choice made by name; `run` refuses to start
+//! without one. And a retryable failure holds back only its own partition's later records and
+//! those sharing its key.
+
+use std::sync::{Arc, Mutex};
+
+use effectively_once_lambda::events::{
+    Context, DynamoDbEvent, KafkaEvent, KafkaRecord, KinesisEvent, KinesisEventRecord, LambdaEvent,
+};
+use effectively_once_lambda::park::{Coordinates, Destination, Parcel, ParkFuture};
+use effectively_once_lambda::{kafka, kinesis, streams};
+use effectively_once_lambda::{Disposition, Handler, Options, RecordError, RecordResult};
+
+/// A destination that keeps what it is given, or refuses it all when `refuse` is set.
+#[derive(Clone, Default)]
+struct Kept {
+    parcels: Arc<Mutex<Vec<Parcel>>>,
+    refuse: bool,
+}
+
+impl Destination for Kept {
+    fn park<'a>(&'a self, parcels: &'a [Parcel]) -> ParkFuture<'a> {
+        Box::pin(async move {
+            if self.refuse {
+                return parcels.iter().map(|_| Err("queue down".to_owned())).collect();
+            }
+            self.parcels.lock().unwrap().extend_from_slice(parcels);
+            parcels.iter().map(|_| Ok(())).collect()
+        })
+    }
+}
+
+impl Kept {
+    fn parcels(&self) -> Vec<Parcel> {
+        self.parcels.lock().unwrap().clone()
+    }
+}
+
+fn parked_in(kept: &Kept) -> Options {
+    Options { emit_metrics: false, ..Options::new("t") }.park_in(kept.clone())
+}
+
+/// Answers a record by the text of its payload: `poison...` fails permanently (its reason quoting
+/// an address), `retry...` retryably, anything else is applied and remembered, in order. Its key
+/// is the text after `:`.
+#[derive(Default)]
+struct Script {
+    applied: Mutex<Vec<String>>,
+}
+
+impl Script {
+    fn answer(&self, text: &str) -> RecordResult {
+        if text.starts_with("poison") {
+            return Err(RecordError::permanent("not a payment: alice@example.com"));
+        }
+        if text.starts_with("retry") {
+            return Err(RecordError::retryable("throttled"));
+        }
+        self.applied.lock().unwrap().push(text.to_owned());
+        Ok(Disposition::Applied)
+    }
+
+    fn applied(&self) -> Vec<String> {
+        self.applied.lock().unwrap().clone()
+    }
+}
+
+fn kafka_text(record: &KafkaRecord) -> String {
+    String::from_utf8(kafka::value_bytes(record).unwrap_or_default()).unwrap()
+}
+
+impl Handler<KafkaRecord> for Script {
+    async fn handle(&self, record: &KafkaRecord, _context: &Context) -> RecordResult {
+        self.answer(&kafka_text(record))
+    }
+
+    fn key(&self, record: &KafkaRecord) -> Option<String> {
+        kafka_text(record).split_once(':').map(|(_, key)| key.to_owned())
+    }
+}
+
+fn kinesis_text(record: &KinesisEventRecord) -> String {
+    String::from_utf8(record.kinesis.data.0.clone()).unwrap()
+}
+
+impl Handler<KinesisEventRecord> for Script {
+    async fn handle(&self, record: &KinesisEventRecord, _context: &Context) -> RecordResult {
+        self.answer(&kinesis_text(record))
+    }
+
+    fn key(&self, record: &KinesisEventRecord) -> Option<String> {
+        kinesis_text(record).split_once(':').map(|(_, key)| key.to_owned())
+    }
+}
+
+/// Records `(partition, offset, value)` of topic `orders`, as Lambda's MSK event carries them.
+fn kafka_event(records: &[(i64, i64, &str)]) -> KafkaEvent {
+    use base64::Engine;
+    let mut partitions = serde_json::Map::new();
+    for (partition, offset, value) in records {
+        let record = serde_json::json!({
+            "topic": "orders", "partition": partition, "offset": offset, "timestamp": 1_700_000_000_000_i64,
+            "timestampType": "CREATE_TIME", "headers": [],
+            "value": base64::engine::general_purpose::STANDARD.encode(value),
+        });
+        let list = partitions.entry(format!("orders-{partition}")).or_insert_with(|| serde_json::json!([]));
+        list.as_array_mut().unwrap().push(record);
+    }
+    serde_json::from_value(serde_json::json!({
+        "eventSource": "aws:kafka",
+        "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/orders/abc",
+        "bootstrapServers": "b-1.orders:9092",
+        "records": partitions,
+    }))
+    .unwrap()
+}
+
+fn named(response: &kafka::KafkaEventResponse) -> Vec<(String, i64)> {
+    let failures = response.batch_item_failures.iter();
+    failures.map(|f| (f.item_identifier.partition.clone(), f.item_identifier.offset)).collect()
+}
+
+/// Records `(partition key, data)` on shard `shardId-000000000001`, sequence numbers 1, 2, ...
+fn kinesis_event(records: &[(&str, &str)]) -> KinesisEvent {
+    let mut event = KinesisEvent::default();
+    event.records = records
+        .iter()
+        .enumerate()
+        .map(|(i, (partition, data))| {
+            let mut record = KinesisEventRecord::default();
+            record.kinesis.partition_key = (*partition).into();
+            record.kinesis.sequence_number = (i + 1).to_string();
+            *record.kinesis.data = data.as_bytes().to_vec();
+            record.event_id = Some(format!("shardId-000000000001:{}", i + 1));
+            record.event_source = Some("aws:kinesis".into());
+            record.event_source_arn = Some("arn:aws:kinesis:us-east-1:123456789012:stream/orders".into());
+            record
+        })
+        .collect();
+    event
+}
+
+fn checkpoint(response: &effectively_once_lambda::events::KinesisEventResponse) -> Vec<Option<String>> {
+    response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect()
+}
+
+#[tokio::test]
+async fn kafka_poison_is_parked_as_delivered_and_the_partition_goes_on() {
+    let kept = Kept::default();
+    let script = Script::default();
+    let event = kafka_event(&[(0, 10, "a"), (0, 11, "poison"), (0, 12, "b")]);
+    let delivered = serde_json::to_value(&event.records["orders-0"][1]).unwrap();
+    let response = kafka::process(&script, LambdaEvent::new(event, Context::default()), &parked_in(&kept)).await;
+    assert!(named(&response).is_empty(), "a parked record is done: {:?}", named(&response));
+    assert_eq!(script.applied(), ["a", "b"]);
+    let parcels = kept.parcels();
+    assert_eq!(parcels.len(), 1);
+    let parcel = &parcels[0];
+    assert_eq!(parcel.trigger, "aws:kafka");
+    assert_eq!(parcel.coordinates, Coordinates::Kafka { topic_partition: "orders-0".into(), offset: 11 });
+    assert_eq!(parcel.record, delivered, "the record as Lambda delivered it");
+    assert_eq!(parcel.event_source_arn.as_deref(), Some("arn:aws:kafka:us-east-1:123456789012:cluster/orders/abc"));
+    assert_eq!(parcel.bootstrap_servers.as_deref(), Some("b-1.orders:9092"));
+    assert!(parcel.reason.contains("not a payment"), "{}", parcel.reason);
+    assert!(!parcel.reason.contains("alice@example.com"), "the reason is redacted: {}", parcel.reason);
+    let body: serde_json::Value = serde_json::to_value(parcel).unwrap();
+    assert_eq!(body["coordinates"], serde_json::json!({"topic_partition": "orders-0", "offset": 11}));
+}
+
+#[tokio::test]
+async fn a_park_that_fails_holds_the_partition_at_the_poison() {
+    let kept = Kept { refuse: true, ..Kept::default() };
+    let script = Script::default();
+    let event = kafka_event(&[(0, 10, "a"), (0, 11, "poison"), (1, 5, "c")]);
+    let response = kafka::process(&script, LambdaEvent::new(event, Context::default()), &parked_in(&kept)).await;
+    let named = named(&response);
+    assert!(named.contains(&("orders-0".into(), 11)), "the poison is named again: {named:?}");
+    assert!(!named.iter().any(|(partition, _)| partition == "orders-1"), "{named:?}");
+    assert!(!named.contains(&("orders-0".into(), 10)), "{named:?}");
+}
+
+#[tokio::test]
+async fn without_a_destination_process_holds_poison_and_drop_is_by_name() {
+    let script = Script::default();
+    let unchosen = Options { emit_metrics: false, ..Options::new("t") };
+    let event = || kinesis_event(&[("p", "a"), ("p", "poison"), ("q", "b")]);
+    let response = kinesis::process(&script, LambdaEvent::new(event(), Context::default()), &unchosen).await;
+    assert_eq!(checkpoint(&response), [Some("2".to_owned())], "held: the checkpoint is the poison");
+    let dropped = unchosen.clone().drop_poison();
+    let response = kinesis::process(&script, LambdaEvent::new(event(), Context::default()), &dropped).await;
+    assert!(checkpoint(&response).is_empty(), "dropped by name: the shard goes on");
+}
+
+#[tokio::test]
+async fn run_refuses_to_start_a_stream_function_without_a_park_destination() {
+    let unchosen = || Options { emit_metrics: false, ..Options::new("t") };
+    for refused in [kafka::run(Script::default(), unchosen()).await, kinesis::run(Script::default(), unchosen()).await]
+    {
+        let error = refused.expect_err("no park destination, no start").to_string();
+        assert!(error.contains("PARK_QUEUE_URL") && error.contains("drop_poison"), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn kinesis_poison_is_parked_with_its_shard_and_sequence_number() {
+    let kept = Kept::default();
+    let script = Script::default();
+    let event = kinesis_event(&[("p", "a"), ("p", "poison"), ("p", "b")]);
+    let response = kinesis::process(&script, LambdaEvent::new(event, Context::default()), &parked_in(&kept)).await;
+    assert!(checkpoint(&response).is_empty());
+    assert_eq!(script.applied(), ["a", "b"]);
+    let parcels = kept.parcels();
+    assert_eq!(parcels.len(), 1);
+    assert_eq!(parcels[0].trigger, "aws:kinesis");
+    assert_eq!(
+        parcels[0].coordinates,
+        Coordinates::Kinesis { shard_id: "shardId-000000000001".into(), sequence_number: "2".into() }
+    );
+    assert_eq!(parcels[0].event_source_arn.as_deref(), Some("arn:aws:kinesis:us-east-1:123456789012:stream/orders"));
+    assert_eq!(parcels[0].record["kinesis"]["data"], serde_json::json!("cG9pc29u"), "base64 of the data");
+}
+
+/// Fails every INSERT permanently.
+struct Refuses;
+
+impl Handler<effectively_once_lambda::events::EventRecord> for Refuses {
+    async fn handle(&self, _record: &effectively_once_lambda::events::EventRecord, _context: &Context) -> RecordResult {
+        Err(RecordError::permanent("no receipt address"))
+    }
+}
+
+#[tokio::test]
+async fn dynamodb_stream_poison_is_parked_with_its_sequence_number() {
+    let kept = Kept::default();
+    let event: DynamoDbEvent =
+        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+    let insert = event.records[0].clone();
+    let response = streams::process(&Refuses, LambdaEvent::new(event, Context::default()), &parked_in(&kept)).await;
+    assert!(response.batch_item_failures.is_empty());
+    let parcels = kept.parcels();
+    assert_eq!(parcels.len(), 1, "the INSERT; the MODIFY is skipped");
+    assert_eq!(parcels[0].trigger, "aws:dynamodb");
+    let sequence_number = insert.change.sequence_number.clone().unwrap();
+    assert_eq!(parcels[0].coordinates, Coordinates::DynamoDb { sequence_number });
+    assert_eq!(parcels[0].record, serde_json::to_value(&insert).unwrap());
+}
+
+/// The review's shape: partition 0 holds a record with key X that keeps failing; partition 1
+/// holds `b0`, then a copy of X. `b0` comes before the shared key and does not wait for it.
+#[tokio::test]
+async fn a_retryable_failure_holds_back_only_its_partition_and_its_key() {
+    let script = Script::default();
+    let event = kafka_event(&[(0, 7, "retry:X"), (1, 3, "b0"), (1, 4, "copy:X"), (1, 5, "b1")]);
+    let options = parked_in(&Kept::default());
+    let response = kafka::process(&script, LambdaEvent::new(event, Context::default()), &options).await;
+    assert_eq!(script.applied(), ["b0"], "b0 is handled in the first invocation");
+    let named = named(&response);
+    assert!(named.contains(&("orders-0".into(), 7)), "{named:?}");
+    assert!(named.contains(&("orders-1".into(), 4)), "the copy of X waits for X: {named:?}");
+    assert!(!named.contains(&("orders-1".into(), 3)), "b0 is done: {named:?}");
+
+    let script = Script::default();
+    let event = kinesis_event(&[("p0", "retry:X"), ("p1", "b0"), ("p1", "copy:X"), ("p1", "b1")]);
+    let response = kinesis::process(&script, LambdaEvent::new(event, Context::default()), &options).await;
+    assert_eq!(script.applied(), ["b0"], "b0 is handled in the first invocation");
+    assert_eq!(checkpoint(&response), [Some("1".to_owned())]);
+}
+
+/// Fails the sequence numbers listed (permanently or retryably), applies the others; records what ran.
+struct Outbox {
+    permanent: &'static [&'static str],
+    retryable: &'static [&'static str],
+    seen: Mutex<Vec<String>>,
+}
+
+impl Handler<effectively_once_lambda::events::EventRecord> for Outbox {
+    async fn handle(&self, record: &effectively_once_lambda::events::EventRecord, _context: &Context) -> RecordResult {
+        let seq = record.change.sequence_number.clone().unwrap();
+        self.seen.lock().unwrap().push(seq.clone());
+        if self.permanent.contains(&seq.as_str()) {
+            return Err(RecordError::permanent("no outbox row for alice@example.com's payment"));
+        }
+        if self.retryable.contains(&seq.as_str()) {
+            return Err(RecordError::retryable("SES throttled"));
+        }
+        Ok(Disposition::Applied)
+    }
+}
+
+/// Four inserts, sequence numbers 1 to 4, through the record-by-record Streams driver, poison
+/// parked in `kept`; the checkpoint.
+async fn four_inserts(outbox: &Outbox, kept: &Kept) -> Vec<Option<String>> {
+    let mut event: DynamoDbEvent =
+        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+    let insert = event.records[0].clone();
+    event.records = (1..=4)
+        .map(|i| {
+            let mut r = insert.clone();
+            r.change.sequence_number = Some(i.to_string());
+            r
+        })
+        .collect();
+    let response = streams::process(outbox, LambdaEvent::new(event, Context::default()), &parked_in(kept)).await;
+    response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
+}
+
+/// A retry cannot change a permanent answer, and a checkpoint there would hold every record
+/// behind it: parked, it is passed.
+#[tokio::test]
+async fn a_parked_stream_record_is_not_the_checkpoint() {
+    let outbox = Outbox { permanent: &["2"], retryable: &[], seen: Mutex::default() };
+    let kept = Kept::default();
+    assert!(four_inserts(&outbox, &kept).await.is_empty(), "acked: nothing to retry");
+    assert_eq!(*outbox.seen.lock().unwrap(), ["1", "2", "3", "4"], "the records behind it ran");
+    let parked: Vec<String> = kept.parcels().iter().map(|p| p.coordinates.to_string()).collect();
+    assert_eq!(parked, ["2"]);
+}
+
+#[tokio::test]
+async fn a_retryable_failure_behind_a_parked_one_is_the_checkpoint() {
+    let outbox = Outbox { permanent: &["1"], retryable: &["3"], seen: Mutex::default() };
+    let kept = Kept::default();
+    assert_eq!(four_inserts(&outbox, &kept).await, [Some("3".to_owned())]);
+    assert_eq!(*outbox.seen.lock().unwrap(), ["1", "2", "3"], "nothing after the checkpoint");
+    assert_eq!(kept.parcels().len(), 1);
+}
