@@ -12,6 +12,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
 use effectively_once_lambda::kafka::KafkaEventResponse;
 use effectively_once_lambda::metrics::Counts;
+use effectively_once_lambda::park::{Poison, SqsQueue};
 use effectively_once_lambda::{kafka, kinesis, sqs, streams, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -80,12 +81,27 @@ pub fn context() -> Context {
 pub struct InProcess<H> {
     handler: Counting<H>,
     function: String,
+    poison: Poison,
 }
 
 impl<H> InProcess<H> {
-    /// Wraps a handler.
+    /// Wraps a handler. On a stream trigger its poison is held until [`InProcess::park_in`]
+    /// names a destination, as the driver does for a function that chose none.
     pub fn new(handler: H, function: &str) -> Self {
-        InProcess { handler: Counting { inner: handler, counts: Arc::default() }, function: function.into() }
+        let handler = Counting { inner: handler, counts: Arc::default() };
+        InProcess { handler, function: function.into(), poison: Poison::Unchosen }
+    }
+
+    /// Parks the function's poison in the queue at `url`, as a deployed function with
+    /// `PARK_QUEUE_URL` does.
+    pub fn park_in(mut self, sqs: &aws_sdk_sqs::Client, url: &str) -> Self {
+        self.poison = Poison::Park(Arc::new(SqsQueue::new(sqs.clone(), url)));
+        self
+    }
+
+    /// The options of each invocation: the driver's, no EMF line, this function's poison.
+    fn options(&self) -> effectively_once_lambda::Options {
+        effectively_once_lambda::Options { poison: self.poison.clone(), ..quiet(&self.function) }
     }
 
     /// What the handler's records came to so far.
@@ -154,6 +170,11 @@ impl<H> Batched<H> {
         Batched(InProcess::new(handler, function))
     }
 
+    /// Parks the function's poison in the queue at `url` ([`InProcess::park_in`]).
+    pub fn park_in(self, sqs: &aws_sdk_sqs::Client, url: &str) -> Self {
+        Batched(self.0.park_in(sqs, url))
+    }
+
     /// What the handler's records came to so far.
     pub fn counts(&self) -> Counts {
         self.0.counts()
@@ -173,37 +194,37 @@ impl<H: BatchHandler<SqsMessage>> SqsFunction for Batched<H> {
 
 impl<H: Handler<EventRecord>> StreamFunction for InProcess<H> {
     async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
-        Ok(streams::process(&self.handler, LambdaEvent::new(event, context()), &quiet(&self.function)).await)
+        Ok(streams::process(&self.handler, LambdaEvent::new(event, context()), &self.options()).await)
     }
 }
 
 impl<H: BatchHandler<EventRecord>> StreamFunction for Batched<H> {
     async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse> {
-        Ok(streams::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
+        Ok(streams::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &self.0.options()).await)
     }
 }
 
 impl<H: Handler<KinesisEventRecord>> KinesisFunction for InProcess<H> {
     async fn invoke(&self, event: KinesisEvent) -> Result<KinesisEventResponse> {
-        Ok(kinesis::process(&self.handler, LambdaEvent::new(event, context()), &quiet(&self.function)).await)
+        Ok(kinesis::process(&self.handler, LambdaEvent::new(event, context()), &self.options()).await)
     }
 }
 
 impl<H: BatchHandler<KinesisEventRecord>> KinesisFunction for Batched<H> {
     async fn invoke(&self, event: KinesisEvent) -> Result<KinesisEventResponse> {
-        Ok(kinesis::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
+        Ok(kinesis::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &self.0.options()).await)
     }
 }
 
 impl<H: Handler<KafkaRecord>> KafkaFunction for InProcess<H> {
     async fn invoke(&self, event: KafkaEvent) -> Result<KafkaEventResponse> {
-        Ok(kafka::process(&self.handler, LambdaEvent::new(event, context()), &quiet(&self.function)).await)
+        Ok(kafka::process(&self.handler, LambdaEvent::new(event, context()), &self.options()).await)
     }
 }
 
 impl<H: BatchHandler<KafkaRecord>> KafkaFunction for Batched<H> {
     async fn invoke(&self, event: KafkaEvent) -> Result<KafkaEventResponse> {
-        Ok(kafka::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
+        Ok(kafka::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &self.0.options()).await)
     }
 }
 

@@ -75,6 +75,7 @@ impl Pipeline {
     /// its `main` serves it: the same ledger as the SQS consumer.
     pub fn kafka(&self) -> Batched<kafka_consumer::Payments> {
         Batched::new(kafka_consumer::Payments::new(self.ledger(&self.clients.dynamodb)), kafka_consumer::FUNCTION)
+            .park_in(&self.clients.sqs, &self.resources.kafka_park_url)
     }
 
     /// The in-process receipts relay, at most once, sending through the local SES.
@@ -87,7 +88,7 @@ impl Pipeline {
     pub fn relay_with<E: EmailSender>(&self, sender: E, policy: Policy) -> InProcess<Receipts<E>> {
         let markers = self.markers(&self.clients.dynamodb, Duration::from_secs(60));
         let relay = Receipts::new(markers, sender, &self.resources.outbox_table, policy);
-        InProcess::new(relay, receipts_relay::FUNCTION)
+        InProcess::new(relay, receipts_relay::FUNCTION).park_in(&self.clients.sqs, &self.resources.receipts_park_url)
     }
 
     /// The in-process Kinesis consumer, as its `main` wires it: orders into the orders table,
@@ -99,7 +100,7 @@ impl Pipeline {
             orders: Table::new(&self.resources.orders_table, "pk"),
             sender: SesSender::new(self.clients.ses.clone(), RECEIPT_FROM),
         };
-        InProcess::new(Typed(orders), "kinesis-consumer")
+        InProcess::new(Typed(orders), "kinesis-consumer").park_in(&self.clients.sqs, &self.resources.orders_park_url)
     }
 
     /// The emulator's two mappings on these resources, invoking `payments` and `relay`.

@@ -78,6 +78,12 @@ pub struct Resources {
     pub orders_failures_url: String,
     /// The Kafka mapping's on-failure destination.
     pub kafka_failures_url: String,
+    /// The receipts relay's park queue (`PARK_QUEUE_URL`): outbox records it failed on for good.
+    pub receipts_park_url: String,
+    /// The Kinesis consumer's park queue.
+    pub orders_park_url: String,
+    /// The Kafka consumer's park queue.
+    pub kafka_park_url: String,
 }
 
 /// A local name from a logical id: `LedgerTable` is `ledger`, `PaymentsDeadLetterQueue` is
@@ -258,6 +264,9 @@ fn named(template: &Value, prefix: &str, urls: &BTreeMap<String, String>, missin
             .on_failure
             .as_deref()
             .unwrap_or("KafkaFailureQueue"))?,
+        receipts_park_url: url("ReceiptsParkQueue")?,
+        orders_park_url: url("OrdersParkQueue")?,
+        kafka_park_url: url("KafkaParkQueue")?,
     })
 }
 
