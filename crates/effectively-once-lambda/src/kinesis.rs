@@ -58,8 +58,9 @@ driver::entry_points! {
     /// it that took effect come back and are answered as duplicates, and none is lost.
     ///
     /// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a body that does not decode, a key
-    /// reused) is logged at error, counted, and not the checkpoint: a retry cannot change it, and a
-    /// checkpoint held there would stall the shard until `MaximumRecordAgeInSeconds`.
+    /// reused) is logged at error, counted, parked ([`Options::poison`], [`crate::park`]) and then
+    /// not the checkpoint: a retry cannot change it, and a checkpoint held there would stall the
+    /// shard until `MaximumRecordAgeInSeconds`. A park that fails makes it the checkpoint.
     ///
     /// A failure that may pass comes back until the mapping's `MaximumRetryAttempts` or
     /// `MaximumRecordAgeInSeconds` gives up on it; with `BisectBatchOnFunctionError` Lambda splits

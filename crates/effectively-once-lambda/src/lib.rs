@@ -14,6 +14,8 @@
 //!   the checkpoint as for streams.
 //! - [`kafka`]: Amazon MSK and self-managed Kafka, partitions concurrently and in offset order,
 //!   each failing partition resumed at its first record not durably done.
+//! - [`park`]: on those three stream triggers, a record that fails permanently is parked in a
+//!   destination (an SQS queue) before the position passes it, or holds the position.
 //! - [`metrics`]: one CloudWatch Embedded Metric Format line per invocation (`ColdStart`, every
 //!   disposition, and the handler's own metrics), in the namespace and under the `Function`
 //!   dimension the environment names (`POWERTOOLS_METRICS_NAMESPACE`, `AWS_LAMBDA_FUNCTION_NAME`).
@@ -96,8 +98,9 @@ pub enum Retry {
     Retryable,
     /// Another attempt holds the key now; a later delivery will replay its result.
     InProgressElsewhere,
-    /// It never will (malformed input, key reused): it goes to the dead-letter queue after the
-    /// queue's maximum receive count, with this reason logged.
+    /// It never will (malformed input, key reused): on SQS it goes to the dead-letter queue after
+    /// the queue's maximum receive count; on a stream it is parked ([`park`]); either way with
+    /// this reason logged.
     Permanent,
 }
 
@@ -142,7 +145,7 @@ impl std::error::Error for RecordError {}
 /// - another attempt holds the key: [`Retry::InProgressElsewhere`];
 /// - a verdict on the message itself ([`effectively_once::Error::is_verdict_on_the_message`]:
 ///   the key reused with another payload, an invalid key, a stored response too large to
-///   replay): [`Retry::Permanent`], to the DLQ (SQS) or past the checkpoint (streams), logged
+///   replay): [`Retry::Permanent`], to the DLQ (SQS) or parked and passed (streams), logged
 ///   with its reason;
 /// - anything else: [`Retry::Retryable`]. That is throttling and an unreachable store; a fault
 ///   of the store or the deployment that no retry fixes but a deploy does (DynamoDB's

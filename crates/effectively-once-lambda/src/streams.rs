@@ -1,6 +1,7 @@
 //! The DynamoDB Streams trigger: records in order; the first record that failed in a way a later
 //! delivery may undo is reported by its sequence number, and Lambda resumes from there (the
-//! checkpoint). A permanent failure is logged and counted, never the checkpoint.
+//! checkpoint). A permanent failure is logged, counted and parked ([`crate::park`]), then never
+//! the checkpoint.
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
@@ -58,12 +59,14 @@ driver::entry_points! {
     ///
     /// A [`Retry::Permanent`](crate::Retry::Permanent) failure is not the checkpoint: it is logged
     /// at error with its sequence number and reason (redacted), counted (`Failed`, and
-    /// `PermanentFailures` beside it on the invocation's EMF line), and the batch goes on. A retry
+    /// `PermanentFailures` beside it on the invocation's EMF line), parked in
+    /// [`Options::poison`]'s destination (`Parked`; a park that fails makes it the checkpoint),
+    /// and the batch goes on. A retry
     /// cannot change a permanent answer, and a shard's checkpoint holds every record behind it:
     /// under `MaximumRetryAttempts` -1 for up to the record age limit (24 h), after which the
     /// mapping discards the batch, innocent records included. The handler records the record's
-    /// fate where it can (the receipts relay marks its row FAILED); the log line is the trace of the
-    /// rest.
+    /// fate where it can (the receipts relay marks its row FAILED); the parked record is the trace of
+    /// the rest.
     ///
     /// A failure that may pass comes back until the mapping's `MaximumRetryAttempts` or
     /// `MaximumRecordAgeInSeconds` gives up on it; then the mapping sends the batch's metadata to
