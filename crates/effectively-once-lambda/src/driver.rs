@@ -694,7 +694,7 @@ fn parcel<R: Record>(trigger: &str, record: &R, result: &RecordResult, source: &
         trigger: trigger.to_owned(),
         event_source_arn: record.source_arn().map(str::to_owned).or_else(|| source.event_source_arn.clone()),
         coordinates: record.coordinates().unwrap_or(Coordinates::DynamoDb { sequence_number: String::new() }),
-        reason: result.as_ref().err().map(|e| redact_emails(&e.reason)).unwrap_or_default(),
+        reason: park::bounded(result.as_ref().err().map(|e| redact_emails(&e.reason)).unwrap_or_default()),
         record: serde_json::to_value(record).unwrap_or_default(),
         bootstrap_servers: source.bootstrap_servers.clone(),
     }

@@ -126,9 +126,15 @@ mod sqs_queue;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
 pub use sqs_queue::SqsQueue;
 
-/// The parcel's message body: its JSON, or, over `max` bytes, the same without the record.
+/// The longest reason a parcel keeps, in bytes: a handler's text is not bounded.
+pub const MAX_REASON: usize = 4096;
+
+/// The parcel's message body: its JSON, or, over `max` bytes, the same without the record. Every
+/// character SQS refuses in a message (controls, surrogates, U+FFFE and U+FFFF: a stream image
+/// may hold any of them) is written as a JSON escape, so the body is the same JSON and SQS takes
+/// it.
 pub fn body(parcel: &Parcel, max: usize) -> String {
-    let full = serde_json::to_string(parcel).unwrap_or_default();
+    let full = sqs_safe(serde_json::to_string(parcel).unwrap_or_default());
     if full.len() <= max {
         return full;
     }
@@ -136,5 +142,81 @@ pub fn body(parcel: &Parcel, max: usize) -> String {
     light.record = serde_json::json!({
         "omitted": format!("the record made the message {} bytes, over {max}: read it at its coordinates", full.len())
     });
-    serde_json::to_string(&light).unwrap_or_default()
+    sqs_safe(serde_json::to_string(&light).unwrap_or_default())
+}
+
+/// `json` with each character outside SQS's allowed set (#x9, #xA, #xD, #x20 to #xD7FF, #xE000
+/// to #xFFFD, #x10000 to #x10FFFF) as a `\uXXXX` escape. Outside strings, JSON text holds none.
+fn sqs_safe(json: String) -> String {
+    let allowed =
+        |c: char| matches!(c, '\t' | '\n' | '\r' | ' '..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..);
+    if json.chars().all(allowed) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if allowed(c) {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        }
+    }
+    out
+}
+
+/// `reason` cut to [`MAX_REASON`] bytes, on a character boundary.
+pub(crate) fn bounded(reason: String) -> String {
+    if reason.len() <= MAX_REASON {
+        return reason;
+    }
+    let mut end = MAX_REASON;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &reason[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{body, bounded, Coordinates, Parcel, MAX_REASON};
+
+    fn parcel(record: serde_json::Value) -> Parcel {
+        Parcel {
+            trigger: "aws:dynamodb".into(),
+            event_source_arn: None,
+            coordinates: Coordinates::DynamoDb { sequence_number: "1".into() },
+            reason: "bad".into(),
+            record,
+            bootstrap_servers: None,
+        }
+    }
+
+    /// A stream image may hold characters SQS refuses: escaped, the body is the same JSON.
+    #[test]
+    fn a_body_holds_only_what_sqs_takes_and_reads_back_the_same() {
+        let parcel = parcel(serde_json::json!({"NewImage": {"note": {"S": "a\u{FFFF}b\u{FFFE}\u{1}c\u{1F600}"}}}));
+        let text = body(&parcel, 1 << 20);
+        assert!(!text.contains('\u{FFFF}') && !text.contains('\u{FFFE}') && !text.contains('\u{1}'), "{text}");
+        assert!(text.contains('\u{1F600}'), "allowed characters are kept as they are");
+        let back: Parcel = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, parcel);
+    }
+
+    #[test]
+    fn a_body_over_the_limit_goes_without_its_record() {
+        let parcel = parcel(serde_json::json!({"data": "x".repeat(2000)}));
+        let text = body(&parcel, 1000);
+        assert!(text.len() < 1000, "{}", text.len());
+        let back: Parcel = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.coordinates, parcel.coordinates);
+        assert!(back.record["omitted"].as_str().unwrap().contains("over 1000"));
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_on_a_character_boundary() {
+        let reason = "é".repeat(MAX_REASON);
+        let cut = bounded(reason);
+        assert!(cut.len() <= MAX_REASON + 3 && cut.ends_with("..."));
+        assert_eq!(bounded("short".into()), "short");
+    }
 }
