@@ -367,6 +367,7 @@ async fn drain_kafka<F: esm::kafka::KafkaFunction>(
     if replay {
         let r = esm::kafka::replay_kafka_failures(clients, mapping, function).await?;
         println!("replayed {} discarded batches ({} records); {} kept", r.batches, r.records, r.kept);
+        return r.all_through();
     }
     Ok(())
 }
@@ -394,7 +395,8 @@ async fn replay(pipeline: &Pipeline, args: &ReplayArgs) -> Result<()> {
         "replayed {} records of {} discarded batches; {} left in the destination",
         replayed.records, replayed.batches, replayed.kept
     );
-    Ok(())
+    // Each one kept, and why, in the error: the command fails while anything is left.
+    replayed.all_through()
 }
 
 async fn demo(pipeline: &Pipeline, args: &DemoArgs) -> Result<()> {

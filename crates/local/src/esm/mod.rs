@@ -20,7 +20,7 @@ use std::time::Duration;
 pub use checkpoint::{Settings, StreamPoll};
 pub use kinesis::{discarded_records, kinesis_response, poll_kinesis, replay_kinesis_failures, KinesisMapping};
 pub use queue::{peek_bodies, queue_depth, redrive};
-pub use replay::Replayed;
+pub use replay::{Kept, Replayed};
 pub use sqs::{poll_sqs, sqs_event, sqs_response, SqsMapping, SqsPoll};
 pub use stream::{poll_stream, replay_stream_failures, stream_response, StreamMapping};
 
