@@ -44,7 +44,7 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 
 .PHONY: help test lint lint-infra deny unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
-	run redrive replay-stream duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
+	run redrive replay-stream replay-parked duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
 ## test: formatting, clippy, the template lint, the dependency policy, the docs and their links,
@@ -126,6 +126,19 @@ redrive: local-up
 ##                Kinesis stream's, through the kinesis-consumer under `make watch`)
 replay-stream: local-up
 	cargo run --locked -q -p local -- replay-stream $(REPLAY_ARGS)
+
+## replay-parked: PARK_QUEUE=<queue URL> FUNCTION=kafka-consumer|kinesis-consumer|receipts-relay: the
+##                records the stream drivers parked on that queue (the function's PARK_QUEUE_URL) back
+##                through the function, in process; each message deleted unless the answer names its
+##                record; exits non-zero if any are kept (REPLAY_ARGS="--invoke-url http://127.0.0.1:9000"
+##                for the function FUNCTION under `make watch`; docs/streams.md)
+ifneq ($(filter replay-parked,$(MAKECMDGOALS)),)
+ifndef PARK_QUEUE
+$(error replay-parked: PARK_QUEUE=<the park queue's URL> is required)
+endif
+endif
+replay-parked: local-up
+	cargo run --locked -q -p local -- replay-parked --queue $(PARK_QUEUE) --function $(FUNCTION) $(REPLAY_ARGS)
 
 ## watch: the functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
 ##        the local AWS and its tables; the payments API answers at

@@ -60,6 +60,10 @@ pub enum Command {
     /// Replay a stream mapping's on-failure destination: fetch each discarded batch's records
     /// from the stream by sequence number, invoke the function, delete the record once they pass
     ReplayStream(ReplayArgs),
+    /// Replay a stream driver's park destination (the function's PARK_QUEUE_URL): rebuild each
+    /// parked record's one-record event, invoke the function, delete the message unless the
+    /// answer names the record
+    ReplayParked(ParkedArgs),
     /// Produce a Kafka sample event's records to the local broker (`make local-kafka-up`), run
     /// the Kafka event source emulator's pollers until their group has committed every record
     Kafka(KafkaArgs),
@@ -175,6 +179,23 @@ pub struct ReplayArgs {
     invoke_url: Option<String>,
 }
 
+/// `local replay-parked`.
+#[derive(Debug, Args)]
+pub struct ParkedArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The park destination: the SQS queue the function's PARK_QUEUE_URL names
+    #[arg(long, value_name = "URL")]
+    queue: String,
+    /// The function the records go back to: in process, kafka-consumer, kinesis-consumer or
+    /// receipts-relay; with --invoke-url, its name under `cargo lambda watch`
+    #[arg(long)]
+    function: String,
+    /// Invoke the function behind `cargo lambda watch` at this address instead of in process
+    #[arg(long, value_name = "URL")]
+    invoke_url: Option<String>,
+}
+
 /// A stream mapping of the template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StreamSource {
@@ -257,6 +278,7 @@ impl Command {
                 Ok(())
             }
             Command::ReplayStream(args) => replay(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
+            Command::ReplayParked(args) => replay_parked(clients, &args).await,
             Command::Demo(args) => demo(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
             Command::Kafka(args) => kafka(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
         }
@@ -367,6 +389,7 @@ async fn drain_kafka<F: esm::kafka::KafkaFunction>(
     if replay {
         let r = esm::kafka::replay_kafka_failures(clients, mapping, function).await?;
         println!("replayed {} discarded batches ({} records); {} kept", r.batches, r.records, r.kept);
+        return r.all_through();
     }
     Ok(())
 }
@@ -394,7 +417,48 @@ async fn replay(pipeline: &Pipeline, args: &ReplayArgs) -> Result<()> {
         "replayed {} records of {} discarded batches; {} left in the destination",
         replayed.records, replayed.batches, replayed.kept
     );
-    Ok(())
+    // Each one kept, and why, in the error: the command fails while anything is left.
+    replayed.all_through()
+}
+
+/// `local replay-parked`: through the function under `cargo lambda watch`, or in process on the
+/// local pipeline's resources.
+async fn replay_parked(clients: Clients, args: &ParkedArgs) -> Result<()> {
+    let replayed = match &args.invoke_url {
+        Some(url) => {
+            let function = Http { url: url.clone(), function: args.function.clone() };
+            esm::replay_parked(&clients, &args.queue, &esm::Targets::all(function)).await?
+        }
+        None => replay_parked_in_process(&Pipeline::up(clients, &args.target.prefix).await?, args).await?,
+    };
+    println!("replayed {} parked records from {}; {} kept", replayed.batches, args.queue, replayed.kept);
+    replayed.all_through()
+}
+
+/// The workspace's stream functions in process, each for its own trigger's records.
+async fn replay_parked_in_process(pipeline: &Pipeline, args: &ParkedArgs) -> Result<esm::Replayed> {
+    use esm::Targets;
+    let (clients, queue) = (&pipeline.clients, args.queue.as_str());
+    let none = None::<Http>;
+    match args.function.as_str() {
+        kafka_consumer::FUNCTION => {
+            let targets = Targets { kafka: Some(pipeline.kafka()), kinesis: none.clone(), dynamodb: none };
+            esm::replay_parked(clients, queue, &targets).await
+        }
+        "kinesis-consumer" => {
+            let targets = Targets { kafka: none.clone(), kinesis: Some(pipeline.orders()), dynamodb: none };
+            esm::replay_parked(clients, queue, &targets).await
+        }
+        receipts_relay::FUNCTION => {
+            let targets = Targets { kafka: none.clone(), kinesis: none, dynamodb: Some(pipeline.relay()) };
+            esm::replay_parked(clients, queue, &targets).await
+        }
+        other => Err(format!(
+            "{other} is no stream function here: in process, kafka-consumer, kinesis-consumer or receipts-relay \
+             (another, under `cargo lambda watch`, with --invoke-url)"
+        )
+        .into()),
+    }
 }
 
 async fn demo(pipeline: &Pipeline, args: &DemoArgs) -> Result<()> {
@@ -480,6 +544,8 @@ mod tests {
             "local replay-stream",
             "local replay-stream --source orders --invoke-url http://127.0.0.1:9000",
             "local replay-stream --source orders",
+            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function kafka-consumer",
+            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function my-fn --invoke-url http://127.0.0.1:9000",
             "local env",
             "local up --template template.json",
             "local up --template template.json --function OrdersFunction",
@@ -505,6 +571,7 @@ mod tests {
             "local up --function OrdersFunction",
             "local run --bin target/debug/orders-consumer",
             "local send --template template.json --file events/order.json",
+            "local replay-parked --function kafka-consumer",
         ] {
             assert!(Cli::try_parse_from(line.split(' ')).is_err(), "{line} parsed");
         }

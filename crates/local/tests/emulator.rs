@@ -1,18 +1,23 @@
 //! The event source mapping emulator against the local AWS: redelivery, the DLQ, the stream
-//! checkpoint and the redrive, observed in the queues, the ledger and the local SES.
+//! checkpoint and the redrive, observed in the queues, the ledger and the local SES; and the
+//! stream drivers' park destination replayed after a fix, each trigger's parked record.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_lambda_events::event::kafka::KafkaRecord;
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::sqs::SqsMessage;
+use aws_lambda_events::event::streams::KinesisEventResponse;
+use base64::Engine as _;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_lambda::{RecordError, RecordResult};
+use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use local::esm::{self, Emulator, SqsMapping, StreamMapping};
 use local::invariants::sent_emails;
-use local::invoke::{InProcess, SqsFunction, StreamFunction};
+use local::invoke::{InProcess, KinesisFunction, SqsFunction, StreamFunction};
 use local::resources::{self, Clients, Resources};
 use local::{workload, Pipeline};
 use payments::{Ledger, PaymentEvent};
@@ -241,4 +246,174 @@ async fn a_receipt_row_with_attributes_of_every_type_is_relayed() {
         .await
         .unwrap();
     assert_eq!(row.item().unwrap()["status"].as_s().unwrap(), "SENT");
+}
+
+/// A stream function for every trigger that refuses each record whose data holds `value` while
+/// `broken` is set, and applies the others: the data it applied is its effect. It refuses
+/// retryably, so the driver's answer names the record; a permanent refusal is not named (the
+/// driver passes it, or parks it anew), and a replay deletes the old message for it.
+struct Refusing {
+    value: String,
+    broken: AtomicBool,
+    handed: AtomicUsize,
+    applied: Mutex<Vec<String>>,
+}
+
+impl Refusing {
+    fn new(value: &str) -> Self {
+        Refusing {
+            value: value.into(),
+            broken: AtomicBool::new(true),
+            handed: AtomicUsize::new(0),
+            applied: Mutex::default(),
+        }
+    }
+
+    fn take(&self, data: String) -> RecordResult {
+        self.handed.fetch_add(1, Ordering::SeqCst);
+        if data.contains(&self.value) && self.broken.load(Ordering::SeqCst) {
+            return Err(RecordError::retryable(format!("the downstream refuses {}", self.value)));
+        }
+        self.applied.lock().unwrap().push(data);
+        Ok(Disposition::Applied)
+    }
+
+    fn applied(&self) -> Vec<String> {
+        let mut applied = self.applied.lock().unwrap().clone();
+        applied.sort();
+        applied
+    }
+}
+
+type Context = effectively_once_lambda::events::Context;
+
+impl effectively_once_lambda::Handler<KafkaRecord> for Refusing {
+    async fn handle(&self, record: &KafkaRecord, _: &Context) -> RecordResult {
+        let value = effectively_once_lambda::kafka::value_bytes(record).unwrap_or_default();
+        self.take(String::from_utf8(value).unwrap())
+    }
+}
+
+impl effectively_once_lambda::Handler<KinesisEventRecord> for Refusing {
+    async fn handle(&self, record: &KinesisEventRecord, _: &Context) -> RecordResult {
+        self.take(String::from_utf8(record.kinesis.data.to_vec()).unwrap())
+    }
+}
+
+impl effectively_once_lambda::Handler<EventRecord> for Refusing {
+    async fn handle(&self, record: &EventRecord, _: &Context) -> RecordResult {
+        let image = serde_json::to_value(&record.change.new_image).unwrap();
+        self.take(image["data"]["S"].as_str().unwrap_or_default().to_owned())
+    }
+}
+
+fn base64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+const KINESIS_SEQUENCE: &str = "49590338271490256608559692538361571095921575989136588898";
+
+/// One hand-made parked message per trigger, as the drivers' park destination writes them.
+fn parked_messages(value: &str) -> [serde_json::Value; 3] {
+    use serde_json::json;
+    let kafka = json!({"topic": "orders", "partition": 0, "offset": 42, "timestamp": "1700000000000",
+        "timestampType": "CREATE_TIME", "key": base64("k"), "value": base64(&format!("{value} via kafka")), "headers": []});
+    let kinesis = json!({"eventSource": "aws:kinesis", "eventVersion": "1.0", "eventName": "aws:kinesis:record",
+        "eventID": format!("shardId-000000000000:{KINESIS_SEQUENCE}"), "awsRegion": "us-east-1",
+        "eventSourceARN": "arn:aws:kinesis:us-east-1:000000000000:stream/orders",
+        "kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": "k", "sequenceNumber": KINESIS_SEQUENCE,
+            "data": base64(&format!("{value} via kinesis")), "approximateArrivalTimestamp": 1_700_000_000.5}});
+    let dynamodb = json!({"eventID": "e1", "eventName": "INSERT", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1", "eventSourceARN": "arn:aws:dynamodb:us-east-1:000000000000:table/t/stream/s",
+        "dynamodb": {"ApproximateCreationDateTime": 1_700_000_000, "Keys": {"pk": {"S": "a"}},
+            "NewImage": {"pk": {"S": "a"}, "data": {"S": format!("{value} via dynamodb")}},
+            "SequenceNumber": "111100000000000000001", "SizeBytes": 40, "StreamViewType": "NEW_IMAGE"}});
+    [
+        json!({"trigger": "aws:kafka", "event_source_arn": "arn:aws:kafka:us-east-1:000000000000:cluster/c/1",
+            "coordinates": {"topic_partition": "orders-0", "offset": 42}, "reason": "refused",
+            "record": kafka, "bootstrap_servers": "127.0.0.1:9092"}),
+        json!({"trigger": "aws:kinesis", "event_source_arn": "arn:aws:kinesis:us-east-1:000000000000:stream/orders",
+            "coordinates": {"shard_id": "shardId-000000000000", "sequence_number": KINESIS_SEQUENCE},
+            "reason": "refused", "record": kinesis, "bootstrap_servers": null}),
+        json!({"trigger": "aws:dynamodb", "event_source_arn": "arn:aws:dynamodb:us-east-1:000000000000:table/t/stream/s",
+            "coordinates": {"sequence_number": "111100000000000000001"}, "reason": "refused",
+            "record": dynamodb, "bootstrap_servers": null}),
+    ]
+}
+
+/// A queue of the test's own holding `bodies`.
+async fn park_queue(clients: &Clients, bodies: &[serde_json::Value]) -> String {
+    let queue = clients.sqs.create_queue().queue_name(unique_name("park")).send().await.expect("create queue");
+    let url = queue.queue_url().unwrap().to_owned();
+    let bodies: Vec<String> = bodies.iter().map(|b| b.to_string()).collect();
+    workload::send(&clients.sqs, &url, &bodies).await.unwrap();
+    url
+}
+
+#[tokio::test]
+async fn parked_records_of_each_trigger_are_kept_until_the_fix_then_applied_once_and_deleted() {
+    let clients = Clients::local().await;
+    let queue = park_queue(&clients, &parked_messages("order-7")).await;
+    let function = InProcess::new(Refusing::new("order-7"), "parked");
+    let targets = esm::Targets::all(&function);
+
+    // The cause persists: each record is handed over, refused, and its message kept with why.
+    let kept = esm::replay_parked(&clients, &queue, &targets).await.unwrap();
+    assert_eq!((kept.batches, kept.kept), (0, 3), "{kept:?}");
+    assert_eq!(function.handler().handed.load(Ordering::SeqCst), 3);
+    assert!(function.handler().applied().is_empty());
+    let mut why: Vec<&str> = kept.kept_messages.iter().map(|k| k.why.as_str()).collect();
+    why.sort();
+    assert_eq!(
+        why,
+        [
+            "aws:dynamodb 111100000000000000001: the answer names it failed (parked for: refused)",
+            "aws:kafka orders-0 offset 42: the answer names it failed (parked for: refused)",
+            &format!(
+                "aws:kinesis shardId-000000000000:{KINESIS_SEQUENCE}: the answer names it failed (parked for: refused)"
+            ),
+        ]
+    );
+    assert_eq!(esm::peek_bodies(&clients, &queue).await.unwrap().len(), 3, "kept, and visible again");
+
+    // Fixed: each record applied once, each message deleted, the queue empty.
+    function.handler().broken.store(false, Ordering::SeqCst);
+    let replayed = esm::replay_parked(&clients, &queue, &targets).await.unwrap();
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (3, 3, 0), "{replayed:?}");
+    assert_eq!(function.handler().applied(), ["order-7 via dynamodb", "order-7 via kafka", "order-7 via kinesis"]);
+    assert_eq!(esm::queue_depth(&clients, &queue).await.unwrap(), 0);
+    let again = esm::replay_parked(&clients, &queue, &targets).await.unwrap();
+    assert_eq!((again.batches, function.handler().handed.load(Ordering::SeqCst)), (0, 6), "nothing left to hand over");
+}
+
+/// A Kinesis function that, as a driver with a park destination does for a record that fails
+/// permanently again, parks the record anew on `queue` and answers success.
+struct Reparking<'a> {
+    clients: &'a Clients,
+    queue: String,
+    body: serde_json::Value,
+    handed: AtomicUsize,
+}
+
+impl KinesisFunction for Reparking<'_> {
+    async fn invoke(&self, _event: KinesisEvent) -> local::Result<KinesisEventResponse> {
+        self.handed.fetch_add(1, Ordering::SeqCst);
+        workload::send(&self.clients.sqs, &self.queue, &[self.body.to_string()]).await?;
+        Ok(KinesisEventResponse::default())
+    }
+}
+
+#[tokio::test]
+async fn a_record_the_function_parks_anew_is_replayed_once_and_stays_parked() {
+    let clients = Clients::local().await;
+    let [_, kinesis, _] = parked_messages("order-8");
+    let queue = park_queue(&clients, std::slice::from_ref(&kinesis)).await;
+    let function =
+        Reparking { clients: &clients, queue: queue.clone(), body: kinesis.clone(), handed: AtomicUsize::new(0) };
+    let none = None::<local::invoke::Http>;
+    let targets = esm::Targets { kafka: none.clone(), kinesis: Some(&function), dynamodb: none };
+    let replayed = esm::replay_parked(&clients, &queue, &targets).await.unwrap();
+    assert_eq!((replayed.batches, replayed.kept, function.handed.load(Ordering::SeqCst)), (1, 1, 1), "{replayed:?}");
+    assert!(replayed.kept_messages[0].why.contains("parked again during this replay"), "{replayed:?}");
+    assert_eq!(esm::peek_bodies(&clients, &queue).await.unwrap(), vec![kinesis.to_string()], "the new one stays");
 }

@@ -252,3 +252,55 @@ async fn replaying_the_failure_queue_delivers_the_discarded_records_and_empties_
     assert_eq!(fixed.calls(), keys(&[&["poison"], &["o3"]]), "in batches of the batch size");
     assert_eq!(esm::queue_depth(&clients, &failures).await.unwrap(), 0);
 }
+
+/// A destination message naming a batch the stream cannot give back (here a shard it no longer
+/// has, as after a reshard past retention; on AWS a trimmed sequence number) is kept and named
+/// with the cause, and the replay goes on to the messages behind it.
+#[tokio::test]
+async fn a_batch_the_stream_cannot_give_back_is_kept_and_the_replay_goes_on() {
+    let (clients, stream, failures) = setup(1).await;
+    put(&clients, &stream, &["o1", "poison", "o3"]).await;
+    let mut mapping = KinesisMapping::new(&stream, Some(failures.clone()));
+    (mapping.settings.max_retries, mapping.settings.bisect_on_error) = (0, false);
+    // First in the queue: a batch on a shard the stream does not have.
+    let arn = clients.kinesis.describe_stream_summary().stream_name(&stream).send().await.unwrap();
+    let arn = arn.stream_description_summary().unwrap().stream_arn().to_owned();
+    let lost = serde_json::json!({"KinesisBatchInfo": {
+        "shardId": "shardId-000000000042", "startSequenceNumber": "1", "endSequenceNumber": "2",
+        "batchSize": 2, "streamArn": arn,
+    }});
+    let send = clients.sqs.send_message().queue_url(&failures).message_body(lost.to_string());
+    let lost_id = send.send().await.unwrap().message_id().unwrap().to_owned();
+    drain(&clients, &mut mapping, &failing_at("poison")).await;
+    assert_eq!(failure_records(&clients, &failures).await.len(), 2);
+
+    let fixed = Script::new(|_, _| Ok(KinesisEventResponse::default()));
+    let replayed = esm::replay_kinesis_failures(&clients, &mapping, &fixed).await.expect("the replay goes on");
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 2, 1), "{replayed:?}");
+    assert_eq!(fixed.calls(), keys(&[&["poison", "o3"]]), "the readable batch behind it");
+    let [kept] = replayed.kept_messages.as_slice() else { panic!("one kept: {replayed:?}") };
+    assert_eq!(kept.message_id, lost_id, "which one");
+    assert!(kept.why.contains("shardId-000000000042"), "why names the batch: {}", kept.why);
+    let left = failure_records(&clients, &failures).await;
+    assert_eq!(left, vec![lost], "only the unreadable one is left, visible again");
+}
+
+/// Without `ReportBatchItemFailures` the mapping does not read the answer's failures, but a
+/// replay does: an answer that names a record failed never clears the destination.
+#[tokio::test]
+async fn a_replay_answer_naming_a_failure_keeps_the_batch_whatever_the_response_types() {
+    let (clients, stream, failures) = setup(1).await;
+    put(&clients, &stream, &["o1", "poison", "o3"]).await;
+    let mut mapping = KinesisMapping::new(&stream, Some(failures.clone()));
+    (mapping.settings.max_retries, mapping.settings.bisect_on_error) = (0, false);
+    mapping.settings.report_batch_item_failures = false;
+    let down = Script::new(|_, _| Err("the function is down".into()));
+    drain(&clients, &mut mapping, &down).await;
+    assert_eq!(failure_records(&clients, &failures).await.len(), 1);
+
+    let still_failing = failing_at("poison");
+    let replayed = esm::replay_kinesis_failures(&clients, &mapping, &still_failing).await.unwrap();
+    assert_eq!((replayed.batches, replayed.kept), (0, 1), "{replayed:?}");
+    assert_eq!(still_failing.calls(), keys(&[&["o1", "poison", "o3"]]));
+    assert_eq!(failure_records(&clients, &failures).await.len(), 1, "the destination message is kept");
+}

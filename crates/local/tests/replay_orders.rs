@@ -54,3 +54,40 @@ async fn replaying_the_orders_destination_runs_the_kinesis_consumer_in_process()
     }
     pipeline.down().await.ok();
 }
+
+/// `local replay-parked --function kinesis-consumer`: a parked order goes through the Kinesis
+/// consumer in process and is stored and confirmed once, its message deleted; a parked record
+/// of a trigger that consumer does not take is kept, and the command fails naming it.
+#[tokio::test]
+async fn replaying_a_park_queue_runs_the_named_function_in_process_and_fails_while_any_is_kept() {
+    use base64::Engine as _;
+    let prefix = unique_name("replay-parked");
+    let pipeline = Pipeline::up(Clients::local().await, &prefix).await.expect("local resources");
+    let (clients, r) = (&pipeline.clients, &pipeline.resources);
+    let queue = clients.sqs.create_queue().queue_name(unique_name("park")).send().await.expect("queue");
+    let queue = queue.queue_url().unwrap().to_owned();
+    let (id, email) = (unique_name("ord"), format!("{}@example.com", unique_name("buyer")));
+    let data = serde_json::json!({"order_id": id, "email": email, "total_cents": 500}).to_string();
+    let sequence = "49590338271490256608559692538361571095921575989136588898";
+    let order = serde_json::json!({"trigger": "aws:kinesis", "event_source_arn": null, "reason": "refused",
+        "coordinates": {"shard_id": "shardId-000000000000", "sequence_number": sequence},
+        "record": {"eventSource": "aws:kinesis", "eventID": format!("shardId-000000000000:{sequence}"),
+            "kinesis": {"partitionKey": "customer-1", "sequenceNumber": sequence, "kinesisSchemaVersion": "1.0",
+                "data": base64::engine::general_purpose::STANDARD.encode(&data), "approximateArrivalTimestamp": 1.5}}});
+    let kafka = serde_json::json!({"trigger": "aws:kafka", "event_source_arn": null, "reason": "refused",
+        "coordinates": {"topic_partition": "payments-0", "offset": 7}, "bootstrap_servers": null,
+        "record": {"topic": "payments", "partition": 0, "offset": 7, "timestamp": 1, "key": null, "value": null,
+            "headers": []}});
+    local::workload::send(&clients.sqs, &queue, &[order.to_string(), kafka.to_string()]).await.unwrap();
+
+    let line = ["local", "replay-parked", "--queue", &queue, "--function", "kinesis-consumer", "--prefix", &prefix];
+    let error = Cli::try_parse_from(line).unwrap().command.apply().await.expect_err("one kept");
+    let error = local::error::report(&*error);
+    assert!(error.contains("1 kept") && error.contains("aws:kafka payments-0 offset 7"), "{error}");
+    assert_eq!(esm::peek_bodies(clients, &queue).await.unwrap(), vec![kafka.to_string()], "the order's deleted");
+    let item = clients.dynamodb.get_item().table_name(&r.orders_table);
+    let item = item.key("pk", AttributeValue::S(format!("order#{id}"))).consistent_read(true).send().await.unwrap();
+    assert!(item.item().is_some(), "order {id} stored");
+    assert_eq!(emails_to(&email).len(), 1, "one confirmation");
+    pipeline.down().await.ok();
+}

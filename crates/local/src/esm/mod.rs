@@ -4,12 +4,15 @@
 //! DLQ ([`sqs`]); the outbox stream is read through shard iterators, retried, bisected, aged and
 //! discarded to the on-failure destination as the template's mapping says ([`stream`]). The
 //! settings come from `infra/template.json` ([`crate::resources::mapping_settings`]), so local
-//! and cloud agree. [`queue`] holds the queue utilities (depth, redrive, a look at a queue), and
-//! [`Emulator`] runs both mappings until the pipeline is drained.
+//! and cloud agree. [`queue`] holds the queue utilities (depth, redrive, a look at a queue),
+//! [`replay`] and [`parked`] replay the stream mappings' on-failure destinations and the stream
+//! drivers' park destination after a fix, and [`Emulator`] runs both mappings until the pipeline
+//! is drained.
 
 pub mod checkpoint;
 pub mod kafka;
 pub mod kinesis;
+pub mod parked;
 pub mod queue;
 pub mod replay;
 pub mod sqs;
@@ -19,8 +22,9 @@ use std::time::Duration;
 
 pub use checkpoint::{Settings, StreamPoll};
 pub use kinesis::{discarded_records, kinesis_response, poll_kinesis, replay_kinesis_failures, KinesisMapping};
+pub use parked::{replay_parked, Targets};
 pub use queue::{peek_bodies, queue_depth, redrive};
-pub use replay::Replayed;
+pub use replay::{Kept, Replayed};
 pub use sqs::{poll_sqs, sqs_event, sqs_response, SqsMapping, SqsPoll};
 pub use stream::{poll_stream, replay_stream_failures, stream_response, StreamMapping};
 

@@ -2,7 +2,9 @@
 //! names a shard and a range of sequence numbers, whose records are read again from the stream
 //! (`AT_SEQUENCE_NUMBER` the start, up to the end), handed to the function in batches, and the
 //! record is deleted only once all of them succeeded. The records themselves are not in the
-//! destination; they can be replayed while the stream still holds them (24 h by default).
+//! destination; they can be replayed while the stream still holds them (24 h by default). A
+//! record that cannot be replayed is kept, with why, and the replay goes on to the next
+//! (`sweep`, which the Kafka and park destination replays share).
 
 use std::collections::HashMap;
 
@@ -13,39 +15,88 @@ use super::queue::receive;
 use crate::error::{Result, ResultExt};
 use crate::resources::Clients;
 
-/// What a replay of an on-failure destination did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a replay of an on-failure destination (or a park destination) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Replayed {
-    /// Invocation records whose records all succeeded, deleted from the destination.
+    /// Destination messages whose records all succeeded, deleted from the destination.
     pub batches: usize,
     /// Records handed to the function and answered as successes.
     pub records: usize,
-    /// Invocation records left in the destination: a record still failed, or the stream no
-    /// longer holds it.
+    /// Destination messages left in the destination: a record still failed, or the source no
+    /// longer gives them back. As many as [`Replayed::kept_messages`].
     pub kept: usize,
+    /// Each message kept, and why.
+    pub kept_messages: Vec<Kept>,
 }
+
+/// A destination message a replay left in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    /// Its SQS message id.
+    pub message_id: String,
+    /// Which batch or record it names, and why it stays (email addresses redacted).
+    pub why: String,
+}
+
+impl Replayed {
+    fn keep(&mut self, message_id: String, why: &str) {
+        let why = effectively_once_lambda::redact_emails(why);
+        tracing::warn!(message_id, why, "kept in the destination");
+        self.kept += 1;
+        self.kept_messages.push(Kept { message_id, why });
+    }
+
+    /// `Ok` when nothing was kept; else an error naming each message kept and why, for a
+    /// command to exit with.
+    pub fn all_through(&self) -> Result<()> {
+        if self.kept_messages.is_empty() {
+            return Ok(());
+        }
+        let lines: Vec<String> = self.kept_messages.iter().map(|k| format!("  {}: {}", k.message_id, k.why)).collect();
+        Err(format!("{} kept in the destination:\n{}", self.kept, lines.join("\n")).into())
+    }
+}
+
+/// What replaying one destination message came to: `Ok(records replayed)`, and it is deleted;
+/// `Err(which and why)`, and it is kept.
+pub(super) type Verdict = std::result::Result<usize, String>;
 
 /// Replays every invocation record in `settings.failures_url` through `source`.
 pub(crate) async fn replay<S: Source>(clients: &Clients, settings: &Settings, source: &S) -> Result<Replayed> {
     let Some(url) = &settings.failures_url else { return Ok(Replayed::default()) };
-    walk(clients, url, async |record: &Value| replay_batch(clients, settings, source, &record[S::BATCH_INFO]).await)
+    sweep(clients, url, async |record: &Value| replay_batch(clients, settings, source, &record[S::BATCH_INFO]).await)
         .await
 }
 
-/// Hands every invocation record in the destination `url` to `replay` once: deleted when it
-/// answers `Some(records replayed)`, kept when `None` (or when the record is not JSON). Kept
-/// records stay invisible until the walk is over, so it reaches the records behind them however
-/// many there are; then they are made visible again at once, for the next replay or an
-/// operator's look.
+/// [`sweep`] with an answer that says only whether the message is deleted (`Some(records
+/// replayed)`) or kept (`None`, or `Err`), the replay having logged why.
 pub(super) async fn walk(
     clients: &Clients,
     url: &str,
     mut replay: impl AsyncFnMut(&Value) -> Result<Option<usize>>,
 ) -> Result<Replayed> {
+    sweep(clients, url, async |record: &Value| match replay(record).await {
+        Ok(Some(n)) => Ok(n),
+        Ok(None) => Err("a record still failed, or the source no longer holds them (see the log)".to_owned()),
+        Err(error) => Err(crate::error::report(&*error)),
+    })
+    .await
+}
+
+/// Hands every message in the destination `url` to `replay` once: deleted when it answers
+/// `Ok`, kept (with why) when `Err` or when the message is not JSON. A message that cannot be
+/// replayed never stops the sweep. Kept messages stay invisible until the sweep is over, so it
+/// reaches the messages behind them however many there are; then they are made visible again
+/// at once, for the next replay or an operator's look.
+pub(super) async fn sweep(
+    clients: &Clients,
+    url: &str,
+    mut replay: impl AsyncFnMut(&Value) -> Verdict,
+) -> Result<Replayed> {
     let mut replayed = Replayed::default();
-    // Message id to its latest receipt handle: a kept record received again is not tried again.
+    // Message id to its latest receipt handle: a kept message received again is not tried again.
     let mut kept: HashMap<String, String> = HashMap::new();
-    let walked: Result<()> = async {
+    let swept: Result<()> = async {
         loop {
             let messages = receive(clients, url).await?;
             let mut fresh = 0;
@@ -57,23 +108,20 @@ pub(super) async fn walk(
                     continue;
                 }
                 fresh += 1;
-                let answer = match serde_json::from_str::<Value>(message.body().unwrap_or_default()) {
-                    Ok(record) => replay(&record).await?,
-                    Err(error) => {
-                        tracing::warn!(%error, id, "an invocation record that is not JSON; kept");
-                        None
-                    }
+                let verdict = match serde_json::from_str::<Value>(message.body().unwrap_or_default()) {
+                    Ok(record) => replay(&record).await,
+                    Err(error) => Err(format!("not JSON: {error}")),
                 };
-                match answer {
-                    Some(n) => {
+                match verdict {
+                    Ok(n) => {
                         let delete = clients.sqs.delete_message().queue_url(url).receipt_handle(&handle);
                         delete.send().await.context("delete")?;
                         replayed.batches += 1;
                         replayed.records += n;
                     }
-                    None => {
+                    Err(why) => {
+                        replayed.keep(id.clone(), &why);
                         kept.insert(id, handle);
-                        replayed.kept += 1;
                     }
                 }
             }
@@ -87,39 +135,46 @@ pub(super) async fn walk(
         let visible = clients.sqs.change_message_visibility().queue_url(url).receipt_handle(handle);
         visible.visibility_timeout(0).send().await.context("change visibility")?;
     }
-    walked.map(|()| replayed)
+    swept.map(|()| replayed)
 }
 
-/// The records of one batch info, in batches; `None` when one failed or none could be read.
-async fn replay_batch<S: Source>(
-    clients: &Clients,
-    settings: &Settings,
-    source: &S,
-    info: &Value,
-) -> Result<Option<usize>> {
-    let field = |name: &str| info[name].as_str().map(str::to_owned).ok_or(format!("batch info without {name}"));
+/// The records of one batch info, in batches: `Ok(records)` once all of them succeeded,
+/// `Err(which batch, and why)` when one failed, the stream did not give them back, or the
+/// message names no batch.
+async fn replay_batch<S: Source>(clients: &Clients, settings: &Settings, source: &S, info: &Value) -> Verdict {
+    let field = |name: &str| info[name].as_str().map(str::to_owned).ok_or(format!("{} without {name}", S::BATCH_INFO));
     let (shard, start, end, arn) =
         (field("shardId")?, field("startSequenceNumber")?, field("endSequenceNumber")?, field("streamArn")?);
-    let mut resume = Resume::At(start);
+    let which = format!("{shard} from {start} to {end}");
+    let mut resume = Resume::At(start.clone());
     let mut replayed = 0;
     loop {
         let from = Position { stream_arn: &arn, shard: &shard, resume: Some(&resume) };
-        let read = source.read(clients, from, settings.batch_size).await?;
+        let read = source.read(clients, from, settings.batch_size).await;
+        let read =
+            read.map_err(|e| format!("{which}: the stream cannot give it back: {}", crate::error::report(&*e)))?;
+        if matches!(resume, Resume::At(_)) && read.first().is_none_or(|r| r.sequence != start) {
+            // Trimmed (or never there): replaying what is left would pass the lost records over.
+            return Err(format!("{which}: the stream no longer holds its first record"));
+        }
         let batch: Vec<_> = read.into_iter().take_while(|r| !after(&r.sequence, &end)).collect();
-        let Some(last) = batch.last().map(|r| r.sequence.clone()) else {
-            // Nothing left in range: done, unless the stream had already dropped every record.
-            return Ok((replayed > 0).then_some(replayed));
-        };
+        let Some(last) = batch.last().map(|r| r.sequence.clone()) else { return Ok(replayed) };
         let records: Vec<S::Record> = batch.into_iter().map(|r| r.record).filter(|r| source.passes(r)).collect();
         let n = records.len();
         if n > 0 {
+            // A failure the answer names is a failure, whatever the mapping's response types:
+            // the mapping may not read it, but the replay would delete the record's only trace.
             match source.invoke(records).await {
-                Ok(failures) if failures.is_empty() || !settings.report_batch_item_failures => replayed += n,
-                _ => return Ok(None),
+                Ok(failures) if failures.is_empty() => replayed += n,
+                Ok(failures) => {
+                    let named: Vec<&str> = failures.iter().map(|f| f.as_deref().unwrap_or("null")).collect();
+                    return Err(format!("{which}: the answer names {} failed", named.join(", ")));
+                }
+                Err(e) => return Err(format!("{which}: the function failed: {}", crate::error::report(&*e))),
             }
         }
         if last == end {
-            return Ok(Some(replayed));
+            return Ok(replayed);
         }
         resume = Resume::After(last);
     }
