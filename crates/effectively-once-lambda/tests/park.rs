@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use effectively_once_lambda::events::{
     Context, DynamoDbEvent, KafkaEvent, KafkaRecord, KinesisEvent, KinesisEventRecord, LambdaEvent,
 };
-use effectively_once_lambda::park::{Coordinates, Destination, Parcel, ParkFuture};
+use effectively_once_lambda::park::{self, Coordinates, Destination, Parcel, ParkFuture};
 use effectively_once_lambda::{kafka, kinesis, streams};
 use effectively_once_lambda::{Disposition, Handler, Options, RecordError, RecordResult};
 
@@ -326,4 +326,94 @@ async fn a_retryable_failure_behind_a_parked_one_is_the_checkpoint() {
     assert_eq!(four_inserts(&outbox, &kept).await, [Some("3".to_owned())]);
     assert_eq!(*outbox.seen.lock().unwrap(), ["1", "2", "3"], "nothing after the checkpoint");
     assert_eq!(kept.parcels().len(), 1);
+}
+
+/// A destination that keeps each parcel's message body as [`park::SqsQueue`] sends it
+/// ([`park::body`] at [`park::MAX_BODY`]), and takes them all.
+#[derive(Clone, Default)]
+struct Bodies(Arc<Mutex<Vec<String>>>);
+
+impl Destination for Bodies {
+    fn park<'a>(&'a self, parcels: &'a [Parcel]) -> ParkFuture<'a> {
+        Box::pin(async move {
+            let bodies = parcels.iter().map(|parcel| park::body(parcel, park::MAX_BODY));
+            self.0.lock().unwrap().extend(bodies);
+            parcels.iter().map(|_| Ok(())).collect()
+        })
+    }
+}
+
+/// A Kinesis record may hold 1 MiB of data; in base64 over ~786 KB of it makes the message
+/// larger than SQS takes, and the parcel goes without its record. The position must not pass a
+/// record whose only copy is then the stream (24 h by default): either the parked message
+/// carries it (docs/streams.md: "a parked message carries the record: it can be replayed after
+/// the stream or topic has dropped it"), or the record is held.
+#[tokio::test]
+async fn a_poison_too_large_for_its_message_is_not_passed_without_its_record() {
+    use base64::Engine;
+    let bodies = Bodies::default();
+    let options = Options { emit_metrics: false, ..Options::new("t") }.park_in(bodies.clone());
+    let data = format!("poison{}", "x".repeat(800_000));
+    let event = kinesis_event(&[("p", "a"), ("p", data.as_str()), ("p", "b")]);
+    let response = kinesis::process(&Script::default(), LambdaEvent::new(event, Context::default()), &options).await;
+    let kept = bodies.0.lock().unwrap().clone();
+    assert_eq!(kept.len(), 1);
+    let parked: Parcel = serde_json::from_str(&kept[0]).unwrap();
+    let carried = parked.record["kinesis"]["data"] == base64::engine::general_purpose::STANDARD.encode(&data);
+    let passed = checkpoint(&response).is_empty();
+    assert!(
+        carried || !passed,
+        "the shard passed sequence number 2 while its parked message holds only {}",
+        parked.record
+    );
+}
+
+/// Every record is started only while more than `deadline_margin` remains; parking is not:
+/// a destination slower than the time left (a hung connection, more poison than sequential
+/// batches of ten send in time) keeps the invocation past its deadline. Lambda kills it, nothing
+/// is answered, the whole batch comes back and every parcel is sent again. Bounded by the
+/// deadline, the answer would go back with the unparked poison held.
+#[tokio::test(start_paused = true)]
+async fn a_park_that_outlasts_the_deadline_holds_its_poison_and_answers_in_time() {
+    struct Hangs;
+    impl Destination for Hangs {
+        fn park<'a>(&'a self, _parcels: &'a [Parcel]) -> ParkFuture<'a> {
+            Box::pin(std::future::pending())
+        }
+    }
+    let options = Options { emit_metrics: false, ..Options::new("t") }.park_in(Hangs);
+    let mut context = Context::default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    context.deadline = now + 5_000;
+    let event = kinesis_event(&[("p", "a"), ("p", "poison"), ("p", "b")]);
+    let script = Script::default();
+    // The runtime's clock is paused: the minute below passes at once, with no real wait.
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        kinesis::process(&script, LambdaEvent::new(event, context), &options),
+    )
+    .await;
+    let response = answer.expect("no answer a minute past a deadline 5 s away: parking is not bounded by it");
+    assert_eq!(checkpoint(&response), [Some("2".to_owned())], "the unparked poison is held");
+}
+
+/// The parcel's `record` is documented as the record "exactly as Lambda delivered it", for a
+/// replay to rebuild the event from. Through `aws_lambda_events`' types a Kafka timestamp comes
+/// back a millisecond early, and as a string.
+#[tokio::test]
+async fn a_kafka_parcel_keeps_the_record_as_delivered() {
+    let kept = Kept::default();
+    let delivered = serde_json::json!({
+        "topic": "orders", "partition": 0, "offset": 11, "timestamp": 1_545_084_650_987_i64,
+        "timestampType": "CREATE_TIME", "headers": [], "value": "cG9pc29u",
+    });
+    let event: KafkaEvent = serde_json::from_value(serde_json::json!({
+        "eventSource": "aws:kafka", "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/orders/abc",
+        "bootstrapServers": "b-1.orders:9092", "records": {"orders-0": [delivered.clone()]},
+    }))
+    .unwrap();
+    kafka::process(&Script::default(), LambdaEvent::new(event, Context::default()), &parked_in(&kept)).await;
+    let parcels = kept.parcels();
+    assert_eq!(parcels.len(), 1);
+    assert_eq!(parcels[0].record["timestamp"], delivered["timestamp"], "{}", parcels[0].record);
 }
