@@ -54,6 +54,9 @@ test: lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
 	cargo test --locked --workspace
 	cargo test --locked -p effectively-once-redis --features dynamodb --test any_store
 	cargo run --locked -q -p local -- chaos --events 300 --poison 4
+	# The Kafka path again, its mapping reading the answer as resume points (the run above
+	# retries only the records named): a small scenario, about 30 s (docs/kafka.md).
+	cargo run --locked -q -p local -- chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
 
 ## help: every target and what it does (these `##` lines)
 help:

@@ -1,10 +1,27 @@
 //! The Kafka trigger (Amazon MSK and self-managed Apache Kafka): records grouped by
-//! topic-partition, in offset order within a partition; for each partition the first record that
-//! failed in a way a later delivery may undo is reported by its partition and offset
-//! (`batchItemFailures` with `{"partition": "topic-0", "offset": 42}`), and Lambda resumes that
-//! partition from it. Partitions without a failure are committed whole. The event source mapping
-//! needs `FunctionResponseTypes: [ReportBatchItemFailures]`: without it Lambda does not read the
-//! answer and commits the whole batch, failed records included.
+//! topic-partition, in offset order within a partition. The event source mapping needs
+//! `FunctionResponseTypes: [ReportBatchItemFailures]`: without it Lambda does not read the answer
+//! and commits the whole batch, failed records included.
+//!
+//! **The answer relies on no reading of it.** Lambda's Kafka error-handling page says only that a
+//! partial batch response lets "Lambda retry only the failed records"
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/kafka-retry-configurations.html>); it does not
+//! say whether a named record is a resume point for its partition (as Lambda documents for
+//! Kinesis and DynamoDB Streams: the lowest one wins, everything after it comes again) or the
+//! only record of its partition retried (as Powertools, which names every failed record, reads
+//! it). So for each partition the answer names *every* record of the batch from that partition's
+//! first record a later delivery may still make take effect (a retryable failure, in progress
+//! elsewhere, a panic, not started for the deadline or held back behind it) onward: that record
+//! and each later offset of the partition in the batch, whatever its own result, even one that
+//! succeeded. Read as resume points, the lowest wins and nothing changes; read record by record,
+//! nothing that may still have to take effect is committed, and the records after the failure
+//! come back in order, answered as duplicates where they took effect. Partitions without such a
+//! record are named nowhere and committed whole.
+//!
+//! The answer's shape: `{"batchItemFailures": [{"itemIdentifier": {"partition": "orders-0",
+//! "offset": 42}}]}`, `partition` the string `{topic}-{partition}` as the event's `records` map
+//! names it and `offset` a JSON integer, as Powertools for AWS Lambda (Python) sends it
+//! (`KafkaItemIdentifier`, <https://github.com/aws-powertools/powertools-lambda-python/pull/7941>).
 //!
 //! Key a handler's effects on the business id in the record's value or a header
 //! ([`header`]), never on its offset: a producer that retries a send whose answer it lost writes
@@ -22,29 +39,29 @@ pub use crate::driver::{BatchHandler, Handler, Options};
 use crate::park::Coordinates;
 use crate::RecordResult;
 
-/// The answer to a Kafka batch: for each partition to resume, where (`aws_lambda_events` has no
-/// Kafka response type yet).
+/// The answer to a Kafka batch: the records to deliver again (`aws_lambda_events` has no Kafka
+/// response type yet).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KafkaEventResponse {
-    /// One per partition with a record to deliver again.
+    /// One per record to deliver again, by partition name, then offset.
     pub batch_item_failures: Vec<KafkaBatchItemFailure>,
 }
 
-/// A partition to resume, and from which record.
+/// A record to deliver again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KafkaBatchItemFailure {
-    /// The record Lambda resumes the partition from.
+    /// The record.
     pub item_identifier: KafkaItemIdentifier,
 }
 
 /// A record of a Kafka batch: its topic-partition (`{topic}-{partition}`) and offset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KafkaItemIdentifier {
-    /// `{topic}-{partition}`, as the event's `records` map names it.
+    /// `{topic}-{partition}`, as the event's `records` map names it (a JSON string).
     pub partition: String,
-    /// The record's offset.
+    /// The record's offset (a JSON integer).
     pub offset: i64,
 }
 
@@ -73,8 +90,9 @@ pub fn header(record: &KafkaRecord, name: &str) -> Option<Vec<u8>> {
 impl Record for KafkaRecord {
     const PERMANENT: &'static str =
         "record failed permanently; not retried (a retry cannot change a permanent answer), the batch goes on";
-    const RETRY: &'static str = "record failed; its partition resumes here";
-    const PANICKED: &'static str = "record handler panicked; its partition resumes here";
+    const RETRY: &'static str = "record failed; it and the rest of its partition in the batch are delivered again";
+    const PANICKED: &'static str =
+        "record handler panicked; it and the rest of its partition in the batch are delivered again";
 
     fn id(&self) -> Option<Cow<'_, str>> {
         Some(format!("{}@{}", topic_partition(self), self.offset).into())
@@ -98,13 +116,15 @@ driver::entry_points! {
     /// at another offset (or in another partition) runs after the first copy and is answered from
     /// it. After a failure a later delivery may undo (retryable, in progress elsewhere, a panic,
     /// not started for the deadline) the rest of the group is not started, and the answer names
-    /// that partition's first such record by partition and offset: Lambda resumes the partition
-    /// there, so nothing after it is lost, and records after it that took effect come back and
-    /// are answered as duplicates.
+    /// that record and every later record of its partition in the batch, by partition and
+    /// offset. That answer is safe whichever way Lambda reads it (see the [module](self) docs):
+    /// as a resume point at the lowest named offset, or as the only records of the partition to
+    /// retry; either way nothing after the failure is lost, and records after it that took
+    /// effect come back and are answered as duplicates.
     ///
     /// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a value that does not decode, a
-    /// key reused) is logged at error, counted, and not a resume point: a retry cannot change it,
-    /// and a partition held there would stall until the mapping's retries or record age give up.
+    /// key reused) is logged at error, counted, and not named: a retry cannot change it, and a
+    /// partition held there would stall until the mapping's retries or record age give up.
     ///
     /// Spans, logs, panics and metrics as in [`crate::sqs::process`], with `topic_partition` and
     /// `offset` on the `record` span.
@@ -150,18 +170,62 @@ fn groups<H: Handler<KafkaRecord>>(handler: &H, records: &[KafkaRecord], _rounds
     driver::joined_groups(records, true, keys)
 }
 
-/// For each partition, its first record a later delivery may still make take effect.
+/// For each partition, every record from its first one a later delivery may still make take
+/// effect onward: that record and each later offset of the partition in the batch, whatever its
+/// own result, so the answer holds under either reading of it (the module docs). By partition
+/// name, then offset.
 fn respond(records: &[KafkaRecord], results: &[RecordResult]) -> KafkaEventResponse {
-    let mut resume: BTreeMap<String, i64> = BTreeMap::new();
+    let mut first: BTreeMap<String, i64> = BTreeMap::new();
     for (record, result) in records.iter().zip(results) {
         if driver::may_take_effect_later(result) {
-            let offset = resume.entry(topic_partition(record)).or_insert(record.offset);
+            let offset = first.entry(topic_partition(record)).or_insert(record.offset);
             *offset = (*offset).min(record.offset);
         }
     }
-    let batch_item_failures = resume
-        .into_iter()
-        .map(|(partition, offset)| KafkaBatchItemFailure { item_identifier: KafkaItemIdentifier { partition, offset } })
+    let mut named: Vec<KafkaItemIdentifier> = records
+        .iter()
+        .map(|record| KafkaItemIdentifier { partition: topic_partition(record), offset: record.offset })
+        .filter(|id| first.get(&id.partition).is_some_and(|&from| id.offset >= from))
         .collect();
+    named.sort_by(|a, b| (&a.partition, a.offset).cmp(&(&b.partition, b.offset)));
+    named.dedup();
+    let batch_item_failures =
+        named.into_iter().map(|item_identifier| KafkaBatchItemFailure { item_identifier }).collect();
     KafkaEventResponse { batch_item_failures }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Disposition, RecordError};
+
+    fn at(partition: i64, offset: i64) -> KafkaRecord {
+        let mut record = KafkaRecord::default();
+        record.topic = Some("t".into());
+        record.partition = partition;
+        record.offset = offset;
+        record
+    }
+
+    /// Later records of the partition are named whatever their own result: one that succeeded
+    /// after the failure comes back in order (and is answered as a duplicate); a permanent
+    /// failure after it comes back too, and fails again.
+    #[test]
+    fn every_record_of_a_partition_from_its_first_retryable_failure_is_named() {
+        let records = [at(0, 10), at(0, 11), at(0, 12), at(0, 13), at(1, 4), at(1, 5)];
+        let results = [
+            Ok(Disposition::Applied),
+            Err(RecordError::retryable("throttled")),
+            Ok(Disposition::Applied),
+            Err(RecordError::permanent("not an order")),
+            Err(RecordError::permanent("not an order")),
+            Ok(Disposition::Applied),
+        ];
+        let named: Vec<(String, i64)> = respond(&records, &results)
+            .batch_item_failures
+            .into_iter()
+            .map(|f| (f.item_identifier.partition, f.item_identifier.offset))
+            .collect();
+        assert_eq!(named, [("t-0".to_owned(), 11), ("t-0".to_owned(), 12), ("t-0".to_owned(), 13)]);
+    }
 }

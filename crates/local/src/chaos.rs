@@ -25,6 +25,7 @@ use payments_consumer::Payments;
 use receipts_relay::Receipts;
 
 use crate::error::Result;
+use crate::esm::kafka::Reading;
 use crate::esm::{Emulator, Feed};
 use crate::invariants::kafka::KafkaReadBack;
 use crate::invariants::orders::OrdersReadBack;
@@ -67,6 +68,10 @@ pub struct Options {
     /// path out)
     #[arg(long)]
     pub kafka: Option<usize>,
+    /// How the Kafka path's mapping reads the records an answer names: retry exactly those
+    /// (per-record), or resume each named partition at the lowest (resume)
+    #[arg(long, value_enum, value_name = "READING", default_value_t = Reading::PerRecord)]
+    pub kafka_reading: Reading,
 }
 
 impl Default for Options {

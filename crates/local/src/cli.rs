@@ -164,6 +164,10 @@ pub struct KafkaArgs {
     /// (http://127.0.0.1:9000) instead of in process
     #[arg(long, value_name = "URL")]
     invoke_url: Option<String>,
+    /// How the mapping reads the records an answer names: retry exactly those (per-record), or
+    /// resume each named partition at the lowest (resume)
+    #[arg(long, value_enum, default_value_t = esm::kafka::Reading::PerRecord)]
+    reading: esm::kafka::Reading,
 }
 
 /// `local replay-stream`.
@@ -359,7 +363,8 @@ async fn kafka(pipeline: &Pipeline, args: &KafkaArgs) -> Result<()> {
     }
     let group = resources::local_name(&args.target.prefix, "KafkaConsumer");
     let failures = Some(pipeline.resources.kafka_failures_url.clone());
-    let mapping = KafkaMapping::new(&bootstrap, &args.topic, &group, failures);
+    let mut mapping = KafkaMapping::new(&bootstrap, &args.topic, &group, failures);
+    mapping.reading = args.reading;
     let mut pollers = (0..args.pollers.max(1))
         .map(|i| KafkaPoller::join(&mapping, &format!("{group}-poller-{i}")))
         .collect::<Result<Vec<_>>>()?;
@@ -382,8 +387,8 @@ async fn drain_kafka<F: esm::kafka::KafkaFunction>(
     let clients = &pipeline.clients;
     let p = esm::kafka::drain(clients, pollers, function, std::time::Duration::from_secs(300)).await?;
     println!(
-        "drained {} as group {}: {} records delivered, {} failed batches, {} records discarded to {}, {} commits refused",
-        mapping.topic, mapping.group, p.delivered, p.failed_batches, p.given_up,
+        "drained {} as group {} ({} reading): {} records delivered, {} failed batches, {} records discarded to {}, {} commits refused",
+        mapping.topic, mapping.group, mapping.reading, p.delivered, p.failed_batches, p.given_up,
         pipeline.resources.kafka_failures_url, p.commits_refused
     );
     if replay {
@@ -521,7 +526,7 @@ impl<F: SqsFunction> SqsFunction for AbortAfterCommit<F> {
 mod tests {
     use clap::{CommandFactory, Parser};
 
-    use super::{Cli, Command};
+    use super::{esm, Cli, Command};
 
     #[test]
     fn the_command_line_is_consistent() {
@@ -532,6 +537,7 @@ mod tests {
     fn the_makefiles_command_lines_parse() {
         for line in [
             "local chaos --events 300 --poison 4",
+            "local chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume",
             "local demo --events 1000 --duplicates 40 --poison 10 --pollers 4",
             "local demo --via-api --events 200",
             "local send --file events/sqs-payment.json",
@@ -559,6 +565,14 @@ mod tests {
         }
         let Command::Chaos(options) = Cli::parse_from(["local", "chaos", "--events", "300"]).command else { panic!() };
         assert_eq!((options.events, options.poison, options.seed, options.crash_per_mille), (300, 10, 42, 40));
+        assert_eq!(options.kafka_reading, esm::kafka::Reading::PerRecord, "the harsher reading unless asked");
+        let line = ["local", "chaos", "--kafka-reading", "resume"];
+        let Command::Chaos(options) = Cli::parse_from(line).command else { panic!() };
+        assert_eq!(options.kafka_reading, esm::kafka::Reading::Resume);
+        let Command::Kafka(args) = Cli::parse_from(["local", "kafka", "--reading", "per-record"]).command else {
+            panic!()
+        };
+        assert_eq!(args.reading, esm::kafka::Reading::PerRecord);
     }
 
     #[test]

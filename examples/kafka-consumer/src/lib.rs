@@ -6,8 +6,8 @@
 //! The key is the payment's `event_id` in the value, never the record's offset: a producer that
 //! retries a send whose answer it lost writes the same payment again at a new offset (maybe in
 //! another partition), a consumer group that rebalances delivers records again, and a partition
-//! that failed resumes from its first failed record, so records after it come back. All of them
-//! find the payment's record and post nothing.
+//! that failed comes again from its first failed record, so records after it come back. All of
+//! them find the payment's record and post nothing.
 //!
 //! No `event-id` header fallback: the contract makes `event_id` a required field of the value,
 //! and a second source of the key could disagree with the first, so one payment could take

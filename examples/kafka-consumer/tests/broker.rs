@@ -3,7 +3,10 @@
 //! payment posted once and nothing lost: a batch whose offsets were never committed, two
 //! pollers of one group holding a partition at once across a rebalance, a producer retry at a
 //! new offset, and a record that fails until a fix, discarded to the on-failure destination and
-//! replayed from it. The ledger is read back: entries and balances.
+//! replayed from it, and a payment held back behind a retryable failure. Each runs under both
+//! readings of the answer's named records (`local::each_reading!`: `name::resume`,
+//! `name::per_record`), the mapping resuming each named partition at the lowest named offset
+//! or retrying exactly the named records. The ledger is read back: entries and balances.
 
 mod common;
 
@@ -16,9 +19,9 @@ use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::events::{Context, KafkaEvent, KafkaRecord};
 use effectively_once_lambda::kafka::KafkaEventResponse;
-use effectively_once_lambda::{BatchHandler, Handler, RecordResult};
+use effectively_once_lambda::{BatchHandler, Handler, RecordError, RecordResult};
 use kafka_consumer::Payments;
-use local::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer};
+use local::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer, Reading};
 use local::invoke::{Batched, KafkaFunction};
 use local::proxy::{Fault, Proxy, RandomFaults};
 use local::resources::Clients;
@@ -31,7 +34,8 @@ struct Topic {
 }
 
 impl Topic {
-    async fn new(partitions: i32) -> Topic {
+    /// A topic of `partitions` partitions, its mapping reading answers as `reading`.
+    async fn new(partitions: i32, reading: Reading) -> Topic {
         let bootstrap = kafka::bootstrap().expect("the local Kafka broker");
         let clients = Clients::local().await;
         let topic = unique_name("payments");
@@ -41,6 +45,7 @@ impl Topic {
             KafkaMapping::new(&bootstrap, &topic, &unique_name("group"), queue.queue_url().map(str::to_owned));
         mapping.settings.batch_size = 10;
         mapping.settings.max_retries = 2;
+        mapping.reading = reading;
         let producer = Producer::new(&bootstrap).expect("producer");
         Topic { clients, mapping, producer }
     }
@@ -80,10 +85,10 @@ fn consumer(tables: &Tables) -> Batched<Payments> {
     Batched::new(tables.payments(), kafka_consumer::FUNCTION)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_batch_whose_offsets_were_never_committed_is_delivered_again_and_posts_once() {
+local::each_reading!(a_batch_whose_offsets_were_never_committed_is_delivered_again_and_posts_once);
+async fn a_batch_whose_offsets_were_never_committed_is_delivered_again_and_posts_once(reading: Reading) {
     let tables = Tables::fresh().await;
-    let topic = Topic::new(2).await;
+    let topic = Topic::new(2, reading).await;
     let ids: Vec<String> = (0..6).map(|i| unique_name(&format!("pay{i}"))).collect();
     for (i, id) in ids.iter().enumerate() {
         topic.send(id, &payment(id, "acct-crash", 100 + i as i64), Some(i as i32 % 2)).await;
@@ -149,10 +154,10 @@ impl KafkaFunction for Together<'_> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn two_pollers_overlapping_across_a_rebalance_post_each_payment_once() {
+local::each_reading!(two_pollers_overlapping_across_a_rebalance_post_each_payment_once);
+async fn two_pollers_overlapping_across_a_rebalance_post_each_payment_once(reading: Reading) {
     let tables = Tables::fresh().await;
-    let topic = Topic::new(2).await;
+    let topic = Topic::new(2, reading).await;
     let ids: Vec<String> = (0..8).map(|i| unique_name(&format!("pay{i}"))).collect();
     for (i, id) in ids.iter().enumerate() {
         topic.send(id, &payment(id, "acct-rebalance", 10 + i as i64), Some(i as i32 % 2)).await;
@@ -203,10 +208,10 @@ async fn two_pollers_overlapping_across_a_rebalance_post_each_payment_once() {
     assert_posted_once(function.handler(), "acct-rebalance", &expected).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_producer_retry_at_a_new_offset_posts_once() {
+local::each_reading!(a_producer_retry_at_a_new_offset_posts_once);
+async fn a_producer_retry_at_a_new_offset_posts_once(reading: Reading) {
     let tables = Tables::fresh().await;
-    let topic = Topic::new(2).await;
+    let topic = Topic::new(2, reading).await;
     let (id, other) = (unique_name("pay"), unique_name("pay"));
     let value = payment(&id, "acct-retry", 250);
     // The producer lost the first send's answer and sent again: a new offset, and once under
@@ -258,10 +263,10 @@ impl BatchHandler<KafkaRecord> for Buggy {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn poison_goes_to_the_failure_destination_and_replays_once_fixed() {
+local::each_reading!(poison_goes_to_the_failure_destination_and_replays_once_fixed);
+async fn poison_goes_to_the_failure_destination_and_replays_once_fixed(reading: Reading) {
     let tables = Tables::fresh().await;
-    let topic = Topic::new(2).await;
+    let topic = Topic::new(2, reading).await;
     let poison = unique_name("poison");
     let before = unique_name("pay");
     let after = unique_name("pay");
@@ -272,8 +277,9 @@ async fn poison_goes_to_the_failure_destination_and_replays_once_fixed() {
     topic.send(&elsewhere, &payment(&elsewhere, "acct-poison", 4000), Some(1)).await;
     let buggy = Batched::new(Buggy { inner: tables.payments(), bug: poison.clone() }, kafka_consumer::FUNCTION);
     let drained = topic.drain(&mut [topic.poller("p")], &buggy).await;
-    // The poison record's partition resumed at it three times (the first invocation and two
-    // retries), then the poison and what came after it in its batch went to the destination.
+    // The poison record and the one after it in its partition were named three times (the
+    // first invocation and two retries), then both went to the destination: resumed at the
+    // poison, or retried record by record.
     assert_eq!(drained.given_up, 2, "{drained:?}");
     assert_posted_once(&buggy.handler().inner, "acct-poison", &[(&before, 1), (&elsewhere, 4000)]).await;
 
@@ -288,8 +294,8 @@ async fn poison_goes_to_the_failure_destination_and_replays_once_fixed() {
     assert_posted_once(fixed.handler(), "acct-poison", &expected).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_payment_the_store_refuses_for_good_is_kept_in_the_kafka_failure_queue() {
+local::each_reading!(a_payment_the_store_refuses_for_good_is_kept_in_the_kafka_failure_queue);
+async fn a_payment_the_store_refuses_for_good_is_kept_in_the_kafka_failure_queue(reading: Reading) {
     let tables = Tables::fresh().await;
     // A bad deploy: DynamoDB refuses every write with a ValidationException (as for a ledger
     // table made from another template), an answer no retry changes. It is no verdict on the
@@ -300,7 +306,7 @@ async fn a_payment_the_store_refuses_for_good_is_kept_in_the_kafka_failure_queue
     let sdk = proxy.sdk_config(aws_config::retry::RetryConfig::disabled()).await;
     let refused = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), tables.store.table());
     let misdeployed = Tables { store: refused, ..tables.clone() };
-    let topic = Topic::new(2).await;
+    let topic = Topic::new(2, reading).await;
     let (first, second, elsewhere) = (unique_name("pay"), unique_name("pay"), unique_name("pay"));
     topic.send(&first, &payment(&first, "acct-misdeploy", 70), Some(0)).await;
     topic.send(&second, &payment(&second, "acct-misdeploy", 8), Some(0)).await;
@@ -316,4 +322,66 @@ async fn a_payment_the_store_refuses_for_good_is_kept_in_the_kafka_failure_queue
     let replayed = kafka::replay_kafka_failures(&topic.clients, &topic.mapping, &fixed).await.expect("replay");
     assert_eq!((replayed.records, replayed.kept), (3, 0), "{replayed:?}");
     assert_posted_once(fixed.handler(), "acct-misdeploy", &[(&first, 70), (&second, 8), (&elsewhere, 900)]).await;
+}
+
+/// The consumer, with one payment failing retryably the first time it is handed over (a
+/// throttled write, say), on both paths.
+struct FailsOnce {
+    inner: Payments,
+    payment: String,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl FailsOnce {
+    fn fails(&self, record: &KafkaRecord) -> bool {
+        let value = effectively_once_lambda::kafka::value_bytes(record).unwrap_or_default();
+        let id = format!("\"{}\"", self.payment);
+        String::from_utf8_lossy(&value).contains(&id) && !self.failed.swap(true, Ordering::SeqCst)
+    }
+}
+
+impl Handler<KafkaRecord> for FailsOnce {
+    async fn handle(&self, record: &KafkaRecord, context: &Context) -> RecordResult {
+        if self.fails(record) {
+            return Err(RecordError::retryable("throttled"));
+        }
+        Handler::handle(&self.inner, record, context).await
+    }
+
+    fn key(&self, record: &KafkaRecord) -> Option<String> {
+        Handler::key(&self.inner, record)
+    }
+}
+
+impl BatchHandler<KafkaRecord> for FailsOnce {
+    async fn handle_batch(&self, records: &[&KafkaRecord], context: &Context) -> Vec<RecordResult> {
+        let failing = records.iter().position(|r| self.fails(r));
+        let rest: Vec<&KafkaRecord> =
+            records.iter().enumerate().filter(|(i, _)| Some(*i) != failing).map(|(_, r)| *r).collect();
+        let mut results = self.inner.handle_batch(&rest, context).await;
+        if let Some(at) = failing {
+            results.insert(at, Err(RecordError::retryable("throttled")));
+        }
+        results
+    }
+}
+
+local::each_reading!(a_payment_held_back_behind_a_retryable_failure_posts_once_under_either_reading);
+/// A payment fails retryably once; the payment behind it in its partition is held back, not
+/// started. The answer names both, so whichever way Lambda reads it both come again and post
+/// once, and nothing goes to the destination. An answer naming only the failure loses the
+/// held-back payment when Lambda retries only the named records: committed, never posted, in no
+/// destination.
+async fn a_payment_held_back_behind_a_retryable_failure_posts_once_under_either_reading(reading: Reading) {
+    let tables = Tables::fresh().await;
+    let topic = Topic::new(1, reading).await;
+    let (first, behind) = (unique_name("pay"), unique_name("pay"));
+    topic.send(&first, &payment(&first, "acct-held", 100), Some(0)).await;
+    topic.send(&behind, &payment(&behind, "acct-held", 20), Some(0)).await;
+    let handler = FailsOnce { inner: tables.payments(), payment: first.clone(), failed: false.into() };
+    let function = Batched::new(handler, kafka_consumer::FUNCTION);
+    let drained = topic.drain(&mut [topic.poller("p")], &function).await;
+    assert!(function.handler().failed.load(Ordering::SeqCst), "the first payment failed once");
+    assert_eq!(drained.given_up, 0, "nothing in the destination: {drained:?}");
+    assert_posted_once(&function.handler().inner, "acct-held", &[(&first, 100), (&behind, 20)]).await;
 }

@@ -1,11 +1,14 @@
 //! Failures on the local AWS: a record whose value is no payment fails alone and its partition
 //! goes on; a record that fails in a way a later delivery may undo holds its partition from
-//! that record, and only that partition; an event id reused for another payment posts nothing.
+//! that record, and only that partition, under either reading of the answer (the test played
+//! as Lambda resumes the partition and as Lambda retries the named records alone); an event id
+//! reused for another payment posts nothing.
 
 mod common;
 
 use common::{balance, deliver, entries, payment, payment_with_receipt, raw_record, record, Tables};
 use effectively_once_lambda::Retry;
+use local::esm::kafka::Reading;
 
 /// Poison of every kind, in two partitions, between valid payments: each fails alone,
 /// permanently, with its reason; no partition is held (a retry cannot mend a value), and every
@@ -25,7 +28,7 @@ async fn a_malformed_value_fails_alone_and_the_rest_of_the_batch_posts() {
         record(1, 10, &payment("pay_0104", "acct_2", 700)),
     ];
     let delivered = deliver(&payments, &batch).await;
-    assert!(delivered.resume.is_empty(), "no partition is held at a poison record: {delivered:?}");
+    assert!(delivered.named.is_empty(), "no partition is held at a poison record: {delivered:?}");
     let mut failed = delivered.failed.clone();
     failed.sort_by(|a, b| a.0.cmp(&b.0));
     let reasons: Vec<(&str, Retry, &str)> =
@@ -48,13 +51,13 @@ async fn a_malformed_value_fails_alone_and_the_rest_of_the_batch_posts() {
     assert_eq!(entries(&payments, "acct_2").await, [("pay_0104".to_owned(), 700)]);
 }
 
+local::each_reading!(a_failing_record_holds_its_partition_from_it_and_the_other_partitions_are_committed);
 /// A payment that asks for a receipt, on a ledger deployed without its outbox table: retryable
-/// (the deployment is at fault, not the payment). Its partition is answered with that record's
-/// offset and the records after it wait; the other partition is committed whole. Once the
-/// outbox is there, Lambda resumes the partition from that offset: the waiting payments post,
-/// and nothing before the resume point posts twice.
-#[tokio::test]
-async fn a_failing_record_holds_its_partition_from_it_and_the_other_partitions_are_committed() {
+/// (the deployment is at fault, not the payment). The answer names that record and the one
+/// after it, which waits (not started); the other partition is committed whole. Once the outbox
+/// is there, Lambda delivers again what the answer named, as `reading` reads it: the waiting
+/// payments post, and nothing before the failure posts twice.
+async fn a_failing_record_holds_its_partition_from_it_and_the_other_partitions_are_committed(reading: Reading) {
     let tables = Tables::fresh().await;
     let partition_0 = [
         record(0, 10, &payment("pay_0201", "acct_1", 1000)),
@@ -65,16 +68,20 @@ async fn a_failing_record_holds_its_partition_from_it_and_the_other_partitions_a
         [record(1, 20, &payment("pay_0204", "acct_2", 700)), record(1, 21, &payment("pay_0205", "acct_2", -200))];
     let batch: Vec<_> = partition_0.iter().chain(&partition_1).cloned().collect();
     let delivered = deliver(&tables.payments(), &batch).await;
-    assert_eq!(delivered.resume, [("payments-0".to_owned(), 11)], "partition 0 resumes at the failed record");
+    let named = [("payments-0".to_owned(), 11), ("payments-0".to_owned(), 12)];
+    assert_eq!(delivered.named, named, "partition 0 from the failed record on");
     assert_eq!(delivered.failed_records(), ["payments-0@11"], "pay_0203 waits, not started: {delivered:?}");
     assert_eq!(delivered.failed[0].1.retry, Retry::Retryable);
     let payments = tables.payments();
     assert_eq!(entries(&payments, "acct_1").await, [("pay_0201".to_owned(), 1000)]);
     assert_eq!(balance(&payments, "acct_2").await, Some((500, 2)), "partition 1 is done and committed");
 
-    // The fix is deployed; Lambda delivers partition 0 again from offset 11.
+    // The fix is deployed; Lambda delivers again what the answer named.
     let fixed = tables.with_outbox().await.payments();
-    let resumed = deliver(&fixed, &partition_0[1..]).await;
+    let again = reading.again(&batch, &Ok(delivered.response.clone()));
+    let offsets: Vec<(i64, i64)> = again.iter().map(|r| (r.partition, r.offset)).collect();
+    assert_eq!(offsets, [(0, 11), (0, 12)], "{reading}: the failed record and the one held back behind it");
+    let resumed = deliver(&fixed, &again).await;
     assert!(resumed.all_succeeded(), "{resumed:?}");
     assert_eq!(balance(&fixed, "acct_1").await, Some((1750, 3)));
     assert_eq!(balance(&fixed, "acct_2").await, Some((500, 2)));
@@ -90,7 +97,7 @@ async fn an_event_id_reused_for_another_payment_fails_alone_and_posts_nothing() 
     assert!(deliver(&payments, &[record(0, 1, &payment("pay_0301", "acct_1", 900))]).await.all_succeeded());
     let batch = [record(0, 2, &payment("pay_0301", "acct_9", 900)), record(0, 3, &payment("pay_0302", "acct_9", 50))];
     let delivered = deliver(&tables.payments(), &batch).await;
-    assert!(delivered.resume.is_empty(), "{delivered:?}");
+    assert!(delivered.named.is_empty(), "{delivered:?}");
     assert_eq!(delivered.failed_records(), ["payments-0@2"]);
     assert_eq!(delivered.failed[0].1.retry, Retry::Permanent);
     assert_eq!(entries(&payments, "acct_1").await, [("pay_0301".to_owned(), 900)]);

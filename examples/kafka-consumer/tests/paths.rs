@@ -29,8 +29,8 @@ async fn the_batch_path_and_the_one_by_one_path_leave_the_same_ledger() {
     let (batched, one_by_one) = (Tables::fresh().await.payments(), Tables::fresh().await.payments());
     let by_batch = deliver(&batched, &mixed_batch()).await;
     let by_record = deliver_one_by_one(&one_by_one, &mixed_batch()).await;
-    assert_eq!(by_batch.resume, by_record.resume, "the same answer");
-    assert!(by_batch.resume.is_empty());
+    assert_eq!(by_batch.named, by_record.named, "the same answer");
+    assert!(by_batch.named.is_empty());
     let failed = |d: &common::Delivered| {
         let mut ids: Vec<String> = d.failed.iter().map(|(id, e)| format!("{id} {:?}", e.retry)).collect();
         ids.sort();

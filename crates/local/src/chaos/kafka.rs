@@ -103,6 +103,7 @@ pub(super) async fn run(
     // Batches of ten, not the template's hundred: a run of a hundred records has many
     // invocations to crash, stall and retry.
     mapping.settings.batch_size = 10;
+    mapping.reading = options.kafka_reading;
     open_accounts(pipeline, &plan).await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let function = Batched::new(Panicking::new(Payments::new(pipeline.ledger(&dynamodb))), kafka_consumer::FUNCTION);
@@ -230,15 +231,20 @@ impl<'a> Pollers<'a> {
             self.round(run, round).await?;
             round += 1;
             if Instant::now() > deadline {
-                return Err(format!("the Kafka path is not drained after 180 s: {:?}", run.polls).into());
+                let waiting = self.mapping.waiting();
+                return Err(
+                    format!("the Kafka path is not drained after 180 s: {:?}, {waiting} waiting", run.polls).into()
+                );
             }
         }
     }
 
-    /// Whether the group's committed offsets reached every partition's end.
+    /// Whether the group's committed offsets reached every partition's end, and no record
+    /// waits to be delivered again.
     fn drained(&self, ends: &BTreeMap<i32, i64>) -> Result<bool> {
         let committed = kafka::committed(&self.mapping, PARTITIONS)?;
-        Ok(ends.iter().all(|(&p, &end)| committed.get(p as usize).copied().flatten().is_some_and(|c| c >= end)))
+        let all = ends.iter().all(|(&p, &end)| committed.get(p as usize).copied().flatten().is_some_and(|c| c >= end));
+        Ok(all && self.mapping.waiting() == 0)
     }
 
     /// One poll of every member at once. A member that rolls a crash fetches, invokes and dies

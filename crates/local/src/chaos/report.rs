@@ -116,6 +116,8 @@ pub struct KafkaReport {
     pub traffic: Vec<(&'static str, usize)>,
     /// Distinct payments and poison values, `kind | outcome read back`, counted.
     pub outcomes: BTreeMap<String, usize>,
+    /// How the mapping read the answers' named records.
+    pub reading: crate::esm::kafka::Reading,
 }
 
 impl KafkaReport {
@@ -149,12 +151,13 @@ impl KafkaReport {
             ("records held by both pollers at once", run.overlaps.1),
             ("offset commits refused", run.polls.commits_refused),
         ];
-        KafkaReport { traffic, outcomes }
+        KafkaReport { traffic, outcomes, reading: run.mapping.reading }
     }
 
     /// The path's tables.
     pub fn table(&self) -> String {
-        let mut traffic = Table::new(&["payments topic (Kafka, 3 partitions)", "count"]);
+        let topic = format!("payments topic (Kafka, 3 partitions, {} reading)", self.reading);
+        let mut traffic = Table::new(&[&topic, "count"]);
         for (k, v) in &self.traffic {
             traffic.row(&[k, v]);
         }

@@ -2,14 +2,29 @@
 //! Kafka-protocol broker (`infra/local/kafka.sh`): each poller is a member of the mapping's
 //! consumer group, fetches a batch from the partitions the group gives it, invokes the function,
 //! and commits each partition's offset only after the answer, as Lambda's pollers do
-//! (<https://docs.aws.amazon.com/lambda/latest/dg/with-msk.html>). With
-//! `ReportBatchItemFailures` a partition the answer names is committed at that record and read
-//! again from it; any other partition of the batch is committed past its last record; an
-//! invocation error resumes every partition at its first record. A resume point that fails more
-//! than `MaximumRetryAttempts` times is discarded to the on-failure destination (an SQS queue)
-//! with a `KafkaBatchInfo` record, and the partition goes on after it
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/with-msk.html>). An invocation error, or an
+//! answer naming a record not in the batch, fails every record of the batch. A failure that
+//! recurs more than `MaximumRetryAttempts` times is discarded to the on-failure destination (an
+//! SQS queue) with a `KafkaBatchInfo` record, and the partition goes on after it
 //! (<https://docs.aws.amazon.com/lambda/latest/dg/kafka-retry-configurations.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/kafka-on-failure.html>).
+//!
+//! How Lambda reads the records a Kafka answer names (`ReportBatchItemFailures`) is not
+//! documented beyond "so Lambda can retry only the failed records", so the mapping plays either
+//! reading ([`Reading`], [`KafkaMapping::reading`]):
+//!
+//! - [`Reading::Resume`], as Lambda documents for Kinesis and DynamoDB Streams: each partition
+//!   the answer names is committed at the lowest offset it names and read again from there; any
+//!   other partition of the batch is committed past its last record. The retries count the
+//!   failed invocations at that resume point; when they run out, the resume point and the rest
+//!   of its partition in the batch go to the destination.
+//! - [`Reading::PerRecord`] (the default: the harsher one, under which an answer that names only
+//!   the first failure loses the records held back behind it): exactly the named records are
+//!   retried. Every partition of the batch is committed past its last record; the named records
+//!   wait in the mapping (not in a poller, so a crash or a rebalance keeps them) and are handed
+//!   over again in later invocations, in offset order, ahead of newer records of their
+//!   partition. Each counts its own failed deliveries; when they run out it goes to the
+//!   destination, records discarded together at consecutive offsets in one `KafkaBatchInfo`.
 //!
 //! Several pollers in one group share the partitions; when one stops polling for longer than
 //! the group's poll interval the broker gives its partitions to the others while it may still be
@@ -17,7 +32,8 @@
 //! Not emulated: `BisectBatchOnFunctionError` (each record already fails alone in the driver),
 //! `MaximumRecordAgeInSeconds`, event filtering.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
@@ -75,6 +91,75 @@ fn start_local_kafka() -> std::result::Result<String, String> {
 /// The template's parameter (the MSK cluster's ARN) the Kafka mapping reads from.
 pub const CLUSTER: &str = "KafkaClusterArn";
 
+/// How the mapping reads the records a function's answer names (the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Reading {
+    /// Each named partition resumes at the lowest offset named in it.
+    Resume,
+    /// Exactly the named records are retried; the rest of the batch is committed.
+    #[default]
+    PerRecord,
+}
+
+impl Reading {
+    /// Both readings, for running a test or a scenario under each.
+    pub const ALL: [Reading; 2] = [Reading::Resume, Reading::PerRecord];
+
+    /// Of `records` (one invocation's batch, in offset order per partition), those delivered
+    /// again after `answer` (with `ReportBatchItemFailures`), retries aside: under
+    /// [`Reading::Resume`] each named partition from its lowest named offset, under
+    /// [`Reading::PerRecord`] the named records. What a test that plays Lambda by hand
+    /// hands over next.
+    pub fn again(self, records: &[KafkaRecord], answer: &Result<KafkaEventResponse>) -> Vec<KafkaRecord> {
+        let named = named(records, answer, true);
+        let resume = resume_points(&named);
+        let again = |r: &&KafkaRecord| match self {
+            Reading::Resume => resume.get(&(r.partition as i32)).is_some_and(|&at| r.offset >= at),
+            Reading::PerRecord => named.contains(&(r.partition as i32, r.offset)),
+        };
+        records.iter().filter(again).cloned().collect()
+    }
+}
+
+/// For each `name`, an `async fn name(reading: Reading)` of the calling module, two tests:
+/// `name::resume` and `name::per_record`, each on the multi-threaded runtime with that
+/// [`Reading`]: the same body against both readings, as ripgrep's `rgtest!` runs one body
+/// against two engines. The calling crate needs `tokio` with `macros` and `rt-multi-thread`.
+///
+/// ```ignore
+/// local::each_reading!(a_failure_comes_back);
+/// /// What the test pins.
+/// async fn a_failure_comes_back(reading: Reading) {
+///     let mut mapping = KafkaMapping::new(..);
+///     mapping.reading = reading;
+/// }
+/// ```
+#[macro_export]
+macro_rules! each_reading {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread")]
+            async fn resume() {
+                super::$name($crate::esm::kafka::Reading::Resume).await
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn per_record() {
+                super::$name($crate::esm::kafka::Reading::PerRecord).await
+            }
+        }
+    )*};
+}
+
+impl std::fmt::Display for Reading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reading::Resume => "resume",
+            Reading::PerRecord => "per-record",
+        })
+    }
+}
+
 /// A Kafka event source mapping: where it reads, as which group, and how failures are handled.
 #[derive(Debug, Clone)]
 pub struct KafkaMapping {
@@ -88,6 +173,11 @@ pub struct KafkaMapping {
     pub settings: Settings,
     /// How long a poller waits for a batch's first record.
     pub wait: Duration,
+    /// How the answer's named records are read: [`Reading::PerRecord`] unless set.
+    pub reading: Reading,
+    /// Under [`Reading::PerRecord`], the named records waiting to be delivered again: the
+    /// mapping's state, shared by its pollers (clones of the mapping share it too).
+    retrying: Arc<Mutex<Retrying>>,
 }
 
 impl KafkaMapping {
@@ -107,7 +197,19 @@ impl KafkaMapping {
             group: group.into(),
             settings,
             wait: Duration::from_secs(2),
+            reading: Reading::default(),
+            retrying: Arc::default(),
         }
+    }
+
+    /// Records waiting to be delivered again ([`Reading::PerRecord`]); none under
+    /// [`Reading::Resume`], whose retries are read again from the broker.
+    pub fn waiting(&self) -> usize {
+        self.retrying().0.len()
+    }
+
+    fn retrying(&self) -> std::sync::MutexGuard<'_, Retrying> {
+        self.retrying.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The event's `eventSourceArn`: a self-managed cluster has none, so a made-up MSK one.
@@ -136,6 +238,51 @@ impl std::ops::AddAssign for KafkaPoll {
         self.failed_batches += other.failed_batches;
         self.given_up += other.given_up;
         self.commits_refused += other.commits_refused;
+    }
+}
+
+/// The records a [`Reading::PerRecord`] mapping delivers again, by partition and offset, each
+/// with its failed deliveries so far.
+#[derive(Debug, Default)]
+struct Retrying(BTreeMap<(i32, i64), (KafkaRecord, u32)>);
+
+impl Retrying {
+    /// Takes the answer for `records`: a named record waits (again), its failed deliveries one
+    /// more; a record not named leaves the queue (it succeeded). Returns the named records
+    /// whose first delivery and `max_retries` retries have all failed; they stay in the queue
+    /// until the destination has them.
+    fn answered(
+        &mut self,
+        records: &[KafkaRecord],
+        named: &BTreeSet<(i32, i64)>,
+        max_retries: u32,
+    ) -> BTreeSet<(i32, i64)> {
+        let mut exhausted = BTreeSet::new();
+        for record in records {
+            let at = (record.partition as i32, record.offset);
+            if !named.contains(&at) {
+                self.0.remove(&at);
+                continue;
+            }
+            let failed = &mut self.0.entry(at).or_insert_with(|| (record.clone(), 0)).1;
+            *failed += 1;
+            if *failed > max_retries {
+                exhausted.insert(at);
+            }
+        }
+        exhausted
+    }
+
+    /// Whether a record of `partition` waits that `batch` does not hold.
+    fn left_out(&self, partition: i32, batch: &[KafkaRecord]) -> bool {
+        let mut waiting = self.0.range((partition, i64::MIN)..=(partition, i64::MAX));
+        waiting.any(|(_, (w, _))| !batch.iter().any(|r| r.partition == w.partition && r.offset == w.offset))
+    }
+
+    /// Up to `limit` waiting records of `partitions`, in partition and offset order.
+    fn of(&self, partitions: &HashSet<i32>, limit: usize) -> Vec<KafkaRecord> {
+        let waiting = self.0.iter().filter(|((p, _), _)| partitions.contains(p));
+        waiting.take(limit).map(|(_, (record, _))| record.clone()).collect()
     }
 }
 
@@ -184,12 +331,15 @@ impl KafkaPoller {
     /// Fetches one batch, invokes `function` with it, and commits (or resumes) each partition
     /// as the answer says. Nothing fetched: nothing invoked.
     pub async fn poll<F: KafkaFunction>(&mut self, clients: &Clients, function: &F) -> Result<KafkaPoll> {
-        let records = self.fetch().await?;
+        let (records, read_to) = self.next_batch().await?;
         if records.is_empty() {
             return Ok(KafkaPoll::default());
         }
         let answer = function.invoke(kafka_event(&self.mapping, &records)).await;
-        self.settle(clients, &records, answer).await
+        match self.mapping.reading {
+            Reading::Resume => self.settle(clients, &records, answer).await,
+            Reading::PerRecord => self.settle_records(clients, &records, &read_to, answer).await,
+        }
     }
 
     /// Fetches one batch and invokes `function` with it, then dies before it commits anything:
@@ -197,7 +347,8 @@ impl KafkaPoller {
     /// partitions to the next member, which starts from the last committed offsets. Returns the
     /// records delivered.
     pub async fn poll_then_crash<F: KafkaFunction>(self, function: &F) -> Result<usize> {
-        let records = self.fetch().await?;
+        // Records waiting to be delivered again stay waiting: nothing settles them.
+        let (records, _) = self.next_batch().await?;
         if !records.is_empty() {
             // Whatever the answer, nobody reads it.
             let _ = function.invoke(kafka_event(&self.mapping, &records)).await;
@@ -205,12 +356,68 @@ impl KafkaPoller {
         Ok(records.len())
     }
 
-    /// Up to a batch of records: waits [`KafkaMapping::wait`] for the first, then takes what
-    /// arrives without a pause (Lambda's batching window, short).
-    async fn fetch(&self) -> Result<Vec<KafkaRecord>> {
+    /// The next batch, in partition and offset order: first the records waiting to be delivered
+    /// again of this poller's partitions ([`Reading::PerRecord`]), then what the broker has,
+    /// up to the batch size; and per partition, the offset after the last record read from
+    /// the broker.
+    async fn next_batch(&self) -> Result<(Vec<KafkaRecord>, BTreeMap<i32, i64>)> {
+        let size = self.mapping.settings.batch_size.max(1) as usize;
+        let mut records = self.mapping.retrying().of(&self.partitions(), size);
+        // With records already waiting, new ones are taken as they are, not waited for.
+        let wait = if records.is_empty() { self.mapping.wait } else { Duration::from_millis(50) };
+        let mut read = self.fetch(size - records.len(), wait).await?;
+        self.put_back_behind_waiting(&mut read, &records)?;
+        let mut read_to = BTreeMap::new();
+        for record in read {
+            let end = read_to.entry(record.partition as i32).or_insert(0);
+            *end = (*end).max(record.offset + 1);
+            // A commit that moved back (a late one from an evicted member) reads again what waits.
+            if !records.iter().any(|r| r.partition == record.partition && r.offset == record.offset) {
+                records.push(record);
+            }
+        }
+        records.sort_by_key(|r| (r.partition, r.offset));
+        Ok((records, read_to))
+    }
+
+    /// Takes out of `read` the records of each partition with a waiting record `batch` leaves
+    /// out (the group gave the partition to this poller during the fetch), and moves the
+    /// consumer back to read them again later: a partition's waiting records go ahead of its
+    /// newer ones.
+    fn put_back_behind_waiting(&self, read: &mut Vec<KafkaRecord>, batch: &[KafkaRecord]) -> Result<()> {
+        let mut back: BTreeMap<i32, i64> = BTreeMap::new();
+        {
+            let retrying = self.mapping.retrying();
+            for record in read.iter() {
+                let partition = record.partition as i32;
+                if retrying.left_out(partition, batch) {
+                    let at = back.entry(partition).or_insert(record.offset);
+                    *at = (*at).min(record.offset);
+                }
+            }
+        }
+        read.retain(|r| !back.contains_key(&(r.partition as i32)));
+        let mut rejoin = false;
+        for (partition, at) in back {
+            rejoin |= !self.rewind(partition, at);
+        }
+        if rejoin {
+            self.rejoin()?;
+        }
+        Ok(())
+    }
+
+    /// The partitions the group gives this poller now.
+    fn partitions(&self) -> HashSet<i32> {
+        let assignment = self.consumer.assignment().unwrap_or_default();
+        assignment.elements().iter().map(|e| e.partition()).collect()
+    }
+
+    /// Up to `limit` records: waits `wait` for the first, then takes what arrives without a
+    /// pause (Lambda's batching window, short).
+    async fn fetch(&self, limit: usize, mut wait: Duration) -> Result<Vec<KafkaRecord>> {
         let mut records = Vec::new();
-        let mut wait = self.mapping.wait;
-        while records.len() < self.mapping.settings.batch_size.max(1) as usize {
+        while records.len() < limit {
             match tokio::time::timeout(wait, self.consumer.recv()).await {
                 Err(_) => break,
                 Ok(Ok(message)) => records.push(record(&message)?),
@@ -223,8 +430,8 @@ impl KafkaPoller {
         Ok(records)
     }
 
-    /// Commits each partition of the batch past what the answer lets through, resumes the rest,
-    /// and discards a resume point whose retries ran out. A partition is never committed past a
+    /// Under [`Reading::Resume`]: commits each partition of the batch past what the answer lets
+    /// through, resumes the rest, and discards a resume point whose retries ran out. A partition is never committed past a
     /// record that was neither answered nor written to the destination: a failed destination
     /// write resumes the partition at the record (and fails the poll once the commits are in),
     /// and a failed seek makes the poller rejoin the group, which reads from the commit.
@@ -235,7 +442,7 @@ impl KafkaPoller {
         answer: Result<KafkaEventResponse>,
     ) -> Result<KafkaPoll> {
         let mut poll = KafkaPoll { delivered: records.len(), ..KafkaPoll::default() };
-        let resume = resume_points(records, &answer, self.mapping.settings.report_batch_item_failures);
+        let resume = resume_points(&named(records, &answer, self.mapping.settings.report_batch_item_failures));
         poll.failed_batches = usize::from(!resume.is_empty());
         let (mut commits, mut failed, mut rejoin) = (TopicPartitionList::new(), None, false);
         for (partition, batch) in by_partition(records) {
@@ -268,6 +475,50 @@ impl KafkaPoller {
         }
         if rejoin {
             self.rejoin()?;
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(poll),
+        }
+    }
+
+    /// Under [`Reading::PerRecord`]: the named records wait to be delivered again, each with its
+    /// failed deliveries counted, and those whose retries ran out go to the destination, records
+    /// at consecutive offsets of a partition in one invocation record; each partition is
+    /// committed past what was read of it from the broker. A record whose destination write
+    /// failed keeps waiting (and fails the poll once the commits are in): it is tried again, and
+    /// discarded again while it still fails.
+    async fn settle_records(
+        &mut self,
+        clients: &Clients,
+        records: &[KafkaRecord],
+        read_to: &BTreeMap<i32, i64>,
+        answer: Result<KafkaEventResponse>,
+    ) -> Result<KafkaPoll> {
+        let mut poll = KafkaPoll { delivered: records.len(), ..KafkaPoll::default() };
+        let named = named(records, &answer, self.mapping.settings.report_batch_item_failures);
+        poll.failed_batches = usize::from(!named.is_empty());
+        let exhausted = self.mapping.retrying().answered(records, &named, self.mapping.settings.max_retries);
+        let mut failed = None;
+        for run in runs(records, &exhausted) {
+            match self.discard(clients, &run, answer.is_err()).await {
+                Ok(()) => {
+                    poll.given_up += run.len();
+                    let mut retrying = self.mapping.retrying();
+                    run.iter().for_each(|r| _ = retrying.0.remove(&(r.partition as i32, r.offset)));
+                }
+                Err(error) => failed = Some(error),
+            }
+        }
+        let mut commits = TopicPartitionList::new();
+        for (&partition, &next) in read_to {
+            commits.add_partition_offset(&self.mapping.topic, partition, Offset::Offset(next)).context("offset")?;
+        }
+        if commits.count() > 0 {
+            if let Err(error) = self.consumer.commit(&commits, CommitMode::Sync) {
+                tracing::warn!(%error, "kafka offset commit refused; the partitions' new owner delivers the batch again");
+                poll.commits_refused += 1;
+            }
         }
         match failed {
             Some(error) => Err(error),
@@ -339,27 +590,57 @@ fn by_partition(records: &[KafkaRecord]) -> BTreeMap<i32, Vec<&KafkaRecord>> {
     partitions
 }
 
-/// Where each partition of the batch resumes, by partition number: none for a success; every
-/// partition at its first record for an invocation error or an answer naming a record not in
-/// the batch (Lambda treats an invalid answer as a failure of the whole batch); else the
-/// partitions the answer names, at the lowest offset it names for each.
-fn resume_points(records: &[KafkaRecord], answer: &Result<KafkaEventResponse>, report: bool) -> BTreeMap<i32, i64> {
-    let whole = || by_partition(records).into_iter().map(|(p, batch)| (p, batch[0].offset)).collect();
+/// The records `answer` names, by partition number and offset: none for a success or when the
+/// mapping does not read the answer's failures (`report` false); every record of the batch for
+/// an invocation error or an answer naming a record not in the batch (Lambda treats an invalid
+/// answer as a failure of the whole batch).
+fn named(records: &[KafkaRecord], answer: &Result<KafkaEventResponse>, report: bool) -> BTreeSet<(i32, i64)> {
+    let whole = || records.iter().map(|r| (r.partition as i32, r.offset)).collect();
     let failures = match answer {
         Err(_) => return whole(),
-        Ok(_) if !report => return BTreeMap::new(),
+        Ok(_) if !report => return BTreeSet::new(),
         Ok(answer) => &answer.batch_item_failures,
     };
-    let mut resume = BTreeMap::new();
+    let mut named = BTreeSet::new();
     for failure in failures {
         let id = &failure.item_identifier;
         let Some(record) = records.iter().find(|r| topic_partition(r) == id.partition && r.offset == id.offset) else {
             return whole();
         };
-        let at = resume.entry(record.partition as i32).or_insert(id.offset);
-        *at = (*at).min(id.offset);
+        named.insert((record.partition as i32, record.offset));
+    }
+    named
+}
+
+/// Where each named partition resumes under [`Reading::Resume`]: the lowest offset named in it.
+fn resume_points(named: &BTreeSet<(i32, i64)>) -> BTreeMap<i32, i64> {
+    let mut resume = BTreeMap::new();
+    for &(partition, offset) in named {
+        // In order: the first of a partition is its lowest.
+        resume.entry(partition).or_insert(offset);
     }
     resume
+}
+
+/// The records of `exhausted`, each partition's cut into runs of records at consecutive
+/// offsets of the batch (no record of the batch between them left out): one invocation record
+/// each, so a replay reads back exactly the records discarded.
+fn runs<'a>(records: &'a [KafkaRecord], exhausted: &BTreeSet<(i32, i64)>) -> Vec<Vec<&'a KafkaRecord>> {
+    let mut runs: Vec<Vec<&KafkaRecord>> = Vec::new();
+    for batch in by_partition(records).into_values() {
+        let mut run = Vec::new();
+        for record in batch {
+            if exhausted.contains(&(record.partition as i32, record.offset)) {
+                run.push(record);
+            } else if !run.is_empty() {
+                runs.push(std::mem::take(&mut run));
+            }
+        }
+        if !run.is_empty() {
+            runs.push(run);
+        }
+    }
+    runs
 }
 
 /// The invocation record of a discarded Kafka batch (`KafkaBatchInfo`, one partition).
@@ -562,7 +843,7 @@ pub fn ends(mapping: &KafkaMapping) -> Result<Vec<i64>> {
 }
 
 /// Polls with each of `pollers` in turn until the group has committed every record the topic
-/// held when called; gives up after `limit`.
+/// held when called and none waits to be delivered again; gives up after `limit`.
 pub async fn drain<F: KafkaFunction>(
     clients: &Clients,
     pollers: &mut [KafkaPoller],
@@ -576,13 +857,16 @@ pub async fn drain<F: KafkaFunction>(
     let mut total = KafkaPoll::default();
     loop {
         let committed = committed_by(&reader, &mapping, ends.len() as i32)?;
-        if ends.iter().zip(&committed).all(|(end, c)| *end == 0 || c.is_some_and(|c| c >= *end)) {
+        let waiting = mapping.waiting();
+        if waiting == 0 && ends.iter().zip(&committed).all(|(end, c)| *end == 0 || c.is_some_and(|c| c >= *end)) {
             return Ok(total);
         }
         if tokio::time::Instant::now() > deadline {
-            return Err(
-                format!("{} not drained after {limit:?}: committed {committed:?} of {ends:?}", mapping.topic).into()
-            );
+            let topic = &mapping.topic;
+            return Err(format!(
+                "{topic} not drained after {limit:?}: committed {committed:?} of {ends:?}, {waiting} records waiting"
+            )
+            .into());
         }
         for poller in pollers.iter_mut() {
             total += poller.poll(clients, function).await?;
@@ -631,7 +915,7 @@ async fn replay_batch<F: KafkaFunction>(mapping: &KafkaMapping, function: &F, in
         }
         for chunk in records.chunks(mapping.settings.batch_size.max(1) as usize) {
             let answer = function.invoke(kafka_event(mapping, chunk)).await;
-            if !resume_points(chunk, &answer, true).is_empty() {
+            if !named(chunk, &answer, true).is_empty() {
                 return Ok(None);
             }
             replayed += chunk.len();
@@ -696,6 +980,72 @@ mod tests {
                 record
             })
             .collect()
+    }
+
+    /// Records of topic `t`, `(partition, offset)`.
+    fn of(ids: &[(i64, i64)]) -> Vec<KafkaRecord> {
+        ids.iter()
+            .map(|&(partition, offset)| {
+                let mut record = KafkaRecord::default();
+                record.topic = Some("t".into());
+                record.partition = partition;
+                record.offset = offset;
+                record
+            })
+            .collect()
+    }
+
+    fn failing(ids: &[(&str, i64)]) -> Result<KafkaEventResponse> {
+        use effectively_once_lambda::kafka::{KafkaBatchItemFailure, KafkaItemIdentifier};
+        let failures = ids.iter().map(|&(partition, offset)| KafkaBatchItemFailure {
+            item_identifier: KafkaItemIdentifier { partition: partition.into(), offset },
+        });
+        Ok(KafkaEventResponse { batch_item_failures: failures.collect() })
+    }
+
+    fn ids(records: &[KafkaRecord]) -> Vec<(i64, i64)> {
+        records.iter().map(|r| (r.partition, r.offset)).collect()
+    }
+
+    /// The old answer (the lowest failure only) loses the held-back record under the per-record
+    /// reading; the answer naming it too is delivered whole under either.
+    #[test]
+    fn the_two_readings_deliver_again_what_they_say() {
+        let batch = of(&[(0, 10), (0, 11), (0, 12), (1, 5)]);
+        let lowest = failing(&[("t-0", 10)]);
+        assert_eq!(ids(&Reading::Resume.again(&batch, &lowest)), [(0, 10), (0, 11), (0, 12)]);
+        assert_eq!(ids(&Reading::PerRecord.again(&batch, &lowest)), [(0, 10)]);
+        let every = failing(&[("t-0", 10), ("t-0", 11), ("t-0", 12)]);
+        for reading in Reading::ALL {
+            assert_eq!(ids(&reading.again(&batch, &every)), [(0, 10), (0, 11), (0, 12)], "{reading}");
+        }
+        // An answer naming a record not in the batch fails the whole batch, under either.
+        for reading in Reading::ALL {
+            assert_eq!(ids(&reading.again(&batch, &failing(&[("t-1", 9)]))), ids(&batch), "{reading}");
+        }
+    }
+
+    /// Each waiting record counts its own failed deliveries; one that succeeds leaves.
+    #[test]
+    fn a_waiting_record_keeps_its_failed_deliveries_until_they_run_out() {
+        let mut retrying = Retrying::default();
+        let named = |ids: &[(i32, i64)]| ids.iter().copied().collect::<BTreeSet<_>>();
+        let first = of(&[(0, 10), (0, 11)]);
+        assert!(retrying.answered(&first, &named(&[(0, 10), (0, 11)]), 1).is_empty());
+        // 10 and 11 again, ahead of 12, new: 10 fails a second time (out of retries), 11 succeeds.
+        let again = of(&[(0, 10), (0, 11), (0, 12)]);
+        assert_eq!(retrying.answered(&again, &named(&[(0, 10), (0, 12)]), 1), named(&[(0, 10)]));
+        assert_eq!(ids(&retrying.of(&[0].into(), 10)), [(0, 10), (0, 12)]);
+        assert!(retrying.of(&[1].into(), 10).is_empty(), "only the poller's own partitions");
+    }
+
+    #[test]
+    fn records_discarded_together_at_consecutive_offsets_make_one_invocation_record() {
+        let batch = of(&[(0, 1), (0, 2), (0, 4), (0, 5), (1, 7)]);
+        let exhausted = [(0, 1), (0, 2), (0, 5), (1, 7)].into_iter().collect();
+        let runs: Vec<Vec<(i64, i64)>> =
+            runs(&batch, &exhausted).iter().map(|run| run.iter().map(|r| (r.partition, r.offset)).collect()).collect();
+        assert_eq!(runs, [vec![(0, 1), (0, 2)], vec![(0, 5)], vec![(1, 7)]]);
     }
 
     #[test]

@@ -107,13 +107,15 @@ pub fn event(records: &[KafkaRecord]) -> KafkaEvent {
     event
 }
 
-/// What one invocation came to: the partitions Lambda resumes and from which offset (the
-/// answer), and every record that failed, permanently or not, as `topic-partition@offset`. A
-/// permanent failure is not in the answer (the driver logs it and goes on), so it is seen here.
+/// What one invocation came to: the records the answer names for delivery again, and every
+/// record that failed, permanently or not, as `topic-partition@offset`. A permanent failure is
+/// not in the answer (the driver logs it and goes on), so it is seen here.
 #[derive(Debug)]
 pub struct Delivered {
+    /// The answer.
+    pub response: KafkaEventResponse,
     /// `batchItemFailures`, as `(topic-partition, offset)`.
-    pub resume: Vec<(String, i64)>,
+    pub named: Vec<(String, i64)>,
     /// The records the handler failed.
     pub failed: Vec<(String, RecordError)>,
 }
@@ -121,7 +123,7 @@ pub struct Delivered {
 impl Delivered {
     /// Whether every record succeeded (a payment applied, rejected, or answered as a duplicate).
     pub fn all_succeeded(&self) -> bool {
-        self.resume.is_empty() && self.failed.is_empty()
+        self.named.is_empty() && self.failed.is_empty()
     }
 
     /// The records that failed, by `topic-partition@offset`.
@@ -176,9 +178,9 @@ fn options() -> Options {
 }
 
 fn delivered(response: KafkaEventResponse, recording: Recording<'_>) -> Delivered {
-    let resume =
-        response.batch_item_failures.into_iter().map(|f| (f.item_identifier.partition, f.item_identifier.offset));
-    Delivered { resume: resume.collect(), failed: recording.failed.into_inner().unwrap() }
+    let named = response.batch_item_failures.iter();
+    let named = named.map(|f| (f.item_identifier.partition.clone(), f.item_identifier.offset)).collect();
+    Delivered { response, named, failed: recording.failed.into_inner().unwrap() }
 }
 
 /// One invocation with `records` through the batch path, as `main` serves the handler
