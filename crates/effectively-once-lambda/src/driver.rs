@@ -232,7 +232,7 @@ pub(crate) async fn one_by_one<T: Trigger, H: Handler<T::Record>>(
     let batch = async {
         let groups = T::groups(handler, records, false);
         let mut results = run_groups(handler, records, groups, &context, options).await;
-        let parked = settle::<T>(records, &mut results, &source, options).await;
+        let parked = settle::<T>(records, &mut results, &source, &context, options).await;
         (T::respond(records, &results), count(&results, parked))
     };
     invocation(options, &context, batch).await
@@ -250,7 +250,7 @@ pub(crate) async fn in_rounds<T: Trigger, H: BatchHandler<T::Record>>(
     let batch = async {
         let groups = T::groups(handler, records, true);
         let mut results = run_rounds(handler, records, groups, &context, options).await;
-        let parked = settle::<T>(records, &mut results, &source, options).await;
+        let parked = settle::<T>(records, &mut results, &source, &context, options).await;
         (T::respond(records, &results), count(&results, parked))
     };
     invocation(options, &context, batch).await
@@ -636,6 +636,7 @@ async fn settle<T: Trigger>(
     records: &[T::Record],
     results: &mut [RecordResult],
     source: &Source,
+    context: &Context,
     options: &Options,
 ) -> u64 {
     let Some(trigger) = T::PARKS else { return 0 };
@@ -660,7 +661,18 @@ async fn settle<T: Trigger>(
         Poison::Park(destination) => destination,
     };
     let parcels: Vec<Parcel> = poisoned.iter().map(|&at| parcel(trigger, &records[at], &results[at], source)).collect();
-    let parked = match panics::catch(|| destination.park(&parcels)).await {
+    let parking = panics::catch(|| destination.park(&parcels));
+    // Bounded by the deadline: an answer that names the unparked poison beats no answer, after
+    // which Lambda would deliver the whole batch again and every parcel would be sent again.
+    let parking = async {
+        match park_budget(context, options) {
+            Some(budget) => tokio::time::timeout(budget, parking).await.unwrap_or_else(|_| {
+                Ok(vec![Err("parking outlasted the invocation's deadline".to_owned()); parcels.len()])
+            }),
+            None => parking.await,
+        }
+    };
+    let parked = match parking.await {
         Ok(parked) => parked,
         Err(panic) => vec![Err(format!("the park destination panicked: {panic}")); parcels.len()],
     };
@@ -679,6 +691,14 @@ async fn settle<T: Trigger>(
         }
     }
     count
+}
+
+/// How long parking may take: until half the deadline margin before the deadline, time enough
+/// to answer; `None` when the context has no deadline.
+fn park_budget(context: &Context, options: &Options) -> Option<Duration> {
+    let deadline = effectively_once::epoch_deadline_ms(context.deadline)?;
+    let keep = options.deadline_margin.as_millis() as u64 / 2;
+    Some(Duration::from_millis(deadline.saturating_sub(now_ms() + keep)))
 }
 
 /// A permanent failure that was not parked, held: retryable, so the position stays at it.

@@ -24,6 +24,10 @@ impl SqsQueue {
     /// variable when it is unset or empty.
     pub fn from_env(client: Client) -> Result<Self, lambda_runtime::Error> {
         match std::env::var(PARK_QUEUE_URL) {
+            // A FIFO queue refuses a message without a group id: every park would fail.
+            Ok(url) if url.trim().ends_with(".fifo") => {
+                Err(format!("{PARK_QUEUE_URL} names a FIFO queue ({url}): park in a standard queue").into())
+            }
             Ok(url) if !url.trim().is_empty() => Ok(SqsQueue::new(client, url.trim())),
             _ => Err(format!(
                 "{PARK_QUEUE_URL} is not set: a stream function parks records that fail permanently in an SQS queue \
@@ -44,38 +48,47 @@ impl SqsQueue {
     async fn send(&self, parcels: &[Parcel]) -> Vec<Result<(), String>> {
         let bodies: Vec<String> = parcels.iter().map(|parcel| body(parcel, self.max_body)).collect();
         let mut results: Vec<Result<(), String>> = vec![Ok(()); parcels.len()];
-        for chunk in chunks(&bodies, self.max_body) {
-            let entries: Vec<SendMessageBatchRequestEntry> = chunk
-                .iter()
-                .filter_map(|&at| {
-                    SendMessageBatchRequestEntry::builder().id(at.to_string()).message_body(&bodies[at]).build().ok()
-                })
-                .collect();
-            let sent =
-                self.client.send_message_batch().queue_url(&self.queue_url).set_entries(Some(entries)).send().await;
-            match sent {
-                Ok(output) => {
-                    // Only an entry SQS names as successful is durable; anything else failed.
-                    let done: std::collections::HashSet<&str> = output.successful().iter().map(|s| s.id()).collect();
-                    for &at in &chunk {
-                        if !done.contains(at.to_string().as_str()) {
-                            let why = output.failed().iter().find(|f| f.id() == at.to_string());
-                            let why = why.map_or("not in the answer".to_owned(), |f| {
-                                format!("{}: {}", f.code(), f.message().unwrap_or_default())
-                            });
-                            results[at] = Err(format!("park queue refused the record ({why})"));
-                        }
-                    }
-                }
-                Err(error) => {
-                    let why = aws_sdk_sqs::error::DisplayErrorContext(&error).to_string();
-                    for &at in &chunk {
-                        results[at] = Err(format!("park queue unreachable: {why}"));
-                    }
-                }
+        // The batches at once: a batch's poison parks in one round trip's time.
+        let sends = chunks(&bodies, self.max_body).into_iter().map(|chunk| self.send_chunk(&bodies, chunk));
+        for (chunk, outcome) in futures_util::future::join_all(sends).await {
+            for (at, result) in chunk.into_iter().zip(outcome) {
+                results[at] = result;
             }
         }
         results
+    }
+
+    /// One `SendMessageBatch` of the bodies at `chunk`; each one's result, in order.
+    async fn send_chunk(&self, bodies: &[String], chunk: Vec<usize>) -> (Vec<usize>, Vec<Result<(), String>>) {
+        let entries: Vec<SendMessageBatchRequestEntry> = chunk
+            .iter()
+            .filter_map(|&at| {
+                SendMessageBatchRequestEntry::builder().id(at.to_string()).message_body(&bodies[at]).build().ok()
+            })
+            .collect();
+        let sent = self.client.send_message_batch().queue_url(&self.queue_url).set_entries(Some(entries)).send().await;
+        let results = match sent {
+            // Only an entry SQS names as successful is durable; anything else failed.
+            Ok(output) => chunk
+                .iter()
+                .map(|at| {
+                    let id = at.to_string();
+                    if output.successful().iter().any(|s| s.id() == id) {
+                        return Ok(());
+                    }
+                    let why = output.failed().iter().find(|f| f.id() == id);
+                    let why = why.map_or("not in the answer".to_owned(), |f| {
+                        format!("{}: {}", f.code(), f.message().unwrap_or_default())
+                    });
+                    Err(format!("park queue refused the record ({why})"))
+                })
+                .collect(),
+            Err(error) => {
+                let why = aws_sdk_sqs::error::DisplayErrorContext(&error).to_string();
+                vec![Err(format!("park queue unreachable: {why}")); chunk.len()]
+            }
+        };
+        (chunk, results)
     }
 }
 
