@@ -44,7 +44,7 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 
 .PHONY: help test lint lint-infra deny unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
-	run redrive replay-stream replay-parked duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
+	run redrive replay-stream replay-parked sweep-outbox duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
 ## test: formatting, clippy, the template lint, the dependency policy, the docs and their links,
@@ -143,17 +143,22 @@ endif
 replay-parked: local-up
 	cargo run --locked -q -p local -- replay-parked --queue $(PARK_QUEUE) --function $(FUNCTION) $(REPLAY_ARGS)
 
+## sweep-outbox: one outbox sweep: the receipts still PENDING past the threshold sent through the
+##               receipts relay's keyed path, once each (SWEEP_ARGS="--after 0" for every pending row)
+sweep-outbox: local-up
+	cargo run --locked -q -p local -- sweep-outbox $(SWEEP_ARGS)
+
 ## watch: the functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
 ##        the local AWS and its tables; the payments API answers at
 ##        http://127.0.0.1:9000/lambda-url/payments-api/payments
 watch: local-up
 	infra/cargo-lambda.sh watch --locked --invoke-address 127.0.0.1 --env-file .local-aws/lambda.env
 
-## invoke: FUNCTION=payments-consumer|receipts-relay|payments-api EVENT=events/... against `make watch`
+## invoke: FUNCTION=payments-consumer|receipts-relay|outbox-sweeper|payments-api EVENT=events/... against `make watch`
 invoke:
 	infra/cargo-lambda.sh invoke --invoke-address 127.0.0.1 $(FUNCTION) --data-file $(EVENT)
 
-## build: release bootstraps of the three functions (cargo lambda; ARCH=x86_64|arm64), the deploy
+## build: release bootstraps of the four functions (cargo lambda; ARCH=x86_64|arm64), the deploy
 ##        metadata check, the glibc floor check (provided.al2023: 2.34) and their sizes
 build:
 	ARCH=$(ARCH) infra/lambda.sh build
@@ -168,7 +173,7 @@ sam-build:
 deploy:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy
 
-## deploy-function: FUNCTION=payments-consumer|receipts-relay|payments-api, code and configuration only, with
+## deploy-function: FUNCTION=payments-consumer|receipts-relay|outbox-sweeper|payments-api, code and configuration only, with
 ##                  `cargo lambda deploy` onto $(STACK)-$(FUNCTION) and its alias live (docs/deploy.md)
 deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)

@@ -178,18 +178,19 @@ def metadata(args):
             return stack_specific if default is None else default
         return stack_specific if isinstance(value, (dict, list)) else value
 
-    packages = {p["name"]: p for p in meta["packages"]}
+    # Each binary target, with the package that holds it: a function may be a package's second
+    # binary (the outbox sweeper is the receipts relay's).
+    binaries = {t["name"]: p for p in meta["packages"] for t in p["targets"] if "bin" in t["kind"]}
     problems, checked = [], []
     for logical_id, res in template["Resources"].items():
         if res.get("Type") != "AWS::Serverless::Function":
             continue
         binary = res.get("Metadata", {}).get("BuildProperties", {}).get("Binary")
-        props, pkg = res["Properties"], packages.get(binary)
+        props, pkg = res["Properties"], binaries.get(binary)
         if pkg is None:
-            problems.append(f"{logical_id}: Binary {binary!r} is no workspace package")
+            problems.append(f"{logical_id}: Binary {binary!r} is no binary of a workspace package")
             continue
-        deploy = ((pkg.get("metadata") or {}).get("lambda") or {}).get("deploy")
-        where = f"{binary} [package.metadata.lambda.deploy]"
+        deploy, where = deploy_metadata(pkg, binary)
         if deploy is None:
             problems.append(f"{where}: missing")
             continue
@@ -219,6 +220,18 @@ def metadata(args):
     if problems:
         sys.exit(1)
     print(f"lambda: deploy metadata of {', '.join(checked)} agrees with {path}", file=sys.stderr)
+
+
+def deploy_metadata(pkg, binary):
+    """The deploy table cargo lambda applies to `binary` of `pkg`, and where it is: the binary's own
+    ([package.metadata.lambda.bin.NAME.deploy], which cargo lambda reads first), else the package's
+    for the binary named as the package. Another binary without its own table is reported missing:
+    the package's table is its sibling's, whose environment it would overwrite."""
+    lam = (pkg.get("metadata") or {}).get("lambda") or {}
+    own = ((lam.get("bin") or {}).get(binary) or {}).get("deploy")
+    if own is not None or binary != pkg["name"]:
+        return own, f"{pkg['name']} [package.metadata.lambda.bin.{binary}.deploy]"
+    return lam.get("deploy"), f"{binary} [package.metadata.lambda.deploy]"
 
 
 def deploy_params(args):

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The three functions' artifacts (payments-consumer, receipts-relay, payments-api) and their
-# deployment (docs/deploy.md). The checks and lookups are in infra/lambda.py.
+# The four functions' artifacts (payments-consumer, receipts-relay, outbox-sweeper, payments-api)
+# and their deployment (docs/deploy.md). The checks and lookups are in infra/lambda.py.
 #
-#   infra/lambda.sh build [--local] [PACKAGE...]
-#                                       release bootstraps with cargo lambda (default: the three
+#   infra/lambda.sh build [--local] [BINARY...]
+#                                       release bootstraps with cargo lambda (default: the four
 #                                       functions), the deploy metadata check, the glibc floor check,
 #                                       the sizes; --local: no glibc floor check, for a bootstrap that
 #                                       runs here only (make bench)
@@ -14,7 +14,7 @@
 #   infra/lambda.sh sam-build           `sam build` (rust-cargolambda) of infra/template.json into
 #                                       .aws-sam/build, offline, then the glibc floor check
 #   infra/lambda.sh deploy              sam-build, then `sam deploy` (guided the first time)
-#   infra/lambda.sh deploy-function PKG build PKG, then `cargo lambda deploy` onto $STACK-PKG
+#   infra/lambda.sh deploy-function BIN build BIN, then `cargo lambda deploy` onto $STACK-BIN
 #                                       (function-only update; the stack must exist; keeps what the
 #                                       stack's parameters set: architecture, timeout, metrics namespace)
 #   infra/lambda.sh deploy-params       the template parameters deploy would pass
@@ -54,7 +54,8 @@ PYTHON="${PYTHON:-python3}"
 ARCH="${ARCH:-x86_64}"
 STACK="${STACK:-effectively-once}"
 export -n ARCH STACK # ours, not the compilers' or build scripts'
-FUNCTIONS=(payments-consumer receipts-relay payments-api)
+# Binary names (outbox-sweeper is the receipts-relay package's second binary).
+FUNCTIONS=(payments-consumer receipts-relay outbox-sweeper payments-api)
 # SAM CLI's pin: infra/sam-requirements.in; installed from its hash-pinned closure (docs/packaging.md).
 SAM_REQS="$ROOT/infra/sam-requirements.txt"
 SAM_VENV="$ROOT/.tools/sam-venv"
@@ -240,7 +241,8 @@ deploy() {
 }
 
 # A function-only update of a stack that `make deploy` created: build, then `cargo lambda deploy`
-# with the package's [package.metadata.lambda.deploy] onto the stack's function and its alias.
+# with the binary's deploy metadata ([package.metadata.lambda.deploy], or the binary's own
+# [package.metadata.lambda.bin.NAME.deploy]) onto the stack's function and its alias.
 # The function must exist: cargo lambda would otherwise create a new one, with a new role that
 # has none of the stack's permissions. What the stack's parameters set (architecture, timeout,
 # metrics namespace) comes from the deployed function, not from the metadata (function-settings).
@@ -294,7 +296,7 @@ case "$cmd" in
     [[ ${#args[@]} -eq 0 ]] || printf '%s\n' "${args[@]}"
     ;;
   *)
-    echo "usage: $0 build [--local] [PACKAGE...] | check [FILE...] | metadata [TEMPLATE] | sam-build | deploy | deploy-function PACKAGE | deploy-params | deploy-args | function-settings NAME <configuration.json" >&2
+    echo "usage: $0 build [--local] [BINARY...] | check [FILE...] | metadata [TEMPLATE] | sam-build | deploy | deploy-function BINARY | deploy-params | deploy-args | function-settings NAME <configuration.json" >&2
     exit 2
     ;;
 esac

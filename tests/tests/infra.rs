@@ -112,6 +112,7 @@ fn allows(t: &Value, role: &str, request: Request<'_>) -> bool {
 
 const CONSUMER: &str = "PaymentsConsumerRole";
 const RELAY: &str = "ReceiptsRelayRole";
+const SWEEPER: &str = "OutboxSweeperRole";
 const KINESIS: &str = "KinesisConsumerRole";
 const KAFKA: &str = "KafkaConsumerRole";
 const WRITES: [&str; 4] =
@@ -231,7 +232,7 @@ fn every_queue_denies_requests_without_tls() {
 #[test]
 fn email_is_sent_only_from_the_receipt_sender() {
     let t = template();
-    for role in [CONSUMER, RELAY, KINESIS] {
+    for role in [CONSUMER, RELAY, SWEEPER, KINESIS] {
         for s in statements(&t, role).iter().filter(|s| s["Effect"] == "Allow") {
             let ses = list(&s["Action"]).iter().filter_map(Value::as_str).any(|a| a.to_lowercase().starts_with("ses:"));
             if !ses {
@@ -250,6 +251,7 @@ fn email_is_sent_only_from_the_receipt_sender() {
     // Kinesis consumer its order confirmations.
     let env = |function: &str| t["Resources"][function]["Properties"]["Environment"]["Variables"].clone();
     assert_eq!(env("ReceiptsRelayFunction")["RECEIPT_FROM"], json!({"Ref": "ReceiptFrom"}));
+    assert_eq!(env("OutboxSweeperFunction")["RECEIPT_FROM"], json!({"Ref": "ReceiptFrom"}));
     assert_eq!(env("KinesisConsumerFunction")["CONFIRMATION_FROM"], json!({"Ref": "ReceiptFrom"}));
 }
 
@@ -640,6 +642,9 @@ const FUNCTIONS: [(&str, &str, &str, &str); 2] = [
 const KAFKA_FUNCTION: (&str, &str, &str, &str) =
     ("KafkaConsumerFunction", KAFKA, "KafkaEventSourceMapping", "kafka-consumer");
 
+/// The outbox sweeper: a scheduled function (no event source mapping) of the relay's package.
+const SWEEPER_FUNCTION: &str = "OutboxSweeperFunction";
+
 /// The condition the Kafka consumer's resources are created under.
 const KAFKA_CONDITION: &str = "HasKafkaCluster";
 
@@ -705,11 +710,12 @@ fn the_emf_alarms_read_the_namespace_parameter_and_the_deployed_function_names()
         effectively_once_lambda::metrics::NAMESPACE,
         "the template's default namespace is the code's"
     );
-    for (function, _, _, _) in record_functions() {
+    for function in record_functions().map(|(f, ..)| f).chain([SWEEPER_FUNCTION]) {
         let env = &t["Resources"][function]["Properties"]["Environment"]["Variables"];
         assert_eq!(env["POWERTOOLS_METRICS_NAMESPACE"], metrics_namespace(), "{function}'s namespace");
     }
-    let names: Vec<Value> = record_functions().map(|(f, ..)| function_name(&t, f)).collect();
+    let names: Vec<Value> =
+        record_functions().map(|(f, ..)| f).chain([SWEEPER_FUNCTION]).map(|f| function_name(&t, f)).collect();
     let mut emf = 0;
     for alarm in alarms(&t) {
         for metric in alarm_metrics(alarm) {
@@ -792,13 +798,15 @@ fn every_condition_an_operator_must_see_has_an_alarm() {
 /// to the failure queue with their rows PENDING. -1 retries until `MaximumRecordAgeInSeconds`
 /// (Lambda: "When MaximumRetryAttempts is infinite, Lambda retries failed records until the record
 /// expires in the event source", <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html>).
-/// A held shard is seen by an operator through the relay's alerts and the iterator age.
+/// A held shard is seen by an operator through the relay's alerts and the iterator age. The age
+/// limit is 6 h, well inside the stream's 24 h retention: a batch discarded at 24 h named records
+/// the stream was trimming, which no replay of the on-failure destination could read.
 #[test]
 fn the_receipts_stream_retries_until_the_record_age_limit_and_every_hold_is_alarmed() {
     let t = template();
     let mapping = &t["Resources"]["ReceiptsEventSourceMapping"]["Properties"];
     assert_eq!(mapping["MaximumRetryAttempts"], -1, "retry until the record age limit");
-    assert_eq!(mapping["MaximumRecordAgeInSeconds"], 86_400, "the stream's 24 h retention");
+    assert_eq!(mapping["MaximumRecordAgeInSeconds"], 21_600, "6 h: 18 h of the stream's 24 h left to replay");
     assert_eq!(mapping["BisectBatchOnFunctionError"], true, "a failing record is isolated from its batch");
     let relay = json!([{"Name": "Function", "Value": function_name(&t, "ReceiptsRelayFunction")}]);
     for alert in [Alert::EmailBlocked, Alert::EmailAmbiguous] {
@@ -815,6 +823,138 @@ fn the_receipts_stream_retries_until_the_record_age_limit_and_every_hold_is_alar
     let fires_after_ms = iterator_age["Threshold"].as_u64().unwrap()
         + iterator_age["Period"].as_u64().unwrap() * iterator_age["EvaluationPeriods"].as_u64().unwrap() * 1000;
     assert!(fires_after_ms <= 3_600_000, "alarmed within the hour, not {fires_after_ms} ms");
+}
+
+/// The outbox sweeper sends what the receipts stream left `PENDING`: on a schedule, past a
+/// threshold no longer than the stream's record age (a receipt the stream gives up on is swept by
+/// the next run), as the relay sends (its environment, so the same rules, sender and markers),
+/// from the sparse pending index the code queries (the template's index is the code's). Its role
+/// holds the relay's sending grants and a query of that index, nothing of the stream or the
+/// failure queue; it is traced, aliased, reserved one execution (two sweeps never overlap), not
+/// retried asynchronously (the next run is the retry), and alarmed.
+#[test]
+fn the_outbox_sweeper_runs_on_a_schedule_with_the_relays_sending_grants_and_the_pending_index() {
+    let t = template();
+    let resources = &t["Resources"];
+    let function = &resources[SWEEPER_FUNCTION];
+    let props = &function["Properties"];
+    assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "outbox-sweeper");
+    assert_eq!(props["Role"], json!({"Fn::GetAtt": [SWEEPER, "Arn"]}));
+    for (key, value) in [("Tracing", json!("Active")), ("AutoPublishAlias", json!("live"))] {
+        assert_eq!(props[key], value, "{key}");
+    }
+    assert_eq!(props["AutoPublishAliasAllProperties"], true);
+    assert_eq!(props["Architectures"], json!([{"Ref": "Architecture"}]));
+    let logging = &props["LoggingConfig"];
+    assert_eq!(logging["LogFormat"], "JSON");
+    assert_eq!(logging["LogGroup"], json!({"Ref": "OutboxSweeperLogGroup"}));
+    assert_eq!(reservation(&t, SWEEPER_FUNCTION).1["Default"], 1, "one sweep at a time");
+    assert_eq!(props["EventInvokeConfig"]["MaximumRetryAttempts"], 0, "the next scheduled run is the retry");
+
+    // The relay's environment, so it sends under the same rules; its own service name and
+    // threshold, which the code reads as the template's default says.
+    let env = &props["Environment"]["Variables"];
+    let relay_env = resources["ReceiptsRelayFunction"]["Properties"]["Environment"]["Variables"].as_object().unwrap();
+    // Not the park queue: the sweeper runs no stream driver, so it has nothing to park.
+    let own = ["POWERTOOLS_SERVICE_NAME", "PARK_QUEUE_URL"];
+    for (variable, value) in relay_env.iter().filter(|(v, _)| !own.contains(&v.as_str())) {
+        assert_eq!(&env[variable], value, "{variable}");
+    }
+    assert_eq!(env["POWERTOOLS_SERVICE_NAME"], "outbox-sweeper");
+    assert_eq!(env[receipts_relay::sweep::AFTER_VAR], json!({"Ref": "OutboxSweepAfterSeconds"}));
+    let after = t["Parameters"]["OutboxSweepAfterSeconds"]["Default"].as_u64().unwrap();
+    let read = receipts_relay::Sweep::from_env_with(|name| {
+        (name == receipts_relay::sweep::AFTER_VAR).then(|| after.to_string())
+    });
+    assert_eq!(read.map(|s| s.after.as_secs()), Ok(after));
+    let age = resources["ReceiptsEventSourceMapping"]["Properties"]["MaximumRecordAgeInSeconds"].as_u64().unwrap();
+    assert!(after <= age, "a receipt the stream gives up on ({age} s) is past the threshold ({after} s)");
+
+    // On a schedule, every 10 minutes.
+    let events: Vec<&Value> = props["Events"].as_object().unwrap().values().collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (&events[0]["Type"], &events[0]["Properties"]["Schedule"]),
+        (&json!("Schedule"), &json!("rate(10 minutes)"))
+    );
+
+    // The pending index the code queries, as the code names it.
+    let table = &resources["OutboxTable"]["Properties"];
+    let indexes = list(&table["GlobalSecondaryIndexes"]);
+    assert_eq!(indexes.len(), 1);
+    assert_eq!(indexes[0]["IndexName"], outbox::PENDING_INDEX);
+    assert_eq!(
+        indexes[0]["KeySchema"],
+        json!([{"AttributeName": outbox::PENDING_SHARD, "KeyType": "HASH"}, {"AttributeName": "created_at", "KeyType": "RANGE"}])
+    );
+    assert_eq!(
+        indexes[0]["Projection"],
+        json!({"ProjectionType": "INCLUDE", "NonKeyAttributes": outbox::PENDING_PROJECTION})
+    );
+    for attribute in [outbox::PENDING_SHARD, "created_at"] {
+        assert!(
+            list(&table["AttributeDefinitions"]).contains(&json!({"AttributeName": attribute, "AttributeType": "S"}))
+        );
+    }
+
+    // The role: the relay's sending grants on its own keys, a query of the index and nothing
+    // else of the table, nothing of the stream, no queue.
+    let (marker, row) = (email_marker(), outbox::row_key("pay_0001"));
+    for action in ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:GetItem"] {
+        assert!(allows(&t, SWEEPER, Request { action, table: "IdempotencyTable", key: &marker }), "{action} {marker}");
+    }
+    for action in ["dynamodb:GetItem", "dynamodb:UpdateItem"] {
+        assert!(allows(&t, SWEEPER, Request { action, table: "OutboxTable", key: &row }), "{action} {row}");
+    }
+    for action in ["dynamodb:PutItem", "dynamodb:DeleteItem"] {
+        assert!(
+            !allows(&t, SWEEPER, Request { action, table: "OutboxTable", key: &row }),
+            "the sweeper may {action} a row"
+        );
+    }
+    for action in WRITES {
+        let payment = payment_record();
+        assert!(
+            !allows(&t, SWEEPER, Request { action, table: "IdempotencyTable", key: &payment }),
+            "{action} {payment}"
+        );
+        let ledger = Request { action, table: "LedgerTable", key: "account#acct_42" };
+        assert!(!allows(&t, SWEEPER, ledger), "the sweeper may {action} on the ledger");
+    }
+    let role = statements(&t, SWEEPER);
+    let on = |action: &str| -> Vec<&Value> { role.iter().filter(|s| grants(s, action)).collect() };
+    let query = on("dynamodb:Query");
+    assert_eq!(query.len(), 1, "{query:?}");
+    assert_eq!(
+        query[0]["Resource"],
+        json!({"Fn::Sub": format!("${{OutboxTable.Arn}}/index/{}", outbox::PENDING_INDEX)})
+    );
+    for action in
+        ["dynamodb:Scan", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams", "sqs:SendMessage"]
+    {
+        assert!(on(action).is_empty(), "the sweeper may {action}");
+    }
+    for s in role.iter().filter(|s| s["Resource"] == "*") {
+        assert!(list(&s["Action"]).iter().all(|a| a.as_str().is_some_and(|a| a.starts_with("xray:"))), "{s}");
+    }
+
+    // Alarmed: rows it could not send, a receipt in doubt, a failed run.
+    let sweeper = json!([{"Name": "Function", "Value": function_name(&t, SWEEPER_FUNCTION)}]);
+    let invocations = json!([{"Name": "FunctionName", "Value": {"Ref": SWEEPER_FUNCTION}}]);
+    let metrics = [
+        (metrics_namespace(), "SweepUnsent", sweeper.clone()),
+        (metrics_namespace(), "EmailAmbiguous", sweeper),
+        (json!("AWS/Lambda"), "Errors", invocations),
+    ];
+    for (namespace, metric, dimensions) in metrics {
+        let alarm = alarm_on(&t, &namespace, metric, dimensions)
+            .unwrap_or_else(|| panic!("no alarm on the sweeper's {metric}"));
+        assert_eq!((&alarm["Threshold"], &alarm["ComparisonOperator"]), (&json!(0), &json!("GreaterThanThreshold")));
+        assert_eq!(alarm["AlarmActions"], alarm_actions(), "{metric}");
+        assert_eq!(alarm["TreatMissingData"], "notBreaching", "{metric}");
+    }
+    let unsent = receipts_relay::Swept::default().metrics().into_iter().any(|(name, _)| name == "SweepUnsent");
+    assert!(unsent, "the alarmed metric is one the sweeper emits");
 }
 
 /// The orders stream's mapping: a poison order is retried a few times, bisected away from its
@@ -1095,7 +1235,7 @@ fn every_function_runs_within_its_reserved_concurrency() {
         .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
         .map(|(id, _)| id)
         .collect();
-    assert_eq!(functions.len(), 5, "{functions:?}");
+    assert_eq!(functions.len(), 6, "{functions:?}");
     let mut reserved_by_default = 0;
     for function in functions {
         let (name, parameter) = reservation(&t, function);
@@ -1259,8 +1399,15 @@ impl aws_sdk_dynamodb::config::Intercept for Recorder {
                     }
                 }
             }
-            // Item actions by key; anything else (Query, Scan, batches) is recorded without a
-            // key, which no grant here matches: a new kind of request must be granted on purpose.
+            // A query reads no item by key: recorded under what it reads, `index/NAME` (or
+            // `table`), for the test to hold against the grant's resource.
+            "Query" => {
+                let table = body["TableName"].as_str().unwrap_or_default().to_owned();
+                let index = body["IndexName"].as_str().map_or_else(|| "table".to_owned(), |i| format!("index/{i}"));
+                out.push(("dynamodb:Query".to_owned(), table, index));
+            }
+            // Item actions by key; anything else (Scan, batches) is recorded without a key,
+            // which no grant here matches: a new kind of request must be granted on purpose.
             other => push(other, &body, &body["Key"]),
         }
         Ok(())
@@ -1367,10 +1514,35 @@ async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
     let posted = ledger.entries("acct_42").await.unwrap();
     assert_eq!(posted.len(), 3, "the scenario ran: the SQS, one-by-one and batch credits: {posted:?}");
 
+    // The sweeper, with every rule on as the relay, a day later: the Kafka payments' receipts,
+    // which no stream delivered here, are still PENDING.
+    let (client, sweeper_requests) = recorded();
+    let markers = effectively_once::Idempotency::new(DynamoDbStore::new(client, &idempotency), Default::default());
+    let sender = effectively_once_effects::RecordingSender::new();
+    let receipts =
+        receipts_relay::Receipts::new(markers, sender, &outbox_table, effectively_once_effects::Policy::default())
+            .with_profiles(&ledger_table)
+            .with_rate_limit(payments::RateLimit::from_env_values(Some("5"), None).unwrap());
+    let sweeper = receipts_relay::Sweeper::new(receipts, receipts_relay::Sweep::default());
+    let a_day_later = std::time::SystemTime::now() + std::time::Duration::from_secs(86_400);
+    let swept = sweeper.run(a_day_later.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64, None).await;
+    assert!(swept.sent > 0 && swept.unsent == 0, "the scenario ran: receipts sent by the sweep: {swept:?}");
+    let sweeper_requests = sweeper_requests.take();
+    let queries: Vec<&str> =
+        sweeper_requests.iter().filter(|r| r.0 == "dynamodb:Query").map(|r| r.2.as_str()).collect();
+    let index = format!("index/{}", outbox::PENDING_INDEX);
+    assert!(
+        !queries.is_empty() && queries.iter().all(|q| *q == index),
+        "the sweeper queries the index alone: {queries:?}"
+    );
+
     let t = template();
-    for (role, requests) in
-        [(CONSUMER, consumer_requests.take()), (RELAY, relay_requests.take()), (KAFKA, kafka_requests)]
-    {
+    for (role, requests) in [
+        (CONSUMER, consumer_requests.take()),
+        (RELAY, relay_requests.take()),
+        (KAFKA, kafka_requests),
+        (SWEEPER, sweeper_requests),
+    ] {
         assert!(!requests.is_empty());
         let mut seen = std::collections::BTreeSet::new();
         for (action, table, key) in &requests {

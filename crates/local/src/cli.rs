@@ -2,10 +2,12 @@
 //! unknown flags refused) and then applied.
 
 use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use clap::{Args, Parser, Subcommand};
 use effectively_once_dynamodb::testing::endpoint;
+use receipts_relay::Sweep;
 
 use crate::error::{Result, ResultExt};
 use crate::invoke::{Http, SqsFunction, StreamFunction};
@@ -64,6 +66,9 @@ pub enum Command {
     /// parked record's one-record event, invoke the function, delete the message unless the
     /// answer names the record
     ReplayParked(ParkedArgs),
+    /// Sweep the outbox once: send the receipts whose rows are still PENDING past --after
+    /// through the receipts relay's keyed path (the email marker decides: once per receipt)
+    SweepOutbox(SweepArgs),
     /// Produce a Kafka sample event's records to the local broker (`make local-kafka-up`), run
     /// the Kafka event source emulator's pollers until their group has committed every record
     Kafka(KafkaArgs),
@@ -200,6 +205,22 @@ pub struct ParkedArgs {
     invoke_url: Option<String>,
 }
 
+/// `local sweep-outbox`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Rows PENDING longer than this are swept (0: every pending row)
+    #[arg(long, value_name = "SECONDS", default_value_t = Sweep::default().after.as_secs())]
+    after: u64,
+    /// Rows per query of the outbox's pending index
+    #[arg(long, value_name = "ROWS", default_value_t = Sweep::default().page_size)]
+    page_size: i32,
+    /// Rows per sweep; the rest wait for the next
+    #[arg(long, value_name = "ROWS", default_value_t = Sweep::default().max_rows)]
+    max_rows: usize,
+}
+
 /// A stream mapping of the template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StreamSource {
@@ -283,6 +304,7 @@ impl Command {
             }
             Command::ReplayStream(args) => replay(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
             Command::ReplayParked(args) => replay_parked(clients, &args).await,
+            Command::SweepOutbox(args) => sweep(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
             Command::Demo(args) => demo(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
             Command::Kafka(args) => kafka(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
         }
@@ -466,6 +488,29 @@ async fn replay_parked_in_process(pipeline: &Pipeline, args: &ParkedArgs) -> Res
     }
 }
 
+/// `local sweep-outbox`: one sweep now, through the local SES.
+async fn sweep(pipeline: &Pipeline, args: &SweepArgs) -> Result<()> {
+    let sweep = Sweep { after: Duration::from_secs(args.after), page_size: args.page_size, max_rows: args.max_rows };
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let swept = pipeline.sweeper(sweep).run(now_ms, None).await;
+    println!(
+        "swept {}: {} rows PENDING for over {} s; {} sent, {} settled already, {} held, {} busy, {} not sent{}",
+        pipeline.resources.outbox_table,
+        swept.found,
+        args.after,
+        swept.sent,
+        swept.settled,
+        swept.held,
+        swept.busy,
+        swept.unsent,
+        if swept.complete { "" } else { "; more left for the next sweep" }
+    );
+    if swept.failed_reads > 0 {
+        return Err(format!("{} pages of the pending index could not be read", swept.failed_reads).into());
+    }
+    Ok(())
+}
+
 async fn demo(pipeline: &Pipeline, args: &DemoArgs) -> Result<()> {
     let w = workload(args.events, args.duplicates, args.poison);
     if args.via_api {
@@ -552,6 +597,8 @@ mod tests {
             "local replay-stream --source orders",
             "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function kafka-consumer",
             "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function my-fn --invoke-url http://127.0.0.1:9000",
+            "local sweep-outbox",
+            "local sweep-outbox --after 0 --page-size 10 --max-rows 100 --prefix t1",
             "local env",
             "local up --template template.json",
             "local up --template template.json --function OrdersFunction",

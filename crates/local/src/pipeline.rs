@@ -6,11 +6,12 @@ use std::time::Duration;
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::{DynamoDbStore, Table};
 use effectively_once_effects::{EmailSender, Policy, SesSender};
+use effectively_once_lambda::metrics::Emf;
 use effectively_once_lambda::Typed;
 use kinesis_consumer::Orders;
 use payments::Ledger;
 use payments_consumer::Payments;
-use receipts_relay::Receipts;
+use receipts_relay::{Alerts, Receipts, Sweep, Sweeper};
 
 use crate::error::Result;
 use crate::esm::Emulator;
@@ -86,9 +87,23 @@ impl Pipeline {
     /// The in-process receipts relay, sending with `sender` under `policy`, with 60 s marker
     /// leases.
     pub fn relay_with<E: EmailSender>(&self, sender: E, policy: Policy) -> InProcess<Receipts<E>> {
+        InProcess::new(self.receipts(sender, policy), receipts_relay::FUNCTION)
+            .park_in(&self.clients.sqs, &self.resources.receipts_park_url)
+    }
+
+    /// The outbox sweeper, as `sweep` says, sending through the local SES with the relay's
+    /// default policy and leases; its alerts counted, not printed.
+    pub fn sweeper(&self, sweep: Sweep) -> Sweeper<SesSender> {
+        let receipts = self.receipts(SesSender::new(self.clients.ses.clone(), RECEIPT_FROM), Policy::default());
+        let alerts = Alerts::new(Emf::named(receipts_relay::sweep::SWEEPER)).published(false);
+        Sweeper::new(receipts.with_alerts(alerts), sweep)
+    }
+
+    /// The receipts relay's handler on these tables, sending with `sender` under `policy`, with
+    /// 60 s marker leases.
+    fn receipts<E: EmailSender>(&self, sender: E, policy: Policy) -> Receipts<E> {
         let markers = self.markers(&self.clients.dynamodb, Duration::from_secs(60));
-        let relay = Receipts::new(markers, sender, &self.resources.outbox_table, policy);
-        InProcess::new(relay, receipts_relay::FUNCTION).park_in(&self.clients.sqs, &self.resources.receipts_park_url)
+        Receipts::new(markers, sender, &self.resources.outbox_table, policy)
     }
 
     /// The in-process Kinesis consumer, as its `main` wires it: orders into the orders table,

@@ -480,9 +480,10 @@ async fn stream_records_older_than_the_maximum_age_are_discarded_unseen() {
     insert(&clients, &r, &["old1", "old2"]).await;
     let function = StreamScript::new(|_, _| Ok(DynamoDbEventResponse::default()));
     let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    assert_eq!(stream.max_record_age_seconds, Some(86_400), "the template's MaximumRecordAgeInSeconds");
-    // A day and a little later, by the mapping's clock.
-    stream.clock = || SystemTime::now() + Duration::from_secs(86_400 + 60);
+    assert_eq!(stream.max_record_age_seconds, Some(21_600), "the template's MaximumRecordAgeInSeconds");
+    // Six hours and a little later, by the mapping's clock: past the age limit, inside the
+    // stream's 24 h retention.
+    stream.clock = || SystemTime::now() + Duration::from_secs(21_600 + 60);
     let poll = esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
     assert_eq!((poll.delivered, poll.given_up), (0, 2));
     assert!(function.calls().is_empty(), "never handed to the function");
@@ -496,6 +497,37 @@ async fn stream_records_older_than_the_maximum_age_are_discarded_unseen() {
     insert(&clients, &r, &["new"]).await;
     drain(&clients, &mut stream, &function).await;
     assert_eq!(function.calls(), keys(&[&["new"]]));
+}
+
+/// DynamoDB Streams keeps a record 24 h. Past that, by the emulator's clock, it is trimmed:
+/// unreadable by the mapping (nothing is delivered, and nothing is left to discard) and by a
+/// replay of the on-failure destination, whose invocation record then names sequence numbers no
+/// read reaches and stays in the destination. The template's record age (6 h) discards a batch
+/// while it can still be replayed.
+#[tokio::test]
+async fn stream_records_past_the_retention_are_trimmed_for_the_mapping_and_for_a_replay() {
+    let (clients, r) = stream_setup().await;
+    insert(&clients, &r, &["r1", "r2"]).await;
+    let function = StreamScript::new(|_, _| Ok(DynamoDbEventResponse::default()));
+    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    stream.clock = || SystemTime::now() + Duration::from_secs(21_600 + 60);
+    let poll = esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
+    assert_eq!((poll.delivered, poll.given_up), (0, 2), "past the age limit: discarded, not yet trimmed");
+    // A day and a little later: the discarded records are trimmed, as is everything a new
+    // mapping would read from the start of the stream.
+    stream.clock = || SystemTime::now() + Duration::from_secs(86_400 + 60);
+    let replayed = esm::replay_stream_failures(&clients, &stream, &function).await.unwrap();
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (0, 0, 1), "nothing left to replay");
+    let mut fresh = StreamMapping::new(&r.outbox_table, None);
+    fresh.clock = stream.clock;
+    fresh.max_record_age_seconds = None;
+    let poll = esm::poll_stream(&clients, &mut fresh, &function).await.unwrap();
+    assert_eq!((poll.delivered, poll.given_up), (0, 0), "trimmed records are neither read nor discarded");
+    assert!(function.calls().is_empty());
+    // The same records, by a clock inside the retention, replay.
+    stream.clock = SystemTime::now;
+    let replayed = esm::replay_stream_failures(&clients, &stream, &function).await.unwrap();
+    assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 2, 0));
 }
 
 /// The template's `MaximumRetryAttempts` is -1: "The default value is -1, which sets the maximum
@@ -537,7 +569,7 @@ async fn stream_retries_without_limit_hold_the_shard_until_the_fault_clears_or_t
         esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
     }
     assert!(failure_records(&clients, &r).await.is_empty());
-    stream.clock = || SystemTime::now() + Duration::from_secs(86_400 + 60);
+    stream.clock = || SystemTime::now() + Duration::from_secs(21_600 + 60);
     let poll = esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
     assert_eq!((poll.delivered, poll.given_up), (0, 1));
     let records = failure_records(&clients, &r).await;

@@ -77,7 +77,10 @@
 //! `receipt_email`, `created_at`, `status = PENDING`. The relay reads the [`ReceiptRow`] out of
 //! the stream record and marks the row `SENT` (with `message_id`, the address removed),
 //! `FAILED`, `AMBIGUOUS`, or, sending nothing, `REFUSED` or `RATE_LIMITED` (the address
-//! removed) through an [`Outbox`] ([`outbox`]).
+//! removed) through an [`Outbox`] ([`outbox`]). The table, not the stream, is the source of
+//! truth: while `PENDING` a row carries `pending_shard`, the key of the sparse index `pending`,
+//! where the outbox sweeper finds the receipts the stream did not deliver
+//! ([`Outbox::pending`]) and sends them through the relay's marker; each mark removes it.
 //!
 //! The event's address is a request, not the recipient: the relay sends to the account's
 //! registered address where its [profile] names one, else to the event's when the

@@ -1,6 +1,11 @@
 //! The transactional outbox: a receipt row written in the ledger's transaction, streamed (new
 //! images) to the receipts relay, which sends the email once and marks the row.
 //!
+//! The table, not its stream, is the source of truth: a row stays `PENDING` until its receipt's
+//! fate is marked on it, and while it does it carries [`PENDING_SHARD`], the partition key of the
+//! sparse index [`PENDING_INDEX`], so the outbox sweeper finds the rows the stream never
+//! delivered ([`Outbox::pending`]) without scanning the table.
+//!
 //! DynamoDB stays here: the relay reads a [`ReceiptRow`] out of a stream record
 //! ([`ReceiptRow::from_stream_record`], the one place stream images are converted) and marks
 //! the row through an [`Outbox`]; it never handles an attribute value or a raw client.
@@ -16,6 +21,10 @@ use serde::Deserialize;
 
 use crate::payment::PaymentEvent;
 use effectively_once_redact::{redact_email, redact_emails};
+
+mod pending;
+
+pub use pending::{Cursor, PendingPage, PendingRow};
 
 /// The row's partition key attribute (S): `receipt#{event_id}`.
 pub(crate) const KEY: &str = "pk";
@@ -110,6 +119,33 @@ pub fn row_key(event_id: &str) -> String {
     format!("receipt#{event_id}")
 }
 
+/// The sparse index of the rows still `PENDING`: partition key [`PENDING_SHARD`], sort key
+/// `created_at`. A row is in it from the ledger's write until its fate is marked (each mark
+/// removes the attribute), so the index holds the receipts not settled yet, and nothing else.
+pub const PENDING_INDEX: &str = "pending";
+
+/// The row's attributes, beside the keys, that [`PENDING_INDEX`] projects: what a
+/// [`ReceiptRow`] reads, so a swept row needs no read of the table before its status check.
+pub const PENDING_PROJECTION: [&str; 5] = ["event_id", "account_id", "amount_cents", "currency", RECEIPT_EMAIL];
+
+/// The attribute (S) holding a pending row's shard of [`PENDING_INDEX`]: `"0"` to
+/// `"{PENDING_SHARDS - 1}"` ([`pending_shard`]). Present only while the row is `PENDING`.
+pub const PENDING_SHARD: &str = "pending_shard";
+
+/// How many partition keys the pending index spreads rows over. One key would take every
+/// receipt's two index writes (the insert, the mark) on one partition, whose write limit then
+/// throttles the ledger's transactions; eight take a few thousand receipts a second. Fixed: a
+/// row written under a shard the sweeper no longer queries would never be found.
+pub const PENDING_SHARDS: u32 = 8;
+
+/// The shard of [`PENDING_INDEX`] an event's row is written under: FNV-1a of the event id, so
+/// the ledger and any other writer agree without coordination, and the value never depends on
+/// the Rust version (as the standard library's hasher may).
+pub fn pending_shard(event_id: &str) -> u32 {
+    let hash = event_id.bytes().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193));
+    hash % PENDING_SHARDS
+}
+
 /// The row the ledger writes for an event with a `receipt_email`, `PENDING`.
 pub fn row_item(event: &PaymentEvent, email: &str, created_at: &str) -> HashMap<String, AttributeValue> {
     ReceiptRow::new(event, email, created_at).to_item()
@@ -138,7 +174,8 @@ impl ReceiptRow {
         }
     }
 
-    /// The row as the ledger's transaction writes it: `PENDING`, keyed by the event.
+    /// The row as the ledger's transaction writes it: `PENDING`, keyed by the event, in the
+    /// pending index.
     pub(crate) fn to_item(&self) -> HashMap<String, AttributeValue> {
         let string = |value: &str| AttributeValue::S(value.to_owned());
         let mut item = HashMap::from([
@@ -150,6 +187,8 @@ impl ReceiptRow {
             ("currency".to_owned(), string(&self.currency)),
             ("created_at".to_owned(), string(&self.created_at)),
             ("status".to_owned(), string(RowStatus::Pending.as_str())),
+            // In the pending index until the row's fate is marked.
+            (PENDING_SHARD.to_owned(), string(&pending_shard(&self.event_id).to_string())),
         ]);
         if let Some(email) = &self.receipt_email {
             item.insert(RECEIPT_EMAIL.to_owned(), string(email));
@@ -354,7 +393,8 @@ impl Outbox {
     /// the update's only condition is the row's existence). Marking it `SENT` removes the
     /// event's address from the row in the same update: the row keeps what the receipt was
     /// (amount, date, SES message id), not where it went. `FAILED` and `AMBIGUOUS` keep it for
-    /// the operator who checks them against SES's records.
+    /// the operator who checks them against SES's records. Every fate takes the row out of the
+    /// pending index ([`PENDING_SHARD`] removed).
     pub async fn mark(
         &self,
         event_id: &str,
@@ -370,9 +410,10 @@ impl Outbox {
             .condition_expression("attribute_exists(#pk)")
             .expression_attribute_names("#pk", KEY)
             .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#shard", PENDING_SHARD)
             .expression_attribute_values(":status", AttributeValue::S(status.as_str().into()))
             .expression_attribute_values(":at", AttributeValue::S(at.into()));
-        let remove = if status == RowStatus::Sent { " REMOVE #email" } else { "" };
+        let remove = if status == RowStatus::Sent { " REMOVE #shard, #email" } else { " REMOVE #shard" };
         if status == RowStatus::Sent {
             update = update.expression_attribute_names("#email", RECEIPT_EMAIL);
         }
@@ -416,7 +457,7 @@ impl Outbox {
 
     /// Marks a `PENDING` row `status` with `reason`, on the condition that it is still pending.
     async fn mark_unsent(&self, event_id: &str, status: RowStatus, reason: &str, at: &str) -> Result<bool, StoreError> {
-        let mut set = "SET #status = :to, marked_at = :at, failure_reason = :reason".to_owned();
+        let mut set = "SET #status = :to, marked_at = :at, failure_reason = :reason REMOVE #shard".to_owned();
         let mut update = self
             .client
             .update_item()
@@ -424,12 +465,13 @@ impl Outbox {
             .key(KEY, AttributeValue::S(row_key(event_id)))
             .condition_expression("#status = :pending")
             .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#shard", PENDING_SHARD)
             .expression_attribute_values(":pending", AttributeValue::S(RowStatus::Pending.as_str().into()))
             .expression_attribute_values(":to", AttributeValue::S(status.as_str().into()))
             .expression_attribute_values(":at", AttributeValue::S(at.into()))
             .expression_attribute_values(":reason", AttributeValue::S(redact_emails(reason)));
         if status != RowStatus::Failed {
-            set.push_str(" REMOVE #email");
+            set.push_str(", #email");
             update = update.expression_attribute_names("#email", RECEIPT_EMAIL);
         }
         updated(update.update_expression(set).send().await)
@@ -465,6 +507,29 @@ mod tests {
                 text.contains("a***@example.com") && text.contains("pay_1") && text.contains("2026-11-30"),
                 "{text}"
             );
+        }
+    }
+
+    /// The ledger writes each row into the pending index, under a shard its event id alone
+    /// decides. The values are pinned: a row written under a shard the sweeper does not read
+    /// would never be swept.
+    #[test]
+    fn a_new_row_is_in_the_pending_index_under_a_shard_fixed_by_its_event_id() {
+        let shards = ["pay_0001", "pay_0002", "", "acct:pay-9"].map(pending_shard);
+        assert_eq!(shards, [5, 4, 5, 0]);
+        let mut counts = [0; PENDING_SHARDS as usize];
+        for i in 0..1000 {
+            counts[pending_shard(&format!("pay_{i:04}")) as usize] += 1;
+        }
+        assert!(counts.iter().all(|n| (100..=150).contains(n)), "ids spread over every shard: {counts:?}");
+        let event = PaymentEvent::parse(
+            r#"{"event_id": "pay_0001", "account_id": "acct_1", "amount_cents": 5, "currency": "USD"}"#,
+        )
+        .unwrap();
+        let item = row_item(&event, "a@example.com", "2026-11-30T10:00:00.000Z");
+        assert_eq!(item[PENDING_SHARD], AttributeValue::S("5".into()));
+        for attribute in PENDING_PROJECTION.into_iter().chain(["created_at", KEY]) {
+            assert!(item.contains_key(attribute), "the index carries what a receipt row reads: {attribute}");
         }
     }
 

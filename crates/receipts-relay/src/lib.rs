@@ -1,5 +1,8 @@
 //! The receipts relay: a DynamoDB Streams record handler that sends each outbox row's receipt
-//! email once (fenced by `email#{event_id}`) and marks the row. `main.rs` only wires it.
+//! email once (fenced by `email#{event_id}`) and marks the row. `main.rs` only wires it. The
+//! outbox table, not its stream, is the source of truth: the [`sweep`]er sends, through the same
+//! path, the rows still `PENDING` that the stream did not deliver (`src/bin/outbox-sweeper.rs`
+//! wires it).
 //!
 //! Before sending it decides who gets the receipt ([`recipient`]: the account's registered
 //! address, else the event's when allowed) and whether the account's receipts fit its rate
@@ -9,6 +12,7 @@
 
 pub mod alerts;
 pub mod recipient;
+pub mod sweep;
 
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::Handler;
@@ -27,6 +31,7 @@ use payments::{receipt_key, rfc3339, Outbox, Profiles, RateLimit, ReceiptRate, R
 
 pub use crate::alerts::{Alert, Alerts};
 pub use crate::recipient::{AllowList, Recipient};
+pub use crate::sweep::{Sweep, Sweeper, Swept};
 
 /// The email markers' lease in [`Receipts::from_env`]; without a known deadline, no longer a
 /// wait than this.
@@ -276,7 +281,17 @@ impl<E: EmailSender> Handler<EventRecord> for Receipts<E> {
             return Ok(Disposition::Skipped);
         };
         tracing::Span::current().record("event_id", row.event_id.as_str());
-        let result = self.relay(&row, effectively_once::epoch_deadline_ms(context.deadline)).await;
+        self.settle(&row, effectively_once::epoch_deadline_ms(context.deadline), MAX_WAITS).await
+    }
+}
+
+impl<E: EmailSender> Receipts<E> {
+    /// Sends `row`'s receipt once and marks the row, waiting out at most `max_waits` leases of
+    /// another attempt's marker ([`sweep`] waits none: the holder settles the row); a permanent
+    /// failure marks the row `FAILED`. The one path of a receipt, whether the stream delivered
+    /// it or the sweeper found it pending: the same marker key, policy and row marking.
+    pub(crate) async fn settle(&self, row: &ReceiptRow, deadline_ms: Option<u64>, max_waits: usize) -> RecordResult {
+        let result = self.relay(row, deadline_ms, max_waits).await;
         if let Err(error) = &result {
             if error.retry == Retry::Permanent {
                 // No retry changes a permanent answer, and the stream driver goes past it: the
@@ -286,11 +301,9 @@ impl<E: EmailSender> Handler<EventRecord> for Receipts<E> {
         }
         result
     }
-}
 
-impl<E: EmailSender> Receipts<E> {
     /// Sends `row`'s receipt once and marks the row.
-    async fn relay(&self, row: &ReceiptRow, deadline_ms: Option<u64>) -> RecordResult {
+    async fn relay(&self, row: &ReceiptRow, deadline_ms: Option<u64>, max_waits: usize) -> RecordResult {
         let key =
             receipt_key(&row.event_id).map_err(|e| RecordError::from(effectively_once_effects::Error::from(e)))?;
         let markers = match deadline_ms {
@@ -366,9 +379,11 @@ impl<E: EmailSender> Receipts<E> {
                 Err(error) => error,
             };
             match &error {
-                effectively_once_effects::Error::Idempotency(held) if held.kind() == ErrorKind::InProgress => {
+                effectively_once_effects::Error::Idempotency(held)
+                    if held.kind() == ErrorKind::InProgress && max_waits > 0 =>
+                {
                     match self.lease_wait(&markers, &key, deadline_ms).await? {
-                        LeaseWait::ThenClaim(wait) if waits < MAX_WAITS => {
+                        LeaseWait::ThenClaim(wait) if waits < max_waits => {
                             waits += 1;
                             tracing::warn!(
                                 wait_ms = wait.as_millis() as u64,

@@ -2,10 +2,11 @@
 //! receipts) a row whose email went out: when the `mark` that follows a send SES accepted fails
 //! (a 503 without a listed error code on that UpdateItem, after the SDK's own retries, is
 //! `StoreErrorKind::Other`, permanent), the marker says SENT with the message id, and the stream
-//! goes past the row, so nothing else would ever correct it.
+//! goes past the row, so nothing but its retry, or the outbox sweep, would ever correct it.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
 
 mod common;
 
@@ -14,7 +15,8 @@ use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::testing::endpoint;
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{Policy, RecordingSender};
-use receipts_relay::MARKER_LEASE;
+use effectively_once_lambda::RecordResult;
+use receipts_relay::{Sweep, Sweeper, MARKER_LEASE};
 
 /// Reads one HTTP/1.1 request (head and Content-Length body); `None` at end of stream.
 fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
@@ -95,6 +97,47 @@ async fn a_refused_mark_after_a_send_does_not_mark_the_row_failed() {
     mark_meets(common::refused_as_invalid()).await;
 }
 
+/// The stream gave up on the record whose `mark` failed after the send (its retries spent, or
+/// its record trimmed before the store came back): the row is still PENDING, in the pending
+/// index. The outbox sweep settles it from the marker: SENT with the message id, no second email,
+/// and the next sweep finds nothing.
+#[tokio::test]
+async fn a_receipt_sent_but_not_marked_is_marked_by_the_sweep_without_a_second_email() {
+    let p = Pending::new("cust").await;
+    let sender = RecordingSender::new();
+    send_and_fail_mark(&p, &sender, UNAVAILABLE).await.unwrap_err();
+    assert_eq!(p.status().await, "PENDING");
+
+    let direct = Idempotency::new(p.store.clone(), Config::default().with_lease(MARKER_LEASE));
+    let relay = common::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
+    let sweeper = Sweeper::new(relay, Sweep { after: Duration::from_secs(1800), ..Sweep::default() });
+    // Long after the row was written (the sample's time).
+    let later_ms = 4_102_444_800_000;
+    let swept = sweeper.run(later_ms, None).await;
+    assert_eq!((swept.found, swept.settled, swept.sent, swept.unsent), (1, 1, 0, 0), "{swept:?}");
+    assert_eq!(sender.sent().len(), 1, "not sent twice");
+    let row = p.row().await.unwrap();
+    assert_eq!((row.status.as_str(), row.message_id.is_some()), ("SENT", true));
+    let again = sweeper.run(later_ms, None).await;
+    assert_eq!((again.found, again.complete), (0, true), "the marked row left the pending index");
+}
+
+/// `p`'s receipt through a relay sending with `sender` whose `mark` (its UpdateItem, conditioned
+/// on the row's existence) meets `answer`, all else passing: the relay's result.
+async fn send_and_fail_mark(p: &Pending, sender: &RecordingSender, answer: &'static [u8]) -> RecordResult {
+    let port = proxy(endpoint(), "attribute_exists(#pk)".into(), answer);
+    let proxied = common::client_at(port).await;
+    let markers =
+        Idempotency::new(DynamoDbStore::new(proxied, p.store.table()), Config::default().with_lease(MARKER_LEASE));
+    let relay = common::relay(markers, sender, &p.outbox_table, Policy::AtMostOnce);
+    effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
+        &relay,
+        &p.event.records[0],
+        &Default::default(),
+    )
+    .await
+}
+
 /// A receipt sent through a relay whose `mark` meets `answer`: the email goes out once, the
 /// row is not FAILED, the record is retryable, and the retry (through the real table) replays
 /// the marker and marks the row SENT without a second email.
@@ -103,19 +146,9 @@ async fn mark_meets(answer: &'static [u8]) {
     let (store, event_id) = (&p.store, &p.event_id);
 
     // `mark`'s UpdateItem (its condition is the row's existence) meets 503s; all else passes.
-    let port = proxy(endpoint(), "attribute_exists(#pk)".into(), answer);
-    let proxied = common::client_at(port).await;
-    let markers =
-        Idempotency::new(DynamoDbStore::new(proxied, store.table()), Config::default().with_lease(MARKER_LEASE));
     let direct = Idempotency::new(store.clone(), Config::default().with_lease(MARKER_LEASE));
     let sender = RecordingSender::new();
-    let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
-    let result = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
-        &relay,
-        &p.event.records[0],
-        &Default::default(),
-    )
-    .await;
+    let result = send_and_fail_mark(&p, &sender, answer).await;
     assert_eq!(sender.sent().len(), 1, "the email went out");
     let marker = effectively_once::Store::get(store, &format!("email#{event_id}")).await.unwrap().unwrap();
     assert!(marker.response.unwrap_or_default().contains("sent"), "the marker records the send");

@@ -3,21 +3,33 @@
 //! on-failure destination as the template's mapping says ([`super::checkpoint`], shared with
 //! Kinesis; <https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>).
-//! This module says how the stream's shards are listed and read and what the event looks like.
+//! This module says how the stream's shards are listed and read and what the event looks like,
+//! and keeps the stream's 24 h retention ([`RETENTION`]): by the mapping's clock
+//! ([`Settings::clock`], which tests move instead of waiting a day), a record older than that is
+//! trimmed, unreadable by the mapping and by a replay of the on-failure destination alike.
 
 use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
 use serde_json::{json, Value};
 
-use super::checkpoint::{Checkpoints, Listed, Position, Read, Settings, Source, Stream};
+use super::checkpoint::{Checkpoints, Listed, Position, Read, Resume, Settings, Source, Stream};
 use crate::error::{Result, ResultExt};
 use crate::invoke::StreamFunction;
 use crate::resources::Clients;
 
 pub use super::checkpoint::StreamPoll;
+
+/// How long DynamoDB Streams keeps a record: "All data in DynamoDB Streams is subject to a 24
+/// hour lifetime", after which it is trimmed and a read of it fails with
+/// `TrimmedDataAccessException`
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html>). The local
+/// AWS never trims; the emulator reads past what is older, as a reader starting at
+/// `TRIM_HORIZON` would.
+pub const RETENTION: Duration = Duration::from_secs(86_400);
 
 /// A DynamoDB Streams event source mapping and its checkpoint. Its [`Settings`] read as its own
 /// fields (`mapping.max_retries`).
@@ -80,7 +92,8 @@ pub async fn poll_stream<F: StreamFunction>(
         description.stream_description().map(|d| d.shards().iter().map(listed).collect()).unwrap_or_default();
     let mut checkpoints = std::mem::take(&mut mapping.checkpoints);
     let stream = Stream { clients, settings: &mapping.settings, arn: &stream_arn };
-    let poll = checkpoints.poll(stream, &Dynamo { event_names: &mapping.event_names, function }, &listed).await;
+    let source = Dynamo { event_names: &mapping.event_names, function, clock: mapping.settings.clock };
+    let poll = checkpoints.poll(stream, &source, &listed).await;
     mapping.checkpoints = checkpoints;
     poll
 }
@@ -91,7 +104,7 @@ pub async fn replay_stream_failures<F: StreamFunction>(
     mapping: &StreamMapping,
     function: &F,
 ) -> Result<super::Replayed> {
-    let source = Dynamo { event_names: &mapping.event_names, function };
+    let source = Dynamo { event_names: &mapping.event_names, function, clock: mapping.settings.clock };
     super::replay::replay(clients, &mapping.settings, &source).await
 }
 
@@ -110,10 +123,32 @@ pub(crate) async fn stream_arn(clients: &Clients, table: &str) -> Result<String>
     arn.ok_or_else(|| format!("table {table} has no stream").into())
 }
 
-/// The DynamoDB Streams source: the event names the filter lets through, and the function.
+/// The DynamoDB Streams source: the event names the filter lets through, the function, and
+/// the clock the stream's retention is measured by.
 pub(crate) struct Dynamo<'a, F> {
     pub event_names: &'a [String],
     pub function: &'a F,
+    pub clock: fn() -> SystemTime,
+}
+
+impl<F> Dynamo<'_, F> {
+    /// Whether a record created at `created_ms` is past the stream's [`RETENTION`].
+    fn trimmed(&self, created_ms: Option<i64>) -> bool {
+        let now = (self.clock)().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as i64;
+        created_ms.is_some_and(|created| now - created > RETENTION.as_millis() as i64)
+    }
+
+    /// Up to `limit` records from `from`, as the local AWS holds them (it never trims).
+    async fn read_raw(&self, clients: &Clients, from: Position<'_>, limit: i32) -> Result<Vec<Read<EventRecord>>> {
+        let streams = &clients.streams;
+        let (kind, sequence) = from.iterator();
+        let iterator = streams.get_shard_iterator().stream_arn(from.stream_arn).shard_id(from.shard);
+        let iterator = iterator.shard_iterator_type(ShardIteratorType::from(kind)).set_sequence_number(sequence);
+        let iterator = iterator.send().await.context("shard iterator")?;
+        let Some(iterator) = iterator.shard_iterator() else { return Ok(Vec::new()) };
+        let out = streams.get_records().shard_iterator(iterator).limit(limit).send().await.context("get records")?;
+        out.records().iter().map(|r| read(r, from.stream_arn)).collect()
+    }
 }
 
 impl<F: StreamFunction> Source for Dynamo<'_, F> {
@@ -124,15 +159,20 @@ impl<F: StreamFunction> Source for Dynamo<'_, F> {
         self.event_names.is_empty() || self.event_names.contains(&record.event_name)
     }
 
+    /// Up to `limit` records from `from` that the stream still holds: trimmed ones are passed
+    /// over (records are in time order within a shard, so they all come first).
     async fn read(&self, clients: &Clients, from: Position<'_>, limit: i32) -> Result<Vec<Read<EventRecord>>> {
-        let streams = &clients.streams;
-        let (kind, sequence) = from.iterator();
-        let iterator = streams.get_shard_iterator().stream_arn(from.stream_arn).shard_id(from.shard);
-        let iterator = iterator.shard_iterator_type(ShardIteratorType::from(kind)).set_sequence_number(sequence);
-        let iterator = iterator.send().await.context("shard iterator")?;
-        let Some(iterator) = iterator.shard_iterator() else { return Ok(Vec::new()) };
-        let out = streams.get_records().shard_iterator(iterator).limit(limit).send().await.context("get records")?;
-        out.records().iter().map(|r| read(r, from.stream_arn)).collect()
+        let mut resume = from.resume.cloned();
+        loop {
+            let from = Position { resume: resume.as_ref(), ..from };
+            let records = self.read_raw(clients, from, limit).await?;
+            let Some(last) = records.last().map(|r| r.sequence.clone()) else { return Ok(records) };
+            let held: Vec<_> = records.into_iter().filter(|r| !self.trimmed(r.arrival_ms)).collect();
+            if !held.is_empty() {
+                return Ok(held);
+            }
+            resume = Some(Resume::After(last));
+        }
     }
 
     async fn invoke(&self, records: Vec<EventRecord>) -> Result<Vec<Option<String>>> {
