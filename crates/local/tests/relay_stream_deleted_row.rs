@@ -70,12 +70,13 @@ async fn drain<F: StreamFunction>(clients: &Clients, stream: &mut StreamMapping,
     panic!("the stream never settled");
 }
 
+/// The relay as deployed: a permanent failure parked in its park queue.
 fn relay<E: EmailSender>(clients: &Clients, r: &Resources, sender: E) -> InProcess<Receipts<E>> {
     let store = DynamoDbStore::new(clients.dynamodb.clone(), &r.idempotency_table);
     let markers = Idempotency::new(store, Config::default().with_lease(Duration::from_secs(60)));
     let receipts = Receipts::new(markers, sender, &r.outbox_table, Policy::default())
         .with_alerts(Alerts::new(effectively_once_lambda::metrics::Emf::named("review")).published(false));
-    InProcess::new(receipts, "review")
+    InProcess::new(receipts, "review").park_in(&clients.sqs, &r.receipts_park_url)
 }
 
 async fn verified_ses(clients: &Clients) -> SesSender {
@@ -131,4 +132,7 @@ async fn a_deleted_row_does_not_take_the_receipts_behind_it_down() {
         );
         assert_eq!(sent.iter().filter(|e| *e == to).count(), 1, "{event_id}");
     }
+    // The deleted row's receipt is skipped, not a failure: nothing parked, nothing discarded.
+    let parked = local::park::parcels(&clients, &r.receipts_park_url).await.unwrap();
+    assert!(parked.is_empty() && discarded.is_empty(), "parked: {parked:?}; on-failure records: {discarded:?}");
 }
