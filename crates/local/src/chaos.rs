@@ -29,7 +29,7 @@ use crate::esm::kafka::Reading;
 use crate::esm::{Emulator, Feed};
 use crate::invariants::kafka::KafkaReadBack;
 use crate::invariants::orders::OrdersReadBack;
-use crate::invariants::{self, Audit};
+use crate::invariants::{self, Audit, Tally};
 use crate::invoke::{Batched, InProcess, Panicking, SqsFunction, StreamFunction};
 use crate::pipeline::Pipeline;
 use crate::progress::Tracker;
@@ -252,7 +252,10 @@ fn fault_rules(seed: u64) -> RefuseRecipients<RandomFaults> {
         .on("dynamodb:PutItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
         .on("dynamodb:UpdateItem", &[(Fault::DropResponse, 20), (Fault::Throttle, 20)])
         .on("dynamodb:DeleteItem", &[(Fault::DropResponse, 20)])
-        .on("ses:SendEmail", &[(Fault::Throttle, 30), (Fault::DropResponse, 10), (Fault::ServerError, 10)]);
+        .on("ses:SendEmail", &[(Fault::Throttle, 30), (Fault::DropResponse, 10), (Fault::ServerError, 10)])
+        // The stream functions' parks: a lost answer parks a record twice (the SDK's retry), a
+        // park that fails past the retries holds the record until a later delivery parks it.
+        .on("amazonsqs:SendMessageBatch", &[(Fault::DropResponse, 100), (Fault::ServerError, 100)]);
     RefuseRecipients::new(REFUSED_PREFIX, faults)
 }
 
@@ -281,7 +284,9 @@ fn faulty_emulator(
         per_mille: options.crash_per_mille / 2,
     };
     let receipts = Receipts::new(markers, sender, &pipeline.resources.outbox_table, Policy::AtMostOnce);
-    let relay = TimedRelay { inner: InProcess::new(receipts, receipts_relay::FUNCTION), crashes: crashes.clone() };
+    let relay = InProcess::new(receipts, receipts_relay::FUNCTION)
+        .park_in(&aws_sdk_sqs::Client::new(sdk), &pipeline.resources.receipts_park_url);
+    let relay = TimedRelay { inner: relay, crashes: crashes.clone() };
     let mut esm = pipeline.emulator(payments, relay).pollers(options.pollers);
     esm.stream.max_retries = 1000; // the at-most-once takeover needs the lease to end, not a give-up
     esm
@@ -344,9 +349,10 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
     if let Some(run) = &stream {
         let read = OrdersReadBack::read(pipeline, run, &workload.run).await?;
         let left = explained.saturating_sub(audit.rows.get("AMBIGUOUS").copied().unwrap_or(0));
-        let mut outcomes = BTreeMap::new();
-        audit.checks.extend(invariants::orders::judge(run, &read, left, &mut outcomes));
-        report_orders = Some(OrdersReport::of(run, outcomes));
+        let (mut outcomes, mut tally) = (BTreeMap::new(), Tally::new("Kinesis: orders"));
+        audit.checks.extend(invariants::orders::judge(run, &read, left, &mut outcomes, &mut tally));
+        audit.tallies.push(tally);
+        report_orders = Some(OrdersReport::of(run, &read, outcomes));
     }
     let report_kafka = match &kafka {
         Some(run) => Some(audit_kafka(pipeline, run, &mut audit).await?),
@@ -374,9 +380,10 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
 /// The Kafka path's invariants, into `audit`, and its report.
 async fn audit_kafka(pipeline: &Pipeline, run: &kafka::KafkaRun, audit: &mut Audit) -> Result<KafkaReport> {
     let read = KafkaReadBack::read(pipeline, run).await?;
-    let mut outcomes = BTreeMap::new();
-    audit.checks.extend(invariants::kafka::judge(run, &read, &mut outcomes));
-    Ok(KafkaReport::of(run, outcomes))
+    let (mut outcomes, mut tally) = (BTreeMap::new(), Tally::new("Kafka: payments"));
+    audit.checks.extend(invariants::kafka::judge(run, &read, &mut outcomes, &mut tally));
+    audit.tallies.push(tally);
+    Ok(KafkaReport::of(run, &read, outcomes))
 }
 
 /// The payments workload through the faulty pipeline: fed, drained, the DLQ redriven and

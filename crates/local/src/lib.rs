@@ -7,6 +7,7 @@
 //! - [`pipeline`]: one set of resources and the clients and functions on them;
 //! - [`esm`]: the emulator ([`esm::sqs`], [`esm::stream`], [`esm::queue`]);
 //! - [`invariants`]: what the demo and the chaos scenario check, read back from the tables;
+//! - [`park`]: the stream functions' park queues read back, parcel by parcel;
 //! - [`demo`], [`chaos`], [`workload`]: the scenarios and what they send;
 //! - [`proxy`]: the fault-injecting proxy between the SDK and the local AWS;
 //! - [`api`]: an HTTP function (the payments API) served over real HTTP in process;
@@ -25,6 +26,7 @@ mod http;
 pub mod invariants;
 pub mod invoke;
 pub mod loopback;
+pub mod park;
 pub mod pipeline;
 pub mod progress;
 pub mod proxy;

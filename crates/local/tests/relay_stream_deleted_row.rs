@@ -71,8 +71,9 @@ async fn drain<F: StreamFunction>(clients: &Clients, stream: &mut StreamMapping,
     panic!("the stream never settled");
 }
 
+/// The relay as deployed: a permanent failure parked in its park queue.
 fn relay<E: EmailSender>(clients: &Clients, r: &Resources, sender: E) -> InProcess<Receipts<E>> {
-    InProcess::new(receipts(clients, r, sender, counted()), "review")
+    InProcess::new(receipts(clients, r, sender, counted()), "review").park_in(&clients.sqs, &r.receipts_park_url)
 }
 
 /// The relay's handler on `r`, as `main` builds it, its alerts counted in `alerts`.
@@ -139,6 +140,9 @@ async fn a_deleted_row_does_not_take_the_receipts_behind_it_down() {
         );
         assert_eq!(sent.iter().filter(|e| *e == to).count(), 1, "{event_id}");
     }
+    // The deleted row's receipt is skipped, not a failure: nothing parked, nothing discarded.
+    let parked = local::park::parcels(&clients, &r.receipts_park_url).await.unwrap();
+    assert!(parked.is_empty() && discarded.is_empty(), "parked: {parked:?}; on-failure records: {discarded:?}");
 }
 
 /// A day and a minute, in the emulator's clock and the sweep's: past the stream's 24 h retention.

@@ -7,6 +7,7 @@ mod common;
 
 use common::Pending;
 use effectively_once_effects::{Policy, RecordingSender};
+use effectively_once_lambda::park::Coordinates;
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -56,9 +57,10 @@ async fn a_row_with_attributes_of_every_type_still_gets_its_receipt() {
 /// A row whose `status` another writer left in a form the relay does not know (here a number):
 /// the status read before sending (`Outbox::status`) calls it malformed, and the relay must not
 /// answer that with a retry, which holds the shard's checkpoint for a day (MaximumRetryAttempts
-/// -1) and every receipt behind it.
+/// -1) and every receipt behind it: the record fails for good, is parked, and the checkpoint
+/// moves on. Nothing is sent over a fate the relay cannot read.
 #[tokio::test]
-async fn a_row_whose_status_is_not_one_the_relay_knows_does_not_hold_the_checkpoint() {
+async fn a_row_whose_status_is_not_one_the_relay_knows_is_parked_and_does_not_hold_the_checkpoint() {
     let p = Pending::new("oddstatus").await;
     let mut item = p.item.clone();
     item.insert("status".into(), serde_dynamo::AttributeValue::N("0".into()));
@@ -66,7 +68,17 @@ async fn a_row_whose_status_is_not_one_the_relay_knows_does_not_hold_the_checkpo
 
     let sender = RecordingSender::new();
     let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let options = Options { emit_metrics: false, ..Options::new("test") };
-    let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
+    let park = common::Park::fresh().await;
+    let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &park.options()).await;
     assert!(response.batch_item_failures.is_empty(), "the checkpoint moves on: {:?}", response.batch_item_failures);
+    assert!(sender.sent().is_empty(), "nothing sent over a status the relay cannot read");
+    let parcels = park.parcels().await;
+    assert_eq!(parcels.len(), 1, "the insert parked, alone: {parcels:?}");
+    let insert = &p.event.records[0];
+    let sequence = insert.change.sequence_number.clone().unwrap();
+    assert_eq!(parcels[0].trigger, "aws:dynamodb");
+    assert_eq!(parcels[0].coordinates, Coordinates::DynamoDb { sequence_number: sequence });
+    assert!(parcels[0].reason.contains("reading the outbox row"), "{}", parcels[0].reason);
+    assert!(!parcels[0].reason.contains(&p.to), "the address redacted: {}", parcels[0].reason);
+    assert_eq!(parcels[0].record, serde_json::to_value(insert).unwrap(), "the record as delivered");
 }

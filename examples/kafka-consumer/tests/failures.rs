@@ -1,18 +1,21 @@
-//! Failures on the local AWS: a record whose value is no payment fails alone and its partition
-//! goes on; a record that fails in a way a later delivery may undo holds its partition from
-//! that record, and only that partition, under either reading of the answer (the test played
-//! as Lambda resumes the partition and as Lambda retries the named records alone); an event id
-//! reused for another payment posts nothing.
+//! Failures on the local AWS: a record whose value is no payment fails alone, is parked as
+//! delivered, and its partition goes on; a record that fails in a way a later delivery may undo
+//! holds its partition from that record, and only that partition, under either reading of the
+//! answer (the test played as Lambda resumes the partition and as Lambda retries the named
+//! records alone); an event id reused for another payment posts nothing.
 
 mod common;
 
-use common::{balance, deliver, entries, payment, payment_with_receipt, raw_record, record, Tables};
+use common::{
+    assert_parked_as_delivered, balance, deliver, entries, payment, payment_with_receipt, raw_record, record, Tables,
+};
 use effectively_once_lambda::Retry;
 use local::esm::kafka::Reading;
 
 /// Poison of every kind, in two partitions, between valid payments: each fails alone,
-/// permanently, with its reason; no partition is held (a retry cannot mend a value), and every
-/// valid payment posts, those after the poison in its partition too.
+/// permanently, with its reason, and is parked as delivered; no partition is held (a retry
+/// cannot mend a value), and every valid payment posts, those after the poison in its partition
+/// too.
 #[tokio::test]
 async fn a_malformed_value_fails_alone_and_the_rest_of_the_batch_posts() {
     let tables = Tables::fresh().await;
@@ -47,6 +50,14 @@ async fn a_malformed_value_fails_alone_and_the_rest_of_the_batch_posts() {
             ("payments-1@9", Retry::Permanent, "invalid payment event: amount_cents: must not be zero"),
         ]
     );
+    // Each parked, with the reason it failed for, before its partition went past it.
+    let parked: Vec<(String, Retry, &str)> =
+        delivered.parked_records().into_iter().map(|(at, reason)| (at, Retry::Permanent, reason)).collect();
+    let expected: Vec<(String, Retry, &str)> = reasons.iter().map(|(at, r, why)| (at.to_string(), *r, *why)).collect();
+    assert_eq!(parked, expected, "every poison record parked once, with its reason");
+    for (parcel, poison) in delivered.parked.iter().zip([&batch[1], &batch[2], &batch[4], &batch[5], &batch[6]]) {
+        assert_parked_as_delivered(parcel, poison);
+    }
     assert_eq!(balance(&payments, "acct_1").await, Some((1500, 2)), "both payments around the poison");
     assert_eq!(entries(&payments, "acct_2").await, [("pay_0104".to_owned(), 700)]);
 }
@@ -72,6 +83,7 @@ async fn a_failing_record_holds_its_partition_from_it_and_the_other_partitions_a
     assert_eq!(delivered.named, named, "partition 0 from the failed record on");
     assert_eq!(delivered.failed_records(), ["payments-0@11"], "pay_0203 waits, not started: {delivered:?}");
     assert_eq!(delivered.failed[0].1.retry, Retry::Retryable);
+    assert!(delivered.parked.is_empty(), "a retryable failure is held, not parked: {:?}", delivered.parked);
     let payments = tables.payments();
     assert_eq!(entries(&payments, "acct_1").await, [("pay_0201".to_owned(), 1000)]);
     assert_eq!(balance(&payments, "acct_2").await, Some((500, 2)), "partition 1 is done and committed");
@@ -88,7 +100,7 @@ async fn a_failing_record_holds_its_partition_from_it_and_the_other_partitions_a
 }
 
 /// An event id already applied, sent again for another account: key reuse. Nothing posts, the
-/// record fails permanently (logged with the reason, its partition goes on), and the first
+/// record fails permanently (parked with the reason, its partition goes on), and the first
 /// payment stands.
 #[tokio::test]
 async fn an_event_id_reused_for_another_payment_fails_alone_and_posts_nothing() {
@@ -100,6 +112,8 @@ async fn an_event_id_reused_for_another_payment_fails_alone_and_posts_nothing() 
     assert!(delivered.named.is_empty(), "{delivered:?}");
     assert_eq!(delivered.failed_records(), ["payments-0@2"]);
     assert_eq!(delivered.failed[0].1.retry, Retry::Permanent);
+    assert_eq!(delivered.parked_records(), [("payments-0@2".to_owned(), delivered.failed[0].1.reason.as_str())]);
+    assert_parked_as_delivered(&delivered.parked[0], &batch[0]);
     assert_eq!(entries(&payments, "acct_1").await, [("pay_0301".to_owned(), 900)]);
     assert_eq!(entries(&payments, "acct_9").await, [("pay_0302".to_owned(), 50)]);
 }

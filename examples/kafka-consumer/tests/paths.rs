@@ -1,9 +1,12 @@
 //! The batch path (`kafka::run_batch`, the function's default) and the record-by-record path
-//! (`kafka::run`) come to the same ledger and the same answer for one batch.
+//! (`kafka::run`) come to the same ledger, the same answer and the same parked poison for one
+//! batch.
 
 mod common;
 
-use common::{deliver, deliver_one_by_one, ledger_items, payment, raw_record, record, Tables};
+use common::{
+    assert_parked_as_delivered, deliver, deliver_one_by_one, ledger_items, payment, raw_record, record, Tables,
+};
 
 /// Credits, a debit, an overdraft (rejected and recorded), a currency the account does not hold
 /// (rejected), a producer retry in another partition, and poison: each account's payments in
@@ -38,6 +41,12 @@ async fn the_batch_path_and_the_one_by_one_path_leave_the_same_ledger() {
     };
     assert_eq!(failed(&by_batch), failed(&by_record), "the same records failed, the same way");
     assert_eq!(failed(&by_batch), ["payments-1@2 Permanent", "payments-2@3 Permanent"]);
+    // The poison parked by both, the same way: as delivered, with the same reason.
+    assert_eq!(by_batch.parked, by_record.parked, "the same parcels");
+    let parked: Vec<String> = by_batch.parked_records().into_iter().map(|(at, _)| at).collect();
+    assert_eq!(parked, ["payments-1@2", "payments-2@3"]);
+    assert_parked_as_delivered(&by_batch.parked[0], &mixed_batch()[5]);
+    assert_parked_as_delivered(&by_batch.parked[1], &mixed_batch()[9]);
 
     let ledger = ledger_items(&batched).await;
     assert_eq!(ledger, ledger_items(&one_by_one).await, "the same entries and balances");

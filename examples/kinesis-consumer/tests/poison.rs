@@ -1,15 +1,16 @@
-//! Records that are not orders: each fails alone and for good. A retry cannot make bad data an
-//! order, so the answer never names one as the checkpoint (that would hold the shard until the
-//! record aged out), and the orders around it, on its partition key too, are stored.
+//! Records that are not orders: each fails alone and for good, and is parked as delivered. A
+//! retry cannot make bad data an order, so the answer never names one as the checkpoint (that
+//! would hold the shard until the record aged out), and the orders around it, on its partition
+//! key too, are stored.
 
 mod common;
 
 use effectively_once_lambda::Retry;
 
-use common::{assert_once, deliver, new_order, order_count, order_data, orders, record};
+use common::{assert_once, assert_parked_as_delivered, deliver, new_order, order_count, order_data, orders, record};
 
 #[tokio::test]
-async fn a_poison_record_fails_alone_permanently_and_is_not_the_checkpoint() {
+async fn a_poison_record_fails_alone_permanently_is_parked_and_is_not_the_checkpoint() {
     let handler = orders().await;
     let (first, first_email) = new_order();
     let (last, last_email) = new_order();
@@ -27,14 +28,17 @@ async fn a_poison_record_fails_alone_permanently_and_is_not_the_checkpoint() {
     let delivered = deliver(&handler, &batch).await;
     assert_eq!(delivered.checkpoint, Vec::<String>::new(), "a poison record is never the checkpoint");
     assert_failed_for_good(&delivered.failed, &poison);
+    assert_parked(&delivered, &batch[1..4]);
     assert_once(&handler, &first, &first_email, 10).await;
     assert_once(&handler, &last, &last_email, 30).await;
     assert_eq!(order_count(&handler).await, 2, "nothing stored for the poison records");
 
-    // Delivered again, the poison records still fail alone and the orders are not stored twice.
+    // Delivered again, the poison records still fail alone (parked again, at the same
+    // coordinates) and the orders are not stored twice.
     let again = deliver(&handler, &batch).await;
     assert_eq!(again.checkpoint, Vec::<String>::new());
     assert_failed_for_good(&again.failed, &poison);
+    assert_parked(&again, &batch[1..4]);
     assert_once(&handler, &last, &last_email, 30).await;
     assert_eq!(order_count(&handler).await, 2);
 }
@@ -46,6 +50,17 @@ fn assert_failed_for_good(failed: &[(String, effectively_once_lambda::RecordErro
     assert_eq!(sequences, poison.iter().collect::<Vec<_>>(), "the poison records fail, and they alone");
     for (sequence, error) in failed {
         assert_eq!(error.retry, Retry::Permanent, "record {sequence}: {error}");
+    }
+}
+
+/// Exactly the `poison` records were parked, each once, as delivered, with the reason it failed
+/// for.
+fn assert_parked(delivered: &common::Delivered, poison: &[effectively_once_lambda::events::KinesisEventRecord]) {
+    assert_eq!(delivered.parked.len(), poison.len(), "{:?}", delivered.parked);
+    for (parcel, record) in delivered.parked.iter().zip(poison) {
+        assert_parked_as_delivered(parcel, record);
+        let failed = delivered.failed.iter().find(|(sequence, _)| *sequence == record.kinesis.sequence_number);
+        assert_eq!(Some(parcel.reason.as_str()), failed.map(|(_, e)| e.reason.as_str()), "parked with its reason");
     }
 }
 

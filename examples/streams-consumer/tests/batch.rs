@@ -1,6 +1,6 @@
 //! The projector's batch path (`streams::process_batch`, what `main` serves) on the local AWS:
-//! a batch of orders is one transaction; an order seen twice, a record that is not an order,
-//! and a lost answer each leave every order projected once and the checkpoint exact.
+//! a batch of orders is one transaction; an order seen twice, a record that is not an order
+//! (parked), and a lost answer each leave every order projected once and the checkpoint exact.
 
 mod common;
 
@@ -8,7 +8,10 @@ use common::{item, number, projector, LoseAnswer};
 use effectively_once_effects::testing::streams::Batch;
 use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, DynamoDbEvent, DynamoDbEventResponse, LambdaEvent};
+use effectively_once_lambda::park::{Coordinates, Parcel};
 use effectively_once_lambda::streams::{self, Options};
+use local::park::ParkQueue;
+use local::Clients;
 use serde_json::{json, Value};
 use streams_consumer::Projector;
 
@@ -16,15 +19,28 @@ fn order(id: &str, customer: &str, total_cents: i64) -> Value {
     json!({"pk": format!("order#{id}"), "order_id": id, "customer_id": customer, "total_cents": total_cents})
 }
 
-async fn deliver(handler: &Projector, event: &DynamoDbEvent) -> DynamoDbEventResponse {
-    let options = Options { emit_metrics: false, ..Options::new("streams-consumer") };
-    streams::process_batch(handler, LambdaEvent::new(event.clone(), Context::default()), &options).await
+/// One invocation, as `main` serves the projector: its poison parked in a queue of the
+/// invocation's own (`PARK_QUEUE_URL`). The answer, and the parcels parked.
+async fn deliver(handler: &Projector, event: &DynamoDbEvent) -> (DynamoDbEventResponse, Vec<Parcel>) {
+    let park = ParkQueue::fresh(&Clients::local().await, "streams-park").await.expect("a park queue");
+    let options = Options { emit_metrics: false, ..Options::new("streams-consumer") }.park_in(park.destination());
+    let response = streams::process_batch(handler, LambdaEvent::new(event.clone(), Context::default()), &options).await;
+    (response, park.drain().await.expect("the park queue read back"))
+}
+
+/// `parked` holds `record`'s parcel alone: the record as delivered, at its sequence number.
+fn assert_parked_alone(parked: &[Parcel], record: &effectively_once_lambda::events::EventRecord) {
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(parked[0].trigger, "aws:dynamodb");
+    let sequence_number = record.change.sequence_number.clone().unwrap();
+    assert_eq!(parked[0].coordinates, Coordinates::DynamoDb { sequence_number });
+    assert_eq!(parked[0].record, serde_json::to_value(record).unwrap(), "the record as delivered");
 }
 
 /// Five orders of two customers, the first inserted twice (a row written again), and a record
 /// that is not an order: the five in one transaction, the repeat in a second (a change of an item
 /// waits for the item's earlier one); each order's row once; each customer's totals count its
-/// orders once; the bad record fails alone and is not the checkpoint.
+/// orders once; the bad record fails alone, is parked as delivered and is not the checkpoint.
 #[tokio::test]
 async fn a_batch_of_orders_is_one_transaction_and_each_order_counts_once() {
     let (handler, client, requests) = projector(LoseAnswer::default()).await;
@@ -38,8 +54,9 @@ async fn a_batch_of_orders_is_one_transaction_and_each_order_counts_once() {
     let event =
         batch.insert(order(&ids[0], &alice, 100)).insert(json!({"pk": "order#broken", "customer_id": alice})).build();
 
-    let response = deliver(&handler, &event).await;
+    let (response, parked) = deliver(&handler, &event).await;
     assert!(response.batch_item_failures.is_empty(), "{:?}", response.batch_item_failures);
+    assert_parked_alone(&parked, event.records.last().unwrap());
     let transactions = requests.by_operation().get("TransactWriteItems").copied();
     assert_eq!(transactions, Some(2), "the five orders in one transaction, the repeat after");
     for id in &ids {
@@ -54,8 +71,9 @@ async fn a_batch_of_orders_is_one_transaction_and_each_order_counts_once() {
     assert_eq!((number(&of_bob, "order_count"), number(&of_bob, "total_cents")), (Some(2), Some(200 + 400)));
 
     // The whole batch again (a lost answer to Lambda): nothing changes.
-    let again = deliver(&handler, &event).await;
+    let (again, parked) = deliver(&handler, &event).await;
     assert!(again.batch_item_failures.is_empty());
+    assert_parked_alone(&parked, event.records.last().unwrap());
     let of_alice = totals(alice).await;
     assert_eq!(number(&of_alice, "order_count"), Some(3), "each order counted once: {of_alice:?}");
 }
@@ -71,12 +89,12 @@ async fn a_lost_answer_to_the_batch_checkpoints_and_the_redelivery_counts_each_o
     let event =
         ids.iter().fold(Batch::new("orders", &["pk"]), |batch, id| batch.insert(order(id, &customer, 100))).build();
 
-    let first = deliver(&handler, &event).await;
+    let (first, _) = deliver(&handler, &event).await;
     let mut redelivery = event.clone();
     if let Some(checkpoint) = first.batch_item_failures.first() {
         let at = event.records.iter().position(|r| r.change.sequence_number == checkpoint.item_identifier);
         redelivery.records.drain(..at.expect("the checkpoint is a record of the batch"));
-        let second = deliver(&handler, &redelivery).await;
+        let (second, _) = deliver(&handler, &redelivery).await;
         assert!(second.batch_item_failures.is_empty(), "{:?}", second.batch_item_failures);
     }
     for id in &ids {

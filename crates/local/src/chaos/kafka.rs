@@ -1,7 +1,7 @@
 //! The chaos scenario's Kafka path: payments produced to a fresh three-partition topic on the
 //! local broker (producer retries at new offsets, some in another partition; poison values;
 //! payments whose handler panics until the fix), and the Kafka payments consumer
-//! (`examples/kafka-consumer`) run in process through the Kafka event source emulator, its
+//! (`examples/kafka-consumer`, its poison parked in the Kafka park queue) run in process through the Kafka event source emulator, its
 //! DynamoDB calls through the fault proxy, by pollers of one consumer group that crash after
 //! their invocation and before the commit, and one that stalls past the poll interval while
 //! another takes its partitions over. Drained until the group's committed offsets reach every
@@ -106,7 +106,10 @@ pub(super) async fn run(
     mapping.reading = options.kafka_reading;
     open_accounts(pipeline, &plan).await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-    let function = Batched::new(Panicking::new(Payments::new(pipeline.ledger(&dynamodb))), kafka_consumer::FUNCTION);
+    // Poison parked in the Kafka park queue, through the fault proxy too.
+    let (sqs, park) = (aws_sdk_sqs::Client::new(sdk), &pipeline.resources.kafka_park_url);
+    let function = Batched::new(Panicking::new(Payments::new(pipeline.ledger(&dynamodb))), kafka_consumer::FUNCTION)
+        .park_in(&sqs, park);
     let mut run = KafkaRun {
         plan,
         mapping: mapping.clone(),
@@ -127,7 +130,7 @@ pub(super) async fn run(
     run.phases.push(("kafka: producer, pollers, crashes, a rebalance overlap, until committed", started.elapsed()));
     let started = Instant::now();
     // The fix is deployed: the plain consumer replays the destination.
-    let fixed = Batched::new(Payments::new(pipeline.ledger(&dynamodb)), kafka_consumer::FUNCTION);
+    let fixed = Batched::new(Payments::new(pipeline.ledger(&dynamodb)), kafka_consumer::FUNCTION).park_in(&sqs, park);
     replay(&pipeline.clients, &fixed, &mut run).await?;
     run.committed = kafka::committed(&run.mapping, PARTITIONS)?;
     run.counts = sum(function.counts(), fixed.counts());

@@ -1,17 +1,17 @@
 //! The chaos scenario's stream path: a hostile producer puts orders on the orders Kinesis stream
 //! (producer retries under new sequence numbers, some under another partition key; several
-//! orders per key; poison records; refused confirmation addresses; a shard split while records
+//! orders per key; poison records, which the consumer parks in its park queue; refused
+//! confirmation addresses; a shard split while records
 //! are in flight), and the Kinesis orders consumer (`examples/kinesis-consumer`) runs in process
 //! through the Kinesis mapping emulator, its AWS calls through the fault proxy, with crashes
 //! after the commit and panics in records, two mappings on the stream at once. The on-failure
 //! destination is replayed at the end, as the SQS path redrives its DLQ. What came of it is read
 //! back by [`crate::invariants::orders`].
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::streams::KinesisEventResponse;
 use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
 use aws_sdk_kinesis::primitives::Blob;
@@ -19,8 +19,7 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::{DynamoDbStore, Table};
 use effectively_once_effects::SesSender;
-use effectively_once_lambda::events::Context;
-use effectively_once_lambda::{Handler, RecordResult, Retry, Typed};
+use effectively_once_lambda::Typed;
 use kinesis_consumer::{Order, Orders};
 use serde_json::json;
 
@@ -221,42 +220,6 @@ impl OrdersPlan {
     }
 }
 
-/// The consumer's records answered permanent (by their data): the driver logs them and moves
-/// on, so this is where a permanent failure is accounted for, as its logs would be.
-#[derive(Debug, Clone, Default)]
-pub struct PermanentFailures(Arc<Mutex<HashSet<Vec<u8>>>>);
-
-impl PermanentFailures {
-    /// The data of every record answered permanent so far.
-    pub fn data(&self) -> HashSet<Vec<u8>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-/// A handler whose permanent failures are noted in a [`PermanentFailures`].
-pub struct NotingPermanent<H> {
-    inner: H,
-    noted: PermanentFailures,
-}
-
-impl<H: Handler<KinesisEventRecord>> Handler<KinesisEventRecord> for NotingPermanent<H> {
-    async fn handle(&self, record: &KinesisEventRecord, context: &Context) -> RecordResult {
-        let result = self.inner.handle(record, context).await;
-        if matches!(&result, Err(e) if e.retry == Retry::Permanent) {
-            self.noted.0.lock().unwrap_or_else(|p| p.into_inner()).insert(record.kinesis.data.to_vec());
-        }
-        result
-    }
-
-    fn key(&self, record: &KinesisEventRecord) -> Option<String> {
-        self.inner.key(record)
-    }
-
-    fn span(&self, record: &KinesisEventRecord) -> tracing::Span {
-        self.inner.span(record)
-    }
-}
-
 /// What crashed the orders function after its effects committed.
 pub(super) const CRASH_AFTER_COMMIT: &str = "orders: crash after commit, before the checkpoint";
 
@@ -279,7 +242,7 @@ impl<F: KinesisFunction> KinesisFunction for CrashingOrders<F> {
     }
 }
 
-type Function = CrashingOrders<InProcess<NotingPermanent<Panicking<Typed<Orders<SesSender>>>>>>;
+type Function = CrashingOrders<InProcess<Panicking<Typed<Orders<SesSender>>>>>;
 
 /// What the stream path did.
 #[derive(Debug, Clone, Default)]
@@ -298,8 +261,6 @@ pub struct OrdersRun {
     pub unread: usize,
     /// Shards after the split (none when it failed).
     pub shards: usize,
-    /// Data of the records answered permanent.
-    pub permanent: HashSet<Vec<u8>>,
     /// Wall time by phase.
     pub phases: Vec<(&'static str, Duration)>,
 }
@@ -314,24 +275,25 @@ async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str) -> Result
     Ok(())
 }
 
-/// The consumer behind the fault proxy (`sdk`), crashing `per_mille` after its commits.
+/// The consumer behind the fault proxy (`sdk`), crashing `per_mille` after its commits, its
+/// poison parked in the orders park queue (through the proxy too).
 fn function(
     pipeline: &Pipeline,
     sdk: &aws_config::SdkConfig,
     table: &str,
     crashes: &Arc<Crashes>,
     per_mille: u64,
-) -> (Function, PermanentFailures) {
+) -> Function {
     let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(sdk), &pipeline.resources.idempotency_table);
     let orders = Orders {
         idempotency: Idempotency::new(store, Config::default()),
         orders: Table::new(table, "pk"),
         sender: SesSender::new(aws_sdk_sesv2::Client::new(sdk), RECEIPT_FROM),
     };
-    let noted = PermanentFailures::default();
-    let handler = NotingPermanent { inner: Panicking::new(Typed(orders)), noted: noted.clone() };
-    let inner = InProcess::new(handler, "kinesis-consumer");
-    (CrashingOrders { inner, crashes: crashes.clone(), per_mille }, noted)
+    let park = &pipeline.resources.orders_park_url;
+    let inner =
+        InProcess::new(Panicking::new(Typed(orders)), "kinesis-consumer").park_in(&aws_sdk_sqs::Client::new(sdk), park);
+    CrashingOrders { inner, crashes: crashes.clone(), per_mille }
 }
 
 /// Puts `puts` with `PutRecords`; each put gets its own sequence number.
@@ -377,11 +339,10 @@ pub(super) async fn run(
 ) -> Result<OrdersRun> {
     let table = table_name(pipeline);
     create_table(&pipeline.clients.dynamodb, &table).await?;
-    let (function, noted) = function(pipeline, sdk, &table, crashes, crash_per_mille);
+    let function = function(pipeline, sdk, &table, crashes, crash_per_mille);
     let mut run = OrdersRun { plan, table, ..OrdersRun::default() };
-    let result = drive(pipeline, &function, &mut run).await;
-    run.permanent = noted.data();
-    result.map(|()| run)
+    drive(pipeline, &function, &mut run).await?;
+    Ok(run)
 }
 
 /// Produces and consumes until drained, replays the destination, drains again, and reads how
@@ -457,6 +418,8 @@ async fn replay(pipeline: &Pipeline, mapping: &KinesisMapping, function: &Functi
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     #[test]

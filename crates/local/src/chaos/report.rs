@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use super::kafka::KafkaRun;
 use super::orders::OrdersRun;
+use crate::invariants::kafka::KafkaReadBack;
+use crate::invariants::orders::OrdersReadBack;
 use crate::invariants::{Audit, Table};
 
 /// What the scenario did and whether the invariants held.
@@ -46,7 +48,7 @@ pub struct OrdersReport {
 }
 
 impl OrdersReport {
-    pub(super) fn of(run: &OrdersRun, outcomes: BTreeMap<String, usize>) -> OrdersReport {
+    pub(super) fn of(run: &OrdersRun, read: &OrdersReadBack, outcomes: BTreeMap<String, usize>) -> OrdersReport {
         let traffic = vec![
             ("orders (distinct, valid or panicking)", run.plan.orders.len()),
             ("records put (producer retries and poison included)", run.plan.puts.len()),
@@ -56,6 +58,8 @@ impl OrdersReport {
             ("shards after the mid-run split", run.shards),
             ("records delivered, two mappings (with redeliveries)", run.delivered),
             ("records discarded to the on-failure destination", run.discarded),
+            ("parcels in the park queue (a record parked again included)", read.parcels),
+            ("records parked (distinct shard and sequence number)", read.parked.len()),
             ("destination batches cleared by the replay", run.replayed.batches),
             ("records handed over by the replay", run.replayed.records),
             ("destination batches kept (still failing)", run.replayed.kept),
@@ -122,7 +126,7 @@ pub struct KafkaReport {
 
 impl KafkaReport {
     /// The figures of `run`, with the outcomes the invariants read back.
-    pub fn of(run: &KafkaRun, outcomes: BTreeMap<String, usize>) -> KafkaReport {
+    pub fn of(run: &KafkaRun, read: &KafkaReadBack, outcomes: BTreeMap<String, usize>) -> KafkaReport {
         let (retries, elsewhere) = run.plan.retries_written();
         let c = run.counts;
         let traffic = vec![
@@ -140,7 +144,9 @@ impl KafkaReport {
             ("duplicates (answered from the first delivery)", c.duplicate as usize),
             ("rejected (recorded)", c.rejected as usize),
             ("in progress elsewhere (retried)", c.in_progress as usize),
-            ("failed permanently (poison: logged, skipped)", c.permanent as usize),
+            ("failed permanently (poison: parked, then skipped)", c.permanent as usize),
+            ("parcels in the park queue (a record parked again included)", read.parcels),
+            ("records parked (distinct topic-partition and offset)", read.parked.len()),
             ("records discarded to the on-failure destination", run.polls.given_up),
             ("destination batches replayed with the fix", run.replayed.batches),
             ("records handed over by the replay", run.replayed.records),

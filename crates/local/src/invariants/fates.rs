@@ -161,6 +161,20 @@ impl<'p> Fates<'p> {
         )
     }
 
+    /// The SQS path's figures of "nothing lost": nothing parks there (its DLQ is the
+    /// destination).
+    pub fn tally(&self) -> super::Tally {
+        super::Tally {
+            sent: self.plan.sent.len(),
+            applied: self.count("applied"),
+            rejected: self.count("rejected"),
+            destination: self.count("dlq"),
+            lost: self.count("lost"),
+            twice: self.count("twice"),
+            ..super::Tally::new("SQS: payments")
+        }
+    }
+
     /// Each kind ends as the contract allows; `kinds` is how many were sent.
     pub fn kinds_allowed(&self, kinds: usize) -> Check {
         Check::new(

@@ -1,15 +1,17 @@
 //! The Kafka path's invariants, read back from the ledger (each account's entries and balance),
-//! the payment records in the idempotency table, the on-failure destination and the group's
-//! committed offsets: every payment the contract applies posted exactly once, balances and
-//! entry counts their sums, rejections recorded and posting nothing, nothing posted for poison,
-//! nothing left on the topic or in the destination.
+//! the payment records in the idempotency table, the on-failure destination, the park queue
+//! (its parcels) and the group's committed offsets: every record written applied, rejected or
+//! parked, once; every payment the contract applies posted exactly once, balances and entry
+//! counts their sums, rejections recorded and posting nothing, poison parked and nothing posted
+//! for it, nothing left on the topic or in the destination.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use payments::{Posting, Rejection};
 
 use super::read::{account, batch_get, s, Account, Item};
-use super::Check;
+use super::{Check, Tally};
+use crate::chaos::kafka::plan::Poison;
 use crate::chaos::kafka::{KafkaRun, PaymentKind};
 use crate::error::Result;
 use crate::pipeline::Pipeline;
@@ -22,6 +24,11 @@ pub struct KafkaReadBack {
     records: HashMap<String, Item>,
     /// Invocation records in the on-failure destination.
     destination: usize,
+    /// The records parked, one per `topic-partition@offset` (a record parked again after a
+    /// redelivery counted once): their values.
+    pub parked: BTreeMap<String, Vec<u8>>,
+    /// Parcels in the park queue, copies included.
+    pub parcels: usize,
 }
 
 impl KafkaReadBack {
@@ -40,7 +47,11 @@ impl KafkaReadBack {
             Some(url) => crate::esm::peek_bodies(clients, url).await?.len(),
             None => 0,
         };
-        Ok(KafkaReadBack { accounts, records, destination })
+        let parcels = crate::park::parcels(clients, &pipeline.resources.kafka_park_url).await?;
+        let count = parcels.len();
+        let parked = crate::park::distinct(parcels).into_iter();
+        let parked = parked.map(|(at, p)| (at, crate::park::payload(&p).unwrap_or_default())).collect();
+        Ok(KafkaReadBack { accounts, records, destination, parked, parcels: count })
     }
 
     /// The entries posted under `event_id`, on any of the path's accounts.
@@ -57,17 +68,66 @@ impl KafkaReadBack {
         }
         serde_json::from_str(&s(record, "response")?).ok()
     }
+
+    /// Whether anything was posted or recorded for poison `p`: for key reuse, any entry under
+    /// its id but the opening credit's.
+    fn posted_for(&self, run: &KafkaRun, p: &Poison) -> bool {
+        let Some(id) = p.event_id.as_deref() else { return false };
+        if p.reuses {
+            let opening = run.plan.openings.iter().find(|o| o.event_id == id);
+            let expected = opening.map(|o| vec![(o.amount_cents, o.currency.as_str())]);
+            return Some(self.entries(id)) != expected;
+        }
+        !self.entries(id).is_empty() || self.posting(id).is_some()
+    }
 }
 
-/// The Kafka path's outcomes by kind and its invariants.
-pub fn judge(run: &KafkaRun, read: &KafkaReadBack, outcomes: &mut BTreeMap<String, usize>) -> Vec<Check> {
+/// The Kafka path's outcomes by kind and its invariants; its "nothing lost" figures into
+/// `tally`.
+pub fn judge(
+    run: &KafkaRun,
+    read: &KafkaReadBack,
+    outcomes: &mut BTreeMap<String, usize>,
+    tally: &mut Tally,
+) -> Vec<Check> {
     vec![
+        nothing_lost(run, read, tally),
         applied_once(run, read, outcomes),
         balances(run, read),
         rejected(run, read, outcomes),
         poison(run, read, outcomes),
         drained(run, read),
     ]
+}
+
+/// Every distinct record written (each payment, a producer retry the same record; each poison
+/// value) is applied, rejected or parked, once: parked and posted is twice. The on-failure
+/// destination is not counted here: the replay empties it (`drained` checks that it did).
+fn nothing_lost(run: &KafkaRun, read: &KafkaReadBack, tally: &mut Tally) -> Check {
+    let parked: HashSet<&[u8]> = read.parked.values().map(Vec::as_slice).collect();
+    let mut sent: HashSet<Vec<u8>> = HashSet::new();
+    for p in &run.plan.payments {
+        let value = serde_json::to_vec(&p.event).unwrap_or_default();
+        let applied = !read.entries(&p.event.event_id).is_empty();
+        let rejected = !applied && matches!(read.posting(&p.event.event_id), Some(Posting::Rejected { .. }));
+        tally.add([applied, rejected, false, parked.contains(value.as_slice())]);
+        sent.insert(value);
+    }
+    for p in &run.plan.poison {
+        tally.add([read.posted_for(run, p), false, false, parked.contains(p.value.as_slice())]);
+        sent.insert(p.value.clone());
+    }
+    let strays = parked.iter().filter(|value| !sent.contains(**value)).count();
+    Check::new(
+        "kafka: nothing lost: every record written is applied, rejected or parked, once",
+        tally.holds() && strays == 0,
+        format!(
+            "{}; {} parcels in the park queue, {} records parked, {strays} no record written explains",
+            tally.figures(),
+            read.parcels,
+            read.parked.len()
+        ),
+    )
 }
 
 fn applied_once(run: &KafkaRun, read: &KafkaReadBack, outcomes: &mut BTreeMap<String, usize>) -> Check {
@@ -169,21 +229,29 @@ fn rejected(run: &KafkaRun, read: &KafkaReadBack, outcomes: &mut BTreeMap<String
 }
 
 fn poison(run: &KafkaRun, read: &KafkaReadBack, outcomes: &mut BTreeMap<String, usize>) -> Check {
-    let mut posted = 0;
+    let parked: HashSet<&[u8]> = read.parked.values().map(Vec::as_slice).collect();
+    let (mut posted, mut unparked) = (0, 0);
     for p in &run.plan.poison {
-        let touched =
-            p.event_id.as_deref().is_some_and(|id| !read.entries(id).is_empty() || read.posting(id).is_some());
+        let touched = read.posted_for(run, p);
         posted += usize::from(touched);
-        let fate = if touched { "POSTED or recorded" } else { "nothing posted" };
+        let in_park = parked.contains(p.value.as_slice());
+        unparked += usize::from(!in_park);
+        let fate = match (touched, in_park) {
+            (false, true) => "parked, nothing posted",
+            (false, false) => "NOT PARKED, nothing posted",
+            (true, _) => "POSTED or recorded",
+        };
         *outcomes.entry(format!("poison: {} | {fate}", p.label)).or_default() += 1;
     }
-    // Each poison value was answered permanent at least once: logged and skipped, never a
-    // resume point.
+    // Each poison value failed permanently and was parked before its partition went past it.
     let permanent = run.counts.permanent as usize;
     Check::new(
-        "kafka: nothing posted for poison; each failed permanently (logged, skipped by the driver)",
-        posted == 0 && permanent >= run.plan.poison.len(),
-        format!("{} poison values: {posted} posted, {permanent} permanent failures", run.plan.poison.len()),
+        "kafka: nothing posted for poison; each failed permanently and was parked (read back from the park queue)",
+        posted == 0 && unparked == 0 && permanent >= run.plan.poison.len(),
+        format!(
+            "{} poison values: {posted} posted, {unparked} not parked, {permanent} permanent failures",
+            run.plan.poison.len()
+        ),
     )
 }
 

@@ -1,6 +1,6 @@
 //! The invariants of a run, read back from what the pipeline left: ledger entries and balances,
-//! the outcomes recorded in the idempotency table, outbox rows, email markers, the DLQ and the
-//! emails the local SES accepted. Never from the plan's expectations: a plan says what was sent,
+//! the outcomes recorded in the idempotency table, outbox rows, email markers, the DLQ, the park
+//! queues ([`crate::park`]) and the emails the local SES accepted. Never from the plan's expectations: a plan says what was sent,
 //! the tables say what came of it. The demo and the chaos scenario both end with [`audit`], and
 //! both render their reports with [`Table`].
 //!
@@ -37,6 +37,81 @@ impl Check {
     }
 }
 
+/// How one trigger's distinct records ended, each counted once: the figures of "nothing lost".
+/// A record is applied, rejected (its rejection read back), in a destination (the DLQ, an
+/// on-failure destination) or parked (its parcel read back from the park queue); `lost` ended
+/// nowhere, `twice` in two of those (parked and applied, say).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// The trigger and what it carries.
+    pub trigger: String,
+    /// Distinct records sent.
+    pub sent: usize,
+    /// Applied.
+    pub applied: usize,
+    /// Rejected, the rejection recorded.
+    pub rejected: usize,
+    /// In the DLQ or the on-failure destination.
+    pub destination: usize,
+    /// Parked, by distinct record (a record parked again counts once).
+    pub parked: usize,
+    /// Nowhere.
+    pub lost: usize,
+    /// In two places.
+    pub twice: usize,
+}
+
+impl Tally {
+    /// A tally of `trigger`, nothing counted yet.
+    pub fn new(trigger: &str) -> Tally {
+        Tally { trigger: trigger.into(), ..Tally::default() }
+    }
+
+    /// Counts one record found in `places` (applied, rejected, in a destination, parked).
+    pub fn add(&mut self, [applied, rejected, destination, parked]: [bool; 4]) -> &'static str {
+        self.sent += 1;
+        match [applied, rejected, destination, parked].iter().filter(|b| **b).count() {
+            0 => {
+                self.lost += 1;
+                "lost"
+            }
+            1 if applied => {
+                self.applied += 1;
+                "applied"
+            }
+            1 if rejected => {
+                self.rejected += 1;
+                "rejected"
+            }
+            1 if destination => {
+                self.destination += 1;
+                "destination"
+            }
+            1 => {
+                self.parked += 1;
+                "parked"
+            }
+            _ => {
+                self.twice += 1;
+                "twice"
+            }
+        }
+    }
+
+    /// Whether every record ended in exactly one place.
+    pub fn holds(&self) -> bool {
+        self.lost == 0 && self.twice == 0 && self.applied + self.rejected + self.destination + self.parked == self.sent
+    }
+
+    /// The figures, for a check's detail.
+    pub fn figures(&self) -> String {
+        format!(
+            "{} sent: {} applied + {} rejected + {} in a destination + {} parked; {} lost, {} twice",
+            self.sent, self.applied, self.rejected, self.destination, self.parked, self.lost, self.twice
+        )
+    }
+}
+
 /// What the audit found, with its invariants.
 #[derive(Debug, Clone, Default)]
 pub struct Audit {
@@ -48,6 +123,8 @@ pub struct Audit {
     pub rows: BTreeMap<String, usize>,
     /// Emails the local SES accepted for this run.
     pub emails: usize,
+    /// How each trigger's records ended ("nothing lost"), one row a trigger.
+    pub tallies: Vec<Tally>,
     /// The invariants.
     pub checks: Vec<Check>,
 }
@@ -79,7 +156,18 @@ impl Audit {
         for c in &self.checks {
             checks.row(&[&c.name, &if c.ok { "yes" } else { "NO" }, &c.detail]);
         }
-        format!("{outcomes}\n{dlq}\n{rows}\n{checks}")
+        format!("{outcomes}\n{dlq}\n{rows}\n{}\n{checks}", self.tallies_table())
+    }
+
+    /// The tallies, one row a trigger: where each distinct record sent ended.
+    pub fn tallies_table(&self) -> Table {
+        let headers =
+            ["nothing lost, by trigger", "sent", "applied", "rejected", "in a destination", "parked", "lost", "twice"];
+        let mut table = Table::new(&headers);
+        for t in &self.tallies {
+            table.row(&[&t.trigger, &t.sent, &t.applied, &t.rejected, &t.destination, &t.parked, &t.lost, &t.twice]);
+        }
+        table
     }
 }
 
@@ -124,6 +212,7 @@ pub async fn audit(pipeline: &Pipeline, plan: &Plan, run: &str, ambiguous_explai
     let mut audit = Audit { emails: read.emails(), ..Audit::default() };
     let fates = fates::Fates::judge(plan, &read, &mut audit.outcomes)?;
     audit.checks.push(fates.nothing_lost());
+    audit.tallies.push(fates.tally());
     audit.checks.push(fates.kinds_allowed(audit.outcomes.len()));
     audit.checks.push(fates.one_effect_each(&read));
     audit.checks.push(read::balances(&read));
@@ -132,7 +221,22 @@ pub async fn audit(pipeline: &Pipeline, plan: &Plan, run: &str, ambiguous_explai
     let receipts = receipts::ReceiptTally::count(&fates, &read, &mut audit.rows);
     audit.checks.push(receipts.one_each(audit.emails, ambiguous_explained));
     audit.checks.push(receipts.refusals());
+    audit.checks.push(relay_parked_nothing(pipeline).await?);
     Ok(audit)
+}
+
+/// The receipts relay's park queue, read back: empty. No receipt fails for good here (a refused
+/// address is recorded on its row, a fault retried), so a parked receipt is one no row explains.
+async fn relay_parked_nothing(pipeline: &Pipeline) -> Result<Check> {
+    let parcels = crate::park::parcels(&pipeline.clients, &pipeline.resources.receipts_park_url).await?;
+    let count = parcels.len();
+    let parked = crate::park::distinct(parcels);
+    let reasons: Vec<&str> = parked.values().map(|p| p.reason.as_str()).take(3).collect();
+    Ok(Check::new(
+        "the receipts relay (DynamoDB Streams) parked nothing: no receipt failed for good",
+        parked.is_empty(),
+        format!("{count} parcels, {} records parked {reasons:?}", parked.len()),
+    ))
 }
 
 /// Recipients of every email the local SES accepted.

@@ -1,8 +1,9 @@
 //! The stream path's invariants, read back from the orders table, the idempotency table (order
 //! records, confirmation markers), the local SES, the on-failure destination (its invocation
-//! records, whose ranges are read again from the stream) and the mappings' checkpoints: every
-//! valid order stored once with its total, at most one confirmation each, poison accounted for
-//! and never stored, nothing left unread on the stream.
+//! records, whose ranges are read again from the stream), the park queue (its parcels) and the
+//! mappings' checkpoints: every record put stored, in the destination or parked, once; every
+//! valid order stored once with its total, at most one confirmation each, poison parked or in
+//! the destination and never stored, nothing left unread on the stream.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -10,7 +11,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once_effects::SendOutcome;
 
 use super::read::{batch_get, n, s, Item};
-use super::Check;
+use super::{Check, Tally};
 use crate::chaos::orders::{email_domain, OrderKind, OrdersRun};
 use crate::error::{Result, ResultExt};
 use crate::pipeline::Pipeline;
@@ -32,6 +33,11 @@ pub struct OrdersReadBack {
     pub destination: Vec<Vec<Vec<u8>>>,
     /// All of those records' data.
     pub discarded: HashSet<Vec<u8>>,
+    /// The records parked, one per `shard:sequence` (a record parked again, by the other
+    /// mapping or a redelivery, counted once): their data.
+    pub parked: BTreeMap<String, Vec<u8>>,
+    /// Parcels in the park queue, copies included.
+    pub parcels: usize,
 }
 
 impl OrdersReadBack {
@@ -48,6 +54,10 @@ impl OrdersReadBack {
             destination.push(crate::esm::discarded_records(clients, body).await?);
         }
         let discarded = destination.iter().flatten().cloned().collect();
+        let parcels = crate::park::parcels(clients, &pipeline.resources.orders_park_url).await?;
+        let count = parcels.len();
+        let parked = crate::park::distinct(parcels).into_iter();
+        let parked = parked.map(|(at, p)| (at, crate::park::payload(&p).unwrap_or_default())).collect();
         let domain = format!("@{}", email_domain(run_id));
         let mut emails_to: HashMap<String, usize> = HashMap::new();
         for to in super::sent_emails()?.into_iter().filter(|to| to.ends_with(&domain)) {
@@ -60,6 +70,8 @@ impl OrdersReadBack {
             emails_to,
             destination,
             discarded,
+            parked,
+            parcels: count,
         })
     }
 
@@ -92,8 +104,10 @@ pub fn judge(
     read: &OrdersReadBack,
     ambiguous_explained: usize,
     outcomes: &mut BTreeMap<String, usize>,
+    tally: &mut Tally,
 ) -> Vec<Check> {
     vec![
+        nothing_lost(run, read, tally),
         stored_once(run, read, outcomes),
         confirmations(run, read, ambiguous_explained),
         poison(run, read, outcomes),
@@ -103,6 +117,35 @@ pub fn judge(
             format!("{} records unread over {} shards", run.unread, run.shards),
         ),
     ]
+}
+
+/// Every distinct record put (each order, each poison record; a producer retry is the same
+/// record) is stored, in the on-failure destination or parked, once. The destination names
+/// ranges: a stored order in a range kept for the record that always panics is stored, and a
+/// poison record there that a delivery parked is parked. Stored and parked is twice.
+fn nothing_lost(run: &OrdersRun, read: &OrdersReadBack, tally: &mut Tally) -> Check {
+    let parked: HashSet<&[u8]> = read.parked.values().map(Vec::as_slice).collect();
+    let orders = run.plan.orders.iter().map(|o| (o.data.as_slice(), Some(o.order.order_id.as_str())));
+    let poison = run.plan.poison.iter().map(|p| (p.data.as_slice(), p.order_id.as_deref()));
+    let mut sent = HashSet::new();
+    for (data, order_id) in orders.chain(poison) {
+        sent.insert(data);
+        let stored = order_id.is_some_and(|id| read.stored.contains_key(&format!("order#{id}")));
+        let parked = parked.contains(data);
+        let discarded = read.discarded.contains(data) && !stored && !parked;
+        tally.add([stored, false, discarded, parked]);
+    }
+    let strays = parked.iter().filter(|data| !sent.contains(*data)).count();
+    Check::new(
+        "orders: nothing lost: every record put is stored, in the on-failure destination or parked, once",
+        tally.holds() && strays == 0,
+        format!(
+            "{}; {} parcels in the park queue, {} records parked, {strays} no record put explains",
+            tally.figures(),
+            read.parcels,
+            read.parked.len()
+        ),
+    )
 }
 
 fn stored_once(run: &OrdersRun, read: &OrdersReadBack, outcomes: &mut BTreeMap<String, usize>) -> Check {
@@ -194,14 +237,15 @@ fn confirmations(run: &OrdersRun, read: &OrdersReadBack, explained: usize) -> Ch
 
 fn poison(run: &OrdersRun, read: &OrdersReadBack, outcomes: &mut BTreeMap<String, usize>) -> Check {
     let never = run.plan.never_stored();
-    let (mut in_destination, mut permanent, mut missing, mut stored) = (0, 0, 0, 0);
+    let parked: HashSet<&[u8]> = read.parked.values().map(Vec::as_slice).collect();
+    let (mut in_destination, mut in_park, mut missing, mut stored) = (0, 0, 0, 0);
     for (data, label, order_id) in &never {
-        let fate = if read.discarded.contains(*data) {
+        let fate = if parked.contains(*data) {
+            in_park += 1;
+            "parked (read back from the park queue)"
+        } else if read.discarded.contains(*data) {
             in_destination += 1;
             "in the on-failure destination"
-        } else if run.permanent.contains(*data) {
-            permanent += 1;
-            "failed permanently (logged, checkpoint moved on)"
         } else {
             missing += 1;
             "UNACCOUNTED"
@@ -215,10 +259,10 @@ fn poison(run: &OrdersRun, read: &OrdersReadBack, outcomes: &mut BTreeMap<String
     let unexplained =
         read.destination.iter().filter(|batch| !batch.iter().any(|d| never.iter().any(|(p, _, _)| p == d))).count();
     Check::new(
-        "orders: every poison record in the on-failure destination or failed permanently, none stored; the destination holds only batches with poison",
+        "orders: every poison record parked or in the on-failure destination, none stored; the destination holds only batches with poison",
         missing == 0 && stored == 0 && unexplained == 0,
         format!(
-            "{} poison records ({} orders panicking every time): {in_destination} in the destination, {permanent} failed permanently, {missing} unaccounted, {stored} stored; {} invocation records left after the replay ({} records), {} replayed",
+            "{} poison records ({} orders panicking every time): {in_park} parked, {in_destination} in the destination, {missing} unaccounted, {stored} stored; {} invocation records left after the replay ({} records), {} replayed",
             never.len(),
             run.plan.orders.iter().filter(|o| o.kind == OrderKind::PanicAlways).count(),
             read.destination.len(),

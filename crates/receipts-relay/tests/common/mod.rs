@@ -1,6 +1,6 @@
 //! The relay tests' shared setup on the local AWS: an outbox table with a payment's PENDING row,
-//! the stream record of its insert, the markers, a relay and the row as the table has it. Each
-//! test binary uses part of it.
+//! the stream record of its insert, the markers, a relay, the row as the table has it and a park
+//! queue. Each test binary uses part of it.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -11,6 +11,8 @@ use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::testing::streams;
 use effectively_once_effects::{EmailSender, Policy, SesSender};
+use effectively_once_lambda::park::{Parcel, SqsQueue};
+use effectively_once_lambda::streams::Options;
 use payments::outbox::row_item;
 use payments::{Outbox, OutboxRow, PaymentEvent, ReceiptRow};
 use receipts_relay::{Alerts, Receipts, MARKER_LEASE};
@@ -108,6 +110,40 @@ pub fn relay<E: EmailSender>(
 ) -> Receipts<E> {
     Receipts::new(markers, sender, outbox_table, policy)
         .with_alerts(Alerts::new(effectively_once_lambda::metrics::Emf::named("test")).published(false))
+}
+
+/// A park queue of the test's own on the local AWS, where the relay parks a receipt that fails
+/// for good, as deployed with `PARK_QUEUE_URL`.
+pub struct Park {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl Park {
+    /// A new queue.
+    pub async fn fresh() -> Park {
+        let client = aws_sdk_sqs::Client::new(&sdk_config().await);
+        let created = client.create_queue().queue_name(unique_name("relay-park")).send().await.unwrap();
+        Park { url: created.queue_url().unwrap().to_owned(), client }
+    }
+
+    /// The Streams driver's options, no metrics, parking in this queue.
+    pub fn options(&self) -> Options {
+        Options { emit_metrics: false, ..Options::new("test") }.park_in(SqsQueue::new(self.client.clone(), &self.url))
+    }
+
+    /// Every parcel parked so far (each received once and left invisible).
+    pub async fn parcels(&self) -> Vec<Parcel> {
+        let mut parcels = Vec::new();
+        loop {
+            let out = self.client.receive_message().queue_url(&self.url).max_number_of_messages(10).send().await;
+            let messages = out.unwrap().messages.unwrap_or_default();
+            if messages.is_empty() {
+                return parcels;
+            }
+            parcels.extend(messages.iter().map(|m| serde_json::from_str(m.body().unwrap()).unwrap()));
+        }
+    }
 }
 
 /// A sender on the local SES with `from` verified.

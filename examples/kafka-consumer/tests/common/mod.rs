@@ -1,6 +1,7 @@
 //! What the Kafka consumer's tests share: the ledger's tables on the local AWS (fresh per test),
 //! the consumer on them, Kafka records and events as Lambda hands them over, a delivery through
-//! the driver (the batch path or one record at a time), and the ledger read back.
+//! the driver (the batch path or one record at a time) that parks its poison in a queue of its
+//! own and reads back what it parked, and the ledger read back.
 //!
 //! The tests through a broker (the Kafka event source emulator) build their handler with
 //! [`Tables`] too, so both kinds read the same ledger the same way.
@@ -15,8 +16,11 @@ use effectively_once_dynamodb::testing::{fresh_store, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::events::{Context, KafkaEvent, KafkaRecord, LambdaEvent};
 use effectively_once_lambda::kafka::{self, KafkaEventResponse, Options};
+use effectively_once_lambda::park::{Coordinates, Parcel};
 use effectively_once_lambda::{BatchHandler, Handler, RecordError, RecordResult};
 use kafka_consumer::Payments;
+use local::park::ParkQueue;
+use local::Clients;
 use payments::Ledger;
 
 /// The topic the tests' records come from.
@@ -96,20 +100,24 @@ pub fn raw_record(partition: i64, offset: i64, value: Option<String>) -> KafkaRe
     record
 }
 
+/// The cluster [`event`]'s records come from.
+pub const CLUSTER_ARN: &str = "arn:aws:kafka:us-east-1:000000000000:cluster/payments/test-1";
+
 /// An MSK event holding `records`, under their topic-partitions.
 pub fn event(records: &[KafkaRecord]) -> KafkaEvent {
     let mut event = KafkaEvent::default();
     event.event_source = Some("aws:kafka".into());
-    event.event_source_arn = Some("arn:aws:kafka:us-east-1:000000000000:cluster/payments/test-1".into());
+    event.event_source_arn = Some(CLUSTER_ARN.into());
     for record in records {
         event.records.entry(kafka::topic_partition(record)).or_default().push(record.clone());
     }
     event
 }
 
-/// What one invocation came to: the records the answer names for delivery again, and every
-/// record that failed, permanently or not, as `topic-partition@offset`. A permanent failure is
-/// not in the answer (the driver logs it and goes on), so it is seen here.
+/// What one invocation came to: the records the answer names for delivery again, every record
+/// that failed, permanently or not, as `topic-partition@offset`, and the parcels the driver
+/// parked. A permanent failure is not in the answer (the driver parks it and goes on), so it is
+/// seen here.
 #[derive(Debug)]
 pub struct Delivered {
     /// The answer.
@@ -118,6 +126,8 @@ pub struct Delivered {
     pub named: Vec<(String, i64)>,
     /// The records the handler failed.
     pub failed: Vec<(String, RecordError)>,
+    /// The parcels in the invocation's park queue, read back after it, sorted by coordinates.
+    pub parked: Vec<Parcel>,
 }
 
 impl Delivered {
@@ -130,6 +140,21 @@ impl Delivered {
     pub fn failed_records(&self) -> Vec<&str> {
         self.failed.iter().map(|(id, _)| id.as_str()).collect()
     }
+
+    /// The records parked, as `(topic-partition@offset, reason)`, by coordinates.
+    pub fn parked_records(&self) -> Vec<(String, &str)> {
+        self.parked.iter().map(|p| (p.coordinates.to_string(), p.reason.as_str())).collect()
+    }
+}
+
+/// Asserts that `parcel` is `record`'s, parked from [`event`] exactly as delivered: the
+/// trigger, the cluster, its coordinates, the record itself.
+pub fn assert_parked_as_delivered(parcel: &Parcel, record: &KafkaRecord) {
+    assert_eq!(parcel.trigger, "aws:kafka");
+    assert_eq!(parcel.event_source_arn.as_deref(), Some(CLUSTER_ARN));
+    let coordinates = Coordinates::Kafka { topic_partition: kafka::topic_partition(record), offset: record.offset };
+    assert_eq!(parcel.coordinates, coordinates);
+    assert_eq!(parcel.record, serde_json::to_value(record).unwrap(), "the record as delivered");
 }
 
 /// A handler that keeps each record's failure on the way out, on both paths.
@@ -173,31 +198,38 @@ impl BatchHandler<KafkaRecord> for Recording<'_> {
     }
 }
 
-fn options() -> Options {
-    Options { emit_metrics: false, ..Options::new(kafka_consumer::FUNCTION) }
+/// A park queue of the invocation's own, on the local AWS, as `main` parks in `PARK_QUEUE_URL`.
+async fn park_queue() -> ParkQueue {
+    ParkQueue::fresh(&Clients::local().await, "kafka-park").await.expect("a park queue on the local AWS")
 }
 
-fn delivered(response: KafkaEventResponse, recording: Recording<'_>) -> Delivered {
+fn options(park: &ParkQueue) -> Options {
+    Options { emit_metrics: false, ..Options::new(kafka_consumer::FUNCTION) }.park_in(park.destination())
+}
+
+async fn delivered(response: KafkaEventResponse, recording: Recording<'_>, park: ParkQueue) -> Delivered {
     let named = response.batch_item_failures.iter();
     let named = named.map(|f| (f.item_identifier.partition.clone(), f.item_identifier.offset)).collect();
-    Delivered { response, named, failed: recording.failed.into_inner().unwrap() }
+    let mut parked = park.drain().await.expect("the park queue read back");
+    parked.sort_by_key(|p| p.coordinates.to_string());
+    Delivered { response, named, failed: recording.failed.into_inner().unwrap(), parked }
 }
 
 /// One invocation with `records` through the batch path, as `main` serves the handler
 /// (`kafka::run_batch`).
 pub async fn deliver(payments: &Payments, records: &[KafkaRecord]) -> Delivered {
-    let recording = Recording { inner: payments, failed: Mutex::default() };
+    let (recording, park) = (Recording { inner: payments, failed: Mutex::default() }, park_queue().await);
     let invocation = LambdaEvent::new(event(records), Context::default());
-    let response = kafka::process_batch(&recording, invocation, &options()).await;
-    delivered(response, recording)
+    let response = kafka::process_batch(&recording, invocation, &options(&park)).await;
+    delivered(response, recording, park).await
 }
 
 /// One invocation with `records`, one record at a time (`kafka::run`).
 pub async fn deliver_one_by_one(payments: &Payments, records: &[KafkaRecord]) -> Delivered {
-    let recording = Recording { inner: payments, failed: Mutex::default() };
+    let (recording, park) = (Recording { inner: payments, failed: Mutex::default() }, park_queue().await);
     let invocation = LambdaEvent::new(event(records), Context::default());
-    let response = kafka::process(&recording, invocation, &options()).await;
-    delivered(response, recording)
+    let response = kafka::process(&recording, invocation, &options(&park)).await;
+    delivered(response, recording, park).await
 }
 
 /// An account's balance and entry count, `None` before its first applied payment.

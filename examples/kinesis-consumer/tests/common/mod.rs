@@ -1,6 +1,7 @@
 //! What the Kinesis consumer's tests share: a handler on tables of its own, Kinesis records as
-//! Lambda hands them over, a delivery through the driver, and the effects read back (order items
-//! in the orders table; emails through the local SES).
+//! Lambda hands them over, a delivery through the driver that parks its poison in a queue of its
+//! own, and the effects read back (order items in the orders table; emails through the local
+//! SES; the parcels parked).
 #![allow(dead_code)]
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -13,8 +14,11 @@ use std::sync::Mutex;
 
 use effectively_once_lambda::events::{Context, KinesisEvent, KinesisEventRecord, LambdaEvent};
 use effectively_once_lambda::kinesis::{self, Options};
+use effectively_once_lambda::park::{Coordinates, Parcel};
 use effectively_once_lambda::{Handler, RecordError, RecordResult, Typed};
 use kinesis_consumer::Orders;
+use local::park::ParkQueue;
+use local::Clients;
 
 /// The sender the tests confirm from (verified in the local SES).
 pub const FROM: &str = "orders@example.com";
@@ -58,15 +62,17 @@ pub fn record(partition_key: &str, sequence: u64, data: &[u8]) -> KinesisEventRe
 }
 
 /// What one invocation came to: the answer's checkpoint (the sequence numbers it names, at
-/// most one) and every record that failed, permanently or not, by sequence number. A permanent
-/// failure is not in the answer (the driver logs and drops it), so a duplicate answered as one
-/// would pass unseen without the second list.
+/// most one), every record that failed, permanently or not, by sequence number, and the parcels
+/// the driver parked. A permanent failure is not in the answer (the driver parks it and goes
+/// on), so a duplicate answered as one would pass unseen without the second list.
 #[derive(Debug)]
 pub struct Delivered {
     /// `batchItemFailures`.
     pub checkpoint: Vec<String>,
     /// The records the handler failed, in the order they finished.
     pub failed: Vec<(String, RecordError)>,
+    /// The parcels in the invocation's park queue, read back after it, by sequence number.
+    pub parked: Vec<Parcel>,
 }
 
 impl Delivered {
@@ -111,15 +117,30 @@ impl<H: Handler<KinesisEventRecord>> Handler<KinesisEventRecord> for Recording<H
     }
 }
 
-/// One invocation of the Kinesis driver with `records`, as `main` serves the handler.
+/// One invocation of the Kinesis driver with `records`, as `main` serves the handler: its
+/// poison parked in a queue of the invocation's own, as `main` parks in `PARK_QUEUE_URL`.
 pub async fn deliver<H: Handler<KinesisEventRecord>>(handler: &H, records: &[KinesisEventRecord]) -> Delivered {
     let mut event = KinesisEvent::default();
     event.records = records.to_vec();
-    let options = Options { emit_metrics: false, ..Options::new("kinesis-consumer") };
+    let park = ParkQueue::fresh(&Clients::local().await, "kinesis-park").await.expect("a park queue");
+    let options = Options { emit_metrics: false, ..Options::new("kinesis-consumer") }.park_in(park.destination());
     let recording = Recording::new(handler);
     let response = kinesis::process(&recording, LambdaEvent::new(event, Context::default()), &options).await;
     let checkpoint = response.batch_item_failures.iter().map(|f| f.item_identifier.clone().unwrap_or_default());
-    Delivered { checkpoint: checkpoint.collect(), failed: recording.take() }
+    let mut parked = park.drain().await.expect("the park queue read back");
+    parked.sort_by_key(|p| p.coordinates.to_string());
+    Delivered { checkpoint: checkpoint.collect(), failed: recording.take(), parked }
+}
+
+/// Asserts that `parcel` is `record`'s, parked exactly as delivered: the trigger, its shard and
+/// sequence number, the record itself.
+pub fn assert_parked_as_delivered(parcel: &Parcel, record: &KinesisEventRecord) {
+    assert_eq!(parcel.trigger, "aws:kinesis");
+    let shard = record.event_id.as_deref().and_then(|id| id.split_once(':')).map(|(shard, _)| shard).unwrap();
+    let coordinates =
+        Coordinates::Kinesis { shard_id: shard.to_owned(), sequence_number: record.kinesis.sequence_number.clone() };
+    assert_eq!(parcel.coordinates, coordinates);
+    assert_eq!(parcel.record, serde_json::to_value(record).unwrap(), "the record as delivered");
 }
 
 /// The order's item in the orders table: its `total_cents`, when there is one.

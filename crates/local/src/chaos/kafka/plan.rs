@@ -1,7 +1,8 @@
 //! The Kafka path's workload, pure: payments on a few accounts (credits, debits, overdrafts, a
 //! currency mismatch or two, payments whose handler panics until the fix), producer retries at
-//! new offsets (some under another record key, in another partition) and poison values, in the
-//! order the producer writes them.
+//! new offsets (some under another record key, in another partition) and poison values (an
+//! opening credit's event id reused for another amount among them), in the order the producer
+//! writes them.
 
 use payments::PaymentEvent;
 use serde_json::json;
@@ -62,6 +63,9 @@ pub struct Poison {
     pub label: &'static str,
     /// The event id it names, if any (nothing may be posted under it).
     pub event_id: Option<String>,
+    /// Whether it reuses an opening credit's event id for another amount (key reuse): the
+    /// opening's entry is the only one under that id.
+    pub reuses: bool,
 }
 
 /// How a write relates to the payment it carries.
@@ -203,30 +207,40 @@ impl KafkaPlan {
         }
     }
 
-    /// Poison of five kinds anywhere in the writing order, keyed by an account.
+    /// Poison of six kinds anywhere in the writing order, keyed by an account: undecodable
+    /// values, invalid payments, and key reuse (an opening credit's event id for another
+    /// amount: the opening is posted before anything is written, so the copy always comes
+    /// second).
     fn poison(&mut self, rng: &mut Rng, poison: usize, run: &str) {
         for k in 0..poison {
             let id = format!("kafka-{run}-poison-{k}");
-            let account = self.accounts[rng.below(self.accounts.len())].clone();
-            let (value, label, event_id) = match k % 5 {
+            let a = rng.below(self.accounts.len());
+            let account = self.accounts[a].clone();
+            let (value, label, event_id) = match k % 6 {
                 0 => (format!("{{\"event_id\": \"{id}\", \"account_id\": ").into_bytes(), "value is not JSON", None),
                 1 => {
                     let zero = json!({"event_id": id, "account_id": account, "amount_cents": 0, "currency": "USD"});
                     (zero.to_string().into_bytes(), "a payment of zero cents", Some(id))
                 }
                 2 => {
-                    let lower = json!({"event_id": id, "account_id": account, "amount_cents": 500, "currency": "usd"});
-                    (lower.to_string().into_bytes(), "a lower-case currency", Some(id))
+                    let opening = &self.openings[a];
+                    let reused = PaymentEvent { amount_cents: opening.amount_cents + 1, ..opening.clone() };
+                    let value = serde_json::to_vec(&reused).expect("payments serialise");
+                    (value, "event id reused: an opening credit's, another amount", Some(reused.event_id))
                 }
                 3 => {
                     let no_id = json!({"account_id": account, "amount_cents": 700, "currency": "USD"});
                     (no_id.to_string().into_bytes(), "no event_id", None)
                 }
-                _ => (vec![0xff, 0xfe, b'{'], "value is not UTF-8", None),
+                4 => (vec![0xff, 0xfe, b'{'], "value is not UTF-8", None),
+                _ => {
+                    let lower = json!({"event_id": id, "account_id": account, "amount_cents": 500, "currency": "usd"});
+                    (lower.to_string().into_bytes(), "a lower-case currency", Some(id))
+                }
             };
             let at = rng.below(self.writes.len() + 1);
             self.writes.insert(at, Write { key: account, value: value.clone(), attempt: Attempt::First });
-            self.poison.push(Poison { value, label, event_id });
+            self.poison.push(Poison { value, label, event_id, reuses: k % 6 == 2 });
         }
     }
 
@@ -261,8 +275,17 @@ mod tests {
         assert_eq!(p.payments.iter().filter(|s| s.kind == PaymentKind::PanicAlways).count(), 2);
         for poison in &p.poison {
             let parsed = std::str::from_utf8(&poison.value).ok().map(PaymentEvent::parse);
+            if poison.reuses {
+                // A payment, but under an opening credit's id with another amount: key reuse.
+                let reused = parsed.unwrap().unwrap();
+                let opening = p.openings.iter().find(|o| o.event_id == reused.event_id).unwrap();
+                assert_eq!(reused.account_id, opening.account_id);
+                assert_ne!(reused.amount_cents, opening.amount_cents);
+                continue;
+            }
             assert!(!matches!(parsed, Some(Ok(_))), "{}", poison.label);
         }
+        assert_eq!(p.poison.iter().filter(|poison| poison.reuses).count(), 1, "key reuse among the five");
         // Every account's opening credit covers all its debits, in any order.
         let mut debits: HashMap<&str, i64> = HashMap::new();
         for s in p.payments.iter().filter(|s| s.kind == PaymentKind::Debit) {
