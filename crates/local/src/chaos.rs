@@ -255,7 +255,7 @@ fn fault_rules(seed: u64) -> RefuseRecipients<RandomFaults> {
         .on("ses:SendEmail", &[(Fault::Throttle, 30), (Fault::DropResponse, 10), (Fault::ServerError, 10)])
         // The stream functions' parks: a lost answer parks a record twice (the SDK's retry), a
         // park that fails past the retries holds the record until a later delivery parks it.
-        .on("amazonsqs:SendMessageBatch", &[(Fault::DropResponse, 100), (Fault::ServerError, 100)]);
+        .on("amazonsqs:SendMessageBatch", &[(Fault::DropResponse, 30), (Fault::ServerError, 30)]);
     RefuseRecipients::new(REFUSED_PREFIX, faults)
 }
 
