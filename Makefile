@@ -133,7 +133,7 @@ replay-stream: local-up
 ## replay-parked: PARK_QUEUE=<queue URL> FUNCTION=kafka-consumer|kinesis-consumer|receipts-relay: the
 ##                records the stream drivers parked on that queue (the function's PARK_QUEUE_URL) back
 ##                through the function, in process; each message deleted unless the answer names its
-##                record; exits non-zero if any are kept (REPLAY_ARGS="--invoke-url http://127.0.0.1:9000"
+##                record; exits non-zero if any are kept (REPLAY_ARGS="--invoke-url http://127.0.0.1:9000 --trigger aws:kafka"
 ##                for the function FUNCTION under `make watch`; docs/streams.md)
 ifneq ($(filter replay-parked,$(MAKECMDGOALS)),)
 ifndef PARK_QUEUE

@@ -201,8 +201,12 @@ pub struct ParkedArgs {
     #[arg(long)]
     function: String,
     /// Invoke the function behind `cargo lambda watch` at this address instead of in process
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", requires = "trigger")]
     invoke_url: Option<String>,
+    /// With --invoke-url: the function's trigger (aws:kafka, aws:kinesis or aws:dynamodb); a
+    /// parked record of another trigger is kept, never handed to it
+    #[arg(long, value_name = "TRIGGER")]
+    trigger: Option<String>,
 }
 
 /// `local sweep-outbox`.
@@ -454,7 +458,10 @@ async fn replay_parked(clients: Clients, args: &ParkedArgs) -> Result<()> {
     let replayed = match &args.invoke_url {
         Some(url) => {
             let function = Http { url: url.clone(), function: args.function.clone() };
-            esm::replay_parked(&clients, &args.queue, &esm::Targets::all(function)).await?
+            let trigger = args.trigger.as_deref().unwrap_or_default();
+            let targets = esm::Targets::only(trigger, function)
+                .ok_or_else(|| format!("--trigger {trigger}: aws:kafka, aws:kinesis or aws:dynamodb"))?;
+            esm::replay_parked(&clients, &args.queue, &targets).await?
         }
         None => replay_parked_in_process(&Pipeline::up(clients, &args.target.prefix).await?, args).await?,
     };
@@ -596,7 +603,7 @@ mod tests {
             "local replay-stream --source orders --invoke-url http://127.0.0.1:9000",
             "local replay-stream --source orders",
             "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function kafka-consumer",
-            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function my-fn --invoke-url http://127.0.0.1:9000",
+            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function my-fn --invoke-url http://127.0.0.1:9000 --trigger aws:kinesis",
             "local sweep-outbox",
             "local sweep-outbox --after 0 --page-size 10 --max-rows 100 --prefix t1",
             "local env",

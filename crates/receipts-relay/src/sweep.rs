@@ -212,6 +212,12 @@ impl<E: EmailSender> Sweeper<E> {
                     }
                 };
                 for row in page.rows {
+                    // No row is started near the deadline: a sweep killed mid-send leaves its
+                    // marker held, and an at-most-once takeover marks that receipt AMBIGUOUS.
+                    if near(deadline_ms) {
+                        shards.push((shard, None));
+                        break 'rounds;
+                    }
                     self.sweep_row(row, deadline_ms, &mut swept).await;
                 }
                 unread.extend(page.next.map(|next| (shard, Some(next))));

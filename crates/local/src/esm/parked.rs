@@ -123,8 +123,9 @@ impl Parked {
 }
 
 /// The functions parked records go back to, by trigger; a record of a trigger with none is
-/// kept. A function under `cargo lambda watch` ([`crate::invoke::Http`]) takes every trigger's
-/// events: [`Targets::all`].
+/// kept. A function under `cargo lambda watch` ([`crate::invoke::Http`]) would read any event
+/// as its own trigger's (a Kinesis event read as a Kafka event has no records, and its empty
+/// answer would pass for success): give it its one trigger, [`Targets::only`].
 #[derive(Debug, Clone, Default)]
 pub struct Targets<K, N, D> {
     /// For `aws:kafka` records.
@@ -136,9 +137,24 @@ pub struct Targets<K, N, D> {
 }
 
 impl<F: Clone> Targets<F, F, F> {
-    /// One function for every trigger.
+    /// One in-process function for every trigger, each through that trigger's own driver (a
+    /// test's handler of every record type). Never a watched function: it would read every
+    /// event as its one trigger's ([`Targets::only`]).
     pub fn all(function: F) -> Self {
         Targets { kafka: Some(function.clone()), kinesis: Some(function.clone()), dynamodb: Some(function) }
+    }
+
+    /// One function for the records of `trigger` (`aws:kafka`, `aws:kinesis`, `aws:dynamodb`)
+    /// only; the records of any other trigger are kept. `None` for an unknown trigger.
+    pub fn only(trigger: &str, function: F) -> Option<Self> {
+        let (mut kafka, mut kinesis, mut dynamodb) = (None, None, None);
+        match trigger {
+            "aws:kafka" => kafka = Some(function),
+            "aws:kinesis" => kinesis = Some(function),
+            "aws:dynamodb" => dynamodb = Some(function),
+            _ => return None,
+        }
+        Some(Targets { kafka, kinesis, dynamodb })
     }
 }
 
@@ -256,6 +272,77 @@ mod tests {
         let (Rebuilt::DynamoDb(event), id) = p.rebuild().unwrap() else { panic!("a DynamoDB event") };
         assert_eq!((id.as_str(), event.records.len()), ("900", 1));
         assert_eq!(p.which(), "aws:dynamodb 900");
+    }
+
+    /// A Kafka function as `cargo lambda watch` serves it ([`crate::invoke::Http`]): the body
+    /// is read as a `KafkaEvent` (what its runtime does), run through the Kafka driver with a
+    /// handler that fails every record it gets, and its answer read as the replay reads the
+    /// trigger's answer.
+    #[derive(Clone)]
+    struct WatchedKafkaFunction;
+
+    struct FailsEveryRecord;
+
+    impl effectively_once_lambda::Handler<KafkaRecord> for FailsEveryRecord {
+        async fn handle(&self, _: &KafkaRecord, _: &lambda_runtime::Context) -> effectively_once_lambda::RecordResult {
+            Err(effectively_once_lambda::RecordError::retryable("still broken"))
+        }
+    }
+
+    impl WatchedKafkaFunction {
+        async fn call(&self, body: Value) -> Vec<u8> {
+            let event: KafkaEvent = serde_json::from_value(body).expect("lambda_runtime reads the body");
+            let options = effectively_once_lambda::Options {
+                emit_metrics: false,
+                ..effectively_once_lambda::Options::new("kafka-consumer")
+            };
+            let event = lambda_runtime::LambdaEvent::new(event, crate::invoke::context());
+            let answer = effectively_once_lambda::kafka::process(&FailsEveryRecord, event, &options).await;
+            serde_json::to_vec(&answer).unwrap()
+        }
+    }
+
+    impl KafkaFunction for WatchedKafkaFunction {
+        async fn invoke(&self, event: KafkaEvent) -> Result<effectively_once_lambda::kafka::KafkaEventResponse> {
+            crate::esm::kafka::kafka_response(&self.call(serde_json::to_value(event).unwrap()).await)
+        }
+    }
+
+    impl KinesisFunction for WatchedKafkaFunction {
+        async fn invoke(&self, event: KinesisEvent) -> Result<aws_lambda_events::event::streams::KinesisEventResponse> {
+            crate::esm::kinesis_response(&self.call(serde_json::to_value(event).unwrap()).await)
+        }
+    }
+
+    impl StreamFunction for WatchedKafkaFunction {
+        async fn invoke(&self, event: Event) -> Result<aws_lambda_events::event::streams::DynamoDbEventResponse> {
+            crate::esm::stream_response(&self.call(serde_json::to_value(event).unwrap()).await)
+        }
+    }
+
+    /// `replay-parked --invoke-url` hands every parcel to the one watched function whatever its
+    /// trigger. A Kinesis parcel given to a Kafka function is read as a Kafka event with no
+    /// records (`KafkaEvent::records` defaults to empty), the driver answers no failure, and the
+    /// replay deletes the message as if the record took effect: it never reached a handler.
+    #[tokio::test]
+    async fn a_parcel_of_another_trigger_is_not_taken_as_done_by_a_watched_function() {
+        let kinesis = json!({"eventSource": "aws:kinesis", "eventID": "shardId-000000000001:77",
+            "kinesis": {"partitionKey": "k", "sequenceNumber": "77", "data": "b3JkZXI=",
+                "approximateArrivalTimestamp": 1.5, "kinesisSchemaVersion": "1.0"}});
+        let p = parked("aws:kinesis", json!({"shard_id": "shardId-000000000001", "sequence_number": "77"}), kinesis);
+        let (event, _) = p.rebuild().unwrap();
+        let targets = Targets::only("aws:kafka", WatchedKafkaFunction).unwrap();
+        // Its own trigger's record fails, named: kept.
+        let (own, _) = parked("aws:kafka", json!({"topic_partition": "orders-0", "offset": 42}), kafka_record(42))
+            .rebuild()
+            .unwrap();
+        assert_eq!(targets.invoke(own).await.unwrap(), ["orders-0 offset 42"]);
+        // Another trigger's record must not come back as done (an empty answer deletes it).
+        let answer = targets.invoke(event).await;
+        assert!(
+            !matches!(&answer, Ok(named) if named.is_empty()),
+            "a Kinesis record no handler saw reads as taken effect: {answer:?}"
+        );
     }
 
     #[test]
