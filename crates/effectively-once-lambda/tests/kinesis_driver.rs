@@ -2,10 +2,13 @@
 //! first record a later delivery may still make take effect; a permanent failure is not it; the
 //! batch path calls the handler once per round, one record per group.
 
+mod common;
+
+use common::kinesis_batch;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use effectively_once_lambda::events::{Context, KinesisEvent, KinesisEventRecord, KinesisEventResponse, LambdaEvent};
+use effectively_once_lambda::events::{Context, KinesisEventRecord, KinesisEventResponse, LambdaEvent};
 use effectively_once_lambda::kinesis::{self, Options};
 use effectively_once_lambda::{BatchHandler, Disposition, Handler, RecordError, RecordResult};
 
@@ -64,24 +67,6 @@ impl BatchHandler<KinesisEventRecord> for Script {
     }
 }
 
-/// Records `(partition key, data)`, sequence numbers 1, 2, ... in batch order.
-fn batch(records: &[(&str, &str)]) -> KinesisEvent {
-    let mut event = KinesisEvent::default();
-    event.records = records
-        .iter()
-        .enumerate()
-        .map(|(i, (partition, data))| {
-            let mut record = KinesisEventRecord::default();
-            record.kinesis.partition_key = (*partition).into();
-            record.kinesis.sequence_number = (i + 1).to_string();
-            *record.kinesis.data = data.as_bytes().to_vec();
-            record.event_source = Some("aws:kinesis".into());
-            record
-        })
-        .collect();
-    event
-}
-
 /// Poison dropped by name: these tests pin checkpoints; parking is pinned in `park.rs`.
 fn quiet() -> Options {
     Options { emit_metrics: false, ..Options::new("t") }.drop_poison()
@@ -92,11 +77,13 @@ fn checkpoint(response: &KinesisEventResponse) -> Vec<Option<String>> {
 }
 
 async fn process(script: &Script, records: &[(&str, &str)]) -> Vec<Option<String>> {
-    checkpoint(&kinesis::process(script, LambdaEvent::new(batch(records), Context::default()), &quiet()).await)
+    checkpoint(&kinesis::process(script, LambdaEvent::new(kinesis_batch(records), Context::default()), &quiet()).await)
 }
 
 async fn process_batch(script: &Script, records: &[(&str, &str)]) -> Vec<Option<String>> {
-    checkpoint(&kinesis::process_batch(script, LambdaEvent::new(batch(records), Context::default()), &quiet()).await)
+    checkpoint(
+        &kinesis::process_batch(script, LambdaEvent::new(kinesis_batch(records), Context::default()), &quiet()).await,
+    )
 }
 
 #[tokio::test]
@@ -167,7 +154,7 @@ async fn records_not_started_before_the_deadline_are_the_checkpoint() {
     let mut context = Context::default();
     context.deadline =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + 500;
-    let event = LambdaEvent::new(batch(&[("a", "ok"), ("b", "ok")]), context);
+    let event = LambdaEvent::new(kinesis_batch(&[("a", "ok"), ("b", "ok")]), context);
     let answer = checkpoint(&kinesis::process(&script, event, &quiet()).await);
     assert_eq!(answer, [Some("1".to_owned())], "within the 1 s margin nothing starts");
     assert!(script.started.lock().unwrap().is_empty());

@@ -5,10 +5,13 @@
 //! without one. And a retryable failure holds back only its own partition's later records and
 //! those sharing its key.
 
+mod common;
+
+use common::kinesis_batch;
 use std::sync::{Arc, Mutex};
 
 use effectively_once_lambda::events::{
-    Context, DynamoDbEvent, KafkaEvent, KafkaRecord, KinesisEvent, KinesisEventRecord, LambdaEvent,
+    Context, DynamoDbEvent, KafkaEvent, KafkaRecord, KinesisEventRecord, LambdaEvent,
 };
 use effectively_once_lambda::park::{self, Coordinates, Destination, Parcel, ParkFuture};
 use effectively_once_lambda::{kafka, kinesis, streams};
@@ -123,26 +126,6 @@ fn named(response: &kafka::KafkaEventResponse) -> Vec<(String, i64)> {
     failures.map(|f| (f.item_identifier.partition.clone(), f.item_identifier.offset)).collect()
 }
 
-/// Records `(partition key, data)` on shard `shardId-000000000001`, sequence numbers 1, 2, ...
-fn kinesis_event(records: &[(&str, &str)]) -> KinesisEvent {
-    let mut event = KinesisEvent::default();
-    event.records = records
-        .iter()
-        .enumerate()
-        .map(|(i, (partition, data))| {
-            let mut record = KinesisEventRecord::default();
-            record.kinesis.partition_key = (*partition).into();
-            record.kinesis.sequence_number = (i + 1).to_string();
-            *record.kinesis.data = data.as_bytes().to_vec();
-            record.event_id = Some(format!("shardId-000000000001:{}", i + 1));
-            record.event_source = Some("aws:kinesis".into());
-            record.event_source_arn = Some("arn:aws:kinesis:us-east-1:123456789012:stream/orders".into());
-            record
-        })
-        .collect();
-    event
-}
-
 fn checkpoint(response: &effectively_once_lambda::events::KinesisEventResponse) -> Vec<Option<String>> {
     response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect()
 }
@@ -186,7 +169,7 @@ async fn a_park_that_fails_holds_the_partition_at_the_poison() {
 async fn without_a_destination_process_holds_poison_and_drop_is_by_name() {
     let script = Script::default();
     let unchosen = Options { emit_metrics: false, ..Options::new("t") };
-    let event = || kinesis_event(&[("p", "a"), ("p", "poison"), ("q", "b")]);
+    let event = || kinesis_batch(&[("p", "a"), ("p", "poison"), ("q", "b")]);
     let response = kinesis::process(&script, LambdaEvent::new(event(), Context::default()), &unchosen).await;
     assert_eq!(checkpoint(&response), [Some("2".to_owned())], "held: the checkpoint is the poison");
     let dropped = unchosen.clone().drop_poison();
@@ -208,7 +191,7 @@ async fn run_refuses_to_start_a_stream_function_without_a_park_destination() {
 async fn kinesis_poison_is_parked_with_its_shard_and_sequence_number() {
     let kept = Kept::default();
     let script = Script::default();
-    let event = kinesis_event(&[("p", "a"), ("p", "poison"), ("p", "b")]);
+    let event = kinesis_batch(&[("p", "a"), ("p", "poison"), ("p", "b")]);
     let response = kinesis::process(&script, LambdaEvent::new(event, Context::default()), &parked_in(&kept)).await;
     assert!(checkpoint(&response).is_empty());
     assert_eq!(script.applied(), ["a", "b"]);
@@ -263,7 +246,7 @@ async fn a_retryable_failure_holds_back_only_its_partition_and_its_key() {
     assert!(!named.contains(&("orders-1".into(), 3)), "b0 is done: {named:?}");
 
     let script = Script::default();
-    let event = kinesis_event(&[("p0", "retry:X"), ("p1", "b0"), ("p1", "copy:X"), ("p1", "b1")]);
+    let event = kinesis_batch(&[("p0", "retry:X"), ("p1", "b0"), ("p1", "copy:X"), ("p1", "b1")]);
     let response = kinesis::process(&script, LambdaEvent::new(event, Context::default()), &options).await;
     assert_eq!(script.applied(), ["b0"], "b0 is handled in the first invocation");
     assert_eq!(checkpoint(&response), [Some("1".to_owned())]);
@@ -351,7 +334,7 @@ async fn a_poison_too_large_for_its_message_is_parked_with_its_coordinates() {
     let bodies = Bodies::default();
     let options = Options { emit_metrics: false, ..Options::new("t") }.park_in(bodies.clone());
     let data = format!("poison{}", "x".repeat(800_000));
-    let event = kinesis_event(&[("p", "a"), ("p", data.as_str()), ("p", "b")]);
+    let event = kinesis_batch(&[("p", "a"), ("p", data.as_str()), ("p", "b")]);
     let response = kinesis::process(&Script::default(), LambdaEvent::new(event, Context::default()), &options).await;
     let kept = bodies.0.lock().unwrap().clone();
     assert_eq!(kept.len(), 1);
@@ -386,7 +369,7 @@ async fn a_park_that_outlasts_the_deadline_holds_its_poison_and_answers_in_time(
     let mut context = Context::default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     context.deadline = now + 5_000;
-    let event = kinesis_event(&[("p", "a"), ("p", "poison"), ("p", "b")]);
+    let event = kinesis_batch(&[("p", "a"), ("p", "poison"), ("p", "b")]);
     let script = Script::default();
     // The runtime's clock is paused: the minute below passes at once, with no real wait.
     let answer = tokio::time::timeout(

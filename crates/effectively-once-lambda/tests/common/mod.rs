@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 
 use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 
@@ -60,4 +61,25 @@ impl PanicsOn {
     pub fn applied(&self) -> Vec<String> {
         self.applied.lock().unwrap().clone()
     }
+}
+
+/// Kinesis records `(partition key, data)` on shard `shardId-000000000001` of stream `orders`,
+/// sequence numbers 1, 2, ... in batch order, as Lambda delivers them.
+pub fn kinesis_batch(records: &[(&str, &str)]) -> KinesisEvent {
+    let mut event = KinesisEvent::default();
+    event.records = records
+        .iter()
+        .enumerate()
+        .map(|(i, (partition, data))| {
+            let mut record = KinesisEventRecord::default();
+            record.kinesis.partition_key = (*partition).into();
+            record.kinesis.sequence_number = (i + 1).to_string();
+            *record.kinesis.data = data.as_bytes().to_vec();
+            record.event_id = Some(format!("shardId-000000000001:{}", i + 1));
+            record.event_source = Some("aws:kinesis".into());
+            record.event_source_arn = Some("arn:aws:kinesis:us-east-1:123456789012:stream/orders".into());
+            record
+        })
+        .collect();
+    event
 }
