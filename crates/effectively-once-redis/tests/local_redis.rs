@@ -110,8 +110,11 @@ fn an_ensure_that_times_out_stops_its_server_before_the_next_starts_one() {
     // Found before any real one, under either name the script looks for.
     std::os::unix::fs::symlink(bin.join("redis-server"), bin.join("valkey-server")).unwrap();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    // Through bash rather than exec'ing the copy: a fork by another test thread while the copy
+    // was still open for writing would make that exec fail with ETXTBSY ("Text file busy").
     let ensure = || {
-        Command::new(scripts.join("redis.sh"))
+        Command::new("bash")
+            .arg(scripts.join("redis.sh"))
             .arg("ensure")
             .env("LOCAL_REDIS_PORT", port.to_string())
             .env("LOCAL_REDIS_START_TIMEOUT", "2")

@@ -128,7 +128,10 @@ impl SlowCheckout {
 
     /// `aws.sh VERB` in the throwaway checkout, started.
     fn spawn(&self, verb: &str) -> Child {
-        Command::new(self.root.join("infra/local/aws.sh"))
+        // Through bash rather than exec'ing the copy: a fork by another test thread while the
+        // copy was still open for writing would make that exec fail with ETXTBSY.
+        Command::new("bash")
+            .arg(self.root.join("infra/local/aws.sh"))
             .arg(verb)
             .env("LOCAL_AWS_PORT", self.port.to_string())
             .env("LOCAL_AWS_START_TIMEOUT", self.timeout_secs.to_string())
