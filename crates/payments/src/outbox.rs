@@ -455,6 +455,48 @@ impl Outbox {
         self.mark_unsent(event_id, status, reason, at).await
     }
 
+    /// Marks the row keyed `key` (`receipt#{event_id}`) `FAILED` with `reason` (addresses
+    /// redacted here) and takes it out of the pending index, on the condition that it is still
+    /// there: for a row in the index that is not a receipt the relay may send (a field missing
+    /// or out of bounds), which no retry changes and which would otherwise be read, counted and
+    /// alarmed on by every sweep. `Ok(false)`, nothing written, when the row left the index
+    /// (marked since, or gone).
+    pub async fn set_aside(&self, key: &str, reason: &str, at: &str) -> Result<bool, StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(KEY, AttributeValue::S(key.into()))
+            // Every mark removes the shard with the status it sets: a row holding it is unmarked.
+            .condition_expression("attribute_exists(#shard)")
+            .update_expression("SET #status = :to, marked_at = :at, failure_reason = :reason REMOVE #shard")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#shard", PENDING_SHARD)
+            .expression_attribute_values(":to", AttributeValue::S(RowStatus::Failed.as_str().into()))
+            .expression_attribute_values(":at", AttributeValue::S(at.into()))
+            .expression_attribute_values(":reason", AttributeValue::S(redact_emails(reason)));
+        updated(update.send().await)
+    }
+
+    /// Takes the row keyed `key` out of the pending index when it is not `PENDING` (a status
+    /// another writer set, or a mark by a relay older than the index, that left
+    /// [`PENDING_SHARD`]): the index holds the rows still to send, and one that stayed in it
+    /// would be read by every sweep, ahead of the newer rows it hides. `Ok(false)`, nothing
+    /// written, when the row is `PENDING`, out of the index already, or gone.
+    pub async fn unindex(&self, key: &str) -> Result<bool, StoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(KEY, AttributeValue::S(key.into()))
+            .condition_expression("attribute_exists(#shard) AND (attribute_not_exists(#status) OR #status <> :pending)")
+            .update_expression("REMOVE #shard")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#shard", PENDING_SHARD)
+            .expression_attribute_values(":pending", AttributeValue::S(RowStatus::Pending.as_str().into()));
+        updated(update.send().await)
+    }
+
     /// Marks a `PENDING` row `status` with `reason`, on the condition that it is still pending.
     async fn mark_unsent(&self, event_id: &str, status: RowStatus, reason: &str, at: &str) -> Result<bool, StoreError> {
         let mut set = "SET #status = :to, marked_at = :at, failure_reason = :reason REMOVE #shard".to_owned();

@@ -236,7 +236,17 @@ impl<E: EmailSender> Sweeper<E> {
         let receipt = match row.receipt {
             Ok(receipt) => receipt,
             Err(error) => {
-                tracing::error!(row = %row.key, error = %ErrorChain(&error), "pending outbox row is not a receipt row; not sent");
+                // Set aside (FAILED, out of the index): no retry mends it, and left PENDING it
+                // would take a place in every sweep's budget and raise every sweep's alarm.
+                let reason = ErrorChain(&error).to_string();
+                match self.receipts.outbox.set_aside(&row.key, &reason, &rfc3339(now_ms())).await {
+                    Ok(_) => {
+                        tracing::error!(row = %row.key, %reason, "pending outbox row is not a receipt row; marked FAILED, not sent")
+                    }
+                    Err(mark) => {
+                        tracing::error!(row = %row.key, %reason, error = %ErrorChain(&mark), "pending outbox row is not a receipt row; marking it FAILED failed")
+                    }
+                }
                 swept.unsent += 1;
                 return;
             }
@@ -250,6 +260,15 @@ impl<E: EmailSender> Sweeper<E> {
                 tracing::error!(reason = %error.reason, "pending receipt not sent by the sweep");
             }
             _ => {}
+        }
+        // A row the relay found settled (or whose status it cannot read) that is still in the
+        // index leaves it here: else every sweep reads it first, and enough of them starve the
+        // shard's rows behind. A row the relay marked just now left it with its mark.
+        let settled = matches!(result, Ok(Disposition::Duplicate | Disposition::Skipped));
+        if settled || result.as_ref().is_err_and(|error| error.retry == Retry::Permanent) {
+            if let Err(error) = self.receipts.outbox.unindex(&row.key).await {
+                tracing::error!(row = %row.key, error = %ErrorChain(&error), "taking a settled row out of the pending index failed");
+            }
         }
         swept.count(&result);
     }

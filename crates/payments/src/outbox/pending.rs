@@ -73,6 +73,14 @@ fn pending_row(item: &HashMap<String, AttributeValue>) -> PendingRow {
     };
     let receipt = ReceiptRow::from_item(item).and_then(|row| {
         row.check().map_err(|e| StoreError::new(StoreErrorKind::Malformed, format!("outbox row {key}: {e}")))?;
+        // The relay reads and marks the row by its event id: one keyed under another id would
+        // be settled as that other row while it stayed in the index itself.
+        if super::row_key(&row.event_id) != key {
+            return Err(StoreError::new(
+                StoreErrorKind::Malformed,
+                format!("outbox row {key}: its event_id names another row"),
+            ));
+        }
         Ok(row)
     });
     PendingRow { key, receipt }
