@@ -123,8 +123,10 @@ driver::entry_points! {
     /// effect come back and are answered as duplicates.
     ///
     /// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a value that does not decode, a
-    /// key reused) is logged at error, counted, and not named: a retry cannot change it, and a
-    /// partition held there would stall until the mapping's retries or record age give up.
+    /// key reused) is logged at error, counted, parked in the [`Options`]' park destination
+    /// ([`crate::park`]) and then not named: a retry cannot change it, and a partition held there
+    /// would stall until the mapping's retries or record age give up. A park that fails makes it
+    /// retryable: named, as above.
     ///
     /// Spans, logs, panics and metrics as in [`crate::sqs::process`], with `topic_partition` and
     /// `offset` on the `record` span.

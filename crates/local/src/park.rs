@@ -55,8 +55,19 @@ pub struct ParkQueue {
 impl ParkQueue {
     /// A new queue named after `prefix` and a unique suffix.
     pub async fn fresh(clients: &Clients, prefix: &str) -> Result<ParkQueue> {
+        ParkQueue::taking(clients, prefix, None).await
+    }
+
+    /// A new queue as [`fresh`](Self::fresh), whose `MaximumMessageSize` is `max_bytes` (`None`:
+    /// SQS's default).
+    pub async fn taking(clients: &Clients, prefix: &str, max_bytes: Option<u32>) -> Result<ParkQueue> {
         let name = effectively_once_dynamodb::testing::unique_name(prefix);
-        let out = clients.sqs.create_queue().queue_name(&name).send().await.context(format!("create queue {name}"))?;
+        let create = clients.sqs.create_queue().queue_name(&name);
+        let create = match max_bytes {
+            Some(max) => create.attributes(aws_sdk_sqs::types::QueueAttributeName::MaximumMessageSize, max.to_string()),
+            None => create,
+        };
+        let out = create.send().await.context(format!("create queue {name}"))?;
         let url = out.queue_url().ok_or("a created queue without its URL")?.to_owned();
         Ok(ParkQueue { clients: clients.clone(), url })
     }

@@ -43,6 +43,35 @@ async fn a_poison_record_fails_alone_permanently_is_parked_and_is_not_the_checkp
     assert_eq!(order_count(&handler).await, 2);
 }
 
+/// A poison record too large for its park queue's `MaximumMessageSize` (a queue left at the
+/// 256 KiB of older stacks) is parked without its record, at its coordinates, and the poison
+/// beside it is parked whole: the queue's own limit is read, not assumed, so neither is refused
+/// and held until the stream gives the batch up.
+#[tokio::test]
+async fn a_poison_record_over_the_park_queues_size_is_parked_at_its_coordinates() {
+    let handler = orders().await;
+    let (order, email) = new_order();
+    let batch = [
+        record("customer-1", 1, &vec![b'x'; 300 * 1024]),
+        record("customer-1", 2, b"{not an order"),
+        record("customer-1", 3, &order_data(&order, &email, 10)),
+    ];
+    let clients = local::Clients::local().await;
+    let park = local::park::ParkQueue::taking(&clients, "kinesis-park-small", Some(256 * 1024)).await.unwrap();
+    let delivered = common::deliver_parking_in(&handler, &batch, park).await;
+    assert_eq!(delivered.checkpoint, Vec::<String>::new(), "both parked, neither held: {:?}", delivered.failed);
+    assert_eq!(delivered.parked.len(), 2, "{:?}", delivered.parked);
+    let big = &delivered.parked[0];
+    let at = effectively_once_lambda::park::Coordinates::Kinesis {
+        shard_id: "shardId-000000000000".into(),
+        sequence_number: batch[0].kinesis.sequence_number.clone(),
+    };
+    assert_eq!(big.coordinates, at);
+    assert!(big.record["omitted"].as_str().is_some_and(|why| why.contains("read it at its coordinates")), "{big:?}");
+    assert_parked_as_delivered(&delivered.parked[1], &batch[1]);
+    assert_once(&handler, &order, &email, 10).await;
+}
+
 /// Exactly the `poison` records failed, each permanently.
 fn assert_failed_for_good(failed: &[(String, effectively_once_lambda::RecordError)], poison: &[String]) {
     let mut sequences: Vec<&String> = failed.iter().map(|(sequence, _)| sequence).collect();

@@ -1,23 +1,32 @@
 //! [`SqsQueue`]: an SQS queue as the park destination (feature `sqs`).
 
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use std::sync::Arc;
+
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use aws_sdk_sqs::Client;
+use tokio::sync::OnceCell;
 
 use super::{body, Destination, Parcel, ParkFuture, MAX_BODY, PARK_QUEUE_URL};
 
 /// An SQS queue that takes parked records, ten a `SendMessageBatch` (one request for a batch's
-/// poison, not one a record). Give the queue a retention of 14 days and an alarm on its depth.
+/// poison, not one a record). Give the queue a retention of 14 days, a `MaximumMessageSize` of
+/// 1 MiB and an alarm on its depth. The function needs `sqs:SendMessage` and
+/// `sqs:GetQueueAttributes` on it: the queue's `MaximumMessageSize` is read once, at the first
+/// park, so a parcel too large for that queue goes without its record rather than refused (a
+/// refusal would hold the position at the record until the stream gives the batch up).
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
     client: Client,
     queue_url: String,
     max_body: usize,
+    /// The queue's `MaximumMessageSize`, once read.
+    queue_max: Arc<OnceCell<usize>>,
 }
 
 impl SqsQueue {
     /// Parks into the queue at `queue_url` through `client`.
     pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
-        SqsQueue { client, queue_url: queue_url.into(), max_body: MAX_BODY }
+        SqsQueue { client, queue_url: queue_url.into(), max_body: MAX_BODY, queue_max: Arc::default() }
     }
 
     /// Parks into the queue the environment names ([`PARK_QUEUE_URL`]); an error naming the
@@ -38,18 +47,39 @@ impl SqsQueue {
     }
 
     /// A message body of at most `max_body` bytes with the record in it; a larger parcel goes
-    /// without its record (default [`MAX_BODY`], SQS's limit; lower it for a queue whose
-    /// `MaximumMessageSize` is lower).
+    /// without its record (default [`MAX_BODY`], SQS's limit; the queue's own
+    /// `MaximumMessageSize` applies too, when lower).
     pub fn with_max_body(mut self, max_body: usize) -> Self {
         self.max_body = max_body;
         self
     }
 
+    /// The largest body the queue takes: its `MaximumMessageSize`, read at the first call.
+    async fn queue_max(&self) -> Result<usize, String> {
+        let read = || async {
+            let out = self
+                .client
+                .get_queue_attributes()
+                .queue_url(&self.queue_url)
+                .attribute_names(QueueAttributeName::MaximumMessageSize)
+                .send()
+                .await
+                .map_err(|e| format!("park queue unreachable: {}", aws_sdk_sqs::error::DisplayErrorContext(&e)))?;
+            let size = out.attributes().and_then(|a| a.get(&QueueAttributeName::MaximumMessageSize));
+            Ok::<usize, String>(size.and_then(|s| s.parse().ok()).unwrap_or(MAX_BODY))
+        };
+        self.queue_max.get_or_try_init(read).await.copied()
+    }
+
     async fn send(&self, parcels: &[Parcel]) -> Vec<Result<(), String>> {
-        let bodies: Vec<String> = parcels.iter().map(|parcel| body(parcel, self.max_body)).collect();
+        let max = match self.queue_max().await {
+            Ok(queue_max) => queue_max.min(self.max_body),
+            Err(error) => return vec![Err(error); parcels.len()],
+        };
+        let bodies: Vec<String> = parcels.iter().map(|parcel| body(parcel, max)).collect();
         let mut results: Vec<Result<(), String>> = vec![Ok(()); parcels.len()];
         // The batches at once: a batch's poison parks in one round trip's time.
-        let sends = chunks(&bodies, self.max_body).into_iter().map(|chunk| self.send_chunk(&bodies, chunk));
+        let sends = chunks(&bodies, MAX_BODY).into_iter().map(|chunk| self.send_chunk(&bodies, chunk));
         for (chunk, outcome) in futures_util::future::join_all(sends).await {
             for (at, result) in chunk.into_iter().zip(outcome) {
                 results[at] = result;

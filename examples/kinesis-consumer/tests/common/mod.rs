@@ -120,9 +120,18 @@ impl<H: Handler<KinesisEventRecord>> Handler<KinesisEventRecord> for Recording<H
 /// One invocation of the Kinesis driver with `records`, as `main` serves the handler: its
 /// poison parked in a queue of the invocation's own, as `main` parks in `PARK_QUEUE_URL`.
 pub async fn deliver<H: Handler<KinesisEventRecord>>(handler: &H, records: &[KinesisEventRecord]) -> Delivered {
+    let park = ParkQueue::fresh(&Clients::local().await, "kinesis-park").await.expect("a park queue");
+    deliver_parking_in(handler, records, park).await
+}
+
+/// [`deliver`], parking in `park`.
+pub async fn deliver_parking_in<H: Handler<KinesisEventRecord>>(
+    handler: &H,
+    records: &[KinesisEventRecord],
+    park: ParkQueue,
+) -> Delivered {
     let mut event = KinesisEvent::default();
     event.records = records.to_vec();
-    let park = ParkQueue::fresh(&Clients::local().await, "kinesis-park").await.expect("a park queue");
     let options = Options { emit_metrics: false, ..Options::new("kinesis-consumer") }.park_in(park.destination());
     let recording = Recording::new(handler);
     let response = kinesis::process(&recording, LambdaEvent::new(event, Context::default()), &options).await;
