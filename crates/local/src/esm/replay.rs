@@ -83,6 +83,25 @@ pub(super) async fn walk(
     .await
 }
 
+/// Receives in a row that bring nothing new while the queue still shows visible messages, after
+/// which a sweep ends anyway (those it already holds reappear once their 30 s run out).
+const IDLE_RECEIVES: usize = 5;
+
+/// Messages of `url` visible now (SQS's approximate count).
+async fn visible(clients: &Clients, url: &str) -> Result<u64> {
+    let out = clients
+        .sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .context("queue attributes")?;
+    let count =
+        out.attributes().and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages));
+    Ok(count.and_then(|n| n.parse().ok()).unwrap_or(0))
+}
+
 /// Hands every message in the destination `url` to `replay` once: deleted when it answers
 /// `Ok`, kept (with why) when `Err` or when the message is not JSON. A message that cannot be
 /// replayed never stops the sweep. Kept messages stay invisible until the sweep is over, so it
@@ -96,6 +115,7 @@ pub(super) async fn sweep(
     let mut replayed = Replayed::default();
     // Message id to its latest receipt handle: a kept message received again is not tried again.
     let mut kept: HashMap<String, String> = HashMap::new();
+    let mut idle = 0;
     let swept: Result<()> = async {
         loop {
             let messages = receive(clients, url).await?;
@@ -125,8 +145,16 @@ pub(super) async fn sweep(
                     }
                 }
             }
+            // Short polling samples some of SQS's servers: an answer with nothing new while the
+            // queue still shows visible messages is asked again, a few times, before the sweep
+            // calls the queue done.
             if fresh == 0 {
-                return Ok(());
+                idle += 1;
+                if idle > IDLE_RECEIVES || visible(clients, url).await? == 0 {
+                    return Ok(());
+                }
+            } else {
+                idle = 0;
             }
         }
     }
@@ -183,4 +211,72 @@ async fn replay_batch<S: Source>(clients: &Clients, settings: &Settings, source:
 /// Whether sequence number `a` comes after `b`: decimal strings of any length.
 pub(super) fn after(a: &str, b: &str) -> bool {
     (a.len(), a) > (b.len(), b)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+
+    /// An SQS endpoint whose first `ReceiveMessage` answers nothing though a message is there
+    /// (short polling missed the server holding it), then the message; its counts say so.
+    async fn sampling_sqs() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (receives, deleted) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (receives, deleted) = (receives.clone(), deleted.clone());
+                let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                    let target = request.headers().get("x-amz-target").map(|v| v.to_str().unwrap().to_owned());
+                    let body = match target.as_deref().unwrap_or_default() {
+                        "AmazonSQS.ReceiveMessage" if receives.fetch_add(1, Ordering::SeqCst) == 0 => "{}".to_owned(),
+                        "AmazonSQS.ReceiveMessage" if deleted.load(Ordering::SeqCst) == 0 => {
+                            r#"{"Messages":[{"MessageId":"m1","ReceiptHandle":"h1","Body":"{}"}]}"#.to_owned()
+                        }
+                        "AmazonSQS.DeleteMessage" => {
+                            deleted.fetch_add(1, Ordering::SeqCst);
+                            "{}".to_owned()
+                        }
+                        "AmazonSQS.GetQueueAttributes" => {
+                            let left = 1 - deleted.load(Ordering::SeqCst).min(1);
+                            format!(r#"{{"Attributes":{{"ApproximateNumberOfMessages":"{left}"}}}}"#)
+                        }
+                        _ => "{}".to_owned(),
+                    };
+                    async move {
+                        let answer = hyper::Response::builder()
+                            .header("content-type", "application/x-amz-json-1.0")
+                            .body(Full::new(bytes::Bytes::from(body)));
+                        Ok::<_, std::convert::Infallible>(answer.unwrap())
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(client), service),
+                );
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_receive_that_misses_the_messages_left_does_not_end_the_sweep() {
+        let url = sampling_sqs().await;
+        let mut clients = Clients::local().await;
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "test"))
+            .load()
+            .await;
+        clients.sqs = aws_sdk_sqs::Client::new(&sdk);
+        let replayed = sweep(&clients, &format!("{url}/000000000000/parked"), async |_: &Value| Ok(1)).await.unwrap();
+        assert_eq!((replayed.batches, replayed.records), (1, 1), "the message behind the empty answer is replayed");
+    }
 }
