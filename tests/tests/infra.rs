@@ -1938,3 +1938,32 @@ fn the_payments_consumer_keeps_its_freed_memory_between_batches() {
         .expect("the consumer's main");
     assert!(main.contains("mimalloc::MiMalloc"), "the setting is mimalloc's: the consumer must allocate with it");
 }
+
+/// Each stream function's role may send to its park queue and read the queue's attributes
+/// (`SqsQueue` reads `MaximumMessageSize` once, to park a parcel over it without its record),
+/// on that queue alone.
+#[test]
+fn each_stream_role_sends_to_and_reads_its_park_queue_alone() {
+    let t = template();
+    for (role, queue) in [
+        ("ReceiptsRelayRole", "ReceiptsParkQueue"),
+        ("KinesisConsumerRole", "OrdersParkQueue"),
+        ("KafkaConsumerRole", "KafkaParkQueue"),
+    ] {
+        let grants = statements(&t, role);
+        let park = json!({"Fn::GetAtt": [queue, "Arn"]});
+        for action in ["sqs:SendMessage", "sqs:GetQueueAttributes"] {
+            let on: Vec<&Value> = grants
+                .iter()
+                .filter(|s| s["Effect"] == "Allow" && action_matches(s, action) && s["Resource"] == park)
+                .collect();
+            assert_eq!(on.len(), 1, "{role} may {action} on {queue}");
+        }
+        let attributes: Vec<&Value> = grants
+            .iter()
+            .filter(|s| s["Effect"] == "Allow" && action_matches(s, "sqs:GetQueueAttributes"))
+            .map(|s| &s["Resource"])
+            .collect();
+        assert_eq!(attributes, [&park], "{role} reads no other queue's attributes");
+    }
+}

@@ -457,21 +457,21 @@ impl Outbox {
 
     /// Marks the row keyed `key` (`receipt#{event_id}`) `FAILED` with `reason` (addresses
     /// redacted here) and takes it out of the pending index, on the condition that it is still
-    /// there: for a row in the index that is not a receipt the relay may send (a field missing
-    /// or out of bounds), which no retry changes and which would otherwise be read, counted and
-    /// alarmed on by every sweep. `Ok(false)`, nothing written, when the row left the index
-    /// (marked since, or gone).
+    /// `PENDING` and in the index: for a row that is not a receipt the relay may send (a field
+    /// missing or out of bounds, read whole: [`Outbox::pending_row_at`]), which no retry changes
+    /// and which would otherwise be read, counted and alarmed on by every sweep. `Ok(false)`,
+    /// nothing written, when the row is marked (never over its fate), out of the index, or gone.
     pub async fn set_aside(&self, key: &str, reason: &str, at: &str) -> Result<bool, StoreError> {
         let update = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(KEY, AttributeValue::S(key.into()))
-            // Every mark removes the shard with the status it sets: a row holding it is unmarked.
-            .condition_expression("attribute_exists(#shard)")
+            .condition_expression("attribute_exists(#shard) AND #status = :pending")
             .update_expression("SET #status = :to, marked_at = :at, failure_reason = :reason REMOVE #shard")
             .expression_attribute_names("#status", "status")
             .expression_attribute_names("#shard", PENDING_SHARD)
+            .expression_attribute_values(":pending", AttributeValue::S(RowStatus::Pending.as_str().into()))
             .expression_attribute_values(":to", AttributeValue::S(RowStatus::Failed.as_str().into()))
             .expression_attribute_values(":at", AttributeValue::S(at.into()))
             .expression_attribute_values(":reason", AttributeValue::S(redact_emails(reason)));

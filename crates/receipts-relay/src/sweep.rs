@@ -233,23 +233,26 @@ impl<E: EmailSender> Sweeper<E> {
     /// attempt's lease (that attempt settles it; a dead one's lease is over by the next sweep).
     async fn sweep_row(&self, row: PendingRow, deadline_ms: Option<u64>, swept: &mut Swept) {
         swept.found += 1;
-        let receipt = match row.receipt {
-            Ok(receipt) => receipt,
-            Err(error) => {
-                // Set aside (FAILED, out of the index): no retry mends it, and left PENDING it
-                // would take a place in every sweep's budget and raise every sweep's alarm.
-                let reason = ErrorChain(&error).to_string();
-                match self.receipts.outbox.set_aside(&row.key, &reason, &rfc3339(now_ms())).await {
-                    Ok(_) => {
-                        tracing::error!(row = %row.key, %reason, "pending outbox row is not a receipt row; marked FAILED, not sent")
-                    }
-                    Err(mark) => {
-                        tracing::error!(row = %row.key, %reason, error = %ErrorChain(&mark), "pending outbox row is not a receipt row; marking it FAILED failed")
-                    }
+        let (key, receipt) = match row.receipt {
+            Ok(receipt) => (row.key, receipt),
+            // Decided on the row as the table holds it, not on the index's copy (eventually
+            // consistent, a projection): a row mended or marked since is not set aside.
+            Err(_) => match self.receipts.outbox.pending_row_at(&row.key).await {
+                Ok(Some(PendingRow { key, receipt: Ok(receipt) })) => (key, receipt),
+                Ok(Some(PendingRow { key, receipt: Err(error) })) => return self.set_aside(&key, &error, swept).await,
+                Ok(None) => {
+                    // Gone, or marked: out of the index if it is still there.
+                    self.unindex(&row.key).await;
+                    swept.held += 1;
+                    return;
                 }
-                swept.unsent += 1;
-                return;
-            }
+                Err(error) => {
+                    let error = ErrorChain(&error);
+                    tracing::error!(row = %row.key, %error, "reading a pending outbox row failed; left for the next sweep");
+                    swept.unsent += 1;
+                    return;
+                }
+            },
         };
         let span = tracing::info_span!("receipt", event_id = receipt.event_id.as_str());
         let result = self.receipts.settle(&receipt, deadline_ms, 0).instrument(span.clone()).await;
@@ -266,11 +269,37 @@ impl<E: EmailSender> Sweeper<E> {
         // shard's rows behind. A row the relay marked just now left it with its mark.
         let settled = matches!(result, Ok(Disposition::Duplicate | Disposition::Skipped));
         if settled || result.as_ref().is_err_and(|error| error.retry == Retry::Permanent) {
-            if let Err(error) = self.receipts.outbox.unindex(&row.key).await {
-                tracing::error!(row = %row.key, error = %ErrorChain(&error), "taking a settled row out of the pending index failed");
-            }
+            self.unindex(&key).await;
         }
         swept.count(&result);
+    }
+
+    /// Sets aside the `PENDING` row `key` that is not a receipt the relay may send (`FAILED`,
+    /// out of the index): no retry mends it, and left `PENDING` it would take a place in every
+    /// sweep's budget and raise every sweep's alarm.
+    async fn set_aside(&self, key: &str, error: &effectively_once::StoreError, swept: &mut Swept) {
+        let reason = ErrorChain(error).to_string();
+        match self.receipts.outbox.set_aside(key, &reason, &rfc3339(now_ms())).await {
+            Ok(true) => {
+                tracing::error!(row = %key, %reason, "pending outbox row is not a receipt row; marked FAILED, not sent")
+            }
+            Ok(false) => {
+                tracing::warn!(row = %key, %reason, "outbox row is not a receipt row, but marked or gone since read; left as it is")
+            }
+            Err(mark) => {
+                let error = ErrorChain(&mark);
+                tracing::error!(row = %key, %reason, %error, "pending outbox row is not a receipt row; marking it FAILED failed");
+            }
+        }
+        swept.unsent += 1;
+    }
+
+    /// Takes the row `key` out of the pending index if it is there though not `PENDING`.
+    async fn unindex(&self, key: &str) {
+        if let Err(error) = self.receipts.outbox.unindex(key).await {
+            let error = ErrorChain(&error);
+            tracing::error!(row = %key, %error, "taking a settled row out of the pending index failed");
+        }
     }
 
     /// The counts, logged and (with [`with_metrics`](Self::with_metrics)) on an EMF line.

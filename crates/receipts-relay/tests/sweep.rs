@@ -81,3 +81,34 @@ async fn rows_settled_but_left_in_the_index_leave_it_and_hide_no_pending_receipt
     let third = sweeper.run(LATER_MS, None).await;
     assert_eq!((third.found, third.complete), (0, true), "{third:?}");
 }
+
+/// A row the index still holds that is not a receipt the relay may send, but is no longer
+/// PENDING (SENT with its message id by a relay older than the index, with a field the relay
+/// now checks missing): its fate stays as recorded, never FAILED over an email that went out,
+/// and it leaves the index.
+#[tokio::test]
+async fn a_marked_row_that_no_longer_reads_keeps_its_fate_and_leaves_the_index() {
+    let p = Pending::new("sent-before").await;
+    let key = format!("receipt#{}", p.event_id);
+    p.client
+        .update_item()
+        .table_name(&p.outbox_table)
+        .key("pk", AttributeValue::S(key.clone()))
+        .update_expression("SET #status = :sent, message_id = :id REMOVE amount_cents")
+        .expression_attribute_names("#status", "status")
+        .expression_attribute_values(":sent", AttributeValue::S("SENT".into()))
+        .expression_attribute_values(":id", AttributeValue::S("m-1".into()))
+        .send()
+        .await
+        .unwrap();
+    let sender = RecordingSender::new();
+    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
+    let sweeper = Sweeper::new(relay, Sweep::default());
+    let swept = sweeper.run(LATER_MS, None).await;
+    assert_eq!((swept.found, swept.sent, swept.unsent), (1, 0, 0), "{swept:?}");
+    let row = item(&p, &key).await;
+    assert_eq!((row["status"].as_s().unwrap().as_str(), row["message_id"].as_s().unwrap().as_str()), ("SENT", "m-1"));
+    assert!(!row.contains_key("failure_reason"), "{row:?}");
+    assert!(!row.contains_key("pending_shard"), "out of the pending index");
+    assert!(sender.sent().is_empty());
+}

@@ -106,3 +106,33 @@ fn a_json_array_is_not_an_order_and_an_object_with_its_fields_is() {
         serde_json::from_slice::<kinesis_consumer::Order>(br#"{"order_id": "o1", "email": "a@example.com"}"#).is_err()
     );
 }
+
+/// The park queue's size cannot be read (a role without `sqs:GetQueueAttributes`, a fault):
+/// parking goes on, at 1 MiB, and the size is read again at the next park.
+#[tokio::test]
+async fn poison_is_parked_when_the_queue_size_cannot_be_read() {
+    use local::proxy::{Fault, Proxy, ScriptedFaults};
+    let handler = orders().await;
+    let clients = local::Clients::local().await;
+    let park = local::park::ParkQueue::fresh(&clients, "kinesis-park-unread").await.unwrap();
+    let rules = ScriptedFaults::new().then("amazonsqs:GetQueueAttributes", Fault::Refuse);
+    let proxy = Proxy::to_local_aws(std::sync::Arc::new(rules)).await.unwrap();
+    let sdk = proxy.sdk_config(aws_config::retry::RetryConfig::disabled()).await;
+    let queue = effectively_once_lambda::park::SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &park.url);
+    let options = effectively_once_lambda::kinesis::Options {
+        emit_metrics: false,
+        ..effectively_once_lambda::kinesis::Options::new("kinesis-consumer")
+    }
+    .park_in(queue);
+    let poison = record("customer-1", 1, b"{not an order");
+    let mut event = effectively_once_lambda::events::KinesisEvent::default();
+    event.records = vec![poison.clone()];
+    let context = effectively_once_lambda::events::Context::default();
+    let event = effectively_once_lambda::events::LambdaEvent::new(event, context);
+    let response = effectively_once_lambda::kinesis::process(&handler, event, &options).await;
+    assert!(response.batch_item_failures.is_empty(), "parked, not held: {response:?}");
+    assert_eq!(proxy.injected().values().sum::<u64>(), 1, "the size read was refused");
+    let parked = park.drain().await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_parked_as_delivered(&parked[0], &poison);
+}

@@ -13,7 +13,8 @@ use super::{body, Destination, Parcel, ParkFuture, MAX_BODY, PARK_QUEUE_URL};
 /// 1 MiB and an alarm on its depth. The function needs `sqs:SendMessage` and
 /// `sqs:GetQueueAttributes` on it: the queue's `MaximumMessageSize` is read once, at the first
 /// park, so a parcel too large for that queue goes without its record rather than refused (a
-/// refusal would hold the position at the record until the stream gives the batch up).
+/// refusal would hold the position at the record until the stream gives the batch up). A read
+/// that fails is logged and parking goes on at [`with_max_body`](Self::with_max_body)'s limit.
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
     client: Client,
@@ -74,7 +75,12 @@ impl SqsQueue {
     async fn send(&self, parcels: &[Parcel]) -> Vec<Result<(), String>> {
         let max = match self.queue_max().await {
             Ok(queue_max) => queue_max.min(self.max_body),
-            Err(error) => return vec![Err(error); parcels.len()],
+            // Not cached: read again at the next park. Parking goes on meanwhile (a role without
+            // the permission, say); only a parcel over the queue's own limit is then refused.
+            Err(error) => {
+                tracing::warn!(%error, "reading the park queue's MaximumMessageSize failed; parking as if it were {} bytes", self.max_body);
+                self.max_body
+            }
         };
         let bodies: Vec<String> = parcels.iter().map(|parcel| body(parcel, max)).collect();
         let mut results: Vec<Result<(), String>> = vec![Ok(()); parcels.len()];

@@ -64,6 +64,23 @@ impl Outbox {
         let next = out.last_evaluated_key().filter(|key| !key.is_empty()).map(|key| Cursor(key.clone()));
         Ok(PendingPage { rows, next })
     }
+
+    /// The row keyed `key` as the table holds it now, read consistently and whole (the index
+    /// is eventually consistent and holds a projection): `None` when it is gone or no longer
+    /// `PENDING`. What the sweep decides a row by before it sets one aside.
+    pub async fn pending_row_at(&self, key: &str) -> Result<Option<PendingRow>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(KEY, AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem", e))?;
+        let pending = |item: &&HashMap<String, AttributeValue>| matches!(item.get("status"), Some(AttributeValue::S(status)) if status == super::RowStatus::Pending.as_str());
+        Ok(out.item().filter(pending).map(pending_row))
+    }
 }
 
 fn pending_row(item: &HashMap<String, AttributeValue>) -> PendingRow {
