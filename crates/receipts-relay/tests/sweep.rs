@@ -12,6 +12,11 @@ use receipts_relay::{Sweep, Sweeper};
 /// Long after the rows were written (the sample's time).
 const LATER_MS: u64 = 4_102_444_800_000;
 
+/// A sweep of `p`'s outbox as `sweep` says, sending with `sender`, at most once.
+fn sweeper<'a>(p: &Pending, sender: &'a RecordingSender, sweep: Sweep) -> Sweeper<&'a RecordingSender> {
+    Sweeper::new(common::relay(p.markers(), sender, &p.outbox_table, Policy::AtMostOnce), sweep)
+}
+
 /// `p`'s row keyed `key`, read consistently.
 async fn item(p: &Pending, key: &str) -> std::collections::HashMap<String, AttributeValue> {
     let out = p.client.get_item().table_name(&p.outbox_table).key("pk", AttributeValue::S(key.into()));
@@ -33,8 +38,7 @@ async fn a_pending_row_that_is_not_a_receipt_is_marked_failed_once_by_the_sweep(
         .await
         .unwrap();
     let sender = RecordingSender::new();
-    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let sweeper = Sweeper::new(relay, Sweep::default());
+    let sweeper = sweeper(&p, &sender, Sweep::default());
     let swept = sweeper.run(LATER_MS, None).await;
     assert_eq!((swept.found, swept.unsent, swept.sent), (1, 1, 0), "{swept:?}");
     let row = item(&p, &format!("receipt#{}", p.event_id)).await;
@@ -67,8 +71,7 @@ async fn rows_settled_but_left_in_the_index_leave_it_and_hide_no_pending_receipt
         stuck.push(format!("receipt#{event_id}"));
     }
     let sender = RecordingSender::new();
-    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let sweeper = Sweeper::new(relay, Sweep { after: std::time::Duration::ZERO, page_size: 2, max_rows: 3 });
+    let sweeper = sweeper(&p, &sender, Sweep { after: std::time::Duration::ZERO, page_size: 2, max_rows: 3 });
     let first = sweeper.run(LATER_MS, None).await;
     assert_eq!((first.found, first.sent), (3, 0), "the budget went on the stuck rows: {first:?}");
     for key in &stuck {
@@ -102,8 +105,7 @@ async fn a_marked_row_that_no_longer_reads_keeps_its_fate_and_leaves_the_index()
         .await
         .unwrap();
     let sender = RecordingSender::new();
-    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let sweeper = Sweeper::new(relay, Sweep::default());
+    let sweeper = sweeper(&p, &sender, Sweep::default());
     let swept = sweeper.run(LATER_MS, None).await;
     assert_eq!((swept.found, swept.sent, swept.unsent), (1, 0, 0), "{swept:?}");
     let row = item(&p, &key).await;
