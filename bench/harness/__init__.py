@@ -42,6 +42,11 @@ accounts holding one other-currency event per account, and a batch of 1,000 on t
 with overdrafts and other-currency events. Each row one run of each implementation, fresh process
 and tables.
 
+Then the store latency rows (ours only, --latencies): batches of 10 over 20 accounts, 200 first
+deliveries, the whole process's CPU as a harness outside sees it, with every DynamoDB request held
+by the local AWS for each given number of milliseconds (its `/_local-aws/latency`): a client that
+burns CPU while a request is outstanding shows it only when requests take time, as DynamoDB's do.
+
 Then instruction counts (`runs.count_instructions`): ours and the floor under
 `valgrind --tool=callgrind` at batch 10, one process through warm-up batches and two equal parts,
 `callgrind_control --dump` after each (a dump zeroes the counters): init and warm-up excluded.

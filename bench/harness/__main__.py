@@ -1,5 +1,5 @@
 """`python -m bench.harness`: the options, then warm-up, the rounds of the mix, the LEDGER_PREREAD
-runs, the batch-size rows, callgrind, the report."""
+runs, the batch-size rows, the store latency rows, callgrind, the report."""
 
 import argparse
 import datetime
@@ -49,6 +49,9 @@ def options():
                    help="leave out the refusal rows (batch 100 on 3 accounts, batch 1000 hot with refusals)")
     p.add_argument("--preread", default="off,redelivered,auto,always",
                    help="LEDGER_PREREAD values to run ours under on the other-sandbox mix ('' skips them)")
+    p.add_argument("--latencies", default="0,100,500",
+                   help="the store latency rows: ours, batches of 10 on 20 accounts, 200 messages, each DynamoDB "
+                        "request held this many ms by the local AWS (default 0,100,500; '' skips them)")
     p.add_argument("--callgrind-batches", type=int, default=10,
                    help="batches of 10 in each counted part under callgrind (default 10; 0 skips callgrind)")
     return p.parse_args()
@@ -184,6 +187,17 @@ def main():
             scenario_results.setdefault(fr.name, {})[sc.key] = r
             log(f"{sc.key} {fr.name}: {r['req_per_msg']:.3f} requests/msg, CPU {r['cpu_us_per_msg']:.0f} µs/msg; ledger ok")
 
+    latency = {}
+    if "ours" in by_name:
+        # As an outside harness drives it (issue 38): the whole process's CPU, batches of 10 over
+        # 20 accounts, against a store that answers in `ms`, not in the local AWS's fraction of one.
+        sc = Scenario("latency", 10, 20, 200, seed + 2)
+        for ms in [int(x) for x in args.latencies.split(",") if x.strip()]:
+            r = run_scenario(by_name["ours"], sc, aws, args.endpoint, log_dir, latency_ms=ms)
+            latency[ms] = r
+            log(f"store latency {ms} ms, ours: CPU {r['cpu_us_per_msg']:.0f} µs/msg ({r['cpu_ms_per_batch']:.2f} ms "
+                f"an invocation), {r['req_per_msg']:.3f} requests/msg, {r['throughput']:.0f} msg/s; ledger ok")
+
     instructions = {}
     if args.callgrind_batches:
         if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
@@ -200,7 +214,7 @@ def main():
     meta["load_after"] = "%.2f %.2f %.2f" % os.getloadavg()
     log(f"load average {meta['load_after']}")
     raw = {"meta": meta, "results": results, "scenarios": scenario_results, "preread": preread,
-           "onebyone": onebyone, "instructions": instructions}
+           "onebyone": onebyone, "instructions": instructions, "latency": latency}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(raw, f, indent=2)
     if len(impls) < len(NAMES):
@@ -214,7 +228,7 @@ def main():
     except (OSError, ValueError):
         pass
     terminal, report, chart_rows = build_report(args, mix, impls, results, scenarios, scenario_results, preread,
-                                                onebyone, instructions, overhead, meta)
+                                                onebyone, instructions, overhead, meta, latency)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(report)
     with open(os.path.join(args.out, "chart.svg"), "w") as f:

@@ -41,6 +41,13 @@ class LocalAws:
     def reset(self):
         self.route("/_local-aws/requests/reset", "POST")
 
+    def set_latency(self, ms):
+        """Every DynamoDB request from now on waits `ms` before it is served (0: none)."""
+        try:
+            self.route(f"/_local-aws/latency?ms={int(ms)}", "POST")
+        except Exception as e:
+            raise BenchError(f"the local AWS at {self.endpoint} cannot hold requests ({e}): restart it") from e
+
     def requests(self):
         """DynamoDB requests served since the last reset, by operation."""
         counts = self.route("/_local-aws/requests")["requests"]

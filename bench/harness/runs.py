@@ -144,21 +144,28 @@ def run_round(impl, mix, aws, endpoint, tag, log_dir, env=None, other_batch_size
     return r
 
 
-def run_scenario(impl, scenario, aws, endpoint, log_dir, env=None):
+def run_scenario(impl, scenario, aws, endpoint, log_dir, env=None, latency_ms=0):
     """One implementation through one scenario, in a fresh process on fresh tables: requests and
-    write units per message, throughput, CPU per message; the ledger is checked after."""
-    idem, ledger = aws.create_tables(f"bench-{scenario.key}-{impl.name}-{uuid.uuid4().hex[:6]}")
-    s = Sandbox(impl, endpoint, idem, ledger, os.path.join(log_dir, f"{impl.name}-{scenario.key}.log"), env)
+    write units per message, throughput, CPU per message; the ledger is checked after.
+    `latency_ms`: every DynamoDB request of the stream held that long by the local AWS."""
+    tag = f"{scenario.key}-{latency_ms}ms" if latency_ms else scenario.key
+    idem, ledger = aws.create_tables(f"bench-{tag}-{impl.name}-{uuid.uuid4().hex[:6]}")
+    s = Sandbox(impl, endpoint, idem, ledger, os.path.join(log_dir, f"{impl.name}-{tag}.log"), env)
     try:
-        elapsed, cpu, requests, units = s.run(scenario.batches, aws, scenario.key)
+        if latency_ms:
+            aws.set_latency(latency_ms)
+        elapsed, cpu, requests, units = s.run(scenario.batches, aws, tag)
     finally:
+        if latency_ms:
+            aws.set_latency(0)
         s.close()
     expected = expected_ledger(scenario.deliveries(), impl.every_delivery)
     checked = verify_ledger(aws, ledger, expected, f"{impl.name}, {scenario.key}")
     aws.delete_tables(idem, ledger)
     n = len(scenario.messages)
     return {"messages": n, "req_per_msg": requests / n, "wcu_per_msg": units / n, "throughput": n / elapsed,
-            "cpu_us_per_msg": cpu * 1e6 / n, "refused": checked["refused"]}
+            "cpu_us_per_msg": cpu * 1e6 / n, "cpu_ms_per_batch": cpu * 1e3 / len(scenario.batches),
+            "refused": checked["refused"]}
 
 
 def count_instructions(impl, scenario, aws, endpoint, log_dir, warm=2, n_batches=10):

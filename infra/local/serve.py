@@ -24,6 +24,8 @@ import re
 import signal
 import sys
 import threading
+import time
+from urllib.parse import parse_qs
 
 from werkzeug.serving import ThreadedWSGIServer, run_simple
 
@@ -126,24 +128,42 @@ def write_units_of(op, body, cancelled=False):
     return 0
 
 
-def reset_requests():
+def reset_requests(_environ):
     REQUESTS.clear()
     WRITE_UNITS.clear()
     return {"reset": True}
 
 
+# Milliseconds every DynamoDB request waits before it is served (0: none), set by POST
+# /_local-aws/latency?ms=N. A local server answers in a fraction of a millisecond, so a client
+# that burns CPU while a request is outstanding (a timer waking it, say) shows nothing here and
+# pays it in production, where DynamoDB answers in milliseconds: the bench's latency rows
+# (docs/bench.md) set it to see that CPU.
+LATENCY = {"dynamodb_ms": 0}
+
+
+def set_latency(environ):
+    """POST /_local-aws/latency?ms=N: every DynamoDB request from now on waits N ms."""
+    value = parse_qs(environ.get("QUERY_STRING", "")).get("ms", [""])[0]
+    if not value.isdigit() or int(value) > 60_000:
+        raise ValueError("expected ms=N, 0 to 60000")
+    LATENCY["dynamodb_ms"] = int(value)
+    return {"dynamodb_latency_ms": LATENCY["dynamodb_ms"]}
+
+
 # The project's own routes, beside moto's, by path: the method each takes and its answer.
 # moto's /moto-api/data.json serialises every model of every service (a megabyte after a test
-# run), too slow to poll for one mailbox. The reset changes state, so it takes POST only: a GET
-# is what a link or an <img> on any web page can send.
+# run), too slow to poll for one mailbox. The reset and the latency change state, so they take
+# POST only: a GET is what a link or an <img> on any web page can send.
 LOCAL_ROUTES = {
-    "/_local-aws/health": ("GET", lambda: {"server": "moto", "serialized": True}),
-    "/_local-aws/ses/messages": ("GET", lambda: {"messages": sent_emails()}),
-    "/_local-aws/requests": ("GET", lambda: {
+    "/_local-aws/health": ("GET", lambda _: {"server": "moto", "serialized": True}),
+    "/_local-aws/ses/messages": ("GET", lambda _: {"messages": sent_emails()}),
+    "/_local-aws/requests": ("GET", lambda _: {
         "requests": dict(sorted(REQUESTS.items())),
         "write_units": dict(sorted(WRITE_UNITS.items())),
     }),
     "/_local-aws/requests/reset": ("POST", reset_requests),
+    "/_local-aws/latency": ("POST", set_latency),
 }
 
 
@@ -518,13 +538,20 @@ class Serialized:
 
     def __call__(self, environ, start_response):
         route = LOCAL_ROUTES.get(environ.get("PATH_INFO", ""))
+        op = operation_of(environ)
+        if route is None and op.startswith("dynamodb:") and LATENCY["dynamodb_ms"]:
+            # Outside the lock: a remote store's latency overlaps between concurrent requests;
+            # held inside, N requests in flight would wait N times as long.
+            time.sleep(LATENCY["dynamodb_ms"] / 1000)
         with self.lock:
             if route is not None:
                 method, handler = route
                 if environ.get("REQUEST_METHOD") != method:
                     return answer(start_response, "405 Method Not Allowed", {"allowed": method}, [("Allow", method)])
-                return answer(start_response, "200 OK", handler())
-            op = operation_of(environ)
+                try:
+                    return answer(start_response, "200 OK", handler(environ))
+                except ValueError as e:
+                    return answer(start_response, "400 Bad Request", {"error": str(e)})
             REQUESTS[op] = REQUESTS.get(op, 0) + 1
             statuses = []
 

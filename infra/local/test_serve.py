@@ -292,6 +292,26 @@ class Guards(unittest.TestCase):
         self.assertEqual(self.client.get("/_local-aws/requests", headers=host).get_json()["requests"], {})
         self.assertEqual(self.client.get("/_local-aws/health", headers=host).status_code, 200)
 
+    def test_the_latency_takes_post_only_and_holds_dynamodb_requests(self):
+        import time
+
+        host = {"Host": "127.0.0.1:4566"}
+        self.addCleanup(lambda: serve.LATENCY.update(dynamodb_ms=0))
+        self.assertEqual(self.client.get("/_local-aws/latency?ms=50", headers=host).status_code, 405)
+        for bad in ("", "?ms=", "?ms=-1", "?ms=x", "?ms=60001"):
+            self.assertEqual(self.client.post("/_local-aws/latency" + bad, headers=host).status_code, 400, bad)
+        self.assertEqual(serve.LATENCY["dynamodb_ms"], 0)
+        self.assertEqual(self.client.post("/_local-aws/latency?ms=50", headers=host).get_json(),
+                         {"dynamodb_latency_ms": 50})
+        started = time.monotonic()
+        self.assertEqual(self.dynamodb().status_code, 200)
+        self.assertGreaterEqual(time.monotonic() - started, 0.05)
+        started = time.monotonic()
+        self.assertEqual(self.client.get("/_local-aws/health", headers=host).status_code, 200)
+        self.assertLess(time.monotonic() - started, 0.05, "our own routes are not held")
+        self.client.post("/_local-aws/latency?ms=0", headers=host)
+        self.assertEqual(serve.LATENCY["dynamodb_ms"], 0)
+
 
 class WriteUnits(unittest.TestCase):
     """The modelled write units of docs/cost-model.md, from the request alone."""

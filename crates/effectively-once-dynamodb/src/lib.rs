@@ -143,6 +143,7 @@ mod item;
 mod otherwise;
 pub mod raw;
 mod read;
+mod stalled;
 mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -156,6 +157,9 @@ pub use crate::error::store_error;
 pub use crate::item::{attr, carried, carried_from_item, NEVER_EXPIRES};
 pub use crate::otherwise::{Fallback, Otherwise};
 pub use crate::read::{Consistency, MAX_BATCH_GET_KEYS};
+#[cfg(feature = "sdk-defaults")]
+pub use crate::stalled::sdk_defaults;
+pub use crate::stalled::stalled_stream_protection;
 pub use crate::store::{create_table, wait_until_active, DynamoDbStore, TABLE_ACTIVE_WAIT};
 pub use crate::transaction::WriteUnits;
 pub use crate::tx::{Item, Table, Tx, WriteId};

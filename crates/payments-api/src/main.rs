@@ -8,7 +8,7 @@ use payments_api::{DeployedApi, Env};
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let env = Env::from_env()?;
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = effectively_once_dynamodb::sdk_defaults(aws_config::BehaviorVersion::latest()).load().await;
     let api = DeployedApi::from_env(&sdk, &env);
     let api = &api;
     lambda_http::run(service_fn(move |request: Request| async move { Ok::<_, Error>(api.handle(request).await) })).await

@@ -19,7 +19,7 @@ async fn main() -> Result<(), Error> {
     payments::warn_if_disabled(&env.config);
     // Namespace, `Function` dimension and service read from the environment once, here.
     let options = Options::new(FUNCTION);
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = effectively_once_dynamodb::sdk_defaults(aws_config::BehaviorVersion::latest()).load().await;
     let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);
     // The batch path: a batch's payments in one transaction (sqs::run would post one at a time).
     sqs::run_batch(handler, options).await

@@ -15,7 +15,7 @@ async fn main() -> Result<(), Error> {
     payments::warn_if_disabled(&env.config);
     // Namespace, `Function` dimension and service read from the environment once, here; the
     // alerts go where the batch metrics go.
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = effectively_once_dynamodb::sdk_defaults(aws_config::BehaviorVersion::latest()).load().await;
     // A receipt that fails for good is parked in PARK_QUEUE_URL before the stream passes it.
     let options = Options::new(FUNCTION).park_in(SqsQueue::from_env(aws_sdk_sqs::Client::new(&sdk))?);
     let handler = Receipts::from_env(aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sesv2::Client::new(&sdk), &env)

@@ -15,7 +15,7 @@ async fn main() -> Result<(), Error> {
     // The switch is honoured by nothing this function runs: say so once, at cold start.
     payments::warn_if_disabled(&env.config);
     // Namespace, `Function` dimension and service read from the environment once, here.
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = effectively_once_dynamodb::sdk_defaults(aws_config::BehaviorVersion::latest()).load().await;
     // A record that fails for good is parked in PARK_QUEUE_URL before the partition passes it.
     let options = Options::new(FUNCTION).park_in(SqsQueue::from_env(aws_sdk_sqs::Client::new(&sdk))?);
     let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);

@@ -13,7 +13,7 @@ use kinesis_consumer::Orders;
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let var = |name: &str| std::env::var(name).map_err(|_| format!("environment variable {name} is not set"));
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = effectively_once_dynamodb::sdk_defaults(aws_config::BehaviorVersion::latest()).load().await;
     let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), var("IDEMPOTENCY_TABLE")?);
     let handler = Orders {
         idempotency: Idempotency::new(store, Config::from_env()),

@@ -12,7 +12,7 @@ use sqs_tower_layer::{counter_service, layer, Consumer};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let var = |name: &str| std::env::var(name).map_err(|_| format!("environment variable {name} is not set"));
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = effectively_once_dynamodb::sdk_defaults(aws_config::BehaviorVersion::latest()).load().await;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let store = DynamoDbStore::new(client.clone(), var("IDEMPOTENCY_TABLE")?);
     let service =

@@ -18,7 +18,7 @@ async fn main() -> Result<(), Error> {
     // Namespace and `Function` dimension read from the environment once: the counts and the
     // alerts go under the sweeper's own name.
     let emf = Emf::from_env(SWEEPER);
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = effectively_once_dynamodb::sdk_defaults(aws_config::BehaviorVersion::latest()).load().await;
     let receipts = Receipts::from_env(aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sesv2::Client::new(&sdk), &env)
         .with_alerts(Alerts::new(emf.clone()));
     let sweeper = Sweeper::new(receipts, sweep).with_metrics(emf);
