@@ -1,7 +1,8 @@
 //! What every trigger shares: the handler traits, the options, the execution of one record
-//! (deadline margin, panic isolation, spans, the outcome's log line), the two ways a batch runs
-//! (record by record in ordered groups, or in rounds through a [`BatchHandler`]), the
-//! invocation around them (its span, the EMF line) and the run loop.
+//! (deadline margin, panic isolation, spans, the outcome's log line), the three ways a batch runs
+//! (record by record in ordered groups, in rounds through a [`BatchHandler`], or in one call
+//! through an [`OrderedBatchHandler`]), the invocation around them (its span, the EMF line) and
+//! the run loop.
 //!
 //! A trigger module ([`crate::sqs`], [`crate::streams`], [`crate::kinesis`]) says only what is
 //! its own: how its records are grouped and ordered, and how failures go back to Lambda (SQS
@@ -18,6 +19,11 @@ use tracing::Instrument;
 use crate::metrics::{self, Counts, Emf, Metrics};
 use crate::park::{self, Coordinates, Parcel, Poison};
 use crate::{now_ms, panics, redact_emails, RecordError, RecordResult, Retry};
+
+mod ordered;
+
+pub(crate) use ordered::{in_one_call, serve_ordered};
+pub use ordered::{OrderedBatch, OrderedBatchHandler};
 
 /// Handles one record of a trigger's batch: `R` is the trigger's record type
 /// ([`SqsMessage`](crate::events::SqsMessage), a DynamoDB Streams
@@ -193,6 +199,10 @@ pub(crate) struct Groups {
     pub(crate) after: Vec<Vec<usize>>,
     /// Whether a record that may take effect later holds back those that follow it.
     pub(crate) hold_back: bool,
+    /// For each position, its lane: its first ordering key (a topic-partition, a partition key,
+    /// an item, a message group) when `hold_back`; `None` when nothing is held back (a standard
+    /// queue). What an [`OrderedBatchHandler`] sees as [`OrderedBatch::lane`].
+    pub(crate) lanes: Vec<Option<String>>,
 }
 
 /// A trigger: its event, its records, how they group, and its answer to Lambda.
@@ -315,9 +325,11 @@ fn refuse_unchosen_poison<T: Trigger>(options: &Options) -> Result<(), lambda_ru
     }
 }
 
-/// A trigger module's four entry points, with their docs: `process` and `run` (record by
-/// record), `process_batch` and `run_batch` (through a [`BatchHandler`]), each a call into the
-/// core with the trigger's types. A macro, so the modules do not repeat the same four functions.
+/// A trigger module's six entry points, with their docs: `process` and `run` (record by
+/// record), `process_batch` and `run_batch` (through a [`BatchHandler`], in rounds),
+/// `process_ordered` and `run_ordered` (through an [`OrderedBatchHandler`], in one call), each a
+/// call into the core with the trigger's types. A macro, so the modules do not repeat the same
+/// six functions.
 macro_rules! entry_points {
     (
         $trigger:ident: $event:ty => $record:ty => $response:ty;
@@ -325,6 +337,8 @@ macro_rules! entry_points {
         $(#[$run:meta])* run;
         $(#[$process_batch:meta])* process_batch;
         $(#[$run_batch:meta])* run_batch;
+        $(#[$process_ordered:meta])* process_ordered;
+        $(#[$run_ordered:meta])* run_ordered;
     ) => {
         /// The trigger, for the core: its types; `records`, `groups` and `respond` are the module's.
         pub(crate) struct $trigger;
@@ -381,6 +395,23 @@ macro_rules! entry_points {
             options: Options,
         ) -> Result<(), lambda_runtime::Error> {
             $crate::driver::serve_rounds::<$trigger, H>(handler, options).await
+        }
+
+        $(#[$process_ordered])*
+        pub async fn process_ordered<H: OrderedBatchHandler<$record>>(
+            handler: &H,
+            event: lambda_runtime::LambdaEvent<$event>,
+            options: &Options,
+        ) -> $response {
+            $crate::driver::in_one_call::<$trigger, H>(handler, event, options).await
+        }
+
+        $(#[$run_ordered])*
+        pub async fn run_ordered<H: OrderedBatchHandler<$record>>(
+            handler: H,
+            options: Options,
+        ) -> Result<(), lambda_runtime::Error> {
+            $crate::driver::serve_ordered::<$trigger, H>(handler, options).await
         }
     };
 }
@@ -453,7 +484,7 @@ pub(crate) async fn run_groups<R: Record, H: Handler<R>>(
     options: &Options,
 ) -> Vec<RecordResult> {
     use futures_util::stream::{self, StreamExt};
-    let Groups { groups, after, hold_back } = groups;
+    let Groups { groups, after, hold_back, .. } = groups;
     let after = (after.as_slice(), hold_back);
     // Futures made eagerly, not in a stream's `map` closure: a closure over borrowed records
     // makes the batch future's `Send` unprovable for callers that spawn it.
@@ -524,7 +555,7 @@ pub(crate) async fn run_rounds<R: Record, H: BatchHandler<R>>(
     context: &Context,
     options: &Options,
 ) -> Vec<RecordResult> {
-    let Groups { groups, after, hold_back } = groups;
+    let Groups { groups, after, hold_back, .. } = groups;
     let mut results: Vec<Option<RecordResult>> = records.iter().map(|_| None).collect();
     let mut queues: Vec<std::collections::VecDeque<usize>> = groups.into_iter().map(Into::into).collect();
     let mut holding = Holding::default();
@@ -816,9 +847,13 @@ pub(crate) fn joined_groups<R, const N: usize>(
     }
     let mut parent: Vec<usize> = (0..records.len()).collect();
     let mut after: Vec<Vec<usize>> = (0..records.len()).map(|_| Vec::new()).collect();
+    let mut lanes: Vec<Option<String>> = Vec::with_capacity(records.len());
     let mut last_with: std::collections::HashMap<(usize, String), usize> = std::collections::HashMap::new();
     for (position, record) in records.iter().enumerate() {
-        for (kind, key) in keys(record).into_iter().enumerate() {
+        let keys = keys(record);
+        // The first key is the trigger's ordering key: the record's lane.
+        lanes.push(if hold_back { keys.first().cloned().flatten() } else { None });
+        for (kind, key) in keys.into_iter().enumerate() {
             let Some(key) = key else { continue };
             let Some(previous) = last_with.insert((kind, key), position) else { continue };
             if !after[position].contains(&previous) {
@@ -839,7 +874,7 @@ pub(crate) fn joined_groups<R, const N: usize>(
         });
         groups[index].push(position);
     }
-    Groups { groups, after, hold_back }
+    Groups { groups, after, hold_back, lanes }
 }
 
 #[cfg(test)]

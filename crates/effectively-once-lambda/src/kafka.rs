@@ -35,7 +35,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::driver::{self, Record};
-pub use crate::driver::{BatchHandler, Handler, Options};
+pub use crate::driver::{BatchHandler, Handler, Options, OrderedBatch, OrderedBatchHandler};
 use crate::park::Coordinates;
 use crate::RecordResult;
 
@@ -139,6 +139,19 @@ driver::entry_points! {
     process_batch;
     /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
     run_batch;
+    /// [`process`] for an [`OrderedBatchHandler`]: the whole batch in **one** call, partition by
+    /// partition in offset order, each record with its topic-partition ([`OrderedBatch::lane`])
+    /// and the records it follows (the previous of its partition and of its [`Handler::key`],
+    /// [`OrderedBatch::after`]). The handler applies them in that order and lets no record take
+    /// effect behind one answered with a failure a later delivery may undo. The driver reads the
+    /// answers in batch order with [`process_batch`]'s hold-back, so the answer is the same: a
+    /// record behind such a failure is named whatever the handler said (an `Applied` there is
+    /// logged at error as a breach), before any permanent failure is parked. A call that panics
+    /// or answers for another number of records is not trusted: the batch is handled again one
+    /// record at a time, as [`process`] does.
+    process_ordered;
+    /// [`run`] for an [`OrderedBatchHandler`]: each batch through [`process_ordered`].
+    run_ordered;
 }
 
 /// Lambda's name for the event source, for MSK and self-managed Kafka alike: poison is parked

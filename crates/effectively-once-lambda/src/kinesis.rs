@@ -16,7 +16,7 @@ use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
 
 use crate::driver::{self, Record};
-pub use crate::driver::{BatchHandler, Handler, Options};
+pub use crate::driver::{BatchHandler, Handler, Options, OrderedBatch, OrderedBatchHandler};
 use crate::park::Coordinates;
 use crate::RecordResult;
 
@@ -81,6 +81,19 @@ driver::entry_points! {
     process_batch;
     /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
     run_batch;
+    /// [`process`] for an [`OrderedBatchHandler`]: the whole batch in **one** call, in shard
+    /// order, each record with its partition key ([`OrderedBatch::lane`]) and the records it
+    /// follows (the previous of its partition key and of its [`Handler::key`],
+    /// [`OrderedBatch::after`]). The handler applies them in that order and lets no record take
+    /// effect behind one answered with a failure a later delivery may undo. The driver reads the
+    /// answers in batch order with [`process_batch`]'s hold-back, so the checkpoint is the same
+    /// (an `Applied` behind such a failure is logged at error as a breach and still reported not
+    /// started), settled before any permanent failure is parked. A call that panics or answers
+    /// for another number of records is not trusted: the batch is handled again one record at a
+    /// time, as [`process`] does.
+    process_ordered;
+    /// [`run`] for an [`OrderedBatchHandler`]: each batch through [`process_ordered`].
+    run_ordered;
 }
 
 /// Lambda's name for the event source: poison is parked ([`crate::park`]).

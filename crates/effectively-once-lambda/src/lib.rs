@@ -1,9 +1,10 @@
 //! Batch drivers for Lambda triggers: each record is handled alone, and only records whose
 //! effect is durable are acknowledged.
 //!
-//! - [`driver`]: what every trigger shares: the [`Handler`] and [`BatchHandler`] traits (a
-//!   record and the invocation's `Context`), [`Options`], the per-record execution (deadline
-//!   margin, panic isolation, spans, the outcome's log line), ordered groups and batch rounds.
+//! - [`driver`]: what every trigger shares: the [`Handler`], [`BatchHandler`] and
+//!   [`OrderedBatchHandler`] traits (a record and the invocation's `Context`), [`Options`], the
+//!   per-record execution (deadline margin, panic isolation, spans, the outcome's log line),
+//!   ordered groups, batch rounds and the ordered batch in one call.
 //! - [`body`]: typed payloads: a [`BodyHandler`] gets the body decoded with serde into its own
 //!   type through [`Typed`]; a payload that does not decode fails its record alone, permanently.
 //! - [`sqs`]: partial batch failures (`batchItemFailures`), bounded concurrency, FIFO order per
@@ -47,7 +48,7 @@ pub mod sqs;
 pub mod streams;
 
 pub use body::{BodyBatchHandler, BodyHandler, Payload, Typed};
-pub use driver::{BatchHandler, Handler, Options};
+pub use driver::{BatchHandler, Handler, Options, OrderedBatch, OrderedBatchHandler};
 
 /// The event types the drivers take and answer with, and the runtime's, re-exported so a
 /// function needs no `aws_lambda_events` or `lambda_runtime` dependency of its own.

@@ -4,7 +4,7 @@
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 
 use crate::driver::{self, Record};
-pub use crate::driver::{BatchHandler, Handler, Options};
+pub use crate::driver::{BatchHandler, Handler, Options, OrderedBatch, OrderedBatchHandler};
 use crate::{RecordError, RecordResult};
 
 impl Record for SqsMessage {
@@ -136,6 +136,23 @@ driver::entry_points! {
     process_batch;
     /// [`run`] for a [`BatchHandler`]: each batch through [`process_batch`].
     run_batch;
+    /// [`process`] for an [`OrderedBatchHandler`]: every message in **one** call, in batch order,
+    /// each with its message group ([`OrderedBatch::lane`]) and the message before it in its group
+    /// ([`OrderedBatch::after`]); the handler applies them in that order and lets no message take
+    /// effect behind one of its group answered with a failure a later delivery may undo.
+    ///
+    /// - Standard queues: one call, nothing ordered (no lanes, no predecessors), nothing held.
+    /// - FIFO queues: the answers are read in batch order and the hold-back is exactly
+    ///   [`process_batch`]'s: a message behind such a failure is reported failed, not started,
+    ///   whatever the handler answered (an `Applied` there is logged at error as a breach); one
+    ///   behind a permanent failure is not held.
+    /// - Within [`Options::deadline_margin`] of the deadline there is no call: every message is
+    ///   reported failed, retryable.
+    /// - A call that panics or answers for another number of messages is not trusted: the batch is
+    ///   handled again one message at a time through [`Handler::handle`], as [`process`] does.
+    process_ordered;
+    /// [`run`] for an [`OrderedBatchHandler`]: each batch through [`process_ordered`].
+    run_ordered;
 }
 
 /// SQS parks nothing: a queue's DLQ keeps its poison.
