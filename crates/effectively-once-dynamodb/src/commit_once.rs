@@ -92,6 +92,13 @@ pub trait CommitOnce {
     /// - In a group, a member that failed with no verdict on the message
     ///   ([`Error::is_verdict_on_the_message`]: it is delivered again) holds back the group's
     ///   later members, answered retryable, so none overtakes it.
+    /// - A lane ([`crate::Member::in_lane`]: a topic-partition, a partition key) keeps its order
+    ///   as a group does, across groups: groups that share a lane are one unit, sent in one
+    ///   transaction (or, past the limits, cut in batch order, the rest sent once that part is
+    ///   settled); a member behind one of its lane gone to a transaction of its own goes alone
+    ///   too, after it; one behind a member of its lane that failed with no verdict on the
+    ///   message is held back. So a lane's later member never commits before an earlier one is
+    ///   decided, except atomically with it. With no lanes, nothing changes.
     ///
     /// A first delivery of a batch of ten members with no duplicates is one request.
     fn commit_batch<P, R, B>(

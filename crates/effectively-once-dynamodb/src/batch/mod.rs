@@ -15,6 +15,10 @@
 //! failed with it, but at most [`MAX_ROUNDS`] times per group before it goes one member at a
 //! time). Otherwise the group falls back to one member at a time.
 //!
+//! Members of a lane ([`Member::in_lane`]) keep their order across groups: groups sharing a
+//! lane go in one transaction ([`schedule::units`]), and the hold-back and going alone follow
+//! lanes as they follow groups.
+//!
 //! What is sent when is decided in [`schedule`], with no I/O; this module builds the members'
 //! writes and sends what it decides.
 
@@ -81,6 +85,7 @@ where
         .map(|(member, hash)| Entry {
             key: member.key.as_str(),
             group: member.group.as_deref(),
+            lane: member.lane.as_deref(),
             hash: hash.as_ref().map(PayloadHash::as_str),
         })
         .collect();
@@ -133,10 +138,19 @@ where
         self.hashes[index].as_ref().expect("members sent have hashes")
     }
 
+    /// A member not started because an earlier member of its group or lane failed with no
+    /// verdict on it (it is delivered again): retryable, so it is delivered again too, after
+    /// that one.
+    fn held_back(&self, index: usize) -> Error {
+        let key = self.key(index);
+        let of = if self.members[index].lane.is_some() { "group or lane" } else { "group" };
+        unavailable(format!("{key}: not started, an earlier event of its {of} in this batch failed"))
+    }
+
     /// The answer to a member a pass answers without a request.
     fn early<R: Clone>(&self, index: usize, early: Early, results: &[Slot<R>]) -> Result<Outcome<R>, Error> {
         match early {
-            Early::HeldBack => Err(held_back(self.key(index))),
+            Early::HeldBack => Err(self.held_back(index)),
             Early::Replay(earlier) => match &results[earlier] {
                 Some(Ok(outcome)) => Ok(Outcome::Replayed(outcome.response().clone())),
                 _ => Err(Error::key_reused(self.key(index).as_str())),
@@ -176,7 +190,7 @@ where
             }
             let end = rounds.end_round(next, cancelled);
             for index in end.held_back {
-                results[index] = Some(Err(held_back(self.key(index))));
+                results[index] = Some(Err(self.held_back(index)));
             }
             for index in end.exhausted {
                 let key = self.key(index);
@@ -201,8 +215,8 @@ where
         }
     }
 
-    /// The members gone alone, one at a time in batch order, each behind its group's undecided
-    /// members.
+    /// The members gone alone, one at a time in batch order, each behind its group's and lane's
+    /// undecided members.
     async fn alone<R>(&self, rounds: &mut Rounds<'_>, results: &mut [Slot<R>])
     where
         R: Serialize + DeserializeOwned + Send,
@@ -210,7 +224,9 @@ where
     {
         for index in rounds.alone() {
             if rounds.held(index) {
-                results[index] = Some(Err(held_back(self.key(index))));
+                // Not started: it holds its own group's and lane's later members in turn.
+                rounds.undecided(index);
+                results[index] = Some(Err(self.held_back(index)));
                 continue;
             }
             let result = self.one(index).await;
@@ -323,7 +339,7 @@ where
 }
 
 /// Sets member `index`'s result; one that failed with no verdict on the message holds its
-/// group's later members back.
+/// group's and lane's later members back.
 fn answer<R>(results: &mut [Slot<R>], rounds: &mut Rounds<'_>, index: usize, result: Result<Outcome<R>, Error>) {
     if matches!(&result, Err(error) if !error.is_verdict_on_the_message()) {
         rounds.undecided(index);
@@ -333,12 +349,6 @@ fn answer<R>(results: &mut [Slot<R>], rounds: &mut Rounds<'_>, index: usize, res
 
 fn unavailable(message: impl Into<String>) -> Error {
     StoreError::new(StoreErrorKind::Unavailable, message).into()
-}
-
-/// A member not started because an earlier member of its group failed with no verdict on it
-/// (it is delivered again): retryable, so it is delivered again too, after that one.
-fn held_back(key: &Key) -> Error {
-    unavailable(format!("{key}: not started, an earlier event of its group in this batch failed"))
 }
 
 /// The first copy's failure, for an in-batch duplicate: key reuse and in progress as such (a

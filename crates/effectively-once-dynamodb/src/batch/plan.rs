@@ -1,6 +1,7 @@
-//! A round's transactions, built: each group's first chunk that fits one transaction, its
-//! members decided on what the pass knows of its shared item ([`BatchWrites::decide`]), and the
-//! chunks packed in order ([`schedule::pack`]).
+//! A round's transactions, built: each unit's first chunk that fits one transaction (a unit is
+//! a group, or groups joined by a lane, [`schedule::units`]), each group's members decided on
+//! what the pass knows of its shared item ([`BatchWrites::decide`]), and the chunks packed in
+//! order ([`schedule::pack`]), a unit's parts in one transaction.
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use effectively_once::{Error, StoreError, StoreErrorKind};
@@ -61,69 +62,95 @@ impl<P, B> Batch<'_, '_, P, B>
 where
     P: ?Sized + Sync,
 {
-    /// The transactions of a round (the first chunk of each group), the members that must go
+    /// The transactions of a round (the first chunk of each unit), the members that must go
     /// alone (a carried record, writes that do not build), and the members deferred to the next
-    /// round (a group's later chunks).
+    /// round (a unit's later chunks).
     pub(super) fn plan<R>(&self, live: &[usize], states: &States<'_>) -> (Vec<Planned<R>>, Vec<usize>, Vec<usize>)
     where
         R: Serialize,
         B: BatchWrites<R>,
     {
-        let (mut alone, mut deferred, mut parts) = (Vec::new(), Vec::new(), Vec::new());
-        for group in schedule::groups(self.entries, live) {
-            // A group too large for one transaction goes one chunk per round, in order: a later
-            // chunk's shared write is conditioned on the state the chunk before it left, so it
-            // is sent only once that chunk is settled (committed, or its members gone alone,
-            // which take the rest of the group with them).
-            let observed = self.entries[group[0]].group.map_or(&Observed::Unseen, |name| states.get(name));
-            match self.part(&group, observed) {
-                Ok((part, taken)) => {
-                    deferred.extend_from_slice(&group[taken..]);
-                    parts.push(part);
+        let (mut alone, mut deferred, mut units) = (Vec::new(), Vec::new(), Vec::new());
+        for unit in schedule::units(self.entries, live) {
+            // A unit too large for one transaction goes one chunk per round, in batch order: a
+            // group's later chunk's shared write is conditioned on the state the chunk before it
+            // left, and a lane's later member must not commit while an earlier one is undecided,
+            // so the rest is sent only once that chunk is settled (committed, or its members gone
+            // alone, which take the rest of their groups and lanes with them).
+            match self.unit_parts(&unit, states) {
+                Ok((parts, taken)) => {
+                    deferred.extend(unit.iter().zip(taken).flat_map(|(group, taken)| group[taken..].iter().copied()));
+                    units.push(parts);
                 }
                 // A member whose writes do not build, or that carries its record, goes alone,
-                // where its error (or its carried record) is handled as for a single commit.
-                Err(_) => alone.extend_from_slice(&group),
+                // where its error (or its carried record) is handled as for a single commit; its
+                // unit goes with it, so its group and lane keep their order.
+                Err(_) => alone.extend(unit.iter().flatten().copied()),
             }
         }
-        let sizes: Vec<(usize, usize)> = parts.iter().map(|part| (part.actions.len(), part.bytes())).collect();
+        let sizes: Vec<(usize, usize)> = units
+            .iter()
+            .map(|parts| {
+                parts.iter().fold((0, 0), |(actions, bytes), part| (actions + part.actions.len(), bytes + part.bytes()))
+            })
+            .collect();
         let mut plans: Vec<Planned<R>> = Vec::new();
-        for (part, at) in parts.into_iter().zip(schedule::pack(&sizes)) {
+        for (parts, at) in units.into_iter().zip(schedule::pack(&sizes)) {
             if plans.len() == at {
                 plans.push(Planned::new());
             }
-            plans[at].add(part);
+            for part in parts {
+                plans[at].add(part);
+            }
         }
         (plans, alone, deferred)
     }
 
-    /// The longest prefix of `group` (at least one member) whose actions and shared writes fit
-    /// one transaction, built, its members decided on `observed` where the writes decide
-    /// ([`BatchWrites::decide`]); and how many members it took.
-    fn part<R>(&self, group: &[usize], observed: &Observed) -> Result<(Planned<R>, usize), Error>
+    /// The longest batch-order prefix of `unit` (at least one member, [`schedule::cut`]) whose
+    /// actions and shared writes fit one transaction, built group by group, each group's members
+    /// decided on what `states` knows of its item where the writes decide
+    /// ([`BatchWrites::decide`]); and how many members of each group it took.
+    fn unit_parts<R>(&self, unit: &[Vec<usize>], states: &States<'_>) -> Result<(Vec<Planned<R>>, Vec<usize>), Error>
     where
         R: Serialize,
         B: BatchWrites<R>,
     {
-        let mut take = group.len();
+        let mut take: usize = unit.iter().map(Vec::len).sum();
         loop {
-            let chunk = &group[..take];
-            let mut part = Planned::new();
-            let mut shared = Tx::<R>::new();
-            let (refusals, share) = self.share(chunk, observed, &mut shared)?;
-            for (&index, refusal) in chunk.iter().zip(refusals) {
-                self.member_part(index, refusal, &mut part)?;
+            let taken = schedule::cut(unit, take);
+            let mut parts = Vec::new();
+            for (group, &taken) in unit.iter().zip(&taken).filter(|(_, &taken)| taken > 0) {
+                let observed = self.entries[group[0]].group.map_or(&Observed::Unseen, |name| states.get(name));
+                parts.push(self.part(&group[..taken], observed)?);
             }
-            for write in shared.writes {
-                part.actions.push(write.into_item());
-                part.owners.push(Owner::Shared(0));
+            let actions: usize = parts.iter().map(|part| part.actions.len()).sum();
+            let bytes: usize = parts.iter().map(Planned::bytes).sum();
+            if fits(actions, bytes) || take == 1 {
+                return Ok((parts, taken));
             }
-            part.shares.push(share);
-            if fits(part.actions.len(), part.bytes()) || take == 1 {
-                return Ok((part, take));
-            }
-            take = schedule::shrink(take, part.actions.len());
+            take = schedule::shrink(take, actions);
         }
+    }
+
+    /// `chunk` (of one group, or one ungrouped member) built: its actions and shared writes, its
+    /// members decided on `observed` where the writes decide ([`BatchWrites::decide`]).
+    fn part<R>(&self, chunk: &[usize], observed: &Observed) -> Result<Planned<R>, Error>
+    where
+        R: Serialize,
+        B: BatchWrites<R>,
+    {
+        let mut part = Planned::new();
+        let mut shared = Tx::<R>::new();
+        let (refusals, share) = self.share(chunk, observed, &mut shared)?;
+        for (&index, refusal) in chunk.iter().zip(refusals) {
+            self.member_part(index, refusal, &mut part)?;
+        }
+        for write in shared.writes {
+            part.actions.push(write.into_item());
+            part.owners.push(Owner::Shared(0));
+        }
+        part.shares.push(share);
+        Ok(part)
     }
 
     /// The shared writes of `chunk` (of one group, or one ungrouped member), and each member's

@@ -1,9 +1,10 @@
 //! The batch's schedule, with no I/O: which members a pass sends and which wait for the next
-//! ([`Passes`]), the copies of a key within a pass ([`copies`]), how a round's members group and
-//! pack into transactions ([`groups`], [`pack`], [`shrink`]), what a cancelled transaction
-//! means for each member ([`read`]), what a refused shared write says of its group's item
-//! ([`observe`], [`States`]), and which members go alone or are held back behind a group's
-//! undecided member ([`Rounds`]). The batch module sends what this decides.
+//! ([`Passes`]), the copies of a key within a pass ([`copies`]), how a round's members group,
+//! join into units by lane, and pack into transactions ([`groups`], [`units`], [`cut`],
+//! [`pack`], [`shrink`]), what a cancelled transaction means for each member ([`read`]), what a
+//! refused shared write says of its group's item ([`observe`], [`States`]), and which members go
+//! alone or are held back behind an undecided member of their group or lane ([`Rounds`]). The
+//! batch module sends what this decides.
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,34 +14,43 @@ use super::{Observed, MAX_ROUNDS};
 use crate::transaction::{fits, Cancellation, MAX_TRANSACTION_ITEMS};
 use crate::tx::Item;
 
-/// A member as the schedule sees it: its key, its group, and its payload hash (`None` when it
-/// could not be hashed, and is answered already).
+/// A member as the schedule sees it: its key, its group, its lane, and its payload hash (`None`
+/// when it could not be hashed, and is answered already).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Entry<'m> {
     pub(crate) key: &'m str,
     pub(crate) group: Option<&'m str>,
+    pub(crate) lane: Option<&'m str>,
     pub(crate) hash: Option<&'m str>,
 }
 
-/// What holds a member back, or defers it to the next pass: its key, or its group. Apart, as a
-/// group may be spelled like a key (an account `payments#E1` is not event `E1`'s record).
+/// What holds a member back, or defers it to the next pass: its key, its group, or its lane.
+/// Apart, as a group may be spelled like a key (an account `payments#E1` is not event `E1`'s
+/// record) or like a lane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Name<'m> {
     Key(&'m str),
     Group(&'m str),
+    Lane(&'m str),
 }
 
 impl<'m> Entry<'m> {
-    /// Its names: its key, and its group if it has one.
+    /// Its names: its key, and its group and lane if it has them.
     fn names(self) -> impl Iterator<Item = Name<'m>> {
-        std::iter::once(Name::Key(self.key)).chain(self.group.map(Name::Group))
+        std::iter::once(Name::Key(self.key)).chain(self.orders())
+    }
+
+    /// The names whose members keep their order in the rounds: its group and its lane. (Its
+    /// key's copies are answered from the first, [`copies`].)
+    fn orders(self) -> impl Iterator<Item = Name<'m>> {
+        self.group.map(Name::Group).into_iter().chain(self.lane.map(Name::Lane))
     }
 }
 
 /// A member a pass answers without sending it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Early {
-    /// Behind an undecided member of its key or group: not started, retryable.
+    /// Behind an undecided member of its key, group or lane: not started, retryable.
     HeldBack,
     /// Its key was taken in an earlier pass by this member, with the same payload: a replay.
     Replay(usize),
@@ -57,14 +67,15 @@ pub(crate) struct Pass {
 
 /// The batch in passes: a member whose key came earlier in the batch with another payload (key
 /// reuse, or the reuse's own first copy) waits for the next pass with every later member of its
-/// group and key, so what the first copy did is settled before it, and its group keeps its
-/// order, as one by one. Such a member whose first copy committed is key reuse with no request;
-/// one whose first copy is undecided (a failure that is no verdict on the message, so it is
-/// delivered again) waits, as do its group's later members.
+/// key, group and lane, so what the first copy did is settled before it, and its group and lane
+/// keep their order, as one by one. Such a member whose first copy committed is key reuse with
+/// no request; one whose first copy is undecided (a failure that is no verdict on the message,
+/// so it is delivered again) waits, as do its group's and lane's later members.
 #[derive(Debug)]
 pub(crate) struct Passes<'m> {
     entries: &'m [Entry<'m>],
-    /// Keys and groups whose member failed with no verdict on it: their later members wait.
+    /// Keys, groups and lanes whose member failed with no verdict on it: their later members
+    /// wait.
     undecided: HashSet<Name<'m>>,
     /// Keys committed in an earlier pass: the member that took each.
     taken: HashMap<&'m str, usize>,
@@ -78,8 +89,8 @@ impl<'m> Passes<'m> {
         Passes { entries, undecided: HashSet::new(), taken: HashMap::new(), pending }
     }
 
-    /// Member `index` failed with no verdict on the message: the later members of its key and
-    /// group wait.
+    /// Member `index` failed with no verdict on the message: the later members of its key, group
+    /// and lane wait.
     pub(crate) fn undecided(&mut self, index: usize) {
         self.undecided.extend(self.entries[index].names());
     }
@@ -159,9 +170,61 @@ pub(crate) fn groups(entries: &[Entry<'_>], live: &[usize]) -> Vec<Vec<usize>> {
     groups
 }
 
-/// How many members of a group's chunk to try next when `take` of them built `actions` actions,
-/// too many for one transaction: fewer in proportion, at least one fewer, at least one.
-/// `take` is over 1 (a chunk of one is sent whatever its size).
+/// A round's groups ([`groups`]) joined into units: groups whose members share a lane, directly
+/// or through another group, are one unit, whose parts go in one transaction ([`pack`], or the
+/// unit is [`cut`]). So a lane's later member is never committed in one transaction while an
+/// earlier one of another group is cancelled in another. Units, and each unit's groups, in order
+/// of first appearance; with no lanes, each group is a unit of its own.
+pub(crate) fn units(entries: &[Entry<'_>], live: &[usize]) -> Vec<Vec<Vec<usize>>> {
+    let groups = groups(entries, live);
+    // Each unit's root is its earliest group, so units come in order of first appearance.
+    let mut parent: Vec<usize> = (0..groups.len()).collect();
+    let mut by_lane: HashMap<&str, usize> = HashMap::new();
+    for (at, group) in groups.iter().enumerate() {
+        for lane in group.iter().filter_map(|&index| entries[index].lane) {
+            let other = *by_lane.entry(lane).or_insert(at);
+            let (a, b) = (root(&mut parent, at), root(&mut parent, other));
+            parent[a.max(b)] = a.min(b);
+        }
+    }
+    let mut units: Vec<Vec<Vec<usize>>> = Vec::new();
+    let mut unit_at: HashMap<usize, usize> = HashMap::new();
+    for (at, group) in groups.into_iter().enumerate() {
+        match unit_at.get(&root(&mut parent, at)) {
+            Some(&unit) => units[unit].push(group),
+            None => {
+                unit_at.insert(at, units.len());
+                units.push(vec![group]);
+            }
+        }
+    }
+    units
+}
+
+/// The root of `at` in a union of groups, the least group index of its set.
+fn root(parent: &mut [usize], mut at: usize) -> usize {
+    while parent[at] != at {
+        parent[at] = parent[parent[at]];
+        at = parent[at];
+    }
+    at
+}
+
+/// How many members of each of `unit`'s groups (each in batch order) to send when `take` of its
+/// members go (at least one): the first `take` in batch order. A unit too large for one
+/// transaction is cut at a batch position rather than group by group, so a member is sent only
+/// with every earlier live member of its group and lane in the same transaction; the rest wait
+/// for the next round, which starts once this one's transactions are settled.
+pub(crate) fn cut(unit: &[Vec<usize>], take: usize) -> Vec<usize> {
+    let mut members: Vec<usize> = unit.iter().flatten().copied().collect();
+    members.sort_unstable();
+    let last = members[take.clamp(1, members.len()) - 1];
+    unit.iter().map(|group| group.partition_point(|&index| index <= last)).collect()
+}
+
+/// How many members of a chunk (of a group, or of a unit, [`cut`]) to try next when `take` of
+/// them built `actions` actions, too many for one transaction: fewer in proportion, at least one
+/// fewer, at least one. `take` is over 1 (a chunk of one is sent whatever its size).
 pub(crate) fn shrink(take: usize, actions: usize) -> usize {
     let fits = take * MAX_TRANSACTION_ITEMS / actions.max(1);
     fits.clamp(1, take - 1)
@@ -321,14 +384,14 @@ impl<'m> States<'m> {
     }
 }
 
-/// The rounds of one pass: which members go alone, which groups are held behind an undecided
-/// member, and how many times the batch was cancelled.
+/// The rounds of one pass: which members go alone, which groups and lanes are held behind an
+/// undecided member, and how many times the batch was cancelled.
 #[derive(Debug)]
 pub(crate) struct Rounds<'m> {
     entries: &'m [Entry<'m>],
-    /// Each group's first member that failed with no verdict on the message (delivered again):
-    /// the group's later members are not started.
-    held: HashMap<&'m str, usize>,
+    /// Each group's and lane's first member that failed with no verdict on the message
+    /// (delivered again): their later members are not started.
+    held: HashMap<Name<'m>, usize>,
     alone: Vec<usize>,
     cancellations: u32,
 }
@@ -336,7 +399,7 @@ pub(crate) struct Rounds<'m> {
 /// What the end of a round decided.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct RoundEnd {
-    /// Members behind an undecided member of their group: not started.
+    /// Members behind an undecided member of their group or lane: not started.
     pub(crate) held_back: Vec<usize>,
     /// Members still undecided after [`MAX_ROUNDS`] cancellations: retried later.
     pub(crate) exhausted: Vec<usize>,
@@ -349,12 +412,10 @@ impl<'m> Rounds<'m> {
         Rounds { entries, held: HashMap::new(), alone: Vec::new(), cancellations: 0 }
     }
 
-    /// Member `index` failed with no verdict on the message: its group's later members wait.
+    /// Member `index` failed with no verdict on the message, or is not started: its group's and
+    /// lane's later members wait.
     pub(crate) fn undecided(&mut self, index: usize) {
-        if let Some(group) = self.entries[index].group {
-            let first = self.held.entry(group).or_insert(index);
-            *first = (*first).min(index);
-        }
+        first_of(&mut self.held, self.entries[index], index);
     }
 
     /// These members go alone, after the rounds.
@@ -362,38 +423,39 @@ impl<'m> Rounds<'m> {
         self.alone.extend(members);
     }
 
-    /// Whether an earlier member of `index`'s group is undecided.
+    /// Whether an earlier member of `index`'s group or lane is undecided.
     pub(crate) fn held(&self, index: usize) -> bool {
         self.earlier(&self.held, index)
     }
 
-    fn earlier(&self, firsts: &HashMap<&str, usize>, index: usize) -> bool {
-        self.entries[index].group.and_then(|group| firsts.get(group)).is_some_and(|&first| first < index)
+    fn earlier(&self, firsts: &HashMap<Name<'m>, usize>, index: usize) -> bool {
+        self.entries[index].orders().any(|name| firsts.get(&name).is_some_and(|&first| first < index))
     }
 
     /// Ends a round whose transactions left `next` to send again (`cancelled`: a cancellation
-    /// left some): a member behind an undecided one of its group is held back, one behind a
-    /// member of its group gone alone goes alone too (in order), the rest are sent again, unless
-    /// the batch has been cancelled [`MAX_ROUNDS`] times.
-    pub(crate) fn end_round(&mut self, next: Vec<usize>, cancelled: bool) -> RoundEnd {
-        let mut gone_alone: HashMap<&str, usize> = HashMap::new();
+    /// left some): a member behind an undecided one of its group or lane is held back, one
+    /// behind a member of its group or lane gone alone goes alone too (in order), the rest are
+    /// sent again, unless the batch has been cancelled [`MAX_ROUNDS`] times. In batch order, as
+    /// a member held back or gone alone takes the later members of its other group or lane
+    /// with it (a lane spans groups).
+    pub(crate) fn end_round(&mut self, mut next: Vec<usize>, cancelled: bool) -> RoundEnd {
+        let mut gone_alone: HashMap<Name<'m>, usize> = HashMap::new();
         for &index in &self.alone {
-            if let Some(group) = self.entries[index].group {
-                let first = gone_alone.entry(group).or_insert(index);
-                *first = (*first).min(index);
-            }
+            first_of(&mut gone_alone, self.entries[index], index);
         }
+        next.sort_unstable();
         let mut end = RoundEnd::default();
         for index in next {
             if self.held(index) {
+                self.undecided(index);
                 end.held_back.push(index);
             } else if self.earlier(&gone_alone, index) {
+                first_of(&mut gone_alone, self.entries[index], index);
                 self.alone.push(index);
             } else {
                 end.live.push(index);
             }
         }
-        end.live.sort_unstable();
         if cancelled {
             self.cancellations += 1;
             if self.cancellations == MAX_ROUNDS && !end.live.is_empty() {
@@ -413,6 +475,15 @@ impl<'m> Rounds<'m> {
         alone.sort_unstable();
         alone.dedup();
         alone
+    }
+}
+
+/// Notes `index` as the first member of `entry`'s group and lane in `firsts`, unless an earlier
+/// one is there.
+fn first_of<'m>(firsts: &mut HashMap<Name<'m>, usize>, entry: Entry<'m>, index: usize) {
+    for name in entry.orders() {
+        let first = firsts.entry(name).or_insert(index);
+        *first = (*first).min(index);
     }
 }
 

@@ -6,8 +6,9 @@ use effectively_once::{Error, Key, PayloadHash};
 
 use crate::tx::{Item, Tx};
 
-/// One member of a batch: its key, its payload (hashed as the config says), and the group whose
-/// shared writes it takes part in (an account: its balance), if any.
+/// One member of a batch: its key, its payload (hashed as the config says), the group whose
+/// shared writes it takes part in (an account: its balance), if any, and the lane whose order it
+/// keeps (a Kafka topic-partition, a Kinesis partition key, a FIFO message group), if any.
 #[derive(Debug, Clone)]
 pub struct Member<'a, P: ?Sized> {
     /// The record's key.
@@ -16,6 +17,9 @@ pub struct Member<'a, P: ?Sized> {
     pub payload: &'a P,
     /// Members of one group share writes ([`BatchWrites::shared`]) and keep their order.
     pub group: Option<String>,
+    /// Members of one lane keep their order, as a group's do, whatever their groups; they
+    /// share no writes.
+    pub lane: Option<String>,
     /// The payload's hash, when the caller has it already: not computed again.
     hash: Option<PayloadHash>,
 }
@@ -23,12 +27,30 @@ pub struct Member<'a, P: ?Sized> {
 impl<'a, P: ?Sized> Member<'a, P> {
     /// A member of no group, its payload hashed under the idempotency's config.
     pub fn new(key: Key, payload: &'a P) -> Self {
-        Member { key, payload, group: None, hash: None }
+        Member { key, payload, group: None, lane: None, hash: None }
     }
 
     /// In `group`: its members share writes ([`BatchWrites::shared`]) and keep their order.
     pub fn in_group(mut self, group: impl Into<String>) -> Self {
         self.group = Some(group.into());
+        self
+    }
+
+    /// In `lane`: its members take effect in batch order, as a group's do, although they may
+    /// belong to different groups (accounts of one Kafka partition) and share no writes. A later
+    /// member of the lane is committed only in the same transaction as its lane's undecided
+    /// earlier members, or once they are decided; behind one that failed in a way that may still
+    /// take effect (delivered again) it is held back, answered retryable, not started.
+    ///
+    /// ```
+    /// # use effectively_once::Key;
+    /// # use effectively_once_dynamodb::Member;
+    /// let key = Key::new("payments", "e-7").unwrap();
+    /// let member = Member::new(key, "{}").in_group("acct-1").in_lane("payments-topic/2");
+    /// assert_eq!(member.lane.as_deref(), Some("payments-topic/2"));
+    /// ```
+    pub fn in_lane(mut self, lane: impl Into<String>) -> Self {
+        self.lane = Some(lane.into());
         self
     }
 

@@ -5,7 +5,7 @@ use super::*;
 use crate::transaction::{MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
 
 fn entry<'m>(key: &'m str, group: Option<&'m str>, hash: &'m str) -> Entry<'m> {
-    Entry { key, group, hash: Some(hash) }
+    Entry { key, group, lane: None, hash: Some(hash) }
 }
 
 /// A pass as run: the members sent, and those answered without a request.
@@ -43,7 +43,7 @@ fn distinct_keys_are_one_pass() {
 /// A member that could not be hashed is answered already: never pending.
 #[test]
 fn an_unhashed_member_is_never_sent() {
-    let entries = [Entry { key: "a", group: None, hash: None }, entry("b", None, "2")];
+    let entries = [Entry { key: "a", group: None, lane: None, hash: None }, entry("b", None, "2")];
     assert_eq!(run(&entries, |_| true), vec![(vec![1], vec![])]);
 }
 
@@ -108,7 +108,8 @@ fn a_group_named_like_an_undecided_key_is_not_held() {
 /// A member failed before any pass (its payload did not hash) holds its key's later members.
 #[test]
 fn a_member_undecided_before_the_passes_holds_its_key() {
-    let entries = [Entry { key: "a", group: None, hash: None }, entry("a", None, "1"), entry("b", None, "2")];
+    let entries =
+        [Entry { key: "a", group: None, lane: None, hash: None }, entry("a", None, "1"), entry("b", None, "2")];
     let mut passes = Passes::new(&entries);
     passes.undecided(0);
     let pass = passes.next().unwrap();
@@ -135,6 +136,84 @@ fn members_group_in_order_of_first_appearance() {
     ];
     assert_eq!(groups(&entries, &[0, 1, 2, 3, 4]), vec![vec![0, 3], vec![1], vec![2], vec![4]]);
     assert_eq!(groups(&entries, &[3, 2]), vec![vec![3], vec![2]]);
+}
+
+/// A member in `group` and `lane`.
+fn laned<'m>(key: &'m str, group: Option<&'m str>, lane: &'m str, hash: &'m str) -> Entry<'m> {
+    Entry { lane: Some(lane), ..entry(key, group, hash) }
+}
+
+/// Groups sharing a lane, directly or through another group or an ungrouped member, are one
+/// unit, in order of first appearance; a later group joining two units merges them.
+#[test]
+fn units_join_groups_sharing_a_lane() {
+    let entries = [
+        laned("a", Some("g"), "L", "1"),
+        laned("b", Some("h"), "M", "2"),
+        entry("c", Some("k"), "3"),
+        laned("d", Some("h"), "L", "4"),
+        laned("e", None, "M", "5"),
+        laned("f", Some("m"), "N", "6"),
+        entry("x", None, "7"),
+    ];
+    let all: Vec<usize> = (0..entries.len()).collect();
+    let units = units(&entries, &all);
+    assert_eq!(units, vec![vec![vec![0], vec![1, 3], vec![4]], vec![vec![2]], vec![vec![5]], vec![vec![6]]]);
+    let merging = [
+        laned("a", Some("g"), "L", "1"),
+        laned("b", Some("h"), "M", "2"),
+        entry("c", Some("k"), "3"),
+        laned("d", Some("k"), "M", "4"),
+        laned("e", Some("k"), "L", "5"),
+    ];
+    assert_eq!(super::units(&merging, &[0, 1, 2, 3, 4]), vec![vec![vec![0], vec![1], vec![2, 3, 4]]]);
+    // With no lanes, each group is a unit of its own, as the groups go.
+    let plain = grouped();
+    let live = [0, 1, 2, 3, 4];
+    let alone: Vec<Vec<Vec<usize>>> = groups(&plain, &live).into_iter().map(|group| vec![group]).collect();
+    assert_eq!(super::units(&plain, &live), alone);
+}
+
+/// A unit too large is cut at a batch position: each group takes its members before it, at
+/// least one member in all.
+#[test]
+fn a_unit_too_large_is_cut_in_batch_order() {
+    let unit = [vec![0, 3, 5], vec![1, 4], vec![2]];
+    assert_eq!(cut(&unit, 6), vec![3, 2, 1]);
+    assert_eq!(cut(&unit, 4), vec![2, 1, 1]);
+    assert_eq!(cut(&unit, 2), vec![1, 1, 0]);
+    assert_eq!(cut(&unit, 1), vec![1, 0, 0]);
+    assert_eq!(cut(&unit, 0), vec![1, 0, 0], "at least one");
+    assert_eq!(cut(&[vec![7, 9, 12]], 2), vec![2], "a group alone is cut as a chunk of it");
+}
+
+/// A member undecided before the passes holds its lane's later members of other groups back,
+/// and they hold their own groups' later members in turn.
+#[test]
+fn a_member_undecided_before_the_passes_holds_its_lane() {
+    let entries = [
+        Entry { key: "a", group: Some("g"), lane: Some("L"), hash: None },
+        laned("b", Some("h"), "L", "2"),
+        entry("c", Some("h"), "3"),
+        entry("d", Some("k"), "4"),
+    ];
+    let mut passes = Passes::new(&entries);
+    passes.undecided(0);
+    let pass = passes.next().unwrap();
+    assert_eq!((pass.send, pass.answered), (vec![3], vec![(1, Early::HeldBack), (2, Early::HeldBack)]));
+}
+
+/// A copy of another payload waiting for the next pass takes its lane's later members with it.
+#[test]
+fn a_waiting_member_defers_its_lane_later_members() {
+    let entries = [
+        entry("a", None, "1"),
+        laned("a", Some("g"), "L", "2"),
+        laned("b", Some("h"), "L", "3"),
+        entry("c", Some("k"), "4"),
+    ];
+    let passes = run(&entries, |_| true);
+    assert_eq!(passes, vec![(vec![0, 3], vec![]), (vec![2], vec![(1, Early::KeyReused)])]);
 }
 
 /// A chunk too large shrinks in proportion to the actions it built, by at least one member and
@@ -272,6 +351,49 @@ fn a_member_gone_alone_takes_its_group_later_members() {
     rounds.go_alone([1]);
     assert_eq!(rounds.alone(), vec![1, 2], "once each, in order");
     assert!(rounds.alone().is_empty());
+}
+
+/// Two groups joined by a lane (`g`: 0, 4; `h`: 1, 2; lane `L`: 0, 1) and a group of their
+/// own (`k`: 3).
+fn laned_groups() -> Vec<Entry<'static>> {
+    vec![
+        laned("a", Some("g"), "L", "1"),
+        laned("b", Some("h"), "L", "2"),
+        entry("c", Some("h"), "3"),
+        entry("d", Some("k"), "4"),
+        entry("e", Some("g"), "5"),
+    ]
+}
+
+/// An undecided member holds back its lane's later members of other groups, and, as they are
+/// not started, their groups' later members too; other groups go on.
+#[test]
+fn an_undecided_member_holds_its_lane_later_members_of_other_groups() {
+    let entries = laned_groups();
+    let mut rounds = Rounds::new(&entries);
+    rounds.undecided(0);
+    assert!(rounds.held(1) && rounds.held(4) && !rounds.held(3));
+    let end = rounds.end_round(vec![3, 2, 4, 1], true);
+    assert_eq!((end.held_back, end.live), (vec![1, 2, 4], vec![3]));
+    assert!(rounds.held(2), "held through its group's held member");
+}
+
+/// A member gone alone takes its lane's later members of other groups alone with it, and theirs
+/// in turn, in batch order; if it then fails with no verdict, they are held back.
+#[test]
+fn a_member_gone_alone_takes_its_lane_later_members_with_it_or_holds_them() {
+    let entries = laned_groups();
+    let mut rounds = Rounds::new(&entries);
+    rounds.go_alone([0]);
+    let end = rounds.end_round(vec![3, 2, 1], false);
+    assert_eq!(end.live, vec![3]);
+    assert!(end.held_back.is_empty());
+    assert_eq!(rounds.alone(), vec![0, 1, 2], "in batch order");
+    // The first goes alone and fails with no verdict: the rest wait, as `alone` runs them.
+    rounds.undecided(0);
+    assert!(rounds.held(1));
+    rounds.undecided(1);
+    assert!(rounds.held(2));
 }
 
 /// Held back beats going alone: a member behind both is not started.
