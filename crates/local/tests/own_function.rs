@@ -60,7 +60,10 @@ fn generate_crate(dir: &Path) {
          # Not a member of any workspace above it.\n[workspace]\n\n[dependencies]\n",
     );
     manifest += &format!("effectively-once = {} }}\n", path("effectively-once"));
-    manifest += &format!("effectively-once-dynamodb = {} }}\n", path("effectively-once-dynamodb"));
+    manifest += &format!(
+        "effectively-once-dynamodb = {}, features = [\"sdk-defaults\"] }}\n",
+        path("effectively-once-dynamodb")
+    );
     manifest += &format!("effectively-once-lambda = {} }}\n", path("effectively-once-lambda"));
     manifest +=
         &format!("effectively-once-effects = {}, features = [\"lambda\"] }}\n", path("effectively-once-effects"));
