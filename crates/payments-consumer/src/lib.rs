@@ -69,7 +69,7 @@ impl Handler<SqsMessage> for Payments {
     }
 }
 
-/// The batch path, the function's default: the valid payments of a batch in one transaction
+/// The batch path (`sqs::run_batch`): the valid payments of a batch in one transaction
 /// (as few as DynamoDB's limits allow, [`Ledger::post_batch`]), each answered as if posted alone
 /// in batch order; a malformed message fails alone. Each message SQS delivered before
 /// ([`sqs::may_be_redelivery`]) says so to the ledger, whose pre-read strategy
@@ -81,7 +81,7 @@ impl BatchHandler<SqsMessage> for Payments {
     }
 }
 
-/// The ordered path, for a FIFO queue (`sqs::run_ordered`): the whole batch's valid payments in
+/// The ordered path (`sqs::run_ordered`), the function's default: the whole batch's valid payments in
 /// one call and one transaction (as few as DynamoDB's limits allow,
 /// [`Ledger::post_batch_in_lanes`]), each in its message group's lane, so a message never takes
 /// effect behind an earlier one of its group that may still take effect, whatever their

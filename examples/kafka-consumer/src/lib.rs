@@ -125,7 +125,7 @@ impl Handler<KafkaRecord> for Payments {
     }
 }
 
-/// The batch path, the function's default: the valid payments of each round (the next record of
+/// The batch path (`kafka::run_batch`): the valid payments of each round (the next record of
 /// every partition) in one transaction (as few as DynamoDB's limits allow,
 /// [`Ledger::post_batch`]), each answered as if posted alone in order; a record whose value is
 /// not a payment fails alone.
@@ -136,7 +136,7 @@ impl BatchHandler<KafkaRecord> for Payments {
     }
 }
 
-/// The ordered path (`kafka::run_ordered`): the whole batch's valid payments in one call and one
+/// The ordered path (`kafka::run_ordered`), the function's default: the whole batch's valid payments in one call and one
 /// transaction (as few as DynamoDB's limits allow, [`Ledger::post_batch_in_lanes`]), each in
 /// its topic-partition's lane, so a record never takes effect behind an earlier one of its
 /// partition that may still take effect, whatever their accounts; a record whose value is not a
