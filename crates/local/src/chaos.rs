@@ -30,7 +30,7 @@ use crate::esm::{Emulator, Feed};
 use crate::invariants::kafka::KafkaReadBack;
 use crate::invariants::orders::OrdersReadBack;
 use crate::invariants::{self, Audit, Tally};
-use crate::invoke::{Batched, InProcess, Panicking, SqsFunction, StreamFunction};
+use crate::invoke::{InProcess, Ordered, Panicking, SqsFunction, StreamFunction};
 use crate::pipeline::Pipeline;
 use crate::progress::Tracker;
 use crate::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
@@ -259,7 +259,7 @@ fn fault_rules(seed: u64) -> RefuseRecipients<RandomFaults> {
     RefuseRecipients::new(REFUSED_PREFIX, faults)
 }
 
-type Faulty = Emulator<CrashingPayments<Batched<Panicking<Payments>>>, TimedRelay<InProcess<Receipts<AcceptThenDie>>>>;
+type Faulty = Emulator<CrashingPayments<Ordered<Panicking<Payments>>>, TimedRelay<InProcess<Receipts<AcceptThenDie>>>>;
 
 /// The emulator with the payments consumer and the receipts relay behind the fault proxy (SDK configuration `sdk`) and the
 /// crash points: the payments function crashes `crash_per_mille`, SES half as often.
@@ -272,7 +272,7 @@ fn faulty_emulator(
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let ledger = pipeline.ledger(&dynamodb);
     let payments = CrashingPayments {
-        inner: Batched::new(Panicking::new(Payments::new(ledger)), payments_consumer::FUNCTION),
+        inner: Ordered::new(Panicking::new(Payments::new(ledger)), payments_consumer::FUNCTION),
         crashes: crashes.clone(),
         per_mille: options.crash_per_mille,
     };

@@ -12,7 +12,7 @@ use payments_consumer::Payments;
 use crate::error::{Result, ResultExt};
 use crate::esm::Feed;
 use crate::invariants::{self, Audit, Table};
-use crate::invoke::{Batched, Panicking};
+use crate::invoke::{Ordered, Panicking};
 use crate::pipeline::Pipeline;
 use crate::progress::Tracker;
 use crate::proxy::{NoFaults, Proxy, RefuseRecipients};
@@ -22,9 +22,9 @@ use crate::workload::{self, Workload, REFUSED_PREFIX};
 /// The payments function as the demo runs it: the real handler behind [`Panicking`], which
 /// panics where the workload marks an event id (the chaos scenario wraps it the same way,
 /// behind its fault proxy).
-pub fn hostile_payments(pipeline: &Pipeline) -> Batched<Panicking<Payments>> {
+pub fn hostile_payments(pipeline: &Pipeline) -> Ordered<Panicking<Payments>> {
     let payments = Payments::new(pipeline.ledger(&pipeline.clients.dynamodb));
-    Batched::new(Panicking::new(payments), payments_consumer::FUNCTION)
+    Ordered::new(Panicking::new(payments), payments_consumer::FUNCTION)
 }
 
 /// An SES client whose sends to [`REFUSED_PREFIX`] addresses are refused (SES's

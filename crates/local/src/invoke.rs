@@ -1,7 +1,7 @@
 //! How the emulator invokes a function: in process (the handler crates' own code, the default)
 //! or through `cargo lambda watch`'s invoke endpoint, so the real binary runs.
 
-use effectively_once_lambda::{BatchHandler, Handler};
+use effectively_once_lambda::{BatchHandler, Handler, OrderedBatch, OrderedBatchHandler};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -149,6 +149,13 @@ impl<R: Sync, H: BatchHandler<R>> BatchHandler<R> for Counting<H> {
     }
 }
 
+impl<R: Sync, H: OrderedBatchHandler<R>> OrderedBatchHandler<R> for Counting<H> {
+    async fn handle_ordered(&self, batch: &OrderedBatch<'_, R>, context: &Context) -> Vec<RecordResult> {
+        let results = self.inner.handle_ordered(batch, context).await;
+        results.into_iter().map(|result| self.count(result)).collect()
+    }
+}
+
 /// The options the emulator's in-process invocations use: the driver's, no EMF line.
 fn quiet(function: &str) -> effectively_once_lambda::Options {
     effectively_once_lambda::Options { emit_metrics: false, ..effectively_once_lambda::Options::new(function) }
@@ -189,6 +196,44 @@ impl<H> Batched<H> {
 impl<H: BatchHandler<SqsMessage>> SqsFunction for Batched<H> {
     async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
         Ok(sqs::process_batch(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
+    }
+}
+
+/// An [`InProcess`] function served through the ordered path (`process_ordered` of its trigger:
+/// the whole batch in one call), as the payments consumers are deployed.
+pub struct Ordered<H>(pub InProcess<H>);
+
+impl<H> Ordered<H> {
+    /// Wraps a handler.
+    pub fn new(handler: H, function: &str) -> Self {
+        Ordered(InProcess::new(handler, function))
+    }
+
+    /// Parks the function's poison in the queue at `url` ([`InProcess::park_in`]).
+    pub fn park_in(self, sqs: &aws_sdk_sqs::Client, url: &str) -> Self {
+        Ordered(self.0.park_in(sqs, url))
+    }
+
+    /// What the handler's records came to so far.
+    pub fn counts(&self) -> Counts {
+        self.0.counts()
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        self.0.handler()
+    }
+}
+
+impl<H: OrderedBatchHandler<SqsMessage>> SqsFunction for Ordered<H> {
+    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
+        Ok(sqs::process_ordered(&self.0.handler, LambdaEvent::new(event, context()), &quiet(&self.0.function)).await)
+    }
+}
+
+impl<H: OrderedBatchHandler<KafkaRecord>> KafkaFunction for Ordered<H> {
+    async fn invoke(&self, event: KafkaEvent) -> Result<KafkaEventResponse> {
+        Ok(kafka::process_ordered(&self.0.handler, LambdaEvent::new(event, context()), &self.0.options()).await)
     }
 }
 
@@ -352,6 +397,15 @@ impl<H: BatchHandler<SqsMessage>> BatchHandler<SqsMessage> for Panicking<H> {
     }
 }
 
+impl<H: OrderedBatchHandler<SqsMessage>> OrderedBatchHandler<SqsMessage> for Panicking<H> {
+    async fn handle_ordered(&self, batch: &OrderedBatch<'_, SqsMessage>, context: &Context) -> Vec<RecordResult> {
+        if batch.records().iter().any(|message| self.should_panic_in_batch(event_id(message))) {
+            panic!("injected panic: the workload marks one of this batch's event ids");
+        }
+        self.inner.handle_ordered(batch, context).await
+    }
+}
+
 impl<H: Handler<SqsMessage>> Handler<SqsMessage> for Panicking<H> {
     async fn handle(&self, message: &SqsMessage, context: &Context) -> RecordResult {
         if self.should_panic(event_id(message)) {
@@ -395,6 +449,15 @@ impl<H: BatchHandler<KafkaRecord>> BatchHandler<KafkaRecord> for Panicking<H> {
             panic!("injected panic: the workload marks one of this batch's event ids");
         }
         self.inner.handle_batch(records, context).await
+    }
+}
+
+impl<H: OrderedBatchHandler<KafkaRecord>> OrderedBatchHandler<KafkaRecord> for Panicking<H> {
+    async fn handle_ordered(&self, batch: &OrderedBatch<'_, KafkaRecord>, context: &Context) -> Vec<RecordResult> {
+        if batch.records().iter().any(|record| self.should_panic_in_batch(kafka_event_id(record))) {
+            panic!("injected panic: the workload marks one of this batch's event ids");
+        }
+        self.inner.handle_ordered(batch, context).await
     }
 }
 

@@ -15,7 +15,7 @@ use receipts_relay::{Alerts, Receipts, Sweep, Sweeper};
 
 use crate::error::Result;
 use crate::esm::Emulator;
-use crate::invoke::{Batched, InProcess, SqsFunction, StreamFunction};
+use crate::invoke::{InProcess, Ordered, SqsFunction, StreamFunction};
 use crate::resources::{self, Clients, Resources, RECEIPT_FROM};
 
 /// One set of local resources and the clients that reach them.
@@ -67,15 +67,15 @@ impl Pipeline {
         Idempotency::new(store, Config::default().with_lease(lease))
     }
 
-    /// The in-process payments function.
-    pub fn payments(&self) -> Batched<Payments> {
-        Batched::new(Payments::new(self.ledger(&self.clients.dynamodb)), payments_consumer::FUNCTION)
+    /// The in-process payments function, on the ordered path as its `main` serves it.
+    pub fn payments(&self) -> Ordered<Payments> {
+        Ordered::new(Payments::new(self.ledger(&self.clients.dynamodb)), payments_consumer::FUNCTION)
     }
 
-    /// The in-process Kafka payments consumer (`examples/kafka-consumer`), on the batch path as
+    /// The in-process Kafka payments consumer (`examples/kafka-consumer`), on the ordered path as
     /// its `main` serves it: the same ledger as the SQS consumer.
-    pub fn kafka(&self) -> Batched<kafka_consumer::Payments> {
-        Batched::new(kafka_consumer::Payments::new(self.ledger(&self.clients.dynamodb)), kafka_consumer::FUNCTION)
+    pub fn kafka(&self) -> Ordered<kafka_consumer::Payments> {
+        Ordered::new(kafka_consumer::Payments::new(self.ledger(&self.clients.dynamodb)), kafka_consumer::FUNCTION)
             .park_in(&self.clients.sqs, &self.resources.kafka_park_url)
     }
 

@@ -10,7 +10,7 @@
 use aws_lambda_events::event::sqs::SqsMessage;
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::sqs;
-use effectively_once_lambda::{BatchHandler, Handler};
+use effectively_once_lambda::{BatchHandler, Handler, OrderedBatch, OrderedBatchHandler};
 use effectively_once_lambda::{RecordError, RecordResult};
 use payments::{Delivery, Ledger, PaymentEvent};
 
@@ -69,7 +69,7 @@ impl Handler<SqsMessage> for Payments {
     }
 }
 
-/// The batch path, the function's default: the valid payments of a batch in one transaction
+/// The batch path (`sqs::run_batch`): the valid payments of a batch in one transaction
 /// (as few as DynamoDB's limits allow, [`Ledger::post_batch`]), each answered as if posted alone
 /// in batch order; a malformed message fails alone. Each message SQS delivered before
 /// ([`sqs::may_be_redelivery`]) says so to the ledger, whose pre-read strategy
@@ -78,6 +78,21 @@ impl BatchHandler<SqsMessage> for Payments {
     async fn handle_batch(&self, messages: &[&SqsMessage], _context: &Context) -> Vec<RecordResult> {
         let parsed = messages.iter().map(|message| parse(message)).collect();
         payments::lambda::post_batch_as(&self.ledger, parsed, deliveries(messages)).await
+    }
+}
+
+/// The ordered path (`sqs::run_ordered`), the function's default: the whole batch's valid payments in
+/// one call and one transaction (as few as DynamoDB's limits allow,
+/// [`Ledger::post_batch_in_lanes`]), each in its message group's lane, so a message never takes
+/// effect behind an earlier one of its group that may still take effect, whatever their
+/// accounts; a malformed message fails alone and holds nothing back. Redeliveries as on the
+/// batch path.
+impl OrderedBatchHandler<SqsMessage> for Payments {
+    async fn handle_ordered(&self, batch: &OrderedBatch<'_, SqsMessage>, _context: &Context) -> Vec<RecordResult> {
+        let messages = batch.records();
+        let parsed = messages.iter().map(|message| parse(message)).collect();
+        let lanes: Vec<Option<&str>> = (0..batch.len()).map(|at| batch.lane(at)).collect();
+        payments::lambda::post_batch_in_lanes(&self.ledger, parsed, &lanes, deliveries(messages)).await
     }
 }
 

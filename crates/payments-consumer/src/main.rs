@@ -21,6 +21,7 @@ async fn main() -> Result<(), Error> {
     let options = Options::new(FUNCTION);
     let sdk = effectively_once_dynamodb::sdk_defaults(aws_config::BehaviorVersion::latest()).load().await;
     let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);
-    // The batch path: a batch's payments in one transaction (sqs::run would post one at a time).
-    sqs::run_batch(handler, options).await
+    // The ordered path: a batch's payments in one call and one transaction, each FIFO message
+    // group kept in order (sqs::run_batch would call once a round, sqs::run once a message).
+    sqs::run_ordered(handler, options).await
 }

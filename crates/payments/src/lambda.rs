@@ -4,7 +4,7 @@
 //! record.
 
 use effectively_once::Outcome;
-use effectively_once_lambda::{Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
 
 use crate::{Deliveries, Delivery, Error, Ledger, PaymentEvent, Posting};
 
@@ -57,21 +57,51 @@ pub async fn post_batch_as(
     parsed: Vec<Result<PaymentEvent, RecordError>>,
     deliveries: impl Into<Deliveries>,
 ) -> Vec<RecordResult> {
+    post_batch_in_lanes(ledger, parsed, &[], deliveries).await
+}
+
+/// [`post_batch_as`], each record in a lane (`lanes`: one per record, in order, or none at all),
+/// for an ordered trigger's whole batch in one call ([`Ledger::post_batch_in_lanes`]): no
+/// payment takes effect behind an earlier record of its lane that failed in a way a retry may
+/// undo; it is answered retryable, not started. A record with no payment holds its lane only
+/// when its failure is retryable: a permanent one (a malformed value) holds nothing back.
+///
+/// # Panics
+///
+/// When `lanes` is neither empty nor one per record.
+pub async fn post_batch_in_lanes(
+    ledger: &Ledger,
+    parsed: Vec<Result<PaymentEvent, RecordError>>,
+    lanes: &[Option<&str>],
+    deliveries: impl Into<Deliveries>,
+) -> Vec<RecordResult> {
+    assert!(lanes.is_empty() || lanes.len() == parsed.len(), "one lane per record, or none");
     let deliveries = deliveries.into();
+    let lane = |position: usize| lanes.get(position).copied().flatten();
     let mut failures = Vec::with_capacity(parsed.len());
-    let mut events = Vec::with_capacity(parsed.len());
-    let mut valid = Vec::with_capacity(parsed.len());
+    let (mut events, mut valid, mut event_lanes) = (Vec::new(), Vec::new(), Vec::new());
+    // Lanes behind a record that failed before the ledger saw it, in a way a retry may undo.
+    let mut waiting: Vec<&str> = Vec::new();
     for (position, record) in parsed.into_iter().enumerate() {
+        let held = lane(position).is_some_and(|lane| waiting.contains(&lane));
         match record {
+            Ok(event) if held => failures.push(Some(held_back(&event))),
             Ok(event) => {
                 events.push(event);
                 valid.push(deliveries.of(position));
+                event_lanes.push(lane(position));
                 failures.push(None);
             }
-            Err(error) => failures.push(Some(error)),
+            Err(error) => {
+                if error.retry != Retry::Permanent {
+                    waiting.extend(lane(position));
+                }
+                failures.push(Some(error));
+            }
         }
     }
-    let posted = ledger.post_batch_as(&events, valid).await;
+    let event_lanes = if lanes.is_empty() { Vec::new() } else { event_lanes };
+    let posted = ledger.post_batch_in_lanes(&events, &event_lanes, valid).await;
     // The span only when its lines are on: its field is formatted when it is made.
     let logged = tracing::enabled!(tracing::Level::DEBUG);
     let mut answers = posted.into_iter().zip(&events).map(|(result, event)| {
@@ -90,10 +120,17 @@ pub async fn post_batch_as(
         .collect()
 }
 
+/// A payment not started behind an earlier record of its lane that failed before reaching the
+/// ledger, in a way a retry may undo: retryable, so it comes again after that record.
+fn held_back(event: &PaymentEvent) -> RecordError {
+    RecordError::retryable(format!(
+        "payment {}: not started, an earlier record of its lane in this batch failed; retried",
+        event.event_id
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    use effectively_once_lambda::Retry;
-
     use super::*;
     use crate::Rejection;
 

@@ -482,9 +482,33 @@ impl Ledger {
         events: &[PaymentEvent],
         deliveries: impl Into<Deliveries>,
     ) -> Vec<Result<Outcome<Posting>, Error>> {
+        self.post_batch_in_lanes(events, &[], deliveries).await
+    }
+
+    /// [`Ledger::post_batch_as`], each event in a lane whose order it keeps across accounts
+    /// (`lanes`: one per event, in order, or none at all): the topic-partition of a Kafka record,
+    /// the message group of a FIFO message, the partition key of a Kinesis record. An event
+    /// that fails in a way a retry may undo, or is held back, holds back the later events of
+    /// its lane too, not only of its account and event id, and [`CommitOnce::commit_batch`]
+    /// commits a lane's events in batch order whatever their accounts ([`Member::in_lane`]).
+    /// So an ordered trigger's whole batch goes in one call (an `OrderedBatchHandler`), and a
+    /// record never takes effect behind an earlier one of its partition that may still take
+    /// effect: a debit of one account never overtakes a credit of another that the producer
+    /// wrote before it in the partition.
+    ///
+    /// # Panics
+    ///
+    /// When `lanes` is neither empty nor one per event.
+    pub async fn post_batch_in_lanes(
+        &self,
+        events: &[PaymentEvent],
+        lanes: &[Option<&str>],
+        deliveries: impl Into<Deliveries>,
+    ) -> Vec<Result<Outcome<Posting>, Error>> {
+        assert!(lanes.is_empty() || lanes.len() == events.len(), "one lane per event, or none");
         let found = self.preread(events, &deliveries.into()).await;
         let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
-        let (members, positions, prefound) = self.admit(events, &found, &mut results);
+        let (members, positions, prefound) = self.admit(events, lanes, &found, &mut results);
         let batch = Postings {
             ledger: self,
             events,
@@ -501,17 +525,19 @@ impl Ledger {
         results.into_iter().map(|r| r.expect("every event answered")).collect()
     }
 
-    /// The events of a batch that go to [`CommitOnce::commit_batch`], as members, with their
-    /// positions; the others are answered in `results`: from the answers this ledger remembers,
+    /// The events of a batch that go to [`CommitOnce::commit_batch`], as members (in their
+    /// account's group and their lane, if `lanes` gives them one), with their positions; the
+    /// others are answered in `results`: from the answers this ledger remembers,
     /// or the records a pre-read `found` (then the third value is true), or with the failure of
     /// their checks. An event whose check fails in a way a retry may undo
-    /// (a receipt with no outbox table) holds back the later events of its account and of its
-    /// event id, and each event held back holds back those of its own account and event id, as
-    /// `commit_batch` does for its own such failures: they are answered retryable too, so SQS
-    /// redelivers them after it, in order, and none overtakes it.
+    /// (a receipt with no outbox table) holds back the later events of its account, of its
+    /// event id and of its lane, and each event held back holds back those of its own account,
+    /// event id and lane, as `commit_batch` does for its own such failures: they are answered
+    /// retryable too, so the trigger delivers them again after it, in order, and none overtakes it.
     fn admit<'e>(
         &self,
         events: &'e [PaymentEvent],
+        lanes: &[Option<&'e str>],
         found: &preread::Found,
         results: &mut [Option<Result<Outcome<Posting>, Error>>],
     ) -> (Vec<Member<'e, PaymentEvent>>, Vec<usize>, bool) {
@@ -520,11 +546,12 @@ impl Ledger {
         let mut prefound = false;
         let mut waiting = Waiting::default();
         for (position, event) in events.iter().enumerate() {
-            if waiting.holds(event) {
-                // Held back, it holds back in turn its own account and event id: a later event
-                // of either must not overtake it (a debit before its credit, an event id taken
-                // by another account first).
-                waiting.hold(event);
+            let lane = lanes.get(position).copied().flatten();
+            if waiting.holds(event, lane) {
+                // Held back, it holds back in turn its own account, event id and lane: a later
+                // event of any must not overtake it (a debit before its credit, an event id
+                // taken by another account first, a partition's order broken).
+                waiting.hold(event, lane);
                 results[position] = Some(Err(held_back(event)));
                 continue;
             }
@@ -541,7 +568,7 @@ impl Ledger {
                 Ok(checked) => checked,
                 Err(error) => {
                     if error.is_retryable() {
-                        waiting.hold(event);
+                        waiting.hold(event, lane);
                     }
                     results[position] = Some(Err(error));
                     continue;
@@ -563,12 +590,16 @@ impl Ledger {
                 // In progress elsewhere: retryable, so it holds back its account's later events
                 // and its event id, as the transaction's answer would.
                 if answer.as_ref().is_err_and(Error::is_retryable) {
-                    waiting.hold(event);
+                    waiting.hold(event, lane);
                 }
                 results[position] = Some(answer);
                 continue;
             }
-            members.push(Member::new(key, event).in_group(event.account_id.clone()).with_hash(hash));
+            let member = Member::new(key, event).in_group(event.account_id.clone()).with_hash(hash);
+            members.push(match lane {
+                Some(lane) => member.in_lane(lane),
+                None => member,
+            });
             positions.push(position);
         }
         (members, positions, prefound)
@@ -754,32 +785,37 @@ fn account_pk(account_id: &str) -> String {
     format!("account#{account_id}")
 }
 
-/// The accounts and event ids of a batch whose earlier event failed in a way a retry may undo:
-/// their later events wait. Two sets, as an account id may be spelled like an event id.
+/// The accounts, event ids and lanes of a batch whose earlier event failed in a way a retry may
+/// undo: their later events wait. Three sets, as an account id may be spelled like an event id
+/// or a lane.
 #[derive(Default)]
 struct Waiting<'e> {
     accounts: HashSet<&'e str>,
     event_ids: HashSet<&'e str>,
+    lanes: HashSet<&'e str>,
 }
 
 impl<'e> Waiting<'e> {
-    fn hold(&mut self, event: &'e PaymentEvent) {
+    fn hold(&mut self, event: &'e PaymentEvent, lane: Option<&'e str>) {
         self.accounts.insert(&event.account_id);
         self.event_ids.insert(&event.event_id);
+        self.lanes.extend(lane);
     }
 
-    fn holds(&self, event: &PaymentEvent) -> bool {
-        self.accounts.contains(event.account_id.as_str()) || self.event_ids.contains(event.event_id.as_str())
+    fn holds(&self, event: &PaymentEvent, lane: Option<&str>) -> bool {
+        self.accounts.contains(event.account_id.as_str())
+            || self.event_ids.contains(event.event_id.as_str())
+            || lane.is_some_and(|lane| self.lanes.contains(lane))
     }
 }
 
-/// An event not started because an earlier event of its account or of its event id in the
-/// batch failed in a way a retry may undo: retryable, so it is redelivered after that one.
+/// An event not started because an earlier event of its account, event id or lane in the batch
+/// failed in a way a retry may undo: retryable, so it is redelivered after that one.
 fn held_back(event: &PaymentEvent) -> Error {
     Error::Store(StoreError::new(
         StoreErrorKind::Unavailable,
         format!(
-            "payment {}: not started, an earlier event of its account or event id in this batch failed; retried",
+            "payment {}: not started, an earlier event of its account, event id or lane in this batch failed; retried",
             event.event_id
         ),
     ))
@@ -843,5 +879,40 @@ mod entry_item_tests {
             assert_eq!(entry, expected, "{event_id} {amount_cents}");
             assert!(entry_matches(amount_cents, "EUR", &entry), "an entry answers its own duplicate");
         }
+    }
+}
+
+#[cfg(test)]
+mod waiting_tests {
+    use super::*;
+
+    fn event(event_id: &str, account_id: &str) -> PaymentEvent {
+        PaymentEvent {
+            event_id: event_id.to_owned(),
+            account_id: account_id.to_owned(),
+            amount_cents: 100,
+            currency: "EUR".to_owned(),
+            receipt_email: None,
+        }
+    }
+
+    /// An event that waits holds back the later events of its account, of its event id and of
+    /// its lane (another account's, in its partition), and nothing else; with no lane, only its
+    /// account and event id, as before lanes.
+    #[test]
+    fn a_waiting_event_holds_its_account_event_id_and_lane() {
+        let failed = event("pay_1", "acct_1");
+        let mut waiting = Waiting::default();
+        waiting.hold(&failed, Some("payments-0"));
+        assert!(waiting.holds(&event("pay_2", "acct_1"), Some("payments-1")), "its account");
+        assert!(waiting.holds(&event("pay_1", "acct_9"), None), "its event id");
+        assert!(waiting.holds(&event("pay_3", "acct_2"), Some("payments-0")), "its lane, another account");
+        assert!(!waiting.holds(&event("pay_4", "acct_2"), Some("payments-1")), "another lane and account");
+        assert!(!waiting.holds(&event("pay_5", "payments-0"), None), "a lane is not an account");
+
+        let mut without_lanes = Waiting::default();
+        without_lanes.hold(&failed, None);
+        assert!(!without_lanes.holds(&event("pay_3", "acct_2"), Some("payments-0")));
+        assert!(without_lanes.holds(&event("pay_2", "acct_1"), None));
     }
 }

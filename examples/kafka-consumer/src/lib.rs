@@ -17,7 +17,9 @@
 use std::fmt;
 
 use effectively_once_lambda::events::{Context, KafkaRecord};
-use effectively_once_lambda::{kafka, BatchHandler, Handler, RecordError, RecordResult};
+use effectively_once_lambda::{
+    kafka, BatchHandler, Handler, OrderedBatch, OrderedBatchHandler, RecordError, RecordResult,
+};
 use payments::{InvalidPayment, Ledger, LedgerEnv, PaymentEvent};
 
 /// The function's name in metrics where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent.
@@ -123,7 +125,7 @@ impl Handler<KafkaRecord> for Payments {
     }
 }
 
-/// The batch path, the function's default: the valid payments of each round (the next record of
+/// The batch path (`kafka::run_batch`): the valid payments of each round (the next record of
 /// every partition) in one transaction (as few as DynamoDB's limits allow,
 /// [`Ledger::post_batch`]), each answered as if posted alone in order; a record whose value is
 /// not a payment fails alone.
@@ -131,6 +133,19 @@ impl BatchHandler<KafkaRecord> for Payments {
     async fn handle_batch(&self, records: &[&KafkaRecord], _context: &Context) -> Vec<RecordResult> {
         let parsed = records.iter().map(|record| payment(record).map_err(RecordError::from)).collect();
         payments::lambda::post_batch(&self.ledger, parsed).await
+    }
+}
+
+/// The ordered path (`kafka::run_ordered`), the function's default: the whole batch's valid payments in one call and one
+/// transaction (as few as DynamoDB's limits allow, [`Ledger::post_batch_in_lanes`]), each in
+/// its topic-partition's lane, so a record never takes effect behind an earlier one of its
+/// partition that may still take effect, whatever their accounts; a record whose value is not a
+/// payment fails alone and holds nothing back.
+impl OrderedBatchHandler<KafkaRecord> for Payments {
+    async fn handle_ordered(&self, batch: &OrderedBatch<'_, KafkaRecord>, _context: &Context) -> Vec<RecordResult> {
+        let parsed = batch.records().iter().map(|record| payment(record).map_err(RecordError::from)).collect();
+        let lanes: Vec<Option<&str>> = (0..batch.len()).map(|at| batch.lane(at)).collect();
+        payments::lambda::post_batch_in_lanes(&self.ledger, parsed, &lanes, payments::Delivery::Unknown).await
     }
 }
 

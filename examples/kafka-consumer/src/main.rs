@@ -19,6 +19,7 @@ async fn main() -> Result<(), Error> {
     // A record that fails for good is parked in PARK_QUEUE_URL before the partition passes it.
     let options = Options::new(FUNCTION).park_in(SqsQueue::from_env(aws_sdk_sqs::Client::new(&sdk))?);
     let handler = Payments::from_env(aws_sdk_dynamodb::Client::new(&sdk), &env);
-    // The batch path: each round's payments in one transaction (kafka::run posts one at a time).
-    kafka::run_batch(handler, options).await
+    // The ordered path: the batch's payments in one call and one transaction, each partition
+    // kept in order (kafka::run_batch would call once a round, kafka::run once a record).
+    kafka::run_ordered(handler, options).await
 }

@@ -2,12 +2,14 @@
 //! delivered, and its partition goes on; a record that fails in a way a later delivery may undo
 //! holds its partition from that record, and only that partition, under either reading of the
 //! answer (the test played as Lambda resumes the partition and as Lambda retries the named
-//! records alone); an event id reused for another payment posts nothing.
+//! records alone), on the ordered path too, where it holds back its partition's later records of
+//! other accounts; an event id reused for another payment posts nothing.
 
 mod common;
 
 use common::{
-    assert_parked_as_delivered, balance, deliver, entries, payment, payment_with_receipt, raw_record, record, Tables,
+    assert_parked_as_delivered, balance, deliver, deliver_ordered, entries, payment, payment_with_receipt, raw_record,
+    record, Tables,
 };
 use effectively_once_lambda::Retry;
 use local::esm::kafka::Reading;
@@ -97,6 +99,48 @@ async fn a_failing_record_holds_its_partition_from_it_and_the_other_partitions_a
     assert!(resumed.all_succeeded(), "{resumed:?}");
     assert_eq!(balance(&fixed, "acct_1").await, Some((1750, 3)));
     assert_eq!(balance(&fixed, "acct_2").await, Some((500, 2)));
+}
+
+local::each_reading!(a_failing_record_holds_its_partitions_later_records_of_other_accounts_on_the_ordered_path);
+/// On the ordered path (the whole batch in one call and one transaction), a payment that fails
+/// retryably (a receipt, no outbox table) holds back the later record of its partition although
+/// it is another account's: it is not posted, and the answer names both for delivery again; the
+/// other partition is committed in the same call. Once the outbox is there, what the answer named
+/// posts, in order, and nothing posts twice.
+async fn a_failing_record_holds_its_partitions_later_records_of_other_accounts_on_the_ordered_path(reading: Reading) {
+    let tables = Tables::fresh().await;
+    let batch = [
+        record(0, 10, &payment("pay_0601", "acct_1", 1000)),
+        record(0, 11, &payment_with_receipt("pay_0602", "acct_1", 500, "alice@example.com")),
+        record(0, 12, &payment("pay_0603", "acct_2", 250)),
+        record(1, 20, &payment("pay_0604", "acct_3", 700)),
+        record(1, 21, &payment("pay_0605", "acct_4", 40)),
+        record(1, 22, &payment("pay_0606", "acct_3", -200)),
+    ];
+    let delivered = deliver_ordered(&tables.payments(), &batch).await;
+    assert_eq!(delivered.calls, 1, "the whole batch in one call");
+    let transactions = tables.requests.by_operation().get("TransactWriteItems").copied();
+    assert_eq!(transactions, Some(1), "{:?}", tables.requests.by_operation());
+    let named = [("payments-0".to_owned(), 11), ("payments-0".to_owned(), 12)];
+    assert_eq!(delivered.named, named, "partition 0 from the failed record on");
+    let failed: Vec<(&str, Retry)> = delivered.failed.iter().map(|(id, e)| (id.as_str(), e.retry)).collect();
+    assert_eq!(failed, [("payments-0@11", Retry::Retryable), ("payments-0@12", Retry::Retryable)]);
+    assert!(delivered.parked.is_empty(), "a retryable failure is held, not parked: {:?}", delivered.parked);
+    let payments = tables.payments();
+    assert_eq!(entries(&payments, "acct_1").await, [("pay_0601".to_owned(), 1000)]);
+    assert_eq!(balance(&payments, "acct_2").await, None, "acct_2's payment waits behind acct_1's in its partition");
+    assert_eq!(balance(&payments, "acct_3").await, Some((500, 2)), "partition 1 is done and committed");
+    assert_eq!(balance(&payments, "acct_4").await, Some((40, 1)));
+
+    let fixed = tables.with_outbox().await.payments();
+    let again = reading.again(&batch, &Ok(delivered.response.clone()));
+    let offsets: Vec<(i64, i64)> = again.iter().map(|r| (r.partition, r.offset)).collect();
+    assert_eq!(offsets, [(0, 11), (0, 12)], "{reading}: the failed record and the one held back behind it");
+    let resumed = deliver_ordered(&fixed, &again).await;
+    assert!(resumed.all_succeeded(), "{resumed:?}");
+    assert_eq!(balance(&fixed, "acct_1").await, Some((1500, 2)));
+    assert_eq!(balance(&fixed, "acct_2").await, Some((250, 1)));
+    assert_eq!(balance(&fixed, "acct_3").await, Some((500, 2)));
 }
 
 /// An event id already applied, sent again for another account: key reuse. Nothing posts, the

@@ -26,7 +26,7 @@ use super::{Crashes, Options};
 use crate::error::{Result, ResultExt};
 use crate::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer};
 use crate::esm::Replayed;
-use crate::invoke::{Batched, KafkaFunction, Panicking};
+use crate::invoke::{KafkaFunction, Ordered, Panicking};
 use crate::pipeline::Pipeline;
 use crate::resources::Clients;
 pub use plan::{Attempt, KafkaPlan, PaymentKind};
@@ -40,8 +40,8 @@ const PER_ROUND: usize = 15;
 /// What crashed a poller, in the faults table.
 const CRASH: &str = "kafka: poller dies after its invocation, before the commit";
 
-/// The consumer as deployed (the batch path), with the workload's panics: the bug.
-type Function = Batched<Panicking<Payments>>;
+/// The consumer as deployed (the ordered path), with the workload's panics: the bug.
+type Function = Ordered<Panicking<Payments>>;
 
 /// What the Kafka path did.
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ pub(super) async fn run(
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     // Poison parked in the Kafka park queue, through the fault proxy too.
     let (sqs, park) = (aws_sdk_sqs::Client::new(sdk), &pipeline.resources.kafka_park_url);
-    let function = Batched::new(Panicking::new(Payments::new(pipeline.ledger(&dynamodb))), kafka_consumer::FUNCTION)
+    let function = Ordered::new(Panicking::new(Payments::new(pipeline.ledger(&dynamodb))), kafka_consumer::FUNCTION)
         .park_in(&sqs, park);
     let mut run = KafkaRun {
         plan,
@@ -130,7 +130,7 @@ pub(super) async fn run(
     run.phases.push(("kafka: producer, pollers, crashes, a rebalance overlap, until committed", started.elapsed()));
     let started = Instant::now();
     // The fix is deployed: the plain consumer replays the destination.
-    let fixed = Batched::new(Payments::new(pipeline.ledger(&dynamodb)), kafka_consumer::FUNCTION).park_in(&sqs, park);
+    let fixed = Ordered::new(Payments::new(pipeline.ledger(&dynamodb)), kafka_consumer::FUNCTION).park_in(&sqs, park);
     replay(&pipeline.clients, &fixed, &mut run).await?;
     run.committed = kafka::committed(&run.mapping, PARTITIONS)?;
     run.counts = sum(function.counts(), fixed.counts());

@@ -1,23 +1,25 @@
 //! What the Kafka consumer's tests share: the ledger's tables on the local AWS (fresh per test),
 //! the consumer on them, Kafka records and events as Lambda hands them over, a delivery through
-//! the driver (the batch path or one record at a time) that parks its poison in a queue of its
-//! own and reads back what it parked, and the ledger read back.
+//! the driver (the ordered path, the batch path or one record at a time) that parks its poison
+//! in a queue of its own and reads back what it parked and how many calls the handler took, and
+//! the ledger read back.
 //!
 //! The tests through a broker (the Kafka event source emulator) build their handler with
 //! [`Tables`] too, so both kinds read the same ledger the same way.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::DynamoDbStore;
+use effectively_once_dynamodb::{DynamoDbStore, RequestCounter};
 use effectively_once_lambda::events::{Context, KafkaEvent, KafkaRecord, LambdaEvent};
 use effectively_once_lambda::kafka::{self, KafkaEventResponse, Options};
 use effectively_once_lambda::park::{Coordinates, Parcel};
-use effectively_once_lambda::{BatchHandler, Handler, RecordError, RecordResult};
+use effectively_once_lambda::{BatchHandler, Handler, OrderedBatch, OrderedBatchHandler, RecordError, RecordResult};
 use kafka_consumer::Payments;
 use local::park::ParkQueue;
 use local::Clients;
@@ -36,16 +38,19 @@ pub struct Tables {
     pub ledger: String,
     /// The outbox table's name, when there is one.
     pub outbox: Option<String>,
+    /// The requests the store's client (the ledger's too) sent.
+    pub requests: RequestCounter,
 }
 
 impl Tables {
     /// An idempotency table and a ledger table of this test's own, and no outbox table: a
     /// payment that asks for a receipt then fails retryably (a deployment fault: no outbox).
     pub async fn fresh() -> Tables {
-        let (store, _) = fresh_store().await;
+        let (store, requests) = fresh_store().await;
         let ledger = unique_name("kafka-ledger");
         payments::tables::create_ledger_table(store.client(), &ledger).await.expect("the ledger table");
-        Tables { store, ledger, outbox: None }
+        requests.reset();
+        Tables { store, ledger, outbox: None, requests }
     }
 
     /// The same tables, and an outbox table (new, or the one already made): the fix for a
@@ -56,6 +61,7 @@ impl Tables {
         }
         let outbox = unique_name("kafka-outbox");
         payments::tables::create_outbox_table(self.store.client(), &outbox).await.expect("the outbox table");
+        self.requests.reset();
         Tables { outbox: Some(outbox), ..self.clone() }
     }
 
@@ -128,6 +134,8 @@ pub struct Delivered {
     pub failed: Vec<(String, RecordError)>,
     /// The parcels in the invocation's park queue, read back after it, sorted by coordinates.
     pub parked: Vec<Parcel>,
+    /// How many calls the handler took (`handle`, `handle_batch` and `handle_ordered` alike).
+    pub calls: usize,
 }
 
 impl Delivered {
@@ -157,13 +165,19 @@ pub fn assert_parked_as_delivered(parcel: &Parcel, record: &KafkaRecord) {
     assert_eq!(parcel.record, serde_json::to_value(record).unwrap(), "the record as delivered");
 }
 
-/// A handler that keeps each record's failure on the way out, on both paths.
+/// A handler that keeps each record's failure on the way out, and counts its calls, on every
+/// path.
 struct Recording<'h> {
     inner: &'h Payments,
     failed: Mutex<Vec<(String, RecordError)>>,
+    calls: AtomicUsize,
 }
 
-impl Recording<'_> {
+impl<'h> Recording<'h> {
+    fn new(inner: &'h Payments) -> Self {
+        Recording { inner, failed: Mutex::default(), calls: AtomicUsize::new(0) }
+    }
+
     fn keep(&self, record: &KafkaRecord, result: &RecordResult) {
         if let Err(error) = result {
             let id = format!("{}@{}", kafka::topic_partition(record), record.offset);
@@ -174,6 +188,7 @@ impl Recording<'_> {
 
 impl Handler<KafkaRecord> for Recording<'_> {
     async fn handle(&self, record: &KafkaRecord, context: &Context) -> RecordResult {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         let result = self.inner.handle(record, context).await;
         self.keep(record, &result);
         result
@@ -190,8 +205,20 @@ impl Handler<KafkaRecord> for Recording<'_> {
 
 impl BatchHandler<KafkaRecord> for Recording<'_> {
     async fn handle_batch(&self, records: &[&KafkaRecord], context: &Context) -> Vec<RecordResult> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         let results = self.inner.handle_batch(records, context).await;
         for (record, result) in records.iter().zip(&results) {
+            self.keep(record, result);
+        }
+        results
+    }
+}
+
+impl OrderedBatchHandler<KafkaRecord> for Recording<'_> {
+    async fn handle_ordered(&self, batch: &OrderedBatch<'_, KafkaRecord>, context: &Context) -> Vec<RecordResult> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let results = self.inner.handle_ordered(batch, context).await;
+        for (record, result) in batch.records().iter().zip(&results) {
             self.keep(record, result);
         }
         results
@@ -212,13 +239,13 @@ async fn delivered(response: KafkaEventResponse, recording: Recording<'_>, park:
     let named = named.map(|f| (f.item_identifier.partition.clone(), f.item_identifier.offset)).collect();
     let mut parked = park.drain().await.expect("the park queue read back");
     parked.sort_by_key(|p| p.coordinates.to_string());
-    Delivered { response, named, failed: recording.failed.into_inner().unwrap(), parked }
+    let calls = recording.calls.load(Ordering::SeqCst);
+    Delivered { response, named, failed: recording.failed.into_inner().unwrap(), parked, calls }
 }
 
-/// One invocation with `records` through the batch path, as `main` serves the handler
-/// (`kafka::run_batch`).
+/// One invocation with `records` through the batch path (`kafka::run_batch`): one call a round.
 pub async fn deliver(payments: &Payments, records: &[KafkaRecord]) -> Delivered {
-    let (recording, park) = (Recording { inner: payments, failed: Mutex::default() }, park_queue().await);
+    let (recording, park) = (Recording::new(payments), park_queue().await);
     let invocation = LambdaEvent::new(event(records), Context::default());
     let response = kafka::process_batch(&recording, invocation, &options(&park)).await;
     delivered(response, recording, park).await
@@ -226,9 +253,18 @@ pub async fn deliver(payments: &Payments, records: &[KafkaRecord]) -> Delivered 
 
 /// One invocation with `records`, one record at a time (`kafka::run`).
 pub async fn deliver_one_by_one(payments: &Payments, records: &[KafkaRecord]) -> Delivered {
-    let (recording, park) = (Recording { inner: payments, failed: Mutex::default() }, park_queue().await);
+    let (recording, park) = (Recording::new(payments), park_queue().await);
     let invocation = LambdaEvent::new(event(records), Context::default());
     let response = kafka::process(&recording, invocation, &options(&park)).await;
+    delivered(response, recording, park).await
+}
+
+/// One invocation with `records` through the ordered path (`kafka::run_ordered`): the whole
+/// batch in one call.
+pub async fn deliver_ordered(payments: &Payments, records: &[KafkaRecord]) -> Delivered {
+    let (recording, park) = (Recording::new(payments), park_queue().await);
+    let invocation = LambdaEvent::new(event(records), Context::default());
+    let response = kafka::process_ordered(&recording, invocation, &options(&park)).await;
     delivered(response, recording, park).await
 }
 
