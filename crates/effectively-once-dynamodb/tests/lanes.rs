@@ -200,3 +200,30 @@ async fn a_lane_across_transactions_holds_its_later_member_behind_an_undecided_e
     // rest again without it; the earlier member alone.
     assert_eq!(transactions(&counter), 4);
 }
+
+/// A copy of an event (same key, same payload) in another lane than its first's, as a producer
+/// retry lands in another partition: when the first ends undecided, the copy is not answered
+/// with it in the same pass, so its lane's later member (another group) is held back behind
+/// it, not committed past it.
+#[tokio::test]
+async fn a_copy_in_another_lane_holds_its_lane_when_its_first_is_undecided() {
+    let specs: Vec<Spec> = vec![
+        ("e".into(), "A", Some("p0"), Needs::Stock { refusable: false }),
+        ("e".into(), "A", Some("p1"), Needs::Stock { refusable: false }),
+        ("l".into(), "B", Some("p1"), Needs::Nothing),
+    ];
+    let (idempotency, _counter, writes) = setup(&specs).await;
+    stock(&idempotency, &writes, "e", 0).await;
+    let results = idempotency.commit_batch(&members(&specs), &writes).await;
+    assert_eq!(results[0].as_ref().unwrap_err().kind(), ErrorKind::ConditionFailed);
+    let copy = results[1].as_ref().expect_err("the copy is not decided either");
+    assert!(copy.is_retryable() && !copy.is_verdict_on_the_message(), "{}", ErrorChain(copy));
+    assert_held_back(&results[2]);
+    assert!(!done(&idempotency, &writes, "l").await, "the lane's later member did not pass the copy");
+
+    stock(&idempotency, &writes, "e", 1).await;
+    let again = idempotency.commit_batch(&members(&specs), &writes).await;
+    assert!(matches!(again[0], Ok(Outcome::Fresh(Answer::Applied))), "{:?}", again[0]);
+    assert!(matches!(again[1], Ok(Outcome::Replayed(_))), "the copy replays the first: {:?}", again[1]);
+    assert!(matches!(again[2], Ok(Outcome::Fresh(Answer::Applied))), "{:?}", again[2]);
+}

@@ -107,7 +107,7 @@ impl<'m> Passes<'m> {
         }
         let mut pass = Pass::default();
         let mut later = Vec::new();
-        let mut first: HashMap<&str, &str> = HashMap::new();
+        let mut first: HashMap<&str, Entry<'m>> = HashMap::new();
         let mut deferred: HashSet<Name<'m>> = HashSet::new();
         for index in std::mem::take(&mut self.pending) {
             let entry = self.entries[index];
@@ -118,19 +118,28 @@ impl<'m> Passes<'m> {
             } else if let Some(&earlier) = self.taken.get(entry.key) {
                 let same = self.entries[earlier].hash == Some(hash);
                 pass.answered.push((index, if same { Early::Replay(earlier) } else { Early::KeyReused }));
-            } else if first.get(entry.key).is_some_and(|h| *h != hash)
+            } else if first.get(entry.key).is_some_and(|f| f.hash != Some(hash) || !same_order(f, &entry))
                 || entry.names().any(|name| deferred.contains(&name))
             {
+                // A copy in another group or lane than its first's is not answered from it in
+                // this pass ([`copies`]): its own order would never hear that the first ended
+                // undecided, and its later members would pass it. Next pass it is a replay, or
+                // held back with them.
                 deferred.extend(entry.names());
                 later.push(index);
             } else {
-                first.entry(entry.key).or_insert(hash);
+                first.entry(entry.key).or_insert(entry);
                 pass.send.push(index);
             }
         }
         self.pending = later;
         Some(pass)
     }
+}
+
+/// Whether a copy keeps its first's order: the same group and the same lane.
+fn same_order(first: &Entry<'_>, copy: &Entry<'_>) -> bool {
+    first.group == copy.group && first.lane == copy.lane
 }
 
 /// A pass's members split into the first of each key, sent, and the copies answered from it
