@@ -118,3 +118,29 @@ async fn a_copy_with_another_payload_keeps_its_accounts_order() {
         "the batch answers as posting one by one would (acct-b: +100 then -100)"
     );
 }
+
+/// An ordered batch (`payments::lambda::post_batch_in_lanes`) where a record of lane L1 fails
+/// before the ledger sees it, in a way a retry may undo: the credit behind it in L1 is held, and
+/// so is the debit of the same account in lane L2, which would otherwise overtake the credit it
+/// needs and be rejected for good.
+#[tokio::test]
+async fn an_event_held_before_the_ledger_holds_its_account_in_other_lanes() {
+    use effectively_once_lambda::{RecordError, Retry};
+    let h = LedgerHarness::new().await;
+    let account = "acct-held".to_owned();
+    let parsed = vec![
+        Err(RecordError::retryable("not decoded yet")),
+        Ok(LedgerHarness::event("order-credit", &account, 500, "USD")),
+        Ok(LedgerHarness::event("order-debit", &account, -300, "USD")),
+        Ok(LedgerHarness::event("order-other", &format!("{account}-b"), 100, "USD")),
+    ];
+    let lanes = [Some("L1"), Some("L1"), Some("L2"), Some("L2")];
+    let results = payments::lambda::post_batch_in_lanes(&h.ledger, parsed, &lanes, payments::Delivery::Unknown).await;
+    for (at, result) in results.iter().enumerate().take(3) {
+        let error = result.as_ref().expect_err("held");
+        assert!(error.retry != Retry::Permanent, "#{at}: {error}");
+    }
+    // The debit, held, holds its own lane in turn.
+    assert!(results[3].as_ref().is_err_and(|e| e.retry != Retry::Permanent), "{:?}", results[3]);
+    assert_eq!(h.ledger.entries(&account).await.unwrap(), vec![], "no rejection recorded for the debit");
+}

@@ -80,12 +80,22 @@ pub async fn post_batch_in_lanes(
     let lane = |position: usize| lanes.get(position).copied().flatten();
     let mut failures = Vec::with_capacity(parsed.len());
     let (mut events, mut valid, mut event_lanes) = (Vec::new(), Vec::new(), Vec::new());
-    // Lanes behind a record that failed before the ledger saw it, in a way a retry may undo.
+    // Lanes behind a record that failed before the ledger saw it, in a way a retry may undo;
+    // and, as the ledger's own hold-back does, the accounts and event ids of the events held
+    // behind one here (the ledger never sees those, so it cannot hold their followers).
     let mut waiting: Vec<&str> = Vec::new();
+    let mut held_events: Vec<(String, String)> = Vec::new();
     for (position, record) in parsed.into_iter().enumerate() {
-        let held = lane(position).is_some_and(|lane| waiting.contains(&lane));
+        let behind_lane = lane(position).is_some_and(|lane| waiting.contains(&lane));
+        let behind_event = |event: &PaymentEvent| {
+            held_events.iter().any(|(account, id)| *account == event.account_id || *id == event.event_id)
+        };
         match record {
-            Ok(event) if held => failures.push(Some(held_back(&event))),
+            Ok(event) if behind_lane || behind_event(&event) => {
+                waiting.extend(lane(position));
+                held_events.push((event.account_id.clone(), event.event_id.clone()));
+                failures.push(Some(held_back(&event)));
+            }
             Ok(event) => {
                 events.push(event);
                 valid.push(deliveries.of(position));
