@@ -2,10 +2,12 @@
 //! (an order row plus its customer's running totals, in one transaction with the record). A
 //! transient failure fails that record, and the driver checkpoints there.
 //!
-//! Two paths, one result: [`Handler`] projects one record per transaction (`streams::run`);
-//! [`BatchHandler`] projects a whole batch through `commit_batch` (`streams::run_batch`, what
-//! `main` serves): every order's row and record, and one totals update per customer, in as few
-//! transactions as DynamoDB's limits allow.
+//! Three paths, one result: [`Handler`] projects one record per transaction (`streams::run`);
+//! [`BatchHandler`] projects each round of a batch (the next change of every item) through
+//! `commit_batch` (`streams::run_batch`); [`OrderedBatchHandler`] projects the whole batch through
+//! one `commit_batch` (`streams::run_ordered`, what `main` serves): every order's row and record,
+//! and one totals update per customer, in as few transactions as DynamoDB's limits allow, the
+//! changes of an item kept in stream order.
 #![warn(missing_docs)]
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -14,7 +16,7 @@ use effectively_once::{Idempotency, Key};
 use effectively_once_dynamodb::{BatchWrites, CommitOnce, DynamoDbStore, Member, Otherwise, Table, Tx};
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::EventRecord;
-use effectively_once_lambda::{BatchHandler, Handler};
+use effectively_once_lambda::{BatchHandler, Handler, OrderedBatch, OrderedBatchHandler};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 
@@ -138,8 +140,16 @@ impl BatchWrites<()> for Projections<'_> {
     }
 }
 
-impl BatchHandler<EventRecord> for Projector {
-    async fn handle_batch(&self, records: &[&EventRecord], _context: &Context) -> Vec<RecordResult> {
+impl Projector {
+    /// The batch's orders through one `commit_batch`, each order in its customer's group (one
+    /// totals update per customer a transaction) and, given `lane`, in its item's lane (the
+    /// changes of one item applied in stream order, whatever their customers). A record that is
+    /// not an order is answered alone.
+    async fn project<'a>(
+        &self,
+        records: &[&EventRecord],
+        lane: impl Fn(usize) -> Option<&'a str>,
+    ) -> Vec<RecordResult> {
         let mut results: Vec<Option<RecordResult>> = records.iter().map(|_| None).collect();
         // The records that are orders with a valid key; the others are answered here, alone.
         let mut orders = Vec::with_capacity(records.len());
@@ -157,7 +167,13 @@ impl BatchHandler<EventRecord> for Projector {
         let members: Vec<Member<'_, Order>> = keyed
             .iter()
             .zip(&orders)
-            .map(|((key, _), order)| Member::new(key.clone(), order).in_group(order.customer_id.clone()))
+            .map(|((key, position), order)| {
+                let member = Member::new(key.clone(), order).in_group(order.customer_id.clone());
+                match lane(*position) {
+                    Some(lane) => member.in_lane(lane),
+                    None => member,
+                }
+            })
             .collect();
         let writes = Projections { projector: self, orders: &orders };
         let projected = self.idempotency.commit_batch(&members, &writes).await;
@@ -165,5 +181,21 @@ impl BatchHandler<EventRecord> for Projector {
             results[position] = Some(disposition(outcome));
         }
         results.into_iter().map(|result| result.unwrap_or_else(|| Err(RecordError::retryable("not handled")))).collect()
+    }
+}
+
+/// The rounds (`streams::run_batch`): at most one change of each item a call.
+impl BatchHandler<EventRecord> for Projector {
+    async fn handle_batch(&self, records: &[&EventRecord], _context: &Context) -> Vec<RecordResult> {
+        self.project(records, |_| None).await
+    }
+}
+
+/// The ordered path (`streams::run_ordered`, what `main` serves): the whole batch in one call
+/// and one `commit_batch`, each change in its item's lane, so a change never takes effect
+/// behind an earlier change of its item that may still take effect.
+impl OrderedBatchHandler<EventRecord> for Projector {
+    async fn handle_ordered(&self, batch: &OrderedBatch<'_, EventRecord>, _context: &Context) -> Vec<RecordResult> {
+        self.project(batch.records(), |at| batch.lane(at)).await
     }
 }

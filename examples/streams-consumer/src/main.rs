@@ -20,5 +20,7 @@ async fn main() -> Result<(), Error> {
     };
     // A record that fails for good is parked in PARK_QUEUE_URL before the stream passes it.
     let park = SqsQueue::from_env(aws_sdk_sqs::Client::new(&sdk))?;
-    streams::run_batch(handler, Options::new("streams-consumer").park_in(park)).await
+    // The ordered path: the batch in one call and one commit_batch, each item's changes in order
+    // (streams::run_batch would call once a round, streams::run once a record).
+    streams::run_ordered(handler, Options::new("streams-consumer").park_in(park)).await
 }

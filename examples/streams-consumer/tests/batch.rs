@@ -103,3 +103,49 @@ async fn a_lost_answer_to_the_batch_checkpoints_and_the_redelivery_counts_each_o
     let totals = item(&client, &table, &format!("customer#{customer}")).await;
     assert_eq!(number(&totals, "order_count"), Some(3), "each order counted once: {totals:?}");
 }
+
+/// The ordered path (`streams::process_ordered`, what `main` serves): three items of two
+/// customers, two of them inserted again later in the batch (several changes an item), in one
+/// call and one transaction, where the rounds take a transaction per change of the busiest item;
+/// both project each order once and count each customer's orders once.
+#[tokio::test]
+async fn several_changes_of_several_items_are_one_transaction_on_the_ordered_path() {
+    let (alice, bob) = (unique_name("cust"), unique_name("cust"));
+    let ids: Vec<String> = (1..=4).map(|n| unique_name(&format!("ord{n}"))).collect();
+    let customer = |n: usize| if n.is_multiple_of(2) { &alice } else { &bob };
+    let mut batch = Batch::new("orders", &["pk"]);
+    for (n, id) in ids.iter().enumerate().take(3) {
+        batch = batch.insert(order(id, customer(n), 100 * (n as i64 + 1)));
+    }
+    let event = batch
+        .insert(order(&ids[0], &alice, 100))
+        .insert(order(&ids[3], &bob, 400))
+        .insert(order(&ids[1], &bob, 200))
+        .insert(order(&ids[0], &alice, 100))
+        .build();
+
+    for ordered in [true, false] {
+        let (handler, client, requests) = projector(LoseAnswer::default()).await;
+        let park = ParkQueue::fresh(&Clients::local().await, "streams-park").await.expect("a park queue");
+        let options = Options { emit_metrics: false, ..Options::new("streams-consumer") }.park_in(park.destination());
+        let invocation = LambdaEvent::new(event.clone(), Context::default());
+        let response = if ordered {
+            streams::process_ordered(&handler, invocation, &options).await
+        } else {
+            streams::process_batch(&handler, invocation, &options).await
+        };
+        assert!(response.batch_item_failures.is_empty(), "{:?}", response.batch_item_failures);
+        assert!(park.drain().await.expect("the park queue read back").is_empty());
+        let transactions = requests.by_operation().get("TransactWriteItems").copied();
+        let expected = if ordered { 1 } else { 3 };
+        assert_eq!(transactions, Some(expected), "ordered {ordered}: {:?}", requests.by_operation());
+        let table = handler.projections.name().to_owned();
+        for id in &ids {
+            assert!(item(&client, &table, &format!("order#{id}")).await.is_some(), "order {id} projected");
+        }
+        let of_alice = item(&client, &table, &format!("customer#{alice}")).await;
+        let of_bob = item(&client, &table, &format!("customer#{bob}")).await;
+        assert_eq!((number(&of_alice, "order_count"), number(&of_alice, "total_cents")), (Some(2), Some(100 + 300)));
+        assert_eq!((number(&of_bob, "order_count"), number(&of_bob, "total_cents")), (Some(2), Some(200 + 400)));
+    }
+}
