@@ -1,5 +1,6 @@
 //! The payments consumer: an SQS record handler that parses the payment event and posts it to
-//! the ledger once. `main.rs` only wires the environment, the clients and this handler.
+//! the ledger once. `main.rs` only wires the environment, the clients and this handler. The same
+//! handler takes Kinesis records ([`kinesis`], served by `payments-kinesis-consumer`).
 //!
 //! Environment: the contract's tables ([`Env`]) and `LEDGER_PREREAD` (`off`, `redelivered`,
 //! `auto`, the default, or `always`): when a batch reads its records first, so a duplicate
@@ -13,6 +14,8 @@ use effectively_once_lambda::sqs;
 use effectively_once_lambda::{BatchHandler, Handler, OrderedBatch, OrderedBatchHandler};
 use effectively_once_lambda::{RecordError, RecordResult};
 use payments::{Delivery, Ledger, PaymentEvent};
+
+pub mod kinesis;
 
 /// The function's name in metrics where Lambda's `AWS_LAMBDA_FUNCTION_NAME` is absent.
 pub const FUNCTION: &str = "payments-consumer";
