@@ -9,7 +9,8 @@
 #    for the bench alone;
 # 2. creates or updates .tools/bench-venv from bench/peer/requirements.txt (Powertools,
 #    awslambdaric, boto3);
-# 3. builds the release bootstraps of payments-consumer and of the floor, payments-floor
+# 3. builds the release bootstraps of payments-consumer, of the floor, payments-floor, and of ours
+#    on the ordered triggers, kafka-consumer and payments-kinesis-consumer
 #    (infra/lambda.sh build --local, for this machine's architecture, without the glibc floor
 #    check: they run here, not on Lambda), each only if it is missing, older than its sources or of
 #    another architecture (a cold build takes several minutes);
@@ -38,6 +39,8 @@ TARGET="$(cargo metadata --format-version 1 --no-deps |
 OUT="$TARGET/bench"
 BOOTSTRAP="$TARGET/lambda/payments-consumer/bootstrap"
 FLOOR="$TARGET/lambda/payments-floor/bootstrap"
+KAFKA="$TARGET/lambda/kafka-consumer/bootstrap"
+KINESIS="$TARGET/lambda/payments-kinesis-consumer/bootstrap"
 
 log() { echo "bench: $*" >&2; }
 
@@ -92,6 +95,7 @@ OURS_SOURCES=(crates/payments-consumer crates/effectively-once-lambda crates/eff
   crates/payments crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
   crates/effectively-once-dynamodb/Cargo.toml)
 FLOOR_SOURCES=(bench/floor/src bench/floor/Cargo.toml)
+KAFKA_SOURCES=("${OURS_SOURCES[@]}" examples/kafka-consumer/src examples/kafka-consumer/Cargo.toml)
 elf_arch() {
   case "$(readelf -h "$1" 2>/dev/null | sed -n 's/^ *Machine: *//p')" in
     *X86-64*) echo x86_64 ;;
@@ -112,6 +116,9 @@ build_if_stale() { # PACKAGE BOOTSTRAP SOURCE...
 }
 build_if_stale payments-consumer "$BOOTSTRAP" "${COMMON[@]}" "${OURS_SOURCES[@]}"
 build_if_stale payments-floor "$FLOOR" "${COMMON[@]}" "${FLOOR_SOURCES[@]}"
+# Ours on the ordered triggers (the harness's trigger rows): Kafka and Kinesis.
+build_if_stale kafka-consumer "$KAFKA" "${COMMON[@]}" "${KAFKA_SOURCES[@]}"
+build_if_stale payments-kinesis-consumer "$KINESIS" "${COMMON[@]}" "${OURS_SOURCES[@]}"
 
 # 4. In-process overhead of the library (criterion; short measurement).
 log "criterion: Idempotency::run with InMemoryStore against a bare handler"
@@ -119,4 +126,5 @@ cargo bench --locked -q -p effectively-once --bench overhead
 
 # 5. Both functions, the same workload, the same local AWS.
 log "harness: payments-consumer against the floor and the Powertools peer"
-"$VENV/bin/python" -m bench.harness --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --floor "$FLOOR" --out "$OUT" "$@"
+"$VENV/bin/python" -m bench.harness --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --floor "$FLOOR" \
+  --ours-kafka "$KAFKA" --ours-kinesis "$KINESIS" --out "$OUT" "$@"

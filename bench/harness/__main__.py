@@ -12,9 +12,10 @@ from . import __doc__
 from .chart import chart_svg
 from .common import ROOT, TARGET, BenchError, log
 from .local_aws import LocalAws
-from .report import build_report, peer_versions
+from .report import build_report, peer_versions, trigger_table
 from .runs import Implementation, count_instructions, run_round, run_scenario, warm_up
 from .sampling import cpu_model
+from .triggers import FEW, TRIGGERS
 from .workload import Mix, Scenario
 
 NAMES = ("ours", "floor", "peer", "peer-cache")
@@ -33,6 +34,10 @@ def options():
     p.add_argument("--endpoint", default=os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:4566"))
     p.add_argument("--ours", default=os.path.join(TARGET, "lambda/payments-consumer/bootstrap"))
     p.add_argument("--floor", default=os.path.join(TARGET, "lambda/payments-floor/bootstrap"))
+    p.add_argument("--ours-kafka", default=os.path.join(TARGET, "lambda/kafka-consumer/bootstrap"),
+                   help="ours on Kafka (examples/kafka-consumer) for the trigger rows")
+    p.add_argument("--ours-kinesis", default=os.path.join(TARGET, "lambda/payments-kinesis-consumer/bootstrap"),
+                   help="ours on Kinesis (payments-consumer's payments-kinesis-consumer) for the trigger rows")
     p.add_argument("--out", default=os.path.join(TARGET, "bench"))
     p.add_argument("--only", help=f"comma-separated columns to run, of {', '.join(NAMES)} (the floor brings the "
                                    "instruction count of the floor with the record); without all four, no report is "
@@ -50,8 +55,12 @@ def options():
     p.add_argument("--preread", default="off,redelivered,auto,always",
                    help="LEDGER_PREREAD values to run ours under on the other-sandbox mix ('' skips them)")
     p.add_argument("--latencies", default="0,100,500",
-                   help="the store latency rows: ours, batches of 10 on 20 accounts, 200 messages, each DynamoDB "
+                   help="the store latency rows: ours on SQS (and on Kafka with the trigger rows), batches of 10 on 20 accounts, 200 messages, each DynamoDB "
                         "request held this many ms by the local AWS (default 0,100,500; '' skips them)")
+    p.add_argument("--triggers", default=",".join(TRIGGERS),
+                   help=f"the trigger rows: ours on each of {', '.join(TRIGGERS)} (sqs: the standard queue), first "
+                        "deliveries spread and hot at --trigger-sizes ('' skips them)")
+    p.add_argument("--trigger-sizes", default="10,100", help="the trigger rows' batch sizes (default 10,100)")
     p.add_argument("--callgrind-batches", type=int, default=10,
                    help="batches of 10 in each counted part under callgrind (default 10; 0 skips callgrind)")
     return p.parse_args()
@@ -77,6 +86,17 @@ def implementations(args):
         Implementation("peer-cache", "Powertools, cache on", peer, "payments-consumer-powertools",
                        {**peer_env, "PEER_LOCAL_CACHE": "1"}, cwd=peer_dir),
     ]
+
+
+def on_trigger(args, trigger, park_queue_url):
+    """Ours on `trigger`: payments-consumer on the SQS queues, kafka-consumer on Kafka,
+    payments-kinesis-consumer on Kinesis; the stream functions park poison in `park_queue_url`."""
+    if trigger in ("sqs", "fifo"):
+        return Implementation(f"ours-{trigger}", f"ours, {trigger}", [args.ours], "payments-consumer", RUST_ENV)
+    argv, function = {"kafka": (args.ours_kafka, "kafka-consumer"),
+                      "kinesis": (args.ours_kinesis, "payments-kinesis-consumer")}[trigger]
+    return Implementation(f"ours-{trigger}", f"ours, {trigger}", [argv], function,
+                          {**RUST_ENV, "PARK_QUEUE_URL": park_queue_url})
 
 
 def floor_with_the_record(args):
@@ -187,16 +207,43 @@ def main():
             scenario_results.setdefault(fr.name, {})[sc.key] = r
             log(f"{sc.key} {fr.name}: {r['req_per_msg']:.3f} requests/msg, CPU {r['cpu_us_per_msg']:.0f} µs/msg; ledger ok")
 
+    trigger_rows = {}
+    triggers = [t.strip() for t in args.triggers.split(",") if t.strip()]
+    if set(triggers) - set(TRIGGERS):
+        raise SystemExit(f"--triggers: expected some of {', '.join(TRIGGERS)}")
+    if "ours" in by_name and triggers:
+        # Issue 38: ours on each trigger, the ordered ones on their ordered path, the same payments.
+        park = aws.create_queue("bench-park")
+        for size in [int(x) for x in args.trigger_sizes.split(",") if x.strip()]:
+            for label, accounts in (("spread", args.accounts), ("few", FEW), ("hot", args.hot_accounts)):
+                for trigger in triggers:
+                    impl = on_trigger(args, trigger, park)
+                    if not os.access(impl.argv[0], os.X_OK):
+                        raise BenchError(f"{impl.argv[0]} is missing: infra/lambda.sh build --local {impl.function_name}")
+                    sc = Scenario(label, size, accounts, max(args.scenario_events, size), seed + 3, trigger=trigger)
+                    r = run_scenario(impl, sc, aws, args.endpoint, log_dir)
+                    trigger_rows[(trigger, label, size)] = dict(r, accounts=accounts)
+                    log(f"trigger {sc.key}, ours: {r['req_per_msg']:.3f} requests/msg, {r['wcu_per_msg']:.2f} write "
+                        f"units/msg, CPU {r['cpu_us_per_msg']:.0f} µs/msg, {r['throughput']:.0f} msg/s; ledger ok")
+        if aws.queue_depth(park):
+            raise BenchError(f"the trigger rows parked {aws.queue_depth(park)} records: every payment is valid")
+        log("by trigger:\n" + trigger_table(trigger_rows))
+
     latency = {}
     if "ours" in by_name:
         # As an outside harness drives it (issue 38): the whole process's CPU, batches of 10 over
-        # 20 accounts, against a store that answers in `ms`, not in the local AWS's fraction of one.
-        sc = Scenario("latency", 10, 20, 200, seed + 2)
-        for ms in [int(x) for x in args.latencies.split(",") if x.strip()]:
-            r = run_scenario(by_name["ours"], sc, aws, args.endpoint, log_dir, latency_ms=ms)
-            latency[ms] = r
-            log(f"store latency {ms} ms, ours: CPU {r['cpu_us_per_msg']:.0f} µs/msg ({r['cpu_ms_per_batch']:.2f} ms "
-                f"an invocation), {r['req_per_msg']:.3f} requests/msg, {r['throughput']:.0f} msg/s; ledger ok")
+        # 20 accounts, against a store that answers in `ms`, not in the local AWS's fraction of one;
+        # the SQS consumer, and the Kafka one when the trigger rows run it.
+        park = aws.create_queue("bench-park")
+        for trigger in [t for t in ("sqs", "kafka") if t == "sqs" or t in triggers]:
+            sc = Scenario("latency", 10, 20, 200, seed + 2, trigger=trigger)
+            impl = on_trigger(args, trigger, park)
+            for ms in [int(x) for x in args.latencies.split(",") if x.strip()]:
+                r = run_scenario(impl, sc, aws, args.endpoint, log_dir, latency_ms=ms)
+                latency.setdefault(trigger, {})[ms] = r
+                log(f"store latency {ms} ms, {impl.function_name}: CPU {r['cpu_us_per_msg']:.0f} µs/msg "
+                    f"({r['cpu_ms_per_batch']:.2f} ms an invocation), {r['req_per_msg']:.3f} requests/msg, "
+                    f"{r['throughput']:.0f} msg/s; ledger ok")
 
     instructions = {}
     if args.callgrind_batches:
@@ -214,7 +261,8 @@ def main():
     meta["load_after"] = "%.2f %.2f %.2f" % os.getloadavg()
     log(f"load average {meta['load_after']}")
     raw = {"meta": meta, "results": results, "scenarios": scenario_results, "preread": preread,
-           "onebyone": onebyone, "instructions": instructions, "latency": latency}
+           "onebyone": onebyone, "instructions": instructions, "latency": {t: {str(ms): r for ms, r in rows.items()} for t, rows in latency.items()},
+           "triggers": {"-".join(map(str, k)): v for k, v in trigger_rows.items()}}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(raw, f, indent=2)
     if len(impls) < len(NAMES):
@@ -228,7 +276,8 @@ def main():
     except (OSError, ValueError):
         pass
     terminal, report, chart_rows = build_report(args, mix, impls, results, scenarios, scenario_results, preread,
-                                                onebyone, instructions, overhead, meta, latency)
+                                                onebyone, instructions, overhead, meta, latency,
+                                                trigger_rows)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(report)
     with open(os.path.join(args.out, "chart.svg"), "w") as f:

@@ -23,6 +23,17 @@ class LocalAws:
             config=BotoConfig(retries={"max_attempts": 2, "mode": "standard"}),
         )
 
+        self.sqs = boto3.client("sqs", endpoint_url=self.endpoint, region_name=REGION, aws_access_key_id="test",
+                                aws_secret_access_key="test")
+
+    def create_queue(self, name):
+        """A queue's URL (the stream functions' park queue), created if missing."""
+        return self.sqs.create_queue(QueueName=name)["QueueUrl"]
+
+    def queue_depth(self, url):
+        attributes = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+        return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
     def route(self, path, method="GET"):
         req = urllib.request.Request(self.endpoint + path, method=method, data=b"" if method == "POST" else None)
         with urllib.request.urlopen(req, timeout=10) as r:

@@ -9,6 +9,7 @@ import time
 import uuid
 
 from .common import ACCOUNT, PROBE, REGION
+from .triggers import BUILDERS
 
 QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:payments"
 
@@ -176,7 +177,8 @@ def sqs_event(messages, rng):
 
 class Scenario:
     """One row of the batch-size table: first deliveries only, in batches of one size, spread
-    over many accounts or hot on a few; `refusals`:
+    over many accounts or hot on a few, on `trigger` (the standard queue, or one of
+    `triggers.BUILDERS`: SQS FIFO, Kafka, Kinesis); `refusals`:
 
     - None: credits only;
     - "currency": every batch holds, for each account, one event in another currency (EUR)
@@ -184,8 +186,9 @@ class Scenario:
     - "mixed": credits with about 5 % debits (large enough that the early ones overdraw) and 2 %
       events in another currency, each account's first event a credit."""
 
-    def __init__(self, label, batch_size, accounts, events, seed, refusals=None):
+    def __init__(self, label, batch_size, accounts, events, seed, refusals=None, trigger="sqs"):
         self.label, self.batch_size, self.accounts, self.refusals = label, batch_size, accounts, refusals
+        self.trigger = trigger
         rng = random.Random(seed)
         names = [f"acct_{a:02d}" for a in range(accounts)]
         firsts, seen = [], set()
@@ -212,11 +215,15 @@ class Scenario:
                 for ms in by_account.values():
                     rng.choice(ms).event["currency"] = "EUR"
         self.messages = firsts
-        self.batches = batches_of(firsts, batch_size, rng)
+        if trigger == "sqs":
+            self.batches = batches_of(firsts, batch_size, rng)
+        else:
+            self.batches = BUILDERS[trigger](firsts, batch_size, rng)
 
     @property
     def key(self):
-        return f"{self.label}-{self.batch_size}"
+        base = f"{self.label}-{self.batch_size}"
+        return base if self.trigger == "sqs" else f"{self.trigger}-{base}"
 
     @property
     def title(self):
