@@ -69,3 +69,45 @@ impl OrderedBatchHandler<KinesisEventRecord> for Payments {
         payments::lambda::post_batch_in_lanes(self.ledger(), parsed, &lanes, Delivery::Unknown).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use effectively_once_dynamodb::DynamoDbStore;
+    use payments::Ledger;
+
+    use super::*;
+
+    fn record(data: &[u8], partition_key: &str, sequence: &str) -> KinesisEventRecord {
+        let mut record = KinesisEventRecord::default();
+        *record.kinesis.data = data.to_vec();
+        record.kinesis.partition_key = partition_key.to_owned();
+        record.kinesis.sequence_number = sequence.to_owned();
+        record
+    }
+
+    #[test]
+    fn the_batch_key_is_the_event_id_in_the_data_never_the_sequence_number() {
+        let config = aws_sdk_dynamodb::Config::builder().behavior_version_latest().build();
+        let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::from_conf(config), "idempotency");
+        let payments = Payments::new(Ledger::new(store, "ledger", None));
+        let data = br#"{"event_id":"pay_1","account_id":"acct_1","amount_cents":100,"currency":"EUR"}"#;
+        let (first, retry) = (record(data, "acct_1", "4959001"), record(data, "eu", "4959977"));
+        assert_eq!(payments.key(&first).as_deref(), Some("pay_1"));
+        assert_eq!(payments.key(&first), payments.key(&retry), "a producer retry elsewhere shares the key");
+        assert_eq!(payments.key(&record(b"{not json", "acct_1", "1")), None);
+        assert_eq!(payments.key(&record(&[0xff, 0xfe], "acct_1", "2")), None);
+    }
+
+    #[test]
+    fn data_that_is_no_payment_is_a_permanent_error_naming_why() {
+        let error = parse(&record(&[0xff, 0xfe], "acct_1", "1")).unwrap_err();
+        assert_eq!(
+            (error.retry, error.reason.as_str()),
+            (effectively_once_lambda::Retry::Permanent, "the record's data is not UTF-8")
+        );
+        let zero = br#"{"event_id":"pay_1","account_id":"acct_1","amount_cents":0,"currency":"USD"}"#;
+        let error = parse(&record(zero, "acct_1", "2")).unwrap_err();
+        assert_eq!(error.retry, effectively_once_lambda::Retry::Permanent);
+        assert_eq!(error.reason, "invalid payment event: amount_cents: must not be zero");
+    }
+}
