@@ -28,9 +28,35 @@ TARGETS = {10: (0.12, 4.8), 100: (0.06, None)}
 FEW = 3
 
 
+def murmur2(data):
+    """Kafka's `Utils.murmur2`, the hash of the Java client's default partitioner (written out: no
+    maintained package carries Kafka's variant of it)."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(data)) & mask
+    whole = len(data) - len(data) % 4
+    for k in range(0, whole, 4):
+        x = int.from_bytes(data[k : k + 4], "little")
+        x = (x * m) & mask
+        x ^= x >> 24
+        x = (x * m) & mask
+        h = ((h * m) & mask) ^ x
+    tail = data[whole:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    return h ^ (h >> 15)
+
+
 def partition_of(account):
-    """The account's partition, as a producer keyed by account gets it: a stable hash of the key."""
-    return int.from_bytes(hashlib.md5(account.encode()).digest()[:4], "big") % PARTITIONS
+    """The account's partition, as a producer keyed by account gets it from Kafka's default
+    partitioner: murmur2 of the key, positive, modulo the partitions."""
+    return (murmur2(account.encode()) & 0x7FFFFFFF) % PARTITIONS
 
 
 def body(message):
