@@ -121,26 +121,37 @@ async fn a_copy_with_another_payload_keeps_its_accounts_order() {
 
 /// An ordered batch (`payments::lambda::post_batch_in_lanes`) where a record of lane L1 fails
 /// before the ledger sees it, in a way a retry may undo: the credit behind it in L1 is held, and
-/// so is the debit of the same account in lane L2, which would otherwise overtake the credit it
-/// needs and be rejected for good.
+/// so is a copy of that credit in lane L2 (its event id) and L2 behind it; the same account's
+/// debit in lane L3 is not: the trigger orders nothing across lanes (Lambda may run L3 in
+/// another invocation at once), so it is posted, here refused for the balance, and L3 goes on.
 #[tokio::test]
-async fn an_event_held_before_the_ledger_holds_its_account_in_other_lanes() {
-    use effectively_once_lambda::{RecordError, Retry};
+async fn an_event_held_before_the_ledger_holds_its_lane_and_id_not_its_account_elsewhere() {
+    use effectively_once_lambda::{Disposition, RecordError, Retry};
     let h = LedgerHarness::new().await;
     let account = "acct-held".to_owned();
+    let other = format!("{account}-b");
     let parsed = vec![
         Err(RecordError::retryable("not decoded yet")),
         Ok(LedgerHarness::event("order-credit", &account, 500, "USD")),
+        Ok(LedgerHarness::event("order-credit", &account, 500, "USD")),
+        Ok(LedgerHarness::event("order-after-copy", &other, 70, "USD")),
         Ok(LedgerHarness::event("order-debit", &account, -300, "USD")),
-        Ok(LedgerHarness::event("order-other", &format!("{account}-b"), 100, "USD")),
+        Ok(LedgerHarness::event("order-other", &other, 100, "USD")),
     ];
-    let lanes = [Some("L1"), Some("L1"), Some("L2"), Some("L2")];
+    let lanes = [Some("L1"), Some("L1"), Some("L2"), Some("L2"), Some("L3"), Some("L3")];
     let results = payments::lambda::post_batch_in_lanes(&h.ledger, parsed, &lanes, payments::Delivery::Unknown).await;
-    for (at, result) in results.iter().enumerate().take(3) {
+    for (at, result) in results.iter().enumerate().take(4) {
         let error = result.as_ref().expect_err("held");
         assert!(error.retry != Retry::Permanent, "#{at}: {error}");
     }
-    // The debit, held, holds its own lane in turn.
-    assert!(results[3].as_ref().is_err_and(|e| e.retry != Retry::Permanent), "{:?}", results[3]);
-    assert_eq!(h.ledger.entries(&account).await.unwrap(), vec![], "no rejection recorded for the debit");
+    assert!(
+        matches!(&results[4], Ok(Disposition::Rejected))
+            || results[4].as_ref().is_err_and(|e| e.retry == Retry::Permanent),
+        "the debit in L3 is posted and refused for the balance: {:?}",
+        results[4]
+    );
+    assert!(matches!(&results[5], Ok(Disposition::Applied)), "L3 goes on: {:?}", results[5]);
+    assert_eq!(h.ledger.balance(&other).await.unwrap().map(|b| (b.balance_cents, b.entry_count)), Some((100, 1)));
+    let credit = h.ledger.balance(&account).await.unwrap().map(|b| b.balance_cents);
+    assert!(credit.is_none_or(|cents| cents == 0), "the held credit is not posted: {credit:?}");
 }

@@ -81,19 +81,17 @@ pub async fn post_batch_in_lanes(
     let mut failures = Vec::with_capacity(parsed.len());
     let (mut events, mut valid, mut event_lanes) = (Vec::new(), Vec::new(), Vec::new());
     // Lanes behind a record that failed before the ledger saw it, in a way a retry may undo;
-    // and, as the ledger's own hold-back does, the accounts and event ids of the events held
-    // behind one here (the ledger never sees those, so it cannot hold their followers).
+    // and, as the ledger's own hold-back does, the event ids of the events held behind one here
+    // (the ledger never sees those, so it cannot hold their copies in other lanes). Not their
+    // accounts: the trigger orders nothing across lanes (`Ledger::post_batch_in_lanes`).
     let mut waiting: Vec<&str> = Vec::new();
-    let mut held_events: Vec<(String, String)> = Vec::new();
+    let mut held_ids: Vec<String> = Vec::new();
     for (position, record) in parsed.into_iter().enumerate() {
         let behind_lane = lane(position).is_some_and(|lane| waiting.contains(&lane));
-        let behind_event = |event: &PaymentEvent| {
-            held_events.iter().any(|(account, id)| *account == event.account_id || *id == event.event_id)
-        };
         match record {
-            Ok(event) if behind_lane || behind_event(&event) => {
+            Ok(event) if behind_lane || held_ids.contains(&event.event_id) => {
                 waiting.extend(lane(position));
-                held_events.push((event.account_id.clone(), event.event_id.clone()));
+                held_ids.push(event.event_id.clone());
                 failures.push(Some(held_back(&event)));
             }
             Ok(event) => {

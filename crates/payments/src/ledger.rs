@@ -489,7 +489,9 @@ impl Ledger {
     /// (`lanes`: one per event, in order, or none at all): the topic-partition of a Kafka record,
     /// the message group of a FIFO message, the partition key of a Kinesis record. An event
     /// that fails in a way a retry may undo, or is held back, holds back the later events of
-    /// its lane too, not only of its account and event id, and [`CommitOnce::commit_batch`]
+    /// its lane and of its event id (not of its account in other lanes: the trigger orders
+    /// nothing across lanes, and Lambda may run two lanes in two invocations at once), and
+    /// [`CommitOnce::commit_batch`]
     /// commits a lane's events in batch order whatever their accounts ([`Member::in_lane`]).
     /// So an ordered trigger's whole batch goes in one call (an `OrderedBatchHandler`), and a
     /// record never takes effect behind an earlier one of its partition that may still take
@@ -530,10 +532,10 @@ impl Ledger {
     /// others are answered in `results`: from the answers this ledger remembers,
     /// or the records a pre-read `found` (then the third value is true), or with the failure of
     /// their checks. An event whose check fails in a way a retry may undo
-    /// (a receipt with no outbox table) holds back the later events of its account, of its
-    /// event id and of its lane, and each event held back holds back those of its own account,
-    /// event id and lane, as `commit_batch` does for its own such failures: they are answered
-    /// retryable too, so the trigger delivers them again after it, in order, and none overtakes it.
+    /// (a receipt with no outbox table) holds back the later events of its event id and of its
+    /// lane (with no lane, of its account), and each event held back holds back those of its own
+    /// in turn: they are answered retryable too, so the trigger delivers them again after it, in
+    /// order, and none overtakes it.
     fn admit<'e>(
         &self,
         events: &'e [PaymentEvent],
@@ -548,9 +550,9 @@ impl Ledger {
         for (position, event) in events.iter().enumerate() {
             let lane = lanes.get(position).copied().flatten();
             if waiting.holds(event, lane) {
-                // Held back, it holds back in turn its own account, event id and lane: a later
-                // event of any must not overtake it (a debit before its credit, an event id
-                // taken by another account first, a partition's order broken).
+                // Held back, it holds back in turn its own event id and lane (or account): a
+                // later event of any must not overtake it (an event id taken by another account
+                // first, a partition's order broken, a debit before its credit).
                 waiting.hold(event, lane);
                 results[position] = Some(Err(held_back(event)));
                 continue;
@@ -785,9 +787,9 @@ fn account_pk(account_id: &str) -> String {
     format!("account#{account_id}")
 }
 
-/// The accounts, event ids and lanes of a batch whose earlier event failed in a way a retry may
-/// undo: their later events wait. Three sets, as an account id may be spelled like an event id
-/// or a lane.
+/// The event ids, and the lanes (or, for events with none, the accounts) of a batch whose
+/// earlier event failed in a way a retry may undo: their later events wait. Three sets, as an
+/// account id may be spelled like an event id or a lane.
 #[derive(Default)]
 struct Waiting<'e> {
     accounts: HashSet<&'e str>,
@@ -796,10 +798,16 @@ struct Waiting<'e> {
 }
 
 impl<'e> Waiting<'e> {
+    /// Holds the event's id, and its lane or, with none, its account. A lane is the order the
+    /// trigger keeps, and it keeps none across lanes (Lambda may hand two partitions or groups to
+    /// two invocations at once): holding an account in every lane would stall partitions the
+    /// failure never touched, for as long as it lasts, and order nothing the trigger orders.
     fn hold(&mut self, event: &'e PaymentEvent, lane: Option<&'e str>) {
-        self.accounts.insert(&event.account_id);
         self.event_ids.insert(&event.event_id);
-        self.lanes.extend(lane);
+        match lane {
+            Some(lane) => self.lanes.insert(lane),
+            None => self.accounts.insert(&event.account_id),
+        };
     }
 
     fn holds(&self, event: &PaymentEvent, lane: Option<&str>) -> bool {
@@ -896,15 +904,15 @@ mod waiting_tests {
         }
     }
 
-    /// An event that waits holds back the later events of its account, of its event id and of
-    /// its lane (another account's, in its partition), and nothing else; with no lane, only its
+    /// An event that waits holds back the later events of its event id and of its lane (another
+    /// account's, in its partition), and not its account's in other lanes; with no lane, its
     /// account and event id, as before lanes.
     #[test]
-    fn a_waiting_event_holds_its_account_event_id_and_lane() {
+    fn a_waiting_event_holds_its_event_id_and_lane_or_with_none_its_account() {
         let failed = event("pay_1", "acct_1");
         let mut waiting = Waiting::default();
         waiting.hold(&failed, Some("payments-0"));
-        assert!(waiting.holds(&event("pay_2", "acct_1"), Some("payments-1")), "its account");
+        assert!(!waiting.holds(&event("pay_2", "acct_1"), Some("payments-1")), "its account in another lane");
         assert!(waiting.holds(&event("pay_1", "acct_9"), None), "its event id");
         assert!(waiting.holds(&event("pay_3", "acct_2"), Some("payments-0")), "its lane, another account");
         assert!(!waiting.holds(&event("pay_4", "acct_2"), Some("payments-1")), "another lane and account");
@@ -913,6 +921,7 @@ mod waiting_tests {
         let mut without_lanes = Waiting::default();
         without_lanes.hold(&failed, None);
         assert!(!without_lanes.holds(&event("pay_3", "acct_2"), Some("payments-0")));
-        assert!(without_lanes.holds(&event("pay_2", "acct_1"), None));
+        assert!(without_lanes.holds(&event("pay_2", "acct_1"), None), "its account");
+        assert!(without_lanes.holds(&event("pay_1", "acct_3"), None), "its event id");
     }
 }
