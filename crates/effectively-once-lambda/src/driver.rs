@@ -727,9 +727,13 @@ async fn settle<T: Trigger>(
 /// How long parking may take: until half the deadline margin before the deadline, time enough
 /// to answer; `None` when the context has no deadline.
 fn park_budget(context: &Context, options: &Options) -> Option<Duration> {
+    budget_keeping(context, options.deadline_margin / 2)
+}
+
+/// The time left before the deadline but `keep`; `None` when the context has no deadline.
+fn budget_keeping(context: &Context, keep: Duration) -> Option<Duration> {
     let deadline = effectively_once::epoch_deadline_ms(context.deadline)?;
-    let keep = options.deadline_margin.as_millis() as u64 / 2;
-    Some(Duration::from_millis(deadline.saturating_sub(now_ms() + keep)))
+    Some(Duration::from_millis(deadline.saturating_sub(now_ms() + keep.as_millis() as u64)))
 }
 
 /// A permanent failure that was not parked, held: retryable, so the position stays at it.

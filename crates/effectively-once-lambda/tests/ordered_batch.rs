@@ -2,7 +2,8 @@
 //! of several groups is one call in batch order with each record's lane and predecessors; its
 //! answers equal the rounds' (`process_batch`) for every outcome, even when the handler breaks
 //! the order (logged as a breach); panics and a wrong count fall back; near the deadline there
-//! is no call; a held permanent failure is not parked.
+//! is no call, and a call still running at the margin is cut; a held permanent failure is not
+//! parked.
 
 mod common;
 
@@ -155,6 +156,9 @@ impl<R: Text> BatchHandler<R> for Script {
 impl<R: Text> OrderedBatchHandler<R> for Script {
     async fn handle_ordered(&self, batch: &OrderedBatch<'_, R>, _context: &Context) -> Vec<RecordResult> {
         self.called(batch.records());
+        if batch.records().iter().any(|r| r.text() == "slow") {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        }
         let mut answered = Vec::with_capacity(batch.len());
         for (at, record) in batch.records().iter().enumerate() {
             let lane = batch.lane(at).map(str::to_owned);
@@ -433,6 +437,27 @@ async fn near_the_deadline_there_is_no_call() {
         assert!(script.calls().is_empty() && script.alone().is_empty(), "{trigger:?}");
         let rounds = Script::default();
         assert_eq!(answer, run_in(trigger, Path::Rounds, &rounds, &SEVERAL_GROUPS, &quiet(), context).await);
+    }
+}
+
+/// A call still running at the deadline margin is cut there: the answer comes before the
+/// deadline and is the one a batch not started at all gets (every lane from its first record),
+/// whatever the call did, so Lambda never ends the invocation with no answer.
+#[tokio::test]
+async fn a_call_still_running_at_the_deadline_margin_answers_every_record_not_done() {
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let specs = [("A", "ok"), ("B", "slow"), ("A", "ok"), ("C", "ok")];
+    for trigger in [Fifo, Standard, Kafka, Kinesis, Streams] {
+        let script = Script::default();
+        let mut context = Context::default();
+        context.deadline = now() + 1_500;
+        let answer = run_in(trigger, Path::Ordered, &script, &specs, &quiet(), context.clone()).await;
+        assert!(now() < context.deadline, "{trigger:?}: answered before the deadline");
+        assert_eq!(script.calls().len(), 1, "{trigger:?}: the call was made");
+        let late = Script::default();
+        context.deadline = now() + 200;
+        let not_started = run_in(trigger, Path::Rounds, &late, &specs, &quiet(), context).await;
+        assert_eq!(answer, not_started, "{trigger:?}: every record delivered again");
     }
 }
 

@@ -80,8 +80,9 @@ async fn the_ordered_path_answers_before_the_deadline_as_the_rounds_do() {
     let (payments, _proxy) = slow_payments(&ordered).await;
     let started = Instant::now();
     let invocation = LambdaEvent::new(event(&records), deadline_in(budget.as_millis() as u64));
-    let _ = kafka::process_ordered(&payments, invocation, &options).await;
+    let by_order = kafka::process_ordered(&payments, invocation, &options).await;
     let ordered_took = started.elapsed();
+    assert!(!by_order.batch_item_failures.is_empty(), "the ordered path names what it did not finish");
     assert!(
         ordered_took < budget,
         "the ordered path ran {ordered_took:?}, past the invocation's deadline ({budget:?}); the rounds took {rounds_took:?}"

@@ -7,8 +7,8 @@ use std::future::Future;
 use lambda_runtime::{Context, LambdaEvent};
 
 use super::{
-    count, invocation, log_in, may_take_effect_later, not_started, refuse_unchosen_poison, run_groups, settle,
-    too_late, Groups, Handler, Holding, Options, Record, Trigger,
+    budget_keeping, count, invocation, log_in, may_take_effect_later, not_started, refuse_unchosen_poison, run_groups,
+    settle, too_late, Groups, Handler, Holding, Options, Record, Trigger,
 };
 #[cfg(doc)]
 use super::{run_rounds, BatchHandler};
@@ -28,6 +28,12 @@ use crate::{panics, Disposition, RecordError, RecordResult};
 /// reported not started (delivered again) whatever the handler answered, and an `Applied` or
 /// `Rejected` there is logged at error as a breach of the order (it took effect out of order; it
 /// comes back as a duplicate, so nothing is lost).
+///
+/// The call is bounded by the invocation's deadline less [`Options::deadline_margin`]: past it
+/// the call's future is dropped and each of its records answered retryable, so the answer names
+/// each lane's first record instead of Lambda ending the invocation with none. A handler must
+/// leave nothing half done when dropped between two awaits: a `commit_batch` transaction either
+/// committed (its records answer a redelivery as duplicates) or did not.
 ///
 /// ```
 /// use effectively_once_lambda::events::{Context, SqsMessage};
@@ -147,7 +153,9 @@ pub(crate) async fn serve_ordered<T: Trigger, H: OrderedBatchHandler<T::Record>>
 }
 
 /// Runs a batch through an [`OrderedBatchHandler`]: the records screened and the deadline checked
-/// once, every record left handed over in one call, the answers read in batch order ([`read`]).
+/// once, every record left handed over in one call, bounded by the deadline margin (a call cut
+/// there answers each of its records retryable: [`out_of_time`]), the answers read in batch
+/// order ([`read`]).
 /// A call that panics or answers for another number of records is not trusted: the batch runs
 /// again one record at a time ([`run_groups`], its hold-back exact), and what the call committed
 /// is found by the handler's own idempotency and answered as a duplicate. The results by position.
@@ -162,10 +170,18 @@ pub(crate) async fn run_ordered<R: Record, H: OrderedBatchHandler<R>>(
     let handed = Handed::new(&screened, &groups.after);
     let mut answers: Vec<Option<RecordResult>> = records.iter().map(|_| None).collect();
     if !handed.positions.is_empty() {
-        let called = {
-            let batch = handed.batch(records, &groups.lanes);
-            call(handler, &batch, context).await
+        let batch = handed.batch(records, &groups.lanes);
+        let called = match budget_keeping(context, options.deadline_margin) {
+            Some(budget) => tokio::time::timeout(budget, call(handler, &batch, context)).await.unwrap_or_else(|_| {
+                tracing::warn!(
+                    records = batch.len(),
+                    "ordered batch handler still running at the deadline margin; its records are delivered again"
+                );
+                Some(batch.records().iter().map(|_| Err(out_of_time())).collect())
+            }),
+            None => call(handler, &batch, context).await,
         };
+        drop(batch);
         let Some(called) = called else {
             return run_groups(handler, records, groups, context, options).await;
         };
@@ -174,6 +190,14 @@ pub(crate) async fn run_ordered<R: Record, H: OrderedBatchHandler<R>>(
         }
     }
     read(records, &groups, screened, answers)
+}
+
+/// A record of a call cut at the deadline margin: retryable, since it may or may not have taken
+/// effect; delivered again, it is answered by the handler's own idempotency if it did. Cut there
+/// rather than let Lambda end the invocation with no answer: the answer names only each lane's
+/// first record, and the poison already read is still parked.
+fn out_of_time() -> RecordError {
+    RecordError::retryable("not finished: the invocation's deadline is near; delivered again")
 }
 
 /// Each record's result before any call: screened out, or, when the deadline is within the
