@@ -88,3 +88,52 @@ async fn the_ordered_path_answers_before_the_deadline_as_the_rounds_do() {
         "the ordered path ran {ordered_took:?}, past the invocation's deadline ({budget:?}); the rounds took {rounds_took:?}"
     );
 }
+
+/// The records of `records` that `answer` names for delivery again, as Kafka's event source
+/// delivers them next: each named partition from its first named offset on.
+fn delivered_again(records: &[KafkaRecord], answer: &kafka::KafkaEventResponse) -> Vec<KafkaRecord> {
+    let named = |record: &KafkaRecord| {
+        answer.batch_item_failures.iter().any(|failure| {
+            failure.item_identifier.partition == kafka::topic_partition(record)
+                && failure.item_identifier.offset <= record.offset
+        })
+    };
+    records.iter().filter(|record| named(record)).cloned().collect()
+}
+
+/// A batch cut at the deadline margin is delivered again, and again, to the same sandbox, with
+/// DynamoDB as slow as before: each delivery must get further than the one before (what a cut
+/// call committed is a duplicate now, which must cost less than doing it), or the partitions
+/// never move and the batch is delivered for ever. The cut drops the ledger's answers, so the
+/// sandbox remembers none of what it committed, and Kafka says nothing of redeliveries (no
+/// pre-read): every committed step is sent again, refused as a duplicate at the price of a
+/// commit, and the cut comes at the same step each time.
+#[tokio::test]
+async fn a_batch_cut_at_the_deadline_makes_progress_when_delivered_again() {
+    let options = Options { emit_metrics: false, ..Options::new(kafka_consumer::FUNCTION) };
+    let budget = Duration::from_millis(2000);
+    let all = chain(8);
+    let tables = Tables::fresh().await;
+    let (payments, _proxy) = slow_payments(&tables).await;
+    let mut records = all.clone();
+    let mut left = Vec::new();
+    for _ in 0..6 {
+        if records.is_empty() {
+            break;
+        }
+        let invocation = LambdaEvent::new(event(&records), deadline_in(budget.as_millis() as u64));
+        let answer = kafka::process_ordered(&payments, invocation, &options).await;
+        records = delivered_again(&records, &answer);
+        left.push(records.len());
+    }
+    assert!(
+        records.is_empty(),
+        "records named again after each of {} deliveries: {left:?}; the batch never finishes",
+        left.len()
+    );
+    let ledger = tables.payments();
+    for p in 0..8 {
+        let balance = ledger.ledger().balance(&format!("acct_{p}")).await.unwrap().expect("a balance");
+        assert_eq!(balance.balance_cents, 100, "acct_{p}: posted once");
+    }
+}
