@@ -225,3 +225,35 @@ async fn a_failed_transaction_holds_its_lanes_and_redelivery_converges() {
         }
     }
 }
+
+/// A lane's failure holds its lane and its event id, not its account in other lanes
+/// (`Ledger::post_batch_in_lanes`): so says the ledger, and so its own check does since the
+/// account hold went. But `commit_batch` still holds a failed member's group (its account) in
+/// every lane: lane `p-0`'s first transaction throttled holds `p-0`, `p-0`'s payment to
+/// `acct-x` with it, and then, through the account alone, lane `p-1`'s one payment to `acct-x`,
+/// which follows nothing that failed. Its partition is named again and stalls behind a
+/// partition the failure never touched, for as long as that one fails.
+#[tokio::test]
+async fn a_throttled_transaction_does_not_hold_its_accounts_in_other_lanes() {
+    let tag = "other-lane";
+    let mut events: Vec<PaymentEvent> = (0..60)
+        .map(|n| LedgerHarness::event(&format!("{tag}-ev-{n}"), &format!("{tag}-acct-{n}"), 100, "USD"))
+        .collect();
+    events.push(LedgerHarness::event(&format!("{tag}-ev-x0"), &format!("{tag}-acct-x"), 100, "USD"));
+    events.push(LedgerHarness::event(&format!("{tag}-ev-x1"), &format!("{tag}-acct-x"), 100, "USD"));
+    let mut lanes: Vec<Option<&str>> = vec![Some("p-0"); events.len()];
+    *lanes.last_mut().unwrap() = Some("p-1");
+    let h = LedgerHarness::new().await;
+    let rules = Arc::new(Nth { nth: 1, also: 0, fault: Fault::Throttle, seen: AtomicU64::new(0) });
+    let proxy = Proxy::to_local_aws(rules).await.expect("the fault proxy");
+    let client = aws_sdk_dynamodb::Client::new(&proxy.sdk_config(RetryConfig::disabled()).await);
+    let ledger = Ledger::new(DynamoDbStore::new(client, h.ledger.store().table()), h.ledger.table(), None);
+    let results = ledger.post_batch_in_lanes(&events, &lanes, payments::Delivery::Unknown).await;
+    assert!(retryable(&results[0]), "the throttled transaction's first member: {}", summary(&results[0]));
+    let last = results.last().unwrap();
+    assert!(
+        matches!(last, Ok(Outcome::Fresh(payments::Posting::Applied))),
+        "lane p-1's only payment, behind no failure of its lane or event id: {:?}",
+        last.as_ref().err().map(|e| format!("{}", effectively_once::ErrorChain(e)))
+    );
+}
