@@ -489,8 +489,11 @@ impl Ledger {
     /// (`lanes`: one per event, in order, or none at all): the topic-partition of a Kafka record,
     /// the message group of a FIFO message, the partition key of a Kinesis record. An event
     /// that fails in a way a retry may undo, or is held back, holds back the later events of
-    /// its lane and of its event id (not of its account in other lanes: the trigger orders
-    /// nothing across lanes, and Lambda may run two lanes in two invocations at once), and
+    /// its lane and of its event id (a failure found before the transaction, a receipt with no
+    /// outbox table say, holds not its account in other lanes: the trigger orders nothing across
+    /// lanes, and Lambda may run two lanes in two invocations at once; one inside a transaction,
+    /// a throttle, holds its accounts in every lane for that delivery, as `commit_batch` keeps a
+    /// batch answering as posting one by one in batch order), and
     /// [`CommitOnce::commit_batch`]
     /// commits a lane's events in batch order whatever their accounts ([`Member::in_lane`]).
     /// So an ordered trigger's whole batch goes in one call (an `OrderedBatchHandler`), and a
