@@ -104,10 +104,10 @@ fn delivered_again(records: &[KafkaRecord], answer: &kafka::KafkaEventResponse) 
 /// A batch cut at the deadline margin is delivered again, and again, to the same sandbox, with
 /// DynamoDB as slow as before: each delivery must get further than the one before (what a cut
 /// call committed is a duplicate now, which must cost less than doing it), or the partitions
-/// never move and the batch is delivered for ever. The cut drops the ledger's answers, so the
-/// sandbox remembers none of what it committed, and Kafka says nothing of redeliveries (no
-/// pre-read): every committed step is sent again, refused as a duplicate at the price of a
-/// commit, and the cut comes at the same step each time.
+/// never move and the batch is delivered for ever. The cut drops the ledger's answers and Kafka
+/// says nothing of redeliveries, so the ledger notes the events of a commit dropped before it
+/// answered and reads them first when they come again: a committed step is answered from one
+/// read, not refused as a duplicate by a transaction as slow as the commit.
 #[tokio::test]
 async fn a_batch_cut_at_the_deadline_makes_progress_when_delivered_again() {
     let options = Options { emit_metrics: false, ..Options::new(kafka_consumer::FUNCTION) };

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use effectively_once::{ErrorChain, ErrorKind, Key, Outcome, Record, Status};
 use effectively_once_dynamodb::{Consistency, Member, NEVER_EXPIRES};
@@ -155,17 +155,73 @@ impl Estimate {
     }
 }
 
-/// A ledger's strategy and its estimate.
+/// A ledger's strategy, its estimate, and the event ids of its batches cut short.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Prereads {
     pub(super) strategy: Preread,
     estimate: Estimate,
+    pub(super) cut: Cut,
 }
 
 impl Prereads {
-    /// The same strategy with a fresh estimate: another sandbox's.
+    /// The same strategy with a fresh estimate and nothing cut: another sandbox's.
     pub(super) fn forgetting(&self) -> Prereads {
-        Prereads { strategy: self.strategy, estimate: Estimate::default() }
+        Prereads { strategy: self.strategy, estimate: Estimate::default(), cut: Cut::default() }
+    }
+}
+
+/// How many event ids of batches cut short a ledger keeps (about 20 batches of 100).
+const CUT_CAPACITY: usize = 2_048;
+
+/// The event ids of this sandbox's batches whose commit was dropped before it answered (a
+/// driver cutting its call at the invocation's deadline): each may have committed, and nothing
+/// here knows. Delivered again, such an event is read first as a redelivery is, so what did
+/// commit is answered from one read instead of a transaction refused as a duplicate, which
+/// costs as long as the commit did and would cut the next delivery at the same place.
+#[derive(Debug, Clone)]
+pub(super) struct Cut(Arc<Mutex<lru::LruCache<String, ()>>>);
+
+impl Default for Cut {
+    fn default() -> Self {
+        let capacity = std::num::NonZeroUsize::new(CUT_CAPACITY).expect("a capacity above zero");
+        Cut(Arc::new(Mutex::new(lru::LruCache::new(capacity))))
+    }
+}
+
+impl Cut {
+    /// A guard over a commit of `keys`: dropped before [`Unanswered::answered`], it notes them.
+    pub(super) fn guard(&self, keys: Vec<String>) -> Unanswered<'_> {
+        Unanswered { cut: self, keys }
+    }
+
+    /// Whether `key`'s batch was cut, forgetting it: it is read now.
+    fn take(&self, key: &str) -> bool {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop(key).is_some()
+    }
+}
+
+/// A commit under way; see [`Cut::guard`].
+pub(super) struct Unanswered<'c> {
+    cut: &'c Cut,
+    keys: Vec<String>,
+}
+
+impl Unanswered<'_> {
+    /// The commit answered: nothing to note.
+    pub(super) fn answered(mut self) {
+        self.keys.clear();
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let mut cut = self.cut.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for key in self.keys.drain(..) {
+            cut.put(key, ());
+        }
     }
 }
 
@@ -210,11 +266,11 @@ impl Ledger {
         let ids: Vec<String> = {
             let seen = self.seen.lock();
             let read = |position: usize| reads == Reads::All || deliveries.of(position) == Delivery::MayBeRedelivery;
-            let keys = events
-                .iter()
-                .enumerate()
-                .filter(|(position, _)| read(*position))
-                .filter_map(|(_, event)| Key::new(PREFIX, &event.event_id).ok());
+            let keys = events.iter().enumerate().filter_map(|(position, event)| {
+                let key = Key::new(PREFIX, &event.event_id).ok()?;
+                // A batch cut short before it answered counts as a redelivery (`Cut`).
+                (self.prereads.cut.take(key.as_str()) || read(position)).then_some(key)
+            });
             keys.filter(|key| !seen.contains(key.as_str())).map(|key| key.as_str().to_owned()).collect()
         };
         if ids.is_empty() {
@@ -282,7 +338,7 @@ impl Ledger {
     /// The same ledger, reading a batch's records first as `strategy` says (default
     /// [`Preread::Auto`]; [`crate::LedgerEnv`] reads it from [`PREREAD_VAR`]).
     pub fn with_preread(mut self, strategy: Preread) -> Self {
-        self.prereads = Prereads { strategy, estimate: Estimate::default() };
+        self.prereads = Prereads { strategy, ..Prereads::default() };
         self
     }
 
@@ -295,6 +351,18 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A commit dropped before it answered notes its events, each read once when it comes
+    /// again; one that answered notes nothing.
+    #[test]
+    fn a_commit_dropped_before_it_answers_marks_its_events_for_one_read() {
+        let cut = Cut::default();
+        drop(cut.guard(vec!["payment#a".into(), "payment#b".into()]));
+        cut.guard(vec!["payment#c".into()]).answered();
+        assert!(cut.take("payment#a") && cut.take("payment#b"));
+        assert!(!cut.take("payment#a"), "read once");
+        assert!(!cut.take("payment#c"), "answered: nothing noted");
+    }
 
     #[test]
     fn each_strategy_reads_ahead_exactly_when_it_says() {
@@ -354,7 +422,7 @@ mod tests {
     #[test]
     fn the_break_even_is_one_batch_in_sixteen_and_another_sandbox_keeps_the_strategy() {
         assert_eq!(BREAK_EVEN, 1.0 / 16.0);
-        let off = Prereads { strategy: Preread::Off, estimate: Estimate::default() };
+        let off = Prereads { strategy: Preread::Off, ..Prereads::default() };
         off.estimate.observe(true);
         let other = off.forgetting();
         assert_eq!((other.strategy, other.estimate.get()), (Preread::Off, 0), "the strategy, not the estimate");
