@@ -158,3 +158,23 @@ pub fn summary(result: &Result<effectively_once::Outcome<payments::Posting>, pay
         Err(error) => format!("error retryable={}", error.is_retryable()),
     }
 }
+
+/// A small deterministic generator (xorshift), seeded by a test so its batches and schedules are
+/// the same on every run. By hand: six lines, and the seeds the tests name rely on its sequence.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number of the sequence.
+    #[allow(clippy::should_implement_trait)] // not an iterator: it never ends
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::Outcome;
-use end_to_end::{summary, LedgerHarness};
+use end_to_end::{summary, LedgerHarness, Rng};
 use payments::{PaymentEvent, Posting};
 
 async fn balances(h: &LedgerHarness, accounts: &[&str]) -> BTreeMap<String, String> {
@@ -109,22 +109,6 @@ async fn in_batch_copies_are_answered_from_the_first() {
     );
     assert_eq!(h.requests.total(), 1);
     assert_eq!(h.ledger.balance("acct-d").await.unwrap(), None, "the reused id posted nothing");
-}
-
-/// A small deterministic generator (xorshift): the same schedules on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Random batches (duplicates, reused ids, overdrafts, a second currency, debits before their

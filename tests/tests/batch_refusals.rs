@@ -10,7 +10,7 @@ use std::sync::Arc;
 use aws_config::retry::RetryConfig;
 use effectively_once::Outcome;
 use effectively_once_dynamodb::DynamoDbStore;
-use end_to_end::{summary, LedgerHarness};
+use end_to_end::{summary, LedgerHarness, Rng};
 use local::proxy::{Fault, Proxy, Rules};
 use payments::{Ledger, PaymentEvent, Posting};
 
@@ -133,22 +133,6 @@ async fn a_batch_of_1000_on_two_hot_accounts_with_refusals_costs_at_most_30_requ
     assert!(rejected >= 15, "refusals throughout: {rejected}");
     eprintln!("a batch of 1,000 on 2 accounts, {rejected} refusals: {requests} requests");
     assert!(requests <= 30, "a batch of 1,000 with {rejected} refusals cost {requests} requests");
-}
-
-/// A small deterministic generator (xorshift): the same batches on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// One refusal of each kind (an overdraft, another currency, a debit on a new account) at every

@@ -3,24 +3,8 @@
 //! does: every answer, entry and balance the same, on batches past DynamoDB's 100 actions with
 //! copies across lanes, key reuse, overdrafts and another currency, on the local AWS.
 
-use end_to_end::{summary, LedgerHarness};
+use end_to_end::{summary, LedgerHarness, Rng};
 use payments::PaymentEvent;
-
-/// A small deterministic generator (no dependency): xorshift.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A batch of `len` events over `accounts` accounts and `lanes` lanes: credits and debits, some
 /// in another currency, some copies of an earlier event (in any lane), some an earlier id with

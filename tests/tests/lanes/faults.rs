@@ -9,25 +9,9 @@ use std::sync::Arc;
 use aws_config::retry::RetryConfig;
 use effectively_once::Outcome;
 use effectively_once_dynamodb::DynamoDbStore;
-use end_to_end::{summary, LedgerHarness};
+use end_to_end::{summary, LedgerHarness, Rng};
 use local::proxy::{Fault, Proxy, Rules};
 use payments::{Ledger, PaymentEvent};
-
-/// A small deterministic generator (no dependency): xorshift.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// `fault` on the `nth` and `also`-th `TransactWriteItems` (from 1), everything else passes.
 struct Nth {
