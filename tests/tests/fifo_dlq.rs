@@ -37,6 +37,52 @@ async fn fifo_queue(sqs: &aws_sdk_sqs::Client, redrive: Option<&str>) -> (String
     (url, arn)
 }
 
+/// What an event source mapping does, in short: receives from the queue in batches until it is
+/// empty twice, hands each batch to the consumer, deletes what succeeded and makes what failed
+/// visible again at once (the redrive policy counts its receives).
+async fn consume(sqs_client: &aws_sdk_sqs::Client, (url, arn): (&str, &str), handler: &payments_consumer::Payments) {
+    let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(payments_consumer::FUNCTION) };
+    let mut empty = 0;
+    for _ in 0..12 {
+        let out = sqs_client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(30)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap();
+        let messages = out.messages().to_vec();
+        if messages.is_empty() {
+            empty += 1;
+            if empty == 2 {
+                break;
+            }
+            continue;
+        }
+        let event = local::esm::sqs_event(&messages, arn);
+        let response = sqs::process(handler, LambdaEvent::new(event, Context::default()), &options).await;
+        let failed: Vec<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
+        for m in &messages {
+            let handle = m.receipt_handle().unwrap();
+            if failed.iter().any(|f| Some(f.as_str()) == m.message_id()) {
+                // The visibility timeout ends: visible again for the next receive.
+                sqs_client
+                    .change_message_visibility()
+                    .queue_url(url)
+                    .receipt_handle(handle)
+                    .visibility_timeout(0)
+                    .send()
+                    .await
+                    .unwrap();
+            } else {
+                sqs_client.delete_message().queue_url(url).receipt_handle(handle).send().await.unwrap();
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_malformed_message_does_not_take_its_groups_valid_payments_to_the_dlq() {
     let p = LedgerHarness::new().await;
@@ -67,47 +113,7 @@ async fn a_malformed_message_does_not_take_its_groups_valid_payments_to_the_dlq(
             .unwrap();
     }
 
-    let handler = payments_consumer::Payments::new(p.ledger.clone());
-    let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(payments_consumer::FUNCTION) };
-    let mut empty = 0;
-    for _ in 0..12 {
-        let out = sqs_client
-            .receive_message()
-            .queue_url(&url)
-            .max_number_of_messages(10)
-            .visibility_timeout(30)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .unwrap();
-        let messages = out.messages().to_vec();
-        if messages.is_empty() {
-            empty += 1;
-            if empty == 2 {
-                break;
-            }
-            continue;
-        }
-        let event = local::esm::sqs_event(&messages, &arn);
-        let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &options).await;
-        let failed: Vec<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
-        for m in &messages {
-            let handle = m.receipt_handle().unwrap();
-            if failed.iter().any(|f| Some(f.as_str()) == m.message_id()) {
-                // The visibility timeout ends: visible again for the next receive.
-                sqs_client
-                    .change_message_visibility()
-                    .queue_url(&url)
-                    .receipt_handle(handle)
-                    .visibility_timeout(0)
-                    .send()
-                    .await
-                    .unwrap();
-            } else {
-                sqs_client.delete_message().queue_url(&url).receipt_handle(handle).send().await.unwrap();
-            }
-        }
-    }
+    consume(&sqs_client, (&url, &arn), &payments_consumer::Payments::new(p.ledger.clone())).await;
 
     let dlq = sqs_client.receive_message().queue_url(&dlq_url).max_number_of_messages(10).send().await.unwrap();
     let in_dlq: Vec<_> = dlq.messages().iter().filter_map(|m| m.body()).map(|b| b.to_owned()).collect();

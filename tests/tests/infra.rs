@@ -851,25 +851,7 @@ fn the_outbox_sweeper_runs_on_a_schedule_with_the_relays_sending_grants_and_the_
     assert_eq!(reservation(&t, SWEEPER_FUNCTION).1["Default"], 1, "one sweep at a time");
     assert_eq!(props["EventInvokeConfig"]["MaximumRetryAttempts"], 0, "the next scheduled run is the retry");
 
-    // The relay's environment, so it sends under the same rules; its own service name and
-    // threshold, which the code reads as the template's default says.
-    let env = &props["Environment"]["Variables"];
-    let relay_env = resources["ReceiptsRelayFunction"]["Properties"]["Environment"]["Variables"].as_object().unwrap();
-    // Not the park queue: the sweeper runs no stream driver, so it has nothing to park.
-    let own = ["POWERTOOLS_SERVICE_NAME", "PARK_QUEUE_URL"];
-    for (variable, value) in relay_env.iter().filter(|(v, _)| !own.contains(&v.as_str())) {
-        assert_eq!(&env[variable], value, "{variable}");
-    }
-    assert_eq!(env["POWERTOOLS_SERVICE_NAME"], "outbox-sweeper");
-    assert_eq!(env[receipts_relay::sweep::AFTER_VAR], json!({"Ref": "OutboxSweepAfterSeconds"}));
-    let after = t["Parameters"]["OutboxSweepAfterSeconds"]["Default"].as_u64().unwrap();
-    let read = receipts_relay::Sweep::from_env_with(|name| {
-        (name == receipts_relay::sweep::AFTER_VAR).then(|| after.to_string())
-    });
-    assert_eq!(read.map(|s| s.after.as_secs()), Ok(after));
-    let age = resources["ReceiptsEventSourceMapping"]["Properties"]["MaximumRecordAgeInSeconds"].as_u64().unwrap();
-    assert!(after <= age, "a receipt the stream gives up on ({age} s) is past the threshold ({after} s)");
-
+    sweeper_sends_under_the_relays_environment(&t);
     // On a schedule, every 10 minutes.
     let events: Vec<&Value> = props["Events"].as_object().unwrap().values().collect();
     assert_eq!(events.len(), 1);
@@ -897,31 +879,61 @@ fn the_outbox_sweeper_runs_on_a_schedule_with_the_relays_sending_grants_and_the_
         );
     }
 
-    // The role: the relay's sending grants on its own keys, a query of the index and nothing
-    // else of the table, nothing of the stream, no queue.
+    sweeper_role_holds_the_relays_grants_and_the_index_alone(&t);
+    sweeper_is_alarmed(&t);
+}
+
+/// The sweeper's environment is the relay's, so it sends under the same rules; its own service
+/// name and threshold, which the code reads as the template's default says.
+fn sweeper_sends_under_the_relays_environment(template: &Value) {
+    let t: &Value = template;
+    let resources = &t["Resources"];
+    let props = &resources[SWEEPER_FUNCTION]["Properties"];
+    let env = &props["Environment"]["Variables"];
+    let relay_env = resources["ReceiptsRelayFunction"]["Properties"]["Environment"]["Variables"].as_object().unwrap();
+    // Not the park queue: the sweeper runs no stream driver, so it has nothing to park.
+    let own = ["POWERTOOLS_SERVICE_NAME", "PARK_QUEUE_URL"];
+    for (variable, value) in relay_env.iter().filter(|(v, _)| !own.contains(&v.as_str())) {
+        assert_eq!(&env[variable], value, "{variable}");
+    }
+    assert_eq!(env["POWERTOOLS_SERVICE_NAME"], "outbox-sweeper");
+    assert_eq!(env[receipts_relay::sweep::AFTER_VAR], json!({"Ref": "OutboxSweepAfterSeconds"}));
+    let after = t["Parameters"]["OutboxSweepAfterSeconds"]["Default"].as_u64().unwrap();
+    let read = receipts_relay::Sweep::from_env_with(|name| {
+        (name == receipts_relay::sweep::AFTER_VAR).then(|| after.to_string())
+    });
+    assert_eq!(read.map(|s| s.after.as_secs()), Ok(after));
+    let age = resources["ReceiptsEventSourceMapping"]["Properties"]["MaximumRecordAgeInSeconds"].as_u64().unwrap();
+    assert!(after <= age, "a receipt the stream gives up on ({age} s) is past the threshold ({after} s)");
+}
+
+/// The sweeper's role: the relay's sending grants on its own keys, a query of the index and
+/// nothing else of the table, nothing of the stream, no queue.
+fn sweeper_role_holds_the_relays_grants_and_the_index_alone(template: &Value) {
+    let t: &Value = template;
     let (marker, row) = (email_marker(), outbox::row_key("pay_0001"));
     for action in ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:GetItem"] {
-        assert!(allows(&t, SWEEPER, Request { action, table: "IdempotencyTable", key: &marker }), "{action} {marker}");
+        assert!(allows(t, SWEEPER, Request { action, table: "IdempotencyTable", key: &marker }), "{action} {marker}");
     }
     for action in ["dynamodb:GetItem", "dynamodb:UpdateItem"] {
-        assert!(allows(&t, SWEEPER, Request { action, table: "OutboxTable", key: &row }), "{action} {row}");
+        assert!(allows(t, SWEEPER, Request { action, table: "OutboxTable", key: &row }), "{action} {row}");
     }
     for action in ["dynamodb:PutItem", "dynamodb:DeleteItem"] {
         assert!(
-            !allows(&t, SWEEPER, Request { action, table: "OutboxTable", key: &row }),
+            !allows(t, SWEEPER, Request { action, table: "OutboxTable", key: &row }),
             "the sweeper may {action} a row"
         );
     }
     for action in WRITES {
         let payment = payment_record();
         assert!(
-            !allows(&t, SWEEPER, Request { action, table: "IdempotencyTable", key: &payment }),
+            !allows(t, SWEEPER, Request { action, table: "IdempotencyTable", key: &payment }),
             "{action} {payment}"
         );
         let ledger = Request { action, table: "LedgerTable", key: "account#acct_42" };
-        assert!(!allows(&t, SWEEPER, ledger), "the sweeper may {action} on the ledger");
+        assert!(!allows(t, SWEEPER, ledger), "the sweeper may {action} on the ledger");
     }
-    let role = statements(&t, SWEEPER);
+    let role = statements(t, SWEEPER);
     let on = |action: &str| -> Vec<&Value> { role.iter().filter(|s| grants(s, action)).collect() };
     let query = on("dynamodb:Query");
     assert_eq!(query.len(), 1, "{query:?}");
@@ -937,9 +949,12 @@ fn the_outbox_sweeper_runs_on_a_schedule_with_the_relays_sending_grants_and_the_
     for s in role.iter().filter(|s| s["Resource"] == "*") {
         assert!(list(&s["Action"]).iter().all(|a| a.as_str().is_some_and(|a| a.starts_with("xray:"))), "{s}");
     }
+}
 
-    // Alarmed: rows it could not send, a receipt in doubt, a failed run.
-    let sweeper = json!([{"Name": "Function", "Value": function_name(&t, SWEEPER_FUNCTION)}]);
+/// The sweeper is alarmed: rows it could not send, a receipt in doubt, a failed run.
+fn sweeper_is_alarmed(template: &Value) {
+    let t: &Value = template;
+    let sweeper = json!([{"Name": "Function", "Value": function_name(t, SWEEPER_FUNCTION)}]);
     let invocations = json!([{"Name": "FunctionName", "Value": {"Ref": SWEEPER_FUNCTION}}]);
     let metrics = [
         (metrics_namespace(), "SweepUnsent", sweeper.clone()),
@@ -947,8 +962,8 @@ fn the_outbox_sweeper_runs_on_a_schedule_with_the_relays_sending_grants_and_the_
         (json!("AWS/Lambda"), "Errors", invocations),
     ];
     for (namespace, metric, dimensions) in metrics {
-        let alarm = alarm_on(&t, &namespace, metric, dimensions)
-            .unwrap_or_else(|| panic!("no alarm on the sweeper's {metric}"));
+        let alarm =
+            alarm_on(t, &namespace, metric, dimensions).unwrap_or_else(|| panic!("no alarm on the sweeper's {metric}"));
         assert_eq!((&alarm["Threshold"], &alarm["ComparisonOperator"]), (&json!(0), &json!("GreaterThanThreshold")));
         assert_eq!(alarm["AlarmActions"], alarm_actions(), "{metric}");
         assert_eq!(alarm["TreatMissingData"], "notBreaching", "{metric}");
@@ -1414,135 +1429,194 @@ impl aws_sdk_dynamodb::config::Intercept for Recorder {
     }
 }
 
+/// The tables of the request scenario, on the local AWS, and a client recording its requests.
+struct Scenario {
+    sdk: aws_config::SdkConfig,
+    idempotency: String,
+    ledger: String,
+    outbox: String,
+}
+
+/// The consumer's bodies: a credit with a receipt, its duplicate, an overdraft (a recorded
+/// rejection), its duplicate, and the credit's event id reused for another account.
+const SCENARIO_BODIES: [&str; 5] = [
+    r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
+    r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
+    r#"{"event_id": "pay_0002", "account_id": "acct_7", "amount_cents": -500, "currency": "USD"}"#,
+    r#"{"event_id": "pay_0002", "account_id": "acct_7", "amount_cents": -500, "currency": "USD"}"#,
+    r#"{"event_id": "pay_0001", "account_id": "acct_9", "amount_cents": 1250, "currency": "USD"}"#,
+];
+
+impl Scenario {
+    async fn new() -> Self {
+        use effectively_once_dynamodb::testing::{sdk_config, unique_name};
+        let sdk = sdk_config().await;
+        let setup = aws_sdk_dynamodb::Client::new(&sdk);
+        let scenario = Scenario {
+            sdk,
+            idempotency: unique_name("idem"),
+            ledger: unique_name("ledger"),
+            outbox: unique_name("outbox"),
+        };
+        effectively_once_dynamodb::create_table(&setup, &scenario.idempotency).await.unwrap();
+        payments::tables::create_ledger_table(&setup, &scenario.ledger).await.unwrap();
+        payments::tables::create_outbox_table(&setup, &scenario.outbox).await.unwrap();
+        scenario
+    }
+
+    /// The template's name of one of the scenario's tables.
+    fn logical(&self, table: &str) -> &'static str {
+        match table {
+            t if t == self.idempotency => "IdempotencyTable",
+            t if t == self.ledger => "LedgerTable",
+            t if t == self.outbox => "OutboxTable",
+            _ => "unknown",
+        }
+    }
+
+    fn recorded(&self) -> (aws_sdk_dynamodb::Client, Recorder) {
+        let recorder = Recorder::default();
+        let config = aws_sdk_dynamodb::config::Builder::from(&self.sdk).interceptor(recorder.clone()).build();
+        (aws_sdk_dynamodb::Client::from_conf(config), recorder)
+    }
+
+    /// The payments consumer on [`SCENARIO_BODIES`], one message an invocation.
+    async fn consumer(&self) -> Vec<(String, String, String)> {
+        use aws_lambda_events::event::sqs::SqsMessage;
+        use effectively_once_dynamodb::DynamoDbStore;
+        use effectively_once_lambda::sqs as sqs_driver;
+        use lambda_runtime::{Context, LambdaEvent};
+        let (client, consumer_requests) = self.recorded();
+        let store = DynamoDbStore::new(client, &self.idempotency);
+        let consumer =
+            payments_consumer::Payments::new(payments::Ledger::new(store, &self.ledger, Some(self.outbox.clone())));
+        let options = sqs_driver::Options { emit_metrics: false, ..sqs_driver::Options::new("t") };
+        for (i, body) in SCENARIO_BODIES.iter().enumerate() {
+            let mut message = SqsMessage::default();
+            message.message_id = Some(format!("m{i}"));
+            message.body = Some(body.to_string());
+            let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
+            event.records.push(message);
+            sqs_driver::process(&consumer, LambdaEvent::new(event, Context::default()), &options).await;
+        }
+        consumer_requests.take()
+    }
+
+    /// The relay on the consumer's receipt row: a throttled send (the marker is released), the
+    /// send, a duplicate.
+    async fn relay(&self) -> Vec<(String, String, String)> {
+        use aws_lambda_events::event::dynamodb::Event;
+        use effectively_once_dynamodb::DynamoDbStore;
+        use effectively_once_effects::email::{SendError, SendErrorKind};
+        use effectively_once_lambda::streams;
+        use lambda_runtime::{Context, LambdaEvent};
+        let (idempotency, ledger_table, outbox_table) = (&self.idempotency, &self.ledger, &self.outbox);
+        let recorded = || self.recorded();
+        let (client, relay_requests) = recorded();
+        let markers = effectively_once::Idempotency::new(DynamoDbStore::new(client, idempotency), Default::default());
+        let sender = effectively_once_effects::RecordingSender::new();
+        sender.fail_next(SendError::new(SendErrorKind::Throttled, "injected"));
+        // With every rule on: the profile read and the rate counter are requests of the role too.
+        let relay =
+            receipts_relay::Receipts::new(markers, sender, outbox_table, effectively_once_effects::Policy::default())
+                .with_profiles(ledger_table)
+                .with_rate_limit(payments::RateLimit::from_env_values(Some("5"), None).unwrap());
+        let event: Event = serde_json::from_str(include_str!("../../events/dynamodb-stream-outbox.json")).unwrap();
+        let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
+        for _ in 0..3 {
+            streams::process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;
+        }
+        assert_eq!(relay.sender().sent().len(), 1, "the scenario ran: one receipt sent");
+
+        relay_requests.take()
+    }
+
+    /// The Kafka consumer on the same tables, with event ids of its own: the same payments one
+    /// record at a time, then as one batch (the batch path), then that batch again in another
+    /// sandbox (replays, read from the records).
+    async fn kafka(&self) -> Vec<(String, String, String)> {
+        use effectively_once_dynamodb::DynamoDbStore;
+        use effectively_once_lambda::events::{KafkaEvent, KafkaRecord};
+        use effectively_once_lambda::kafka;
+        use lambda_runtime::{Context, LambdaEvent};
+        let (idempotency, ledger_table, outbox_table) = (&self.idempotency, &self.ledger, &self.outbox);
+        let bodies = SCENARIO_BODIES;
+        let recorded = || self.recorded();
+        let (client, kafka_requests) = recorded();
+        let outbox = Some(outbox_table.clone());
+        let ledger = payments::Ledger::new(DynamoDbStore::new(client, idempotency), ledger_table, outbox);
+        let kafka_event = |prefix: &str, offset: i64| {
+            let mut event = KafkaEvent::default();
+            for (i, body) in bodies.iter().enumerate() {
+                let mut record = KafkaRecord::default();
+                (record.topic, record.partition, record.offset) = (Some("payments".into()), 0, offset + i as i64);
+                record.value = Some(base64::engine::general_purpose::STANDARD.encode(body.replace("pay_", prefix)));
+                event.records.entry("payments-0".into()).or_default().push(record);
+            }
+            event
+        };
+        let options = kafka::Options { emit_metrics: false, ..kafka::Options::new("t") };
+        let one_by_one = kafka_consumer::Payments::new(ledger.clone_forgetting());
+        for record in kafka_event("kpay_", 0).records.remove("payments-0").unwrap() {
+            let mut event = KafkaEvent::default();
+            event.records.insert("payments-0".into(), vec![record]);
+            kafka::process(&one_by_one, LambdaEvent::new(event, Context::default()), &options).await;
+        }
+        for _ in 0..2 {
+            let batch = kafka_consumer::Payments::new(ledger.clone_forgetting());
+            kafka::process_batch(&batch, LambdaEvent::new(kafka_event("bpay_", 10), Context::default()), &options)
+                .await;
+        }
+        let kafka_requests = kafka_requests.take();
+        let posted = ledger.entries("acct_42").await.unwrap();
+        assert_eq!(posted.len(), 3, "the scenario ran: the SQS, one-by-one and batch credits: {posted:?}");
+
+        kafka_requests
+    }
+
+    /// The sweeper, with every rule on as the relay, a day later: the Kafka payments' receipts,
+    /// which no stream delivered here, are still PENDING.
+    async fn sweeper(&self) -> Vec<(String, String, String)> {
+        use effectively_once_dynamodb::DynamoDbStore;
+        let (idempotency, ledger_table, outbox_table) = (&self.idempotency, &self.ledger, &self.outbox);
+        let recorded = || self.recorded();
+        let (client, sweeper_requests) = recorded();
+        let markers = effectively_once::Idempotency::new(DynamoDbStore::new(client, idempotency), Default::default());
+        let sender = effectively_once_effects::RecordingSender::new();
+        let receipts =
+            receipts_relay::Receipts::new(markers, sender, outbox_table, effectively_once_effects::Policy::default())
+                .with_profiles(ledger_table)
+                .with_rate_limit(payments::RateLimit::from_env_values(Some("5"), None).unwrap());
+        let sweeper = receipts_relay::Sweeper::new(receipts, receipts_relay::Sweep::default());
+        let a_day_later = std::time::SystemTime::now() + std::time::Duration::from_secs(86_400);
+        let swept =
+            sweeper.run(a_day_later.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64, None).await;
+        assert!(swept.sent > 0 && swept.unsent == 0, "the scenario ran: receipts sent by the sweep: {swept:?}");
+        let sweeper_requests = sweeper_requests.take();
+        let queries: Vec<&str> =
+            sweeper_requests.iter().filter(|r| r.0 == "dynamodb:Query").map(|r| r.2.as_str()).collect();
+        let index = format!("index/{}", outbox::PENDING_INDEX);
+        assert!(
+            !queries.is_empty() && queries.iter().all(|q| *q == index),
+            "the sweeper queries the index alone: {queries:?}"
+        );
+
+        sweeper_requests
+    }
+}
+
 #[tokio::test]
 async fn every_request_the_functions_send_is_allowed_by_their_own_role() {
-    use aws_lambda_events::event::dynamodb::Event;
-    use aws_lambda_events::event::sqs::SqsMessage;
-    use effectively_once_dynamodb::testing::{sdk_config, unique_name};
-    use effectively_once_dynamodb::DynamoDbStore;
-    use effectively_once_effects::email::{SendError, SendErrorKind};
-    use effectively_once_lambda::events::{KafkaEvent, KafkaRecord};
-    use effectively_once_lambda::{kafka, sqs as sqs_driver, streams};
-    use lambda_runtime::{Context, LambdaEvent};
-
-    let sdk = sdk_config().await;
-    let setup = aws_sdk_dynamodb::Client::new(&sdk);
-    let (idempotency, ledger_table, outbox_table) = (unique_name("idem"), unique_name("ledger"), unique_name("outbox"));
-    effectively_once_dynamodb::create_table(&setup, &idempotency).await.unwrap();
-    payments::tables::create_ledger_table(&setup, &ledger_table).await.unwrap();
-    payments::tables::create_outbox_table(&setup, &outbox_table).await.unwrap();
-    let logical = |table: &str| match table {
-        t if t == idempotency => "IdempotencyTable",
-        t if t == ledger_table => "LedgerTable",
-        t if t == outbox_table => "OutboxTable",
-        _ => "unknown",
-    };
-    let recorded = || {
-        let recorder = Recorder::default();
-        let config = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(recorder.clone()).build();
-        (aws_sdk_dynamodb::Client::from_conf(config), recorder)
-    };
-
-    // The consumer: a credit with a receipt, its duplicate, an overdraft (a recorded rejection),
-    // its duplicate, and the credit's event id reused for another account.
-    let (client, consumer_requests) = recorded();
-    let store = DynamoDbStore::new(client, &idempotency);
-    let consumer =
-        payments_consumer::Payments::new(payments::Ledger::new(store, &ledger_table, Some(outbox_table.clone())));
-    let bodies = [
-        r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
-        r#"{"event_id": "pay_0001", "account_id": "acct_42", "amount_cents": 1250, "currency": "USD", "receipt_email": "alice@example.com"}"#,
-        r#"{"event_id": "pay_0002", "account_id": "acct_7", "amount_cents": -500, "currency": "USD"}"#,
-        r#"{"event_id": "pay_0002", "account_id": "acct_7", "amount_cents": -500, "currency": "USD"}"#,
-        r#"{"event_id": "pay_0001", "account_id": "acct_9", "amount_cents": 1250, "currency": "USD"}"#,
-    ];
-    let options = sqs_driver::Options { emit_metrics: false, ..sqs_driver::Options::new("t") };
-    for (i, body) in bodies.iter().enumerate() {
-        let mut message = SqsMessage::default();
-        message.message_id = Some(format!("m{i}"));
-        message.body = Some(body.to_string());
-        let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
-        event.records.push(message);
-        sqs_driver::process(&consumer, LambdaEvent::new(event, Context::default()), &options).await;
-    }
-
-    // The relay on that row: a throttled send (the marker is released), the send, a duplicate.
-    let (client, relay_requests) = recorded();
-    let markers = effectively_once::Idempotency::new(DynamoDbStore::new(client, &idempotency), Default::default());
-    let sender = effectively_once_effects::RecordingSender::new();
-    sender.fail_next(SendError::new(SendErrorKind::Throttled, "injected"));
-    // With every rule on: the profile read and the rate counter are requests of the role too.
-    let relay =
-        receipts_relay::Receipts::new(markers, sender, &outbox_table, effectively_once_effects::Policy::default())
-            .with_profiles(&ledger_table)
-            .with_rate_limit(payments::RateLimit::from_env_values(Some("5"), None).unwrap());
-    let event: Event = serde_json::from_str(include_str!("../../events/dynamodb-stream-outbox.json")).unwrap();
-    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
-    for _ in 0..3 {
-        streams::process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;
-    }
-    assert_eq!(relay.sender().sent().len(), 1, "the scenario ran: one receipt sent");
-
-    // The Kafka consumer on the same tables, with event ids of its own: the same payments one
-    // record at a time, then as one batch (the batch path, its default), then that batch again in
-    // another sandbox (replays, read from the records).
-    let (client, kafka_requests) = recorded();
-    let outbox = Some(outbox_table.clone());
-    let ledger = payments::Ledger::new(DynamoDbStore::new(client, &idempotency), &ledger_table, outbox);
-    let kafka_event = |prefix: &str, offset: i64| {
-        let mut event = KafkaEvent::default();
-        for (i, body) in bodies.iter().enumerate() {
-            let mut record = KafkaRecord::default();
-            (record.topic, record.partition, record.offset) = (Some("payments".into()), 0, offset + i as i64);
-            record.value = Some(base64::engine::general_purpose::STANDARD.encode(body.replace("pay_", prefix)));
-            event.records.entry("payments-0".into()).or_default().push(record);
-        }
-        event
-    };
-    let options = kafka::Options { emit_metrics: false, ..kafka::Options::new("t") };
-    let one_by_one = kafka_consumer::Payments::new(ledger.clone_forgetting());
-    for record in kafka_event("kpay_", 0).records.remove("payments-0").unwrap() {
-        let mut event = KafkaEvent::default();
-        event.records.insert("payments-0".into(), vec![record]);
-        kafka::process(&one_by_one, LambdaEvent::new(event, Context::default()), &options).await;
-    }
-    for _ in 0..2 {
-        let batch = kafka_consumer::Payments::new(ledger.clone_forgetting());
-        kafka::process_batch(&batch, LambdaEvent::new(kafka_event("bpay_", 10), Context::default()), &options).await;
-    }
-    let kafka_requests = kafka_requests.take();
-    let posted = ledger.entries("acct_42").await.unwrap();
-    assert_eq!(posted.len(), 3, "the scenario ran: the SQS, one-by-one and batch credits: {posted:?}");
-
-    // The sweeper, with every rule on as the relay, a day later: the Kafka payments' receipts,
-    // which no stream delivered here, are still PENDING.
-    let (client, sweeper_requests) = recorded();
-    let markers = effectively_once::Idempotency::new(DynamoDbStore::new(client, &idempotency), Default::default());
-    let sender = effectively_once_effects::RecordingSender::new();
-    let receipts =
-        receipts_relay::Receipts::new(markers, sender, &outbox_table, effectively_once_effects::Policy::default())
-            .with_profiles(&ledger_table)
-            .with_rate_limit(payments::RateLimit::from_env_values(Some("5"), None).unwrap());
-    let sweeper = receipts_relay::Sweeper::new(receipts, receipts_relay::Sweep::default());
-    let a_day_later = std::time::SystemTime::now() + std::time::Duration::from_secs(86_400);
-    let swept = sweeper.run(a_day_later.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64, None).await;
-    assert!(swept.sent > 0 && swept.unsent == 0, "the scenario ran: receipts sent by the sweep: {swept:?}");
-    let sweeper_requests = sweeper_requests.take();
-    let queries: Vec<&str> =
-        sweeper_requests.iter().filter(|r| r.0 == "dynamodb:Query").map(|r| r.2.as_str()).collect();
-    let index = format!("index/{}", outbox::PENDING_INDEX);
-    assert!(
-        !queries.is_empty() && queries.iter().all(|q| *q == index),
-        "the sweeper queries the index alone: {queries:?}"
-    );
-
+    let scenario = Scenario::new().await;
+    let consumer_requests = scenario.consumer().await;
+    let relay_requests = scenario.relay().await;
+    let kafka_requests = scenario.kafka().await;
+    let sweeper_requests = scenario.sweeper().await;
+    let logical = |table: &str| scenario.logical(table);
     let t = template();
-    for (role, requests) in [
-        (CONSUMER, consumer_requests.take()),
-        (RELAY, relay_requests.take()),
-        (KAFKA, kafka_requests),
-        (SWEEPER, sweeper_requests),
-    ] {
+    for (role, requests) in
+        [(CONSUMER, consumer_requests), (RELAY, relay_requests), (KAFKA, kafka_requests), (SWEEPER, sweeper_requests)]
+    {
         assert!(!requests.is_empty());
         let mut seen = std::collections::BTreeSet::new();
         for (action, table, key) in &requests {

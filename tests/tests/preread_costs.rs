@@ -101,6 +101,27 @@ async fn mix(h: &LedgerHarness, sandbox: &Ledger, tag: &str, delivery: Delivery)
     .await
 }
 
+/// One by one, at another sandbox: write units and requests a message of 80 new events and 20
+/// duplicates of events the first sandbox posted, the reference of the targets.
+async fn one_by_one_reference(h: &LedgerHarness) -> (f64, f64) {
+    let one_by_one = h.ledger.clone_forgetting();
+    let seen = events("obo-seen", 20);
+    for event in &seen {
+        h.ledger.post(event).await.unwrap();
+    }
+    let mut stream = events("obo-new", 80);
+    for (b, dup) in seen.iter().enumerate() {
+        stream.insert(b * 5 + 3, dup.clone());
+    }
+    let c = measure(async {
+        for event in &stream {
+            one_by_one.post(event).await.unwrap();
+        }
+    })
+    .await;
+    (c.write_units as f64 / 100.0, requests(&c) as f64 / 100.0)
+}
+
 #[tokio::test]
 #[ignore = "reads the local AWS's own counters: run alone, on a local AWS of its own"]
 async fn the_preread_trade_off_from_the_local_aws_counters() {
@@ -151,23 +172,7 @@ async fn the_preread_trade_off_from_the_local_aws_counters() {
         }
         rows.push(row);
     }
-    // One by one, at another sandbox: the reference of the targets.
-    let one_by_one = h.ledger.clone_forgetting();
-    let seen = events("obo-seen", 20);
-    for event in &seen {
-        h.ledger.post(event).await.unwrap();
-    }
-    let mut stream = events("obo-new", 80);
-    for (b, dup) in seen.iter().enumerate() {
-        stream.insert(b * 5 + 3, dup.clone());
-    }
-    let c = measure(async {
-        for event in &stream {
-            one_by_one.post(event).await.unwrap();
-        }
-    })
-    .await;
-    let reference = c.write_units as f64 / 100.0;
+    let (reference, reference_requests) = one_by_one_reference(&h).await;
     // Issue 26's targets, with the default strategy: a batch of duplicates the hint flags costs
     // at most 1 write unit a duplicate, and the mix at another sandbox no more than one by one.
     assert_eq!(Preread::default(), Preread::Auto);
@@ -181,5 +186,5 @@ async fn the_preread_trade_off_from_the_local_aws_counters() {
     for row in &rows {
         println!("| {} |", row.join(" | "));
     }
-    println!("| one by one (`Ledger::post`) | | | | {:.2} WU, {:.2} req | |\n", reference, requests(&c) as f64 / 100.0);
+    println!("| one by one (`Ledger::post`) | | | | {:.2} WU, {:.2} req | |\n", reference, reference_requests);
 }

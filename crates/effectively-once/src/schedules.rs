@@ -317,6 +317,18 @@ async fn check<S: Store>(idem: &Idempotency<LoseCompletionAnswers<S>>, world: &S
     }
 }
 
+/// A delivery of `e` that claims it and dies before completing: after the claim, or after the
+/// effect ran (counted in the world).
+async fn crash<S: Store>(env: &Env<'_, S>, e: usize, after_effect: bool) {
+    if let Ok(Begin::Claimed(attempt)) = env.idem.begin::<_, u64>(&key(e), &payload(e, env.reused)).await {
+        if after_effect {
+            handler(env.world.clone(), e, env.clock.clone(), None, Arc::default()).await.unwrap();
+            *env.world.lock().unwrap().crashes_after_effect.entry(e).or_default() += 1;
+        }
+        drop(attempt);
+    }
+}
+
 /// Runs `steps` on `store`, checking the invariants after each, then checks that every event
 /// completes once every lease has ended. Panics on the first invariant broken.
 pub async fn run<S: Store>(store: S, steps: Vec<Step>) {
@@ -347,18 +359,8 @@ pub async fn run<S: Store>(store: S, steps: Vec<Step>) {
                 // A replay sent no completion: no lost answer may leak into later steps.
                 idem.store().lost.store(0, Ordering::SeqCst);
             }
-            Step::CrashAfterClaim(e) => {
-                if let Ok(Begin::Claimed(attempt)) = idem.begin::<_, u64>(&key(e), &payload(e, &reused)).await {
-                    drop(attempt);
-                }
-            }
-            Step::CrashAfterEffect(e) => {
-                if let Ok(Begin::Claimed(attempt)) = idem.begin::<_, u64>(&key(e), &payload(e, &reused)).await {
-                    fresh(e).await.unwrap();
-                    *world.lock().unwrap().crashes_after_effect.entry(e).or_default() += 1;
-                    drop(attempt);
-                }
-            }
+            Step::CrashAfterClaim(e) => crash(&env, e, false).await,
+            Step::CrashAfterEffect(e) => crash(&env, e, true).await,
             Step::Reuse(e) if !reused.contains_key(&e) => {
                 let other = json!({"event_id": format!("event-{e}"), "amount_cents": 999_999});
                 match idem.run(&key(e), &other, || fresh(e)).await {

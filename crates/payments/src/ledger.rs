@@ -651,6 +651,14 @@ impl Ledger {
     /// again and it writes nothing new. Scans both tables (read units: their sizes).
     pub async fn migrate(&self) -> Result<Migration, Error> {
         let mut report = Migration::default();
+        self.record_carried_entries(&mut report).await?;
+        self.make_outcomes_permanent(&mut report).await?;
+        Ok(report)
+    }
+
+    /// The first half of [`Ledger::migrate`]: a never-expiring record for every entry that
+    /// carries one, unless its event id has one.
+    async fn record_carried_entries(&self, report: &mut Migration) -> Result<(), Error> {
         let now_ms = self.config.now_ms();
         let mut entries = self
             .client()
@@ -686,6 +694,12 @@ impl Ledger {
                 Some(_) => {}
             }
         }
+        Ok(())
+    }
+
+    /// The second half of [`Ledger::migrate`]: every recorded payment outcome with a finite
+    /// expiration made permanent.
+    async fn make_outcomes_permanent(&self, report: &mut Migration) -> Result<(), Error> {
         let never = AttributeValue::N(NEVER_EXPIRES.to_string());
         let mut lapsing = self
             .client()
@@ -727,7 +741,7 @@ impl Ledger {
                 Err(error) => return Err(store_error("UpdateItem", error).into()),
             }
         }
-        Ok(report)
+        Ok(())
     }
 
     /// An account's balance item, read strongly consistent.

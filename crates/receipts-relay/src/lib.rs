@@ -24,7 +24,7 @@ use effectively_once::{
     Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Record, Status, Store, StoreErrorKind,
 };
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_effects::email::{redact_emails, SendErrorKind};
+use effectively_once_effects::email::{redact_emails, EmailMessage, SendErrorKind};
 use effectively_once_effects::{send_once, EmailSender, Policy, SendOutcome};
 use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
 use payments::{receipt_key, rfc3339, Outbox, Profiles, RateLimit, ReceiptRate, ReceiptRow, RowStatus};
@@ -310,6 +310,27 @@ impl<E: EmailSender> Receipts<E> {
             Some(deadline) => self.markers.with_deadline(deadline),
             None => self.markers.clone(),
         };
+        if let Some(settled) = self.row_settled(row).await? {
+            return Ok(settled);
+        }
+        let to = match self.recipient(row).await? {
+            Ok(to) => to,
+            Err(reason) => return self.hold(&markers, &key, row, RowStatus::Refused, &reason).await,
+        };
+        if let Some(reason) = self.over_rate(&markers, &key, row).await? {
+            return self.hold(&markers, &key, row, RowStatus::RateLimited, &reason).await;
+        }
+        let message = row.message(to.address());
+        let outcome = match self.send(&markers, &key, row, &message, deadline_ms, max_waits).await? {
+            Sending::Done(outcome) => outcome,
+            Sending::Answered(disposition) => return Ok(disposition),
+        };
+        self.mark(&markers, row, outcome).await
+    }
+
+    /// What settles `row` before anything is sent: deleted (skipped) or already marked (a
+    /// duplicate); `None` while it is pending.
+    async fn row_settled(&self, row: &ReceiptRow) -> Result<Option<Disposition>, RecordError> {
         // Read before sending, not learnt from `mark` after: a row erased after the stream
         // captured it must not be emailed. Consistent, so a row just written is seen.
         let status = self.outbox.status(&row.event_id).await.map_err(|e| {
@@ -328,53 +349,72 @@ impl<E: EmailSender> Receipts<E> {
         match status {
             None => {
                 tracing::warn!("outbox row deleted before its receipt was sent; skipped, nothing sent");
-                return Ok(Disposition::Skipped);
+                Ok(Some(Disposition::Skipped))
             }
-            Some(RowStatus::Pending) => {}
+            Some(RowStatus::Pending) => Ok(None),
             // Its fate is recorded (the marker, then the row, or the row alone for a receipt
             // held back): a redelivered insert changes nothing, and must not need the address
             // the row dropped when it was marked.
             Some(status) => {
                 tracing::info!(status = status.as_str(), "outbox row already marked; nothing to send");
-                return Ok(Disposition::Duplicate);
+                Ok(Some(Disposition::Duplicate))
             }
         }
-        let to = match self.recipient(row).await? {
-            Ok(to) => to,
-            Err(reason) => return self.hold(&markers, &key, row, RowStatus::Refused, &reason).await,
-        };
-        if let Some(rate) = &self.rate {
-            let now = markers.config().now_ms();
-            // Counted only when no live marker exists. A marker completed (`send_once` replays
-            // it, sending nothing) or in progress (claimed by an attempt that was admitted
-            // before claiming, in its own window) is a receipt already counted: counting the
-            // retry again would spend the window it lands in, say the next one, on a receipt
-            // that sends nothing there (at least once, a takeover of a dead attempt's marker
-            // may send a copy: the receipt's one allowance covers it). Read first rather than
-            // counted after the claim: the claim and the send are one step in `send_once`, so
-            // counting after the claim would count after the send and break "at most N sent
-            // per window". A record is handled by one invocation at a time, so no attempt
-            // claims between this read and the claim. One marker read, only when a rate is
-            // configured.
-            let counted = self.marker(&markers, &key).await?.is_some_and(|marker| marker.expiration_s >= now / 1000);
-            let admitted = counted
-                || rate.admit(&row.account_id, &row.event_id, now).await.map_err(|e| {
-                    RecordError::retryable(format!("counting the account's receipts: {}", ErrorChain(&e)))
-                })?;
-            if !admitted {
-                let limit = rate.limit();
-                let reason = format!(
-                    "the account had its {} receipts of the last {} s window (RECEIPT_RATE_PER_ACCOUNT)",
-                    limit.per_window,
-                    limit.window.as_secs()
-                );
-                return self.hold(&markers, &key, row, RowStatus::RateLimited, &reason).await;
-            }
+    }
+
+    /// Why the account may not have this receipt now (its rate, `RECEIPT_RATE_PER_ACCOUNT`), or
+    /// `None` when it may, or no rate is configured.
+    async fn over_rate(
+        &self,
+        markers: &Idempotency<DynamoDbStore>,
+        key: &Key,
+        row: &ReceiptRow,
+    ) -> Result<Option<String>, RecordError> {
+        let Some(rate) = &self.rate else { return Ok(None) };
+        let now = markers.config().now_ms();
+        // Counted only when no live marker exists. A marker completed (`send_once` replays
+        // it, sending nothing) or in progress (claimed by an attempt that was admitted
+        // before claiming, in its own window) is a receipt already counted: counting the
+        // retry again would spend the window it lands in, say the next one, on a receipt
+        // that sends nothing there (at least once, a takeover of a dead attempt's marker
+        // may send a copy: the receipt's one allowance covers it). Read first rather than
+        // counted after the claim: the claim and the send are one step in `send_once`, so
+        // counting after the claim would count after the send and break "at most N sent
+        // per window". A record is handled by one invocation at a time, so no attempt
+        // claims between this read and the claim. One marker read, only when a rate is
+        // configured.
+        let counted = self.marker(markers, key).await?.is_some_and(|marker| marker.expiration_s >= now / 1000);
+        let admitted = counted
+            || rate
+                .admit(&row.account_id, &row.event_id, now)
+                .await
+                .map_err(|e| RecordError::retryable(format!("counting the account's receipts: {}", ErrorChain(&e))))?;
+        if admitted {
+            return Ok(None);
         }
-        let message = row.message(to.address());
+        let limit = rate.limit();
+        Ok(Some(format!(
+            "the account had its {} receipts of the last {} s window (RECEIPT_RATE_PER_ACCOUNT)",
+            limit.per_window,
+            limit.window.as_secs()
+        )))
+    }
+
+    /// Sends the receipt once (`send_once`), waiting out a marker held by an attempt that
+    /// likely died, at most `max_waits` times: the outcome, or the answer a marker claimed for
+    /// another recipient gives.
+    async fn send(
+        &self,
+        markers: &Idempotency<DynamoDbStore>,
+        key: &Key,
+        row: &ReceiptRow,
+        message: &EmailMessage,
+        deadline_ms: Option<u64>,
+        max_waits: usize,
+    ) -> Result<Sending, RecordError> {
         let mut waits = 0;
         let outcome = loop {
-            let error = match send_once(&markers, &self.sender, &key, &message, self.policy).await {
+            let error = match send_once(markers, &self.sender, key, message, self.policy).await {
                 Ok(outcome) => break outcome,
                 Err(error) => error,
             };
@@ -382,7 +422,7 @@ impl<E: EmailSender> Receipts<E> {
                 effectively_once_effects::Error::Idempotency(held)
                     if held.kind() == ErrorKind::InProgress && max_waits > 0 =>
                 {
-                    match self.lease_wait(&markers, &key, deadline_ms).await? {
+                    match self.lease_wait(markers, key, deadline_ms).await? {
                         LeaseWait::ThenClaim(wait) if waits < max_waits => {
                             waits += 1;
                             tracing::warn!(
@@ -416,8 +456,8 @@ impl<E: EmailSender> Receipts<E> {
                 // does not let that hash decide the receipt's fate.
                 effectively_once_effects::Error::Idempotency(reused) if reused.kind() == ErrorKind::KeyReused => {
                     let reason = "an earlier attempt claimed its email marker for another recipient";
-                    return match self.answer_from_marker(&markers, &key, row, reason).await? {
-                        Some(disposition) => Ok(disposition),
+                    return match self.answer_from_marker(markers, key, row, reason).await? {
+                        Some(disposition) => Ok(Sending::Answered(disposition)),
                         // Gone since the claim met it (released): the retry claims it afresh.
                         None => Err(RecordError::retryable(format!("{reason}, and the marker is gone since: retried"))),
                     };
@@ -434,6 +474,16 @@ impl<E: EmailSender> Receipts<E> {
             // mark the row FAILED and the stream would go past the receipt for good.
             return Err(error.into());
         };
+        Ok(Sending::Done(outcome))
+    }
+
+    /// Marks `row` with the receipt's `outcome` (raising the alert of an ambiguous one first).
+    async fn mark(
+        &self,
+        markers: &Idempotency<DynamoDbStore>,
+        row: &ReceiptRow,
+        outcome: Outcome<SendOutcome>,
+    ) -> RecordResult {
         if let Outcome::Fresh(SendOutcome::Ambiguous) = &outcome {
             // Raised before the row is marked: if marking fails, the retry replays the marker
             // and would not raise it again.
@@ -599,4 +649,11 @@ impl<E: EmailSender> Receipts<E> {
             ),
         }
     }
+}
+
+/// How a send ended ([`Relay::send`]): with the email's outcome, to mark on the row, or with the
+/// record's answer already decided (a marker claimed for another recipient).
+enum Sending {
+    Done(Outcome<SendOutcome>),
+    Answered(Disposition),
 }

@@ -124,6 +124,27 @@ impl EmailModel {
         }
     }
 
+    /// Relay `i` sends its claim (again, if its answer was lost) under `fault`: where it goes
+    /// next, or `None` when it has no claim to send.
+    fn claim(&self, state: &mut State, i: usize, fault: ClaimFault) -> Option<Relay> {
+        let now = state.world.now;
+        let request = match &state.relays[i] {
+            Relay::Idle => Unanswered { record: claim_record(&Self::owner(i), self.hash.as_str(), now), now },
+            Relay::ClaimUnanswered(request) => request.clone(),
+            _ => return None,
+        };
+        let lease = request.record.lease_expires_at_ms;
+        if fault == ClaimFault::RequestLost {
+            state.strays[i] = Some(request.clone());
+        }
+        Some(match send_claim(&mut state.world, &request, fault, false) {
+            Some(Judged::Claimed(replaced)) => self.claimed(&replaced, lease),
+            // A replay (or another attempt in progress): nothing sent.
+            Some(Judged::Blocked(_)) => Relay::Done,
+            None => Relay::ClaimUnanswered(request),
+        })
+    }
+
     fn after_send_error(&self, kind: SendErrorKind, lease: u64) -> Relay {
         match on_send_error(kind, self.policy) {
             OnSendError::RecordFailed | OnSendError::RecordAmbiguous => Relay::Recording { lease },
@@ -172,24 +193,7 @@ impl Model for EmailModel {
                 land_stray(&mut state.world, &mut state.strays, i, false)?;
                 return Some(state);
             }
-            Action::Claim(i, fault) => {
-                let request = match &state.relays[i] {
-                    Relay::Idle => Unanswered { record: claim_record(&Self::owner(i), self.hash.as_str(), now), now },
-                    Relay::ClaimUnanswered(request) => request.clone(),
-                    _ => return None,
-                };
-                let lease = request.record.lease_expires_at_ms;
-                if fault == ClaimFault::RequestLost {
-                    state.strays[i] = Some(request.clone());
-                }
-                let next = match send_claim(&mut state.world, &request, fault, false) {
-                    Some(Judged::Claimed(replaced)) => self.claimed(&replaced, lease),
-                    // A replay (or another attempt in progress): nothing sent.
-                    Some(Judged::Blocked(_)) => Relay::Done,
-                    None => Relay::ClaimUnanswered(request),
-                };
-                (i, next)
-            }
+            Action::Claim(i, fault) => (i, self.claim(&mut state, i, fault)?),
             Action::GiveUp(i) | Action::Crash(i) => (i, Relay::Done),
             Action::Send(i, send) => {
                 let Relay::Sending { lease } = state.relays[i] else { return None };

@@ -130,9 +130,22 @@ async fn run_with(
         left = still;
     }
     assert!(left.is_empty(), "seed {seed}: still failing after redeliveries: {left:?}");
+    assert_as_one_by_one(seed, tag, (&events, &lanes_of), &answers, &h, accounts).await;
+}
+
+/// The answers after the redeliveries, and every account's balance, are those of posting the
+/// events one by one in batch order on a ledger of their own.
+async fn assert_as_one_by_one(
+    seed: u64,
+    tag: &str,
+    (events, lanes_of): (&[PaymentEvent], &[String]),
+    answers: &[String],
+    h: &LedgerHarness,
+    accounts: u64,
+) {
     let single = LedgerHarness::new().await;
     let mut reference = Vec::new();
-    for event in &events {
+    for event in events {
         reference.push(summary(&single.ledger.post(event).await));
     }
     let differs: Vec<String> = (0..events.len())

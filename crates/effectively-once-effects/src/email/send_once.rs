@@ -158,29 +158,41 @@ pub async fn send_once<S: Store, E: EmailSender>(
             idempotency.complete_while_owned(attempt, &SendOutcome::Ambiguous).await?;
             Ok(Outcome::Fresh(SendOutcome::Ambiguous))
         }
-        Err(error) => {
-            if error.kind == SendErrorKind::Blocked {
-                tracing::error!(key = %effect_key, error = %error, "the email provider refuses this account or configuration; marker released for the retry: operator check");
-            } else {
-                tracing::warn!(key = %effect_key, to = %to, error = %error, "email not sent; marker released for the retry");
-            }
-            // A release whose answer is lost is sent again (`Idempotency::release`): a marker
-            // left in progress is, to the attempt that takes it over after the lease, a crash
-            // mid-send, which at most once records ambiguous and never sends.
-            let lease_end_ms = attempt.lease_expires_at_ms();
-            if let Err(release) = idempotency.release(attempt).await {
-                tracing::error!(
-                    key = %effect_key,
-                    error = %ErrorChain(&release),
-                    lease_end_ms,
-                    ?policy,
-                    "email not sent, but its marker could not be released: held until its lease ends, then taken over as a possible crash mid-send (at most once: recorded ambiguous, not sent): operator check"
-                );
-                return Err(Error::Email(held(error, lease_end_ms, &release)));
-            }
-            Err(Error::Email(error))
-        }
+        Err(error) => Err(release_for_retry(idempotency, attempt, effect_key, &to, error, policy).await),
     }
+}
+
+/// A send that failed in a way a retry may undo, with nothing out: the marker released so the
+/// retry sends; the error to return (the send's, or, when the release failed, one saying the
+/// marker is held until its lease ends).
+async fn release_for_retry<S: Store>(
+    idempotency: &Idempotency<S>,
+    attempt: effectively_once::Attempt,
+    effect_key: &Key,
+    to: &str,
+    error: SendError,
+    policy: Policy,
+) -> Error {
+    if error.kind == SendErrorKind::Blocked {
+        tracing::error!(key = %effect_key, error = %error, "the email provider refuses this account or configuration; marker released for the retry: operator check");
+    } else {
+        tracing::warn!(key = %effect_key, to = %to, error = %error, "email not sent; marker released for the retry");
+    }
+    // A release whose answer is lost is sent again (`Idempotency::release`): a marker left in
+    // progress is, to the attempt that takes it over after the lease, a crash mid-send, which at
+    // most once records ambiguous and never sends.
+    let lease_end_ms = attempt.lease_expires_at_ms();
+    if let Err(release) = idempotency.release(attempt).await {
+        tracing::error!(
+            key = %effect_key,
+            error = %ErrorChain(&release),
+            lease_end_ms,
+            ?policy,
+            "email not sent, but its marker could not be released: held until its lease ends, then taken over as a possible crash mid-send (at most once: recorded ambiguous, not sent): operator check"
+        );
+        return Error::Email(held(error, lease_end_ms, &release));
+    }
+    Error::Email(error)
 }
 
 /// Whether an attempt that claimed the marker sends: not under at most once when its claim
