@@ -651,7 +651,7 @@ impl<E: EmailSender> Receipts<E> {
     }
 }
 
-/// How a send ended ([`Relay::send`]): with the email's outcome, to mark on the row, or with the
+/// How a send ended ([`Receipts::send`]): with the email's outcome, to mark on the row, or with the
 /// record's answer already decided (a marker claimed for another recipient).
 enum Sending {
     Done(Outcome<SendOutcome>),
