@@ -521,7 +521,7 @@ impl Ledger {
             posted_at: rfc3339(self.config.now_ms()),
             unrecorded: Unrecorded::default(),
         };
-        let unanswered = self.prereads.cut.guard(members.iter().map(|m| m.key.as_str().to_owned()).collect());
+        let unanswered = self.prereads.cut.guard(&members);
         let posted = self.idempotency.commit_batch(&members, &batch).await;
         unanswered.answered();
         self.observe_batch(prefound, &members, &posted);

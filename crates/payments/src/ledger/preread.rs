@@ -189,9 +189,10 @@ impl Default for Cut {
 }
 
 impl Cut {
-    /// A guard over a commit of `keys`: dropped before [`Unanswered::answered`], it notes them.
-    pub(super) fn guard(&self, keys: Vec<String>) -> Unanswered<'_> {
-        Unanswered { cut: self, keys }
+    /// A guard over a commit of `members`: dropped before [`Unanswered::answered`], it notes
+    /// their keys (copied then only: the commit that answers, nearly all, copies nothing).
+    pub(super) fn guard<'c, 'm>(&'c self, members: &'m [Member<'m, PaymentEvent>]) -> Unanswered<'c, 'm> {
+        Unanswered { cut: self, members }
     }
 
     /// Whether `key`'s batch was cut, forgetting it: it is read now.
@@ -201,26 +202,26 @@ impl Cut {
 }
 
 /// A commit under way; see [`Cut::guard`].
-pub(super) struct Unanswered<'c> {
+pub(super) struct Unanswered<'c, 'm> {
     cut: &'c Cut,
-    keys: Vec<String>,
+    members: &'m [Member<'m, PaymentEvent>],
 }
 
-impl Unanswered<'_> {
+impl Unanswered<'_, '_> {
     /// The commit answered: nothing to note.
     pub(super) fn answered(mut self) {
-        self.keys.clear();
+        self.members = &[];
     }
 }
 
-impl Drop for Unanswered<'_> {
+impl Drop for Unanswered<'_, '_> {
     fn drop(&mut self) {
-        if self.keys.is_empty() {
+        if self.members.is_empty() {
             return;
         }
         let mut cut = self.cut.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for key in self.keys.drain(..) {
-            cut.put(key, ());
+        for member in self.members {
+            cut.put(member.key.as_str().to_owned(), ());
         }
     }
 }
@@ -356,12 +357,25 @@ mod tests {
     /// again; one that answered notes nothing.
     #[test]
     fn a_commit_dropped_before_it_answers_marks_its_events_for_one_read() {
+        let events: Vec<PaymentEvent> = ["a", "b", "c"]
+            .into_iter()
+            .map(|id| PaymentEvent {
+                event_id: id.into(),
+                account_id: "acct".into(),
+                amount_cents: 1,
+                currency: "USD".into(),
+                receipt_email: None,
+            })
+            .collect();
+        let members: Vec<Member<'_, PaymentEvent>> =
+            events.iter().map(|e| Member::new(Key::new(PREFIX, &e.event_id).unwrap(), e)).collect();
+        let key = |at: usize| members[at].key.as_str().to_owned();
         let cut = Cut::default();
-        drop(cut.guard(vec!["payment#a".into(), "payment#b".into()]));
-        cut.guard(vec!["payment#c".into()]).answered();
-        assert!(cut.take("payment#a") && cut.take("payment#b"));
-        assert!(!cut.take("payment#a"), "read once");
-        assert!(!cut.take("payment#c"), "answered: nothing noted");
+        drop(cut.guard(&members[..2]));
+        cut.guard(&members[2..]).answered();
+        assert!(cut.take(&key(0)) && cut.take(&key(1)));
+        assert!(!cut.take(&key(0)), "read once");
+        assert!(!cut.take(&key(2)), "answered: nothing noted");
     }
 
     #[test]
