@@ -92,7 +92,7 @@ lint:
 	cargo fmt --all --check
 	cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 
-## lint-infra: cfn-lint (pinned, installed into .tools/venv) on infra/template.json, offline
+## lint-infra: cfn-lint (pinned, installed into .tools/venv) on apps/payments/template.json, offline
 lint-infra:
 	infra/lint.sh
 
@@ -101,7 +101,7 @@ lint-infra:
 deny:
 	infra/deny.sh check
 
-## local-up: the local AWS, its tables and queues (from infra/template.json), .local-aws/lambda.env
+## local-up: the local AWS, its tables and queues (from apps/payments/template.json), .local-aws/lambda.env
 local-up: local-aws-up
 	cargo run --locked -q -p local -- up
 
@@ -162,7 +162,7 @@ invoke:
 build:
 	ARCH=$(ARCH) infra/lambda.sh build
 
-## sam-build: `sam build` of infra/template.json (rust-cargolambda; pinned SAM CLI in .tools/),
+## sam-build: `sam build` of apps/payments/template.json (rust-cargolambda; pinned SAM CLI in .tools/),
 ##            offline, into .aws-sam/build; the glibc floor check of what it built
 sam-build:
 	ARCH=$(ARCH) infra/lambda.sh sam-build
@@ -198,7 +198,7 @@ duplicates: local-aws-up
 
 ## doc: API docs (private items too), warnings and broken intra-doc links denied; then every
 ##      relative Markdown link and every `crate::` path in a doc comment must name something
-##      that exists (tests/tests/doc_references.rs)
+##      that exists (apps/payments/tests/tests/doc_references.rs)
 doc:
 	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --locked --workspace --no-deps --all-features \
 		--document-private-items

@@ -91,11 +91,11 @@ fi
 #    built from, or built for another architecture (`make build ARCH=arm64` writes the same path):
 #    they run here.
 COMMON=(Cargo.toml Cargo.lock .cargo/config.toml)
-OURS_SOURCES=(crates/payments-consumer crates/effectively-once-lambda crates/effectively-once-effects
-  crates/payments crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
+OURS_SOURCES=(apps/payments/consumer crates/effectively-once-lambda crates/effectively-once-effects
+  apps/payments/domain crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
   crates/effectively-once-dynamodb/Cargo.toml)
 FLOOR_SOURCES=(bench/floor/src bench/floor/Cargo.toml)
-KAFKA_SOURCES=("${OURS_SOURCES[@]}" examples/kafka-consumer/src examples/kafka-consumer/Cargo.toml)
+KAFKA_SOURCES=("${OURS_SOURCES[@]}" apps/payments/kafka-consumer/src apps/payments/kafka-consumer/Cargo.toml)
 elf_arch() {
   case "$(readelf -h "$1" 2>/dev/null | sed -n 's/^ *Machine: *//p')" in
     *X86-64*) echo x86_64 ;;

@@ -9,9 +9,9 @@
 #                                       runs here only (make bench)
 #   infra/lambda.sh check [FILE...]     the glibc floor check alone (default: the built bootstraps)
 #   infra/lambda.sh metadata [TEMPLATE] [package.metadata.lambda.deploy] of each function agrees with
-#                                       infra/template.json (memory, timeout, tracing, alias, env; no
+#                                       apps/payments/template.json (memory, timeout, tracing, alias, env; no
 #                                       variable the stack sets from a parameter or a resource)
-#   infra/lambda.sh sam-build           `sam build` (rust-cargolambda) of infra/template.json into
+#   infra/lambda.sh sam-build           `sam build` (rust-cargolambda) of apps/payments/template.json into
 #                                       .aws-sam/build, offline, then the glibc floor check
 #   infra/lambda.sh deploy              sam-build, then `sam deploy` (guided the first time)
 #   infra/lambda.sh deploy-function BIN build BIN, then `cargo lambda deploy` onto $STACK-BIN
@@ -61,7 +61,7 @@ SAM_REQS="$ROOT/infra/sam-requirements.txt"
 SAM_VENV="$ROOT/.tools/sam-venv"
 SAM_BUILD_DIR="$ROOT/.aws-sam/build"
 SAM_CONFIG="$ROOT/samconfig.toml"
-TEMPLATE="infra/template.json"
+TEMPLATE="apps/payments/template.json"
 
 log() { echo "lambda: $*" >&2; }
 die() { log "$*"; exit 1; }

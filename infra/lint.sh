@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Offline lint of the deployment template with pinned cfn-lint.
 #
-#   infra/lint.sh            lint infra/template.json (exit non-zero on errors or warnings)
+#   infra/lint.sh            lint apps/payments/template.json (exit non-zero on errors or warnings)
 #   infra/lint.sh ARGS...    extra arguments passed to cfn-lint (e.g. --format json)
 #
 # cfn-lint is installed once into the project-local venv .tools/venv from the hash-pinned
@@ -36,5 +36,5 @@ install
 cd "$ROOT"
 # cfn-lint exits non-zero on errors (2), warnings (4) and, with --include-checks I,
 # informational findings (8): all three fail the lint.
-"$VENV/bin/cfn-lint" --include-checks I "$@" -- infra/template.json
-log "infra/template.json: no findings"
+"$VENV/bin/cfn-lint" --include-checks I "$@" -- apps/payments/template.json
+log "apps/payments/template.json: no findings"

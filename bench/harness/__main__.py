@@ -35,7 +35,7 @@ def options():
     p.add_argument("--ours", default=os.path.join(TARGET, "lambda/payments-consumer/bootstrap"))
     p.add_argument("--floor", default=os.path.join(TARGET, "lambda/payments-floor/bootstrap"))
     p.add_argument("--ours-kafka", default=os.path.join(TARGET, "lambda/kafka-consumer/bootstrap"),
-                   help="ours on Kafka (examples/kafka-consumer) for the trigger rows")
+                   help="ours on Kafka (apps/payments/kafka-consumer) for the trigger rows")
     p.add_argument("--ours-kinesis", default=os.path.join(TARGET, "lambda/payments-kinesis-consumer/bootstrap"),
                    help="ours on Kinesis (payments-consumer's payments-kinesis-consumer) for the trigger rows")
     p.add_argument("--out", default=os.path.join(TARGET, "bench"))
@@ -66,7 +66,7 @@ def options():
     return p.parse_args()
 
 
-# What infra/template.json sets for payments-consumer, given to the floor too so ours / floor
+# What apps/payments/template.json sets for payments-consumer, given to the floor too so ours / floor
 # credits neither the allocator nor its setting: mimalloc keeps freed pages instead of returning
 # them to the OS a second after, which made every batch fault them in again (docs/profile.md).
 RUST_ENV = {"MIMALLOC_PURGE_DELAY": "-1"}
