@@ -172,8 +172,9 @@ async fn several_producers_shorten_the_key_by_the_producers_name() {
 #[tokio::test]
 async fn the_sample_events_scope_by_producer_once_configured() {
     let first = || lambda_http::request::from_str(include_str!("../../../../events/http-payment.json")).unwrap();
-    let second =
-        || lambda_http::request::from_str(include_str!("../../../../events/http-payment-second-producer.json")).unwrap();
+    let second = || {
+        lambda_http::request::from_str(include_str!("../../../../events/http-payment-second-producer.json")).unwrap()
+    };
     let open = setup(Producers::open());
     assert_eq!(answer(&open.api, first()).await.2["event_id"], "pay_http_0001");
     assert_eq!(answer(&open.api, second()).await.0, 422, "unscoped: the squat is refused, the key is taken");

@@ -8,7 +8,8 @@ use effectively_once_lambda::events::{Context, KafkaEvent, LambdaEvent};
 use effectively_once_lambda::kafka::{self, Options};
 
 fn sample() -> KafkaEvent {
-    serde_json::from_slice(include_bytes!("../../../../events/kafka-payments.json")).expect("the sample is a Kafka event")
+    serde_json::from_slice(include_bytes!("../../../../events/kafka-payments.json"))
+        .expect("the sample is a Kafka event")
 }
 
 /// Every payment of the sample posts once, in offset order within its partition (the debit

@@ -77,7 +77,8 @@ fn every_relative_markdown_link_names_a_file_that_exists() {
 
 /// The folders a path from the repository's root starts with, in a code span. Paths relative to
 /// a crate (`tests/answers.rs` in a crate's guide) start otherwise and are not checked.
-const ROOTED: [&str; 10] = ["crates/", "apps/", "tools/", "examples/", "infra/", "docs/", "bench/", "events/", ".config/", ".ci/"];
+const ROOTED: [&str; 10] =
+    ["crates/", "apps/", "tools/", "examples/", "infra/", "docs/", "bench/", "events/", ".config/", ".ci/"];
 
 /// `(line, path)` of every code span of `markdown` that is a path from the repository's root: no
 /// spaces, patterns or placeholders; a `:line` or `#anchor` after it is dropped.
@@ -124,7 +125,10 @@ fn a_link_to_a_missing_file_is_reported() {
     assert_eq!(targets, [true, false, false], "{found:?}");
     let paths =
         rooted_paths("`apps/payments/tests/tests/batch_hold_back.rs`, `tools/local-aws/src/lib.rs:12`, `tests/answers.rs`, `docs/*.md`");
-    assert_eq!(paths, [(1, "apps/payments/tests/tests/batch_hold_back.rs".to_owned()), (1, "tools/local-aws/src/lib.rs".to_owned())]);
+    assert_eq!(
+        paths,
+        [(1, "apps/payments/tests/tests/batch_hold_back.rs".to_owned()), (1, "tools/local-aws/src/lib.rs".to_owned())]
+    );
     assert!(!root().join(&paths[0].1).exists() && root().join(&paths[1].1).exists());
 }
 

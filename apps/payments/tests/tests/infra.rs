@@ -1521,7 +1521,8 @@ impl Scenario {
             receipts_relay::Receipts::new(markers, sender, outbox_table, effectively_once_effects::Policy::default())
                 .with_profiles(ledger_table)
                 .with_rate_limit(payments::RateLimit::from_env_values(Some("5"), None).unwrap());
-        let event: Event = serde_json::from_str(include_str!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
+        let event: Event =
+            serde_json::from_str(include_str!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
         let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
         for _ in 0..3 {
             streams::process(&relay, LambdaEvent::new(event.clone(), Context::default()), &options).await;

@@ -42,7 +42,8 @@ pub struct Settings {
 impl Settings {
     /// The settings of the template's mapping on `source` (a logical id), invoking `function`.
     pub(crate) fn from_template(source: &str, function: &str, failures_url: Option<String>) -> (Self, MappingSettings) {
-        let template = mapping_settings(source).unwrap_or_else(|e| panic!("apps/payments/template.json maps {source}: {e}"));
+        let template =
+            mapping_settings(source).unwrap_or_else(|e| panic!("apps/payments/template.json maps {source}: {e}"));
         let settings = Settings {
             batch_size: template.batch_size,
             max_retries: template.maximum_retry_attempts.unwrap_or(u32::MAX),
