@@ -4,12 +4,8 @@
 //! module says ("each partition carrying several accounts") and issue 38's table assumes
 //! ("3 partitions, accounts keyed to partitions"). Run with python3, no AWS.
 
-use std::path::{Path, PathBuf};
+use repo_checks::root;
 use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..").canonicalize().unwrap()
-}
 
 /// Kafka's `Utils.murmur2`, as the Java client's default partitioner hashes a record's key.
 fn murmur2(data: &[u8]) -> u32 {

@@ -6,15 +6,11 @@
 //!
 //! `make doc` runs this test; so do `make unit` and `make test`.
 
+use repo_checks::root;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pulldown_cmark::{Event, Parser, Tag};
-
-/// The workspace's root: this crate lives in `apps/payments/tests/`.
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..").canonicalize().expect("the workspace root")
-}
 
 /// The tracked files matching `pattern`, relative to the root: what a checkout holds, without
 /// build output or installed tools.

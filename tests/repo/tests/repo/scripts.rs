@@ -1,13 +1,10 @@
 //! infra/lambda.sh and the Makefile's deploy targets (docs/deploy.md), and the local servers'
 //! pid files. Nothing here builds a release bootstrap or talks to AWS.
 
+use repo_checks::root;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..").canonicalize().unwrap()
-}
 
 fn lambda_sh() -> Command {
     let mut command = Command::new(root().join("infra/lambda.sh"));

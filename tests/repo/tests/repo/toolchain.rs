@@ -2,11 +2,8 @@
 //! every pip install of the scripts installs a hash-pinned closure, every requirements file is
 //! one, and `make test` runs the dependency policy. Read from the files; nothing is installed.
 
+use repo_checks::root;
 use std::path::{Path, PathBuf};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..").canonicalize().unwrap()
-}
 
 /// Every file with this extension under `dir` (recursively), sorted.
 fn files(dir: &Path, extension: &str) -> Vec<PathBuf> {
