@@ -31,7 +31,7 @@ impl Recording {
 
 /// `POST /payments` as a Function URL event, with `Idempotency-Key: key`.
 fn request(key: &str, body: &str) -> lambda_http::Request {
-    let mut event: Value = serde_json::from_str(include_str!("../../../../events/http-payment.json")).unwrap();
+    let mut event: Value = serde_json::from_str(include_str!("../../../../../events/http-payment.json")).unwrap();
     event["headers"]["idempotency-key"] = json!(key);
     event["body"] = json!(body);
     lambda_http::request::from_str(&event.to_string()).unwrap()
@@ -63,7 +63,7 @@ async fn a_body_naming_the_amount_twice_is_refused() {
 /// `$default` stage works.
 #[tokio::test]
 async fn an_http_api_on_a_named_stage_reaches_the_route() {
-    let mut event: Value = serde_json::from_str(include_str!("../../../../events/apigw-http-payment.json")).unwrap();
+    let mut event: Value = serde_json::from_str(include_str!("../../../../../events/apigw-http-payment.json")).unwrap();
     event["rawPath"] = json!("/prod/payments");
     event["requestContext"]["http"]["path"] = json!("/prod/payments");
     event["requestContext"]["stage"] = json!("prod");

@@ -1,13 +1,13 @@
 //! The payments API through `cargo lambda watch`'s function URL route: the real binary, the real
 //! Lambda runtime and the emulator's Function URL events, over HTTP.
 //!
-//! `cargo test -p payments-api --test watch -- --ignored` starts `cargo lambda watch` itself
+//! `cargo test -p payments-api --test http watch:: -- --ignored` starts `cargo lambda watch` itself
 //! (`infra/cargo-lambda.sh`, which installs the pinned cargo-lambda from PyPI on first use) on a
 //! free port, against resources of its own on the local AWS, and stops it after. With
 //! `PAYMENTS_API_URL` set (`http://127.0.0.1:9000/lambda-url/payments-api` under `make watch`)
 //! it uses that one instead, and checks the HTTP answers only. Ignored by default, for the
 //! PyPI install and the build under `watch`; the same contract runs over real HTTP in process
-//! in `tests/http.rs`, which `make test` runs.
+//! in `served.rs` beside it, which `make test` runs.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

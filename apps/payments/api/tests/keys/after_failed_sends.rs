@@ -44,7 +44,7 @@ impl Recording {
 
 /// `POST /payments` as a Function URL event, with `Idempotency-Key: key`.
 fn request(key: &str, body: &str) -> lambda_http::Request {
-    let mut event: Value = serde_json::from_str(include_str!("../../../../events/http-payment.json")).unwrap();
+    let mut event: Value = serde_json::from_str(include_str!("../../../../../events/http-payment.json")).unwrap();
     event["headers"]["idempotency-key"] = json!(key);
     event["body"] = json!(body);
     lambda_http::request::from_str(&event.to_string()).unwrap()

@@ -57,7 +57,7 @@ fn setup(producers: Producers) -> Setup {
 
 /// The sample Function URL event, from `principal` (none: no IAM authorizer), with `key` and `body`.
 fn request(principal: Option<&str>, key: &str, body: &str) -> lambda_http::Request {
-    let mut event: Value = serde_json::from_str(include_str!("../../../../events/http-payment.json")).unwrap();
+    let mut event: Value = serde_json::from_str(include_str!("../../../../../events/http-payment.json")).unwrap();
     match principal {
         Some(arn) => event["requestContext"]["authorizer"]["iam"]["userArn"] = json!(arn),
         None => drop(event["requestContext"].as_object_mut().unwrap().remove("authorizer")),
@@ -171,9 +171,9 @@ async fn several_producers_shorten_the_key_by_the_producers_name() {
 /// prevents), and each producer's own event once two are configured.
 #[tokio::test]
 async fn the_sample_events_scope_by_producer_once_configured() {
-    let first = || lambda_http::request::from_str(include_str!("../../../../events/http-payment.json")).unwrap();
+    let first = || lambda_http::request::from_str(include_str!("../../../../../events/http-payment.json")).unwrap();
     let second = || {
-        lambda_http::request::from_str(include_str!("../../../../events/http-payment-second-producer.json")).unwrap()
+        lambda_http::request::from_str(include_str!("../../../../../events/http-payment-second-producer.json")).unwrap()
     };
     let open = setup(Producers::open());
     assert_eq!(answer(&open.api, first()).await.2["event_id"], "pay_http_0001");

@@ -73,7 +73,7 @@ fn fake_sqs(throttled: usize) -> (u16, Arc<Mutex<Vec<String>>>) {
 }
 
 fn request(key: &str, cents: i64) -> lambda_http::Request {
-    let mut event: Value = serde_json::from_str(include_str!("../../../../events/http-payment.json")).unwrap();
+    let mut event: Value = serde_json::from_str(include_str!("../../../../../events/http-payment.json")).unwrap();
     event["headers"]["idempotency-key"] = json!(key);
     event["body"] = json!(format!(r#"{{"account_id": "acct_l", "amount_cents": {cents}, "currency": "USD"}}"#));
     lambda_http::request::from_str(&event.to_string()).unwrap()

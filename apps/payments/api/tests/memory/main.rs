@@ -74,7 +74,7 @@ fn a_six_megabyte_body_is_413_with_memory_flat() {
     );
     for content_length in [true, false] {
         // As Lambda delivers it: the event parsed by the runtime, the body already in memory.
-        let mut event: Value = serde_json::from_str(include_str!("../../../../events/http-payment.json")).unwrap();
+        let mut event: Value = serde_json::from_str(include_str!("../../../../../events/http-payment.json")).unwrap();
         event["body"] = json!(body);
         if content_length {
             event["headers"]["content-length"] = json!(body.len().to_string());

@@ -8,13 +8,11 @@
 //! `name::per_record`), the mapping resuming each named partition at the lowest named offset
 //! or retrying exactly the named records. The ledger is read back: entries and balances.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{balance, entries, payment, Tables};
+use crate::support::{balance, entries, payment, Tables};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::events::{Context, KafkaEvent, KafkaRecord};

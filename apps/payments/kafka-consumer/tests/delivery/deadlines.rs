@@ -5,13 +5,11 @@
 //! run past it either (Lambda would end the invocation with no answer, and deliver the whole
 //! batch again).
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::support::{event, payment, record, Tables};
 use aws_config::retry::RetryConfig;
-use common::{event, payment, record, Tables};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::events::{Context, KafkaRecord, LambdaEvent};
 use effectively_once_lambda::kafka::{self, Options};

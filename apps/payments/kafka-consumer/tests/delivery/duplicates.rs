@@ -2,9 +2,7 @@
 //! payment event id, however often the payment arrives: at two offsets of one partition (a
 //! producer retry), in two partitions, in a later batch, in a batch delivered again.
 
-mod common;
-
-use common::{balance, deliver, entries, payment, record, Tables};
+use crate::support::{balance, deliver, entries, payment, record, Tables};
 
 /// A producer that lost its send's answer and sent again: the same payment at two offsets of
 /// one partition, in one batch. The copy runs after the first and is answered from it; nothing

@@ -5,9 +5,7 @@
 //! records alone), on the ordered path too, where it holds back its partition's later records of
 //! other accounts; an event id reused for another payment posts nothing.
 
-mod common;
-
-use common::{
+use crate::support::{
     assert_parked_as_delivered, balance, deliver, deliver_ordered, entries, payment, payment_with_receipt, raw_record,
     record, Tables,
 };

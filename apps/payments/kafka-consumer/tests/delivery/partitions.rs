@@ -3,9 +3,7 @@
 //! batch path (`kafka::process_batch`): a later record of another partition is not held back
 //! because it happens to carry the same account, and the partition behind it is not stalled.
 
-mod common;
-
-use common::{balance, deliver, deliver_ordered, payment, payment_with_receipt, record, Tables};
+use crate::support::{balance, deliver, deliver_ordered, payment, payment_with_receipt, record, Tables};
 
 /// Partition 0: a payment of acct_1 asking for a receipt on a ledger with no outbox table
 /// (retryable until the fix is deployed). Partition 1: acct_9, then a credit of acct_1, then

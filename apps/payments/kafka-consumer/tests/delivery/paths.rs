@@ -2,9 +2,8 @@
 //! record-by-record path (`kafka::run`) come to the same ledger, the same answer and the same
 //! parked poison for one batch; the ordered path in one call and one transaction.
 
-mod common;
-
-use common::{
+use crate::support;
+use crate::support::{
     assert_parked_as_delivered, balance, deliver, deliver_one_by_one, deliver_ordered, ledger_items, payment,
     raw_record, record, Tables,
 };
@@ -35,7 +34,7 @@ async fn the_batch_path_and_the_one_by_one_path_leave_the_same_ledger() {
     let by_record = deliver_one_by_one(&one_by_one, &mixed_batch()).await;
     assert_eq!(by_batch.named, by_record.named, "the same answer");
     assert!(by_batch.named.is_empty());
-    let failed = |d: &common::Delivered| {
+    let failed = |d: &support::Delivered| {
         let mut ids: Vec<String> = d.failed.iter().map(|(id, e)| format!("{id} {:?}", e.retry)).collect();
         ids.sort();
         ids
@@ -67,7 +66,7 @@ async fn the_ordered_path_and_the_batch_path_leave_the_same_ledger() {
     let by_batch = deliver(&batched, &mixed_batch()).await;
     assert_eq!(by_order.calls, 1, "the whole batch in one call");
     assert_eq!(by_order.named, by_batch.named, "the same answer");
-    let failed = |d: &common::Delivered| {
+    let failed = |d: &support::Delivered| {
         let mut ids: Vec<String> = d.failed.iter().map(|(id, e)| format!("{id} {:?}", e.retry)).collect();
         ids.sort();
         ids

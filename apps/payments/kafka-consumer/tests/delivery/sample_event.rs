@@ -1,14 +1,12 @@
 //! The sample MSK event `events/kafka-payments.json` (what `cargo lambda invoke --data-file`
 //! sends) through the consumer on the local AWS.
 
-mod common;
-
-use common::{balance, entries, Tables};
+use crate::support::{balance, entries, Tables};
 use effectively_once_lambda::events::{Context, KafkaEvent, LambdaEvent};
 use effectively_once_lambda::kafka::{self, Options};
 
 fn sample() -> KafkaEvent {
-    serde_json::from_slice(include_bytes!("../../../../events/kafka-payments.json"))
+    serde_json::from_slice(include_bytes!("../../../../../events/kafka-payments.json"))
         .expect("the sample is a Kafka event")
 }
 

@@ -1,9 +1,8 @@
 //! The relay reads the outbox row before sending: a row erased on the customer's request gets no
 //! email (learnt of only from `mark`, after sending, it would).
 
-mod common;
-
-use common::Pending;
+use crate::support;
+use crate::support::Pending;
 use effectively_once_effects::{Policy, RecordingSender};
 
 #[tokio::test]
@@ -11,7 +10,7 @@ async fn a_deleted_row_is_not_emailed() {
     // The stream captured the insert; the row was deleted before the relay ran (no row here).
     let p = Pending::erased("erased").await;
     let sender = RecordingSender::new();
-    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
     let result = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
         &relay,
         &p.event.records[0],

@@ -5,12 +5,11 @@
 //! the row would end AMBIGUOUS (at most once) with SES's message id lost, or a second email go
 //! out (at least once) for a send known to have succeeded.
 
+use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod common;
-
-use common::Pending;
+use crate::support::Pending;
 use effectively_once::ManualClock;
 use effectively_once_effects::email::SendError;
 use effectively_once_effects::testing::emails_to;
@@ -44,11 +43,11 @@ async fn a_send_accepted_after_the_lease_is_recorded_sent_once() {
         let clock = Arc::new(ManualClock::new());
         let markers = p.markers_on(clock.clone());
         let sender = SlowSes {
-            inner: common::verified_ses(FROM).await,
+            inner: support::verified_ses(FROM).await,
             clock: clock.clone(),
             delay: MARKER_LEASE + Duration::from_secs(1),
         };
-        let relay = common::relay(markers.clone(), sender, &p.outbox_table, policy);
+        let relay = support::relay(markers.clone(), sender, &p.outbox_table, policy);
         let options = Options { emit_metrics: false, ..Options::new("review") };
 
         // Deliveries as the stream makes them, each with a 15-minute function timeout.

@@ -4,13 +4,12 @@
 //! `StoreErrorKind::Other`, permanent), the marker says SENT with the message id, and the stream
 //! goes past the row, so nothing but its retry, or the outbox sweep, would ever correct it.
 
+use crate::support;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-mod common;
-
-use common::{Pending, UNAVAILABLE};
+use crate::support::{Pending, UNAVAILABLE};
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::testing::endpoint;
 use effectively_once_dynamodb::DynamoDbStore;
@@ -94,7 +93,7 @@ async fn a_server_error_on_mark_after_a_send_does_not_mark_the_row_failed() {
 /// marker and a FAILED row would say "not sent" over a sent email.
 #[tokio::test]
 async fn a_refused_mark_after_a_send_does_not_mark_the_row_failed() {
-    mark_meets(common::refused_as_invalid()).await;
+    mark_meets(support::refused_as_invalid()).await;
 }
 
 /// The stream gave up on the record whose `mark` failed after the send (its retries spent, or
@@ -109,7 +108,7 @@ async fn a_receipt_sent_but_not_marked_is_marked_by_the_sweep_without_a_second_e
     assert_eq!(p.status().await, "PENDING");
 
     let direct = Idempotency::new(p.store.clone(), Config::default().with_lease(MARKER_LEASE));
-    let relay = common::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
     let sweeper = Sweeper::new(relay, Sweep { after: Duration::from_secs(1800), ..Sweep::default() });
     // Long after the row was written (the sample's time).
     let later_ms = 4_102_444_800_000;
@@ -126,10 +125,10 @@ async fn a_receipt_sent_but_not_marked_is_marked_by_the_sweep_without_a_second_e
 /// on the row's existence) meets `answer`, all else passing: the relay's result.
 async fn send_and_fail_mark(p: &Pending, sender: &RecordingSender, answer: &'static [u8]) -> RecordResult {
     let port = proxy(endpoint(), "attribute_exists(#pk)".into(), answer);
-    let proxied = common::client_at(port).await;
+    let proxied = support::client_at(port).await;
     let markers =
         Idempotency::new(DynamoDbStore::new(proxied, p.store.table()), Config::default().with_lease(MARKER_LEASE));
-    let relay = common::relay(markers, sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(markers, sender, &p.outbox_table, Policy::AtMostOnce);
     effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
         &relay,
         &p.event.records[0],
@@ -163,7 +162,7 @@ async fn mark_meets(answer: &'static [u8]) {
     assert_ne!(err.retry, effectively_once_lambda::Retry::Permanent, "{}", err.reason);
 
     // The stream's retry, with the store reachable again.
-    let retry = common::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
+    let retry = support::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
     let again = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
         &retry,
         &p.event.records[0],

@@ -1,9 +1,8 @@
 //! A permanent relay failure is recorded on the outbox row (FAILED, with its reason, addresses
 //! redacted) and the stream goes on: the driver does not make it the checkpoint.
 
-mod common;
-
-use common::Pending;
+use crate::support;
+use crate::support::Pending;
 use effectively_once_effects::{send_once, Policy, RecordingSender, SendOutcome};
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
@@ -27,7 +26,7 @@ async fn a_marker_for_another_recipient_marks_the_row_as_it_says_and_the_stream_
     let SendOutcome::Sent { message_id } = earlier.into_inner() else { panic!("the first receipt was sent") };
 
     let sender = RecordingSender::new();
-    let relay = common::relay(markers.clone(), &sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(markers.clone(), &sender, &p.outbox_table, Policy::AtMostOnce);
     let options = Options { emit_metrics: false, ..Options::new("test") };
     let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty(), "the marker's answer is not the checkpoint");
@@ -43,7 +42,7 @@ async fn a_marker_for_another_recipient_marks_the_row_as_it_says_and_the_stream_
 async fn a_deleted_row_is_skipped_not_failed() {
     let p = Pending::erased("erased").await;
     let sender = RecordingSender::new();
-    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
     let result = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
         &relay,
         &p.event.records[0],

@@ -2,13 +2,12 @@
 //! stream record and the emails the local SES recorded when SES refuses the account, refuses
 //! the message, loses its answer, or an earlier attempt died holding the marker.
 
-mod common;
-
 use std::collections::VecDeque;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{verified_ses, Pending};
 use aws_sdk_sesv2::config::http::HttpResponse;
 use aws_sdk_sesv2::config::{AsyncSleep, Sleep};
 use aws_sdk_sesv2::error::SdkError;
@@ -17,7 +16,6 @@ use aws_sdk_sesv2::types::error::{
     AccountSuspendedException, MailFromDomainNotVerifiedException, MessageRejected, NotFoundException,
     SendingPausedException,
 };
-use common::{verified_ses, Pending};
 use effectively_once::{Begin, Idempotency, ManualClock, Store};
 use effectively_once_dynamodb::testing::{sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;

@@ -9,9 +9,8 @@
 //! will cure: it must not hold the stream (MaximumRetryAttempts -1, a day of retries on the
 //! shard) nor leave the row PENDING for good.
 
-mod common;
-
-use common::Pending;
+use crate::support;
+use crate::support::Pending;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
 use effectively_once_lambda::{Disposition, Handler, Retry};
@@ -47,7 +46,7 @@ async fn a_receipt_sent_before_the_registered_address_changed_is_marked_sent_not
     Profiles::new(p.client.clone(), &ledger_table).put("acct_42", &new).await.unwrap();
 
     let sender = RecordingSender::new();
-    let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce).with_profiles(&ledger_table);
+    let relay = support::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce).with_profiles(&ledger_table);
     let result = Handler::<effectively_once_lambda::events::EventRecord>::handle(
         &relay,
         &p.event.records[0],
@@ -85,7 +84,7 @@ async fn a_malformed_registered_address_does_not_hold_the_stream() {
         .unwrap();
 
     let sender = RecordingSender::new();
-    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce).with_profiles(&ledger_table);
+    let relay = support::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce).with_profiles(&ledger_table);
     let result = Handler::<effectively_once_lambda::events::EventRecord>::handle(
         &relay,
         &p.event.records[0],

@@ -3,8 +3,7 @@
 //! email says, and what the row keeps once sent. Emails as the local SES recorded them; rows as
 //! the outbox table holds them.
 
-mod common;
-
+use crate::support;
 use aws_lambda_events::event::dynamodb::Event;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_effects::testing::{emails_to, streams};
@@ -16,12 +15,12 @@ use payments::outbox::{row_item, RECEIPT_SUBJECT};
 use payments::{PaymentEvent, Profiles, RateLimit, RowStatus};
 use receipts_relay::{Alert, AllowList, Receipts};
 
-use common::Pending;
+use crate::support::Pending;
 
 const FROM: &str = "receipts@example.com";
 
 async fn ses_relay(p: &Pending) -> Receipts<effectively_once_effects::SesSender> {
-    common::relay(p.markers(), common::verified_ses(FROM).await, &p.outbox_table, Policy::AtMostOnce)
+    support::relay(p.markers(), support::verified_ses(FROM).await, &p.outbox_table, Policy::AtMostOnce)
 }
 
 async fn handle<E: effectively_once_effects::EmailSender>(
@@ -144,7 +143,7 @@ async fn the_receipt_over_the_accounts_rate_is_not_sent() {
     let limit = RateLimit::from_env_values(Some("2"), Some("3600")).unwrap();
     // A clock that stands still: the window never turns during the test.
     let markers = p.markers_on(std::sync::Arc::new(effectively_once::ManualClock::new()));
-    let relay = common::relay(markers, common::verified_ses(FROM).await, &p.outbox_table, Policy::AtMostOnce)
+    let relay = support::relay(markers, support::verified_ses(FROM).await, &p.outbox_table, Policy::AtMostOnce)
         .with_rate_limit(limit);
     let rows = more_rows(&p, 3).await;
     for (_, _, event) in &rows[..2] {
@@ -159,7 +158,7 @@ async fn the_receipt_over_the_accounts_rate_is_not_sent() {
         assert_eq!(emails_to(to).len(), 1, "within the limit: one each");
     }
     assert!(emails_to(third_to).is_empty(), "the third receipt in the window is not sent");
-    let row = common::row(&p.client, &p.outbox_table, third_id).await.unwrap();
+    let row = support::row(&p.client, &p.outbox_table, third_id).await.unwrap();
     assert_eq!(row.status, RowStatus::RateLimited);
     assert!(row.failure_reason.unwrap_or_default().contains("RECEIPT_RATE_PER_ACCOUNT"));
     assert_eq!(row.receipt.receipt_email, None);
@@ -180,7 +179,7 @@ async fn a_receipt_retried_into_the_next_window_does_not_spend_that_windows_allo
     let limit = RateLimit::from_env_values(Some("1"), Some("3600")).unwrap();
     let clock = std::sync::Arc::new(effectively_once::ManualClock::new());
     let markers = p.markers_on(clock.clone());
-    let ses = common::verified_ses(FROM).await;
+    let ses = support::verified_ses(FROM).await;
 
     // The first attempt, as the relay makes it: counted in its window, sent, then it died
     // before marking the row.
@@ -194,7 +193,7 @@ async fn a_receipt_retried_into_the_next_window_does_not_spend_that_windows_allo
 
     // The stream retries the record in the next window.
     clock.advance(std::time::Duration::from_secs(3600));
-    let relay = common::relay(markers, ses, &p.outbox_table, Policy::AtMostOnce).with_rate_limit(limit);
+    let relay = support::relay(markers, ses, &p.outbox_table, Policy::AtMostOnce).with_rate_limit(limit);
     assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Duplicate), "the marker replays");
     assert_eq!(p.row().await.unwrap().status, RowStatus::Sent);
 
@@ -202,7 +201,7 @@ async fn a_receipt_retried_into_the_next_window_does_not_spend_that_windows_allo
     let rows = more_rows(&p, 1).await;
     let (to, event_id, event) = &rows[0];
     let result = handle(&relay, event).await;
-    let row = common::row(&p.client, &p.outbox_table, event_id).await.unwrap();
+    let row = support::row(&p.client, &p.outbox_table, event_id).await.unwrap();
     assert_eq!(
         (result, row.status),
         (Ok(Disposition::Applied), RowStatus::Sent),

@@ -1,8 +1,7 @@
 //! The receipts relay end to end on the local AWS: a payment's outbox row, the stream event in
 //! `events/`, and the email the local SES recorded.
 
-mod common;
-
+use crate::support;
 use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::Event;
@@ -25,7 +24,7 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
 
     // The sample stream event, for a recipient of this test's own.
     let to = format!("{}@example.com", unique_name("alice"));
-    let sample = include_str!("../../../../events/dynamodb-stream-outbox.json").replace("alice@example.com", &to);
+    let sample = include_str!("../../../../../events/dynamodb-stream-outbox.json").replace("alice@example.com", &to);
     let event: Event = serde_json::from_str(&sample).unwrap();
 
     // The payment that wrote that row.
@@ -37,7 +36,7 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
     payment.receipt_email = Some(to.clone());
     ledger.post(&payment).await.unwrap();
 
-    let ses = common::verified_ses("receipts@example.com").await;
+    let ses = support::verified_ses("receipts@example.com").await;
     let markers = Idempotency::new(store, Config::default().with_lease(Duration::from_secs(60)));
     let relay = Receipts::new(markers, ses, &outbox_table, Policy::default());
     let options = Options { emit_metrics: false, ..Options::new("test") };
@@ -46,7 +45,7 @@ async fn an_outbox_insert_sends_one_receipt_and_marks_the_row_even_when_redelive
         assert!(response.batch_item_failures.is_empty());
     }
     assert_eq!(emails_to(&to).len(), 1, "one receipt for two deliveries of the stream record");
-    let row = common::row(&client, &outbox_table, "pay_0001").await.unwrap();
+    let row = support::row(&client, &outbox_table, "pay_0001").await.unwrap();
     assert_eq!(row.status.as_str(), "SENT");
     assert!(!row.message_id.unwrap().is_empty());
 }

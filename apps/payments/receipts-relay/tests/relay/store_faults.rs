@@ -5,9 +5,8 @@
 //! store's error reading lists: the reasoning that makes an SES account-level refusal `Blocked`
 //! (retried) applies to the store's faults too.
 
-mod common;
-
-use common::{Pending, UNAVAILABLE};
+use crate::support;
+use crate::support::{Pending, UNAVAILABLE};
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
@@ -24,7 +23,7 @@ async fn a_missing_marker_table_is_not_a_receipt_given_up_on() {
     let missing = DynamoDbStore::new(p.client.clone(), unique_name("not-yet-created"));
     let markers = Idempotency::new(missing, Config::default().with_lease(MARKER_LEASE));
     let sender = RecordingSender::new();
-    let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
     let options = Options { emit_metrics: false, ..Options::new("test") };
     let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
     let status = p.status().await;
@@ -49,7 +48,7 @@ async fn a_server_error_on_the_marker_claim_is_not_a_receipt_given_up_on() {
 /// PENDING. Only key reuse on the marker or an unreadable row fails a receipt for good.
 #[tokio::test]
 async fn a_refused_marker_claim_is_not_a_receipt_given_up_on() {
-    claim_meets(common::refused_as_invalid()).await;
+    claim_meets(support::refused_as_invalid()).await;
 }
 
 /// A relay whose marker table answers every request with `answer`: nothing is sent, the record
@@ -57,13 +56,13 @@ async fn a_refused_marker_claim_is_not_a_receipt_given_up_on() {
 async fn claim_meets(answer: &'static [u8]) {
     let port = effectively_once_dynamodb::testing::answering(answer);
     let p = Pending::new("cust").await;
-    let failing = common::client_at(port).await;
+    let failing = support::client_at(port).await;
     let table = p.store.table().to_owned();
     let markers = Idempotency::new(DynamoDbStore::new(failing, table), Config::default().with_lease(MARKER_LEASE));
     let sender = RecordingSender::new();
     // The relay marks rows through the markers' client; the failure record goes there too, so
     // the row stays as the real table has it.
-    let relay = common::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(markers, &sender, &p.outbox_table, Policy::AtMostOnce);
     let result = effectively_once_lambda::Handler::<effectively_once_lambda::events::EventRecord>::handle(
         &relay,
         &p.event.records[0],

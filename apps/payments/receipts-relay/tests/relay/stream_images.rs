@@ -3,9 +3,8 @@
 //! images by hand and rejected binary and number-set values, which failed the record and held
 //! the shard's checkpoint. Images are now read with `serde_dynamo`.
 
-mod common;
-
-use common::Pending;
+use crate::support;
+use crate::support::Pending;
 use effectively_once_effects::{Policy, RecordingSender};
 use effectively_once_lambda::park::Coordinates;
 use effectively_once_lambda::streams::{process, Options};
@@ -30,7 +29,7 @@ async fn a_row_with_attributes_of_every_type_still_gets_its_receipt() {
     p.client.put_item().table_name(&p.outbox_table).set_item(Some(item.into())).send().await.unwrap();
 
     let sender = RecordingSender::new();
-    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
     let options = Options { emit_metrics: false, ..Options::new("test") };
     let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty(), "the checkpoint moves on: {:?}", response.batch_item_failures);
@@ -67,8 +66,8 @@ async fn a_row_whose_status_is_not_one_the_relay_knows_is_parked_and_does_not_ho
     p.client.put_item().table_name(&p.outbox_table).set_item(Some(item.into())).send().await.unwrap();
 
     let sender = RecordingSender::new();
-    let relay = common::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
-    let park = common::Park::fresh().await;
+    let relay = support::relay(p.markers(), &sender, &p.outbox_table, Policy::AtMostOnce);
+    let park = support::Park::fresh().await;
     let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &park.options()).await;
     assert!(response.batch_item_failures.is_empty(), "the checkpoint moves on: {:?}", response.batch_item_failures);
     assert!(sender.sent().is_empty(), "nothing sent over a status the relay cannot read");

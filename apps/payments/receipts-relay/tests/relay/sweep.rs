@@ -1,10 +1,9 @@
 //! The outbox sweeper on the rows it reads from the pending index: each row that no send will
 //! change leaves the index, so none is read by every sweep, nor hides the rows behind it.
 
-mod common;
-
+use crate::support;
+use crate::support::Pending;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::Pending;
 use effectively_once_effects::{Policy, RecordingSender};
 use payments::outbox::pending_shard;
 use receipts_relay::{Sweep, Sweeper};
@@ -14,7 +13,7 @@ const LATER_MS: u64 = 4_102_444_800_000;
 
 /// A sweep of `p`'s outbox as `sweep` says, sending with `sender`, at most once.
 fn sweeper<'a>(p: &Pending, sender: &'a RecordingSender, sweep: Sweep) -> Sweeper<&'a RecordingSender> {
-    Sweeper::new(common::relay(p.markers(), sender, &p.outbox_table, Policy::AtMostOnce), sweep)
+    Sweeper::new(support::relay(p.markers(), sender, &p.outbox_table, Policy::AtMostOnce), sweep)
 }
 
 /// `p`'s row keyed `key`, read consistently.

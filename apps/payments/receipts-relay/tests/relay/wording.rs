@@ -6,9 +6,8 @@
 //! MaximumRetryAttempts -1 the shard held for 24 h and the batch discarded, taking the new
 //! receipts behind it (tools/local-aws/tests/relay_stream_deleted_row.rs drives that mechanism).
 
-mod common;
-
-use common::Pending;
+use crate::support;
+use crate::support::Pending;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
 use effectively_once_lambda::streams::{process, Options};
 use lambda_runtime::{Context, LambdaEvent};
@@ -29,7 +28,7 @@ async fn a_replay_after_a_wording_change_is_a_duplicate() {
 
     // The current release meets the same record again.
     let sender = RecordingSender::new();
-    let relay = common::relay(markers.clone(), &sender, &p.outbox_table, Policy::AtMostOnce);
+    let relay = support::relay(markers.clone(), &sender, &p.outbox_table, Policy::AtMostOnce);
     let options = Options { emit_metrics: false, ..Options::new("review") };
     let mut context = Context::default();
     context.deadline = markers.config().now_ms() + 30_000;

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! LOCAL_AWS_PORT=4671 infra/local/aws.sh up
-//! AWS_ENDPOINT_URL=http://127.0.0.1:4671 cargo test -p end-to-end --test preread_costs -- --ignored --nocapture
+//! AWS_ENDPOINT_URL=http://127.0.0.1:4671 cargo test -p end-to-end --test ledger preread_costs:: -- --ignored --nocapture
 //! ```
 
 use std::collections::BTreeMap;
