@@ -1,8 +1,8 @@
-//! Dependencies point one way (README.md, "Layout"): apps and tools -> library crates
-//! -> core. Read from `cargo metadata`: no library crate (a package under `crates/`) depends on
-//! a package under `apps/`, `tools/` or `examples/`, in any of its dependency kinds (normal, dev,
-//! build); nothing under `tools/` depends on `apps/` or `examples/`; nothing depends on an
-//! example, as examples are copy-me crates, never imported.
+//! Dependencies point one way (CONTRIBUTING.md, "Where code goes"): apps and tools -> library
+//! crates -> core. Read from `cargo metadata`: no library crate (a package under `crates/`)
+//! depends on a package under `apps/`, `tools/` or `examples/`, in any of its dependency kinds
+//! (normal, dev, build); nothing under `tools/` depends on `apps/` or `examples/`; nothing
+//! depends on an example, as examples are copy-me crates, never imported.
 
 use std::path::Path;
 use std::process::Command;
