@@ -6,7 +6,6 @@
 //!
 //! The tests through a broker (the Kafka event source emulator) build their handler with
 //! [`Tables`] too, so both kinds read the same ledger the same way.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,6 @@
 //! The relay tests' shared setup on the local AWS: an outbox table with a payment's PENDING row,
 //! the stream record of its insert, the markers, a relay, the row as the table has it and a park
-//! queue. Each test binary uses part of it.
-#![allow(dead_code)]
+//! queue. Each module of the binary uses part of it.
 
 use std::sync::Arc;
 
