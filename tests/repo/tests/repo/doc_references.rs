@@ -1,6 +1,6 @@
 //! The docs name only what exists: every relative link in the repository's Markdown files names a
 //! file or folder that is there, and so does every path from the repository's root in their code
-//! spans (`` `apps/payments/tests/tests/batch.rs` ``); every `crate::` path in a doc comment of a crate's
+//! spans (`` `apps/payments/tests/tests/batch/order.rs` ``); every `crate::` path in a doc comment of a crate's
 //! sources names a module or item of that crate. rustdoc checks intra-doc *links* (`make doc` denies
 //! broken ones); a path in backticks (`` `crate::audit` ``) is no link, and only this reads it.
 //!
