@@ -5,7 +5,7 @@
 //! commit and before the ack, or mid-batch; a relay that dies after SES accepted and before its
 //! marker completed), two consumers at once, and a redrive of the DLQ at the end; then the
 //! invariants, read back from the tables ([`crate::invariants`]), with counts. Alongside, the
-//! stream path ([`orders`]): orders on a Kinesis stream through the Kinesis orders consumer,
+//! stream path ([`orders`]): orders on a Kinesis stream through an orders consumer of its own,
 //! and the Kafka path ([`kafka`]): payments on a Kafka topic through the Kafka payments
 //! consumer, each under the same faults, with its own invariants.
 
@@ -24,18 +24,19 @@ use effectively_once_effects::{EmailMessage, EmailSender, Policy, SesSender};
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
 
-use crate::error::Result;
-use crate::esm::kafka::Reading;
-use crate::esm::{Emulator, Feed};
+use local::error::Result;
+use local::esm::kafka::Reading;
+use local::esm::{Emulator, Feed};
 use crate::invariants::kafka::KafkaReadBack;
 use crate::invariants::orders::OrdersReadBack;
 use crate::invariants::{self, Audit, Tally};
-use crate::invoke::{InProcess, Ordered, Panicking, SqsFunction, StreamFunction};
+use local::invoke::{InProcess, Ordered, SqsFunction, StreamFunction};
+use crate::panicking::Panicking;
 use crate::pipeline::Pipeline;
-use crate::progress::Tracker;
-use crate::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
+use local::progress::Tracker;
+use local::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
 use crate::resources::{Clients, RECEIPT_FROM};
-use crate::rng::SharedRng;
+use local::rng::SharedRng;
 use crate::workload::{self, Workload, REFUSED_PREFIX};
 pub use report::{KafkaReport, OrdersReport, Report};
 
@@ -296,11 +297,18 @@ fn faulty_emulator(
 pub async fn run(clients: &Clients, options: &Options) -> Result<Report> {
     let started = Instant::now();
     let workload = options.workload();
-    let pipeline = Pipeline::up(clients.clone(), &format!("chaos-{}", workload.run)).await?;
-    let report =
-        scenario(&pipeline, options, &workload).await.map(|report| Report { elapsed: started.elapsed(), ..report });
-    let orders_table = orders::table_name(&pipeline);
-    pipeline.clients.dynamodb.delete_table().table_name(orders_table).send().await.ok();
+    let prefix = format!("chaos-{}", workload.run);
+    let pipeline = Pipeline::up(clients.clone(), &prefix).await?;
+    let orders = match options.orders() {
+        0 => None,
+        _ => Some(orders::OrdersResources::up(clients, &prefix).await?),
+    };
+    let report = scenario(&pipeline, options, &workload, orders.clone())
+        .await
+        .map(|report| Report { elapsed: started.elapsed(), ..report });
+    if let Some(orders) = orders {
+        orders.down(clients).await;
+    }
     let queue = pipeline.clients.sqs.get_queue_url().queue_name(kafka::failure_queue(&workload.run)).send().await;
     if let Some(url) = queue.ok().and_then(|q| q.queue_url().map(str::to_owned)) {
         pipeline.clients.sqs.delete_queue().queue_url(url).send().await.ok();
@@ -309,7 +317,12 @@ pub async fn run(clients: &Clients, options: &Options) -> Result<Report> {
     report
 }
 
-async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -> Result<Report> {
+async fn scenario(
+    pipeline: &Pipeline,
+    options: &Options,
+    workload: &Workload,
+    orders: Option<orders::OrdersResources>,
+) -> Result<Report> {
     let proxy = Proxy::to_local_aws(Arc::new(fault_rules(options.seed))).await?;
     // The SDK's own retries, with a 50 ms first backoff instead of 1 s: every injected fault is
     // retried as in production, but a batch no longer waits a second for each, so the scenario's
@@ -321,11 +334,10 @@ async fn scenario(pipeline: &Pipeline, options: &Options, workload: &Workload) -
     let mut tracker = Tracker::new(plan.deliveries.len());
     // The stream path runs beside the payments, through the same proxy and crash points.
     let stream = async {
-        if options.orders() == 0 {
-            return Ok(None);
-        }
+        let Some(resources) = orders else { return Ok(None) };
         let plan = orders::plan(options.orders(), options.poison, options.seed, &workload.run);
-        orders::run(pipeline, &sdk, &crashes, plan, options.crash_per_mille).await.map(Some)
+        let run = orders::OrdersRun::new(plan, resources);
+        orders::run(pipeline, &sdk, &crashes, run, options.crash_per_mille).await.map(Some)
     };
     // And the Kafka path, through the same proxy and crash points (boxed: the scenario's future
     // is deep enough already).
@@ -396,7 +408,7 @@ async fn payments_path(
 ) -> Result<usize> {
     // The producer sends as the consumers run, a little faster than they drain.
     let mut feed = Feed::new(plan.deliveries.clone(), 12 * esm.pollers);
-    let redriven = esm.run_and_redrive(pipeline, &mut feed, tracker).await?;
+    let redriven = esm.run_and_redrive(&pipeline.clients, &mut feed, tracker).await?;
     // Relay records still held by a dead attempt's lease: let it end and drain again.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let third = esm.run_until_drained(&pipeline.clients, |p| tracker.show(p)).await?;

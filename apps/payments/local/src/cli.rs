@@ -1,5 +1,6 @@
-//! The `local` command line: the commands as one enum, parsed once by clap (`--help` on each,
-//! unknown flags refused) and then applied.
+//! The `payments-local` command line: the payments pipeline's commands as one enum, parsed once
+//! by clap (`--help` on each, unknown flags refused) and then applied. A function of your own,
+//! on your own template, runs under the `local` tool's command line instead.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -9,21 +10,21 @@ use clap::{Args, Parser, Subcommand};
 use effectively_once_dynamodb::testing::endpoint;
 use receipts_relay::Sweep;
 
-use crate::error::{Result, ResultExt};
-use crate::invoke::{Http, SqsFunction, StreamFunction};
+use local::error::{Result, ResultExt};
+use local::invoke::{Http, SqsFunction, StreamFunction};
+use local::progress::Tracker;
+use local::{esm, loopback};
+
 use crate::pipeline::Pipeline;
-use crate::progress::Tracker;
 use crate::resources::{self, Clients, RECEIPT_FROM};
 use crate::workload::{self, Workload};
-use crate::{chaos, demo, esm, loopback};
+use crate::{chaos, demo};
 
-mod own;
-
-/// The local pipeline: the local AWS's resources from apps/payments/template.json, an event source
-/// mapping emulator (SQS and DynamoDB Streams) that invokes the real handlers, workloads, the
-/// DLQ redrive, the demo and the chaos scenario.
+/// The payments pipeline on the local AWS: the resources of apps/payments/template.json, its
+/// event source mappings emulated (SQS, DynamoDB Streams, Kafka) into the payments functions in
+/// process, workloads, the DLQ redrive, the demo and the chaos scenario.
 #[derive(Debug, Parser)]
-#[command(name = "local", version)]
+#[command(name = "payments-local", version)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -46,13 +47,13 @@ impl Cli {
 /// One command.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the tables, queues (with DLQ and redrive policy), stream and SES sender; write
+    /// Create the tables (one with a stream), queues (with DLQ and redrive policy) and SES sender; write
     /// the functions' environment to .local-aws/lambda.env
-    Up(OwnTarget),
+    Up(Target),
     /// Delete the tables, queues and stream that exist, creating none
-    Down(OwnTarget),
+    Down(Target),
     /// Print the functions' environment, for cargo lambda watch (after `up`: creates nothing)
-    Env(OwnTarget),
+    Env(Target),
     /// Send a sample event file, or a generated workload, to the payments queue
     Send(SendArgs),
     /// Run the event source mapping emulator until the queue and the stream are drained
@@ -86,32 +87,11 @@ pub struct Target {
     pub prefix: String,
 }
 
-/// Which resources: the project's template's, or your own template's.
-#[derive(Debug, Args)]
-pub struct OwnTarget {
-    #[command(flatten)]
-    target: Target,
-    /// Your own template (CloudFormation or SAM, JSON) instead of apps/payments/template.json: its
-    /// tables, queues, Kinesis streams and SES email identities, its functions' environment
-    #[arg(long, value_name = "PATH")]
-    template: Option<PathBuf>,
-    /// With --template: the function (logical id) whose environment and event sources to use;
-    /// every function's when absent
-    #[arg(long, value_name = "LOGICAL_ID", requires = "template")]
-    function: Option<String>,
-}
-
-/// `local send`.
+/// `payments-local send`.
 #[derive(Debug, Args)]
 pub struct SendArgs {
     #[command(flatten)]
     target: Target,
-    /// Your own template (JSON): send to its queue --queue instead of the payments queue
-    #[arg(long, value_name = "PATH", requires_all = ["queue", "file"])]
-    template: Option<PathBuf>,
-    /// With --template: the queue's logical id
-    #[arg(long, value_name = "LOGICAL_ID", requires = "template")]
-    queue: Option<String>,
     /// An SQS sample event (events/*.json) whose bodies to send
     #[arg(long, conflicts_with_all = ["events", "duplicates", "poison"])]
     file: Option<PathBuf>,
@@ -126,19 +106,11 @@ pub struct SendArgs {
     poison: usize,
 }
 
-/// `local run`.
+/// `payments-local run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
-    own: OwnTarget,
-    /// With --template: run this binary (your function, built) under a local Lambda Runtime API
-    /// and drain the template's SQS event sources into it
-    #[arg(long, value_name = "PATH", requires = "template", conflicts_with = "invoke_url")]
-    bin: Option<PathBuf>,
-    /// With --template and --invoke-url: the function's name under `cargo lambda watch` (its
-    /// binary's name)
-    #[arg(long, requires_all = ["template", "invoke_url"])]
-    name: Option<String>,
+    target: Target,
     /// Concurrent SQS pollers
     #[arg(long, default_value_t = 1)]
     pollers: usize,
@@ -148,7 +120,7 @@ pub struct RunArgs {
     invoke_url: Option<String>,
 }
 
-/// `local kafka`.
+/// `payments-local kafka`.
 #[derive(Debug, Args)]
 pub struct KafkaArgs {
     #[command(flatten)]
@@ -175,20 +147,17 @@ pub struct KafkaArgs {
     reading: esm::kafka::Reading,
 }
 
-/// `local replay-stream`.
+/// `payments-local replay-stream`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     #[command(flatten)]
     target: Target,
-    /// Whose destination: the outbox stream's (the receipts relay) or the orders Kinesis stream's
-    #[arg(long, value_enum, default_value_t = StreamSource::Outbox)]
-    source: StreamSource,
     /// Invoke the function behind `cargo lambda watch` at this address instead of in process
     #[arg(long, value_name = "URL")]
     invoke_url: Option<String>,
 }
 
-/// `local replay-parked`.
+/// `payments-local replay-parked`.
 #[derive(Debug, Args)]
 pub struct ParkedArgs {
     #[command(flatten)]
@@ -196,8 +165,8 @@ pub struct ParkedArgs {
     /// The park destination: the SQS queue the function's PARK_QUEUE_URL names
     #[arg(long, value_name = "URL")]
     queue: String,
-    /// The function the records go back to: in process, kafka-consumer, kinesis-consumer or
-    /// receipts-relay; with --invoke-url, its name under `cargo lambda watch`
+    /// The function the records go back to: in process, kafka-consumer or receipts-relay; with
+    /// --invoke-url, its name under `cargo lambda watch`
     #[arg(long)]
     function: String,
     /// Invoke the function behind `cargo lambda watch` at this address instead of in process
@@ -209,7 +178,7 @@ pub struct ParkedArgs {
     trigger: Option<String>,
 }
 
-/// `local sweep-outbox`.
+/// `payments-local sweep-outbox`.
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     #[command(flatten)]
@@ -225,16 +194,7 @@ pub struct SweepArgs {
     max_rows: usize,
 }
 
-/// A stream mapping of the template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StreamSource {
-    /// The outbox table's DynamoDB stream, read by the receipts relay
-    Outbox,
-    /// The orders Kinesis stream, read by the kinesis-consumer
-    Orders,
-}
-
-/// `local demo`.
+/// `payments-local demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     #[command(flatten)]
@@ -279,26 +239,21 @@ impl Command {
         let clients = Clients::local().await;
         match self {
             Command::Chaos(options) => chaos(&clients, &options).await,
-            Command::Up(t) if t.template.is_some() => own::up(&clients, &t).await,
-            Command::Down(t) if t.template.is_some() => own::down(&clients, &t).await,
-            Command::Env(t) if t.template.is_some() => own::env(&clients, &t).await,
-            Command::Send(args) if args.template.is_some() => own::send(&clients, &args).await,
-            Command::Run(args) if args.own.template.is_some() => own::run(&clients, &args).await,
-            Command::Up(t) => up(&Pipeline::up(clients, &t.target.prefix).await?),
+            Command::Up(t) => up(&Pipeline::up(clients, &t.prefix).await?),
             Command::Down(t) => {
-                resources::down_prefix(&clients, &t.target.prefix).await?;
+                resources::down_prefix(&clients, &t.prefix).await?;
                 println!("deleted the local tables and queues");
                 Ok(())
             }
             Command::Env(t) => {
                 print!(
                     "{}",
-                    resources::lambda_env(&Pipeline::find(clients, &t.target.prefix).await?.resources, &endpoint())
+                    resources::lambda_env(&Pipeline::find(clients, &t.prefix).await?.resources, &endpoint())
                 );
                 Ok(())
             }
             Command::Send(args) => send(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
-            Command::Run(args) => run(&Pipeline::up(clients, &args.own.target.prefix).await?, &args).await,
+            Command::Run(args) => run(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
             Command::Redrive(t) => {
                 let pipeline = Pipeline::up(clients, &t.prefix).await?;
                 let r = &pipeline.resources;
@@ -320,11 +275,7 @@ fn up(pipeline: &Pipeline) -> Result<()> {
     std::fs::create_dir_all(".local-aws").context(".local-aws")?;
     std::fs::write(".local-aws/lambda.env", resources::lambda_env(r, &endpoint())).context(".local-aws/lambda.env")?;
     println!("local AWS at {}: resources from apps/payments/template.json", endpoint());
-    println!(
-        "  tables  {}, {}, {} (stream on {}), {}",
-        r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table, r.orders_table
-    );
-    println!("  stream  {} (on-failure destination {})", r.orders_stream, r.orders_failures_url);
+    println!("  tables  {}, {}, {} (stream on {})", r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table);
     println!(
         "  queues  {} (DLQ {} after {} receives), {}",
         r.queue_url, r.dlq_url, r.max_receive_count, r.failures_url
@@ -377,7 +328,7 @@ async fn drain<P: SqsFunction, R: StreamFunction>(
     Ok(())
 }
 
-/// `local kafka`: produce the sample's records, drain with the pollers, replay if asked.
+/// `payments-local kafka`: produce the sample's records, drain with the pollers, replay if asked.
 async fn kafka(pipeline: &Pipeline, args: &KafkaArgs) -> Result<()> {
     use esm::kafka::{KafkaMapping, KafkaPoller};
     let bootstrap = esm::kafka::bootstrap()?;
@@ -389,7 +340,8 @@ async fn kafka(pipeline: &Pipeline, args: &KafkaArgs) -> Result<()> {
     }
     let group = resources::local_name(&args.target.prefix, "KafkaConsumer");
     let failures = Some(pipeline.resources.kafka_failures_url.clone());
-    let mut mapping = KafkaMapping::new(&bootstrap, &args.topic, &group, failures);
+    let settings = resources::mapping(resources::KAFKA_CLUSTER);
+    let mut mapping = KafkaMapping::new(&bootstrap, &args.topic, &group, None).with_settings(&settings, failures);
     mapping.reading = args.reading;
     let mut pollers = (0..args.pollers.max(1))
         .map(|i| KafkaPoller::join(&mapping, &format!("{group}-poller-{i}")))
@@ -426,23 +378,14 @@ async fn drain_kafka<F: esm::kafka::KafkaFunction>(
 }
 
 async fn replay(pipeline: &Pipeline, args: &ReplayArgs) -> Result<()> {
-    let (clients, r) = (&pipeline.clients, &pipeline.resources);
-    let http = |function: &str| args.invoke_url.clone().map(|url| Http { url, function: function.into() });
-    let replayed = match args.source {
-        StreamSource::Outbox => {
-            let mapping = esm::StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-            match http(receipts_relay::FUNCTION) {
-                Some(function) => esm::replay_stream_failures(clients, &mapping, &function).await?,
-                None => esm::replay_stream_failures(clients, &mapping, &pipeline.relay()).await?,
-            }
+    let clients = &pipeline.clients;
+    let mapping = pipeline.outbox_mapping();
+    let replayed = match &args.invoke_url {
+        Some(url) => {
+            let function = Http { url: url.clone(), function: receipts_relay::FUNCTION.into() };
+            esm::replay_stream_failures(clients, &mapping, &function).await?
         }
-        StreamSource::Orders => {
-            let mapping = esm::KinesisMapping::new(&r.orders_stream, Some(r.orders_failures_url.clone()));
-            match http("kinesis-consumer") {
-                Some(function) => esm::replay_kinesis_failures(clients, &mapping, &function).await?,
-                None => esm::replay_kinesis_failures(clients, &mapping, &pipeline.orders()).await?,
-            }
-        }
+        None => esm::replay_stream_failures(clients, &mapping, &pipeline.relay()).await?,
     };
     println!(
         "replayed {} records of {} discarded batches; {} left in the destination",
@@ -452,7 +395,7 @@ async fn replay(pipeline: &Pipeline, args: &ReplayArgs) -> Result<()> {
     replayed.all_through()
 }
 
-/// `local replay-parked`: through the function under `cargo lambda watch`, or in process on the
+/// `payments-local replay-parked`: through the function under `cargo lambda watch`, or in process on the
 /// local pipeline's resources.
 async fn replay_parked(clients: Clients, args: &ParkedArgs) -> Result<()> {
     let replayed = match &args.invoke_url {
@@ -479,23 +422,19 @@ async fn replay_parked_in_process(pipeline: &Pipeline, args: &ParkedArgs) -> Res
             let targets = Targets { kafka: Some(pipeline.kafka()), kinesis: none.clone(), dynamodb: none };
             esm::replay_parked(clients, queue, &targets).await
         }
-        "kinesis-consumer" => {
-            let targets = Targets { kafka: none.clone(), kinesis: Some(pipeline.orders()), dynamodb: none };
-            esm::replay_parked(clients, queue, &targets).await
-        }
         receipts_relay::FUNCTION => {
             let targets = Targets { kafka: none.clone(), kinesis: none, dynamodb: Some(pipeline.relay()) };
             esm::replay_parked(clients, queue, &targets).await
         }
         other => Err(format!(
-            "{other} is no stream function here: in process, kafka-consumer, kinesis-consumer or receipts-relay \
+            "{other} is no stream function here: in process, kafka-consumer or receipts-relay \
              (another, under `cargo lambda watch`, with --invoke-url)"
         )
         .into()),
     }
 }
 
-/// `local sweep-outbox`: one sweep now, through the local SES.
+/// `payments-local sweep-outbox`: one sweep now, through the local SES.
 async fn sweep(pipeline: &Pipeline, args: &SweepArgs) -> Result<()> {
     let sweep = Sweep { after: Duration::from_secs(args.after), page_size: args.page_size, max_rows: args.max_rows };
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -588,42 +527,36 @@ mod tests {
     #[test]
     fn the_makefiles_command_lines_parse() {
         for line in [
-            "local chaos --events 300 --poison 4",
-            "local chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume",
-            "local demo --events 1000 --duplicates 40 --poison 10 --pollers 4",
-            "local demo --via-api --events 200",
-            "local send --file events/sqs-payment.json",
-            "local send --events 500 --duplicates 30 --poison 5",
-            "local run --invoke-url http://127.0.0.1:9000",
-            "local run --prefix t1",
-            "local up",
-            "local down",
-            "local redrive",
-            "local replay-stream",
-            "local replay-stream --source orders --invoke-url http://127.0.0.1:9000",
-            "local replay-stream --source orders",
-            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function kafka-consumer",
-            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function my-fn --invoke-url http://127.0.0.1:9000 --trigger aws:kinesis",
-            "local sweep-outbox",
-            "local sweep-outbox --after 0 --page-size 10 --max-rows 100 --prefix t1",
-            "local env",
-            "local up --template template.json",
-            "local up --template template.json --function OrdersFunction",
-            "local send --template template.json --queue OrdersQueue --file events/order.json",
-            "local run --template template.json --bin target/debug/orders-consumer",
-            "local run --template template.json --invoke-url http://127.0.0.1:9000 --name orders-consumer",
-            "local down --allow-remote",
-            "local --allow-remote up --prefix t1",
+            "payments-local chaos --events 300 --poison 4",
+            "payments-local chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume",
+            "payments-local demo --events 1000 --duplicates 40 --poison 10 --pollers 4",
+            "payments-local demo --via-api --events 200",
+            "payments-local send --file events/sqs-payment.json",
+            "payments-local send --events 500 --duplicates 30 --poison 5",
+            "payments-local run --invoke-url http://127.0.0.1:9000",
+            "payments-local run --prefix t1",
+            "payments-local up",
+            "payments-local down",
+            "payments-local redrive",
+            "payments-local replay-stream",
+            "payments-local replay-stream --invoke-url http://127.0.0.1:9000",
+            "payments-local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function kafka-consumer",
+            "payments-local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function my-fn --invoke-url http://127.0.0.1:9000 --trigger aws:kinesis",
+            "payments-local sweep-outbox",
+            "payments-local sweep-outbox --after 0 --page-size 10 --max-rows 100 --prefix t1",
+            "payments-local env",
+            "payments-local down --allow-remote",
+            "payments-local --allow-remote up --prefix t1",
         ] {
             Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
-        let Command::Chaos(options) = Cli::parse_from(["local", "chaos", "--events", "300"]).command else { panic!() };
+        let Command::Chaos(options) = Cli::parse_from(["payments-local", "chaos", "--events", "300"]).command else { panic!() };
         assert_eq!((options.events, options.poison, options.seed, options.crash_per_mille), (300, 10, 42, 40));
         assert_eq!(options.kafka_reading, esm::kafka::Reading::PerRecord, "the harsher reading unless asked");
-        let line = ["local", "chaos", "--kafka-reading", "resume"];
+        let line = ["payments-local", "chaos", "--kafka-reading", "resume"];
         let Command::Chaos(options) = Cli::parse_from(line).command else { panic!() };
         assert_eq!(options.kafka_reading, esm::kafka::Reading::Resume);
-        let Command::Kafka(args) = Cli::parse_from(["local", "kafka", "--reading", "per-record"]).command else {
+        let Command::Kafka(args) = Cli::parse_from(["payments-local", "kafka", "--reading", "per-record"]).command else {
             panic!()
         };
         assert_eq!(args.reading, esm::kafka::Reading::PerRecord);
@@ -632,19 +565,21 @@ mod tests {
     #[test]
     fn an_unknown_or_misspelt_flag_is_an_error() {
         for line in [
-            "local demo --event 10",
-            "local chaos --seeds 1",
-            "local up --verbose",
-            "local sned",
-            "local up --function OrdersFunction",
-            "local run --bin target/debug/orders-consumer",
-            "local send --template template.json --file events/order.json",
-            "local replay-parked --function kafka-consumer",
+            "payments-local demo --event 10",
+            "payments-local chaos --seeds 1",
+            "payments-local up --verbose",
+            "payments-local sned",
+            "payments-local up --function OrdersFunction",
+            "payments-local run --bin target/debug/orders-consumer",
+            "payments-local up --template template.json",
+            "payments-local replay-stream --source orders",
+            "payments-local send --template template.json --file events/order.json",
+            "payments-local replay-parked --function kafka-consumer",
         ] {
             assert!(Cli::try_parse_from(line.split(' ')).is_err(), "{line} parsed");
         }
         assert!(
-            Cli::try_parse_from(["local", "send", "--file", "x.json", "--events", "3"]).is_err(),
+            Cli::try_parse_from(["payments-local", "send", "--file", "x.json", "--events", "3"]).is_err(),
             "file or workload"
         );
     }

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use effectively_once_effects::{Policy, SesSender};
 use payments_consumer::Payments;
 
-use crate::error::{Result, ResultExt};
-use crate::esm::Feed;
+use local::error::{Result, ResultExt};
+use local::esm::Feed;
 use crate::invariants::{self, Audit, Table};
-use crate::invoke::{Ordered, Panicking};
+use local::invoke::Ordered;
+use crate::panicking::Panicking;
 use crate::pipeline::Pipeline;
-use crate::progress::Tracker;
-use crate::proxy::{NoFaults, Proxy, RefuseRecipients};
+use local::progress::Tracker;
+use local::proxy::{NoFaults, Proxy, RefuseRecipients};
 use crate::resources::RECEIPT_FROM;
 use crate::workload::{self, Workload, REFUSED_PREFIX};
 
@@ -109,9 +110,9 @@ pub async fn run(pipeline: &Pipeline, workload: &Workload, pollers: usize) -> Re
     let mut tracker = Tracker::new(plan.deliveries.len() + plan.poison.len() * max_receive_count.saturating_sub(1));
     // The producer sends as the consumers run, a little faster than they drain.
     let mut feed = Feed::new(plan.deliveries.clone(), 12 * esm.pollers);
-    let redriven = esm.run_and_redrive(pipeline, &mut feed, &mut tracker).await?;
+    let redriven = esm.run_and_redrive(&pipeline.clients, &mut feed, &mut tracker).await?;
     tracker.finish();
-    let counts = esm.payments.counts();
+    let counts = esm.on_queue.counts();
     // Refusals are the demo's only faults: no receipt may end AMBIGUOUS.
     let audit = invariants::audit(pipeline, &plan, &workload.run, 0).await?;
     Ok(Summary {

@@ -1,21 +1,20 @@
-//! The local pipeline as one value: the SDK clients and the resources they reach (tables,
-//! queues), and the functions and the emulator built on them.
+//! The payments pipeline on the local AWS as one value: the SDK clients and the resources they
+//! reach (tables, queues), and the payments functions, in process, and the emulator built on
+//! them.
 
 use std::time::Duration;
 
 use effectively_once::{Config, Idempotency};
-use effectively_once_dynamodb::{DynamoDbStore, Table};
+use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{EmailSender, Policy, SesSender};
 use effectively_once_lambda::metrics::Emf;
-use effectively_once_lambda::Typed;
-use kinesis_consumer::Orders;
+use local::error::Result;
+use local::esm::{Emulator, SqsMapping, StreamMapping};
+use local::invoke::{InProcess, Ordered, SqsFunction, StreamFunction};
 use payments::Ledger;
 use payments_consumer::Payments;
 use receipts_relay::{Alerts, Receipts, Sweep, Sweeper};
 
-use crate::error::Result;
-use crate::esm::Emulator;
-use crate::invoke::{InProcess, Ordered, SqsFunction, StreamFunction};
 use crate::resources::{self, Clients, Resources, RECEIPT_FROM};
 
 /// One set of local resources and the clients that reach them.
@@ -106,20 +105,20 @@ impl Pipeline {
         Receipts::new(markers, sender, &self.resources.outbox_table, policy)
     }
 
-    /// The in-process Kinesis consumer, as its `main` wires it: orders into the orders table,
-    /// confirmations through the local SES.
-    pub fn orders(&self) -> InProcess<Typed<Orders<SesSender>>> {
-        let store = DynamoDbStore::new(self.clients.dynamodb.clone(), &self.resources.idempotency_table);
-        let orders = Orders {
-            idempotency: Idempotency::new(store, Config::default()),
-            orders: Table::new(&self.resources.orders_table, "pk"),
-            sender: SesSender::new(self.clients.ses.clone(), RECEIPT_FROM),
-        };
-        InProcess::new(Typed(orders), "kinesis-consumer").park_in(&self.clients.sqs, &self.resources.orders_park_url)
+    /// The emulator's two mappings on these resources, invoking `payments` and `relay`.
+    /// The template's mappings: the queue's, its DLQ after `maxReceiveCount` receives; the
+    /// outbox stream's, discarding to its on-failure queue.
+    pub fn emulator<P: SqsFunction, R: StreamFunction>(&self, payments: P, relay: R) -> Emulator<P, R> {
+        let r = &self.resources;
+        let sqs = SqsMapping::with(&r.queue_url, &resources::mapping("PaymentsQueue"));
+        let stream = self.outbox_mapping();
+        Emulator::new(sqs, stream, payments, relay).dead_letter(&r.dlq_url, r.max_receive_count)
     }
 
-    /// The emulator's two mappings on these resources, invoking `payments` and `relay`.
-    pub fn emulator<P: SqsFunction, R: StreamFunction>(&self, payments: P, relay: R) -> Emulator<P, R> {
-        Emulator::new(&self.resources, payments, relay)
+    /// The template's outbox stream mapping (batch size, retries, record age, bisection,
+    /// response types, filter), discarding to its on-failure queue.
+    pub fn outbox_mapping(&self) -> StreamMapping {
+        let r = &self.resources;
+        StreamMapping::with(&r.outbox_table, &resources::mapping("OutboxTable"), Some(r.failures_url.clone()))
     }
 }

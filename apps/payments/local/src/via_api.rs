@@ -16,11 +16,11 @@ use futures_util::StreamExt;
 use payments::PaymentEvent;
 use payments_api::{Api, SqsQueue};
 
-use crate::api::{post, serve, Reply, Server};
-use crate::error::{Result, ResultExt};
+use local::api::{post, serve, Reply, Server};
+use local::error::{Result, ResultExt};
 use crate::invariants::{self, Audit, Check, Table};
 use crate::pipeline::Pipeline;
-use crate::proxy::{Fault, Proxy, RandomFaults};
+use local::proxy::{Fault, Proxy, RandomFaults};
 use crate::workload::{self, Workload};
 
 /// What the clients and the API's queue are put through.

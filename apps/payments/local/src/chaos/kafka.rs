@@ -23,10 +23,11 @@ use kafka_consumer::Payments;
 use payments::Posting;
 
 use super::{Crashes, Options};
-use crate::error::{Result, ResultExt};
-use crate::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer};
-use crate::esm::Replayed;
-use crate::invoke::{KafkaFunction, Ordered, Panicking};
+use local::error::{Result, ResultExt};
+use local::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer};
+use local::esm::Replayed;
+use local::invoke::{KafkaFunction, Ordered};
+use crate::panicking::Panicking;
 use crate::pipeline::Pipeline;
 use crate::resources::Clients;
 pub use plan::{Attempt, KafkaPlan, PaymentKind};
@@ -99,7 +100,9 @@ pub(super) async fn run(
     let queue = pipeline.clients.sqs.create_queue().queue_name(failure_queue(run_id)).send().await;
     let queue = queue.context("create the Kafka on-failure destination")?;
     let group = format!("chaos-{run_id}-group");
-    let mut mapping = KafkaMapping::new(&bootstrap, &topic, &group, queue.queue_url().map(str::to_owned));
+    let settings = crate::resources::mapping(crate::resources::KAFKA_CLUSTER);
+    let failures = queue.queue_url().map(str::to_owned);
+    let mut mapping = KafkaMapping::new(&bootstrap, &topic, &group, None).with_settings(&settings, failures);
     // Batches of ten, not the template's hundred: a run of a hundred records has many
     // invocations to crash, stall and retry.
     mapping.settings.batch_size = 10;

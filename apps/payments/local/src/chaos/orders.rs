@@ -2,11 +2,13 @@
 //! (producer retries under new sequence numbers, some under another partition key; several
 //! orders per key; poison records, which the consumer parks in its park queue; refused
 //! confirmation addresses; a shard split while records
-//! are in flight), and the Kinesis orders consumer (`examples/kinesis-consumer`) runs in process
-//! through the Kinesis mapping emulator, its AWS calls through the fault proxy, with crashes
+//! are in flight), and an orders consumer ([`function`]) runs in process through the local AWS
+//! tool's Kinesis mapping emulator, its AWS calls through the fault proxy, with crashes
 //! after the commit and panics in records, two mappings on the stream at once. The on-failure
 //! destination is replayed at the end, as the SQS path redrives its DLQ. What came of it is read
 //! back by [`crate::invariants::orders`].
+
+mod function;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,16 +22,19 @@ use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::{DynamoDbStore, Table};
 use effectively_once_effects::SesSender;
 use effectively_once_lambda::Typed;
-use kinesis_consumer::{Order, Orders};
 use serde_json::json;
 
 use super::Crashes;
-use crate::error::{Result, ResultExt};
-use crate::esm::{poll_kinesis, replay_kinesis_failures, KinesisMapping, Replayed};
-use crate::invoke::{InProcess, KinesisFunction, Panicking};
+use local::error::{Result, ResultExt};
+use local::esm::{poll_kinesis, replay_kinesis_failures, KinesisMapping, Replayed};
+use local::invoke::{InProcess, KinesisFunction};
+use local::resources::{create_stream, local_name, Clients};
+use local::rng::Rng;
+
+pub use self::function::{Order, Orders};
+use crate::panicking::Panicking;
 use crate::pipeline::Pipeline;
 use crate::resources::RECEIPT_FROM;
-use crate::rng::Rng;
 use crate::workload::{PANIC_ALWAYS, PANIC_ONCE, REFUSED_PREFIX};
 
 /// What a valid order put on the stream exercises.
@@ -244,11 +249,55 @@ impl<F: KinesisFunction> KinesisFunction for CrashingOrders<F> {
 
 type Function = CrashingOrders<InProcess<Panicking<Typed<Orders<SesSender>>>>>;
 
+/// The stream path's own resources, created for the run: the payments template deploys no
+/// Kinesis function.
+#[derive(Debug, Clone, Default)]
+pub struct OrdersResources {
+    /// The orders stream's name.
+    pub stream: String,
+    /// The orders table.
+    pub table: String,
+    /// The mappings' on-failure destination.
+    pub failures_url: String,
+    /// The consumer's park queue (its `PARK_QUEUE_URL`).
+    pub park_url: String,
+}
+
+impl OrdersResources {
+    /// Creates the stream (one shard), the table and the two queues under `prefix`.
+    pub async fn up(clients: &Clients, prefix: &str) -> Result<OrdersResources> {
+        let stream = local_name(prefix, "OrdersStream");
+        create_stream(&clients.kinesis, &stream, 1).await?;
+        let table = format!("{stream}-table");
+        create_table(&clients.dynamodb, &table).await?;
+        let queue = |id: &str| {
+            let name = local_name(prefix, id);
+            async move {
+                let out = clients.sqs.create_queue().queue_name(&name).send().await.context(format!("create queue {name}"))?;
+                Ok::<_, local::Error>(out.queue_url().unwrap_or_default().to_owned())
+            }
+        };
+        let (failures_url, park_url) = (queue("OrdersFailureQueue").await?, queue("OrdersParkQueue").await?);
+        Ok(OrdersResources { stream, table, failures_url, park_url })
+    }
+
+    /// Deletes what [`OrdersResources::up`] created.
+    pub async fn down(&self, clients: &Clients) {
+        clients.kinesis.delete_stream().stream_name(&self.stream).send().await.ok();
+        clients.dynamodb.delete_table().table_name(&self.table).send().await.ok();
+        for url in [&self.failures_url, &self.park_url] {
+            clients.sqs.delete_queue().queue_url(url).send().await.ok();
+        }
+    }
+}
+
 /// What the stream path did.
 #[derive(Debug, Clone, Default)]
 pub struct OrdersRun {
     /// What was put.
     pub plan: OrdersPlan,
+    /// The stream, its queues and the orders table, created for the run.
+    pub resources: OrdersResources,
     /// The orders table (created for the run).
     pub table: String,
     /// Records delivered to the function, both mappings, redeliveries included.
@@ -280,19 +329,19 @@ async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str) -> Result
 fn function(
     pipeline: &Pipeline,
     sdk: &aws_config::SdkConfig,
-    table: &str,
+    resources: &OrdersResources,
     crashes: &Arc<Crashes>,
     per_mille: u64,
 ) -> Function {
     let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(sdk), &pipeline.resources.idempotency_table);
     let orders = Orders {
         idempotency: Idempotency::new(store, Config::default()),
-        orders: Table::new(table, "pk"),
+        orders: Table::new(&resources.table, "pk"),
         sender: SesSender::new(aws_sdk_sesv2::Client::new(sdk), RECEIPT_FROM),
     };
-    let park = &pipeline.resources.orders_park_url;
+    let park = &resources.park_url;
     let inner =
-        InProcess::new(Panicking::new(Typed(orders)), "kinesis-consumer").park_in(&aws_sdk_sqs::Client::new(sdk), park);
+        InProcess::new(Panicking::new(Typed(orders)), "orders-consumer").park_in(&aws_sdk_sqs::Client::new(sdk), park);
     CrashingOrders { inner, crashes: crashes.clone(), per_mille }
 }
 
@@ -324,23 +373,23 @@ async fn split(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> Result<usize>
     Ok(after.shards().len())
 }
 
-/// The run's orders table: the template has none for the example consumer.
-pub(super) fn table_name(pipeline: &Pipeline) -> String {
-    format!("{}-table", pipeline.resources.orders_stream)
+impl OrdersRun {
+    /// A run of `plan` on `resources`, nothing done yet.
+    pub fn new(plan: OrdersPlan, resources: OrdersResources) -> Self {
+        let table = resources.table.clone();
+        OrdersRun { plan, resources, table, ..OrdersRun::default() }
+    }
 }
 
-/// The stream path of a chaos run, on `pipeline`'s orders stream, with a table of its own.
+/// The stream path of a chaos run, `run` on its own resources.
 pub(super) async fn run(
     pipeline: &Pipeline,
     sdk: &aws_config::SdkConfig,
     crashes: &Arc<Crashes>,
-    plan: OrdersPlan,
+    mut run: OrdersRun,
     crash_per_mille: u64,
 ) -> Result<OrdersRun> {
-    let table = table_name(pipeline);
-    create_table(&pipeline.clients.dynamodb, &table).await?;
-    let function = function(pipeline, sdk, &table, crashes, crash_per_mille);
-    let mut run = OrdersRun { plan, table, ..OrdersRun::default() };
+    let function = function(pipeline, sdk, &run.resources, crashes, crash_per_mille);
     drive(pipeline, &function, &mut run).await?;
     Ok(run)
 }
@@ -348,12 +397,10 @@ pub(super) async fn run(
 /// Produces and consumes until drained, replays the destination, drains again, and reads how
 /// much either mapping left unread.
 async fn drive(pipeline: &Pipeline, function: &Function, run: &mut OrdersRun) -> Result<()> {
-    let (clients, resources) = (&pipeline.clients, &pipeline.resources);
-    let failures = Some(resources.orders_failures_url.clone());
-    let mut mappings = [
-        KinesisMapping::new(&resources.orders_stream, failures.clone()),
-        KinesisMapping::new(&resources.orders_stream, failures),
-    ];
+    let clients = &pipeline.clients;
+    let stream = run.resources.stream.clone();
+    let failures = Some(run.resources.failures_url.clone());
+    let mut mappings = [KinesisMapping::new(&stream, failures.clone()), KinesisMapping::new(&stream, failures)];
     let started = Instant::now();
     let mut next = 0;
     let per_round = 25;
@@ -361,9 +408,9 @@ async fn drive(pipeline: &Pipeline, function: &Function, run: &mut OrdersRun) ->
     while idle < 2 {
         if next < run.plan.puts.len() {
             let end = (next + per_round).min(run.plan.puts.len());
-            put(&clients.kinesis, &resources.orders_stream, &run.plan.puts[next..end]).await?;
+            put(&clients.kinesis, &stream, &run.plan.puts[next..end]).await?;
             if next < run.plan.puts.len() / 2 && end >= run.plan.puts.len() / 2 {
-                run.shards = split(&clients.kinesis, &resources.orders_stream).await?;
+                run.shards = split(&clients.kinesis, &stream).await?;
             }
             next = end;
         }

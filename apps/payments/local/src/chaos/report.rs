@@ -121,7 +121,7 @@ pub struct KafkaReport {
     /// Distinct payments and poison values, `kind | outcome read back`, counted.
     pub outcomes: BTreeMap<String, usize>,
     /// How the mapping read the answers' named records.
-    pub reading: crate::esm::kafka::Reading,
+    pub reading: local::esm::kafka::Reading,
 }
 
 impl KafkaReport {

@@ -8,7 +8,7 @@ use payments::{PaymentEvent, Posting, Rejection};
 
 use super::read::{s, ReadBack};
 use super::Check;
-use crate::error::Result;
+use local::error::Result;
 use crate::workload::{Fate, Kind, Plan, Sent};
 
 /// What one body came to, read back: each fate found, with its label.

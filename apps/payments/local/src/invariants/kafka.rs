@@ -13,7 +13,7 @@ use super::read::{account, batch_get, s, Account, Item};
 use super::{Check, Tally};
 use crate::chaos::kafka::plan::Poison;
 use crate::chaos::kafka::{KafkaRun, PaymentKind};
-use crate::error::Result;
+use local::error::Result;
 use crate::pipeline::Pipeline;
 
 /// What the Kafka path left, read back.
@@ -44,13 +44,13 @@ impl KafkaReadBack {
         let keys = ids.map(|id| format!("payments#{id}")).collect();
         let records = batch_get(clients, &pipeline.resources.idempotency_table, "id", keys).await?;
         let destination = match &run.mapping.settings.failures_url {
-            Some(url) => crate::esm::peek_bodies(clients, url).await?.len(),
+            Some(url) => local::esm::peek_bodies(clients, url).await?.len(),
             None => 0,
         };
-        let parcels = crate::park::parcels(clients, &pipeline.resources.kafka_park_url).await?;
+        let parcels = local::park::parcels(clients, &pipeline.resources.kafka_park_url).await?;
         let count = parcels.len();
-        let parked = crate::park::distinct(parcels).into_iter();
-        let parked = parked.map(|(at, p)| (at, crate::park::payload(&p).unwrap_or_default())).collect();
+        let parked = local::park::distinct(parcels).into_iter();
+        let parked = parked.map(|(at, p)| (at, local::park::payload(&p).unwrap_or_default())).collect();
         Ok(KafkaReadBack { accounts, records, destination, parked, parcels: count })
     }
 

@@ -1,6 +1,6 @@
 //! The invariants of a run, read back from what the pipeline left: ledger entries and balances,
 //! the outcomes recorded in the idempotency table, outbox rows, email markers, the DLQ, the park
-//! queues ([`crate::park`]) and the emails the local SES accepted. Never from the plan's expectations: a plan says what was sent,
+//! queues ([`local::park`]) and the emails the local SES accepted. Never from the plan's expectations: a plan says what was sent,
 //! the tables say what came of it. The demo and the chaos scenario both end with [`audit`], and
 //! both render their reports with [`Table`].
 //!
@@ -16,7 +16,7 @@ mod receipts;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::error::Result;
+use local::error::Result;
 use crate::pipeline::Pipeline;
 use crate::workload::{Kind, Plan};
 
@@ -228,9 +228,9 @@ pub async fn audit(pipeline: &Pipeline, plan: &Plan, run: &str, ambiguous_explai
 /// The receipts relay's park queue, read back: empty. No receipt fails for good here (a refused
 /// address is recorded on its row, a fault retried), so a parked receipt is one no row explains.
 async fn relay_parked_nothing(pipeline: &Pipeline) -> Result<Check> {
-    let parcels = crate::park::parcels(&pipeline.clients, &pipeline.resources.receipts_park_url).await?;
+    let parcels = local::park::parcels(&pipeline.clients, &pipeline.resources.receipts_park_url).await?;
     let count = parcels.len();
-    let parked = crate::park::distinct(parcels);
+    let parked = local::park::distinct(parcels);
     let reasons: Vec<&str> = parked.values().map(|p| p.reason.as_str()).take(3).collect();
     Ok(Check::new(
         "the receipts relay (DynamoDB Streams) parked nothing: no receipt failed for good",

@@ -13,7 +13,7 @@ use effectively_once_effects::SendOutcome;
 use super::read::{batch_get, n, s, Item};
 use super::{Check, Tally};
 use crate::chaos::orders::{email_domain, OrderKind, OrdersRun};
-use crate::error::{Result, ResultExt};
+use local::error::{Result, ResultExt};
 use crate::pipeline::Pipeline;
 use crate::workload::REFUSED_PREFIX;
 
@@ -48,16 +48,16 @@ impl OrdersReadBack {
         let mut ids: Vec<&str> = run.plan.orders.iter().map(|o| o.order.order_id.as_str()).collect();
         ids.extend(run.plan.poison.iter().filter_map(|p| p.order_id.as_deref()));
         let keys = |prefix: &str| ids.iter().map(|id| format!("{prefix}#{id}")).collect::<Vec<_>>();
-        let bodies = crate::esm::peek_bodies(clients, &pipeline.resources.orders_failures_url).await?;
+        let bodies = local::esm::peek_bodies(clients, &run.resources.failures_url).await?;
         let mut destination = Vec::new();
         for body in &bodies {
-            destination.push(crate::esm::discarded_records(clients, body).await?);
+            destination.push(local::esm::discarded_records(clients, body).await?);
         }
         let discarded = destination.iter().flatten().cloned().collect();
-        let parcels = crate::park::parcels(clients, &pipeline.resources.orders_park_url).await?;
+        let parcels = local::park::parcels(clients, &run.resources.park_url).await?;
         let count = parcels.len();
-        let parked = crate::park::distinct(parcels).into_iter();
-        let parked = parked.map(|(at, p)| (at, crate::park::payload(&p).unwrap_or_default())).collect();
+        let parked = local::park::distinct(parcels).into_iter();
+        let parked = parked.map(|(at, p)| (at, local::park::payload(&p).unwrap_or_default())).collect();
         let domain = format!("@{}", email_domain(run_id));
         let mut emails_to: HashMap<String, usize> = HashMap::new();
         for to in super::sent_emails()?.into_iter().filter(|to| to.ends_with(&domain)) {

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::StreamExt;
 
 use super::Check;
-use crate::error::{Result, ResultExt};
+use local::error::{Result, ResultExt};
 use crate::pipeline::Pipeline;
 use crate::resources::Clients;
 use crate::workload::Plan;
@@ -82,7 +82,7 @@ impl ReadBack {
         with_email.sort();
         with_email.dedup();
         let idempotency = resources.idempotency_table.as_str();
-        let dlq_bodies = crate::esm::peek_bodies(clients, &resources.dlq_url).await?;
+        let dlq_bodies = local::esm::peek_bodies(clients, &resources.dlq_url).await?;
         Ok(ReadBack {
             ledger: ledger(clients, &resources.ledger_table, plan).await?,
             records: batch_get(clients, idempotency, "id", keys("payments#", &ids)).await?,

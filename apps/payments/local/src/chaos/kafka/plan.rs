@@ -7,7 +7,7 @@
 use payments::PaymentEvent;
 use serde_json::json;
 
-use crate::rng::Rng;
+use local::rng::Rng;
 use crate::workload::PANIC_ALWAYS;
 
 /// What a payment written to the topic exercises.
