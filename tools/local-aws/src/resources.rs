@@ -131,7 +131,11 @@ impl MappingSettings {
     /// batch, retried until the record is 6 h old: well inside the stream's 24 h retention, so a
     /// discarded batch can still be replayed from the stream.
     pub fn dynamodb_stream() -> Self {
-        MappingSettings { bisect_batch_on_function_error: true, maximum_record_age_seconds: Some(21_600), ..Self::sqs() }
+        MappingSettings {
+            bisect_batch_on_function_error: true,
+            maximum_record_age_seconds: Some(21_600),
+            ..Self::sqs()
+        }
     }
 
     /// A Kinesis or Kafka mapping with `ReportBatchItemFailures` and bisection, 100 records a
@@ -336,7 +340,6 @@ fn global_index(index: &Value) -> Result<GlobalSecondaryIndex> {
     Ok(built.projection(kind.build()).build()?)
 }
 
-
 #[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
@@ -374,10 +377,16 @@ mod tests {
         assert_eq!((orders.batch_size, orders.maximum_retry_attempts), (100, Some(5)));
         assert_eq!(orders.maximum_record_age_seconds, Some(3600));
         assert_eq!(orders.on_failure.as_deref(), Some("OrdersFailureQueue"));
-        assert_eq!(orders, super::MappingSettings { on_failure: orders.on_failure.clone(), ..super::MappingSettings::kinesis() });
+        assert_eq!(
+            orders,
+            super::MappingSettings { on_failure: orders.on_failure.clone(), ..super::MappingSettings::kinesis() }
+        );
         // Absent properties take Lambda's defaults: 10 a batch on a queue, answers not read.
         let queue = super::mapping_settings(&template(), "OrdersQueue").unwrap();
-        assert_eq!((queue.batch_size, queue.report_batch_item_failures, queue.maximum_retry_attempts), (10, false, None));
+        assert_eq!(
+            (queue.batch_size, queue.report_batch_item_failures, queue.maximum_retry_attempts),
+            (10, false, None)
+        );
         assert!(super::mapping_settings(&template(), "Nowhere").is_err());
     }
 }

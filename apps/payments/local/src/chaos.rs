@@ -24,20 +24,20 @@ use effectively_once_effects::{EmailMessage, EmailSender, Policy, SesSender};
 use payments_consumer::Payments;
 use receipts_relay::Receipts;
 
-use local::error::Result;
-use local::esm::kafka::Reading;
-use local::esm::{Emulator, Feed};
 use crate::invariants::kafka::KafkaReadBack;
 use crate::invariants::orders::OrdersReadBack;
 use crate::invariants::{self, Audit, Tally};
-use local::invoke::{InProcess, Ordered, SqsFunction, StreamFunction};
 use crate::panicking::Panicking;
 use crate::pipeline::Pipeline;
+use crate::resources::{Clients, RECEIPT_FROM};
+use crate::workload::{self, Workload, REFUSED_PREFIX};
+use local::error::Result;
+use local::esm::kafka::Reading;
+use local::esm::{Emulator, Feed};
+use local::invoke::{InProcess, Ordered, SqsFunction, StreamFunction};
 use local::progress::Tracker;
 use local::proxy::{Fault, Proxy, RandomFaults, RefuseRecipients};
-use crate::resources::{Clients, RECEIPT_FROM};
 use local::rng::SharedRng;
-use crate::workload::{self, Workload, REFUSED_PREFIX};
 pub use report::{KafkaReport, OrdersReport, Report};
 
 /// Scenario settings: `local chaos`'s flags.

@@ -246,10 +246,7 @@ impl Command {
                 Ok(())
             }
             Command::Env(t) => {
-                print!(
-                    "{}",
-                    resources::lambda_env(&Pipeline::find(clients, &t.prefix).await?.resources, &endpoint())
-                );
+                print!("{}", resources::lambda_env(&Pipeline::find(clients, &t.prefix).await?.resources, &endpoint()));
                 Ok(())
             }
             Command::Send(args) => send(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
@@ -275,7 +272,10 @@ fn up(pipeline: &Pipeline) -> Result<()> {
     std::fs::create_dir_all(".local-aws").context(".local-aws")?;
     std::fs::write(".local-aws/lambda.env", resources::lambda_env(r, &endpoint())).context(".local-aws/lambda.env")?;
     println!("local AWS at {}: resources from apps/payments/template.json", endpoint());
-    println!("  tables  {}, {}, {} (stream on {})", r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table);
+    println!(
+        "  tables  {}, {}, {} (stream on {})",
+        r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table
+    );
     println!(
         "  queues  {} (DLQ {} after {} receives), {}",
         r.queue_url, r.dlq_url, r.max_receive_count, r.failures_url
@@ -550,13 +550,16 @@ mod tests {
         ] {
             Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
-        let Command::Chaos(options) = Cli::parse_from(["payments-local", "chaos", "--events", "300"]).command else { panic!() };
+        let Command::Chaos(options) = Cli::parse_from(["payments-local", "chaos", "--events", "300"]).command else {
+            panic!()
+        };
         assert_eq!((options.events, options.poison, options.seed, options.crash_per_mille), (300, 10, 42, 40));
         assert_eq!(options.kafka_reading, esm::kafka::Reading::PerRecord, "the harsher reading unless asked");
         let line = ["payments-local", "chaos", "--kafka-reading", "resume"];
         let Command::Chaos(options) = Cli::parse_from(line).command else { panic!() };
         assert_eq!(options.kafka_reading, esm::kafka::Reading::Resume);
-        let Command::Kafka(args) = Cli::parse_from(["payments-local", "kafka", "--reading", "per-record"]).command else {
+        let Command::Kafka(args) = Cli::parse_from(["payments-local", "kafka", "--reading", "per-record"]).command
+        else {
             panic!()
         };
         assert_eq!(args.reading, esm::kafka::Reading::PerRecord);

@@ -9,16 +9,16 @@ use std::time::{Duration, Instant};
 use effectively_once_effects::{Policy, SesSender};
 use payments_consumer::Payments;
 
-use local::error::{Result, ResultExt};
-use local::esm::Feed;
 use crate::invariants::{self, Audit, Table};
-use local::invoke::Ordered;
 use crate::panicking::Panicking;
 use crate::pipeline::Pipeline;
-use local::progress::Tracker;
-use local::proxy::{NoFaults, Proxy, RefuseRecipients};
 use crate::resources::RECEIPT_FROM;
 use crate::workload::{self, Workload, REFUSED_PREFIX};
+use local::error::{Result, ResultExt};
+use local::esm::Feed;
+use local::invoke::Ordered;
+use local::progress::Tracker;
+use local::proxy::{NoFaults, Proxy, RefuseRecipients};
 
 /// The payments function as the demo runs it: the real handler behind [`Panicking`], which
 /// panics where the workload marks an event id (the chaos scenario wraps it the same way,

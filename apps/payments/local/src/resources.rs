@@ -4,10 +4,10 @@
 
 use serde_json::Value;
 
-pub use local::resources::{local_name, Clients, MappingSettings};
-use local::resources::{existing_queues, mapping_settings, number};
-use local::template::{self, Own};
 use local::error::{Result, ResultExt};
+use local::resources::{existing_queues, mapping_settings, number};
+pub use local::resources::{local_name, Clients, MappingSettings};
+use local::template::{self, Own};
 
 /// The deployment template, compiled in.
 pub const TEMPLATE: &str = include_str!("../../template.json");

@@ -16,12 +16,12 @@ use futures_util::StreamExt;
 use payments::PaymentEvent;
 use payments_api::{Api, SqsQueue};
 
-use local::api::{post, serve, Reply, Server};
-use local::error::{Result, ResultExt};
 use crate::invariants::{self, Audit, Check, Table};
 use crate::pipeline::Pipeline;
-use local::proxy::{Fault, Proxy, RandomFaults};
 use crate::workload::{self, Workload};
+use local::api::{post, serve, Reply, Server};
+use local::error::{Result, ResultExt};
+use local::proxy::{Fault, Proxy, RandomFaults};
 
 /// What the clients and the API's queue are put through.
 #[derive(Debug, Clone)]

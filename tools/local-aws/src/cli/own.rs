@@ -7,11 +7,11 @@ use effectively_once_dynamodb::testing::endpoint;
 
 use super::{OwnTarget, RunArgs, SendArgs};
 use crate::error::{Result, ResultExt};
+use crate::esm::queue;
 use crate::invoke::Http;
 use crate::resources::Clients;
 use crate::runtime::{Hosted, Process};
 use crate::template::{self, Own};
-use crate::esm::queue;
 
 /// How long `run` waits for the queues to empty.
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);

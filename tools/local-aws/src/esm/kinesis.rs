@@ -39,7 +39,11 @@ impl KinesisMapping {
     /// Reads `stream` from `TRIM_HORIZON` as `mapping` says (a template's,
     /// [`crate::resources::mapping_settings`]); discarded batches go to `failures_url`.
     pub fn with(stream: impl Into<String>, mapping: &MappingSettings, failures_url: Option<String>) -> Self {
-        KinesisMapping { stream: stream.into(), settings: Settings::new(mapping, failures_url), checkpoints: Checkpoints::default() }
+        KinesisMapping {
+            stream: stream.into(),
+            settings: Settings::new(mapping, failures_url),
+            checkpoints: Checkpoints::default(),
+        }
     }
 }
 

@@ -179,7 +179,12 @@ impl<P: SqsFunction, R: StreamFunction> Emulator<P, R> {
 
     /// Runs `feed` until drained, then moves the DLQ ([`Emulator::dead_letter`]) back to the
     /// queue, as after a bug fix, and drains again. Returns how many messages the redrive moved.
-    pub async fn run_and_redrive(&mut self, clients: &Clients, feed: &mut Feed, tracker: &mut Tracker) -> Result<usize> {
+    pub async fn run_and_redrive(
+        &mut self,
+        clients: &Clients,
+        feed: &mut Feed,
+        tracker: &mut Tracker,
+    ) -> Result<usize> {
         let (dlq_url, max_receive_count) = self.dead_letter.clone().ok_or("the queue's mapping has no DLQ")?;
         let first = self.run_fed(clients, feed, |p| tracker.show(p)).await?;
         tracker.phase_done("producer and consumers until drained", first);

@@ -32,7 +32,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for Keyed {
 
 #[tokio::test]
 async fn in_process_keeps_the_handlers_key() {
-    let mut event: SqsEvent = serde_json::from_slice(include_bytes!("../../../events/sqs-payment.json")).unwrap();
+    let mut event: SqsEvent = serde_json::from_slice(include_bytes!("../../../../events/sqs-payment.json")).unwrap();
     let template = event.records[0].clone();
     event.records = (0..4)
         .map(|i| {

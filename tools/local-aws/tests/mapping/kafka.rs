@@ -20,10 +20,8 @@ use local::invoke::KafkaFunction;
 use local::resources::Clients;
 use serde_json::Value;
 
-mod common;
-
 /// A function answering call `n` (from 0) on a batch of (value, `topic-partition@offset`) pairs.
-type Script = common::Script<KafkaEventResponse>;
+type Script = crate::support::Script<KafkaEventResponse>;
 
 impl KafkaFunction for Script {
     async fn invoke(&self, event: KafkaEvent) -> local::Result<KafkaEventResponse> {

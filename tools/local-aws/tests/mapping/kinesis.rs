@@ -13,8 +13,6 @@ use local::invoke::KinesisFunction;
 use local::resources::Clients;
 use serde_json::Value;
 
-mod common;
-
 /// A stream of `shards` shards and a failure queue, both the test's own.
 async fn setup(shards: i32) -> (Clients, String, String) {
     let clients = Clients::local().await;
@@ -33,7 +31,7 @@ async fn put(clients: &Clients, stream: &str, keys: &[&str]) {
 }
 
 /// A function answering call `n` (from 0) on a batch of (data, sequence number) pairs.
-type Script = common::Script<KinesisEventResponse>;
+type Script = crate::support::Script<KinesisEventResponse>;
 
 impl KinesisFunction for Script {
     async fn invoke(&self, event: KinesisEvent) -> local::Result<KinesisEventResponse> {
@@ -101,7 +99,7 @@ async fn failure_records(clients: &Clients, url: &str) -> Vec<Value> {
 /// partition key, and a poison record that is not JSON.
 #[test]
 fn the_sample_event_is_a_kinesis_batch_of_orders_with_one_poison_record() {
-    let event: KinesisEvent = serde_json::from_str(include_str!("../../../events/kinesis-orders.json")).unwrap();
+    let event: KinesisEvent = serde_json::from_str(include_str!("../../../../events/kinesis-orders.json")).unwrap();
     let orders: Vec<Option<Value>> =
         event.records.iter().map(|r| serde_json::from_slice(&r.kinesis.data).ok()).collect();
     assert_eq!(orders.iter().filter(|o| o.is_none()).count(), 1, "one poison record");
@@ -118,11 +116,22 @@ fn the_sample_event_is_a_kinesis_batch_of_orders_with_one_poison_record() {
 }
 
 #[tokio::test]
-async fn the_mapping_takes_its_settings_from_the_template() {
+async fn the_mapping_takes_its_settings_from_the_defaults_or_a_template() {
     let mapping = KinesisMapping::new("s", None);
     let s = &mapping.settings;
     assert_eq!((s.batch_size, s.max_retries, s.max_record_age_seconds), (100, 5, Some(3600)));
     assert!(s.bisect_on_error && s.report_batch_item_failures);
+    // A user's template: its numbers, not the defaults.
+    let template = serde_json::json!({"Resources": {
+        "Orders": {"Type": "AWS::Kinesis::Stream"},
+        "Mapping": {"Type": "AWS::Lambda::EventSourceMapping", "Properties": {
+            "EventSourceArn": {"Fn::GetAtt": ["Orders", "Arn"]}, "BatchSize": 25, "MaximumRetryAttempts": 2,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"]}}}});
+    let settings = local::resources::mapping_settings(&template, "Orders").unwrap();
+    let mapping = KinesisMapping::with("s", &settings, None);
+    let s = &mapping.settings;
+    assert_eq!((s.batch_size, s.max_retries, s.max_record_age_seconds), (25, 2, None));
+    assert!(!s.bisect_on_error && s.report_batch_item_failures);
 }
 
 #[tokio::test]

@@ -18,11 +18,11 @@ use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use local::esm::{self, SqsMapping, StreamMapping};
 use local::invoke::{Http, InProcess, SqsFunction, StreamFunction};
-use local::resources::{self, Clients, Resources};
+use local::resources::Clients;
+
+use crate::support::{self, Resources};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-mod common;
 
 // ---------------------------------------------------------------------------------------------
 // SQS
@@ -175,12 +175,12 @@ async fn only_the_named_messages_return() {
 
 #[tokio::test]
 async fn without_report_batch_item_failures_the_answer_is_not_read() {
-    // The template turns ReportBatchItemFailures on; a mapping without it deletes the whole batch
+    // The default turns ReportBatchItemFailures on; a mapping without it deletes the whole batch
     // on any answer that is not an error, failures named or not.
     let clients = Clients::local().await;
     let url = queue_with(&clients, &["m1", "m2", "m3"]).await;
     let mut sqs = mapping(&url);
-    assert!(sqs.report_batch_item_failures, "the template's FunctionResponseTypes");
+    assert!(sqs.report_batch_item_failures, "the default FunctionResponseTypes");
     sqs.report_batch_item_failures = false;
     let function = SqsScript::new(|event| Ok(failing(&[event.records[0].message_id.as_deref().unwrap()])));
     let poll = esm::poll_sqs(&clients, &sqs, &function).await.unwrap();
@@ -191,7 +191,7 @@ async fn without_report_batch_item_failures_the_answer_is_not_read() {
 #[tokio::test]
 async fn a_bad_answer_every_time_sends_the_whole_batch_to_the_dlq() {
     let clients = Clients::local().await;
-    let r = resources::up(&clients, &unique_name("esm-dlq")).await.expect("local resources");
+    let r = support::up(&clients, &unique_name("esm-dlq")).await;
     for body in ["d1", "d2", "d3"] {
         clients.sqs.send_message().queue_url(&r.queue_url).message_body(body).send().await.unwrap();
     }
@@ -360,17 +360,17 @@ async fn fifo_the_mapping_deletes_what_the_answer_does_not_name() {
 
 async fn stream_setup() -> (Clients, Resources) {
     let clients = Clients::local().await;
-    let r = resources::up(&clients, &unique_name("esm-st")).await.expect("local resources");
+    let r = support::up(&clients, &unique_name("esm-st")).await;
     (clients, r)
 }
 
-/// Inserts items `keys` into the outbox table, one stream record each, in order.
+/// Inserts items `keys` into the table, one stream record each, in order.
 async fn insert(clients: &Clients, r: &Resources, keys: &[&str]) {
     for key in keys {
         clients
             .dynamodb
             .put_item()
-            .table_name(&r.outbox_table)
+            .table_name(&r.table)
             .item("pk", AttributeValue::S((*key).to_owned()))
             .send()
             .await
@@ -379,7 +379,7 @@ async fn insert(clients: &Clients, r: &Resources, keys: &[&str]) {
 }
 
 /// A stream function answering call `n` (from 0) on a batch of (key, sequence number) pairs.
-type StreamScript = common::Script<DynamoDbEventResponse>;
+type StreamScript = support::Script<DynamoDbEventResponse>;
 
 impl StreamFunction for StreamScript {
     async fn invoke(&self, event: Event) -> local::Result<DynamoDbEventResponse> {
@@ -445,8 +445,8 @@ async fn stream_retries_stop_at_the_maximum_and_the_rest_of_the_batch_goes_to_th
         // r2 fails every time; r1 succeeds.
         Ok(stream_failing(&[Some(seqs.get("r2").unwrap().as_str())]))
     });
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    // The template retries until the record age limit (-1); a finite MaximumRetryAttempts, as
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
+    // The default retries until the record age limit (-1); a finite MaximumRetryAttempts, as
     // another mapping may set, is what this test is about.
     stream.max_retries = 5;
     drain(&clients, &mut stream, &function).await;
@@ -464,7 +464,7 @@ async fn stream_retries_stop_at_the_maximum_and_the_rest_of_the_batch_goes_to_th
     let info = &record["DDBStreamBatchInfo"];
     assert_eq!(info["batchSize"], 2, "r2 and r3 behind it: r1 was checkpointed");
     assert!(info["shardId"].as_str().is_some_and(|s| !s.is_empty()));
-    assert!(info["streamArn"].as_str().is_some_and(|s| s.contains(&r.outbox_table)));
+    assert!(info["streamArn"].as_str().is_some_and(|s| s.contains(&r.table)));
     assert!(info["approximateArrivalOfFirstRecord"].as_str().is_some_and(|s| s.ends_with('Z')));
     // The checkpoint is past the discarded batch: a new record is delivered alone.
     insert(&clients, &r, &["r4"]).await;
@@ -479,8 +479,8 @@ async fn stream_records_older_than_the_maximum_age_are_discarded_unseen() {
     let (clients, r) = stream_setup().await;
     insert(&clients, &r, &["old1", "old2"]).await;
     let function = StreamScript::new(|_, _| Ok(DynamoDbEventResponse::default()));
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    assert_eq!(stream.max_record_age_seconds, Some(21_600), "the template's MaximumRecordAgeInSeconds");
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
+    assert_eq!(stream.max_record_age_seconds, Some(21_600), "the default MaximumRecordAgeInSeconds");
     // Six hours and a little later, by the mapping's clock: past the age limit, inside the
     // stream's 24 h retention.
     stream.clock = || SystemTime::now() + Duration::from_secs(21_600 + 60);
@@ -502,14 +502,14 @@ async fn stream_records_older_than_the_maximum_age_are_discarded_unseen() {
 /// DynamoDB Streams keeps a record 24 h. Past that, by the emulator's clock, it is trimmed:
 /// unreadable by the mapping (nothing is delivered, and nothing is left to discard) and by a
 /// replay of the on-failure destination, whose invocation record then names sequence numbers no
-/// read reaches and stays in the destination. The template's record age (6 h) discards a batch
+/// read reaches and stays in the destination. The default record age (6 h) discards a batch
 /// while it can still be replayed.
 #[tokio::test]
 async fn stream_records_past_the_retention_are_trimmed_for_the_mapping_and_for_a_replay() {
     let (clients, r) = stream_setup().await;
     insert(&clients, &r, &["r1", "r2"]).await;
     let function = StreamScript::new(|_, _| Ok(DynamoDbEventResponse::default()));
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
     stream.clock = || SystemTime::now() + Duration::from_secs(21_600 + 60);
     let poll = esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
     assert_eq!((poll.delivered, poll.given_up), (0, 2), "past the age limit: discarded, not yet trimmed");
@@ -518,7 +518,7 @@ async fn stream_records_past_the_retention_are_trimmed_for_the_mapping_and_for_a
     stream.clock = || SystemTime::now() + Duration::from_secs(86_400 + 60);
     let replayed = esm::replay_stream_failures(&clients, &stream, &function).await.unwrap();
     assert_eq!((replayed.batches, replayed.records, replayed.kept), (0, 0, 1), "nothing left to replay");
-    let mut fresh = StreamMapping::new(&r.outbox_table, None);
+    let mut fresh = StreamMapping::new(&r.table, None);
     fresh.clock = stream.clock;
     fresh.max_record_age_seconds = None;
     let poll = esm::poll_stream(&clients, &mut fresh, &function).await.unwrap();
@@ -530,7 +530,7 @@ async fn stream_records_past_the_retention_are_trimmed_for_the_mapping_and_for_a
     assert_eq!((replayed.batches, replayed.records, replayed.kept), (1, 2, 0));
 }
 
-/// The template's `MaximumRetryAttempts` is -1: "The default value is -1, which sets the maximum
+/// The default `MaximumRetryAttempts` is -1, as Lambda's: "The default value is -1, which sets the maximum
 /// number of retries to infinite. When MaximumRetryAttempts is infinite, Lambda retries failed
 /// records until the record expires in the event source"
 /// (<https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html>). A record that keeps
@@ -550,8 +550,8 @@ async fn stream_retries_without_limit_hold_the_shard_until_the_fault_clears_or_t
             None => DynamoDbEventResponse::default(),
         })
     });
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    assert_eq!(stream.max_retries, u32::MAX, "the template's -1");
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
+    assert_eq!(stream.max_retries, u32::MAX, "the default -1");
     for _ in 0..20 {
         esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
     }
@@ -591,8 +591,8 @@ async fn stream_bisection_isolates_the_failing_record_without_spending_retries()
             Ok(DynamoDbEventResponse::default())
         }
     });
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-    assert!(stream.bisect_on_error, "the template's BisectBatchOnFunctionError");
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
+    assert!(stream.bisect_on_error, "the default BisectBatchOnFunctionError");
     stream.max_retries = 5; // finite, so that the retries are seen to be spared
     drain(&clients, &mut stream, &function).await;
     let mut expected = keys(&[&["r1", "r2", "r3", "r4"], &["r1", "r2"], &["r3", "r4"]]);
@@ -618,7 +618,7 @@ async fn stream_checkpoint_is_the_lowest_failed_sequence_number() {
         0 => Ok(stream_failing(&[Some(seq_of(batch, "r4")), Some(seq_of(batch, "r2"))])),
         _ => Ok(DynamoDbEventResponse::default()),
     });
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
     drain(&clients, &mut stream, &function).await;
     assert_eq!(function.calls(), keys(&[&["r1", "r2", "r3", "r4"], &["r2", "r3", "r4"]]), "resumed at r2");
     assert!(failure_records(&clients, &r).await.is_empty());
@@ -636,7 +636,7 @@ async fn stream_unknown_or_empty_item_identifiers_fail_the_whole_batch() {
         2 => Ok(stream_failing(&[None])),
         _ => Ok(DynamoDbEventResponse::default()),
     });
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
     drain(&clients, &mut stream, &function).await;
     assert_eq!(function.calls(), keys(&[&["r1", "r2"], &["r1"], &["r1"], &["r1"], &["r2"]]));
     assert!(failure_records(&clients, &r).await.is_empty(), "within the retries: nothing discarded");
@@ -648,7 +648,7 @@ async fn stream_without_bisection_a_failed_batch_is_retried_whole() {
     insert(&clients, &r, &["r1", "r2"]).await;
     let function =
         StreamScript::new(|n, _| if n == 0 { Ok(stream_failing(&[Some("")])) } else { Ok(Default::default()) });
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
     stream.bisect_on_error = false;
     drain(&clients, &mut stream, &function).await;
     assert_eq!(function.calls(), keys(&[&["r1", "r2"], &["r1", "r2"]]));
@@ -665,7 +665,7 @@ async fn stream_replaying_the_failure_queue_delivers_the_discarded_records_and_e
             None => DynamoDbEventResponse::default(),
         })
     });
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    let mut stream = StreamMapping::new(&r.table, Some(r.failures_url.clone()));
     stream.max_retries = 1;
     drain(&clients, &mut stream, &broken).await;
     assert_eq!(failure_records(&clients, &r).await.len(), 1);

@@ -31,11 +31,24 @@ fn counting_endpoint() -> (String, Arc<AtomicUsize>) {
     (url, connections)
 }
 
-/// `local ARGS` with `endpoint` for every service and `sqs` for SQS alone, nothing else of the
-/// test's own endpoint settings.
+/// A template of a table and a queue, in a file of its own: `local down --template` reads it.
+fn template() -> String {
+    let path = std::env::temp_dir().join(effectively_once_dynamodb::testing::unique_name("remote-template"));
+    let template =
+        r#"{"Resources": {"Table": {"Type": "AWS::DynamoDB::Table"}, "Queue": {"Type": "AWS::SQS::Queue"}}}"#;
+    std::fs::write(&path, template).unwrap();
+    path.display().to_string()
+}
+
+/// `local ARGS --template PATH` with `endpoint` for every service and `sqs` for SQS alone,
+/// nothing else of the test's own endpoint settings.
 fn local(args: &[&str], endpoint: &str, sqs: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_local"));
-    command.args(args).env("AWS_ENDPOINT_URL", endpoint).env("AWS_ENDPOINT_URL_SQS", sqs);
+    command
+        .args(args)
+        .args(["--template", &template()])
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ENDPOINT_URL_SQS", sqs);
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy().into_owned();
         if (name.starts_with("AWS_ENDPOINT_URL_") && name != "AWS_ENDPOINT_URL_SQS") || name == "LOCAL_ALLOW_REMOTE" {

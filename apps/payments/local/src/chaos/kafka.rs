@@ -23,13 +23,13 @@ use kafka_consumer::Payments;
 use payments::Posting;
 
 use super::{Crashes, Options};
+use crate::panicking::Panicking;
+use crate::pipeline::Pipeline;
+use crate::resources::Clients;
 use local::error::{Result, ResultExt};
 use local::esm::kafka::{self, KafkaMapping, KafkaPoll, KafkaPoller, Outgoing, Producer};
 use local::esm::Replayed;
 use local::invoke::{KafkaFunction, Ordered};
-use crate::panicking::Panicking;
-use crate::pipeline::Pipeline;
-use crate::resources::Clients;
 pub use plan::{Attempt, KafkaPlan, PaymentKind};
 
 /// Partitions of the run's topic.

@@ -273,7 +273,13 @@ impl OrdersResources {
         let queue = |id: &str| {
             let name = local_name(prefix, id);
             async move {
-                let out = clients.sqs.create_queue().queue_name(&name).send().await.context(format!("create queue {name}"))?;
+                let out = clients
+                    .sqs
+                    .create_queue()
+                    .queue_name(&name)
+                    .send()
+                    .await
+                    .context(format!("create queue {name}"))?;
                 Ok::<_, local::Error>(out.queue_url().unwrap_or_default().to_owned())
             }
         };

@@ -8,8 +8,8 @@ use payments::{PaymentEvent, Posting, Rejection};
 
 use super::read::{s, ReadBack};
 use super::Check;
-use local::error::Result;
 use crate::workload::{Fate, Kind, Plan, Sent};
+use local::error::Result;
 
 /// What one body came to, read back: each fate found, with its label.
 struct Found {

@@ -13,8 +13,8 @@ use super::read::{account, batch_get, s, Account, Item};
 use super::{Check, Tally};
 use crate::chaos::kafka::plan::Poison;
 use crate::chaos::kafka::{KafkaRun, PaymentKind};
-use local::error::Result;
 use crate::pipeline::Pipeline;
+use local::error::Result;
 
 /// What the Kafka path left, read back.
 #[derive(Debug, Default)]

@@ -16,9 +16,9 @@ mod receipts;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use local::error::Result;
 use crate::pipeline::Pipeline;
 use crate::workload::{Kind, Plan};
+use local::error::Result;
 
 /// One invariant and whether it held.
 #[derive(Debug, Clone)]

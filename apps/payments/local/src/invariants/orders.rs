@@ -13,9 +13,9 @@ use effectively_once_effects::SendOutcome;
 use super::read::{batch_get, n, s, Item};
 use super::{Check, Tally};
 use crate::chaos::orders::{email_domain, OrderKind, OrdersRun};
-use local::error::{Result, ResultExt};
 use crate::pipeline::Pipeline;
 use crate::workload::REFUSED_PREFIX;
+use local::error::{Result, ResultExt};
 
 /// What the stream path left, read back.
 #[derive(Debug, Default)]

@@ -8,10 +8,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures_util::StreamExt;
 
 use super::Check;
-use local::error::{Result, ResultExt};
 use crate::pipeline::Pipeline;
 use crate::resources::Clients;
 use crate::workload::Plan;
+use local::error::{Result, ResultExt};
 
 pub(super) type Item = HashMap<String, AttributeValue>;
 

@@ -6,9 +6,9 @@ use std::process::Command;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
 use local::esm;
-use local::resources::{self, Clients};
-use local::workload;
 use payments::Ledger;
+use payments_local::resources::{self, Clients};
+use payments_local::workload;
 
 #[tokio::test]
 async fn a_process_killed_after_the_commit_and_before_the_ack_applies_nothing_twice() {
@@ -25,7 +25,7 @@ async fn a_process_killed_after_the_commit_and_before_the_ack_applies_nothing_tw
         .collect();
     workload::send(&clients.sqs, &r.queue_url, &bodies).await.unwrap();
 
-    let local = env!("CARGO_BIN_EXE_local");
+    let local = env!("CARGO_BIN_EXE_payments-local");
     let crashed =
         Command::new(local).args(["run", "--prefix", &prefix]).env("LOCAL_CRASH_AFTER_COMMIT", "1").output().unwrap();
     assert!(!crashed.status.success(), "the process died at the crash point");

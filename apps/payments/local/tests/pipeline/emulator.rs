@@ -16,11 +16,11 @@ use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::{Disposition, RecordError, RecordResult};
 use local::esm::{self, Emulator, SqsMapping, StreamMapping};
-use local::invariants::sent_emails;
 use local::invoke::{InProcess, KinesisFunction, SqsFunction, StreamFunction};
-use local::resources::{self, Clients, Resources};
-use local::{workload, Pipeline};
 use payments::{Ledger, PaymentEvent};
+use payments_local::invariants::sent_emails;
+use payments_local::resources::{self, Clients, Resources};
+use payments_local::{workload, Pipeline};
 
 async fn setup() -> (Clients, Resources) {
     let clients = Clients::local().await;
@@ -48,10 +48,8 @@ fn pipeline(clients: &Clients, r: &Resources) -> Pipeline {
 
 /// The emulator on `r`, one poller, failed messages back after a second, no on-failure queue.
 fn emulator<P: SqsFunction, R: StreamFunction>(r: &Resources, payments: P, relay: R) -> Emulator<P, R> {
-    let mut esm = Emulator::new(r, payments, relay);
-    esm.sqs = fast(&r.queue_url);
-    esm.stream = StreamMapping::new(&r.outbox_table, None);
-    esm
+    let stream = StreamMapping::with(&r.outbox_table, &resources::mapping("OutboxTable"), None);
+    Emulator::new(fast(&r.queue_url), stream, payments, relay).dead_letter(&r.dlq_url, r.max_receive_count)
 }
 
 /// The real payments handler, which first fails every message whose body contains `needle`
@@ -151,7 +149,7 @@ async fn a_relay_failure_holds_the_stream_checkpoint_until_it_succeeds() {
     }
     let inner = pipeline(&clients, &r).relay();
     let relay = InProcess::new(Flaky::new(inner.handler().clone(), &recipients[1], true), "t");
-    let mut stream = StreamMapping::new(&r.outbox_table, None);
+    let mut stream = StreamMapping::with(&r.outbox_table, &resources::mapping("OutboxTable"), None);
     let first = esm::poll_stream(&clients, &mut stream, &relay).await.unwrap();
     assert_eq!((first.delivered, first.failed_batches), (3, 1));
     assert_eq!(relay.handler().deliveries(&recipients[2]), 0, "nothing after the failed record in that batch");
@@ -229,7 +227,7 @@ async fn a_receipt_row_with_attributes_of_every_type_is_relayed() {
         }
     }
     let relay = InProcess::new(Images(pipeline(&clients, &r).relay().handler().clone(), Mutex::default()), "t");
-    let mut stream = StreamMapping::new(&r.outbox_table, None);
+    let mut stream = StreamMapping::with(&r.outbox_table, &resources::mapping("OutboxTable"), None);
     let first = esm::poll_stream(&clients, &mut stream, &relay).await.unwrap();
     assert_eq!((first.delivered, first.failed_batches), (1, 0));
     let image: serde_json::Value = serde_json::from_str(&relay.handler().1.lock().unwrap()[0]).unwrap();

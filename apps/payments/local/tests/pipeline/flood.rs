@@ -12,7 +12,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use effectively_once_dynamodb::testing::unique_name;
 use local::esm::{self, SqsMapping};
 use local::invoke::SqsFunction;
-use local::{workload, Clients, Pipeline};
+use payments_local::{workload, Clients, Pipeline};
 
 /// The payments function, noting in which round each payment it applied landed.
 struct Landing<F> {

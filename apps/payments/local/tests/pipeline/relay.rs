@@ -13,10 +13,10 @@ use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{EmailSender, Policy, SesSender};
 use local::esm::{self, StreamMapping};
-use local::invariants::sent_emails;
 use local::invoke::{InProcess, StreamFunction};
-use local::resources::{self, Clients, Resources};
 use payments::{Ledger, PaymentEvent};
+use payments_local::invariants::sent_emails;
+use payments_local::resources::{self, Clients, Resources};
 use receipts_relay::{Alert, Alerts, Receipts, Sweep, Sweeper};
 
 const FROM: &str = "receipts@example.com";
@@ -115,7 +115,11 @@ async fn a_deleted_row_does_not_take_the_receipts_behind_it_down() {
         .await
         .unwrap();
     let function = relay(&clients, &r, verified_ses(&clients).await);
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    let mut stream = StreamMapping::with(
+        &r.outbox_table,
+        &payments_local::resources::mapping("OutboxTable"),
+        Some(r.failures_url.clone()),
+    );
     // Twenty deliveries: before the fix, the permanent failure was retried every time and held
     // the shard.
     for _ in 0..20 {
@@ -169,7 +173,11 @@ async fn a_receipt_the_stream_lost_is_sent_once_by_the_outbox_sweep() {
     let sender = SesSender::new(clients.ses.clone(), &from);
     let alerts = counted();
     let function = InProcess::new(receipts(&clients, &r, sender.clone(), alerts.clone()), "review");
-    let mut stream = StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
+    let mut stream = StreamMapping::with(
+        &r.outbox_table,
+        &payments_local::resources::mapping("OutboxTable"),
+        Some(r.failures_url.clone()),
+    );
     for _ in 0..5 {
         esm::poll_stream(&clients, &mut stream, &function).await.unwrap();
     }
@@ -201,7 +209,7 @@ async fn a_receipt_the_stream_lost_is_sent_once_by_the_outbox_sweep() {
     // from the stream's start by a clock inside its retention) meets the marked row.
     let again = sweeper.run(a_day_later_ms(), None).await;
     assert_eq!((again.found, again.sent), (0, 0), "{again:?}");
-    let mut late = StreamMapping::new(&r.outbox_table, None);
+    let mut late = StreamMapping::with(&r.outbox_table, &payments_local::resources::mapping("OutboxTable"), None);
     assert!(drain_counting(&clients, &mut late, &function).await > 0, "the record was delivered late");
     assert_eq!(emails(), 1, "one receipt, whoever came first");
     assert_eq!(row_status(&clients, &r, event_id).await.as_deref(), Some("SENT"));

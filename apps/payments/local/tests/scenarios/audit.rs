@@ -5,10 +5,10 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
-use local::invariants::audit;
-use local::resources::{self, Clients};
-use local::workload::{Kind, Plan, Sent};
 use payments::{Ledger, PaymentEvent};
+use payments_local::invariants::audit;
+use payments_local::resources::{self, Clients};
+use payments_local::workload::{Kind, Plan, Sent};
 
 fn sent(id: &str, account: &str, amount: i64, kind: Kind) -> Sent {
     let event = PaymentEvent {
@@ -21,7 +21,7 @@ fn sent(id: &str, account: &str, amount: i64, kind: Kind) -> Sent {
     Sent { body: serde_json::to_string(&event).unwrap(), event, kind, reuses: false }
 }
 
-fn holds(audit: &local::invariants::Audit, name_starts: &str) -> bool {
+fn holds(audit: &payments_local::invariants::Audit, name_starts: &str) -> bool {
     audit.checks.iter().find(|c| c.name.starts_with(name_starts)).unwrap_or_else(|| panic!("no check {name_starts}")).ok
 }
 
@@ -70,6 +70,6 @@ async fn what_the_tables_hold_decides_not_the_plan() {
     resources::down(&clients, &r).await.unwrap();
 }
 
-fn pipeline(clients: &Clients, r: &local::Resources) -> local::Pipeline {
-    local::Pipeline { clients: clients.clone(), resources: r.clone() }
+fn pipeline(clients: &Clients, r: &payments_local::Resources) -> payments_local::Pipeline {
+    payments_local::Pipeline { clients: clients.clone(), resources: r.clone() }
 }

@@ -9,10 +9,10 @@ use effectively_once::{Record, Status};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
 use effectively_once_effects::{EmailMessage, EmailSender, SendOutcome, SesSender};
-use local::invariants::{audit, Audit};
-use local::resources::{self, Clients, Resources, RECEIPT_FROM};
-use local::workload::{Kind, Plan, Sent};
 use payments::{Ledger, PaymentEvent};
+use payments_local::invariants::{audit, Audit};
+use payments_local::resources::{self, Clients, Resources, RECEIPT_FROM};
+use payments_local::workload::{Kind, Plan, Sent};
 
 fn receipts_hold(found: &Audit) -> bool {
     found.checks.iter().find(|c| c.name.starts_with("one receipt per applied event")).unwrap().ok
@@ -148,6 +148,6 @@ async fn ambiguous_rows_need_their_marker_the_faults_to_explain_them_and_some_em
     assert!(!receipts_hold(&none_sent), "3 receipts due, 0 emails:\n{}", none_sent.table());
 }
 
-fn pipeline(clients: &Clients, r: &local::Resources) -> local::Pipeline {
-    local::Pipeline { clients: clients.clone(), resources: r.clone() }
+fn pipeline(clients: &Clients, r: &payments_local::Resources) -> payments_local::Pipeline {
+    payments_local::Pipeline { clients: clients.clone(), resources: r.clone() }
 }

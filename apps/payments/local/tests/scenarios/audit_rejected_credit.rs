@@ -8,10 +8,10 @@
 use effectively_once::{Record, Status};
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::{DynamoDbStore, NEVER_EXPIRES};
-use local::invariants::audit;
-use local::resources::{self, Clients};
-use local::workload::{Kind, Plan, Sent};
 use payments::{Ledger, PaymentEvent, Posting, Rejection};
+use payments_local::invariants::audit;
+use payments_local::resources::{self, Clients};
+use payments_local::workload::{Kind, Plan, Sent};
 
 #[tokio::test]
 async fn a_rejected_funding_credit_fails_an_invariant() {
@@ -60,6 +60,6 @@ async fn a_rejected_funding_credit_fails_an_invariant() {
     );
 }
 
-fn pipeline(clients: &Clients, r: &local::Resources) -> local::Pipeline {
-    local::Pipeline { clients: clients.clone(), resources: r.clone() }
+fn pipeline(clients: &Clients, r: &payments_local::Resources) -> payments_local::Pipeline {
+    payments_local::Pipeline { clients: clients.clone(), resources: r.clone() }
 }

@@ -3,8 +3,8 @@
 //! the tables, the DLQ, the on-failure destinations, the park queues and the local SES must
 //! hold, the stream path's and the Kafka path's among them.
 
-use local::chaos::{self, Options};
-use local::resources::Clients;
+use payments_local::chaos::{self, Options};
+use payments_local::resources::Clients;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_chaos_run_with_the_orders_stream_and_kafka_keeps_every_invariant() {

@@ -2,8 +2,8 @@
 //! from the tables.
 
 use effectively_once_dynamodb::testing::unique_name;
-use local::workload::{Kind, Workload};
-use local::{Clients, Pipeline};
+use payments_local::workload::{Kind, Workload};
+use payments_local::{Clients, Pipeline};
 
 #[tokio::test]
 async fn the_demo_holds_every_invariant() {
@@ -11,7 +11,7 @@ async fn the_demo_holds_every_invariant() {
     let pipeline = Pipeline::up(clients, &unique_name("demo")).await.unwrap();
     let mut w = Workload::new(60);
     w.poison = 2;
-    let summary = local::demo::run(&pipeline, &w, 2).await.unwrap();
+    let summary = payments_local::demo::run(&pipeline, &w, 2).await.unwrap();
     assert!(summary.ok(), "{}", summary.table());
     assert_eq!(summary.events, 60);
     assert!(summary.deliveries >= summary.sent, "every message was delivered");

@@ -2,9 +2,9 @@
 //! `SendMessage` answers, and one ledger entry and one receipt per key read back.
 
 use effectively_once_dynamodb::testing::unique_name;
-use local::via_api::{run, Faults};
-use local::workload::Workload;
-use local::{Clients, Pipeline};
+use payments_local::via_api::{run, Faults};
+use payments_local::workload::Workload;
+use payments_local::{Clients, Pipeline};
 
 #[tokio::test]
 async fn the_demo_through_the_api_holds_every_invariant() {

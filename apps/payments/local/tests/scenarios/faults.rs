@@ -8,10 +8,10 @@ use effectively_once::{Config, Idempotency, ManualClock, Outcome};
 use effectively_once_dynamodb::testing::{endpoint, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::{send_once, EmailMessage, Policy, SendOutcome, SesSender};
-use local::invariants::sent_emails;
 use local::proxy::{Fault, Proxy, ScriptedFaults};
-use local::resources::{self, Clients};
 use payments::{receipt_key, Ledger, PaymentEvent, Posting};
+use payments_local::invariants::sent_emails;
+use payments_local::resources::{self, Clients};
 
 async fn sdk_through(proxy: &Proxy) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())

@@ -7,10 +7,10 @@ use aws_sdk_dynamodb::config::{Credentials, Region};
 use effectively_once_dynamodb::testing::{endpoint, unique_name};
 use effectively_once_effects::email::SendErrorKind;
 use effectively_once_effects::{EmailMessage, EmailSender, SesSender};
-use local::invariants::sent_emails;
 use local::proxy::{NoFaults, Proxy, RefuseRecipients};
-use local::resources::{self, Clients};
-use local::workload::REFUSED_PREFIX;
+use payments_local::invariants::sent_emails;
+use payments_local::resources::{self, Clients};
+use payments_local::workload::REFUSED_PREFIX;
 
 #[tokio::test]
 async fn a_marked_recipient_is_refused_for_good_and_nothing_is_sent() {

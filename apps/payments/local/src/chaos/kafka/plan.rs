@@ -7,8 +7,8 @@
 use payments::PaymentEvent;
 use serde_json::json;
 
-use local::rng::Rng;
 use crate::workload::PANIC_ALWAYS;
+use local::rng::Rng;
 
 /// What a payment written to the topic exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
