@@ -249,6 +249,11 @@ impl<F: KinesisFunction> KinesisFunction for CrashingOrders<F> {
 
 type Function = CrashingOrders<InProcess<Panicking<Typed<Orders<SesSender>>>>>;
 
+/// The orders stream's shards: two, so after the split half way four are listed (the closed
+/// parent, its two children, the other), and the mappings read a parent before its children
+/// beside a shard that was never split.
+pub const SHARDS: i32 = 2;
+
 /// The stream path's own resources, created for the run: the payments template deploys no
 /// Kinesis function.
 #[derive(Debug, Clone, Default)]
@@ -264,10 +269,10 @@ pub struct OrdersResources {
 }
 
 impl OrdersResources {
-    /// Creates the stream (one shard), the table and the two queues under `prefix`.
+    /// Creates the stream ([`SHARDS`] shards), the table and the two queues under `prefix`.
     pub async fn up(clients: &Clients, prefix: &str) -> Result<OrdersResources> {
         let stream = local_name(prefix, "OrdersStream");
-        create_stream(&clients.kinesis, &stream, 1).await?;
+        create_stream(&clients.kinesis, &stream, SHARDS).await?;
         let table = format!("{stream}-table");
         create_table(&clients.dynamodb, &table).await?;
         let queue = |id: &str| {
