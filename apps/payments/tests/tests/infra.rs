@@ -1115,7 +1115,7 @@ fn every_function_runs_within_its_reserved_concurrency() {
         .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
         .map(|(id, _)| id)
         .collect();
-    assert_eq!(functions.len(), 6, "{functions:?}");
+    assert_eq!(functions.len(), 5, "{functions:?}");
     let mut reserved_by_default = 0;
     for function in functions {
         let (name, parameter) = reservation(&t, function);
