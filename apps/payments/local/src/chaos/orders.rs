@@ -2,7 +2,7 @@
 //! (producer retries under new sequence numbers, some under another partition key; several
 //! orders per key; poison records, which the consumer parks in its park queue; refused
 //! confirmation addresses; a shard split while records
-//! are in flight), and an orders consumer ([`function`]) runs in process through the local AWS
+//! are in flight), and an orders consumer ([`Orders`]) runs in process through the local AWS
 //! tool's Kinesis mapping emulator, its AWS calls through the fault proxy, with crashes
 //! after the commit and panics in records, two mappings on the stream at once. The on-failure
 //! destination is replayed at the end, as the SQS path redrives its DLQ. What came of it is read
