@@ -31,31 +31,9 @@ pub use stream::{poll_stream, replay_stream_failures, stream_response, StreamMap
 
 use crate::error::Result;
 use crate::invoke::{SqsFunction, StreamFunction};
+pub use crate::progress::Progress;
 use crate::progress::Tracker;
 use crate::resources::Clients;
-
-/// Progress of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Progress {
-    /// SQS deliveries so far.
-    pub deliveries: usize,
-    /// SQS messages reported failed so far.
-    pub failed: usize,
-    /// Stream records delivered so far.
-    pub stream_records: usize,
-}
-
-impl std::ops::Add for Progress {
-    type Output = Progress;
-
-    fn add(self, other: Progress) -> Progress {
-        Progress {
-            deliveries: self.deliveries + other.deliveries,
-            failed: self.failed + other.failed,
-            stream_records: self.stream_records + other.stream_records,
-        }
-    }
-}
 
 /// Messages a producer sends while the consumers run, a few per round, so the queue holds what
 /// a live one would rather than the whole workload at once.
