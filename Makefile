@@ -53,10 +53,10 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 test: lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
 	cargo test --locked --workspace
 	cargo test --locked -p effectively-once-redis --features dynamodb --test any_store
-	cargo run --locked -q -p local -- chaos --events 300 --poison 4
+	cargo run --locked -q -p payments-local -- chaos --events 300 --poison 4
 	# The Kafka path again, its mapping reading the answer as resume points (the run above
 	# retries only the records named): a small scenario, about 30 s (docs/kafka.md).
-	cargo run --locked -q -p local -- chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
+	cargo run --locked -q -p payments-local -- chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
 
 ## help: every target and what it does (these `##` lines)
 help:
@@ -71,7 +71,7 @@ model:
 ## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more),
 ##        on the local AWS and the local Kafka broker, both started if they are not running
 chaos: local-aws-up local-kafka-up
-	cargo run --locked -q -p local -- chaos $(CHAOS_ARGS)
+	cargo run --locked -q -p payments-local -- chaos $(CHAOS_ARGS)
 
 ## bench: payments-consumer against the Powertools pattern, same workload and local AWS (its
 ##        bootstrap runs here only: built without the glibc floor check);
@@ -103,33 +103,32 @@ deny:
 
 ## local-up: the local AWS, its tables and queues (from apps/payments/template.json), .local-aws/lambda.env
 local-up: local-aws-up
-	cargo run --locked -q -p local -- up
+	cargo run --locked -q -p payments-local -- up
 
 ## local-down: delete the local resources and stop the local AWS
 local-down:
-	cargo run --locked -q -p local -- down
+	cargo run --locked -q -p payments-local -- down
 	infra/local/aws.sh down
 
 ## send: EVENT=events/... (or SEND_ARGS="--events 500 --duplicates 30 --poison 5") to the queue
 send: local-up
-	cargo run --locked -q -p local -- send $(if $(SEND_ARGS),$(SEND_ARGS),--file $(EVENT))
+	cargo run --locked -q -p payments-local -- send $(if $(SEND_ARGS),$(SEND_ARGS),--file $(EVENT))
 
 ## run: the event source mapping emulator until the queue and stream are drained
 ##      (RUN_ARGS="--invoke-url http://127.0.0.1:9000" to invoke the binaries under `make watch`)
 run: local-up
-	cargo run --locked -q -p local -- run $(RUN_ARGS)
+	cargo run --locked -q -p payments-local -- run $(RUN_ARGS)
 
 ## redrive: move the DLQ back to the payments queue
 redrive: local-up
-	cargo run --locked -q -p local -- redrive
+	cargo run --locked -q -p payments-local -- redrive
 
 ## replay-stream: replay the outbox stream's on-failure destination through the receipts relay
-##                (REPLAY_ARGS="--source orders --invoke-url http://127.0.0.1:9000" for the orders
-##                Kinesis stream's, through the kinesis-consumer under `make watch`)
+##                (REPLAY_ARGS="--invoke-url http://127.0.0.1:9000" for the relay under `make watch`)
 replay-stream: local-up
-	cargo run --locked -q -p local -- replay-stream $(REPLAY_ARGS)
+	cargo run --locked -q -p payments-local -- replay-stream $(REPLAY_ARGS)
 
-## replay-parked: PARK_QUEUE=<queue URL> FUNCTION=kafka-consumer|kinesis-consumer|receipts-relay: the
+## replay-parked: PARK_QUEUE=<queue URL> FUNCTION=kafka-consumer|receipts-relay: the
 ##                records the stream drivers parked on that queue (the function's PARK_QUEUE_URL) back
 ##                through the function, in process; each message deleted unless the answer names its
 ##                record; exits non-zero if any are kept (REPLAY_ARGS="--invoke-url http://127.0.0.1:9000 --trigger aws:kafka"
@@ -140,12 +139,12 @@ $(error replay-parked: PARK_QUEUE=<the park queue's URL> is required)
 endif
 endif
 replay-parked: local-up
-	cargo run --locked -q -p local -- replay-parked --queue $(PARK_QUEUE) --function $(FUNCTION) $(REPLAY_ARGS)
+	cargo run --locked -q -p payments-local -- replay-parked --queue $(PARK_QUEUE) --function $(FUNCTION) $(REPLAY_ARGS)
 
 ## sweep-outbox: one outbox sweep: the receipts still PENDING past the threshold sent through the
 ##               receipts relay's keyed path, once each (SWEEP_ARGS="--after 0" for every pending row)
 sweep-outbox: local-up
-	cargo run --locked -q -p local -- sweep-outbox $(SWEEP_ARGS)
+	cargo run --locked -q -p payments-local -- sweep-outbox $(SWEEP_ARGS)
 
 ## watch: the functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
 ##        the local AWS and its tables; the payments API answers at
@@ -190,7 +189,7 @@ unit:
 
 ## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
 demo: local-aws-up
-	cargo run --locked -q -p local -- demo $(DEMO_ARGS)
+	cargo run --locked -q -p payments-local -- demo $(DEMO_ARGS)
 
 ## duplicates: one payment delivered three times through the idempotency layer, with its cost
 duplicates: local-aws-up
@@ -256,7 +255,7 @@ local-redis-status:
 ##            Kafka event source emulator (two pollers in one group) until it is committed
 ##            (KAFKA_ARGS="--replay", "--invoke-url http://127.0.0.1:9000" for the binary under `make watch`)
 run-kafka: local-up local-kafka-up
-	cargo run --locked -q -p local -- kafka --file events/kafka-payments.json $(KAFKA_ARGS)
+	cargo run --locked -q -p payments-local -- kafka --file events/kafka-payments.json $(KAFKA_ARGS)
 
 ## local-kafka-up: build tansu (pinned, once: about 8-10 minutes on 2 cores) into ~/.cache/effectively-once/ and
 ##                 start it on 127.0.0.1:$(LOCAL_KAFKA_PORT) with in-memory storage, or reuse the

@@ -113,7 +113,6 @@ fn allows(t: &Value, role: &str, request: Request<'_>) -> bool {
 const CONSUMER: &str = "PaymentsConsumerRole";
 const RELAY: &str = "ReceiptsRelayRole";
 const SWEEPER: &str = "OutboxSweeperRole";
-const KINESIS: &str = "KinesisConsumerRole";
 const KAFKA: &str = "KafkaConsumerRole";
 const WRITES: [&str; 4] =
     ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"];
@@ -208,11 +207,7 @@ fn every_queue_denies_requests_without_tls() {
     let resources = t["Resources"].as_object().unwrap();
     let queues: Vec<&String> =
         resources.iter().filter(|(_, r)| r["Type"] == "AWS::SQS::Queue").map(|(id, _)| id).collect();
-    assert_eq!(
-        queues.len(),
-        8,
-        "the payments queue, its DLQ, and the relay's, orders' and Kafka's failure and park queues"
-    );
+    assert_eq!(queues.len(), 6, "the payments queue, its DLQ, and the relay's and Kafka's failure and park queues");
     for queue in queues {
         let arn = json!({"Fn::GetAtt": [queue, "Arn"]});
         let denies_plain_http = resources.values().filter(|r| r["Type"] == "AWS::SQS::QueuePolicy").any(|p| {
@@ -232,7 +227,7 @@ fn every_queue_denies_requests_without_tls() {
 #[test]
 fn email_is_sent_only_from_the_receipt_sender() {
     let t = template();
-    for role in [CONSUMER, RELAY, SWEEPER, KINESIS] {
+    for role in [CONSUMER, RELAY, SWEEPER] {
         for s in statements(&t, role).iter().filter(|s| s["Effect"] == "Allow") {
             let ses = list(&s["Action"]).iter().filter_map(Value::as_str).any(|a| a.to_lowercase().starts_with("ses:"));
             if !ses {
@@ -247,75 +242,11 @@ fn email_is_sent_only_from_the_receipt_sender() {
             );
         }
     }
-    // Each sends from the parameter its grant is conditioned on: the relay its receipts, the
-    // Kinesis consumer its order confirmations.
+    // Each sends from the parameter its grant is conditioned on: the relay and the sweeper their
+    // receipts.
     let env = |function: &str| t["Resources"][function]["Properties"]["Environment"]["Variables"].clone();
     assert_eq!(env("ReceiptsRelayFunction")["RECEIPT_FROM"], json!({"Ref": "ReceiptFrom"}));
     assert_eq!(env("OutboxSweeperFunction")["RECEIPT_FROM"], json!({"Ref": "ReceiptFrom"}));
-    assert_eq!(env("KinesisConsumerFunction")["CONFIRMATION_FROM"], json!({"Ref": "ReceiptFrom"}));
-}
-
-/// The Kinesis consumer's keys in the idempotency table: an order's record and its
-/// confirmation's marker, under the prefixes the example's code writes.
-fn kinesis_keys() -> (String, String) {
-    (format!("{}#ord_1", kinesis_consumer::PREFIX), format!("{}#ord_1", kinesis_consumer::EMAIL_PREFIX))
-}
-
-/// The Kinesis consumer commits an order once (its record `order#` in the same transaction as
-/// the order's item, read back when a cancellation carries none) and claims, completes and
-/// releases its confirmation's marker `order-email#`; nothing else in the idempotency table, and
-/// only inserts into its orders table. The other functions cannot touch its keys.
-#[test]
-fn the_kinesis_consumer_is_scoped_to_its_order_and_confirmation_keys() {
-    let t = template();
-    let (order, marker) = kinesis_keys();
-    for action in ["dynamodb:PutItem", "dynamodb:GetItem"] {
-        let request = Request { action, table: "IdempotencyTable", key: &order };
-        assert!(allows(&t, KINESIS, request), "the Kinesis consumer needs {action} on {order}");
-    }
-    for action in ["dynamodb:UpdateItem", "dynamodb:DeleteItem"] {
-        let request = Request { action, table: "IdempotencyTable", key: &order };
-        assert!(
-            !allows(&t, KINESIS, request),
-            "the Kinesis consumer may {action} {order}: it could erase an order's record"
-        );
-    }
-    for action in ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:GetItem"] {
-        let request = Request { action, table: "IdempotencyTable", key: &marker };
-        assert!(allows(&t, KINESIS, request), "the Kinesis consumer needs {action} on {marker}");
-    }
-    // No other prefix: not the payments', the relay's, the API's, nor one nobody owns.
-    let strangers = [payment_record(), email_marker(), api_record(), "orders#ord_1".to_owned()];
-    for key in strangers.iter().map(String::as_str).chain(["other#ord_1", "order"]) {
-        for action in WRITES {
-            let request = Request { action, table: "IdempotencyTable", key };
-            assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} {key}");
-        }
-    }
-    // Its orders table: the order's item inserted, never rewritten or deleted; nothing of the
-    // ledger or the outbox.
-    let env = &t["Resources"]["KinesisConsumerFunction"]["Properties"]["Environment"]["Variables"];
-    assert_eq!(env["ORDERS_TABLE"], json!({"Ref": "KinesisOrdersTable"}));
-    assert!(allows(&t, KINESIS, Request { action: "dynamodb:PutItem", table: "KinesisOrdersTable", key: &order }));
-    for action in ["dynamodb:UpdateItem", "dynamodb:DeleteItem"] {
-        let request = Request { action, table: "KinesisOrdersTable", key: &order };
-        assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} an order");
-    }
-    for table in ["LedgerTable", "OutboxTable"] {
-        for action in WRITES {
-            let request = Request { action, table, key: "receipt#pay_0001" };
-            assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} on {table}");
-        }
-    }
-    // And the others cannot touch its keys.
-    for role in [CONSUMER, RELAY, API] {
-        for key in [&order, &marker] {
-            for action in WRITES {
-                let request = Request { action, table: "IdempotencyTable", key };
-                assert!(!allows(&t, role, request), "{role} may {action} {key}");
-            }
-        }
-    }
 }
 
 /// The Kafka consumer posts payments as the SQS consumer does, so it holds the same keys: a
@@ -344,17 +275,14 @@ fn the_kafka_consumer_is_scoped_to_the_payment_and_receipt_keys() {
         let request = Request { action, table: "OutboxTable", key: &row };
         assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} a receipt row");
     }
-    let (order, order_marker) = kinesis_keys();
-    let strangers = [email_marker(), order.clone(), order_marker, api_record(), "other#pay_0001".to_owned()];
+    // Keys no payments function owns (an order's, as another application's would be).
+    let strangers = [email_marker(), "order#ord_1".to_owned(), "order-email#ord_1".to_owned(), api_record()];
+    let strangers = strangers.into_iter().chain(["other#pay_0001".to_owned()]).collect::<Vec<_>>();
     for key in strangers.iter().map(String::as_str).chain(["payments", "receipt#pay_0001"]) {
         for action in WRITES {
             let request = Request { action, table: "IdempotencyTable", key };
             assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} {key}");
         }
-    }
-    for action in WRITES {
-        let request = Request { action, table: "KinesisOrdersTable", key: &order };
-        assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} an order");
     }
     // Its environment names the tables its role reaches, as the SQS consumer's does.
     let env = |function: &str| t["Resources"][function]["Properties"]["Environment"]["Variables"].clone();
@@ -972,69 +900,6 @@ fn sweeper_is_alarmed(template: &Value) {
     assert!(unsent, "the alarmed metric is one the sweeper emits");
 }
 
-/// The orders stream's mapping: a poison order is retried a few times, bisected away from its
-/// batch and discarded to a failure queue within the hour, not left to hold its shard for the
-/// stream's 24 h retention; the role reads that stream and sends to that queue only, and an
-/// operator is paged when the mapping falls behind or discards a batch.
-#[test]
-fn the_orders_stream_mapping_discards_poison_to_its_failure_queue_and_is_alarmed() {
-    let t = template();
-    let resources = &t["Resources"];
-    assert_eq!(resources["OrdersStream"]["Type"], "AWS::Kinesis::Stream");
-    let mapping = &resources["OrdersEventSourceMapping"]["Properties"];
-    assert_eq!(mapping["EventSourceArn"], json!({"Fn::GetAtt": ["OrdersStream", "Arn"]}));
-    assert_eq!(mapping["FunctionName"], json!({"Ref": "KinesisConsumerFunction.Alias"}));
-    assert_eq!(mapping["StartingPosition"], "TRIM_HORIZON");
-    assert_eq!(mapping["FunctionResponseTypes"], json!(["ReportBatchItemFailures"]));
-    assert_eq!(mapping["BisectBatchOnFunctionError"], true);
-    // One batch per shard at a time: records of a partition key stay in order, as the local
-    // emulator delivers them.
-    assert_eq!(mapping["ParallelizationFactor"], 1);
-    let retries = mapping["MaximumRetryAttempts"].as_i64().unwrap();
-    assert!((0..=10).contains(&retries), "a finite retry count, not {retries}");
-    let age = mapping["MaximumRecordAgeInSeconds"].as_i64().unwrap();
-    let retention = resources["OrdersStream"]["Properties"]["RetentionPeriodHours"].as_i64().unwrap() * 3600;
-    assert!((60..retention).contains(&age), "records are discarded ({age} s) before the stream drops them");
-    let failures = json!({"Fn::GetAtt": ["OrdersFailureQueue", "Arn"]});
-    assert_eq!(mapping["DestinationConfig"]["OnFailure"]["Destination"], failures);
-    let function = &resources["KinesisConsumerFunction"];
-    assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "kinesis-consumer");
-    assert_eq!(function["Properties"]["AutoPublishAlias"], "live");
-    assert_eq!(function["Properties"]["Tracing"], "Active");
-    // The role: the stream read on that stream, the destination send on that queue, nothing on "*"
-    // but X-Ray.
-    let role = "KinesisConsumerRole";
-    assert_eq!(function["Properties"]["Role"], json!({"Fn::GetAtt": [role, "Arn"]}));
-    let grants = statements(&t, role);
-    let on = |action: &str| -> Vec<&Value> {
-        grants.iter().filter(|s| s["Effect"] == "Allow" && action_matches(s, action)).collect()
-    };
-    for action in ["kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:DescribeStream", "kinesis:ListShards"] {
-        let allowed = on(action);
-        assert!(!allowed.is_empty(), "{role} cannot {action}");
-        assert!(allowed.iter().all(|s| s["Resource"] == json!({"Fn::GetAtt": ["OrdersStream", "Arn"]})), "{action}");
-    }
-    let send: Vec<&Value> = on("sqs:SendMessage").iter().map(|s| &s["Resource"]).collect();
-    let park = json!({"Fn::GetAtt": ["OrdersParkQueue", "Arn"]});
-    assert_eq!(send, [&failures, &park], "{role} sends to its failure and park queues only");
-    for s in grants.iter().filter(|s| s["Resource"] == "*") {
-        assert!(list(&s["Action"]).iter().all(|a| a.as_str().is_some_and(|a| a.starts_with("xray:"))), "{s}");
-    }
-    let iterator_age = json!([{"Name": "FunctionName", "Value": {"Ref": "KinesisConsumerFunction"}}]);
-    let stream_age = json!([{"Name": "StreamName", "Value": {"Ref": "OrdersStream"}}]);
-    let queue = json!([{"Name": "QueueName", "Value": {"Fn::GetAtt": ["OrdersFailureQueue", "QueueName"]}}]);
-    for (namespace, metric, dimensions) in [
-        ("AWS/Lambda", "IteratorAge", iterator_age),
-        ("AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds", stream_age),
-        ("AWS/SQS", "ApproximateNumberOfMessagesVisible", queue),
-    ] {
-        let alarm =
-            alarm_on(&t, &json!(namespace), metric, dimensions).unwrap_or_else(|| panic!("no alarm on {metric}"));
-        assert_eq!(alarm["AlarmActions"], alarm_actions(), "{metric}");
-        assert_eq!(alarm["TreatMissingData"], "notBreaching", "{metric}");
-    }
-}
-
 /// The dashboards: the stack's, and the Kafka consumer's under its condition (a dashboard
 /// cannot name a resource that may not exist).
 const DASHBOARDS: [&str; 2] = ["OperationsDashboard", "KafkaDashboard"];
@@ -1250,7 +1115,7 @@ fn every_function_runs_within_its_reserved_concurrency() {
         .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
         .map(|(id, _)| id)
         .collect();
-    assert_eq!(functions.len(), 6, "{functions:?}");
+    assert_eq!(functions.len(), 5, "{functions:?}");
     let mut reserved_by_default = 0;
     for function in functions {
         let (name, parameter) = reservation(&t, function);
@@ -1270,13 +1135,6 @@ fn every_function_runs_within_its_reserved_concurrency() {
         t["Resources"]["PaymentsConsumerFunction"]["Properties"]["ReservedConcurrentExecutions"]["Fn::If"][0].clone();
     assert_eq!(scaling, &json!({"Fn::If": [reserves, {"Ref": consumer}, 10]}), "the mapping follows the reservation");
     assert!(parameter["Default"].as_u64() >= Some(2), "MaximumConcurrency takes 2 to 1000");
-
-    // The Kinesis consumer takes one invocation per shard and parallelization slot: fewer reserved
-    // would hold records back by default.
-    let (_, kinesis) = reservation(&t, "KinesisConsumerFunction");
-    let shards = t["Resources"]["OrdersStream"]["Properties"]["ShardCount"].as_u64().unwrap();
-    let factor = t["Resources"]["OrdersEventSourceMapping"]["Properties"]["ParallelizationFactor"].as_u64().unwrap();
-    assert!(kinesis["Default"].as_u64().unwrap() >= shards * factor, "the orders stream needs {shards} x {factor}");
 }
 
 /// With `KmsKeyArn` set, everything the stack keeps at rest is encrypted under that key: every
@@ -1323,7 +1181,7 @@ fn a_customer_managed_key_encrypts_every_table_queue_log_group_and_stream() {
         }
         // The test reads what is there: it must have found each kind the template holds.
         let kinds: Vec<&str> = covered.into_iter().collect();
-        assert_eq!(kinds, ["AWS::DynamoDB::Table", "AWS::Kinesis::Stream", "AWS::Logs::LogGroup", "AWS::SQS::Queue"]);
+        assert_eq!(kinds, ["AWS::DynamoDB::Table", "AWS::Logs::LogGroup", "AWS::SQS::Queue"]);
         if !with_key {
             assert!(!resources.to_string().contains("KmsKeyArn"), "without a key nothing names it");
         }
@@ -2020,11 +1878,7 @@ fn the_payments_consumer_keeps_its_freed_memory_between_batches() {
 #[test]
 fn each_stream_role_sends_to_and_reads_its_park_queue_alone() {
     let t = template();
-    for (role, queue) in [
-        ("ReceiptsRelayRole", "ReceiptsParkQueue"),
-        ("KinesisConsumerRole", "OrdersParkQueue"),
-        ("KafkaConsumerRole", "KafkaParkQueue"),
-    ] {
+    for (role, queue) in [("ReceiptsRelayRole", "ReceiptsParkQueue"), ("KafkaConsumerRole", "KafkaParkQueue")] {
         let grants = statements(&t, role);
         let park = json!({"Fn::GetAtt": [queue, "Arn"]});
         for action in ["sqs:SendMessage", "sqs:GetQueueAttributes"] {
