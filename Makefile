@@ -25,7 +25,7 @@ LOCAL_KAFKA_PORT ?= 9094
 export LOCAL_KAFKA_PORT
 export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 
-# The crates that go to crates.io (`make package`, `make msrv`).
+# The crates that go to crates.io, the library (`make package`, `make msrv`, `make unit`).
 # The workspace's version, which every published crate carries.
 VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 PUBLISHED := effectively-once effectively-once-redact effectively-once-dynamodb effectively-once-effects \
@@ -185,17 +185,19 @@ deploy:
 deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)
 
-## unit: every test that needs no service, then the doc tests: cargo-nextest leaves out the tests
-##       .config/nextest.toml puts in the local AWS's, Redis's or Kafka's group and runs the rest
-##       with those services' addresses on a closed port (a test that reaches for a service it is
-##       not listed under fails, whatever runs locally)
+## unit: the library crates' tests (crates/effectively-once*) that need no service, under a
+##       minute once built (docs/testing.md); UNIT="--workspace" for every crate's. cargo-nextest
+##       (pinned, cached: infra/tools.sh) leaves out the tests .config/nextest.toml puts in the
+##       local AWS's, Redis's or Kafka's group and runs the rest with those services' addresses on
+##       a closed port (a test that reaches for a service it is not listed under fails, whatever
+##       runs locally). Doc tests, which compile one program each, run in `make test`
+UNIT ?= $(addprefix -p ,$(PUBLISHED))
 unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
 unit: export REDIS_URL := redis://127.0.0.1:9
 unit: export KAFKA_BOOTSTRAP := 127.0.0.1:9
 unit:
 	nextest="$$(infra/tools.sh path cargo-nextest)" && \
-		"$$nextest" nextest run --locked --workspace --all-features -E 'group(@global)'
-	cargo test --locked --workspace --doc
+		"$$nextest" nextest run --locked $(UNIT) --all-features -E 'group(@global)'
 
 ## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
 demo: local-aws-up
