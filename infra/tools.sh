@@ -149,8 +149,8 @@ cargo_install() {
   # --locked: the tool's own Cargo.lock, so every machine builds the same dependency versions.
   # Without CARGO_TARGET_DIR cargo builds in a temporary directory it removes: the tool's release
   # build stays out of the workspace's target directory.
-  env -u CARGO_TARGET_DIR cargo install "$CRATE" --version "=$VERSION" ${FEATURES:+--features "$FEATURES"} \
-    --locked --root "$DIR" >&2
+  env -u CARGO_TARGET_DIR cargo install --locked "$CRATE" --version "=$VERSION" \
+    ${FEATURES:+--features "$FEATURES"} --root "$DIR" >&2
   cargo_ok "$EXE" || die "no $CRATE $VERSION at $EXE after cargo install"
 }
 
