@@ -58,7 +58,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(6);
 /// The broker the tests and tools use: `KAFKA_BOOTSTRAP` as given, else the project's local
 /// broker on `127.0.0.1:$LOCAL_KAFKA_PORT` (9094). When nothing answers there, the first call in
 /// the process starts it with the checkout's `infra/local/kafka.sh up` (which builds the pinned
-/// tansu once, about 17 minutes on 2 cores, and takes a lock per port) and leaves it running for
+/// tansu once per machine, docs/testing.md, and takes a lock per port) and leaves it running for
 /// the next test binary and run (`make local-kafka-down` stops it). The error, when none answers
 /// and none starts, is one line naming the command that starts one.
 pub fn bootstrap() -> Result<String> {

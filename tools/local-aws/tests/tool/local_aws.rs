@@ -1,7 +1,8 @@
 //! The local AWS's own tests (`infra/local/test_serve.py`): serve.py's replacements of moto code
 //! give moto's answers at a cost that does not grow with the queue or the table. Run with the
-//! venv `infra/local/aws.sh install` makes (once, under its lock), so `cargo test` covers the
-//! Python side too. And the script's instances, keyed by port, and its slow starts.
+//! venv `infra/local/aws.sh install` makes (once per machine, in the per-user cache of
+//! `infra/tools.sh`, under its lock), so `cargo test` covers the Python side too. And the
+//! script's instances, keyed by port, and its slow starts.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,10 +11,12 @@ use std::time::Duration;
 #[test]
 fn serve_py_replacements_answer_as_moto_does_and_cost_what_they_touch() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    // This checkout's venv, whichever checkout's server runs.
+    // The pinned moto's venv, whichever checkout's server runs.
     let install = aws_sh(0, "install");
     assert!(install.status.success(), "infra/local/aws.sh install: {}", String::from_utf8_lossy(&install.stderr));
-    let python = root.join(".local-aws/venv/bin/python");
+    let python = Command::new(root.join("infra/tools.sh")).args(["cached", "moto"]).output().expect("tools.sh runs");
+    assert!(python.status.success(), "infra/tools.sh cached moto: {}", String::from_utf8_lossy(&python.stderr));
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_owned();
     let out = Command::new(&python)
         .args(["-m", "unittest", "discover", "-s", "infra/local", "-p", "test_*.py"])
         .current_dir(&root)
@@ -111,16 +114,25 @@ impl SlowCheckout {
         let _ = std::fs::remove_dir_all(&root);
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         std::fs::create_dir_all(root.join("infra/local")).unwrap();
-        std::fs::create_dir_all(root.join(".local-aws/venv/bin")).unwrap();
         std::fs::create_dir_all(root.join("tmp")).unwrap();
         for file in ["aws.sh", "lib.sh", "requirements.txt"] {
             std::fs::copy(repo.join("infra/local").join(file), root.join("infra/local").join(file)).unwrap();
         }
-        // Installed already: the stamp matches the requirements, the venv's python is the system's.
-        std::fs::copy(repo.join("infra/local/requirements.txt"), root.join(".local-aws/installed")).unwrap();
+        std::fs::copy(repo.join("infra/tools.sh"), root.join("infra/tools.sh")).unwrap();
+        // Installed already, in a tool cache of the checkout's own: the stamp matches the
+        // requirements, the venv's python is the system's.
+        let venv = Command::new("bash")
+            .arg(root.join("infra/tools.sh"))
+            .args(["dir", "moto"])
+            .env("EFFECTIVELY_ONCE_CACHE", root.join("cache"))
+            .output()
+            .unwrap();
+        let venv = PathBuf::from(String::from_utf8(venv.stdout).unwrap().trim());
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::copy(repo.join("infra/local/requirements.txt"), venv.join(".installed")).unwrap();
         let python3 = Command::new("sh").args(["-c", "command -v python3"]).output().unwrap();
         let python3 = String::from_utf8(python3.stdout).unwrap();
-        std::os::unix::fs::symlink(python3.trim(), root.join(".local-aws/venv/bin/python")).unwrap();
+        std::os::unix::fs::symlink(python3.trim(), venv.join("bin/python")).unwrap();
         std::fs::write(root.join("infra/local/serve.py"), STAND_IN).unwrap();
         std::fs::write(root.join("delay"), delay_secs.to_string()).unwrap();
         SlowCheckout { root, port, timeout_secs }
@@ -136,6 +148,7 @@ impl SlowCheckout {
             .env("LOCAL_AWS_PORT", self.port.to_string())
             .env("LOCAL_AWS_START_TIMEOUT", self.timeout_secs.to_string())
             .env("CHECKOUT", &self.root)
+            .env("EFFECTIVELY_ONCE_CACHE", self.root.join("cache"))
             .env("DELAY", std::fs::read_to_string(self.root.join("delay")).unwrap())
             // The port lock outside the checkout, but only this test's.
             .env("TMPDIR", self.root.join("tmp"))
