@@ -9,7 +9,7 @@ way. Four columns, all from one run:
     floor       target/lambda/payments-floor/bootstrap         (bench/floor: the same ledger items,
                 one TransactWriteItems per batch, no idempotency, no condition: the cost of the
                 work and nothing more; it posts a duplicate again and refuses nothing)
-    peer        .tools/bench-venv/bin/python -m awslambdaric handler.lambda_handler, in bench/peer
+    peer        the bench venv's python -m awslambdaric handler.lambda_handler, in bench/peer
                 (aws-lambda-powertools idempotency + batch utilities, boto3 ledger transaction,
                 under the runtime interface client of Lambda's Python runtime), PEER_LOCAL_CACHE=0
     peer-cache  the same with PEER_LOCAL_CACHE=1: use_local_cache=True, 10,000 items

@@ -105,6 +105,7 @@ fn an_ensure_that_times_out_stops_its_server_before_the_next_starts_one() {
     for file in ["redis.sh", "lib.sh"] {
         std::fs::copy(repo.join("infra/local").join(file), scripts.join(file)).unwrap();
     }
+    std::fs::copy(repo.join("infra/tools.sh"), checkout.join("infra/tools.sh")).unwrap();
     std::fs::write(bin.join("redis-server"), SLOW_SERVER).unwrap();
     std::fs::set_permissions(bin.join("redis-server"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     // Found before any real one, under either name the script looks for.

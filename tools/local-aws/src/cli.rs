@@ -1,27 +1,22 @@
-//! The `local` command line: the commands as one enum, parsed once by clap (`--help` on each,
-//! unknown flags refused) and then applied.
+//! The `local` command line: the commands on a template given at run time (`--template`), as one
+//! enum parsed once by clap (`--help` on each, unknown flags refused) and then applied. An
+//! application with resources of its own builds its commands on the same modules.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use clap::{Args, Parser, Subcommand};
 use effectively_once_dynamodb::testing::endpoint;
-use receipts_relay::Sweep;
 
-use crate::error::{Result, ResultExt};
-use crate::invoke::{Http, SqsFunction, StreamFunction};
-use crate::pipeline::Pipeline;
-use crate::progress::Tracker;
-use crate::resources::{self, Clients, RECEIPT_FROM};
-use crate::workload::{self, Workload};
-use crate::{chaos, demo, esm, loopback};
+use crate::error::Result;
+use crate::invoke::Http;
+use crate::resources::Clients;
+use crate::{esm, loopback};
 
 mod own;
 
-/// The local pipeline: the local AWS's resources from apps/payments/template.json, an event source
-/// mapping emulator (SQS and DynamoDB Streams) that invokes the real handlers, workloads, the
-/// DLQ redrive, the demo and the chaos scenario.
+/// A local AWS for Lambda functions: your template's tables, queues, streams and sender
+/// identities on the local AWS, its functions' environment, and its event sources emulated as
+/// Lambda runs them, into your function's binary or `cargo lambda watch`.
 #[derive(Debug, Parser)]
 #[command(name = "local", version)]
 pub struct Cli {
@@ -46,36 +41,22 @@ impl Cli {
 /// One command.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the tables, queues (with DLQ and redrive policy), stream and SES sender; write
-    /// the functions' environment to .local-aws/lambda.env
+    /// Create the template's tables, queues (with DLQ and redrive policy), Kinesis streams and
+    /// SES identities; write the function's environment to .local-aws/lambda.env
     Up(OwnTarget),
-    /// Delete the tables, queues and stream that exist, creating none
+    /// Delete the template's tables, queues and streams that exist, creating none
     Down(OwnTarget),
-    /// Print the functions' environment, for cargo lambda watch (after `up`: creates nothing)
+    /// Print the function's environment, for cargo lambda watch (after `up`: creates nothing)
     Env(OwnTarget),
-    /// Send a sample event file, or a generated workload, to the payments queue
+    /// Send an SQS sample event's bodies to one of the template's queues
     Send(SendArgs),
-    /// Run the event source mapping emulator until the queue and the stream are drained
+    /// Drain the template's SQS event sources into the function: its binary under a local Lambda
+    /// Runtime API, or behind `cargo lambda watch`
     Run(RunArgs),
-    /// Move the DLQ back to the payments queue
-    Redrive(Target),
-    /// Replay a stream mapping's on-failure destination: fetch each discarded batch's records
-    /// from the stream by sequence number, invoke the function, delete the record once they pass
-    ReplayStream(ReplayArgs),
     /// Replay a stream driver's park destination (the function's PARK_QUEUE_URL): rebuild each
     /// parked record's one-record event, invoke the function, delete the message unless the
     /// answer names the record
     ReplayParked(ParkedArgs),
-    /// Sweep the outbox once: send the receipts whose rows are still PENDING past --after
-    /// through the receipts relay's keyed path (the email marker decides: once per receipt)
-    SweepOutbox(SweepArgs),
-    /// Produce a Kafka sample event's records to the local broker (`make local-kafka-up`), run
-    /// the Kafka event source emulator's pollers until their group has committed every record
-    Kafka(KafkaArgs),
-    /// A hostile workload through the pipeline, a DLQ redrive, and the invariants checked
-    Demo(DemoArgs),
-    /// The demo's workload with faults injected at every layer, on resources of its own
-    Chaos(chaos::Options),
 }
 
 /// Which resources.
@@ -86,18 +67,18 @@ pub struct Target {
     pub prefix: String,
 }
 
-/// Which resources: the project's template's, or your own template's.
+/// Your template, and which of its functions.
 #[derive(Debug, Args)]
 pub struct OwnTarget {
     #[command(flatten)]
     target: Target,
-    /// Your own template (CloudFormation or SAM, JSON) instead of apps/payments/template.json: its
-    /// tables, queues, Kinesis streams and SES email identities, its functions' environment
-    #[arg(long, value_name = "PATH")]
+    /// Your template (CloudFormation or SAM, JSON): its tables, queues, Kinesis streams and SES
+    /// email identities, its functions' environment
+    #[arg(long, value_name = "PATH", required = true)]
     template: Option<PathBuf>,
-    /// With --template: the function (logical id) whose environment and event sources to use;
-    /// every function's when absent
-    #[arg(long, value_name = "LOGICAL_ID", requires = "template")]
+    /// The function (logical id) whose environment and event sources to use; every function's
+    /// when absent
+    #[arg(long, value_name = "LOGICAL_ID")]
     function: Option<String>,
 }
 
@@ -106,24 +87,15 @@ pub struct OwnTarget {
 pub struct SendArgs {
     #[command(flatten)]
     target: Target,
-    /// Your own template (JSON): send to its queue --queue instead of the payments queue
-    #[arg(long, value_name = "PATH", requires_all = ["queue", "file"])]
+    /// Your template (JSON)
+    #[arg(long, value_name = "PATH", required = true)]
     template: Option<PathBuf>,
-    /// With --template: the queue's logical id
-    #[arg(long, value_name = "LOGICAL_ID", requires = "template")]
+    /// The queue's logical id
+    #[arg(long, value_name = "LOGICAL_ID", required = true)]
     queue: Option<String>,
     /// An SQS sample event (events/*.json) whose bodies to send
-    #[arg(long, conflicts_with_all = ["events", "duplicates", "poison"])]
+    #[arg(long, required = true)]
     file: Option<PathBuf>,
-    /// Unique events of a generated workload
-    #[arg(long, default_value_t = 100)]
-    events: usize,
-    /// Duplicate share of deliveries, percent
-    #[arg(long, value_name = "PERCENT", default_value_t = 30)]
-    duplicates: u32,
-    /// Poison messages
-    #[arg(long, default_value_t = 0)]
-    poison: usize,
 }
 
 /// `local run`.
@@ -131,59 +103,13 @@ pub struct SendArgs {
 pub struct RunArgs {
     #[command(flatten)]
     own: OwnTarget,
-    /// With --template: run this binary (your function, built) under a local Lambda Runtime API
-    /// and drain the template's SQS event sources into it
-    #[arg(long, value_name = "PATH", requires = "template", conflicts_with = "invoke_url")]
+    /// Run this binary (your function, built) under a local Lambda Runtime API
+    #[arg(long, value_name = "PATH", required_unless_present = "invoke_url", conflicts_with = "invoke_url")]
     bin: Option<PathBuf>,
-    /// With --template and --invoke-url: the function's name under `cargo lambda watch` (its
-    /// binary's name)
-    #[arg(long, requires_all = ["template", "invoke_url"])]
+    /// With --invoke-url: the function's name under `cargo lambda watch` (its binary's name)
+    #[arg(long, requires = "invoke_url")]
     name: Option<String>,
-    /// Concurrent SQS pollers
-    #[arg(long, default_value_t = 1)]
-    pollers: usize,
-    /// Invoke the functions behind `cargo lambda watch` at this address
-    /// (http://127.0.0.1:9000) instead of in process
-    #[arg(long, value_name = "URL")]
-    invoke_url: Option<String>,
-}
-
-/// `local kafka`.
-#[derive(Debug, Args)]
-pub struct KafkaArgs {
-    #[command(flatten)]
-    target: Target,
-    /// The topic (created with 3 partitions when missing)
-    #[arg(long, default_value = "payments")]
-    topic: String,
-    /// A Kafka sample event (events/kafka-*.json) whose records to produce first
-    #[arg(long)]
-    file: Option<PathBuf>,
-    /// Pollers in the consumer group
-    #[arg(long, default_value_t = 2)]
-    pollers: usize,
-    /// Then replay the on-failure destination through the function
-    #[arg(long)]
-    replay: bool,
-    /// Invoke the kafka-consumer behind `cargo lambda watch` at this address
-    /// (http://127.0.0.1:9000) instead of in process
-    #[arg(long, value_name = "URL")]
-    invoke_url: Option<String>,
-    /// How the mapping reads the records an answer names: retry exactly those (per-record), or
-    /// resume each named partition at the lowest (resume)
-    #[arg(long, value_enum, default_value_t = esm::kafka::Reading::PerRecord)]
-    reading: esm::kafka::Reading,
-}
-
-/// `local replay-stream`.
-#[derive(Debug, Args)]
-pub struct ReplayArgs {
-    #[command(flatten)]
-    target: Target,
-    /// Whose destination: the outbox stream's (the receipts relay) or the orders Kinesis stream's
-    #[arg(long, value_enum, default_value_t = StreamSource::Outbox)]
-    source: StreamSource,
-    /// Invoke the function behind `cargo lambda watch` at this address instead of in process
+    /// Invoke the function behind `cargo lambda watch` at this address (http://127.0.0.1:9000)
     #[arg(long, value_name = "URL")]
     invoke_url: Option<String>,
 }
@@ -191,78 +117,19 @@ pub struct ReplayArgs {
 /// `local replay-parked`.
 #[derive(Debug, Args)]
 pub struct ParkedArgs {
-    #[command(flatten)]
-    target: Target,
     /// The park destination: the SQS queue the function's PARK_QUEUE_URL names
     #[arg(long, value_name = "URL")]
     queue: String,
-    /// The function the records go back to: in process, kafka-consumer, kinesis-consumer or
-    /// receipts-relay; with --invoke-url, its name under `cargo lambda watch`
+    /// The function's name under `cargo lambda watch`
     #[arg(long)]
     function: String,
-    /// Invoke the function behind `cargo lambda watch` at this address instead of in process
-    #[arg(long, value_name = "URL", requires = "trigger")]
-    invoke_url: Option<String>,
-    /// With --invoke-url: the function's trigger (aws:kafka, aws:kinesis or aws:dynamodb); a
-    /// parked record of another trigger is kept, never handed to it
+    /// Invoke the function behind `cargo lambda watch` at this address
+    #[arg(long, value_name = "URL")]
+    invoke_url: String,
+    /// The function's trigger (aws:kafka, aws:kinesis or aws:dynamodb); a parked record of
+    /// another trigger is kept, never handed to it
     #[arg(long, value_name = "TRIGGER")]
-    trigger: Option<String>,
-}
-
-/// `local sweep-outbox`.
-#[derive(Debug, Args)]
-pub struct SweepArgs {
-    #[command(flatten)]
-    target: Target,
-    /// Rows PENDING longer than this are swept (0: every pending row)
-    #[arg(long, value_name = "SECONDS", default_value_t = Sweep::default().after.as_secs())]
-    after: u64,
-    /// Rows per query of the outbox's pending index
-    #[arg(long, value_name = "ROWS", default_value_t = Sweep::default().page_size)]
-    page_size: i32,
-    /// Rows per sweep; the rest wait for the next
-    #[arg(long, value_name = "ROWS", default_value_t = Sweep::default().max_rows)]
-    max_rows: usize,
-}
-
-/// A stream mapping of the template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StreamSource {
-    /// The outbox table's DynamoDB stream, read by the receipts relay
-    Outbox,
-    /// The orders Kinesis stream, read by the kinesis-consumer
-    Orders,
-}
-
-/// `local demo`.
-#[derive(Debug, Args)]
-pub struct DemoArgs {
-    #[command(flatten)]
-    target: Target,
-    /// Unique valid events
-    #[arg(long, default_value_t = 300)]
-    events: usize,
-    /// Duplicate share of deliveries, percent
-    #[arg(long, value_name = "PERCENT", default_value_t = 30)]
-    duplicates: u32,
-    /// Poison messages
-    #[arg(long, default_value_t = 6)]
-    poison: usize,
-    /// Concurrent consumers
-    #[arg(long, default_value_t = 2)]
-    pollers: usize,
-    /// Producers send through the payments API over HTTP (Idempotency-Key, client timeouts and
-    /// retries, lost SendMessage answers); valid payments only
-    #[arg(long)]
-    via_api: bool,
-}
-
-/// A workload of `events` with `duplicates` percent duplicates and `poison` poison messages.
-fn workload(events: usize, duplicates: u32, poison: usize) -> Workload {
-    let mut w = Workload::new(events);
-    w.duplicate_pct = duplicates;
-    w.poison = poison;
-    w
+    trigger: String,
 }
 
 impl Command {
@@ -278,307 +145,32 @@ impl Command {
         loopback::check(&loopback::configured(&endpoint(), vars), allow_remote)?;
         let clients = Clients::local().await;
         match self {
-            Command::Chaos(options) => chaos(&clients, &options).await,
-            Command::Up(t) if t.template.is_some() => own::up(&clients, &t).await,
-            Command::Down(t) if t.template.is_some() => own::down(&clients, &t).await,
-            Command::Env(t) if t.template.is_some() => own::env(&clients, &t).await,
-            Command::Send(args) if args.template.is_some() => own::send(&clients, &args).await,
-            Command::Run(args) if args.own.template.is_some() => own::run(&clients, &args).await,
-            Command::Up(t) => up(&Pipeline::up(clients, &t.target.prefix).await?),
-            Command::Down(t) => {
-                resources::down_prefix(&clients, &t.target.prefix).await?;
-                println!("deleted the local tables and queues");
-                Ok(())
-            }
-            Command::Env(t) => {
-                print!(
-                    "{}",
-                    resources::lambda_env(&Pipeline::find(clients, &t.target.prefix).await?.resources, &endpoint())
-                );
-                Ok(())
-            }
-            Command::Send(args) => send(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
-            Command::Run(args) => run(&Pipeline::up(clients, &args.own.target.prefix).await?, &args).await,
-            Command::Redrive(t) => {
-                let pipeline = Pipeline::up(clients, &t.prefix).await?;
-                let r = &pipeline.resources;
-                let n = esm::redrive(&pipeline.clients, &r.dlq_url, &r.queue_url).await?;
-                println!("moved {n} messages from the DLQ back to the payments queue");
-                Ok(())
-            }
-            Command::ReplayStream(args) => replay(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
-            Command::ReplayParked(args) => replay_parked(clients, &args).await,
-            Command::SweepOutbox(args) => sweep(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
-            Command::Demo(args) => demo(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
-            Command::Kafka(args) => kafka(&Pipeline::up(clients, &args.target.prefix).await?, &args).await,
+            Command::Up(t) => own::up(&clients, &t).await,
+            Command::Down(t) => own::down(&clients, &t).await,
+            Command::Env(t) => own::env(&clients, &t).await,
+            Command::Send(args) => own::send(&clients, &args).await,
+            Command::Run(args) => own::run(&clients, &args).await,
+            Command::ReplayParked(args) => replay_parked(&clients, &args).await,
         }
     }
 }
 
-fn up(pipeline: &Pipeline) -> Result<()> {
-    let r = &pipeline.resources;
-    std::fs::create_dir_all(".local-aws").context(".local-aws")?;
-    std::fs::write(".local-aws/lambda.env", resources::lambda_env(r, &endpoint())).context(".local-aws/lambda.env")?;
-    println!("local AWS at {}: resources from apps/payments/template.json", endpoint());
-    println!(
-        "  tables  {}, {}, {} (stream on {}), {}",
-        r.idempotency_table, r.ledger_table, r.outbox_table, r.outbox_table, r.orders_table
-    );
-    println!("  stream  {} (on-failure destination {})", r.orders_stream, r.orders_failures_url);
-    println!(
-        "  queues  {} (DLQ {} after {} receives), {}",
-        r.queue_url, r.dlq_url, r.max_receive_count, r.failures_url
-    );
-    println!("  sender  {RECEIPT_FROM} verified; function env in .local-aws/lambda.env");
-    Ok(())
-}
-
-async fn send(pipeline: &Pipeline, args: &SendArgs) -> Result<()> {
-    let bodies = match &args.file {
-        Some(path) => {
-            let json = std::fs::read_to_string(path).context(path.display().to_string())?;
-            workload::bodies_of_event_file(&json)?
-        }
-        None => workload::plan(&workload(args.events, args.duplicates, args.poison)).deliveries,
-    };
-    let queue_url = &pipeline.resources.queue_url;
-    let n = workload::send(&pipeline.clients.sqs, queue_url, &bodies).await?;
-    println!("sent {n} messages to {queue_url}");
-    Ok(())
-}
-
-async fn run(pipeline: &Pipeline, args: &RunArgs) -> Result<()> {
-    match &args.invoke_url {
-        Some(url) => {
-            let payments = Http { url: url.clone(), function: payments_consumer::FUNCTION.into() };
-            let relay = Http { url: url.clone(), function: receipts_relay::FUNCTION.into() };
-            drain(pipeline, payments, relay, args.pollers).await
-        }
-        None => {
-            let armed = std::env::var_os("LOCAL_CRASH_AFTER_COMMIT").is_some();
-            let payments = AbortAfterCommit { inner: pipeline.payments(), armed };
-            drain(pipeline, payments, pipeline.relay(), args.pollers).await
-        }
-    }
-}
-
-/// Runs the emulator on `pipeline` until drained.
-async fn drain<P: SqsFunction, R: StreamFunction>(
-    pipeline: &Pipeline,
-    payments: P,
-    relay: R,
-    pollers: usize,
-) -> Result<()> {
-    let mut esm = pipeline.emulator(payments, relay).pollers(pollers);
-    let tracker = Tracker::open();
-    let p = esm.run_until_drained(&pipeline.clients, |p| tracker.show(p)).await?;
-    tracker.finish();
-    println!("drained: {} deliveries, {} failed, {} stream records", p.deliveries, p.failed, p.stream_records);
-    Ok(())
-}
-
-/// `local kafka`: produce the sample's records, drain with the pollers, replay if asked.
-async fn kafka(pipeline: &Pipeline, args: &KafkaArgs) -> Result<()> {
-    use esm::kafka::{KafkaMapping, KafkaPoller};
-    let bootstrap = esm::kafka::bootstrap()?;
-    esm::kafka::create_topic(&bootstrap, &args.topic, 3).await?;
-    if let Some(path) = &args.file {
-        let json = std::fs::read_to_string(path).context(path.display().to_string())?;
-        let produced = esm::kafka::produce_event_file(&bootstrap, &args.topic, &json).await?;
-        println!("produced {produced} records of {} to {}", path.display(), args.topic);
-    }
-    let group = resources::local_name(&args.target.prefix, "KafkaConsumer");
-    let failures = Some(pipeline.resources.kafka_failures_url.clone());
-    let mut mapping = KafkaMapping::new(&bootstrap, &args.topic, &group, failures);
-    mapping.reading = args.reading;
-    let mut pollers = (0..args.pollers.max(1))
-        .map(|i| KafkaPoller::join(&mapping, &format!("{group}-poller-{i}")))
-        .collect::<Result<Vec<_>>>()?;
-    match &args.invoke_url {
-        Some(url) => {
-            let function = Http { url: url.clone(), function: kafka_consumer::FUNCTION.into() };
-            drain_kafka(pipeline, &mapping, &mut pollers, &function, args.replay).await
-        }
-        None => drain_kafka(pipeline, &mapping, &mut pollers, &pipeline.kafka(), args.replay).await,
-    }
-}
-
-async fn drain_kafka<F: esm::kafka::KafkaFunction>(
-    pipeline: &Pipeline,
-    mapping: &esm::kafka::KafkaMapping,
-    pollers: &mut [esm::kafka::KafkaPoller],
-    function: &F,
-    replay: bool,
-) -> Result<()> {
-    let clients = &pipeline.clients;
-    let p = esm::kafka::drain(clients, pollers, function, std::time::Duration::from_secs(300)).await?;
-    println!(
-        "drained {} as group {} ({} reading): {} records delivered, {} failed batches, {} records discarded to {}, {} commits refused",
-        mapping.topic, mapping.group, mapping.reading, p.delivered, p.failed_batches, p.given_up,
-        pipeline.resources.kafka_failures_url, p.commits_refused
-    );
-    if replay {
-        let r = esm::kafka::replay_kafka_failures(clients, mapping, function).await?;
-        println!("replayed {} discarded batches ({} records); {} kept", r.batches, r.records, r.kept);
-        return r.all_through();
-    }
-    Ok(())
-}
-
-async fn replay(pipeline: &Pipeline, args: &ReplayArgs) -> Result<()> {
-    let (clients, r) = (&pipeline.clients, &pipeline.resources);
-    let http = |function: &str| args.invoke_url.clone().map(|url| Http { url, function: function.into() });
-    let replayed = match args.source {
-        StreamSource::Outbox => {
-            let mapping = esm::StreamMapping::new(&r.outbox_table, Some(r.failures_url.clone()));
-            match http(receipts_relay::FUNCTION) {
-                Some(function) => esm::replay_stream_failures(clients, &mapping, &function).await?,
-                None => esm::replay_stream_failures(clients, &mapping, &pipeline.relay()).await?,
-            }
-        }
-        StreamSource::Orders => {
-            let mapping = esm::KinesisMapping::new(&r.orders_stream, Some(r.orders_failures_url.clone()));
-            match http("kinesis-consumer") {
-                Some(function) => esm::replay_kinesis_failures(clients, &mapping, &function).await?,
-                None => esm::replay_kinesis_failures(clients, &mapping, &pipeline.orders()).await?,
-            }
-        }
-    };
-    println!(
-        "replayed {} records of {} discarded batches; {} left in the destination",
-        replayed.records, replayed.batches, replayed.kept
-    );
-    // Each one kept, and why, in the error: the command fails while anything is left.
-    replayed.all_through()
-}
-
-/// `local replay-parked`: through the function under `cargo lambda watch`, or in process on the
-/// local pipeline's resources.
-async fn replay_parked(clients: Clients, args: &ParkedArgs) -> Result<()> {
-    let replayed = match &args.invoke_url {
-        Some(url) => {
-            let function = Http { url: url.clone(), function: args.function.clone() };
-            let trigger = args.trigger.as_deref().unwrap_or_default();
-            let targets = esm::Targets::only(trigger, function)
-                .ok_or_else(|| format!("--trigger {trigger}: aws:kafka, aws:kinesis or aws:dynamodb"))?;
-            esm::replay_parked(&clients, &args.queue, &targets).await?
-        }
-        None => replay_parked_in_process(&Pipeline::up(clients, &args.target.prefix).await?, args).await?,
-    };
+/// `local replay-parked`: through the function under `cargo lambda watch`.
+async fn replay_parked(clients: &Clients, args: &ParkedArgs) -> Result<()> {
+    let function = Http { url: args.invoke_url.clone(), function: args.function.clone() };
+    let trigger = args.trigger.as_str();
+    let targets = esm::Targets::only(trigger, function)
+        .ok_or_else(|| format!("--trigger {trigger}: aws:kafka, aws:kinesis or aws:dynamodb"))?;
+    let replayed = esm::replay_parked(clients, &args.queue, &targets).await?;
     println!("replayed {} parked records from {}; {} kept", replayed.batches, args.queue, replayed.kept);
     replayed.all_through()
-}
-
-/// The workspace's stream functions in process, each for its own trigger's records.
-async fn replay_parked_in_process(pipeline: &Pipeline, args: &ParkedArgs) -> Result<esm::Replayed> {
-    use esm::Targets;
-    let (clients, queue) = (&pipeline.clients, args.queue.as_str());
-    let none = None::<Http>;
-    match args.function.as_str() {
-        kafka_consumer::FUNCTION => {
-            let targets = Targets { kafka: Some(pipeline.kafka()), kinesis: none.clone(), dynamodb: none };
-            esm::replay_parked(clients, queue, &targets).await
-        }
-        "kinesis-consumer" => {
-            let targets = Targets { kafka: none.clone(), kinesis: Some(pipeline.orders()), dynamodb: none };
-            esm::replay_parked(clients, queue, &targets).await
-        }
-        receipts_relay::FUNCTION => {
-            let targets = Targets { kafka: none.clone(), kinesis: none, dynamodb: Some(pipeline.relay()) };
-            esm::replay_parked(clients, queue, &targets).await
-        }
-        other => Err(format!(
-            "{other} is no stream function here: in process, kafka-consumer, kinesis-consumer or receipts-relay \
-             (another, under `cargo lambda watch`, with --invoke-url)"
-        )
-        .into()),
-    }
-}
-
-/// `local sweep-outbox`: one sweep now, through the local SES.
-async fn sweep(pipeline: &Pipeline, args: &SweepArgs) -> Result<()> {
-    let sweep = Sweep { after: Duration::from_secs(args.after), page_size: args.page_size, max_rows: args.max_rows };
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let swept = pipeline.sweeper(sweep).run(now_ms, None).await;
-    println!(
-        "swept {}: {} rows PENDING for over {} s; {} sent, {} settled already, {} held, {} busy, {} not sent{}",
-        pipeline.resources.outbox_table,
-        swept.found,
-        args.after,
-        swept.sent,
-        swept.settled,
-        swept.held,
-        swept.busy,
-        swept.unsent,
-        if swept.complete { "" } else { "; more left for the next sweep" }
-    );
-    if swept.failed_reads > 0 {
-        return Err(format!("{} pages of the pending index could not be read", swept.failed_reads).into());
-    }
-    Ok(())
-}
-
-async fn demo(pipeline: &Pipeline, args: &DemoArgs) -> Result<()> {
-    let w = workload(args.events, args.duplicates, args.poison);
-    if args.via_api {
-        return demo_via_api(pipeline, &w, args.pollers).await;
-    }
-    let summary = demo::run(pipeline, &w, args.pollers).await?;
-    println!("\n{}", summary.table());
-    println!("pipeline time {:.1} s", summary.elapsed.as_secs_f64());
-    if !summary.ok() {
-        return Err("an invariant failed".into());
-    }
-    println!("every invariant holds");
-    Ok(())
-}
-
-async fn demo_via_api(pipeline: &Pipeline, w: &Workload, pollers: usize) -> Result<()> {
-    let summary = crate::via_api::run(pipeline, w, pollers, &crate::via_api::Faults::default()).await?;
-    println!("\n{}", summary.table());
-    println!("time {:.1} s", summary.elapsed.as_secs_f64());
-    if !summary.ok() {
-        return Err("an invariant failed".into());
-    }
-    println!("every invariant holds: one entry and one receipt per key");
-    Ok(())
-}
-
-async fn chaos(clients: &Clients, options: &chaos::Options) -> Result<()> {
-    let report = chaos::run(clients, options).await?;
-    println!("\n{}", report.table());
-    println!("scenario time {:.1} s", report.elapsed.as_secs_f64());
-    if !report.ok() {
-        return Err("an invariant failed under faults".into());
-    }
-    println!("every invariant holds under faults");
-    Ok(())
-}
-
-/// A crash point for tests that kill a real process: with `LOCAL_CRASH_AFTER_COMMIT` set, the
-/// process aborts after its first invocation committed and before the emulator acknowledges
-/// (deletes) anything, as a Lambda whose sandbox dies right after the ledger commit.
-struct AbortAfterCommit<F> {
-    inner: F,
-    armed: bool,
-}
-
-impl<F: SqsFunction> SqsFunction for AbortAfterCommit<F> {
-    async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse> {
-        let response = self.inner.invoke(event).await?;
-        if self.armed {
-            eprintln!("local: crash point reached: committed, not acknowledged; aborting");
-            std::process::abort();
-        }
-        Ok(response)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use clap::{CommandFactory, Parser};
 
-    use super::{esm, Cli, Command};
+    use super::Cli;
 
     #[test]
     fn the_command_line_is_consistent() {
@@ -586,66 +178,36 @@ mod tests {
     }
 
     #[test]
-    fn the_makefiles_command_lines_parse() {
+    fn the_guides_command_lines_parse() {
         for line in [
-            "local chaos --events 300 --poison 4",
-            "local chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume",
-            "local demo --events 1000 --duplicates 40 --poison 10 --pollers 4",
-            "local demo --via-api --events 200",
-            "local send --file events/sqs-payment.json",
-            "local send --events 500 --duplicates 30 --poison 5",
-            "local run --invoke-url http://127.0.0.1:9000",
-            "local run --prefix t1",
-            "local up",
-            "local down",
-            "local redrive",
-            "local replay-stream",
-            "local replay-stream --source orders --invoke-url http://127.0.0.1:9000",
-            "local replay-stream --source orders",
-            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function kafka-consumer",
-            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function my-fn --invoke-url http://127.0.0.1:9000 --trigger aws:kinesis",
-            "local sweep-outbox",
-            "local sweep-outbox --after 0 --page-size 10 --max-rows 100 --prefix t1",
-            "local env",
             "local up --template template.json",
             "local up --template template.json --function OrdersFunction",
+            "local env --template template.json --prefix t1",
             "local send --template template.json --queue OrdersQueue --file events/order.json",
             "local run --template template.json --bin target/debug/orders-consumer",
             "local run --template template.json --invoke-url http://127.0.0.1:9000 --name orders-consumer",
-            "local down --allow-remote",
-            "local --allow-remote up --prefix t1",
+            "local replay-parked --queue http://127.0.0.1:4566/000000000000/park --function my-fn --invoke-url http://127.0.0.1:9000 --trigger aws:kinesis",
+            "local down --template template.json --allow-remote",
+            "local --allow-remote up --template template.json --prefix t1",
         ] {
             Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
-        let Command::Chaos(options) = Cli::parse_from(["local", "chaos", "--events", "300"]).command else { panic!() };
-        assert_eq!((options.events, options.poison, options.seed, options.crash_per_mille), (300, 10, 42, 40));
-        assert_eq!(options.kafka_reading, esm::kafka::Reading::PerRecord, "the harsher reading unless asked");
-        let line = ["local", "chaos", "--kafka-reading", "resume"];
-        let Command::Chaos(options) = Cli::parse_from(line).command else { panic!() };
-        assert_eq!(options.kafka_reading, esm::kafka::Reading::Resume);
-        let Command::Kafka(args) = Cli::parse_from(["local", "kafka", "--reading", "per-record"]).command else {
-            panic!()
-        };
-        assert_eq!(args.reading, esm::kafka::Reading::PerRecord);
     }
 
     #[test]
-    fn an_unknown_or_misspelt_flag_is_an_error() {
+    fn an_unknown_or_misspelt_flag_or_a_missing_template_is_an_error() {
         for line in [
-            "local demo --event 10",
-            "local chaos --seeds 1",
-            "local up --verbose",
+            "local up",
+            "local up --template template.json --verbose",
             "local sned",
-            "local up --function OrdersFunction",
+            "local run --template template.json",
             "local run --bin target/debug/orders-consumer",
+            "local run --template template.json --bin x --invoke-url http://127.0.0.1:9000",
             "local send --template template.json --file events/order.json",
             "local replay-parked --function kafka-consumer",
+            "local demo",
         ] {
             assert!(Cli::try_parse_from(line.split(' ')).is_err(), "{line} parsed");
         }
-        assert!(
-            Cli::try_parse_from(["local", "send", "--file", "x.json", "--events", "3"]).is_err(),
-            "file or workload"
-        );
     }
 }

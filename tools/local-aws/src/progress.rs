@@ -5,8 +5,6 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::esm::Progress;
-
 /// Deliveries so far on a bar, and each phase's wall time.
 #[derive(Debug)]
 pub struct Tracker {
@@ -75,5 +73,28 @@ impl Tracker {
     /// The phases and their times.
     pub fn into_phases(self) -> Vec<(&'static str, Duration)> {
         self.phases
+    }
+}
+
+/// Progress of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// SQS deliveries so far.
+    pub deliveries: usize,
+    /// SQS messages reported failed so far.
+    pub failed: usize,
+    /// Stream records delivered so far.
+    pub stream_records: usize,
+}
+
+impl std::ops::Add for Progress {
+    type Output = Progress;
+
+    fn add(self, other: Progress) -> Progress {
+        Progress {
+            deliveries: self.deliveries + other.deliveries,
+            failed: self.failed + other.failed,
+            stream_records: self.stream_records + other.stream_records,
+        }
     }
 }

@@ -1,6 +1,9 @@
-//! Resources from the deployment template: every `AWS::DynamoDB::Table`, `AWS::SQS::Queue` and
-//! `AWS::Kinesis::Stream` in `apps/payments/template.json` is created locally with its key schema,
-//! stream, TTL, retention, visibility timeout, redrive policy (`maxReceiveCount`) and shards.
+//! Resources from a deployment template (CloudFormation or SAM, JSON): every
+//! `AWS::DynamoDB::Table`, `AWS::SQS::Queue` and `AWS::Kinesis::Stream` is created locally with
+//! its key schema, stream, TTL, retention, visibility timeout, redrive policy (`maxReceiveCount`)
+//! and shards, and an `AWS::Lambda::EventSourceMapping` is read so the emulator applies the
+//! deployment's numbers. The template is the caller's: [`crate::template`] for a user's, an
+//! application's own crate for its own.
 
 use std::collections::BTreeMap;
 
@@ -13,16 +16,6 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
 
 use crate::error::{Result, ResultExt};
-
-/// The deployment template, compiled in.
-pub const TEMPLATE: &str = include_str!("../../../apps/payments/template.json");
-
-/// The sender identity verified in the local SES: the receipts' and the order confirmations'
-/// (the template's one `ReceiptFrom`).
-pub const RECEIPT_FROM: &str = "receipts@example.com";
-
-/// The template's table the Kinesis consumer stores orders in (logical id).
-pub const ORDERS_TABLE: &str = "KinesisOrdersTable";
 
 /// The SDK clients the local pipeline uses.
 #[derive(Debug, Clone)]
@@ -53,39 +46,6 @@ impl Clients {
     }
 }
 
-/// The names and addresses of one set of local resources.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resources {
-    /// `IDEMPOTENCY_TABLE`.
-    pub idempotency_table: String,
-    /// `LEDGER_TABLE`.
-    pub ledger_table: String,
-    /// `OUTBOX_TABLE`.
-    pub outbox_table: String,
-    /// The payments queue's URL.
-    pub queue_url: String,
-    /// Its dead-letter queue's URL.
-    pub dlq_url: String,
-    /// The receipts relay's on-failure destination.
-    pub failures_url: String,
-    /// The payments queue's `maxReceiveCount`, from the template.
-    pub max_receive_count: u32,
-    /// The orders Kinesis stream's name.
-    pub orders_stream: String,
-    /// The Kinesis consumer's orders table (`ORDERS_TABLE`).
-    pub orders_table: String,
-    /// The orders mapping's on-failure destination.
-    pub orders_failures_url: String,
-    /// The Kafka mapping's on-failure destination.
-    pub kafka_failures_url: String,
-    /// The receipts relay's park queue (`PARK_QUEUE_URL`): outbox records it failed on for good.
-    pub receipts_park_url: String,
-    /// The Kinesis consumer's park queue.
-    pub orders_park_url: String,
-    /// The Kafka consumer's park queue.
-    pub kafka_park_url: String,
-}
-
 /// A local name from a logical id: `LedgerTable` is `ledger`, `PaymentsDeadLetterQueue` is
 /// `payments-dead-letter`, behind `prefix-` when a prefix is given (tests use their own).
 pub fn local_name(prefix: &str, logical_id: &str) -> String {
@@ -104,13 +64,8 @@ pub fn local_name(prefix: &str, logical_id: &str) -> String {
     }
 }
 
-fn resources(kind: &str) -> Result<BTreeMap<String, Value>> {
-    let template: Value = serde_json::from_str(TEMPLATE).context("apps/payments/template.json")?;
-    resources_in(&template, kind)
-}
-
 /// The properties of `template`'s resources of type `kind`, by logical id.
-pub(crate) fn resources_in(template: &Value, kind: &str) -> Result<BTreeMap<String, Value>> {
+pub fn resources_in(template: &Value, kind: &str) -> Result<BTreeMap<String, Value>> {
     let all = template["Resources"].as_object().ok_or("template has no Resources")?;
     Ok(all.iter().filter(|(_, r)| r["Type"] == kind).map(|(id, r)| (id.clone(), r["Properties"].clone())).collect())
 }
@@ -120,7 +75,7 @@ fn text<'a>(v: &'a Value, field: &str) -> Result<&'a str> {
 }
 
 /// Plain numbers, or a `Ref` to a parameter's default.
-pub(crate) fn number(template: &Value, v: &Value) -> Option<i64> {
+pub fn number(template: &Value, v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n.as_i64(),
         Value::String(s) => s.parse().ok(),
@@ -156,18 +111,57 @@ pub struct MappingSettings {
     pub on_failure: Option<String>,
 }
 
-/// The settings of the template's mapping whose `EventSourceArn` is an attribute of the resource
-/// `source` (`PaymentsQueue`, `OutboxTable`, `OrdersStream`) or the parameter `source`
-/// (`KafkaClusterArn`).
-pub fn mapping_settings(source: &str) -> Result<MappingSettings> {
-    let template: Value = serde_json::from_str(TEMPLATE).context("apps/payments/template.json")?;
-    let mappings = resources("AWS::Lambda::EventSourceMapping")?;
+impl MappingSettings {
+    /// An SQS mapping with `ReportBatchItemFailures` (Lambda's `BatchSize` of 10): what a
+    /// function that answers per message is deployed with, and what the emulator applies unless
+    /// a template says otherwise.
+    pub fn sqs() -> Self {
+        MappingSettings {
+            batch_size: 10,
+            report_batch_item_failures: true,
+            bisect_batch_on_function_error: false,
+            maximum_retry_attempts: None,
+            maximum_record_age_seconds: None,
+            event_names: Vec::new(),
+            on_failure: None,
+        }
+    }
+
+    /// A DynamoDB Streams mapping with `ReportBatchItemFailures` and bisection, 10 records a
+    /// batch, retried until the record is 6 h old: well inside the stream's 24 h retention, so a
+    /// discarded batch can still be replayed from the stream.
+    pub fn dynamodb_stream() -> Self {
+        MappingSettings {
+            bisect_batch_on_function_error: true,
+            maximum_record_age_seconds: Some(21_600),
+            ..Self::sqs()
+        }
+    }
+
+    /// A Kinesis or Kafka mapping with `ReportBatchItemFailures` and bisection, 100 records a
+    /// batch (Lambda's default), 5 retries and at most an hour's age, so a poison record holds
+    /// its shard or partition back for minutes, not for the stream's retention.
+    pub fn kinesis() -> Self {
+        MappingSettings {
+            batch_size: 100,
+            maximum_retry_attempts: Some(5),
+            maximum_record_age_seconds: Some(3600),
+            ..Self::dynamodb_stream()
+        }
+    }
+}
+
+/// The settings of `template`'s mapping whose `EventSourceArn` is an attribute of the resource
+/// `source` (a queue's, a table's or a stream's logical id) or the parameter `source` (a Kafka
+/// cluster's ARN).
+pub fn mapping_settings(template: &Value, source: &str) -> Result<MappingSettings> {
+    let mappings = resources_in(template, "AWS::Lambda::EventSourceMapping")?;
     let (_, props) = mappings
         .iter()
         .find(|(_, p)| p["EventSourceArn"]["Fn::GetAtt"][0] == source || p["EventSourceArn"]["Ref"] == source)
         .ok_or_else(|| format!("template has no event source mapping on {source}"))?;
     let is_queue = template["Resources"][source]["Type"] == "AWS::SQS::Queue";
-    let limit = |field: &str| number(&template, &props[field]).filter(|n| *n >= 0);
+    let limit = |field: &str| number(template, &props[field]).filter(|n| *n >= 0);
     let mut event_names = Vec::new();
     for filter in props["FilterCriteria"]["Filters"].as_array().into_iter().flatten() {
         let pattern: Value =
@@ -182,7 +176,7 @@ pub fn mapping_settings(source: &str) -> Result<MappingSettings> {
         }
     }
     Ok(MappingSettings {
-        batch_size: number(&template, &props["BatchSize"]).unwrap_or(if is_queue { 10 } else { 100 }) as i32,
+        batch_size: number(template, &props["BatchSize"]).unwrap_or(if is_queue { 10 } else { 100 }) as i32,
         report_batch_item_failures: props["FunctionResponseTypes"]
             .as_array()
             .is_some_and(|types| types.iter().any(|t| t == "ReportBatchItemFailures")),
@@ -194,33 +188,8 @@ pub fn mapping_settings(source: &str) -> Result<MappingSettings> {
     })
 }
 
-/// Creates every table and queue of the template (those that exist are kept), verifies the
-/// sender identity, and returns their names.
-pub async fn up(clients: &Clients, prefix: &str) -> Result<Resources> {
-    for (id, props) in resources("AWS::DynamoDB::Table")? {
-        create_table(&clients.dynamodb, &local_name(prefix, &id), &props).await?;
-    }
-    let template: Value = serde_json::from_str(TEMPLATE).context("apps/payments/template.json")?;
-    let urls = create_queues(&clients.sqs, &template, prefix).await?;
-    for (id, props) in resources("AWS::Kinesis::Stream")? {
-        let shards = number(&template, &props["ShardCount"]).unwrap_or(1) as i32;
-        create_stream(&clients.kinesis, &local_name(prefix, &id), shards).await?;
-    }
-    clients.ses.create_email_identity().email_identity(RECEIPT_FROM).send().await.ok();
-    named(&template, prefix, &urls, "template has no")
-}
-
-/// The names of what [`up`] created under `prefix`, looked up without creating anything: the
-/// queues' addresses are asked of SQS, and a queue that does not exist is an error saying to run
-/// `up` first.
-pub async fn lookup(clients: &Clients, prefix: &str) -> Result<Resources> {
-    let template: Value = serde_json::from_str(TEMPLATE).context("apps/payments/template.json")?;
-    let urls = existing_queues(&clients.sqs, &template, prefix).await?;
-    named(&template, prefix, &urls, "`local up` has not created (or `local down` deleted) the queue")
-}
-
 /// The URLs of the template's queues under `prefix` that exist, by logical id.
-pub(crate) async fn existing_queues(
+pub async fn existing_queues(
     sqs: &aws_sdk_sqs::Client,
     template: &Value,
     prefix: &str,
@@ -239,40 +208,9 @@ pub(crate) async fn existing_queues(
     Ok(urls)
 }
 
-/// The resources' names under `prefix`, with the queues' `urls` by logical id; `missing` says
-/// why a queue the template names has no URL.
-fn named(template: &Value, prefix: &str, urls: &BTreeMap<String, String>, missing: &str) -> Result<Resources> {
-    let redrive = &template["Resources"]["PaymentsQueue"]["Properties"]["RedrivePolicy"];
-    let max_receive_count = number(template, &redrive["maxReceiveCount"]).unwrap_or(5) as u32;
-    let url = |id: &str| urls.get(id).cloned().ok_or_else(|| format!("{missing} {}", local_name(prefix, id)));
-    Ok(Resources {
-        idempotency_table: local_name(prefix, "IdempotencyTable"),
-        ledger_table: local_name(prefix, "LedgerTable"),
-        outbox_table: local_name(prefix, "OutboxTable"),
-        queue_url: url("PaymentsQueue")?,
-        dlq_url: url("PaymentsDeadLetterQueue")?,
-        // The outbox mapping's on-failure destination, as the template names it.
-        failures_url: url(mapping_settings("OutboxTable")?.on_failure.as_deref().unwrap_or("ReceiptsFailureQueue"))?,
-        max_receive_count,
-        orders_stream: local_name(prefix, crate::esm::kinesis::ORDERS_STREAM),
-        orders_table: local_name(prefix, ORDERS_TABLE),
-        orders_failures_url: url(mapping_settings(crate::esm::kinesis::ORDERS_STREAM)?
-            .on_failure
-            .as_deref()
-            .unwrap_or("OrdersFailureQueue"))?,
-        kafka_failures_url: url(mapping_settings(crate::esm::kafka::CLUSTER)?
-            .on_failure
-            .as_deref()
-            .unwrap_or("KafkaFailureQueue"))?,
-        receipts_park_url: url("ReceiptsParkQueue")?,
-        orders_park_url: url("OrdersParkQueue")?,
-        kafka_park_url: url("KafkaParkQueue")?,
-    })
-}
-
 /// Creates every `AWS::SQS::Queue` of `template` with its retention, visibility timeout and
 /// redrive policy (those that exist are kept); returns their URLs by logical id.
-pub(crate) async fn create_queues(
+pub async fn create_queues(
     sqs: &aws_sdk_sqs::Client,
     template: &Value,
     prefix: &str,
@@ -307,7 +245,7 @@ pub(crate) async fn create_queues(
 
 /// Creates a Kinesis stream of `shards` shards (one that exists is kept) and waits until it is
 /// active: records cannot be put or read before.
-pub(crate) async fn create_stream(kinesis: &aws_sdk_kinesis::Client, name: &str, shards: i32) -> Result<()> {
+pub async fn create_stream(kinesis: &aws_sdk_kinesis::Client, name: &str, shards: i32) -> Result<()> {
     if let Err(e) = kinesis.create_stream().stream_name(name).shard_count(shards).send().await {
         if !e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) {
             return Err(e).context(format!("create stream {name}"));
@@ -324,37 +262,6 @@ pub(crate) async fn create_stream(kinesis: &aws_sdk_kinesis::Client, name: &str,
     Err(format!("stream {name} never became active").into())
 }
 
-/// Deletes what [`up`] created.
-pub async fn down(clients: &Clients, resources: &Resources) -> Result<()> {
-    for table in
-        [&resources.idempotency_table, &resources.ledger_table, &resources.outbox_table, &resources.orders_table]
-    {
-        clients.dynamodb.delete_table().table_name(table).send().await.ok();
-    }
-    let queues = [&resources.queue_url, &resources.dlq_url, &resources.failures_url, &resources.orders_failures_url];
-    for url in queues.into_iter().chain([&resources.kafka_failures_url]) {
-        clients.sqs.delete_queue().queue_url(url).send().await.ok();
-    }
-    clients.kinesis.delete_stream().stream_name(&resources.orders_stream).send().await.ok();
-    Ok(())
-}
-
-/// Deletes whatever of the template's tables, queues and streams exists under `prefix`, creating
-/// nothing (what is already gone is skipped).
-pub async fn down_prefix(clients: &Clients, prefix: &str) -> Result<()> {
-    for id in resources("AWS::DynamoDB::Table")?.into_keys() {
-        clients.dynamodb.delete_table().table_name(local_name(prefix, &id)).send().await.ok();
-    }
-    let template: Value = serde_json::from_str(TEMPLATE).context("apps/payments/template.json")?;
-    for url in existing_queues(&clients.sqs, &template, prefix).await?.into_values() {
-        clients.sqs.delete_queue().queue_url(url).send().await.ok();
-    }
-    for id in resources("AWS::Kinesis::Stream")?.into_keys() {
-        clients.kinesis.delete_stream().stream_name(local_name(prefix, &id)).send().await.ok();
-    }
-    Ok(())
-}
-
 /// A queue's ARN.
 pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String> {
     let out = sqs
@@ -368,7 +275,7 @@ pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String> {
     arn.ok_or_else(|| "no QueueArn".into())
 }
 
-pub(crate) async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &Value) -> Result<()> {
+pub async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props: &Value) -> Result<()> {
     let request = table_request(dynamodb.create_table().table_name(name), props)?;
     match request.send().await {
         Ok(_) => {}
@@ -433,50 +340,53 @@ fn global_index(index: &Value) -> Result<GlobalSecondaryIndex> {
     Ok(built.projection(kind.build()).build()?)
 }
 
-/// The functions' environment for these resources (`cargo lambda watch --env-file`); the
-/// payments API's queue (`PAYMENTS_QUEUE_URL`) and the Kinesis consumer's `ORDERS_TABLE` and
-/// `CONFIRMATION_FROM` included.
-pub fn lambda_env(resources: &Resources, endpoint: &str) -> String {
-    format!(
-        "IDEMPOTENCY_TABLE={}\nLEDGER_TABLE={}\nOUTBOX_TABLE={}\nRECEIPT_FROM={RECEIPT_FROM}\nPAYMENTS_QUEUE_URL={}\n\
-         ORDERS_TABLE={}\nCONFIRMATION_FROM={RECEIPT_FROM}\n\
-         AWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\nAWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
-        resources.idempotency_table,
-        resources.ledger_table,
-        resources.outbox_table,
-        resources.queue_url,
-        resources.orders_table,
-    )
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
     #[test]
     fn names_follow_logical_ids() {
         assert_eq!(super::local_name("", "LedgerTable"), "ledger");
         assert_eq!(super::local_name("", "PaymentsDeadLetterQueue"), "payments-dead-letter");
         assert_eq!(super::local_name("t1", "ReceiptsFailureQueue"), "t1-receipts-failure");
-        assert_eq!(super::local_name("", super::ORDERS_TABLE), "kinesis-orders");
+        assert_eq!(super::local_name("", "KinesisOrdersTable"), "kinesis-orders");
+    }
+
+    /// A user's template: a Kinesis mapping with every setting, and a queue's with none.
+    fn template() -> Value {
+        json!({
+            "Parameters": {"Retries": {"Type": "Number", "Default": 5}},
+            "Resources": {
+                "OrdersStream": {"Type": "AWS::Kinesis::Stream"},
+                "OrdersQueue": {"Type": "AWS::SQS::Queue"},
+                "OrdersMapping": {"Type": "AWS::Lambda::EventSourceMapping", "Properties": {
+                    "EventSourceArn": {"Fn::GetAtt": ["OrdersStream", "Arn"]},
+                    "BisectBatchOnFunctionError": true, "MaximumRetryAttempts": {"Ref": "Retries"},
+                    "MaximumRecordAgeInSeconds": 3600, "FunctionResponseTypes": ["ReportBatchItemFailures"],
+                    "DestinationConfig": {"OnFailure": {"Destination": {"Fn::GetAtt": ["OrdersFailureQueue", "Arn"]}}}}},
+                "QueueMapping": {"Type": "AWS::Lambda::EventSourceMapping", "Properties": {
+                    "EventSourceArn": {"Fn::GetAtt": ["OrdersQueue", "Arn"]}}}
+            }
+        })
     }
 
     #[test]
-    fn mappings_are_read_from_the_template() {
-        let stream = super::mapping_settings("OutboxTable").unwrap();
-        assert!(stream.report_batch_item_failures && stream.bisect_batch_on_function_error);
-        assert_eq!(stream.batch_size, 10);
-        // -1 in the template: retried until the record age limit.
-        assert_eq!(stream.maximum_retry_attempts, None);
-        // Well inside the stream's 24 h retention: a discarded batch can still be replayed.
-        assert_eq!(stream.maximum_record_age_seconds, Some(21_600));
-        assert_eq!(stream.event_names, vec!["INSERT".to_owned()]);
-        assert_eq!(stream.on_failure.as_deref(), Some("ReceiptsFailureQueue"));
-        let orders = super::mapping_settings("OrdersStream").unwrap();
+    fn mappings_are_read_from_the_template_given() {
+        let orders = super::mapping_settings(&template(), "OrdersStream").unwrap();
         assert!(orders.report_batch_item_failures && orders.bisect_batch_on_function_error);
         assert_eq!((orders.batch_size, orders.maximum_retry_attempts), (100, Some(5)));
         assert_eq!(orders.maximum_record_age_seconds, Some(3600));
         assert_eq!(orders.on_failure.as_deref(), Some("OrdersFailureQueue"));
-        let queue = super::mapping_settings("PaymentsQueue").unwrap();
-        assert!(queue.report_batch_item_failures);
-        assert_eq!((queue.batch_size, queue.maximum_retry_attempts), (10, None));
+        assert_eq!(
+            orders,
+            super::MappingSettings { on_failure: orders.on_failure.clone(), ..super::MappingSettings::kinesis() }
+        );
+        // Absent properties take Lambda's defaults: 10 a batch on a queue, answers not read.
+        let queue = super::mapping_settings(&template(), "OrdersQueue").unwrap();
+        assert_eq!(
+            (queue.batch_size, queue.report_batch_item_failures, queue.maximum_retry_attempts),
+            (10, false, None)
+        );
+        assert!(super::mapping_settings(&template(), "Nowhere").is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! A user's own template on the local AWS: its tables, queues, Kinesis streams and SES email
-//! identities created as the project's own are ([`crate::resources`]), its functions'
+//! identities created ([`crate::resources`]), its functions'
 //! environment resolved to the local names, and its SQS event sources, so a function of the
-//! reader's crate runs under the local pipeline (`local up --template`, `local run --template`).
+//! reader's crate runs under the local AWS (`local up --template`, `local run --template`).
 
 use std::collections::BTreeMap;
 
@@ -119,6 +119,10 @@ fn named(template: &Value, prefix: &str, queues: BTreeMap<String, String>) -> Re
 /// nothing (email identities stay).
 pub async fn down_prefix(clients: &Clients, template: &str, prefix: &str) -> Result<()> {
     let template: Value = serde_json::from_str(template).context("template")?;
+    // Tables first: their names need no lookup, so the first request deletes.
+    for id in resources_in(&template, "AWS::DynamoDB::Table")?.into_keys() {
+        clients.dynamodb.delete_table().table_name(local_name(prefix, &id)).send().await.ok();
+    }
     let queues = resources::existing_queues(&clients.sqs, &template, prefix).await?;
     down(clients, &named(&template, prefix, queues)?).await;
     Ok(())

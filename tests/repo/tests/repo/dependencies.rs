@@ -106,16 +106,12 @@ fn no_library_crate_depends_on_an_app_a_tool_or_an_example() {
 }
 
 #[test]
-#[ignore = "tools/local-aws still imports the payments app and examples/kinesis-consumer: \
-            it is being split from them (issue 39, item 1)"]
 fn no_tool_depends_on_an_app_or_an_example() {
     let found = offending(|e| e.from_area == Area::Tool && matches!(e.to_area, Area::App | Area::Example));
     assert!(found.is_empty(), "tools importing an app or an example:\n{}", found.join("\n"));
 }
 
 #[test]
-#[ignore = "the template still deploys examples/kinesis-consumer, so the policy tests \
-            (end-to-end, dev) read its key prefixes; tools/local-aws imports it too"]
 fn nothing_depends_on_an_example() {
     let found = offending(|e| e.to_area == Area::Example);
     assert!(found.is_empty(), "examples are never imported:\n{}", found.join("\n"));

@@ -7,11 +7,11 @@ use effectively_once_dynamodb::testing::endpoint;
 
 use super::{OwnTarget, RunArgs, SendArgs};
 use crate::error::{Result, ResultExt};
+use crate::esm::queue;
 use crate::invoke::Http;
 use crate::resources::Clients;
 use crate::runtime::{Hosted, Process};
 use crate::template::{self, Own};
-use crate::workload;
 
 /// How long `run` waits for the queues to empty.
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);
@@ -77,8 +77,8 @@ pub async fn send(clients: &Clients, args: &SendArgs) -> Result<()> {
     let queue = args.queue.as_deref().ok_or("--queue")?;
     let url = own.queues.get(queue).ok_or_else(|| format!("the template has no queue {queue}"))?;
     let path = args.file.as_ref().ok_or("--file")?;
-    let bodies = workload::bodies_of_event_file(&std::fs::read_to_string(path).context(path.display().to_string())?)?;
-    let n = workload::send(&clients.sqs, url, &bodies).await?;
+    let bodies = queue::bodies_of_event_file(&std::fs::read_to_string(path).context(path.display().to_string())?)?;
+    let n = queue::send(&clients.sqs, url, &bodies).await?;
     println!("sent {n} messages to {url}");
     Ok(())
 }

@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use crate::error::{Result, ResultExt};
-use crate::resources::{mapping_settings, Clients, MappingSettings};
+use crate::resources::{Clients, MappingSettings};
 
-/// The settings of a stream mapping, from the template, that decide what a failure costs.
+/// The settings of a stream mapping that decide what a failure costs.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Records per invocation (`BatchSize`).
@@ -40,21 +40,19 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The settings of the template's mapping on `source` (a logical id), invoking `function`.
-    pub(crate) fn from_template(source: &str, function: &str, failures_url: Option<String>) -> (Self, MappingSettings) {
-        let template =
-            mapping_settings(source).unwrap_or_else(|e| panic!("apps/payments/template.json maps {source}: {e}"));
-        let settings = Settings {
-            batch_size: template.batch_size,
-            max_retries: template.maximum_retry_attempts.unwrap_or(u32::MAX),
-            max_record_age_seconds: template.maximum_record_age_seconds,
-            bisect_on_error: template.bisect_batch_on_function_error,
-            report_batch_item_failures: template.report_batch_item_failures,
+    /// The settings `mapping` gives (a template's, or a default of [`MappingSettings`]);
+    /// discarded batches go to `failures_url`.
+    pub fn new(mapping: &MappingSettings, failures_url: Option<String>) -> Self {
+        Settings {
+            batch_size: mapping.batch_size,
+            max_retries: mapping.maximum_retry_attempts.unwrap_or(u32::MAX),
+            max_record_age_seconds: mapping.maximum_record_age_seconds,
+            bisect_on_error: mapping.bisect_batch_on_function_error,
+            report_batch_item_failures: mapping.report_batch_item_failures,
             failures_url,
-            function_arn: format!("arn:aws:lambda:us-east-1:000000000000:function:{function}"),
+            function_arn: "arn:aws:lambda:us-east-1:000000000000:function:local".into(),
             clock: SystemTime::now,
-        };
-        (settings, template)
+        }
     }
 
     fn now(&self) -> Duration {
@@ -427,7 +425,7 @@ fn failure_record<S: Source>(
     condition: Condition,
 ) -> Value {
     let now = settings.now();
-    let arrival = |r: Option<&Read<S::Record>>| r?.arrival_ms.map(|ms| payments::rfc3339(ms as u64));
+    let arrival = |r: Option<&Read<S::Record>>| r?.arrival_ms.map(|ms| crate::time::rfc3339(ms as u64));
     let mut response_context = json!({"statusCode": 200, "executedVersion": "$LATEST"});
     if shard.function_error {
         response_context["functionError"] = json!("Unhandled");
@@ -441,7 +439,7 @@ fn failure_record<S: Source>(
         },
         "responseContext": response_context,
         "version": "1.0",
-        "timestamp": payments::rfc3339(now.as_millis() as u64),
+        "timestamp": crate::time::rfc3339(now.as_millis() as u64),
     });
     record[S::BATCH_INFO] = json!({
         "shardId": shard.id,

@@ -49,7 +49,7 @@ use serde_json::{json, Value};
 use super::checkpoint::Settings;
 use crate::error::{Result, ResultExt};
 pub use crate::invoke::KafkaFunction;
-use crate::resources::Clients;
+use crate::resources::{Clients, MappingSettings};
 
 /// How long a poller may go without polling before the group gives its partitions to another
 /// member: librdkafka's `max.poll.interval.ms`, at its smallest (the session timeout).
@@ -58,7 +58,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(6);
 /// The broker the tests and tools use: `KAFKA_BOOTSTRAP` as given, else the project's local
 /// broker on `127.0.0.1:$LOCAL_KAFKA_PORT` (9094). When nothing answers there, the first call in
 /// the process starts it with the checkout's `infra/local/kafka.sh up` (which builds the pinned
-/// tansu once, about 17 minutes on 2 cores, and takes a lock per port) and leaves it running for
+/// tansu once per machine, docs/testing.md, and takes a lock per port) and leaves it running for
 /// the next test binary and run (`make local-kafka-down` stops it). The error, when none answers
 /// and none starts, is one line naming the command that starts one.
 pub fn bootstrap() -> Result<String> {
@@ -87,9 +87,6 @@ fn start_local_kafka() -> std::result::Result<String, String> {
     }
     .ensure()
 }
-
-/// The template's parameter (the MSK cluster's ARN) the Kafka mapping reads from.
-pub const CLUSTER: &str = "KafkaClusterArn";
 
 /// How the mapping reads the records a function's answer names (the module docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -182,20 +179,38 @@ pub struct KafkaMapping {
 
 impl KafkaMapping {
     /// Reads `topic` from its earliest offset (`StartingPosition: TRIM_HORIZON`) as `group`, with
-    /// the template's Kafka mapping (batch size, retries, response types); discarded batches go
-    /// to `failures_url`.
+    /// [`MappingSettings::kinesis`]'s batch size, retries and response types; discarded batches
+    /// go to `failures_url`. [`KafkaMapping::with_settings`] applies a template's.
     pub fn new(bootstrap: &str, topic: &str, group: &str, failures_url: Option<String>) -> Self {
-        let (mut settings, _) = Settings::from_template(CLUSTER, "kafka-consumer", failures_url);
+        let mut mapping = KafkaMapping::placed(bootstrap, topic, group);
+        mapping.settings = Self::settings(&MappingSettings::kinesis(), failures_url);
+        mapping
+    }
+
+    /// The mapping's settings as `mapping` says (a template's, [`crate::resources::mapping_settings`]);
+    /// discarded batches go to `failures_url`.
+    pub fn with_settings(mut self, mapping: &MappingSettings, failures_url: Option<String>) -> Self {
+        self.settings = Self::settings(mapping, failures_url);
+        self
+    }
+
+    fn settings(mapping: &MappingSettings, failures_url: Option<String>) -> Settings {
+        let mut settings = Settings::new(mapping, failures_url);
         // "When you configure both infinite retries and an on-failure destination, Lambda
         // automatically applies a maximum of 10 retry attempts."
         if settings.max_retries == u32::MAX && settings.failures_url.is_some() {
             settings.max_retries = 10;
         }
+        settings
+    }
+
+    /// The mapping's place (broker, topic, group) with its defaults; settings set after.
+    fn placed(bootstrap: &str, topic: &str, group: &str) -> Self {
         KafkaMapping {
             bootstrap: bootstrap.into(),
             topic: topic.into(),
             group: group.into(),
-            settings,
+            settings: Settings::new(&MappingSettings::kinesis(), None),
             wait: Duration::from_secs(2),
             reading: Reading::default(),
             retrying: Arc::default(),
@@ -660,7 +675,7 @@ fn failure_record(mapping: &KafkaMapping, batch: &[&KafkaRecord], function_error
         },
         "responseContext": response_context,
         "version": "1.0",
-        "timestamp": payments::rfc3339(now.as_millis() as u64),
+        "timestamp": crate::time::rfc3339(now.as_millis() as u64),
         "KafkaBatchInfo": {
             "batchSize": batch.len(),
             "bootstrapServers": mapping.bootstrap,

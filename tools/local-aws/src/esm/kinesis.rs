@@ -4,7 +4,7 @@
 //! on-failure destination with a `KinesisBatchInfo` record ([`super::checkpoint`], shared with
 //! DynamoDB Streams; <https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-kinesis-batchfailurereporting.html>).
-//! One batch per shard at a time: the template's `ParallelizationFactor` is 1.
+//! One batch per shard at a time: a `ParallelizationFactor` of 1, Lambda's default.
 
 use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
@@ -15,12 +15,9 @@ use serde_json::json;
 use super::checkpoint::{Checkpoints, Listed, Position, Read, Resume, Settings, Source, Stream};
 use crate::error::{Result, ResultExt};
 use crate::invoke::KinesisFunction;
-use crate::resources::Clients;
+use crate::resources::{Clients, MappingSettings};
 
 pub use super::checkpoint::StreamPoll;
-
-/// The template's Kinesis stream (logical id) whose mapping the emulator applies.
-pub const ORDERS_STREAM: &str = "OrdersStream";
 
 /// A Kinesis event source mapping and its checkpoints.
 #[derive(Debug, Clone)]
@@ -33,11 +30,20 @@ pub struct KinesisMapping {
 }
 
 impl KinesisMapping {
-    /// Reads `stream` from `TRIM_HORIZON` with the template's orders mapping; discarded batches
+    /// Reads `stream` from `TRIM_HORIZON` with [`MappingSettings::kinesis`]; discarded batches
     /// go to `failures_url`.
     pub fn new(stream: impl Into<String>, failures_url: Option<String>) -> Self {
-        let (settings, _) = Settings::from_template(ORDERS_STREAM, "kinesis-consumer", failures_url);
-        KinesisMapping { stream: stream.into(), settings, checkpoints: Checkpoints::default() }
+        KinesisMapping::with(stream, &MappingSettings::kinesis(), failures_url)
+    }
+
+    /// Reads `stream` from `TRIM_HORIZON` as `mapping` says (a template's,
+    /// [`crate::resources::mapping_settings`]); discarded batches go to `failures_url`.
+    pub fn with(stream: impl Into<String>, mapping: &MappingSettings, failures_url: Option<String>) -> Self {
+        KinesisMapping {
+            stream: stream.into(),
+            settings: Settings::new(mapping, failures_url),
+            checkpoints: Checkpoints::default(),
+        }
     }
 }
 

@@ -1,13 +1,14 @@
-//! An event source mapping emulator that behaves as Lambda documents, not kinder: SQS is polled,
+//! Event source mapping emulators that behave as Lambda documents, not kinder: SQS is polled,
 //! each batch invokes the function, only the messages the answer lets through are deleted, and
 //! the rest come back after the visibility timeout until the redrive policy moves them to the
-//! DLQ ([`sqs`]); the outbox stream is read through shard iterators, retried, bisected, aged and
-//! discarded to the on-failure destination as the template's mapping says ([`stream`]). The
-//! settings come from `apps/payments/template.json` ([`crate::resources::mapping_settings`]), so local
-//! and cloud agree. [`queue`] holds the queue utilities (depth, redrive, a look at a queue),
-//! [`replay`] and [`parked`] replay the stream mappings' on-failure destinations and the stream
-//! drivers' park destination after a fix, and [`Emulator`] runs both mappings until the pipeline
-//! is drained.
+//! DLQ ([`sqs`]); a DynamoDB stream ([`stream`]) or a Kinesis stream ([`kinesis`]) is read
+//! through shard iterators, retried, bisected, aged and discarded to the on-failure destination
+//! as the mapping says; a Kafka topic is read by a consumer group ([`kafka`]). The settings are
+//! a template's ([`crate::resources::mapping_settings`]), so local and cloud agree, or the
+//! defaults of [`crate::resources::MappingSettings`]. [`queue`] holds the queue utilities
+//! (sending, depth, redrive, a look at a queue), [`replay`] and [`parked`] replay the stream
+//! mappings' on-failure destinations and the stream drivers' park destination after a fix, and
+//! [`Emulator`] runs a queue's mapping and a stream's together until both are drained.
 
 pub mod checkpoint;
 pub mod kafka;
@@ -30,32 +31,9 @@ pub use stream::{poll_stream, replay_stream_failures, stream_response, StreamMap
 
 use crate::error::Result;
 use crate::invoke::{SqsFunction, StreamFunction};
-use crate::pipeline::Pipeline;
+pub use crate::progress::Progress;
 use crate::progress::Tracker;
-use crate::resources::{Clients, Resources};
-
-/// Progress of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Progress {
-    /// SQS deliveries so far.
-    pub deliveries: usize,
-    /// SQS messages reported failed so far.
-    pub failed: usize,
-    /// Stream records delivered so far.
-    pub stream_records: usize,
-}
-
-impl std::ops::Add for Progress {
-    type Output = Progress;
-
-    fn add(self, other: Progress) -> Progress {
-        Progress {
-            deliveries: self.deliveries + other.deliveries,
-            failed: self.failed + other.failed,
-            stream_records: self.stream_records + other.stream_records,
-        }
-    }
-}
+use crate::resources::Clients;
 
 /// Messages a producer sends while the consumers run, a few per round, so the queue holds what
 /// a live one would rather than the whole workload at once.
@@ -82,39 +60,41 @@ impl Feed {
             return Ok(());
         }
         let end = (self.next + self.per_round).min(self.bodies.len());
-        crate::workload::send(&clients.sqs, queue_url, &self.bodies[self.next..end]).await?;
+        queue::send(&clients.sqs, queue_url, &self.bodies[self.next..end]).await?;
         self.next = end;
         Ok(())
     }
 }
 
-/// The two event source mappings of the pipeline and the functions they invoke: the payments
-/// queue's and the outbox stream's.
+/// A queue's event source mapping and a table stream's, each with the function it invokes: an
+/// application whose first function writes what its second reads from the stream (an outbox).
 #[derive(Debug)]
 pub struct Emulator<P, R> {
-    /// The payments queue's mapping.
+    /// The queue's mapping.
     pub sqs: SqsMapping,
-    /// The outbox stream's mapping, with its checkpoint.
+    /// The stream's mapping, with its checkpoint.
     pub stream: StreamMapping,
     /// The function the queue invokes.
-    pub payments: P,
+    pub on_queue: P,
     /// The function the stream invokes.
-    pub relay: R,
+    pub on_stream: R,
     /// Concurrent SQS pollers.
     pub pollers: usize,
+    /// The queue's dead-letter queue and its `maxReceiveCount`, for [`Emulator::run_and_redrive`].
+    pub dead_letter: Option<(String, u32)>,
 }
 
 impl<P: SqsFunction, R: StreamFunction> Emulator<P, R> {
-    /// The template's mappings on `resources` (the stream's discarded batches to its on-failure
-    /// queue), one poller.
-    pub fn new(resources: &Resources, payments: P, relay: R) -> Self {
-        Emulator {
-            sqs: SqsMapping::new(&resources.queue_url),
-            stream: StreamMapping::new(&resources.outbox_table, Some(resources.failures_url.clone())),
-            payments,
-            relay,
-            pollers: 1,
-        }
+    /// The two mappings, invoking `on_queue` and `on_stream`, one poller, no DLQ.
+    pub fn new(sqs: SqsMapping, stream: StreamMapping, on_queue: P, on_stream: R) -> Self {
+        Emulator { sqs, stream, on_queue, on_stream, pollers: 1, dead_letter: None }
+    }
+
+    /// With the queue's dead-letter queue at `dlq_url`, which the redrive policy moves a message
+    /// to after `max_receive_count` receives.
+    pub fn dead_letter(mut self, dlq_url: &str, max_receive_count: u32) -> Self {
+        self.dead_letter = Some((dlq_url.to_owned(), max_receive_count));
+        self
     }
 
     /// With `pollers` concurrent SQS pollers (at least one).
@@ -164,42 +144,41 @@ impl<P: SqsFunction, R: StreamFunction> Emulator<P, R> {
 
     /// One poll of each SQS poller, at once, then one of the stream.
     async fn round(&mut self, clients: &Clients) -> Result<Progress> {
-        let pollers = (0..self.pollers.max(1)).map(|_| poll_sqs(clients, &self.sqs, &self.payments));
+        let pollers = (0..self.pollers.max(1)).map(|_| poll_sqs(clients, &self.sqs, &self.on_queue));
         let mut round = Progress::default();
         for poll in futures_util::future::join_all(pollers).await {
             let poll = poll?;
             round.deliveries += poll.received;
             round.failed += poll.failed;
         }
-        round.stream_records = poll_stream(clients, &mut self.stream, &self.relay).await?.delivered;
+        round.stream_records = poll_stream(clients, &mut self.stream, &self.on_stream).await?.delivered;
         Ok(round)
     }
 
-    /// Runs `feed` through the pipeline until drained, then moves the DLQ back to the queue, as
-    /// after a bug fix, and drains again: what the demo and the chaos scenario do. Returns how
-    /// many messages the redrive moved.
+    /// Runs `feed` until drained, then moves the DLQ ([`Emulator::dead_letter`]) back to the
+    /// queue, as after a bug fix, and drains again. Returns how many messages the redrive moved.
     pub async fn run_and_redrive(
         &mut self,
-        pipeline: &Pipeline,
+        clients: &Clients,
         feed: &mut Feed,
         tracker: &mut Tracker,
     ) -> Result<usize> {
-        let (clients, resources) = (&pipeline.clients, &pipeline.resources);
+        let (dlq_url, max_receive_count) = self.dead_letter.clone().ok_or("the queue's mapping has no DLQ")?;
         let first = self.run_fed(clients, feed, |p| tracker.show(p)).await?;
         tracker.phase_done("producer and consumers until drained", first);
         // Poison is still poison, a reused key still reused, a record that always panics still
-        // panics; the rest is harmless because every effect is keyed.
-        let redriven = redrive(clients, &resources.dlq_url, &resources.queue_url).await?;
-        tracker.expect_more(redriven * resources.max_receive_count as usize);
+        // panics; the rest is harmless when every effect is keyed.
+        let redriven = redrive(clients, &dlq_url, &self.sqs.queue_url).await?;
+        tracker.expect_more(redriven * max_receive_count as usize);
         let second = self.run_until_drained(clients, |p| tracker.show(p)).await?;
         tracker.phase_done("DLQ redrive, drained again", second);
         Ok(redriven)
     }
 
     /// Passes the stream's checkpoint over what earlier runs left on it (handing it to the
-    /// relay, which finds those receipts done): this run's rows come after it.
+    /// stream's function, which finds those records done): this run's rows come after it.
     pub async fn skip_stream_backlog(&mut self, clients: &Clients) -> Result<()> {
-        while poll_stream(clients, &mut self.stream, &self.relay).await?.delivered > 0 {}
+        while poll_stream(clients, &mut self.stream, &self.on_stream).await?.delivered > 0 {}
         Ok(())
     }
 }

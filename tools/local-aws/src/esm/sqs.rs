@@ -10,14 +10,14 @@ use serde_json::Value;
 
 use crate::error::{Result, ResultExt};
 use crate::invoke::SqsFunction;
-use crate::resources::{mapping_settings, Clients};
+use crate::resources::{Clients, MappingSettings};
 
 /// An SQS event source mapping.
 #[derive(Debug, Clone)]
 pub struct SqsMapping {
     /// The queue.
     pub queue_url: String,
-    /// Messages per invocation (the template's `BatchSize`).
+    /// Messages per invocation (`BatchSize`).
     pub batch_size: i32,
     /// How long a received message stays invisible; a failed one returns after it.
     pub visibility_timeout: i32,
@@ -25,17 +25,22 @@ pub struct SqsMapping {
     /// would hold every other request back while it waits; the emulator sleeps between empty
     /// polls instead.
     pub wait_seconds: i32,
-    /// The template's `FunctionResponseTypes` holds `ReportBatchItemFailures`. Without it Lambda
+    /// The mapping's `FunctionResponseTypes` holds `ReportBatchItemFailures`. Without it Lambda
     /// ignores the answer's `batchItemFailures`: a batch succeeds or fails as a whole.
     pub report_batch_item_failures: bool,
     arn: std::sync::OnceLock<String>,
 }
 
 impl SqsMapping {
-    /// The template's payments mapping (batch size, response types), with a 2 s visibility
-    /// timeout (redelivery within the demo) and short polls.
+    /// [`MappingSettings::sqs`] (10 a batch, answers read), with a 2 s visibility timeout
+    /// (redelivery within a local run) and short polls.
     pub fn new(queue_url: impl Into<String>) -> Self {
-        let settings = mapping_settings("PaymentsQueue").expect("apps/payments/template.json maps the payments queue");
+        SqsMapping::with(queue_url, &MappingSettings::sqs())
+    }
+
+    /// The batch size and response types `settings` give (a template's,
+    /// [`crate::resources::mapping_settings`]), with a 2 s visibility timeout and short polls.
+    pub fn with(queue_url: impl Into<String>, settings: &MappingSettings) -> Self {
         SqsMapping {
             queue_url: queue_url.into(),
             batch_size: settings.batch_size,

@@ -1,6 +1,6 @@
-//! The DynamoDB Streams event source mapping: the outbox stream is read through shard iterators
+//! The DynamoDB Streams event source mapping: a table's stream is read through shard iterators
 //! from a checkpoint, and a failing batch is retried, bisected, aged and discarded to the
-//! on-failure destination as the template's mapping says ([`super::checkpoint`], shared with
+//! on-failure destination as the mapping's settings say ([`super::checkpoint`], shared with
 //! Kinesis; <https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>).
 //! This module says how the stream's shards are listed and read and what the event looks like,
@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::checkpoint::{Checkpoints, Listed, Position, Read, Resume, Settings, Source, Stream};
 use crate::error::{Result, ResultExt};
 use crate::invoke::StreamFunction;
-use crate::resources::Clients;
+use crate::resources::{Clients, MappingSettings};
 
 pub use super::checkpoint::StreamPoll;
 
@@ -37,7 +37,7 @@ pub const RETENTION: Duration = Duration::from_secs(86_400);
 pub struct StreamMapping {
     /// The table whose stream is read.
     pub table: String,
-    /// Event names delivered; others are passed over, as the template's `FilterCriteria` has
+    /// Event names delivered; others are passed over, as a mapping's `FilterCriteria` has
     /// Lambda do. Empty: every name.
     pub event_names: Vec<String>,
     /// Batch size, retries, record age, bisection, response types, destination.
@@ -46,15 +46,19 @@ pub struct StreamMapping {
 }
 
 impl StreamMapping {
-    /// Reads `table`'s stream from its start with the template's outbox mapping (batch size,
-    /// retries, record age, bisection, response types, filter); discarded batches go to
-    /// `failures_url`.
+    /// Reads `table`'s stream from its start with [`MappingSettings::dynamodb_stream`] (every
+    /// event name); discarded batches go to `failures_url`.
     pub fn new(table: impl Into<String>, failures_url: Option<String>) -> Self {
-        let (settings, template) = Settings::from_template("OutboxTable", "receipts-relay", failures_url);
+        StreamMapping::with(table, &MappingSettings::dynamodb_stream(), failures_url)
+    }
+
+    /// Reads `table`'s stream from its start as `mapping` says (a template's, with its filter:
+    /// [`crate::resources::mapping_settings`]); discarded batches go to `failures_url`.
+    pub fn with(table: impl Into<String>, mapping: &MappingSettings, failures_url: Option<String>) -> Self {
         StreamMapping {
             table: table.into(),
-            event_names: template.event_names,
-            settings,
+            event_names: mapping.event_names.clone(),
+            settings: Settings::new(mapping, failures_url),
             checkpoints: Checkpoints::default(),
         }
     }

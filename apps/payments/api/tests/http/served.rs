@@ -12,9 +12,9 @@ use effectively_once_dynamodb::DynamoDbStore;
 use local::api::{post, Reply, Server};
 use local::esm::queue_depth;
 use local::proxy::{Fault, Proxy, ScriptedFaults};
-use local::{Clients, Pipeline};
 use payments::PaymentEvent;
 use payments_api::{Api, EnqueueError, Queue, SqsQueue};
+use payments_local::{Clients, Pipeline};
 use tokio::sync::Notify;
 
 const TIMEOUT: Duration = Duration::from_secs(30);

@@ -17,7 +17,7 @@ use std::time::Duration;
 use effectively_once_dynamodb::testing::{endpoint, unique_name};
 use local::api::post;
 use local::esm::queue_depth;
-use local::{Clients, Pipeline};
+use payments_local::{Clients, Pipeline};
 
 /// The first request under `watch` builds the function: give it time.
 const TIMEOUT: Duration = Duration::from_secs(600);
@@ -71,7 +71,7 @@ async fn first_request_replay_and_key_reuse_through_cargo_lambda_watch() {
         Err(_) => {
             let pipeline = Pipeline::up(Clients::local().await, &unique_name("watch")).await.unwrap();
             let env_file = std::env::temp_dir().join(format!("{}.env", unique_name("payments-api-watch")));
-            std::fs::write(&env_file, local::resources::lambda_env(&pipeline.resources, &endpoint())).unwrap();
+            std::fs::write(&env_file, payments_local::resources::lambda_env(&pipeline.resources, &endpoint())).unwrap();
             let watch = tokio::task::spawn_blocking(move || Watch::start(&env_file)).await.unwrap();
             (format!("http://127.0.0.1:{}/lambda-url/payments-api", watch.port), Some((pipeline, watch)))
         }

@@ -189,8 +189,8 @@ async fn the_sample_events_scope_by_producer_once_configured() {
 async fn two_producers_put_two_events_on_the_queue_under_their_own_records() {
     use effectively_once_dynamodb::testing::unique_name;
     use effectively_once_dynamodb::DynamoDbStore;
-    use local::{Clients, Pipeline};
     use payments_api::SqsQueue;
+    use payments_local::{Clients, Pipeline};
 
     let pipeline = Pipeline::up(Clients::local().await, &unique_name("scopes")).await.unwrap();
     let (clients, resources) = (&pipeline.clients, &pipeline.resources);

@@ -103,7 +103,7 @@ fn every_function_runs_within_its_reserved_concurrency() {
         .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
         .map(|(id, _)| id)
         .collect();
-    assert_eq!(functions.len(), 6, "{functions:?}");
+    assert_eq!(functions.len(), 5, "{functions:?}");
     let mut reserved_by_default = 0;
     for function in functions {
         let (name, parameter) = reservation(&t, function);
@@ -123,13 +123,6 @@ fn every_function_runs_within_its_reserved_concurrency() {
         t["Resources"]["PaymentsConsumerFunction"]["Properties"]["ReservedConcurrentExecutions"]["Fn::If"][0].clone();
     assert_eq!(scaling, &json!({"Fn::If": [reserves, {"Ref": consumer}, 10]}), "the mapping follows the reservation");
     assert!(parameter["Default"].as_u64() >= Some(2), "MaximumConcurrency takes 2 to 1000");
-
-    // The Kinesis consumer takes one invocation per shard and parallelization slot: fewer reserved
-    // would hold records back by default.
-    let (_, kinesis) = reservation(&t, "KinesisConsumerFunction");
-    let shards = t["Resources"]["OrdersStream"]["Properties"]["ShardCount"].as_u64().unwrap();
-    let factor = t["Resources"]["OrdersEventSourceMapping"]["Properties"]["ParallelizationFactor"].as_u64().unwrap();
-    assert!(kinesis["Default"].as_u64().unwrap() >= shards * factor, "the orders stream needs {shards} x {factor}");
 }
 
 /// With `KmsKeyArn` set, everything the stack keeps at rest is encrypted under that key: every
@@ -176,7 +169,7 @@ fn a_customer_managed_key_encrypts_every_table_queue_log_group_and_stream() {
         }
         // The test reads what is there: it must have found each kind the template holds.
         let kinds: Vec<&str> = covered.into_iter().collect();
-        assert_eq!(kinds, ["AWS::DynamoDB::Table", "AWS::Kinesis::Stream", "AWS::Logs::LogGroup", "AWS::SQS::Queue"]);
+        assert_eq!(kinds, ["AWS::DynamoDB::Table", "AWS::Logs::LogGroup", "AWS::SQS::Queue"]);
         if !with_key {
             assert!(!resources.to_string().contains("KmsKeyArn"), "without a key nothing names it");
         }

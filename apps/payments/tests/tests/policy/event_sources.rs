@@ -1,15 +1,14 @@
 //! The event sources and their queues: the receipts stream retried until the record age limit,
-//! the orders stream's poison discarded to its failure queue, the Kafka mapping's answers and
-//! failure queue, the Kafka resources made only with a cluster, the queue type switching the
-//! payments queue, its DLQ and its mapping together, and the DLQ's retention.
+//! the Kafka mapping's answers and failure queue, the Kafka resources made only with a cluster,
+//! the queue type switching the payments queue, its DLQ and its mapping together, and the DLQ's
+//! retention.
 
 use receipts_relay::Alert;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::cfn::{function_name, references, resolve};
-use crate::iam::{action_matches, statements};
 use crate::monitoring::{alarm_actions, alarm_on, metrics_namespace};
-use crate::{list, template, KAFKA_CONDITION};
+use crate::{template, KAFKA_CONDITION};
 
 /// A blocked SES account is retryable (the marker is released), so the outbox stream holds the
 /// batch until the condition clears: with 5 retries it was spent in seconds and the receipts went
@@ -41,69 +40,6 @@ fn the_receipts_stream_retries_until_the_record_age_limit_and_every_hold_is_alar
     let fires_after_ms = iterator_age["Threshold"].as_u64().unwrap()
         + iterator_age["Period"].as_u64().unwrap() * iterator_age["EvaluationPeriods"].as_u64().unwrap() * 1000;
     assert!(fires_after_ms <= 3_600_000, "alarmed within the hour, not {fires_after_ms} ms");
-}
-
-/// The orders stream's mapping: a poison order is retried a few times, bisected away from its
-/// batch and discarded to a failure queue within the hour, not left to hold its shard for the
-/// stream's 24 h retention; the role reads that stream and sends to that queue only, and an
-/// operator is paged when the mapping falls behind or discards a batch.
-#[test]
-fn the_orders_stream_mapping_discards_poison_to_its_failure_queue_and_is_alarmed() {
-    let t = template();
-    let resources = &t["Resources"];
-    assert_eq!(resources["OrdersStream"]["Type"], "AWS::Kinesis::Stream");
-    let mapping = &resources["OrdersEventSourceMapping"]["Properties"];
-    assert_eq!(mapping["EventSourceArn"], json!({"Fn::GetAtt": ["OrdersStream", "Arn"]}));
-    assert_eq!(mapping["FunctionName"], json!({"Ref": "KinesisConsumerFunction.Alias"}));
-    assert_eq!(mapping["StartingPosition"], "TRIM_HORIZON");
-    assert_eq!(mapping["FunctionResponseTypes"], json!(["ReportBatchItemFailures"]));
-    assert_eq!(mapping["BisectBatchOnFunctionError"], true);
-    // One batch per shard at a time: records of a partition key stay in order, as the local
-    // emulator delivers them.
-    assert_eq!(mapping["ParallelizationFactor"], 1);
-    let retries = mapping["MaximumRetryAttempts"].as_i64().unwrap();
-    assert!((0..=10).contains(&retries), "a finite retry count, not {retries}");
-    let age = mapping["MaximumRecordAgeInSeconds"].as_i64().unwrap();
-    let retention = resources["OrdersStream"]["Properties"]["RetentionPeriodHours"].as_i64().unwrap() * 3600;
-    assert!((60..retention).contains(&age), "records are discarded ({age} s) before the stream drops them");
-    let failures = json!({"Fn::GetAtt": ["OrdersFailureQueue", "Arn"]});
-    assert_eq!(mapping["DestinationConfig"]["OnFailure"]["Destination"], failures);
-    let function = &resources["KinesisConsumerFunction"];
-    assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "kinesis-consumer");
-    assert_eq!(function["Properties"]["AutoPublishAlias"], "live");
-    assert_eq!(function["Properties"]["Tracing"], "Active");
-    // The role: the stream read on that stream, the destination send on that queue, nothing on "*"
-    // but X-Ray.
-    let role = "KinesisConsumerRole";
-    assert_eq!(function["Properties"]["Role"], json!({"Fn::GetAtt": [role, "Arn"]}));
-    let grants = statements(&t, role);
-    let on = |action: &str| -> Vec<&Value> {
-        grants.iter().filter(|s| s["Effect"] == "Allow" && action_matches(s, action)).collect()
-    };
-    for action in ["kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:DescribeStream", "kinesis:ListShards"] {
-        let allowed = on(action);
-        assert!(!allowed.is_empty(), "{role} cannot {action}");
-        assert!(allowed.iter().all(|s| s["Resource"] == json!({"Fn::GetAtt": ["OrdersStream", "Arn"]})), "{action}");
-    }
-    let send: Vec<&Value> = on("sqs:SendMessage").iter().map(|s| &s["Resource"]).collect();
-    let park = json!({"Fn::GetAtt": ["OrdersParkQueue", "Arn"]});
-    assert_eq!(send, [&failures, &park], "{role} sends to its failure and park queues only");
-    for s in grants.iter().filter(|s| s["Resource"] == "*") {
-        assert!(list(&s["Action"]).iter().all(|a| a.as_str().is_some_and(|a| a.starts_with("xray:"))), "{s}");
-    }
-    let iterator_age = json!([{"Name": "FunctionName", "Value": {"Ref": "KinesisConsumerFunction"}}]);
-    let stream_age = json!([{"Name": "StreamName", "Value": {"Ref": "OrdersStream"}}]);
-    let queue = json!([{"Name": "QueueName", "Value": {"Fn::GetAtt": ["OrdersFailureQueue", "QueueName"]}}]);
-    for (namespace, metric, dimensions) in [
-        ("AWS/Lambda", "IteratorAge", iterator_age),
-        ("AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds", stream_age),
-        ("AWS/SQS", "ApproximateNumberOfMessagesVisible", queue),
-    ] {
-        let alarm =
-            alarm_on(&t, &json!(namespace), metric, dimensions).unwrap_or_else(|| panic!("no alarm on {metric}"));
-        assert_eq!(alarm["AlarmActions"], alarm_actions(), "{metric}");
-        assert_eq!(alarm["TreatMissingData"], "notBreaching", "{metric}");
-    }
 }
 
 /// The Kafka mapping: partial batch responses on (each failing partition resumes at its first

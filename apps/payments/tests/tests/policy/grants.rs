@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::cfn::{references, resolve_arn};
 use crate::iam::{action_matches, all_statements, grants, like, statements};
-use crate::{list, template, API, CONSUMER, KAFKA, KINESIS, RELAY, SWEEPER};
+use crate::{list, template, API, CONSUMER, KAFKA, RELAY, SWEEPER};
 
 #[test]
 fn every_queue_denies_requests_without_tls() {
@@ -15,11 +15,7 @@ fn every_queue_denies_requests_without_tls() {
     let resources = t["Resources"].as_object().unwrap();
     let queues: Vec<&String> =
         resources.iter().filter(|(_, r)| r["Type"] == "AWS::SQS::Queue").map(|(id, _)| id).collect();
-    assert_eq!(
-        queues.len(),
-        8,
-        "the payments queue, its DLQ, and the relay's, orders' and Kafka's failure and park queues"
-    );
+    assert_eq!(queues.len(), 6, "the payments queue, its DLQ, and the relay's and Kafka's failure and park queues");
     for queue in queues {
         let arn = json!({"Fn::GetAtt": [queue, "Arn"]});
         let denies_plain_http = resources.values().filter(|r| r["Type"] == "AWS::SQS::QueuePolicy").any(|p| {
@@ -39,7 +35,7 @@ fn every_queue_denies_requests_without_tls() {
 #[test]
 fn email_is_sent_only_from_the_receipt_sender() {
     let t = template();
-    for role in [CONSUMER, RELAY, SWEEPER, KINESIS] {
+    for role in [CONSUMER, RELAY, SWEEPER] {
         for s in statements(&t, role).iter().filter(|s| s["Effect"] == "Allow") {
             let ses = list(&s["Action"]).iter().filter_map(Value::as_str).any(|a| a.to_lowercase().starts_with("ses:"));
             if !ses {
@@ -54,12 +50,11 @@ fn email_is_sent_only_from_the_receipt_sender() {
             );
         }
     }
-    // Each sends from the parameter its grant is conditioned on: the relay its receipts, the
-    // Kinesis consumer its order confirmations.
+    // Each sends from the parameter its grant is conditioned on: the relay and the sweeper their
+    // receipts.
     let env = |function: &str| t["Resources"][function]["Properties"]["Environment"]["Variables"].clone();
     assert_eq!(env("ReceiptsRelayFunction")["RECEIPT_FROM"], json!({"Ref": "ReceiptFrom"}));
     assert_eq!(env("OutboxSweeperFunction")["RECEIPT_FROM"], json!({"Ref": "ReceiptFrom"}));
-    assert_eq!(env("KinesisConsumerFunction")["CONFIRMATION_FROM"], json!({"Ref": "ReceiptFrom"}));
 }
 
 /// What the Kafka mapping needs of the cluster (IAM access control), and no more: the cluster's
@@ -264,11 +259,7 @@ fn the_direct_invoke_check_finds_an_unconditioned_grant() {
 #[test]
 fn each_stream_role_sends_to_and_reads_its_park_queue_alone() {
     let t = template();
-    for (role, queue) in [
-        ("ReceiptsRelayRole", "ReceiptsParkQueue"),
-        ("KinesisConsumerRole", "OrdersParkQueue"),
-        ("KafkaConsumerRole", "KafkaParkQueue"),
-    ] {
+    for (role, queue) in [("ReceiptsRelayRole", "ReceiptsParkQueue"), ("KafkaConsumerRole", "KafkaParkQueue")] {
         let grants = statements(&t, role);
         let park = json!({"Fn::GetAtt": [queue, "Arn"]});
         for action in ["sqs:SendMessage", "sqs:GetQueueAttributes"] {

@@ -42,7 +42,6 @@ fn list(v: &Value) -> Vec<Value> {
 pub(crate) const CONSUMER: &str = "PaymentsConsumerRole";
 pub(crate) const RELAY: &str = "ReceiptsRelayRole";
 pub(crate) const SWEEPER: &str = "OutboxSweeperRole";
-pub(crate) const KINESIS: &str = "KinesisConsumerRole";
 pub(crate) const KAFKA: &str = "KafkaConsumerRole";
 pub(crate) const WRITES: [&str; 4] =
     ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"];

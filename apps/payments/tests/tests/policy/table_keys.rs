@@ -1,12 +1,11 @@
 //! Which keys of the idempotency, ledger and outbox tables each role may touch: the relay never
 //! a payment's record, the consumer never an email marker, each function what it needs on its
-//! own keys and nothing else, the Kinesis, Kafka and API roles scoped to their prefixes.
+//! own keys and nothing else, the Kafka and API roles scoped to their prefixes.
 
 use payments::outbox;
-use serde_json::json;
 
 use crate::iam::{allows, Request};
-use crate::{api_record, email_marker, payment_record, template, API, CONSUMER, KAFKA, KINESIS, RELAY, WRITES};
+use crate::{api_record, email_marker, payment_record, template, API, CONSUMER, KAFKA, RELAY, WRITES};
 
 #[test]
 fn the_relay_cannot_touch_payment_records_and_the_consumer_cannot_touch_email_markers() {
@@ -70,69 +69,6 @@ fn each_function_keeps_what_it_needs_on_its_own_keys() {
     }
 }
 
-/// The Kinesis consumer's keys in the idempotency table: an order's record and its
-/// confirmation's marker, under the prefixes the example's code writes.
-fn kinesis_keys() -> (String, String) {
-    (format!("{}#ord_1", kinesis_consumer::PREFIX), format!("{}#ord_1", kinesis_consumer::EMAIL_PREFIX))
-}
-
-/// The Kinesis consumer commits an order once (its record `order#` in the same transaction as
-/// the order's item, read back when a cancellation carries none) and claims, completes and
-/// releases its confirmation's marker `order-email#`; nothing else in the idempotency table, and
-/// only inserts into its orders table. The other functions cannot touch its keys.
-#[test]
-fn the_kinesis_consumer_is_scoped_to_its_order_and_confirmation_keys() {
-    let t = template();
-    let (order, marker) = kinesis_keys();
-    for action in ["dynamodb:PutItem", "dynamodb:GetItem"] {
-        let request = Request { action, table: "IdempotencyTable", key: &order };
-        assert!(allows(&t, KINESIS, request), "the Kinesis consumer needs {action} on {order}");
-    }
-    for action in ["dynamodb:UpdateItem", "dynamodb:DeleteItem"] {
-        let request = Request { action, table: "IdempotencyTable", key: &order };
-        assert!(
-            !allows(&t, KINESIS, request),
-            "the Kinesis consumer may {action} {order}: it could erase an order's record"
-        );
-    }
-    for action in ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:GetItem"] {
-        let request = Request { action, table: "IdempotencyTable", key: &marker };
-        assert!(allows(&t, KINESIS, request), "the Kinesis consumer needs {action} on {marker}");
-    }
-    // No other prefix: not the payments', the relay's, the API's, nor one nobody owns.
-    let strangers = [payment_record(), email_marker(), api_record(), "orders#ord_1".to_owned()];
-    for key in strangers.iter().map(String::as_str).chain(["other#ord_1", "order"]) {
-        for action in WRITES {
-            let request = Request { action, table: "IdempotencyTable", key };
-            assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} {key}");
-        }
-    }
-    // Its orders table: the order's item inserted, never rewritten or deleted; nothing of the
-    // ledger or the outbox.
-    let env = &t["Resources"]["KinesisConsumerFunction"]["Properties"]["Environment"]["Variables"];
-    assert_eq!(env["ORDERS_TABLE"], json!({"Ref": "KinesisOrdersTable"}));
-    assert!(allows(&t, KINESIS, Request { action: "dynamodb:PutItem", table: "KinesisOrdersTable", key: &order }));
-    for action in ["dynamodb:UpdateItem", "dynamodb:DeleteItem"] {
-        let request = Request { action, table: "KinesisOrdersTable", key: &order };
-        assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} an order");
-    }
-    for table in ["LedgerTable", "OutboxTable"] {
-        for action in WRITES {
-            let request = Request { action, table, key: "receipt#pay_0001" };
-            assert!(!allows(&t, KINESIS, request), "the Kinesis consumer may {action} on {table}");
-        }
-    }
-    // And the others cannot touch its keys.
-    for role in [CONSUMER, RELAY, API] {
-        for key in [&order, &marker] {
-            for action in WRITES {
-                let request = Request { action, table: "IdempotencyTable", key };
-                assert!(!allows(&t, role, request), "{role} may {action} {key}");
-            }
-        }
-    }
-}
-
 /// The Kafka consumer posts payments as the SQS consumer does, so it holds the same keys: a
 /// payment's record `payments#` (the ledger's prefix: an event id takes effect once whichever
 /// way it came), put in the posting transaction and read back when a cancellation carries none;
@@ -159,17 +95,14 @@ fn the_kafka_consumer_is_scoped_to_the_payment_and_receipt_keys() {
         let request = Request { action, table: "OutboxTable", key: &row };
         assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} a receipt row");
     }
-    let (order, order_marker) = kinesis_keys();
-    let strangers = [email_marker(), order.clone(), order_marker, api_record(), "other#pay_0001".to_owned()];
+    // Keys no payments function owns (an order's, as another application's would be).
+    let strangers = [email_marker(), "order#ord_1".to_owned(), "order-email#ord_1".to_owned(), api_record()];
+    let strangers = strangers.into_iter().chain(["other#pay_0001".to_owned()]).collect::<Vec<_>>();
     for key in strangers.iter().map(String::as_str).chain(["payments", "receipt#pay_0001"]) {
         for action in WRITES {
             let request = Request { action, table: "IdempotencyTable", key };
             assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} {key}");
         }
-    }
-    for action in WRITES {
-        let request = Request { action, table: "KinesisOrdersTable", key: &order };
-        assert!(!allows(&t, KAFKA, request), "the Kafka consumer may {action} an order");
     }
     // Its environment names the tables its role reaches, as the SQS consumer's does.
     let env = |function: &str| t["Resources"][function]["Properties"]["Environment"]["Variables"].clone();
