@@ -208,11 +208,11 @@ duplicates: local-aws-up
 
 ## doc: API docs (private items too), warnings and broken intra-doc links denied; then every
 ##      relative Markdown link and every `crate::` path in a doc comment must name something
-##      that exists (apps/payments/tests/tests/doc_references.rs)
+##      that exists (tests/repo/tests/repo/doc_references.rs)
 doc:
 	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --locked --workspace --no-deps --all-features \
 		--document-private-items
-	cargo test --locked -q -p end-to-end --test doc_references
+	cargo test --locked -q -p repo-checks --test repo doc_references::
 
 ## package: the library crates as they would go to crates.io (not `payments`: the showcase's domain,
 ##          publish = false, like the binaries): each must leave the program's choices (SDK

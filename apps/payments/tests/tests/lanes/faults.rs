@@ -228,7 +228,7 @@ async fn a_failed_transaction_holds_its_lanes_and_redelivery_converges() {
 /// by one in batch order: lane `p-0`'s first transaction throttled holds `p-0`, its payment to
 /// `acct-x` with it, and lane `p-1`'s one payment to `acct-x`. Such a failure passes; so does the
 /// hold: delivered again, every payment is applied once. (A failure that lasts, found before the
-/// ledger's transaction, holds its lane and event id only: `ordered_partitions.rs` in the Kafka
+/// ledger's transaction, holds its lane and event id only: `delivery/partitions.rs` in the Kafka
 /// consumer.)
 #[tokio::test]
 async fn a_throttled_transaction_holds_its_accounts_for_one_delivery_only() {
