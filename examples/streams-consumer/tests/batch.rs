@@ -5,11 +5,11 @@
 mod common;
 
 use common::{item, number, projector, LoseAnswer};
-use effectively_once_effects::testing::streams::Batch;
 use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, DynamoDbEvent, DynamoDbEventResponse, LambdaEvent};
 use effectively_once_lambda::park::{Coordinates, Parcel};
 use effectively_once_lambda::streams::{self, Options};
+use effectively_once_lambda::testing::streams::Batch;
 use local::park::ParkQueue;
 use local::Clients;
 use serde_json::{json, Value};

@@ -5,10 +5,10 @@
 mod common;
 
 use common::{item, number, projector, LoseAnswer};
-use effectively_once_effects::testing::streams::Batch;
 use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, LambdaEvent};
 use effectively_once_lambda::streams::{self, Options};
+use effectively_once_lambda::testing::streams::Batch;
 use serde_json::json;
 
 /// Four inserts; the second's transaction lands but its answer is lost. The first invocation
@@ -108,10 +108,10 @@ mod past_the_window {
     use effectively_once::{Config, Idempotency, ManualClock};
     use effectively_once_dynamodb::testing::fresh_store;
     use effectively_once_dynamodb::Table;
-    use effectively_once_effects::testing::streams::Batch;
     use effectively_once_effects::testing::{fresh_table, unique_name, KeyAttribute};
     use effectively_once_lambda::events::{Context, LambdaEvent};
     use effectively_once_lambda::streams::{self, Options};
+    use effectively_once_lambda::testing::streams::Batch;
     use serde_json::json;
     use streams_consumer::Projector;
 
