@@ -66,7 +66,7 @@ async fn a_record_that_keeps_failing_goes_to_the_destination_and_the_shard_moves
     let mut delivery = batch.records.clone();
     for attempt in 0..=RETRIES {
         let delivered = deliver(&failing, &delivery).await;
-        assert_eq!(delivered.checkpoint, [stuck_sequence.clone()], "attempt {attempt}: {delivered:?}");
+        assert_eq!(delivered.checkpoint, std::slice::from_ref(&stuck_sequence), "attempt {attempt}: {delivered:?}");
         delivery = from_checkpoint(&delivery, &stuck_sequence);
     }
     let discarded = delivery;
