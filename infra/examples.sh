@@ -20,7 +20,9 @@
 # example does not use, which `--locked` counts as a change. The versions check below holds the
 # copy to the workspace's versions instead. Builds share target/examples (the SDK compiled once
 # for every example), with the workspace's debug settings (line tables only, none for
-# dependencies) to keep it small. First run about 6 minutes on 2 cores, then about 1 a example.
+# dependencies) to keep it small. Measured: a cold run compiles the SDK and the library once
+# (7.5 CPU-minutes; 38 minutes of wall time on 2 cores shared with other builds), a warm one
+# takes 16 s for all eight examples.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
