@@ -42,15 +42,16 @@ ARCH ?= x86_64
 # refuses a loopback/localhost endpoint or the `test` keys unless DEPLOY_ALLOW_LOCAL=1).
 REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
-.PHONY: help tools test lint lint-infra deny unit demo local-aws-up local-aws-down local-aws-status local-up doc \
+.PHONY: help tools test lint lint-infra deny examples unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
 	run redrive replay-stream replay-parked sweep-outbox duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
 ## test: formatting, clippy, the template lint, the dependency policy, the docs and their links,
 ##       unit tests and the tests against the local AWS, the local Redis (the store contract suite
-##       runs on both) and the local Kafka broker; first the tools they need (`make tools`)
-test: tools lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
+##       runs on both) and the local Kafka broker, and each example built copied out; first the
+##       tools they need (`make tools`)
+test: tools lint lint-infra deny doc examples local-aws-up local-redis-up local-kafka-up
 	cargo test --locked --workspace
 	cargo test --locked -p effectively-once-redis --features dynamodb --test any_store
 	cargo run --locked -q -p payments-local -- chaos --events 300 --poison 4
@@ -98,6 +99,11 @@ bench-stores: local-aws-up local-redis-up
 lint:
 	cargo fmt --all --check
 	cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
+
+## examples: each example copied out of the workspace and built there, the library patched in
+##       from the checkout (infra/examples.sh; `infra/examples.sh self-test` shows what it refuses)
+examples:
+	infra/examples.sh
 
 ## lint-infra: cfn-lint (pinned, installed once into ~/.cache/effectively-once/) on
 ##             apps/payments/template.json, offline

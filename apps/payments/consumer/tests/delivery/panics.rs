@@ -5,8 +5,8 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_effects::testing::sqs::Batch;
 use effectively_once_lambda::sqs::{process, Handler, Options};
+use effectively_once_lambda::testing::sqs::Batch;
 use effectively_once_lambda::RecordResult;
 use lambda_runtime::{Context, LambdaEvent};
 use payments::Ledger;
@@ -132,8 +132,8 @@ async fn a_panic_after_posting_is_redelivered_and_posted_once() {
 mod batch_path {
     use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
     use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-    use effectively_once_effects::testing::sqs::Batch;
     use effectively_once_lambda::sqs::{process_batch, BatchHandler, Handler, Options};
+    use effectively_once_lambda::testing::sqs::Batch;
     use effectively_once_lambda::RecordResult;
     use lambda_runtime::{Context, LambdaEvent};
     use payments::Ledger;

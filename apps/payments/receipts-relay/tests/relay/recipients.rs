@@ -6,9 +6,10 @@
 use crate::support;
 use aws_lambda_events::event::dynamodb::Event;
 use effectively_once_dynamodb::testing::unique_name;
-use effectively_once_effects::testing::{emails_to, streams};
+use effectively_once_effects::testing::emails_to;
 use effectively_once_effects::Policy;
 use effectively_once_lambda::streams::{process, Options};
+use effectively_once_lambda::testing::streams;
 use effectively_once_lambda::{Disposition, Handler};
 use lambda_runtime::{Context, LambdaEvent};
 use payments::outbox::{row_item, RECEIPT_SUBJECT};

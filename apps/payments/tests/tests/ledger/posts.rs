@@ -432,7 +432,7 @@ async fn stored_hash(p: &LedgerHarness, id: &str) -> String {
 /// invariant, not a cache; only `Idempotency::run` and its layer honour the switch.
 #[tokio::test]
 async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplicate_once() {
-    use effectively_once_effects::testing::sqs::Batch;
+    use effectively_once_lambda::testing::sqs::Batch;
     use effectively_once_lambda::Handler as _;
     use effectively_once_lambda::{sqs, Disposition};
     use lambda_runtime::{Context, LambdaEvent};

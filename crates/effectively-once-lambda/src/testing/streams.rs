@@ -4,7 +4,7 @@ use aws_lambda_events::event::dynamodb::{Event, EventRecord, StreamRecord, Strea
 use serde::Serialize;
 use serde_dynamo::Item;
 
-use super::sqs::{ACCOUNT, REGION};
+use super::{ACCOUNT, REGION};
 
 /// The first sequence number a [`Batch`] gives (the sample events' numbering).
 pub const FIRST_SEQUENCE: u128 = 111_000_000_000_000_000_000_001;
@@ -19,7 +19,7 @@ pub const FIRST_SEQUENCE: u128 = 111_000_000_000_000_000_000_001;
 /// [`StreamViewType::NewAndOldImages`] by default.
 ///
 /// ```
-/// use effectively_once_effects::testing::streams::Batch;
+/// use effectively_once_lambda::testing::streams::Batch;
 /// use serde_json::json;
 ///
 /// let event = Batch::new("outbox", &["pk"])

@@ -4,10 +4,7 @@ use std::collections::BTreeMap;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 
-/// The region the built events name.
-pub const REGION: &str = "us-east-1";
-/// The account the built events' ARNs name.
-pub const ACCOUNT: &str = "000000000000";
+use super::{ACCOUNT, REGION};
 
 /// One message of a [`Batch`]: a body, and what SQS adds to it. A plain body (`&str`,
 /// `String`) converts into a message with the defaults.
@@ -103,7 +100,7 @@ impl From<&String> for Message {
 /// A batch of SQS messages, built into the [`SqsEvent`] a function receives.
 ///
 /// ```
-/// use effectively_once_effects::testing::sqs::{Batch, Message};
+/// use effectively_once_lambda::testing::sqs::{Batch, Message};
 ///
 /// let event = Batch::new()
 ///     .queue("orders.fifo")
