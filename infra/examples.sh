@@ -94,7 +94,7 @@ check() {
   check_graph "$copy" || return 1
   (cd "$copy" &&
     CARGO_TARGET_DIR="$TARGET" CARGO_PROFILE_DEV_DEBUG=line-tables-only \
-      cargo build --offline -q --all-targets --config 'profile.dev.package."*".debug=false')
+      cargo build --offline --locked -q --all-targets --config 'profile.dev.package."*".debug=false')
 }
 
 # A first run starts from what the workspace's own builds compiled: the same crate, version,

@@ -96,7 +96,6 @@ fn the_line_count_sees_the_library() {
 }
 
 #[test]
-#[ignore = "both conventions are in use while other changes move these sources (issue 39, item 5)"]
 fn one_module_file_convention() {
     let found = module_files();
     assert!(
