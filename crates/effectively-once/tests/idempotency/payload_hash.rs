@@ -1,7 +1,8 @@
 //! RFC 8785 writes every number as an IEEE double, so two payloads whose integers differ beyond
 //! 2^53 would canonicalise the same. A `u64` field (an order id, a nanosecond timestamp) sent
 //! again under the same key with another value must be key reuse, not a duplicate whose second
-//! effect is dropped: the v2 hash keeps such integers' exact digits.
+//! effect is dropped: the v2 hash keeps such integers' exact digits. An integer a double holds
+//! exactly (1e16) stays RFC 8785's number however it is written.
 
 use effectively_once::{Config, ErrorKind, Idempotency, InMemoryStore, Key, Outcome, RunError};
 use serde::Serialize;
@@ -75,4 +76,16 @@ fn a_big_integer_in_a_re_serialised_body_is_the_same_payload() {
         hash(r#"{"id": 9007199254740993, "n": [1, {"x": -9007199254740994}], "amount": 1250}"#).as_str()
     );
     assert_eq!(hash("9007199254740993.0").as_str(), hash("9007199254740992").as_str(), "a float is a double");
+}
+
+/// An integer past 2^53 that a double holds exactly (1e16) is RFC 8785's number however it is
+/// written, so a re-serialised duplicate is not key reuse.
+#[test]
+fn an_exact_big_integer_and_its_float_spelling_hash_the_same() {
+    let config = Config::default();
+    let as_integer: serde_json::Value = serde_json::from_str(r#"{"amount": 10000000000000000}"#).unwrap();
+    let as_float: serde_json::Value = serde_json::from_str(r#"{"amount": 1e16}"#).unwrap();
+    let a = config.payload_hash(&as_integer).unwrap();
+    let b = config.payload_hash(&as_float).unwrap();
+    assert!(a.matches(b.as_str()), "{a} vs {b}");
 }
