@@ -2,9 +2,7 @@
 //! unscoped request spelled like a scoped key, never meet another caller's record; and a scope
 //! is one route's, set on its layer alone.
 
-mod common;
-
-use common::{post, setup};
+use crate::support::{post, setup};
 use effectively_once::InMemoryStore;
 use effectively_once_http::IdempotencyLayer;
 
@@ -64,9 +62,9 @@ async fn a_scope_is_one_routes_and_leaves_the_other_routes_as_they_were() {
     let orders = IdempotencyLayer::new(idempotency.clone(), "orders").scope(known_callers);
     let audited = refunds.clone().scope(|_: &http::request::Parts| Ok(Some("audit".to_owned())));
     let send = |layer: &IdempotencyLayer<InMemoryStore>, key: &str, caller: Option<&str>| {
-        let service = layer.layer(service_fn(|request: Request<common::Body>| async move {
+        let service = layer.layer(service_fn(|request: Request<crate::support::Body>| async move {
             let key = request.extensions().get::<IdempotencyKey>().unwrap().record_key().to_string();
-            let mut response = Response::new(common::Body::from(key));
+            let mut response = Response::new(crate::support::Body::from(key));
             *response.status_mut() = StatusCode::CREATED;
             Ok::<_, Infallible>(response)
         }));

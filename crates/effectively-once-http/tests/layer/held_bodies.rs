@@ -2,12 +2,10 @@
 //! the held body's retry takes the key over under the store's conditional write, runs once,
 //! and its answer is stored and replayed.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{setup, LEASE};
+use crate::support::{setup, LEASE};
 
 const A: &str = r#"{"amount_cents": 100}"#;
 const B: &str = r#"{"amount_cents": 999}"#;

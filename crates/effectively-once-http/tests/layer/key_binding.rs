@@ -3,13 +3,11 @@
 //! and a handler is cut off before the dedup window frees its key when the window is shorter
 //! than the lease.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::{setup, Body};
+use crate::support::{setup, Body};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tower::{service_fn, Layer, ServiceExt};

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use effectively_once::{Config, Idempotency, InMemoryStore, ManualClock};
+use effectively_once::{InMemoryStore, ManualClock};
 use effectively_once_http::{Answer, Disposition, IdempotencyKey, IdempotencyLayer};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::{service_fn, Layer, ServiceExt};
 
-type Body = Full<Bytes>;
+use crate::support::{layer, Body};
 
 /// What the handler answers, by the request's body: `{"status": N}` answers N, `{"hold": true}`
 /// answers 503 held; otherwise 201 with the body's run number.
@@ -55,9 +55,7 @@ struct Setup {
 
 fn setup(handler: Handler) -> Setup {
     let clock = Arc::new(ManualClock::new());
-    let config = Config::default().with_lease(Duration::from_secs(30)).with_clock(clock.clone());
-    let layer = IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), config), "orders");
-    Setup { handler: Arc::new(handler), clock, layer }
+    Setup { handler: Arc::new(handler), clock: clock.clone(), layer: layer(clock) }
 }
 
 struct Reply {

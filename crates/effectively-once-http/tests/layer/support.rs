@@ -1,4 +1,4 @@
-//! What the behaviour tests share: a layer on a manual clock, and a handler whose first run
+//! What the layer's tests share: a layer on a manual clock, and a handler whose first run
 //! times out downstream (its outcome unknown) and whose later runs succeed.
 
 #![allow(dead_code)]
@@ -27,11 +27,16 @@ pub struct Setup {
     pub layer: IdempotencyLayer<InMemoryStore>,
 }
 
+/// The layer every test puts in front of its handler: the route `orders`, an in-memory store,
+/// the lease `LEASE` on `clock`.
+pub fn layer(clock: Arc<ManualClock>) -> IdempotencyLayer<InMemoryStore> {
+    let config = Config::default().with_lease(LEASE).with_clock(clock);
+    IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), config), "orders")
+}
+
 pub fn setup() -> Setup {
     let clock = Arc::new(ManualClock::new());
-    let config = Config::default().with_lease(LEASE).with_clock(clock.clone());
-    let layer = IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), config), "orders");
-    Setup { runs: Arc::new(AtomicUsize::new(0)), clock, layer }
+    Setup { runs: Arc::new(AtomicUsize::new(0)), clock: clock.clone(), layer: layer(clock) }
 }
 
 /// An answer: status, whether replayed, `Retry-After`, JSON body.

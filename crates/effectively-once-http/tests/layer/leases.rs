@@ -2,14 +2,12 @@
 //! ended (and a retry may have taken the key over) it is cut off, never stored, and its
 //! request is answered `503 lease_ended` with `Retry-After`.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{post, setup, Body, LEASE};
+use crate::support::{post, setup, Body, LEASE};
 use effectively_once_http::LEASE_ENDED;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;

@@ -1,14 +1,12 @@
 //! The handler's answer is read no further than the largest answer stored: a larger one
 //! streams on to the client, and the key is completed without it, so it is not run again.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::support::setup;
 use bytes::Bytes;
-use common::setup;
 use effectively_once_http::{Prefixed, ResponseBody, RESPONSE_TOO_LARGE};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;

@@ -1,12 +1,10 @@
 //! What "the same request" means by default: the method, the path and the body's canonical
 //! form; another resource, or a body that only hashes like another, is another request.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 
-use common::{setup, Body};
+use crate::support::{setup, Body};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use tower::{service_fn, Layer, ServiceExt};
