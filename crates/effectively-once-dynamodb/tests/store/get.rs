@@ -1,6 +1,5 @@
 //! `Idempotency::get` on DynamoDB (the local AWS, or `AWS_ENDPOINT_URL`): a key read through its
 //! life, from the items `DynamoDbStore` writes.
-#![cfg(feature = "test-util")]
 
 use std::sync::Arc;
 use std::time::Duration;

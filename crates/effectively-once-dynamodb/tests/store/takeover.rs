@@ -1,6 +1,5 @@
 //! A takeover's two `PutItem`s: a record released between them leaves a free key, not an
 //! unreadable one, as `InMemoryStore` and the Redis store answer.
-#![cfg(feature = "test-util")]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

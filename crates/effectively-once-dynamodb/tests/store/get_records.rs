@@ -1,6 +1,5 @@
 //! `DynamoDbStore::get_records` on DynamoDB (the local AWS, or `AWS_ENDPOINT_URL`): the records
 //! of many keys, in requests of at most a hundred keys.
-#![cfg(feature = "test-util")]
 
 use effectively_once::{Record, Status, Store as _};
 use effectively_once_dynamodb::testing::fresh_store;

@@ -6,7 +6,6 @@
 //! allows, and an email under at most once is recorded ambiguous, not sent twice), but the
 //! stores disagree: a known gap, ignored until DynamoDB keeps a released owner's fence
 //! (docs/model.md, "What it does not model").
-#![cfg(feature = "test-util")]
 
 use effectively_once::{Claim, Record, Status, Store};
 use effectively_once_dynamodb::testing::fresh_store;

@@ -1,7 +1,6 @@
 //! Records carried on a business item (`Tx::carry_record`): which key they answer, what a put
 //! that carries one does when the item is already there, and how a recorded answer and a
 //! duplicate's effect exclude each other. Against the local AWS, or `AWS_ENDPOINT_URL`.
-#![cfg(feature = "test-util")]
 
 /// A carried record found on the carrier answers only its own key: a carrier keyed by
 /// something coarser than the business key (a customer's latest order) never answers another

@@ -1,7 +1,6 @@
 //! `DynamoDbStore` cases beyond the store contract, against DynamoDB (the local AWS, or
 //! `AWS_ENDPOINT_URL`): a claim over an item it cannot read (and the run of takeovers after it),
 //! and commit once under a lease that would have ended mid-handler.
-#![cfg(feature = "test-util")]
 
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! Refusals against DynamoDB (the local AWS, or `AWS_ENDPOINT_URL`): an answer that carries a
 //! write of its own (`Otherwise::AnswerWith`), recorded with it in one transaction and never
 //! twice, and a refused write with no answer reported as that, naming the write and its table.
-#![cfg(feature = "test-util")]
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome};

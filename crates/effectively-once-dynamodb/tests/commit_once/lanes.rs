@@ -3,7 +3,6 @@
 //! later member is never committed while an earlier one of its lane is undecided, neither by the
 //! round after a cancellation nor by another transaction of the same round, and it is committed
 //! once the earlier one is decided.
-#![cfg(feature = "test-util")]
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Error, ErrorChain, ErrorKind, Idempotency, Key, Outcome};

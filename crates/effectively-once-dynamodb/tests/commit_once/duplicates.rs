@@ -1,6 +1,5 @@
 //! The high-level commit once (`CommitOnce::commit_once`) against DynamoDB (the local AWS, or
 //! `AWS_ENDPOINT_URL`): what it writes, what a duplicate gets, and that no setting writes twice.
-#![cfg(feature = "test-util")]
 
 use std::sync::Arc;
 use std::time::Duration;
