@@ -1,7 +1,5 @@
 //! The tower layer over the Redis store: a handler wrapped once runs once per key.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -12,7 +10,7 @@ use tower::{Layer, ServiceExt};
 
 #[tokio::test]
 async fn a_layered_handler_runs_once_per_key_on_redis() {
-    let store = common::fresh_store("layer").await;
+    let store = crate::common::fresh_store("layer").await;
     let layer = IdempotencyLayer::json_pointer(
         Idempotency::new(store.clone(), Config::default()),
         "orders",

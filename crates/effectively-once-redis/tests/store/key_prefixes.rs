@@ -1,23 +1,8 @@
 //! Key prefixes keep stores apart: two stores on one server, whatever their prefixes and keys,
 //! never read or block each other's records.
 
-mod common;
-
-use effectively_once::{Claim, Completion, Key, Record, Status, Store};
-
-const NOW: u64 = 1_800_000_000_000;
-
-fn claim_record(key: &Key, owner: &str, hash: &str) -> Record {
-    Record {
-        id: key.as_str().to_owned(),
-        status: Status::InProgress,
-        lease_expires_at_ms: NOW + 30_000,
-        expiration_s: NOW / 1000 + 3600,
-        payload_hash: hash.into(),
-        owner: owner.into(),
-        response: None,
-    }
-}
+use crate::common::{claim_record, NOW};
+use effectively_once::{Claim, Completion, Key, Store};
 
 /// Two stores whose prefixes differ by a suffix (`{p}app` and `{p}app2`): were the prefix not
 /// delimited, `{p}app` + `2orders#1` would be the same Redis key as `{p}app2` + `orders#1`, and
@@ -25,7 +10,7 @@ fn claim_record(key: &Key, owner: &str, hash: &str) -> Record {
 /// (another payload: key reused; the same hash: a replay of someone else's response).
 #[tokio::test]
 async fn a_prefix_that_extends_another_never_shares_its_keys() {
-    let base = common::fresh_store("collide").await;
+    let base = crate::common::fresh_store("collide").await;
     // `with_key_prefix` now answers a `Result` (an invalid prefix is refused).
     let app = base.with_key_prefix(&format!("{}app", base.key_prefix())).unwrap();
     let app2 = base.with_key_prefix(&format!("{}app2", base.key_prefix())).unwrap();
@@ -48,7 +33,7 @@ async fn a_prefix_that_extends_another_never_shares_its_keys() {
 async fn colon_terminated_prefixes_are_refused_and_keys_split_at_the_first_colon() {
     use effectively_once::StoreErrorKind;
 
-    let base = common::fresh_store("collide2").await;
+    let base = crate::common::fresh_store("collide2").await;
     for prefix in [format!("{}x:", base.key_prefix()), format!("{}x:a#b:", base.key_prefix())] {
         let refused = base.with_key_prefix(&prefix).unwrap_err();
         assert_eq!(refused.kind(), StoreErrorKind::Misconfigured, "{prefix}");

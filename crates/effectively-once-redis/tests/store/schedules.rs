@@ -7,10 +7,8 @@
 
 use effectively_once_redis::RedisStore;
 
-mod common;
-
 async fn make() -> RedisStore {
-    common::fresh_store("schedule").await
+    crate::common::fresh_store("schedule").await
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -1,8 +1,6 @@
 //! `AnyStore::from_env`: the store a handler runs on is chosen by `IDEMPOTENCY_STORE`.
 //! The tests set the process's environment, so each holds `ENV` while it runs.
 
-mod common;
-
 use effectively_once::{Config, Idempotency, Key, Outcome, Status, Store, StoreErrorKind};
 use effectively_once_redis::testing::url as test_url;
 use effectively_once_redis::AnyStore;
@@ -29,7 +27,7 @@ async fn the_store_is_chosen_by_configuration() {
 
     std::env::set_var("IDEMPOTENCY_STORE", "redis");
     std::env::set_var("IDEMPOTENCY_REDIS_URL", test_url());
-    std::env::set_var("IDEMPOTENCY_REDIS_PREFIX", common::unique_prefix("any"));
+    std::env::set_var("IDEMPOTENCY_REDIS_PREFIX", crate::common::unique_prefix("any"));
     let store = AnyStore::from_env(&client).await.unwrap();
     assert!(matches!(run_twice(store).await, AnyStore::Redis(_)));
 

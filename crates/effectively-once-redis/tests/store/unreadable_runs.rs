@@ -1,8 +1,7 @@
 //! An unreadable record stays unknown through a run of takeovers: the successor of a claim
 //! over it, once that claim's attempt died, is answered `AcquiredOverUnreadable` (the payments
-//! API keeps the key held), as on DynamoDB (`effectively-once-dynamodb/tests/store.rs`).
-
-mod common;
+//! API keeps the key held), as on DynamoDB
+//! (`effectively-once-dynamodb/tests/store/beyond_contract.rs`).
 
 use effectively_once::{Claim, Record, Status, Store};
 
@@ -20,7 +19,7 @@ fn record(id: &str, owner: &str, hash: &str, lease: u64) -> Record {
 
 #[tokio::test]
 async fn redis_keeps_an_unreadable_first_through_a_dead_holder() {
-    let store = common::fresh_store("attack-unreadable").await;
+    let store = crate::common::fresh_store("attack-unreadable").await;
     let id = "api#garbled_then_crash";
     let _: () = redis::cmd("HSET")
         .arg(store.key(id))

@@ -2,8 +2,6 @@
 //! a record gone from the server, malformed keys, connection and auth failures, requests per
 //! message.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,7 +58,7 @@ async fn raw(store: &RedisStore, args: &[&str]) {
 /// server's clock asks no longer a life.)
 #[tokio::test]
 async fn the_key_expires_with_the_window_on_the_callers_clock() {
-    let store = common::fresh_store("ttl").await;
+    let store = crate::common::fresh_store("ttl").await;
     let grace = DEFAULT_EXPIRY_GRACE.as_millis() as i64;
     let now = server_now_ms(&store).await / 1000 * 1000;
     store.claim(&record("a", "o", now, now / 1000 + 60), now).await.unwrap();
@@ -78,7 +76,7 @@ async fn the_key_expires_with_the_window_on_the_callers_clock() {
 /// is a replay.
 #[tokio::test]
 async fn a_clock_in_the_past_keeps_its_records() {
-    let store = common::fresh_store("past").await;
+    let store = crate::common::fresh_store("past").await;
     let clock = Arc::new(ManualClock::at(1_000_000_000_000)); // 2001
     let idem = Idempotency::new(store, Config::default().with_clock(clock));
     let key = Key::new("t", "past").unwrap();
@@ -95,7 +93,7 @@ async fn a_clock_in_the_past_keeps_its_records() {
 /// open and a duplicate runs the effect again. Claim and completion alike.
 #[tokio::test]
 async fn a_writer_clock_ahead_of_the_servers_keeps_the_key_for_the_window_the_server_counts() {
-    let store = common::fresh_store("ahead").await;
+    let store = crate::common::fresh_store("ahead").await;
     let grace = DEFAULT_EXPIRY_GRACE.as_millis() as u64;
     let ahead = server_now_ms(&store).await + 3_600_000;
     store.claim(&record("a", "o", ahead, ahead / 1000 + 60), ahead).await.unwrap();
@@ -115,7 +113,7 @@ async fn a_writer_clock_ahead_of_the_servers_keeps_the_key_for_the_window_the_se
 /// A window that never ends (u64::MAX / 2 s) keeps the key about a century, no overflow.
 #[tokio::test]
 async fn a_window_that_never_ends_keeps_the_key() {
-    let store = common::fresh_store("never").await;
+    let store = crate::common::fresh_store("never").await;
     store.claim(&record("n", "o", NOW, u64::MAX / 2), NOW).await.unwrap();
     assert!(pttl(&store, "n").await > 99 * 365 * 24 * 3600 * 1000);
     assert_eq!(store.get("n").await.unwrap().unwrap().expiration_s, u64::MAX / 2);
@@ -125,7 +123,7 @@ async fn a_window_that_never_ends_keeps_the_key() {
 /// late completion: refused as fenced, nothing written.
 #[tokio::test]
 async fn a_completion_after_the_key_is_gone_is_fenced_and_writes_nothing() {
-    let store = common::fresh_store("gone").await;
+    let store = crate::common::fresh_store("gone").await;
     store.claim(&record("g", "o", NOW, NOW / 1000 + 60), NOW).await.unwrap();
     raw(&store, &["DEL", &store.key("g")]).await; // what the server's expiry does
     let completion = Completion { response: Some("1"), expiration_s: NOW / 1000 + 60, now_ms: NOW + 1 };
@@ -142,7 +140,7 @@ async fn a_completion_after_the_key_is_gone_is_fenced_and_writes_nothing() {
 /// record, and another owner's claim takes the key at once, as a free key, and keeps it.
 #[tokio::test]
 async fn a_late_copy_of_a_released_claim_recreates_nothing() {
-    let store = common::fresh_store("late-claim").await;
+    let store = crate::common::fresh_store("late-claim").await;
     let grace = DEFAULT_EXPIRY_GRACE.as_millis() as u64;
     let now = server_now_ms(&store).await;
     let mine = record("l", "released", now, now / 1000 + 60);
@@ -175,7 +173,7 @@ async fn a_late_copy_of_a_released_claim_recreates_nothing() {
 /// (Only released owners: `b`, taken over, is not fenced.)
 #[tokio::test]
 async fn fences_of_released_owners_outlast_takeovers_and_other_releases() {
-    let store = common::fresh_store("fences").await;
+    let store = crate::common::fresh_store("fences").await;
     let now = server_now_ms(&store).await;
     let a = record("f", "a", now, now / 1000 + 60);
     store.claim(&a, now).await.unwrap();
@@ -200,7 +198,7 @@ async fn fences_of_released_owners_outlast_takeovers_and_other_releases() {
 /// A takeover replaces every field: the old response does not survive into the new record.
 #[tokio::test]
 async fn a_takeover_after_the_window_leaves_nothing_of_the_old_record() {
-    let store = common::fresh_store("takeover").await;
+    let store = crate::common::fresh_store("takeover").await;
     store.claim(&record("t", "old", NOW, NOW / 1000 + 1), NOW).await.unwrap();
     let done = Completion { response: Some("\"old\""), expiration_s: NOW / 1000 + 1, now_ms: NOW };
     store.complete("t", "old", done).await.unwrap();
@@ -217,7 +215,7 @@ async fn a_takeover_after_the_window_leaves_nothing_of_the_old_record() {
 /// window ended is claimed over as unreadable.
 #[tokio::test]
 async fn malformed_keys() {
-    let store = common::fresh_store("malformed").await;
+    let store = crate::common::fresh_store("malformed").await;
     raw(&store, &["SET", &store.key("s"), "not a hash"]).await;
     let err = store.claim(&record("s", "o", NOW, NOW / 1000 + 60), NOW).await.unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::Malformed);
@@ -245,7 +243,7 @@ async fn no_server_is_unavailable() {
 /// A wrong user or password: `Misconfigured`.
 #[tokio::test]
 async fn wrong_password_is_misconfigured() {
-    let url = common::with_credentials(&test_url(), "nobody:wrong");
+    let url = crate::common::with_credentials(&test_url(), "nobody:wrong");
     let err = RedisStore::builder(url).reconnect_tries(0).connect().await.unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::Misconfigured, "{err}");
 }
@@ -254,7 +252,7 @@ async fn wrong_password_is_misconfigured() {
 /// scripts run.
 #[tokio::test]
 async fn requests_per_message() {
-    let store = common::fresh_store("requests").await;
+    let store = crate::common::fresh_store("requests").await;
     let idem = Idempotency::new(store.clone(), Config::default());
     let key = Key::new("t", "requests").unwrap();
     idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(1u32) }).await.unwrap();
@@ -269,7 +267,7 @@ async fn requests_per_message() {
 /// Clones and prefixes share the one connection; prefixes keep records apart.
 #[tokio::test]
 async fn prefixes_keep_records_apart() {
-    let store = common::fresh_store("prefix").await;
+    let store = crate::common::fresh_store("prefix").await;
     let other = store.with_key_prefix(&format!("{}other", store.key_prefix())).unwrap();
     store.claim(&record("p", "a", NOW, NOW / 1000 + 60), NOW).await.unwrap();
     assert_eq!(other.get("p").await.unwrap(), None);
@@ -298,7 +296,7 @@ async fn the_key_is_the_prefix_a_colon_and_the_id() {
 /// in `:` is told how to keep its keys.
 #[tokio::test]
 async fn an_invalid_key_prefix_is_refused_at_construction() {
-    let store = common::fresh_store("prefixes").await;
+    let store = crate::common::fresh_store("prefixes").await;
     for prefix in ["", "idempotency:", "x:a#b:", "a#b", "{tag}", "caf\u{e9}", "a b"] {
         // A closed port: the prefix is refused before any connection is tried.
         let built = RedisStore::builder("redis://127.0.0.1:1").key_prefix(prefix).connect().await;
@@ -320,7 +318,7 @@ async fn an_invalid_key_prefix_is_refused_at_construction() {
 async fn the_store_debug_hides_the_password() {
     // The local Redis's password, or, on a server without one (its default user takes any), ours.
     let url = test_url();
-    let url = if url.contains('@') { url } else { common::with_credentials(&url, "default:hunter2-secret") };
+    let url = if url.contains('@') { url } else { crate::common::with_credentials(&url, "default:hunter2-secret") };
     let secret = url.rsplit_once('@').unwrap().0.rsplit_once(':').unwrap().1.to_owned();
     let store = RedisStore::connect(&url, "debug").await.unwrap();
     store.get("nothing").await.unwrap();
@@ -334,8 +332,8 @@ async fn the_store_debug_hides_the_password() {
 /// next calls go through, on a new connection, with nothing lost or doubled.
 #[tokio::test]
 async fn a_dropped_connection_is_survived() {
-    let store = common::fresh_store("dropped").await;
-    let killer = common::fresh_store("killer").await;
+    let store = crate::common::fresh_store("dropped").await;
+    let killer = crate::common::fresh_store("killer").await;
     let idem = Idempotency::new(store.clone(), Config::default());
     let key = Key::new("t", "dropped").unwrap();
     idem.run(&key, &json!(1), || async { Ok::<_, std::io::Error>(1u32) }).await.unwrap();

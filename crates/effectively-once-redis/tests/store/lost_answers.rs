@@ -1,24 +1,9 @@
 //! A command whose answer the connection loses: the store resends it once, and a resend that
 //! meets what happened since the first send landed is answered as the first send's outcome.
 
-mod common;
-
-use effectively_once::{Key, Record, Status, Store};
+use crate::common::claim_record;
+use effectively_once::{Key, Record, Store};
 use effectively_once_redis::RedisStore;
-
-const NOW: u64 = 1_800_000_000_000;
-
-fn claim_record(key: &Key, owner: &str, hash: &str) -> Record {
-    Record {
-        id: key.as_str().to_owned(),
-        status: Status::InProgress,
-        lease_expires_at_ms: NOW + 30_000,
-        expiration_s: NOW / 1000 + 3600,
-        payload_hash: hash.into(),
-        owner: owner.into(),
-        response: None,
-    }
-}
 
 /// A TCP proxy in front of the test server. Once `arm` is set, the next reply from the server is
 /// swallowed: the proxy tells the test (`landed`), waits for `go`, then closes both sockets, as
@@ -95,7 +80,7 @@ async fn a_release_resent_after_a_reclaim_is_not_reported_as_lost() {
     let (landed_tx, landed) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel();
     let proxy = cutting_proxy(landed_tx, go_rx);
-    let prefix = common::unique_prefix("resend");
+    let prefix = crate::common::unique_prefix("resend");
     let through_proxy = RedisStore::connect(&proxy.url, &prefix).await.unwrap();
     let direct = RedisStore::connect(&effectively_once_redis::testing::url(), &prefix).await.unwrap();
     let idem = Idempotency::new(through_proxy, Config::default());
