@@ -12,7 +12,7 @@ use effectively_once_lambda::{BodyHandler, Disposition, Options, RecordError, Re
 use serde::Deserialize;
 
 fn sample() -> KafkaEvent {
-    serde_json::from_slice(include_bytes!("../../../events/kafka-orders.json")).unwrap()
+    serde_json::from_slice(include_bytes!("../../../../events/kafka-orders.json")).unwrap()
 }
 
 /// Poison dropped by name: these tests pin resume points; parking is pinned in `park.rs`.

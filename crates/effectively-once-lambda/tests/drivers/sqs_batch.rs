@@ -3,10 +3,8 @@
 
 use std::sync::Mutex;
 
-mod common;
-
+use crate::common::failures;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use common::failures;
 use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 

@@ -153,7 +153,7 @@ async fn a_stream_records_body_is_its_new_image() {
         }
     }
     let event: DynamoDbEvent =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+        serde_json::from_slice(include_bytes!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
     let receipts = Typed(Receipts(Mutex::default()));
     let response = streams::process(&receipts, LambdaEvent::new(event.clone(), Context::default()), &quiet()).await;
     assert!(response.batch_item_failures.is_empty());

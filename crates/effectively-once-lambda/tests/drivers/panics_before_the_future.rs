@@ -5,35 +5,36 @@
 //! outside `catch_unwind` and take the whole batch down, every message's receive count with it.
 //! So the drivers hand `catch` the call that makes the future.
 
-mod common;
-
 use std::future::Future;
 
+use crate::common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::SqsMessage;
-use common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
 use effectively_once_lambda::{sqs, streams, Disposition, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 /// Panics on one id before it returns a future, as a handler that parses synchronously would;
-/// records the ids whose future ran.
-impl PanicsOn {
+/// records the ids whose future ran. (`panics.rs` implements the handlers on `PanicsOn` itself,
+/// panicking while polled.)
+struct PanicsEarly(PanicsOn);
+
+impl PanicsEarly {
     fn make(&self, id: String) -> impl Future<Output = RecordResult> + Send + '_ {
-        assert_ne!(id, self.panic_on, "cannot parse the body of {id}");
+        assert_ne!(id, self.0.panic_on, "cannot parse the body of {id}");
         async move {
-            self.record(id);
+            self.0.record(id);
             Ok(Disposition::Applied)
         }
     }
 
     fn applied_sorted(&self) -> Vec<String> {
-        let mut applied = self.applied();
+        let mut applied = self.0.applied();
         applied.sort();
         applied
     }
 }
 
-impl effectively_once_lambda::Handler<SqsMessage> for PanicsOn {
+impl effectively_once_lambda::Handler<SqsMessage> for PanicsEarly {
     fn handle(
         &self,
         message: &SqsMessage,
@@ -43,7 +44,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for PanicsOn {
     }
 }
 
-impl effectively_once_lambda::Handler<EventRecord> for PanicsOn {
+impl effectively_once_lambda::Handler<EventRecord> for PanicsEarly {
     fn handle(
         &self,
         record: &EventRecord,
@@ -59,7 +60,7 @@ async fn a_panic_before_the_handlers_future_fails_its_record_alone() {
     // Spawned so that a panic escaping the driver shows as a failed task, not as this test's
     // own panic, and so that the batch future is shown to be `Send`.
     let run = tokio::spawn(async move {
-        let handler = PanicsOn::new("m-3");
+        let handler = PanicsEarly(PanicsOn::new("m-3"));
         let event = LambdaEvent::new(eight_messages(), Context::default());
         let response = sqs::process(&handler, event, &options).await;
         (response, handler.applied_sorted())
@@ -76,7 +77,7 @@ async fn a_panic_before_the_handlers_future_fails_its_record_alone() {
 async fn a_panic_before_the_handlers_future_is_the_streams_checkpoint() {
     let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
     let run = tokio::spawn(async move {
-        let handler = PanicsOn::new("111000000000000000000003");
+        let handler = PanicsEarly(PanicsOn::new("111000000000000000000003"));
         let response = streams::process(&handler, LambdaEvent::new(stream_event(), Context::default()), &options).await;
         (response, handler.applied_sorted())
     });

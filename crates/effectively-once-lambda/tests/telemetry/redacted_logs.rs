@@ -42,14 +42,14 @@ async fn child_runs_a_kinesis_and_a_stream_batch() {
     lambda_runtime::tracing::init_default_subscriber();
     let options = Options { emit_metrics: false, ..Options::new("orders-consumer") }.drop_poison();
     let mut event: KinesisEvent =
-        serde_json::from_slice(include_bytes!("../../../events/kinesis-orders.json")).unwrap();
+        serde_json::from_slice(include_bytes!("../../../../events/kinesis-orders.json")).unwrap();
     event.records.truncate(1);
     event.records[0].kinesis.partition_key = ADDRESS.to_owned();
     let response = kinesis::process(&Script, LambdaEvent::new(event, Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty());
 
     let mut event: Event =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+        serde_json::from_slice(include_bytes!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
     event.records.truncate(1);
     let response = streams::process(&Script, LambdaEvent::new(event, Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty(), "a permanent failure is not the checkpoint");
@@ -59,7 +59,12 @@ async fn child_runs_a_kinesis_and_a_stream_batch() {
 fn a_partition_key_and_a_reason_are_logged_with_their_addresses_redacted() {
     let exe = std::env::current_exe().unwrap();
     let output = Command::new(exe)
-        .args(["--exact", "child_runs_a_kinesis_and_a_stream_batch", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            crate::common::test_path(module_path!(), "child_runs_a_kinesis_and_a_stream_batch").as_str(),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, "1")
         .envs([
             ("AWS_LAMBDA_FUNCTION_NAME", "orders-consumer"),

@@ -1,15 +1,15 @@
-//! The drivers with the sample events in `events/` and fake handlers.
+//! The SQS driver on the sample events in `events/` with fake handlers: a record's failure is
+//! its own, FIFO groups keep their order and hold back only after a failure a retry may undo,
+//! concurrency is bounded, records not started by the deadline are reported, and records that
+//! share a key run one after the other.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-mod common;
-
-use aws_lambda_events::event::dynamodb::EventRecord;
+use crate::common::failures;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use common::{checkpoint, failures, stream_event};
-use effectively_once_lambda::{sqs, streams, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 fn sqs_event(json: &[u8]) -> SqsEvent {
@@ -50,7 +50,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for NeedsEventId {
 #[tokio::test]
 async fn one_bad_body_fails_only_itself() {
     let handler = NeedsEventId::default();
-    let event = sqs_event(include_bytes!("../../../events/sqs-bad-input.json"));
+    let event = sqs_event(include_bytes!("../../../../events/sqs-bad-input.json"));
     let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
     assert_eq!(failures(&response), ["bad-malformed-json", "bad-missing-event-id"]);
     assert_eq!(handler.seen.lock().unwrap().len(), 6, "every record handled");
@@ -61,7 +61,7 @@ async fn one_bad_body_fails_only_itself() {
 #[tokio::test]
 async fn a_message_without_an_id_is_refused_before_the_handler() {
     let handler = NeedsEventId::default();
-    let mut event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let mut event = sqs_event(include_bytes!("../../../../events/sqs-payment.json"));
     let mut anonymous = event.records[0].clone();
     anonymous.message_id = None;
     event.records.push(anonymous);
@@ -75,7 +75,7 @@ async fn a_message_without_an_id_is_refused_before_the_handler() {
 #[tokio::test]
 async fn records_start_while_the_deadline_is_beyond_the_margin() {
     let handler = NeedsEventId::default();
-    let event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let event = sqs_event(include_bytes!("../../../../events/sqs-payment.json"));
     let mut context = Context::default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     context.deadline = now + 30_000;
@@ -87,7 +87,7 @@ async fn records_start_while_the_deadline_is_beyond_the_margin() {
 #[tokio::test]
 async fn fifo_keeps_group_order_and_goes_on_past_a_permanent_failure() {
     let handler = NeedsEventId::default();
-    let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+    let event = sqs_event(include_bytes!("../../../../events/sqs-fifo.json"));
     let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
     // b-2's amount is not a number: it never takes effect, so b-3 cannot depend on it and runs.
     assert_eq!(failures(&response), ["fifo-b-2"], "the malformed record alone is reported failed");
@@ -122,7 +122,7 @@ async fn fifo_holds_back_the_rest_of_a_group_only_after_a_failure_a_retry_may_un
         [RecordError::retryable("ledger throttled"), RecordError::in_progress_elsewhere("pay_3002 in progress")];
     for error in retry_may_undo {
         let handler = FailsOne { message_id: "fifo-a-2", error: error.clone(), applied: Mutex::default() };
-        let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+        let event = sqs_event(include_bytes!("../../../../events/sqs-fifo.json"));
         let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
         // a-2 may still take effect, so a-3 must wait for it: not started, redelivered after it.
         assert_eq!(failures(&response), ["fifo-a-2", "fifo-a-3"], "{error}");
@@ -135,7 +135,7 @@ async fn fifo_holds_back_the_rest_of_a_group_only_after_a_failure_a_retry_may_un
 
     let handler =
         FailsOne { message_id: "fifo-a-2", error: RecordError::permanent("key reused"), applied: Mutex::default() };
-    let event = sqs_event(include_bytes!("../../../events/sqs-fifo.json"));
+    let event = sqs_event(include_bytes!("../../../../events/sqs-fifo.json"));
     let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
     assert_eq!(failures(&response), ["fifo-a-2"]);
     let applied = handler.applied.lock().unwrap().clone();
@@ -146,7 +146,7 @@ async fn fifo_holds_back_the_rest_of_a_group_only_after_a_failure_a_retry_may_un
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrency_is_bounded() {
     let handler = NeedsEventId { delay: Some(Duration::from_millis(20)), ..Default::default() };
-    let mut event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let mut event = sqs_event(include_bytes!("../../../../events/sqs-payment.json"));
     let template = event.records[0].clone();
     event.records = (0..25)
         .map(|i| {
@@ -165,7 +165,7 @@ async fn concurrency_is_bounded() {
 #[tokio::test]
 async fn records_not_started_before_the_deadline_are_reported_failed() {
     let handler = NeedsEventId::default();
-    let event = sqs_event(include_bytes!("../../../events/sqs-batch-duplicates.json"));
+    let event = sqs_event(include_bytes!("../../../../events/sqs-batch-duplicates.json"));
     let mut context = Context::default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     context.deadline = now + 500; // less than the 1 s margin
@@ -217,7 +217,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for Keyed {
 
 /// Standard-queue messages `m-0` .. with the given bodies (the keys of [`Keyed`]).
 fn keyed_event(bodies: &[&str]) -> SqsEvent {
-    let mut event = sqs_event(include_bytes!("../../../events/sqs-payment.json"));
+    let mut event = sqs_event(include_bytes!("../../../../events/sqs-payment.json"));
     let template = event.records[0].clone();
     event.records = bodies
         .iter()
@@ -287,32 +287,4 @@ async fn a_same_key_failure_holds_nothing_back_on_a_standard_queue() {
     let event = keyed_event(&["dup", "a", "dup"]);
     let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet("t")).await;
     assert_eq!(failures(&response), ["m-0", "m-2"]);
-}
-
-/// Fails the record with the given sequence number, succeeds on the others.
-struct FailAt(Option<&'static str>, Mutex<Vec<String>>);
-
-impl effectively_once_lambda::Handler<EventRecord> for FailAt {
-    async fn handle(&self, record: &EventRecord, _context: &effectively_once_lambda::events::Context) -> RecordResult {
-        let seq = record.change.sequence_number.clone().unwrap();
-        self.1.lock().unwrap().push(seq.clone());
-        if Some(seq.as_str()) == self.0 {
-            return Err(RecordError::retryable("SES throttled"));
-        }
-        Ok(Disposition::Applied)
-    }
-}
-
-#[tokio::test]
-async fn streams_handle_inserts_only_and_checkpoint_at_the_first_failure() {
-    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
-    let ok = FailAt(None, Mutex::default());
-    let response = streams::process(&ok, LambdaEvent::new(stream_event(), Context::default()), &options).await;
-    assert!(response.batch_item_failures.is_empty());
-    assert_eq!(*ok.1.lock().unwrap(), ["111000000000000000000001", "111000000000000000000003"], "MODIFY skipped");
-
-    let failing = FailAt(Some("111000000000000000000001"), Mutex::default());
-    let response = streams::process(&failing, LambdaEvent::new(stream_event(), Context::default()), &options).await;
-    assert_eq!(checkpoint(&response), [Some("111000000000000000000001".to_owned())]);
-    assert_eq!(failing.1.lock().unwrap().len(), 1, "nothing after the checkpoint");
 }

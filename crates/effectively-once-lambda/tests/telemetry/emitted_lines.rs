@@ -109,7 +109,7 @@ async fn child_runs_three_invocations() {
 
     let options = streams::Options::new("receipts-relay").park_in(Accepts);
     let mut event: Event =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+        serde_json::from_slice(include_bytes!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
     let insert = event.records[0].clone();
     event.records = (1..=3)
         .map(|i| {
@@ -180,7 +180,12 @@ fn at_info_a_batch_logs_its_counts_and_each_failure_with_its_reason() {
 fn child_lines(level: &str) -> Vec<Value> {
     let exe = std::env::current_exe().unwrap();
     let output = Command::new(exe)
-        .args(["--exact", "child_runs_three_invocations", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            crate::common::test_path(module_path!(), "child_runs_three_invocations").as_str(),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, "1")
         .envs(ENV)
         .env("AWS_LAMBDA_LOG_LEVEL", level)
@@ -190,7 +195,7 @@ fn child_lines(level: &str) -> Vec<Value> {
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(output.status.success(), "child failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(!stdout.contains("alice@example.com"), "an address in the output:\n{stdout}");
-    // The harness prints `test child_runs_three_invocations ... ` before the test's first line.
+    // The harness prints `test emitted_lines::child_runs_three_invocations ... ` before the test's first line.
     let lines: Vec<Value> = stdout
         .lines()
         .filter_map(|l| l.find('{').map(|start| &l[start..]))

@@ -5,13 +5,11 @@
 //! is no call, and a call still running at the margin is cut; a held permanent failure is not
 //! parked.
 
-mod common;
-
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use crate::common::kinesis_batch;
 use base64::Engine;
-use common::kinesis_batch;
 use effectively_once_lambda::events::{Context, DynamoDbEvent, EventRecord, KafkaEvent, KafkaRecord};
 use effectively_once_lambda::events::{KinesisEventRecord, LambdaEvent, SqsEvent, SqsMessage};
 use effectively_once_lambda::park::{Destination, Parcel, ParkFuture};
@@ -226,7 +224,7 @@ fn kafka_event(specs: &[(&str, &str)]) -> KafkaEvent {
 /// `NewImage.t`; a text starting with `skip` is a `MODIFY`, which the default options skip.
 fn streams_event(specs: &[(&str, &str)]) -> DynamoDbEvent {
     let mut event: DynamoDbEvent =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+        serde_json::from_slice(include_bytes!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
     let template = event.records[0].clone();
     event.records = specs
         .iter()
@@ -555,7 +553,12 @@ const BREACH_CHILD: &str = "ORDERED_BREACH_LOGS_CHILD";
 #[test]
 fn a_breach_is_logged_at_error_in_the_records_span() {
     let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_breach_logs", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            crate::common::test_path(module_path!(), "child_breach_logs").as_str(),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(BREACH_CHILD, "1")
         .output()
         .unwrap();

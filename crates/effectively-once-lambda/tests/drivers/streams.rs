@@ -1,9 +1,10 @@
-//! The DynamoDB Streams batch path and event names: one call per round with the next record of
-//! every item; an item's changes in stream order; the checkpoint at the first record not durably
-//! done; event names not chosen skipped and counted.
+//! The DynamoDB Streams driver: inserts handled and other event names skipped (and counted),
+//! the checkpoint at the first record not durably done; on the batch path, one call per round
+//! with the next record of every item, an item's changes in stream order.
 
 use std::sync::Mutex;
 
+use crate::common::{checkpoint, stream_event};
 use effectively_once_lambda::events::{Context, DynamoDbEvent, EventRecord, LambdaEvent};
 use effectively_once_lambda::{streams, BatchHandler, Disposition, Handler, Options, RecordError, RecordResult};
 
@@ -42,7 +43,7 @@ impl BatchHandler<EventRecord> for Script {
 /// Records `(event name, item)`, sequence numbers 1, 2, ... in stream order.
 fn event(records: &[(&str, &str)]) -> DynamoDbEvent {
     let mut event: DynamoDbEvent =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+        serde_json::from_slice(include_bytes!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
     let template = event.records[0].clone();
     event.records = records
         .iter()
@@ -96,4 +97,32 @@ async fn event_names_not_chosen_are_skipped_on_both_paths() {
     let response = streams::process(&script, LambdaEvent::new(event(&records), Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(*script.seen.lock().unwrap(), ["2", "3"], "the names chosen, and only them");
+}
+
+/// Fails the record with the given sequence number, succeeds on the others.
+struct FailAt(Option<&'static str>, Mutex<Vec<String>>);
+
+impl Handler<EventRecord> for FailAt {
+    async fn handle(&self, record: &EventRecord, _context: &Context) -> RecordResult {
+        let seq = record.change.sequence_number.clone().unwrap();
+        self.1.lock().unwrap().push(seq.clone());
+        if Some(seq.as_str()) == self.0 {
+            return Err(RecordError::retryable("SES throttled"));
+        }
+        Ok(Disposition::Applied)
+    }
+}
+
+#[tokio::test]
+async fn streams_handle_inserts_only_and_checkpoint_at_the_first_failure() {
+    let options = streams::Options { emit_metrics: false, ..streams::Options::new("t") };
+    let ok = FailAt(None, Mutex::default());
+    let response = streams::process(&ok, LambdaEvent::new(stream_event(), Context::default()), &options).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(*ok.1.lock().unwrap(), ["111000000000000000000001", "111000000000000000000003"], "MODIFY skipped");
+
+    let failing = FailAt(Some("111000000000000000000001"), Mutex::default());
+    let response = streams::process(&failing, LambdaEvent::new(stream_event(), Context::default()), &options).await;
+    assert_eq!(checkpoint(&response), [Some("111000000000000000000001".to_owned())]);
+    assert_eq!(failing.1.lock().unwrap().len(), 1, "nothing after the checkpoint");
 }

@@ -5,9 +5,7 @@
 //! without one. And a retryable failure holds back only its own partition's later records and
 //! those sharing its key.
 
-mod common;
-
-use common::kinesis_batch;
+use crate::common::kinesis_batch;
 use std::sync::{Arc, Mutex};
 
 use effectively_once_lambda::events::{
@@ -219,7 +217,7 @@ impl Handler<effectively_once_lambda::events::EventRecord> for Refuses {
 async fn dynamodb_stream_poison_is_parked_with_its_sequence_number() {
     let kept = Kept::default();
     let event: DynamoDbEvent =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+        serde_json::from_slice(include_bytes!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
     let insert = event.records[0].clone();
     let response = streams::process(&Refuses, LambdaEvent::new(event, Context::default()), &parked_in(&kept)).await;
     assert!(response.batch_item_failures.is_empty());
@@ -277,7 +275,7 @@ impl Handler<effectively_once_lambda::events::EventRecord> for Outbox {
 /// parked in `kept`; the checkpoint.
 async fn four_inserts(outbox: &Outbox, kept: &Kept) -> Vec<Option<String>> {
     let mut event: DynamoDbEvent =
-        serde_json::from_slice(include_bytes!("../../../events/dynamodb-stream-outbox.json")).unwrap();
+        serde_json::from_slice(include_bytes!("../../../../events/dynamodb-stream-outbox.json")).unwrap();
     let insert = event.records[0].clone();
     event.records = (1..=4)
         .map(|i| {

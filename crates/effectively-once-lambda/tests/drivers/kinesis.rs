@@ -2,9 +2,7 @@
 //! first record a later delivery may still make take effect; a permanent failure is not it; the
 //! batch path calls the handler once per round, one record per group.
 
-mod common;
-
-use common::kinesis_batch;
+use crate::common::kinesis_batch;
 use std::sync::Mutex;
 use std::time::Duration;
 

@@ -6,12 +6,10 @@ use std::io;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-mod common;
-
+use crate::common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
 use effectively_once_lambda::{kafka, sqs, streams, Disposition, RecordResult};
 use lambda_runtime::tracing::subscriber::fmt::MakeWriter;
 use lambda_runtime::{Context, LambdaEvent};
@@ -109,7 +107,7 @@ async fn a_panicking_record_fails_alone_at_every_concurrency() {
 #[tokio::test]
 async fn a_panic_in_a_fifo_group_holds_back_the_rest_of_that_group_only() {
     let handler = PanicsOn::new("pay_3002"); // fifo-a-2
-    let event: SqsEvent = serde_json::from_slice(include_bytes!("../../../events/sqs-fifo.json")).unwrap();
+    let event: SqsEvent = serde_json::from_slice(include_bytes!("../../../../events/sqs-fifo.json")).unwrap();
     let response = sqs::process(&handler, LambdaEvent::new(event, Context::default()), &quiet(10)).await;
     assert_eq!(failures(&response), ["fifo-a-2", "fifo-a-3"], "a-3 is not started after a-2 panicked");
     let applied = handler.applied();
@@ -162,7 +160,7 @@ fn the_panic_is_logged_at_error_with_the_record_id_and_no_address() {
 /// its exit status, standard output and standard error.
 fn run_child(name: &str, env: &str) -> (std::process::Output, String, String) {
     let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .args(["--exact", crate::common::test_path(module_path!(), name).as_str(), "--nocapture", "--test-threads=1"])
         .env(env, "1")
         .output()
         .unwrap();
@@ -261,7 +259,7 @@ fn the_process_output_is_redacted_and_counts_the_panic() {
 /// process (and its whole batch). Test builds always unwind, so the release profile is read.
 #[test]
 fn the_release_profile_unwinds() {
-    let manifest = include_str!("../../../Cargo.toml");
+    let manifest = include_str!("../../../../Cargo.toml");
     let release = manifest.split("[profile.release]").nth(1).expect("a release profile");
     let release = release.split("\n[").next().unwrap();
     let settings: Vec<_> = release.lines().map(|l| l.split('#').next().unwrap().replace(' ', "")).collect();
