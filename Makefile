@@ -53,7 +53,7 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 ##       tools they need (`make tools`)
 test: tools lint lint-infra deny doc examples local-aws-up local-redis-up local-kafka-up
 	cargo test --locked --workspace
-	cargo test --locked -p effectively-once-redis --features dynamodb --test any_store
+	cargo test --locked -p effectively-once-redis --features dynamodb --test configuration store_choice::
 	cargo run --locked -q -p payments-local -- chaos --events 300 --poison 4
 	# The Kafka path again, its mapping reading the answer as resume points (the run above
 	# retries only the records named): a small scenario, about 30 s (docs/kafka.md).
