@@ -122,7 +122,7 @@ driver::entry_points! {
     /// retry; either way nothing after the failure is lost, and records after it that took
     /// effect come back and are answered as duplicates.
     ///
-    /// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a value that does not decode, a
+    /// A [`Retry::Never`](crate::Retry::Never) failure (a value that does not decode, a
     /// key reused) is logged at error, counted, parked in the [`Options`]' park destination
     /// ([`crate::park`]) and then not named: a retry cannot change it, and a partition held there
     /// would stall until the mapping's retries or record age give up. A park that fails makes it

@@ -345,7 +345,7 @@ pub struct Counts {
     pub in_progress: u64,
     /// Failed (retryable or permanent, or not started before the deadline); reported failed.
     pub failed: u64,
-    /// Of `failed`, those no retry changes ([`Retry::Permanent`]).
+    /// Of `failed`, those no retry changes ([`Retry::Never`]).
     pub permanent: u64,
     /// Not for this handler.
     pub skipped: u64,
@@ -383,7 +383,7 @@ impl Counts {
             Err(error) if error.retry == Retry::InProgressElsewhere => self.in_progress += 1,
             Err(error) => {
                 self.failed += 1;
-                if error.retry == Retry::Permanent {
+                if error.retry == Retry::Never {
                     self.permanent += 1;
                 }
             }

@@ -57,7 +57,7 @@ driver::entry_points! {
     /// Records whose event name is not in [`Options::event_names`] (default `INSERT` only) are
     /// skipped: counted `Skipped` on the EMF line and logged at debug with their event name.
     ///
-    /// A [`Retry::Permanent`](crate::Retry::Permanent) failure is not the checkpoint: it is logged
+    /// A [`Retry::Never`](crate::Retry::Never) failure is not the checkpoint: it is logged
     /// at error with its sequence number and reason (redacted), counted (`Failed`, and
     /// `PermanentFailures` beside it on the invocation's EMF line), parked in
     /// [`Options::poison`]'s destination (`Parked`; a park that fails makes it the checkpoint),

@@ -175,5 +175,5 @@ async fn a_value_that_is_not_the_type_fails_permanently() {
     let event = sample();
     let poison = &event.records["orders-1"][0];
     let error = effectively_once_lambda::Handler::handle(&orders, poison, &Context::default()).await.unwrap_err();
-    assert_eq!(error.retry, Retry::Permanent);
+    assert_eq!(error.retry, Retry::Never);
 }

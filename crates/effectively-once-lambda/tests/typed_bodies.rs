@@ -100,7 +100,7 @@ async fn an_sqs_body_that_is_not_the_type_fails_alone_and_permanently() {
     assert_eq!(*orders.0.seen.lock().unwrap(), ["o-1", "o-4"]);
 
     let error = orders.handle(&event.records[1], &Context::default()).await.unwrap_err();
-    assert_eq!(error.retry, Retry::Permanent);
+    assert_eq!(error.retry, Retry::Never);
     assert!(error.reason.contains("Order") && !error.reason.contains("alice@example.com"), "{}", error.reason);
     assert!(error.reason.contains("a***@example.com"), "the reason keeps its shape, redacted: {}", error.reason);
 }
@@ -133,7 +133,7 @@ async fn the_batch_path_leaves_out_what_does_not_decode_and_keeps_each_answer_in
     let results = effectively_once_lambda::BatchHandler::handle_batch(&orders, &records, &Context::default()).await;
     assert_eq!(results[1], Ok(Disposition::Applied));
     assert_eq!(results[3], Ok(Disposition::Rejected));
-    assert_eq!(results[0].as_ref().unwrap_err().retry, Retry::Permanent);
+    assert_eq!(results[0].as_ref().unwrap_err().retry, Retry::Never);
 }
 
 /// A stream record's body is its NewImage, read through serde_dynamo; a REMOVE has none.
@@ -163,6 +163,6 @@ async fn a_stream_records_body_is_its_new_image() {
     remove.event_name = "REMOVE".into();
     remove.change.new_image = Default::default();
     let error = receipts.handle(&remove, &Context::default()).await.unwrap_err();
-    assert_eq!(error.retry, Retry::Permanent);
+    assert_eq!(error.retry, Retry::Never);
     assert!(error.reason.contains("no NewImage"), "{}", error.reason);
 }
