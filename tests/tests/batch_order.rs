@@ -142,11 +142,11 @@ async fn an_event_held_before_the_ledger_holds_its_lane_and_id_not_its_account_e
     let results = payments::lambda::post_batch_in_lanes(&h.ledger, parsed, &lanes, payments::Delivery::Unknown).await;
     for (at, result) in results.iter().enumerate().take(4) {
         let error = result.as_ref().expect_err("held");
-        assert!(error.retry != Retry::Permanent, "#{at}: {error}");
+        assert!(error.retry != Retry::Never, "#{at}: {error}");
     }
     assert!(
         matches!(&results[4], Ok(Disposition::Rejected))
-            || results[4].as_ref().is_err_and(|e| e.retry == Retry::Permanent),
+            || results[4].as_ref().is_err_and(|e| e.retry == Retry::Never),
         "the debit in L3 is posted and refused for the balance: {:?}",
         results[4]
     );

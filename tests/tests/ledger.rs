@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once::{ErrorKind, Outcome};
+use effectively_once::{ErrorKind, Outcome, Retry};
 use effectively_once_dynamodb::attr;
 use end_to_end::LedgerHarness;
 use payments::Error;
@@ -157,7 +157,7 @@ async fn the_same_event_id_with_another_amount_is_a_permanent_error() {
     p.ledger.post(&LedgerHarness::event("pay_same", "acct_3", 100, "USD")).await.unwrap();
     let err = p.ledger.post(&LedgerHarness::event("pay_same", "acct_3", 999, "USD")).await.unwrap_err();
     assert!(matches!(&err, Error::Idempotency(e) if e.kind() == ErrorKind::KeyReused), "{err}");
-    assert!(!err.is_retryable());
+    assert_eq!(err.retry(), Retry::Never);
     assert_eq!(p.ledger.balance("acct_3").await.unwrap().unwrap().balance_cents, 100);
 }
 
@@ -215,7 +215,7 @@ async fn transaction_limits_give_clear_errors() {
 /// Asserts `err` is key reuse: permanent, so the message ends in the DLQ.
 fn assert_key_reused(err: &Error) {
     assert!(matches!(err, Error::Idempotency(e) if e.kind() == ErrorKind::KeyReused), "{err}");
-    assert!(!err.is_retryable());
+    assert_eq!(err.retry(), Retry::Never);
 }
 
 #[tokio::test]
@@ -340,7 +340,7 @@ async fn a_receipt_is_not_dropped_by_a_ledger_without_an_outbox() {
     let err = ledger.post(&event).await.unwrap_err();
     // A deployment fault, not a verdict on the payment: retried until an operator sets the
     // outbox table, so the message is neither acked without its receipt nor given up on.
-    assert!(err.is_retryable(), "retryable until the outbox table is configured: {err}");
+    assert_eq!(err.retry(), Retry::AfterFix, "kept until the outbox table is configured: {err}");
     assert!(err.to_string().contains("no outbox table"), "{err}");
     assert!(ledger.entries("acct_n").await.unwrap().is_empty(), "nothing posted");
     assert!(ledger.balance("acct_n").await.unwrap().is_none(), "no balance changed");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use effectively_once::{Attempt, Begin, ErrorChain, ErrorKind, Idempotency, Lookup, Replaced, Store};
+use effectively_once::{Attempt, Begin, ErrorChain, ErrorKind, Idempotency, Lookup, Replaced, Retry, Store};
 use effectively_once_redact::redact_emails;
 use http::request::Parts;
 use http::{header, HeaderValue, Request, Response, StatusCode};
@@ -160,7 +160,7 @@ where
             }
             Err(e) if e.kind() == ErrorKind::KeyReused => return self.reused(prepared).await,
             Err(e) if e.kind() == ErrorKind::InProgress => return Ok(self.shared.in_progress(&prepared.key).await),
-            Err(e) if e.is_retryable() => return Ok(unavailable(&record_key, &e)),
+            Err(e) if e.retry() == Retry::Now => return Ok(unavailable(&record_key, &e)),
             // The handler answered, too large to keep: its work is done and is not run again.
             Err(e) if e.kind() == ErrorKind::ResponseTooLarge => {
                 let message = "the answer to this request was too large to keep, and is not repeated";

@@ -101,7 +101,7 @@ pub async fn post_batch_in_lanes(
                 failures.push(None);
             }
             Err(error) => {
-                if error.retry != Retry::Permanent {
+                if error.retry != Retry::Never {
                     waiting.extend(lane(position));
                 }
                 failures.push(Some(error));
@@ -150,6 +150,6 @@ mod tests {
         assert_eq!(disposition(Ok(Outcome::Replayed(Posting::Applied))), Ok(Disposition::Duplicate));
         assert_eq!(disposition(Ok(Outcome::Replayed(rejected))), Ok(Disposition::Duplicate));
         let reused = Error::from(effectively_once::Key::new("payments", "").unwrap_err());
-        assert_eq!(disposition(Err(reused)).unwrap_err().retry, Retry::Permanent);
+        assert_eq!(disposition(Err(reused)).unwrap_err().retry, Retry::Never);
     }
 }

@@ -293,7 +293,7 @@ impl<E: EmailSender> Receipts<E> {
     pub(crate) async fn settle(&self, row: &ReceiptRow, deadline_ms: Option<u64>, max_waits: usize) -> RecordResult {
         let result = self.relay(row, deadline_ms, max_waits).await;
         if let Err(error) = &result {
-            if error.retry == Retry::Permanent {
+            if error.retry == Retry::Never {
                 // No retry changes a permanent answer, and the stream driver goes past it: the
                 // row is where its fate stays visible (FAILED, with the reason).
                 self.record_failure(&row.event_id, &error.reason).await;

@@ -268,7 +268,7 @@ impl<E: EmailSender> Sweeper<E> {
         // index leaves it here: else every sweep reads it first, and enough of them starve the
         // shard's rows behind. A row the relay marked just now left it with its mark.
         let settled = matches!(result, Ok(Disposition::Duplicate | Disposition::Skipped));
-        if settled || result.as_ref().is_err_and(|error| error.retry == Retry::Permanent) {
+        if settled || result.as_ref().is_err_and(|error| error.retry == Retry::Never) {
             self.unindex(&key).await;
         }
         swept.count(&result);
