@@ -48,8 +48,5 @@ async fn a_batch_whose_item_collection_is_full_is_retried_whole() {
         );
     }
     let answers = payments::lambda::post_batch(&ledger, events.into_iter().map(Ok).collect()).await;
-    assert!(
-        answers.iter().all(|a| matches!(a, Err(e) if e.retry == Retry::Now)),
-        "a record is given up: {answers:?}"
-    );
+    assert!(answers.iter().all(|a| matches!(a, Err(e) if e.retry == Retry::Now)), "a record is given up: {answers:?}");
 }

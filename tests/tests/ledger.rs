@@ -434,7 +434,7 @@ async fn stored_hash(p: &LedgerHarness, id: &str) -> String {
 async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplicate_once() {
     use effectively_once_effects::testing::sqs::Batch;
     use effectively_once_lambda::Handler as _;
-    use effectively_once_lambda::{sqs, Disposition};
+    use effectively_once_lambda::{sqs, Handled};
     use lambda_runtime::{Context, LambdaEvent};
 
     let p = LedgerHarness::new().await;
@@ -453,8 +453,8 @@ async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplica
     // The same message twice in one batch (m-1, m-2).
     let batch = Batch::new().messages([body, body]).build();
     let message = &batch.records[0];
-    assert_eq!(handler.handle(message, &Default::default()).await, Ok(Disposition::Applied));
-    assert_eq!(handler.handle(message, &Default::default()).await, Ok(Disposition::Duplicate));
+    assert_eq!(handler.handle(message, &Default::default()).await, Ok(Handled::Applied));
+    assert_eq!(handler.handle(message, &Default::default()).await, Ok(Handled::Duplicate));
     // And through the SQS driver.
     let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(payments_consumer::FUNCTION) };
     let response = sqs::process(&handler, LambdaEvent::new(batch, Context::default()), &options).await;

@@ -132,7 +132,11 @@ async fn the_ambiguous_window_under_each_policy() {
         assert!(tokio::time::timeout(Duration::from_millis(500), dying).await.is_err());
         assert_eq!(emails_to(&to).len(), 1, "SES accepted the first copy");
         let early = send_once(&idem, &ses, &key, &message, policy).await.unwrap_err();
-        assert_eq!(early.retry(), effectively_once::Retry::InProgressElsewhere, "in progress until the lease ends: {early}");
+        assert_eq!(
+            early.retry(),
+            effectively_once::Retry::InProgressElsewhere,
+            "in progress until the lease ends: {early}"
+        );
         clock.advance(Duration::from_secs(61));
         let later = send_once(&idem, &ses, &key, &message, policy).await.unwrap();
         let got = match later.response() {

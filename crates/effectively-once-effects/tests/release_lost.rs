@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use effectively_once::{
-    Claim, Completion, Config, Idempotency, InMemoryStore, ManualClock, Outcome, Record, Retry, Status, Store, StoreError,
-    StoreErrorKind,
+    Claim, Completion, Config, Idempotency, InMemoryStore, ManualClock, Outcome, Record, Retry, Status, Store,
+    StoreError, StoreErrorKind,
 };
 use effectively_once_effects::{
     send_once, EmailMessage, Error, Key, Policy, RecordingSender, SendError, SendErrorKind, SendOutcome,

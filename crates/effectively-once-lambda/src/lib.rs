@@ -18,7 +18,7 @@
 //! - [`park`]: on those three stream triggers, a record that fails permanently is parked in a
 //!   destination (an SQS queue) before the position passes it, or holds the position.
 //! - [`metrics`]: one CloudWatch Embedded Metric Format line per invocation (`ColdStart`, every
-//!   disposition, and the handler's own metrics), in the namespace and under the `Function`
+//!   outcome of a record ([`Handled`], [`Retry`]), and the handler's own metrics), in the namespace and under the `Function`
 //!   dimension the environment names (`POWERTOOLS_METRICS_NAMESPACE`, `AWS_LAMBDA_FUNCTION_NAME`).
 //! - Logs: every line of a batch is in an `invocation` span (`request_id`, `function_name`,
 //!   `function_version`, `cold_start`); each SQS record's in a `record` span with its
@@ -81,7 +81,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What a handler did with a record it finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
+pub enum Handled {
     /// The effect was applied now.
     Applied,
     /// A duplicate: the effect had been applied (or decided) before; nothing done.
@@ -184,7 +184,7 @@ impl<E: Into<RecordError>> From<effectively_once::RunError<E>> for RecordError {
 }
 
 /// A handler's answer for one record.
-pub type RecordResult = Result<Disposition, RecordError>;
+pub type RecordResult = Result<Handled, RecordError>;
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)

@@ -104,13 +104,13 @@ driver::entry_points! {
     /// ```no_run
     /// use effectively_once_lambda::events::{Context, SqsMessage};
     /// use effectively_once_lambda::sqs::{self, Options};
-    /// use effectively_once_lambda::{Disposition, Handler, RecordResult};
+    /// use effectively_once_lambda::{Handled, Handler, RecordResult};
     ///
     /// struct Orders;
     ///
     /// impl Handler<SqsMessage> for Orders {
     ///     async fn handle(&self, _message: &SqsMessage, _context: &Context) -> RecordResult {
-    ///         Ok(Disposition::Applied)
+    ///         Ok(Handled::Applied)
     ///     }
     /// }
     ///

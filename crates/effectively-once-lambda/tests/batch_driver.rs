@@ -7,7 +7,7 @@ mod common;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use common::failures;
-use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{sqs, Handled, RecordError, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 /// Answers by the body: `ok`, `retry`, `permanent`; `panic` panics the batch call (not the
@@ -22,7 +22,7 @@ fn answer(message: &SqsMessage) -> RecordResult {
     match message.body.as_deref().unwrap_or("") {
         "retry" => Err(RecordError::retryable("throttled")),
         "permanent" => Err(RecordError::permanent("malformed")),
-        _ => Ok(Disposition::Applied),
+        _ => Ok(Handled::Applied),
     }
 }
 

@@ -9,7 +9,7 @@ mod common;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use common::{checkpoint, failures, stream_event};
-use effectively_once_lambda::{sqs, streams, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{sqs, streams, Handled, RecordError, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 fn sqs_event(json: &[u8]) -> SqsEvent {
@@ -43,7 +43,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for NeedsEventId {
             .map_err(|e| RecordError::permanent(e.to_string()))?;
         body["event_id"].as_str().ok_or_else(|| RecordError::permanent("event_id: is required"))?;
         body["amount_cents"].as_i64().ok_or_else(|| RecordError::permanent("amount_cents: must be an integer"))?;
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 
@@ -112,7 +112,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for FailsOne {
             return Err(self.error.clone());
         }
         self.applied.lock().unwrap().push(id);
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 
@@ -207,7 +207,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for Keyed {
         if self.fail.contains(&id.as_str()) {
             return Err(RecordError::retryable("ledger throttled"));
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 
     fn key(&self, message: &SqsMessage) -> Option<String> {
@@ -299,7 +299,7 @@ impl effectively_once_lambda::Handler<EventRecord> for FailAt {
         if Some(seq.as_str()) == self.0 {
             return Err(RecordError::retryable("SES throttled"));
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

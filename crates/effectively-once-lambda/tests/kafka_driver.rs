@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use base64::Engine;
 use effectively_once_lambda::events::{Context, KafkaEvent, KafkaRecord, LambdaEvent};
 use effectively_once_lambda::kafka::{self, KafkaEventResponse};
-use effectively_once_lambda::{BodyHandler, Disposition, Options, RecordError, RecordResult, Retry, Typed};
+use effectively_once_lambda::{BodyHandler, Handled, Options, RecordError, RecordResult, Retry, Typed};
 use serde::Deserialize;
 
 fn sample() -> KafkaEvent {
@@ -42,7 +42,7 @@ impl BodyHandler<KafkaRecord> for Orders {
         let mut applied = self.applied.lock().unwrap();
         let duplicate = applied.iter().any(|(id, _)| *id == order.order_id);
         applied.push((order.order_id, record.offset));
-        Ok(if duplicate { Disposition::Duplicate } else { Disposition::Applied })
+        Ok(if duplicate { Handled::Duplicate } else { Handled::Applied })
     }
 
     fn key(&self, order: &Order) -> Option<String> {

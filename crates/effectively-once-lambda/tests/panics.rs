@@ -12,7 +12,7 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
-use effectively_once_lambda::{kafka, sqs, streams, Disposition, RecordResult};
+use effectively_once_lambda::{kafka, sqs, streams, Handled, RecordResult};
 use lambda_runtime::tracing::subscriber::fmt::MakeWriter;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -27,7 +27,7 @@ impl PanicsOn {
             panic!("cannot post {body}");
         }
         self.record(event_id.to_owned());
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

@@ -12,7 +12,7 @@ use std::future::Future;
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::SqsMessage;
 use common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
-use effectively_once_lambda::{sqs, streams, Disposition, RecordResult};
+use effectively_once_lambda::{sqs, streams, Handled, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 /// Panics on one id before it returns a future, as a handler that parses synchronously would;
@@ -22,7 +22,7 @@ impl PanicsOn {
         assert_ne!(id, self.panic_on, "cannot parse the body of {id}");
         async move {
             self.record(id);
-            Ok(Disposition::Applied)
+            Ok(Handled::Applied)
         }
     }
 

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use effectively_once_lambda::events::{Context, DynamoDbEvent, EventRecord, LambdaEvent};
-use effectively_once_lambda::{streams, BatchHandler, Disposition, Handler, Options, RecordError, RecordResult};
+use effectively_once_lambda::{streams, BatchHandler, Handled, Handler, Options, RecordError, RecordResult};
 
 /// Fails the sequence numbers listed retryably; records what ran and each call's records.
 #[derive(Default)]
@@ -22,7 +22,7 @@ impl Script {
         if self.retryable.contains(&seq.as_str()) {
             return Err(RecordError::retryable("throttled"));
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

@@ -8,7 +8,7 @@ use effectively_once_lambda::events::{
     Context, DynamoDbEvent, EventRecord, KinesisEvent, KinesisEventRecord, LambdaEvent, SqsEvent, SqsMessage,
 };
 use effectively_once_lambda::{
-    kinesis, sqs, streams, BodyBatchHandler, BodyHandler, Disposition, Handler, Options, RecordResult, Retry, Typed,
+    kinesis, sqs, streams, BodyBatchHandler, BodyHandler, Handled, Handler, Options, RecordResult, Retry, Typed,
 };
 use serde::Deserialize;
 
@@ -28,7 +28,7 @@ struct Orders {
 impl Orders {
     fn apply(&self, order: Order) -> RecordResult {
         self.seen.lock().unwrap().push(order.order_id);
-        Ok(if order.total_cents < 0 { Disposition::Rejected } else { Disposition::Applied })
+        Ok(if order.total_cents < 0 { Handled::Rejected } else { Handled::Applied })
     }
 }
 
@@ -131,8 +131,8 @@ async fn the_batch_path_leaves_out_what_does_not_decode_and_keeps_each_answer_in
     assert_eq!(*orders.0.batches.lock().unwrap(), [2]);
     let records: Vec<&SqsMessage> = event.records.iter().collect();
     let results = effectively_once_lambda::BatchHandler::handle_batch(&orders, &records, &Context::default()).await;
-    assert_eq!(results[1], Ok(Disposition::Applied));
-    assert_eq!(results[3], Ok(Disposition::Rejected));
+    assert_eq!(results[1], Ok(Handled::Applied));
+    assert_eq!(results[3], Ok(Handled::Rejected));
     assert_eq!(results[0].as_ref().unwrap_err().retry, Retry::Never);
 }
 
@@ -149,7 +149,7 @@ async fn a_stream_records_body_is_its_new_image() {
         type Body = Receipt;
         async fn handle(&self, receipt: Receipt, _record: &EventRecord, _context: &Context) -> RecordResult {
             self.0.lock().unwrap().push((receipt.event_id, receipt.amount_cents));
-            Ok(Disposition::Applied)
+            Ok(Handled::Applied)
         }
     }
     let event: DynamoDbEvent =

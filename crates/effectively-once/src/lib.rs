@@ -125,7 +125,7 @@ pub use crate::config::{
     Config, PayloadSelector, ReplayHook, DEFAULT_DEDUP_WINDOW, DEFAULT_LEASE, DEFAULT_MAX_RESPONSE_BYTES, DISABLED_VARS,
 };
 pub use crate::error::{Error, ErrorChain, ErrorKind, Retry, RunError};
-pub use crate::function::Idempotent;
+pub use crate::function::IdempotentFn;
 pub use crate::hash::{HashVersion, PayloadHash, PAYLOAD_HASH_VERSION};
 pub use crate::idempotency::{
     epoch_deadline_ms, Attempt, Begin, Idempotency, Outcome, Replaced, PLAUSIBLE_DEADLINE_MS,

@@ -161,9 +161,7 @@ impl StoreErrorKind {
     pub fn retry(self) -> Retry {
         match self {
             StoreErrorKind::Throttled | StoreErrorKind::Unavailable | StoreErrorKind::Fenced => Retry::Now,
-            StoreErrorKind::Misconfigured | StoreErrorKind::ConditionFailed | StoreErrorKind::Misuse => {
-                Retry::AfterFix
-            }
+            StoreErrorKind::Misconfigured | StoreErrorKind::ConditionFailed | StoreErrorKind::Misuse => Retry::AfterFix,
             StoreErrorKind::TooLarge | StoreErrorKind::Malformed | StoreErrorKind::Other => Retry::Never,
         }
     }

@@ -5,7 +5,9 @@ use std::collections::{HashMap, HashSet};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use effectively_once::{Config, HashVersion, Idempotency, Key, Outcome, Record, Retry, Status, StoreError, StoreErrorKind};
+use effectively_once::{
+    Config, HashVersion, Idempotency, Key, Outcome, Record, Retry, Status, StoreError, StoreErrorKind,
+};
 use effectively_once_dynamodb::raw::Committed;
 use effectively_once_dynamodb::{
     attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, Decided, DynamoDbStore, Member, Observed,

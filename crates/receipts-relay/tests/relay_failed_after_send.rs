@@ -170,7 +170,7 @@ async fn mark_meets(answer: &'static [u8]) {
         &Default::default(),
     )
     .await;
-    assert_eq!(again.unwrap(), effectively_once_lambda::Disposition::Duplicate, "the marker's outcome replayed");
+    assert_eq!(again.unwrap(), effectively_once_lambda::Handled::Duplicate, "the marker's outcome replayed");
     assert_eq!(sender.sent().len(), 1, "not sent twice");
     let row = p.row().await.unwrap();
     assert_eq!(row.status.as_str(), "SENT");

@@ -14,7 +14,7 @@ mod common;
 use common::Pending;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
-use effectively_once_lambda::{Disposition, Handler, Retry};
+use effectively_once_lambda::{Handled, Handler, Retry};
 use payments::{receipt_key, Profiles, RowStatus};
 
 async fn ledger_with_profile(p: &Pending, address: &str) -> String {
@@ -64,7 +64,7 @@ async fn a_receipt_sent_before_the_registered_address_changed_is_marked_sent_not
         row.status,
         row.failure_reason
     );
-    assert_eq!(result, Ok(Disposition::Duplicate));
+    assert_eq!(result, Ok(Handled::Duplicate));
 }
 
 /// A profile whose `receipt_email` is not an address (written by another tool than

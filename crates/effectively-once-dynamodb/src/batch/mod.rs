@@ -360,8 +360,7 @@ fn copy_error(key: &Key, error: &Error) -> Error {
         // A stored response too large to replay is the copy's answer too.
         ErrorKind::ResponseTooLarge => StoreError::new(StoreErrorKind::TooLarge, format!("{key}: {error}")).into(),
         _ => {
-            let kind =
-                if error.retry() == Retry::Never { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
+            let kind = if error.retry() == Retry::Never { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
             StoreError::new(kind, format!("{key}: the first copy in this batch failed: {error}")).into()
         }
     }
