@@ -34,9 +34,10 @@ pub enum Retry {
     /// Another attempt holds the message's key: deliver it again once that attempt has answered
     /// or its lease has ended; the later delivery replays its outcome, or takes the key over.
     InProgressElsewhere,
-    /// No delivery passes until the code or the configuration changes (a write's condition the
-    /// code gives no answer, a misuse of the API, a store set up wrong, a record that does not
-    /// read back), yet the message is not at fault: keep it, delivered again (SQS, until the
+    /// No delivery passes until something outside the message changes: the code, the
+    /// configuration, or the data a write's condition reads (a condition the code gives no
+    /// answer, a misuse of the API, a store set up wrong, a record that does not read back). The
+    /// message is not at fault: keep it, delivered again (SQS, until the
     /// queue's maximum receive count sends it to the dead-letter queue) or as the stream's
     /// checkpoint (until the mapping's retries send it to its on-failure destination), so a fix
     /// makes it pass and nothing behind it in its group overtakes it.
