@@ -23,7 +23,7 @@
 //!
 //! `ColdStart` (1 on the sandbox's first invocation, 0 after), one count per outcome
 //! (`Applied`, `Duplicate`, `Rejected`, `Skipped`, `InProgressElsewhere`, `Failed`, and
-//! `PermanentFailures`, the part of `Failed` no retry changes: [`Retry::Never`](crate::Retry::Never)),
+//! `PermanentFailures`, the part of `Failed` no retry changes: [`Retry::Never`]),
 //! every one of them on every line, zeros included; then the handler's own metrics, added through [`Metrics`] while the batch
 //! ran; and the properties `service`, `function_version` and `request_id`.
 //!
