@@ -26,7 +26,7 @@ mod plan;
 mod schedule;
 mod writes;
 
-use effectively_once::{Error, ErrorKind, Idempotency, Key, Outcome, PayloadHash, StoreError, StoreErrorKind};
+use effectively_once::{Error, ErrorKind, Idempotency, Key, Outcome, PayloadHash, Retry, StoreError, StoreErrorKind};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -92,7 +92,7 @@ where
     let batch = Batch { idempotency, members, hashes: &hashes, entries: &entries, writes };
     let mut passes = Passes::new(&entries);
     for (index, result) in results.iter().enumerate() {
-        if matches!(result, Some(Err(error)) if !error.is_verdict_on_the_message()) {
+        if matches!(result, Some(Err(error)) if error.retry() != Retry::Never) {
             passes.undecided(index);
         }
     }
@@ -104,7 +104,7 @@ where
         for &index in &pass.send {
             match &results[index] {
                 Some(Ok(Outcome::Fresh(_))) => passes.taken(index),
-                Some(Err(error)) if !error.is_verdict_on_the_message() => passes.undecided(index),
+                Some(Err(error)) if error.retry() != Retry::Never => passes.undecided(index),
                 _ => {}
             }
         }
@@ -230,7 +230,7 @@ where
                 continue;
             }
             let result = self.one(index).await;
-            if matches!(&result, Err(error) if !error.is_verdict_on_the_message()) {
+            if matches!(&result, Err(error) if error.retry() != Retry::Never) {
                 rounds.undecided(index);
             }
             results[index] = Some(result);
@@ -341,7 +341,7 @@ where
 /// Sets member `index`'s result; one that failed with no verdict on the message holds its
 /// group's and lane's later members back.
 fn answer<R>(results: &mut [Slot<R>], rounds: &mut Rounds<'_>, index: usize, result: Result<Outcome<R>, Error>) {
-    if matches!(&result, Err(error) if !error.is_verdict_on_the_message()) {
+    if matches!(&result, Err(error) if error.retry() != Retry::Never) {
         rounds.undecided(index);
     }
     results[index] = Some(result);
@@ -360,8 +360,7 @@ fn copy_error(key: &Key, error: &Error) -> Error {
         // A stored response too large to replay is the copy's answer too.
         ErrorKind::ResponseTooLarge => StoreError::new(StoreErrorKind::TooLarge, format!("{key}: {error}")).into(),
         _ => {
-            let kind =
-                if error.is_verdict_on_the_message() { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
+            let kind = if error.retry() == Retry::Never { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
             StoreError::new(kind, format!("{key}: the first copy in this batch failed: {error}")).into()
         }
     }

@@ -79,7 +79,7 @@ fn assert_failed_for_good(failed: &[(String, effectively_once_lambda::RecordErro
     sequences.sort();
     assert_eq!(sequences, poison.iter().collect::<Vec<_>>(), "the poison records fail, and they alone");
     for (sequence, error) in failed {
-        assert_eq!(error.retry, Retry::Permanent, "record {sequence}: {error}");
+        assert_eq!(error.retry, Retry::Never, "record {sequence}: {error}");
     }
 }
 

@@ -5,7 +5,9 @@ use std::collections::{HashMap, HashSet};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use effectively_once::{Config, HashVersion, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
+use effectively_once::{
+    Config, HashVersion, Idempotency, Key, Outcome, Record, Retry, Status, StoreError, StoreErrorKind,
+};
 use effectively_once_dynamodb::raw::Committed;
 use effectively_once_dynamodb::{
     attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, Decided, DynamoDbStore, Member, Observed,
@@ -258,7 +260,7 @@ impl Ledger {
     }
 
     /// A receipt nobody can ever send: refuse to apply the payment. A deployment fault, not a
-    /// verdict on the payment: retryable, so the message waits for the fix (and a FIFO group
+    /// verdict on the payment: [`Retry::AfterFix`], so the message waits for the fix (and a FIFO group
     /// holds its order) instead of being given up on.
     fn check_outbox(&self, event: &PaymentEvent) -> Result<(), Error> {
         if event.receipt_email.is_some() && self.outbox.is_none() {
@@ -574,7 +576,7 @@ impl Ledger {
             let (key, hash) = match checked {
                 Ok(checked) => checked,
                 Err(error) => {
-                    if error.is_retryable() {
+                    if error.retry() != Retry::Never {
                         waiting.hold(event, lane);
                     }
                     results[position] = Some(Err(error));
@@ -594,9 +596,9 @@ impl Ledger {
             };
             if let Some(answer) = answer {
                 let answer = answer.map(Outcome::Replayed).map_err(Error::from);
-                // In progress elsewhere: retryable, so it holds back its account's later events
-                // and its event id, as the transaction's answer would.
-                if answer.as_ref().is_err_and(Error::is_retryable) {
+                // In progress elsewhere: kept, so it holds back its account's later events and
+                // its event id, as the transaction's answer would.
+                if answer.as_ref().is_err_and(|error| error.retry() != Retry::Never) {
                     waiting.hold(event, lane);
                 }
                 results[position] = Some(answer);
