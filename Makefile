@@ -28,7 +28,7 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 # The crates that go to crates.io, the library (`make package`, `make msrv`, `make unit`).
 # The workspace's version, which every published crate carries.
 VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
-PUBLISHED := effectively-once effectively-once-redact effectively-once-dynamodb effectively-once-effects \
+PUBLISHED := effectively-once effectively-once-dynamodb effectively-once-effects \
 	effectively-once-lambda effectively-once-redis effectively-once-http
 
 FUNCTION ?= payments-consumer

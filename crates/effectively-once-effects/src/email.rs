@@ -72,9 +72,10 @@ impl<E: EmailSender + ?Sized> EmailSender for std::sync::Arc<E> {
     }
 }
 
-/// An address as logs may show it (`a***@example.com`). Re-exported from the
-/// `effectively-once-redact` crate, which the trigger drivers share.
-pub use effectively_once_redact::redact_email;
+/// An address as logs may show it (`a***@example.com`). Re-exported from the core's
+/// [`effectively_once::redact`], which the trigger drivers share.
+pub use effectively_once::redact::redact_email;
 /// Every email address in free text redacted (`a***@example.com`): a provider's error message,
-/// a stored failure reason. Re-exported from the `effectively-once-redact` crate, which the trigger drivers share.
-pub use effectively_once_redact::redact_emails;
+/// a stored failure reason. Re-exported from
+/// [`effectively_once::redact`], which the trigger drivers share.
+pub use effectively_once::redact::redact_emails;

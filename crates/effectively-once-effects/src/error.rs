@@ -10,8 +10,8 @@
 
 use std::fmt;
 
+use effectively_once::redact::redact_emails;
 use effectively_once::{Retry, StoreError};
-use effectively_once_redact::redact_emails;
 
 /// Why an effect did not produce an outcome.
 ///

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use effectively_once::redact::redact_emails;
 use effectively_once::{Attempt, Begin, ErrorChain, ErrorKind, Idempotency, Lookup, Replaced, Retry, Store};
-use effectively_once_redact::redact_emails;
 use http::request::Parts;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body::Body;

@@ -76,8 +76,9 @@ pub mod events {
 pub use lambda_runtime::Error;
 
 /// Every email address in free text redacted (`a***@example.com`): the drivers run it over panic
-/// messages. Re-exported from the `effectively-once-redact` crate, which `effectively-once-effects` shares, so one scan serves both.
-pub use effectively_once_redact::redact_emails;
+/// messages. Re-exported from
+/// [`effectively_once::redact`], which `effectively-once-effects` shares, so one scan serves both.
+pub use effectively_once::redact::redact_emails;
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};

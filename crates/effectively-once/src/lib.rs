@@ -112,6 +112,7 @@ mod memory;
 pub mod outbound;
 pub mod protocol;
 mod record;
+pub mod redact;
 mod store;
 
 #[cfg(any(test, feature = "contract"))]

@@ -1,7 +1,7 @@
 //! The API's answers: `202` with the event id, and the errors, `{"error": CODE, "message": TEXT}`.
 
+use effectively_once::redact::redact_emails;
 use effectively_once::ErrorChain;
-use effectively_once_redact::redact_emails;
 use lambda_http::http::{header, HeaderValue, StatusCode};
 use lambda_http::{Body, Response};
 use payments::PaymentEvent;

@@ -20,7 +20,7 @@ use effectively_once_dynamodb::{store_error, DynamoDbStore};
 use serde::Deserialize;
 
 use crate::payment::PaymentEvent;
-use effectively_once_redact::{redact_email, redact_emails};
+use effectively_once::redact::{redact_email, redact_emails};
 
 mod pending;
 

@@ -5,7 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use effectively_once_redact::redact_email;
+use effectively_once::redact::redact_email;
 
 /// Largest absolute amount, in cents.
 pub const MAX_AMOUNT_CENTS: i64 = 1_000_000_000_000;

@@ -7,7 +7,7 @@
 //! never uses (capitals, digits, anything outside ASCII) plus every punctuation character the
 //! contract allows; the text around, the JSON keys and the domains use lowercase ASCII only.
 
-use effectively_once_redact::redact_emails;
+use effectively_once::redact::redact_emails;
 use proptest::prelude::*;
 
 /// The contract's rule, as `valid_email` in apps/payments/domain/src/payment.rs states it (this crate

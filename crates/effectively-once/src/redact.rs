@@ -5,19 +5,15 @@
 //! that may quote one (a panic message, a provider's error). Both give the same form,
 //! `a***@example.com`, so a reader can match a log line to a row without seeing the address.
 //!
-//! # Rust version
-//!
-//! Rust 1.70 or newer; no dependencies. See `docs/packaging.md` in the repository.
-// docs.rs (nightly, `--cfg docsrs`): each feature-gated item shows the feature it needs.
-#![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(missing_docs)]
+//! Here in the core, which every driver and effect crate already depends on, so one scan serves
+//! the drivers' panic messages and the effects' send errors alike.
 
 /// An address as logs may show it: the first character of the local part and the domain
 /// (`a***@example.com`). A value with no `@` is not shown at all.
 ///
 /// ```
-/// assert_eq!(effectively_once_redact::redact_email("alice@example.com"), "a***@example.com");
-/// assert_eq!(effectively_once_redact::redact_email("garbage"), "***");
+/// assert_eq!(effectively_once::redact::redact_email("alice@example.com"), "a***@example.com");
+/// assert_eq!(effectively_once::redact::redact_email("garbage"), "***");
 /// ```
 pub fn redact_email(address: &str) -> String {
     match address.split_once('@') {
@@ -50,15 +46,15 @@ const MASK: &str = "***";
 ///
 /// ```
 /// assert_eq!(
-///     effectively_once_redact::redact_emails(r#"bad body {"receipt_email":"alice@example.com"}"#),
+///     effectively_once::redact::redact_emails(r#"bad body {"receipt_email":"alice@example.com"}"#),
 ///     r#"bad body {"receipt_email":"a***@example.com"}"#,
 /// );
 /// assert_eq!(
-///     effectively_once_redact::redact_emails("Email address not verified alice.b+x@example.com"),
+///     effectively_once::redact::redact_emails("Email address not verified alice.b+x@example.com"),
 ///     "Email address not verified a***@example.com"
 /// );
-/// assert_eq!(effectively_once_redact::redact_emails("to o'brien@example.com"), "to o***@example.com");
-/// assert_eq!(effectively_once_redact::redact_emails(r#"to "john.smith"@example.com"#), r#"to "j***@example.com"#);
+/// assert_eq!(effectively_once::redact::redact_emails("to o'brien@example.com"), "to o***@example.com");
+/// assert_eq!(effectively_once::redact::redact_emails(r#"to "john.smith"@example.com"#), r#"to "j***@example.com"#);
 /// ```
 pub fn redact_emails(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
