@@ -2,13 +2,11 @@
 //! (producer retries under new sequence numbers, some under another partition key; several
 //! orders per key; poison records, which the consumer parks in its park queue; refused
 //! confirmation addresses; a shard split while records
-//! are in flight), and an orders consumer ([`Orders`]) runs in process through the local AWS
-//! tool's Kinesis mapping emulator, its AWS calls through the fault proxy, with crashes
+//! are in flight), and the Kinesis example's orders consumer ([`Orders`], `examples/kinesis-consumer`,
+//! a user's own function) runs in process through the local AWS tool's Kinesis mapping emulator, its AWS calls through the fault proxy, with crashes
 //! after the commit and panics in records, two mappings on the stream at once. The on-failure
 //! destination is replayed at the end, as the SQS path redrives its DLQ. What came of it is read
 //! back by [`crate::invariants::orders`].
-
-mod function;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,11 +29,11 @@ use local::invoke::{InProcess, KinesisFunction};
 use local::resources::{create_stream, local_name, Clients};
 use local::rng::Rng;
 
-pub use self::function::{Order, Orders};
 use crate::panicking::Panicking;
 use crate::pipeline::Pipeline;
 use crate::resources::RECEIPT_FROM;
 use crate::workload::{PANIC_ALWAYS, PANIC_ONCE, REFUSED_PREFIX};
+pub use kinesis_consumer::{Order, Orders};
 
 /// What a valid order put on the stream exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
