@@ -1,4 +1,7 @@
 //! Claim, run, complete: the protocol that makes a handler run once per key.
+//!
+//! This file holds [`Idempotency`], its claim and its run; `attempt` holds the types of the
+//! two-phase API, `complete` the last step (complete or release) with its retries.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,21 +15,16 @@ use crate::config::Config;
 use crate::error::{Error, ErrorChain, ErrorKind, RunError};
 use crate::key::Key;
 use crate::protocol::{self, Judged};
-use crate::record::{Record, Status};
-use crate::store::{Completion, Store, StoreErrorKind};
+use crate::record::Record;
+use crate::store::Store;
 
-/// Tries of a completion whose answer did not come back (throttled, or unavailable: the write
-/// may have landed). A retry that finds the record completed by its own owner succeeds, so
-/// retrying is safe; giving up leaves the record in progress until its lease ends, and the
-/// effect is run again by the takeover.
-const COMPLETE_TRIES: u32 = 3;
-/// Pause before the first retry of a completion; doubled for the next.
-const COMPLETE_BACKOFF: Duration = Duration::from_millis(25);
-/// Tries of a release whose answer did not come back, paced as a completion's
-/// ([`COMPLETE_BACKOFF`]). A release left undone keeps the record in progress until its lease
-/// ends, and the attempt that takes it over then cannot tell "failed, nothing done" from
-/// "crashed mid-effect": an effect that must not repeat (an email at most once) gives up on it.
-const RELEASE_TRIES: u32 = 3;
+mod attempt;
+mod complete;
+#[cfg(test)]
+mod tests;
+
+pub use self::attempt::{Attempt, Begin, Replaced};
+
 /// The longest the lease timer sleeps before checking the clock again (keeps `Instant`
 /// arithmetic in range whatever the lease).
 const MAX_TIMER: Duration = Duration::from_secs(3600);
@@ -58,120 +56,6 @@ impl<R> Outcome<R> {
     /// Whether this call was a duplicate.
     pub fn is_replay(&self) -> bool {
         matches!(self, Outcome::Replayed(_))
-    }
-}
-
-/// The result of [`Idempotency::begin`].
-#[derive(Debug)]
-pub enum Begin<R> {
-    /// This attempt owns the key: run the effect, then complete or release.
-    Claimed(Attempt),
-    /// A duplicate: the stored response.
-    Replayed(R),
-}
-
-/// An attempt that owns a key until it completes, releases, or its lease ends.
-///
-/// Dropping it without completing leaves the record in progress until the lease ends, which is
-/// what a crash does: no other attempt runs the effect before then.
-#[derive(Debug)]
-#[must_use = "an attempt holds its key until completed or released"]
-pub struct Attempt {
-    id: String,
-    owner: String,
-    lease_expires_at_ms: u64,
-    /// Boxed: two records, on the rare takeover path only.
-    replaced: Box<Replaced>,
-}
-
-impl Attempt {
-    /// The record id this attempt owns.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// This attempt's owner token.
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// When this attempt's lease ends, in milliseconds since the Unix epoch.
-    pub fn lease_expires_at_ms(&self) -> u64 {
-        self.lease_expires_at_ms
-    }
-
-    /// The record this attempt's claim overwrote: past its dedup window, or in progress with
-    /// its lease ended.
-    pub fn replaced(&self) -> Option<&Record> {
-        self.replaced.record()
-    }
-
-    /// What this attempt's claim replaced: nothing (a free key), a record (past its window, or
-    /// in progress past its lease), or something unknown (an item that could not be read, or
-    /// a store that could not say what a claim whose answer was lost had replaced). An effect
-    /// that must not repeat takes [`Replaced::Unknown`] for the worst.
-    pub fn what_it_replaced(&self) -> &Replaced {
-        &self.replaced
-    }
-
-    /// Whether this attempt may have taken the key over from an attempt that died (or timed
-    /// out) while in progress, whose effect may or may not have happened. True when the claim
-    /// replaced such a record, and also when what it replaced is unknown
-    /// ([`Replaced::is_takeover`]). Stores keep what a claim replaced with the record, so a
-    /// claim whose answer was lost learns it on the retry; a store that cannot answers
-    /// [`Replaced::Unknown`], and an effect that must not repeat assumes the worst.
-    pub fn took_over(&self) -> bool {
-        self.replaced.is_takeover()
-    }
-}
-
-/// What a claim replaced: [`Attempt::what_it_replaced`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Replaced {
-    /// The key was free.
-    Nothing,
-    /// This record, as it was stored: past its dedup window, or in progress past its lease.
-    Record(Record),
-    /// `replaced`, an attempt that died in progress after taking the key over itself; `first`
-    /// began that run of takeovers ([`Claim::AcquiredInRun`](crate::Claim::AcquiredInRun)).
-    Run {
-        /// The record overwritten.
-        replaced: Record,
-        /// The record the run of takeovers began with.
-        first: Record,
-    },
-    /// Not known: assume the worst (an attempt that died mid-effect, with another payload).
-    Unknown,
-}
-
-impl Replaced {
-    /// Whether the claim may have taken the key over from an attempt that died (or timed out)
-    /// in progress, whose effect may or may not have happened: it replaced such a record, or
-    /// what it replaced is unknown.
-    pub fn is_takeover(&self) -> bool {
-        match self {
-            Replaced::Nothing => false,
-            Replaced::Record(record) => record.status == Status::InProgress,
-            Replaced::Run { .. } | Replaced::Unknown => true,
-        }
-    }
-
-    /// The record overwritten, if known.
-    pub fn record(&self) -> Option<&Record> {
-        match self {
-            Replaced::Record(record) | Replaced::Run { replaced: record, .. } => Some(record),
-            Replaced::Nothing | Replaced::Unknown => None,
-        }
-    }
-
-    /// The record that held the key before the attempts that died taking it over: the record
-    /// overwritten, or, after a run of takeovers, the one the run began with. What the key was
-    /// bound to is this record's.
-    pub fn first(&self) -> Option<&Record> {
-        match self {
-            Replaced::Record(record) | Replaced::Run { first: record, .. } => Some(record),
-            Replaced::Nothing | Replaced::Unknown => None,
-        }
     }
 }
 
@@ -388,119 +272,6 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// Completes an attempt with its response, which duplicates will receive.
-    ///
-    /// Refused with [`ErrorKind::LeaseLost`] when the attempt's lease has ended (see
-    /// [`run`](Self::run)): checked here before sending, and by the store's condition. A
-    /// completion whose answer did not come back (throttled, unavailable) is sent again, up to
-    /// three tries, before the record is left to its lease: a retry that finds the record
-    /// already completed by this attempt succeeds.
-    pub async fn complete<R: Serialize>(&self, attempt: Attempt, response: &R) -> Result<(), Error> {
-        self.complete_fenced(attempt, response, Fence::OwnerAndLease).await
-    }
-
-    /// Completes an attempt whose effect has already happened, even after its lease ended,
-    /// provided the attempt still holds its record in progress: the owner fence alone decides.
-    ///
-    /// Only for an effect that is over, with a result in hand, when it is recorded, and whose
-    /// record nobody settles by its lease alone: keyed email (`effectively_once_effects::send_once`), completing
-    /// a marker with the message id the provider returned. Why it is safe there: every claim
-    /// writes its own owner token, so a record still in progress under this attempt's owner
-    /// proves no other attempt took the key over (nor sent, nor recorded another outcome), and
-    /// none can complete it after this write; readers that find an email marker past its lease
-    /// claim it before acting on it, and that claim fences this completion. What refusing would
-    /// cost: the send is not undone, and the marker is left to a later attempt, which records
-    /// the email ambiguous (at most once) or sends a second copy (at least once).
-    ///
-    /// Not for [`run`](Self::run), whose handlers are cut off at their lease and whose records
-    /// are settled by it (see [`Store::complete`]); use [`complete`](Self::complete) elsewhere.
-    pub async fn complete_while_owned<R: Serialize>(&self, attempt: Attempt, response: &R) -> Result<(), Error> {
-        self.complete_fenced(attempt, response, Fence::Owner).await
-    }
-
-    async fn complete_fenced<R: Serialize>(&self, attempt: Attempt, response: &R, fence: Fence) -> Result<(), Error> {
-        let json = serde_json::to_string(response)
-            .map_err(|e| Error::new(ErrorKind::Serialization, "response is not serialisable").with_source(e))?;
-        let too_large = json.len() > self.config.max_response_bytes;
-        let now_ms = self.config.now_ms();
-        if fence == Fence::OwnerAndLease && now_ms > attempt.lease_expires_at_ms {
-            return Err(outran_lease(&attempt, now_ms));
-        }
-        // Owner only: the store's lease condition is judged at the attempt's own lease end,
-        // which the record carries unchanged while this attempt holds it, so only the owner and
-        // in-progress conditions can refuse.
-        let judged_at = |now_ms: u64| match fence {
-            Fence::OwnerAndLease => now_ms,
-            Fence::Owner => now_ms.min(attempt.lease_expires_at_ms),
-        };
-        // A response too large to keep still completes the record: the effect happened, and a
-        // duplicate must not repeat it; it gets ResponseTooLarge instead of a replay.
-        let mut completion = Completion {
-            response: (!too_large).then_some(json.as_str()),
-            expiration_s: self.expiration_s(now_ms),
-            now_ms: judged_at(now_ms),
-        };
-        let mut tries = 1;
-        loop {
-            match self.store.complete(&attempt.id, &attempt.owner, completion.clone()).await {
-                Ok(()) => break,
-                Err(error)
-                    if tries < COMPLETE_TRIES
-                        && matches!(error.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
-                {
-                    tracing::warn!(key = %attempt.id, error = %ErrorChain(&error), tries, "completion unanswered; sending it again");
-                    tokio::time::sleep(COMPLETE_BACKOFF * 2u32.pow(tries - 1)).await;
-                    tries += 1;
-                    // The retry is judged on the clock as it is now: if the first write did
-                    // not land and the lease has ended meanwhile, the store refuses it.
-                    completion.now_ms = judged_at(self.config.now_ms());
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-        if too_large {
-            return Err(too_large_error(json.len(), self.config.max_response_bytes));
-        }
-        Ok(())
-    }
-
-    /// Releases an attempt: deletes its record so a retry runs the effect again.
-    ///
-    /// A release whose answer did not come back (throttled, or unavailable: the delete may have
-    /// landed) is sent again, up to three tries, as a completion is. A retry that finds the
-    /// record gone succeeds (the store's contract). A retry that finds it another attempt's
-    /// (or completed) counts as done only while this attempt's lease lasts, by this attempt's
-    /// clock: no claim takes a record over before its lease ends, so the other attempt claimed
-    /// it after an earlier try had deleted it. Past the lease, that attempt may have taken it
-    /// over from this one, unreleased, and judged it as a crash: refused with
-    /// [`ErrorKind::LeaseLost`], as is a first try that finds the record not this attempt's.
-    /// On any error the record may still be in progress until its lease ends.
-    pub async fn release(&self, attempt: Attempt) -> Result<(), Error> {
-        let mut tries = 1;
-        loop {
-            match self.store.release(&attempt.id, &attempt.owner).await {
-                Ok(()) => return Ok(()),
-                Err(error)
-                    if tries < RELEASE_TRIES
-                        && matches!(error.kind(), StoreErrorKind::Throttled | StoreErrorKind::Unavailable) =>
-                {
-                    tracing::warn!(key = %attempt.id, error = %ErrorChain(&error), tries, "release unanswered; sending it again");
-                    tokio::time::sleep(COMPLETE_BACKOFF * 2u32.pow(tries - 1)).await;
-                    tries += 1;
-                }
-                Err(error)
-                    if tries > 1
-                        && error.kind() == StoreErrorKind::Fenced
-                        && self.config.now_ms() <= attempt.lease_expires_at_ms =>
-                {
-                    tracing::info!(key = %attempt.id, "an earlier release landed; the key has been claimed again since");
-                    return Ok(());
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-    }
-
     fn attempt(&self, record: Record, replaced: Replaced) -> Attempt {
         Attempt {
             id: record.id,
@@ -527,15 +298,6 @@ impl<S: Store> Idempotency<S> {
     }
 }
 
-/// What a completion is fenced by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fence {
-    /// The owner, and the lease not ended: [`Idempotency::complete`].
-    OwnerAndLease,
-    /// The owner alone: [`Idempotency::complete_while_owned`].
-    Owner,
-}
-
 fn outran_lease(attempt: &Attempt, now_ms: u64) -> Error {
     Error::new(
         ErrorKind::LeaseLost,
@@ -544,174 +306,4 @@ fn outran_lease(attempt: &Attempt, now_ms: u64) -> Error {
             attempt.id, attempt.lease_expires_at_ms
         ),
     )
-}
-
-fn too_large_error(len: usize, max: usize) -> Error {
-    Error::new(ErrorKind::ResponseTooLarge, format!("response has {len} bytes of JSON, at most {max} are kept"))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    use super::*;
-    use crate::{Claim, Clock as _, InMemoryStore, ManualClock, StoreError};
-
-    /// An emulator's `0` or `600000` (`cargo lambda watch`: the timeout, not an epoch time) is
-    /// unknown, not passed; a real deadline, near or ten minutes away, is kept.
-    #[test]
-    fn lambda_deadlines_emulated_and_real() {
-        let now = crate::SystemClock.now_ms();
-        assert_eq!(epoch_deadline_ms(0), None);
-        assert_eq!(epoch_deadline_ms(600_000), None);
-        assert_eq!(epoch_deadline_ms(now + 600_000), Some(now + 600_000));
-        assert_eq!(epoch_deadline_ms(now + 200), Some(now + 200));
-    }
-
-    #[tokio::test]
-    async fn emulated_deadline_is_unknown_and_a_near_one_bounds_the_lease() {
-        let clock = Arc::new(ManualClock::new());
-        let now = clock.now_ms();
-        let idem = Idempotency::new(InMemoryStore::new(), Config::default().with_clock(clock));
-        for (name, deadline, lease_end) in [
-            ("zero", 0, now + DEFAULT_LEASE_MS),
-            ("watch", 600_000, now + DEFAULT_LEASE_MS),
-            ("near", now + 200, now + 200),
-        ] {
-            let key = Key::new("deadline", name).unwrap();
-            let Begin::Claimed(attempt) = idem.with_deadline(deadline).begin::<_, u64>(&key, &1).await.unwrap() else {
-                panic!("expected a claim")
-            };
-            assert_eq!(attempt.lease_expires_at_ms(), lease_end, "{name}");
-        }
-        let key = Key::new("deadline", "passed").unwrap();
-        let error = idem.with_deadline(now).begin::<_, u64>(&key, &1).await.unwrap_err();
-        assert_eq!(error.kind(), ErrorKind::DeadlineExceeded);
-    }
-
-    const DEFAULT_LEASE_MS: u64 = crate::DEFAULT_LEASE.as_millis() as u64;
-
-    /// An in-memory store that fails the next `failing` releases before they land.
-    #[derive(Default)]
-    struct FlakyRelease {
-        inner: InMemoryStore,
-        failing: AtomicU32,
-        releases: AtomicU32,
-    }
-
-    impl Store for FlakyRelease {
-        async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
-            self.inner.claim(record, now_ms).await
-        }
-        async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
-            self.inner.complete(id, owner, completion).await
-        }
-        async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
-            self.releases.fetch_add(1, Ordering::SeqCst);
-            if self.failing.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-                return Err(StoreError::new(StoreErrorKind::Throttled, "throughput exceeded"));
-            }
-            self.inner.release(id, owner).await
-        }
-        async fn get(&self, id: &str) -> Result<Option<Record>, StoreError> {
-            self.inner.get(id).await
-        }
-    }
-
-    /// A failed handler's release that is throttled twice is sent again until it lands: the
-    /// record is gone, and the retry runs the handler at once instead of after the lease (where
-    /// it would be a takeover, `took_over`). A third failure is the last: the record is left.
-    /// Paused time: the backoff sleeps pass at once.
-    #[tokio::test(start_paused = true)]
-    async fn a_throttled_release_is_sent_again() {
-        for (failing, released) in [(2, true), (3, false)] {
-            let store = FlakyRelease { failing: AtomicU32::new(failing), ..Default::default() };
-            let clock = Arc::new(ManualClock::new());
-            let idem = Idempotency::new(store, Config::default().with_clock(clock));
-            let key = Key::new("job", "release").unwrap();
-            let failed = idem.run(&key, &1, || async { Err::<u32, _>("handler failed") }).await;
-            assert!(matches!(failed, Err(RunError::Handler("handler failed"))));
-            assert_eq!(idem.store().releases.load(Ordering::SeqCst), 3, "{failing} failures");
-            let record = idem.store().get(key.as_str()).await.unwrap();
-            assert_eq!(record.is_none(), released, "{failing} failures: {record:?}");
-            let retry = idem.run(&key, &1, || async { Ok::<u32, &str>(7) }).await;
-            match released {
-                true => assert_eq!(retry.unwrap(), Outcome::Fresh(7)),
-                false => assert!(retry.is_err(), "in progress until its lease ends"),
-            }
-        }
-    }
-
-    /// A producer that re-serialises its payload (`1250` as `1250.0`, keys reordered) sends a
-    /// duplicate, not another payload.
-    #[tokio::test]
-    async fn a_re_serialised_payload_is_a_duplicate() {
-        let idem = Idempotency::new(InMemoryStore::new(), Config::default());
-        let key = Key::new("payments", "pay_1").unwrap();
-        let first: serde_json::Value = serde_json::from_str(r#"{"amount_cents": 1250, "currency": "USD"}"#).unwrap();
-        let again: serde_json::Value = serde_json::from_str(r#"{"currency":"USD","amount_cents":1250.0}"#).unwrap();
-        assert_eq!(idem.run(&key, &first, || async { Ok::<_, ()>(1u32) }).await.unwrap(), Outcome::Fresh(1));
-        assert_eq!(idem.run(&key, &again, || async { Ok::<_, ()>(2u32) }).await.unwrap(), Outcome::Replayed(1));
-        let other: serde_json::Value = serde_json::from_str(r#"{"currency":"USD","amount_cents":1251}"#).unwrap();
-        let reused = idem.run(&key, &other, || async { Ok::<_, ()>(3u32) }).await.unwrap_err();
-        assert!(matches!(reused, RunError::Idempotency(e) if e.kind() == ErrorKind::KeyReused));
-    }
-
-    /// A record written before the hash was versioned (bare version 1 hex) still answers its
-    /// payload inside the dedup window, in progress or completed; another payload is key reuse.
-    #[tokio::test]
-    async fn a_record_with_a_version_1_hash_still_matches_its_payload() {
-        let clock = Arc::new(ManualClock::new());
-        let config = Config::default().with_clock(clock.clone());
-        let idem = Idempotency::new(InMemoryStore::new(), config.clone());
-        let payload = serde_json::json!({"amount_cents": 1250, "currency": "USD"});
-        let hash = config.payload_hash(&payload).unwrap();
-        let now_ms = clock.now_ms();
-        for (id, status) in [("job#old-done", Status::Completed), ("job#old-busy", Status::InProgress)] {
-            let record = Record {
-                id: id.into(),
-                status: Status::InProgress,
-                lease_expires_at_ms: now_ms + 60_000,
-                expiration_s: now_ms / 1000 + 3600,
-                payload_hash: hash.v1().to_owned(),
-                owner: "earlier-build".into(),
-                response: None,
-            };
-            assert!(matches!(idem.store().claim(&record, now_ms).await.unwrap(), Claim::Acquired { .. }));
-            if status == Status::Completed {
-                let completion = Completion { response: Some("7"), expiration_s: record.expiration_s, now_ms };
-                idem.store().complete(id, "earlier-build", completion).await.unwrap();
-            }
-        }
-        let done = Key::new("job", "old-done").unwrap();
-        assert_eq!(idem.run(&done, &payload, || async { Ok::<_, ()>(8u32) }).await.unwrap(), Outcome::Replayed(7));
-        let busy = Key::new("job", "old-busy").unwrap();
-        let in_progress = idem.run(&busy, &payload, || async { Ok::<_, ()>(8u32) }).await.unwrap_err();
-        assert!(matches!(in_progress, RunError::Idempotency(e) if e.kind() == ErrorKind::InProgress));
-        let other = serde_json::json!({"amount_cents": 1251, "currency": "USD"});
-        let reused = idem.run(&done, &other, || async { Ok::<_, ()>(8u32) }).await.unwrap_err();
-        assert!(matches!(reused, RunError::Idempotency(e) if e.kind() == ErrorKind::KeyReused));
-    }
-
-    /// A record a newer build hashed under a version this one does not know is not taken for
-    /// another payload silently: the error says so.
-    #[tokio::test]
-    async fn an_unknown_hash_version_is_named_in_the_error() {
-        let idem = Idempotency::new(InMemoryStore::new(), Config::default());
-        let record = Record {
-            id: "job#new".into(),
-            status: Status::InProgress,
-            lease_expires_at_ms: u64::MAX,
-            expiration_s: u64::MAX,
-            payload_hash: "v9:00".into(),
-            owner: "newer-build".into(),
-            response: None,
-        };
-        idem.store().claim(&record, 0).await.unwrap();
-        let key = Key::new("job", "new").unwrap();
-        let err = idem.run(&key, &1, || async { Ok::<_, ()>(1u32) }).await.unwrap_err();
-        let RunError::Idempotency(e) = err else { panic!("{err:?}") };
-        assert_eq!(e.kind(), ErrorKind::KeyReused);
-        assert!(e.to_string().contains("\"v9\""), "{e}");
-    }
 }
