@@ -6,12 +6,13 @@ use std::future::Future;
 
 use lambda_runtime::{Context, LambdaEvent};
 
-use super::{
-    budget_keeping, count, invocation, log_in, may_take_effect_later, not_started, refuse_unchosen_poison, run_groups,
-    settle, too_late, Groups, Handler, Holding, Options, Record, Trigger,
-};
+use super::invocation::{count, invocation, refuse_unchosen_poison};
+use super::record::{log_in, may_take_effect_later, not_started, too_late, Record};
+use super::run::{run_groups, Holding};
+use super::settle::{budget_keeping, settle};
 #[cfg(doc)]
-use super::{run_rounds, BatchHandler};
+use super::{run::run_rounds, BatchHandler};
+use super::{Groups, Handler, Options, Trigger};
 use crate::{panics, Handled, RecordError, RecordResult};
 
 /// Handles a batch in one call, for a handler that applies records in the order it is given
