@@ -82,7 +82,6 @@ fn module_files() -> ModuleFiles {
 }
 
 #[test]
-#[ignore = "library files over 500 lines remain while they are split (issue 39, item 5)"]
 fn no_library_source_file_is_over_500_lines() {
     let long = long_library_files();
     assert!(long.is_empty(), "split these by concept:\n{}", long.join("\n"));
