@@ -2,10 +2,13 @@
 //! `TransactWriteItems`, so a first delivery is one request and nothing can half-happen.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use effectively_once::{Config, HashVersion, Idempotency, Key, Outcome, Record, Status, StoreError, StoreErrorKind};
+use effectively_once::{
+    Config, HashVersion, Idempotency, Key, Outcome, Record, RecordCache, Status, StoreError, StoreErrorKind,
+};
 use effectively_once_dynamodb::raw::Committed;
 use effectively_once_dynamodb::{
     attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, Decided, DynamoDbStore, Member, Observed,
@@ -109,36 +112,20 @@ pub struct Ledger {
     table: Table,
     outbox: Option<Table>,
     config: Config,
-    seen: Seen,
+    /// Copies of the records of the event ids this ledger (this sandbox) posted or met lately: a
+    /// ledger's records never expire and never change once written (an answer is final), so a
+    /// copy answers a later duplicate exactly as the record would ([`Record::replay`]), with no
+    /// request. Shared by clones.
+    seen: Arc<RecordCache>,
     prereads: preread::Prereads,
 }
 
 /// How many event ids' answers a ledger remembers ([`Ledger::post_batch`]): about 1.5 MB.
 pub const SEEN_CAPACITY: usize = 10_000;
 
-/// Copies of the records of the event ids this ledger (this sandbox) posted or met lately: a
-/// ledger's records never expire and never change once written (an answer is final), so a copy
-/// answers a later duplicate exactly as the record would ([`Record::replay`]), with no request.
-/// Shared by clones.
-#[derive(Clone)]
-struct Seen(std::sync::Arc<std::sync::Mutex<lru::LruCache<String, Record>>>);
-
-impl Seen {
-    fn new() -> Self {
-        let capacity = std::num::NonZeroUsize::new(SEEN_CAPACITY).expect("a capacity above zero");
-        Seen(std::sync::Arc::new(std::sync::Mutex::new(lru::LruCache::new(capacity))))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, lru::LruCache<String, Record>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-// By hand: the cache's content is not for logs.
-impl std::fmt::Debug for Seen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Seen({} answers)", self.lock().len())
-    }
+/// A ledger's remembered answers: [`SEEN_CAPACITY`] records, shared by its clones.
+fn remembered_answers() -> Arc<RecordCache> {
+    Arc::new(RecordCache::new(SEEN_CAPACITY))
 }
 
 /// A ledger entry as stored (contract: `pk`, `sk`, `amount_cents`, `currency`, `event_id`,
@@ -211,7 +198,7 @@ impl Ledger {
             table: Table::new(table, "pk").with_sort_key("sk"),
             outbox: outbox.map(|name| Table::new(name, outbox::KEY)),
             config: Config::default(),
-            seen: Seen::new(),
+            seen: remembered_answers(),
             prereads: preread::Prereads::default(),
         }
     }
@@ -229,7 +216,7 @@ impl Ledger {
     /// ([`Preread::Auto`]): as another sandbox would see it (for tests and benchmarks of the
     /// path without them).
     pub fn clone_forgetting(&self) -> Self {
-        Ledger { seen: Seen::new(), prereads: self.prereads.forgetting(), ..self.clone() }
+        Ledger { seen: remembered_answers(), prereads: self.prereads.forgetting(), ..self.clone() }
     }
 
     /// The ledger table's name.
@@ -551,6 +538,7 @@ impl Ledger {
         let mut members = Vec::with_capacity(events.len());
         let mut positions = Vec::with_capacity(events.len());
         let mut prefound = false;
+        let now_ms = self.config.now_ms();
         let mut waiting = Waiting::default();
         for (position, event) in events.iter().enumerate() {
             let lane = lanes.get(position).copied().flatten();
@@ -590,7 +578,7 @@ impl Ledger {
                 prefound = true;
                 Some(record.replay(&hash))
             } else {
-                self.seen.lock().get(key.as_str()).map(|record| record.replay(&hash))
+                self.seen.get(key.as_str(), now_ms).map(|record| record.replay(&hash))
             };
             if let Some(answer) = answer {
                 let answer = answer.map(Outcome::Replayed).map_err(Error::from);
@@ -621,7 +609,6 @@ impl Ledger {
         unrecorded: &Unrecorded,
     ) {
         let unrecorded = unrecorded.lock().unwrap_or_else(|p| p.into_inner());
-        let mut seen = self.seen.lock();
         for (result, member) in posted.iter().zip(members) {
             if unrecorded.contains(&member.payload.event_id) {
                 continue;
@@ -630,7 +617,7 @@ impl Ledger {
             if let (Ok(outcome), Some(hash)) = (result, member.hash()) {
                 let response = serde_json::to_string(outcome.response()).expect("postings serialise");
                 let record = Record::completed(member.key.as_str(), hash.as_str(), Some(response), NEVER_EXPIRES);
-                seen.put(member.key.as_str().to_owned(), record);
+                self.seen.remember(record);
             }
         }
     }

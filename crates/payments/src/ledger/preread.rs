@@ -265,7 +265,7 @@ impl Ledger {
             return Found::new();
         }
         let ids: Vec<String> = {
-            let seen = self.seen.lock();
+            let seen = &self.seen;
             let read = |position: usize| reads == Reads::All || deliveries.of(position) == Delivery::MayBeRedelivery;
             let keys = events.iter().enumerate().filter_map(|(position, event)| {
                 let key = Key::new(PREFIX, &event.event_id).ok()?;
@@ -290,13 +290,12 @@ impl Ledger {
             }
         };
         let now_ms = self.config.now_ms();
-        let mut seen = self.seen.lock();
         let mut found = Found::with_capacity(records.len());
         for (id, record) in records.into_iter().filter(|(_, record)| record.blocks_claim_at(now_ms)) {
             // In progress (never a ledger's, but a stale copy says nothing of its end) or with a
             // finite window: answered now, not remembered.
             if record.status == Status::Completed && record.expiration_s == NEVER_EXPIRES {
-                seen.put(id.clone(), record.clone());
+                self.seen.remember(record.clone());
             }
             found.insert(id, record);
         }
