@@ -2,8 +2,11 @@
 //! one lane (a Kafka partition) in different groups (accounts) take effect in batch order. A
 //! later member is never committed while an earlier one of its lane is undecided, neither by the
 //! round after a cancellation nor by another transaction of the same round, and it is committed
-//! once the earlier one is decided.
+//! once the earlier one is decided. Members the caller answered before the batch hold back the
+//! same way, and a call cut before it answered is read first when it comes again.
 #![cfg(feature = "test-util")]
+
+use std::future::Future;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Error, ErrorChain, ErrorKind, Idempotency, Key, Outcome};
@@ -226,4 +229,85 @@ async fn a_copy_in_another_lane_holds_its_lane_when_its_first_is_undecided() {
     assert!(matches!(again[0], Ok(Outcome::Fresh(Answer::Applied))), "{:?}", again[0]);
     assert!(matches!(again[1], Ok(Outcome::Replayed(_))), "the copy replays the first: {:?}", again[1]);
     assert!(matches!(again[2], Ok(Outcome::Fresh(Answer::Applied))), "{:?}", again[2]);
+}
+
+/// Members the caller answered before the batch (`commit_batch_with_answers`): a failure with no
+/// verdict on the message holds back its key's and lane's later members (a replay among them),
+/// not its group's in another lane; an answer is returned as given, with no request of its own.
+#[tokio::test]
+async fn a_member_answered_before_the_batch_holds_its_key_and_lane_not_its_group_elsewhere() {
+    let specs: Vec<Spec> = vec![
+        ("f".into(), "A", Some("p0"), Needs::Nothing),
+        ("l".into(), "B", Some("p0"), Needs::Nothing),
+        ("r".into(), "C", Some("p0"), Needs::Nothing),
+        ("f".into(), "D", Some("p2"), Needs::Nothing),
+        ("o".into(), "A", Some("p1"), Needs::Nothing),
+        ("g".into(), "E", Some("p3"), Needs::Nothing),
+    ];
+    let (idempotency, counter, writes) = setup(&specs).await;
+    let retryable = effectively_once::StoreError::new(effectively_once::StoreErrorKind::Misconfigured, "no table yet");
+    let answers = vec![
+        Some(Err(retryable.into())),
+        None,
+        Some(Ok(Outcome::Replayed(Answer::Applied))),
+        None,
+        None,
+        Some(Ok(Outcome::Replayed(Answer::Refused))),
+    ];
+    counter.reset();
+    let results = idempotency.commit_batch_with_answers(&members(&specs), answers, &writes).await;
+    assert_eq!(counter.total(), 1, "one transaction, for the member not answered or held");
+    let given = results[0].as_ref().expect_err("its own failure");
+    assert!(ErrorChain(given).to_string().contains("no table yet"), "{}", ErrorChain(given));
+    for held in [1, 2, 3] {
+        assert_held_back(&results[held]);
+    }
+    assert_eq!(results[4].as_ref().unwrap(), &Outcome::Fresh(Answer::Applied), "its group in another lane goes on");
+    assert_eq!(results[5].as_ref().unwrap(), &Outcome::Replayed(Answer::Refused), "an answer as given");
+    assert!(done(&idempotency, &writes, "o").await);
+    for id in ["f", "l", "r", "g"] {
+        assert!(!done(&idempotency, &writes, id).await, "{id} was not sent");
+    }
+}
+
+/// A `commit_batch` dropped before it answered (a driver cutting its call at the deadline) may
+/// have committed: delivered again, its members' records are read first (one `BatchGetItem`),
+/// and what did commit is answered from the read, with no transaction; once, as then the
+/// store knows. A member marked `read_first` is read the same way.
+#[tokio::test]
+async fn a_commit_cut_before_it_answers_is_read_first_when_it_comes_again() {
+    let specs: Vec<Spec> = ["a", "b", "c"].iter().map(|id| (id.to_string(), "A", None, Needs::Nothing)).collect();
+    let (idempotency, counter, writes) = setup(&specs).await;
+    let all_fresh = idempotency.commit_batch(&members(&specs[..2]), &writes).await;
+    assert!(all_fresh.iter().all(|r| matches!(r, Ok(Outcome::Fresh(_)))), "{all_fresh:?}");
+    // The call that committed `a` and `b` again, cut after its first poll: its answer is lost.
+    let all = members(&specs);
+    let cut = idempotency.commit_batch::<_, Answer, _>(&all, &writes);
+    let mut cut = Box::pin(cut);
+    std::future::poll_fn(|cx| {
+        assert!(cut.as_mut().poll(cx).is_pending(), "cut before it answers");
+        std::task::Poll::Ready(())
+    })
+    .await;
+    drop(cut);
+    drop(all);
+    counter.reset();
+    let again = idempotency.commit_batch(&members(&specs), &writes).await;
+    let answers: Vec<Outcome<Answer>> = again.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        answers,
+        [Outcome::Replayed(Answer::Applied), Outcome::Replayed(Answer::Applied), Outcome::Fresh(Answer::Applied)]
+    );
+    let read = |counter: &RequestCounter| counter.by_operation().get("BatchGetItem").copied().unwrap_or(0);
+    assert_eq!((read(&counter), transactions(&counter)), (1, 1), "one read, one transaction for `c` alone");
+    // Read once: the next delivery sends its transaction, cancelled by the duplicates.
+    counter.reset();
+    idempotency.commit_batch::<_, Answer, _>(&members(&specs), &writes).await;
+    assert_eq!(read(&counter), 0, "not read again");
+    // Marked by the caller: read first, answered with no write.
+    counter.reset();
+    let marked: Vec<Member<'_, str>> = members(&specs).into_iter().map(Member::read_first).collect();
+    let replays = idempotency.commit_batch::<_, Answer, _>(&marked, &writes).await;
+    assert!(replays.iter().all(|r| matches!(r, Ok(Outcome::Replayed(_)))), "{replays:?}");
+    assert_eq!((read(&counter), transactions(&counter)), (1, 0));
 }

@@ -2,14 +2,14 @@
 //! remember, one `BatchGetItem` of their records answers them before the transaction, which
 //! would otherwise be cancelled by them and sent again without them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use effectively_once::{ErrorChain, ErrorKind, Key, Outcome, Record, Status};
-use effectively_once_dynamodb::{Consistency, Member, NEVER_EXPIRES};
+use effectively_once::{ErrorKind, Outcome};
+use effectively_once_dynamodb::Member;
 
-use super::{Ledger, Posting, PREFIX};
+use super::{Ledger, Posting};
 use crate::payment::PaymentEvent;
 
 /// The environment variable naming a ledger's [`Preread`] strategy (`off`, `redelivered`,
@@ -155,80 +155,23 @@ impl Estimate {
     }
 }
 
-/// A ledger's strategy, its estimate, and the event ids of its batches cut short.
+/// A ledger's strategy and its estimate.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Prereads {
     pub(super) strategy: Preread,
     estimate: Estimate,
-    pub(super) cut: Cut,
 }
 
 impl Prereads {
-    /// The same strategy with a fresh estimate and nothing cut: another sandbox's.
+    /// The same strategy with a fresh estimate: another sandbox's.
     pub(super) fn forgetting(&self) -> Prereads {
-        Prereads { strategy: self.strategy, estimate: Estimate::default(), cut: Cut::default() }
-    }
-}
-
-/// How many event ids of batches cut short a ledger keeps (about 20 batches of 100).
-const CUT_CAPACITY: usize = 2_048;
-
-/// The event ids of this sandbox's batches whose commit was dropped before it answered (a
-/// driver cutting its call at the invocation's deadline): each may have committed, and nothing
-/// here knows. Delivered again, such an event is read first as a redelivery is, so what did
-/// commit is answered from one read instead of a transaction refused as a duplicate, which
-/// costs as long as the commit did and would cut the next delivery at the same place.
-#[derive(Debug, Clone)]
-pub(super) struct Cut(Arc<Mutex<lru::LruCache<String, ()>>>);
-
-impl Default for Cut {
-    fn default() -> Self {
-        let capacity = std::num::NonZeroUsize::new(CUT_CAPACITY).expect("a capacity above zero");
-        Cut(Arc::new(Mutex::new(lru::LruCache::new(capacity))))
-    }
-}
-
-impl Cut {
-    /// A guard over a commit of `members`: dropped before [`Unanswered::answered`], it notes
-    /// their keys (copied then only: the commit that answers, nearly all, copies nothing).
-    pub(super) fn guard<'c, 'm>(&'c self, members: &'m [Member<'m, PaymentEvent>]) -> Unanswered<'c, 'm> {
-        Unanswered { cut: self, members }
-    }
-
-    /// Whether `key`'s batch was cut, forgetting it: it is read now.
-    fn take(&self, key: &str) -> bool {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop(key).is_some()
-    }
-}
-
-/// A commit under way; see [`Cut::guard`].
-pub(super) struct Unanswered<'c, 'm> {
-    cut: &'c Cut,
-    members: &'m [Member<'m, PaymentEvent>],
-}
-
-impl Unanswered<'_, '_> {
-    /// The commit answered: nothing to note.
-    pub(super) fn answered(mut self) {
-        self.members = &[];
-    }
-}
-
-impl Drop for Unanswered<'_, '_> {
-    fn drop(&mut self) {
-        if self.members.is_empty() {
-            return;
-        }
-        let mut cut = self.cut.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for member in self.members {
-            cut.put(member.key.as_str().to_owned(), ());
-        }
+        Prereads { strategy: self.strategy, estimate: Estimate::default() }
     }
 }
 
 /// Which of a batch's records a pre-read reads (of those this sandbox does not remember).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reads {
+pub(super) enum Reads {
     /// None.
     None,
     /// Those the trigger says may be redeliveries: a first delivery in the batch of one is not
@@ -249,84 +192,50 @@ fn decide(strategy: Preread, estimate: u32) -> Reads {
     }
 }
 
-/// The records a pre-read found that block a claim now, by id.
-pub(super) type Found = HashMap<String, Record>;
+impl Reads {
+    /// Whether a record the trigger says this of is read first.
+    pub(super) fn reads(self, delivery: Delivery) -> bool {
+        match self {
+            Reads::None => false,
+            Reads::Redelivered => delivery == Delivery::MayBeRedelivery,
+            Reads::All => true,
+        }
+    }
+}
 
 impl Ledger {
-    /// Reads the records of `events`' ids that this sandbox does not remember, when the
-    /// strategy says so: those that block a claim now (a record past its window or its lease is
-    /// not a duplicate: the transaction takes it over, as a claim would). A completed record
-    /// that never expires is remembered, as a posted answer is. A failed read (throttling, the
-    /// network) reads nothing: every event goes to the transaction, whose conditions decide,
-    /// as without the read.
-    pub(super) async fn preread(&self, events: &[PaymentEvent], deliveries: &Deliveries) -> Found {
-        let reads = decide(self.prereads.strategy, self.prereads.estimate.get());
-        if reads == Reads::None {
-            return Found::new();
-        }
-        let ids: Vec<String> = {
-            let seen = &self.seen;
-            let read = |position: usize| reads == Reads::All || deliveries.of(position) == Delivery::MayBeRedelivery;
-            let keys = events.iter().enumerate().filter_map(|(position, event)| {
-                let key = Key::new(PREFIX, &event.event_id).ok()?;
-                // A batch cut short before it answered counts as a redelivery (`Cut`).
-                (self.prereads.cut.take(key.as_str()) || read(position)).then_some(key)
-            });
-            keys.filter(|key| !seen.contains(key.as_str())).map(|key| key.as_str().to_owned()).collect()
-        };
-        if ids.is_empty() {
-            return Found::new();
-        }
-        // Eventually consistent, at half the read units: a ledger's record is written once,
-        // completed, and never changes or expires, so a stale read can only miss one written a
-        // moment ago, and that duplicate costs the cancelled transaction it costs without the
-        // read. A copy it shows is the record as it stands.
-        let read = self.store().get_records(ids.iter().map(String::as_str), Consistency::Eventual).await;
-        let records = match read {
-            Ok(records) => records,
-            Err(error) => {
-                tracing::warn!(error = %ErrorChain(&error), "pre-read of the batch's records failed; its transaction decides");
-                return Found::new();
-            }
-        };
-        let now_ms = self.config.now_ms();
-        let mut found = Found::with_capacity(records.len());
-        for (id, record) in records.into_iter().filter(|(_, record)| record.blocks_claim_at(now_ms)) {
-            // In progress (never a ledger's, but a stale copy says nothing of its end) or with a
-            // finite window: answered now, not remembered.
-            if record.status == Status::Completed && record.expiration_s == NEVER_EXPIRES {
-                self.seen.remember(record.clone());
-            }
-            found.insert(id, record);
-        }
-        found
+    /// Which of a batch's records this ledger reads first now, by its strategy and estimate:
+    /// each is marked [`Member::read_first`], and `commit_batch` reads them in one
+    /// eventually consistent `BatchGetItem` (a record found that blocks a claim answers its
+    /// duplicate with no write; a failed read reads nothing, and the transaction decides). The
+    /// records of a commit cut at the deadline are read first by `commit_batch` itself.
+    pub(super) fn reads(&self) -> Reads {
+        decide(self.prereads.strategy, self.prereads.estimate.get())
     }
 
-    /// Counts whether a batch met a duplicate this sandbox did not remember: one a pre-read
-    /// answered (`prefound`), or one its transaction found (a replay or key reuse of a member
-    /// whose key no earlier member had: a later copy of an id in the batch is answered from the
-    /// first, and says nothing of other sandboxes). A batch answered from memory alone counts
-    /// nothing.
+    /// Counts whether a batch met a duplicate this sandbox did not remember: a replay or key
+    /// reuse, answered by the read first or by the transaction, of a member `sent` to
+    /// `commit_batch` unanswered whose key no earlier member had (a later copy of an id in the
+    /// batch is answered from the first, and says nothing of other sandboxes). A batch answered
+    /// from memory alone counts nothing.
     pub(super) fn observe_batch(
         &self,
-        prefound: bool,
         members: &[Member<'_, PaymentEvent>],
+        sent: &[bool],
         posted: &[Result<Outcome<Posting>, effectively_once::Error>],
     ) {
-        if !prefound && members.is_empty() {
+        if !sent.contains(&true) {
             return;
         }
-        let met = prefound || {
-            let mut earlier = HashSet::with_capacity(members.len());
-            members.iter().zip(posted).any(|(member, result)| {
-                let outside = match result {
-                    Ok(outcome) => outcome.is_replay(),
-                    Err(error) => error.kind() == ErrorKind::KeyReused,
-                };
-                let first = earlier.insert(member.key.as_str());
-                outside && first
-            })
-        };
+        let mut earlier = HashSet::with_capacity(members.len());
+        let met = members.iter().zip(sent).zip(posted).filter(|((_, sent), _)| **sent).any(|((member, _), result)| {
+            let outside = match result {
+                Ok(outcome) => outcome.is_replay(),
+                Err(error) => error.kind() == ErrorKind::KeyReused,
+            };
+            let first = earlier.insert(member.key.as_str());
+            outside && first
+        });
         self.prereads.estimate.observe(met);
     }
 
@@ -351,31 +260,6 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A commit dropped before it answered notes its events, each read once when it comes
-    /// again; one that answered notes nothing.
-    #[test]
-    fn a_commit_dropped_before_it_answers_marks_its_events_for_one_read() {
-        let events: Vec<PaymentEvent> = ["a", "b", "c"]
-            .into_iter()
-            .map(|id| PaymentEvent {
-                event_id: id.into(),
-                account_id: "acct".into(),
-                amount_cents: 1,
-                currency: "USD".into(),
-                receipt_email: None,
-            })
-            .collect();
-        let members: Vec<Member<'_, PaymentEvent>> =
-            events.iter().map(|e| Member::new(Key::new(PREFIX, &e.event_id).unwrap(), e)).collect();
-        let key = |at: usize| members[at].key.as_str().to_owned();
-        let cut = Cut::default();
-        drop(cut.guard(&members[..2]));
-        cut.guard(&members[2..]).answered();
-        assert!(cut.take(&key(0)) && cut.take(&key(1)));
-        assert!(!cut.take(&key(0)), "read once");
-        assert!(!cut.take(&key(2)), "answered: nothing noted");
-    }
 
     #[test]
     fn each_strategy_reads_ahead_exactly_when_it_says() {

@@ -1,0 +1,113 @@
+//! What a batch knows before it sends anything: the members already answered (by the caller,
+//! or from the records read first), and the members held back behind those that failed with no
+//! verdict on the message ([`held_before`]). Pure; the batch module reads and answers.
+
+use std::collections::HashSet;
+
+use super::schedule::Entry;
+
+/// A member as the batch finds it before its first transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Before {
+    /// To be sent.
+    Pending,
+    /// Answered for good (a replay, a permanent failure): it holds nothing back.
+    Answered,
+    /// Failed with no verdict on the message (in progress elsewhere, a check the caller will
+    /// pass later): it is delivered again, and the later members of its order wait for it.
+    Undecided,
+}
+
+/// What a member answered before the batch holds back. Apart, as a group may be spelled like a
+/// key or a lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Name<'m> {
+    Key(&'m str),
+    Group(&'m str),
+    Lane(&'m str),
+}
+
+/// The names a member answered before the batch holds, and is held by: its key, and its lane or,
+/// with none, its group. Not its group beside a lane: such a member took part in no shared
+/// write, and the trigger orders nothing across lanes (Lambda may run two lanes in two
+/// invocations at once), so holding its group in every lane would stall lanes the failure never
+/// touched. (A member that fails in a transaction holds its group in every lane: see
+/// [`super::schedule::Rounds`].)
+fn names<'m>(entry: &Entry<'m>) -> impl Iterator<Item = Name<'m>> {
+    let order = entry.lane.map(Name::Lane).or(entry.group.map(Name::Group));
+    std::iter::once(Name::Key(entry.key)).chain(order)
+}
+
+/// The members held back before the batch is sent, in batch order: a member behind an
+/// [`Before::Undecided`] one of its key or order ([`names`]), or behind one held back in turn,
+/// whatever it was before (a replay behind the failure waits too, so a trigger that stops at a
+/// lane's first failure hears of nothing after it). Each member held holds its own names in
+/// turn, so none overtakes it: an event id taken by another group first, a lane's order broken,
+/// a debit before its credit.
+pub(crate) fn held_before(entries: &[Entry<'_>], before: &[Before]) -> Vec<usize> {
+    let mut waiting: HashSet<Name<'_>> = HashSet::new();
+    let mut held = Vec::new();
+    for (index, (entry, state)) in entries.iter().zip(before).enumerate() {
+        if names(entry).any(|name| waiting.contains(&name)) {
+            held.push(index);
+            waiting.extend(names(entry));
+        } else if *state == Before::Undecided {
+            waiting.extend(names(entry));
+        }
+    }
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry<'m>(key: &'m str, group: &'m str, lane: Option<&'m str>) -> Entry<'m> {
+        Entry { key, group: Some(group), lane, hash: None }
+    }
+
+    /// With no lanes, a failure holds its key and its group; each member held holds its own in
+    /// turn (held by its key, it holds its group; held by its group, its key).
+    #[test]
+    fn a_failure_holds_its_key_and_group_and_each_held_member_its_own() {
+        use Before::{Pending, Undecided};
+        let entries = [
+            entry("k1", "A", None),
+            entry("k1", "B", None),
+            entry("k3", "B", None),
+            entry("k2", "A", None),
+            entry("k2", "C", None),
+            entry("k4", "D", None),
+        ];
+        let before = [Undecided, Pending, Pending, Pending, Pending, Pending];
+        assert_eq!(held_before(&entries, &before), [1, 2, 3, 4]);
+    }
+
+    /// With lanes, a failure holds its key and its lane, not its group in other lanes; a lane
+    /// is not a group or a key of the same spelling.
+    #[test]
+    fn with_lanes_a_failure_holds_its_key_and_lane_not_its_group_elsewhere() {
+        use Before::{Pending, Undecided};
+        let entries = [
+            entry("k1", "acct-1", Some("p-0")),
+            entry("k2", "acct-1", Some("p-1")),
+            entry("k1", "acct-9", Some("p-2")),
+            entry("k3", "acct-2", Some("p-0")),
+            entry("k4", "acct-2", Some("p-1")),
+            entry("p-0", "p-0", Some("p-3")),
+        ];
+        let before = [Undecided, Pending, Pending, Pending, Pending, Pending];
+        assert_eq!(held_before(&entries, &before), [2, 3], "its key elsewhere, its lane");
+    }
+
+    /// A member answered for good holds nothing; one answered before but behind a failure is
+    /// held with the rest; nothing undecided, nothing held.
+    #[test]
+    fn an_answer_holds_nothing_and_is_held_behind_a_failure() {
+        use Before::{Answered, Pending, Undecided};
+        let entries = [entry("k1", "A", None), entry("k2", "A", None), entry("k3", "A", None), entry("k4", "B", None)];
+        assert_eq!(held_before(&entries, &[Answered, Pending, Pending, Pending]), Vec::<usize>::new());
+        assert_eq!(held_before(&entries, &[Pending, Undecided, Answered, Pending]), [2]);
+        assert_eq!(held_before(&entries, &[Pending, Pending, Pending, Undecided]), Vec::<usize>::new());
+    }
+}
