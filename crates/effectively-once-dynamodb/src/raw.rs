@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 };
 use effectively_once::{Config, Record, Status, StoreError, StoreErrorKind};
 
-use crate::item::{attr, carried, carried_from_item, from_item, into_item};
+use crate::item::{attr, carried, from_item, into_item, record_carried_by};
 use crate::store::DynamoDbStore;
 use crate::transaction::{self, backoff, check_limits, Cancellation, Sent, WriteUnits};
 
@@ -377,7 +377,7 @@ impl DynamoDbStore {
         item: Option<&HashMap<String, AttributeValue>>,
     ) -> Result<Option<Committed>, StoreError> {
         let record = match (item, index < commit.writes.len()) {
-            (Some(item), true) => match carried_from_item(item) {
+            (Some(item), true) => match record_carried_by(item) {
                 Ok(record) => record,
                 // The carrier's item is there without a record (written apart from commit
                 // once): not a duplicate this layer can tell; the write's own answer
@@ -442,7 +442,7 @@ impl DynamoDbStore {
             Committed::ConditionFailed { index, .. } if index >= first_fallback => {
                 Answer::FallbackRefused(index - first_fallback)
             }
-            Committed::ConditionFailed { item: Some(item), .. } => Answer::Exists(carried_from_item(&item)?),
+            Committed::ConditionFailed { item: Some(item), .. } => Answer::Exists(record_carried_by(&item)?),
             other => Answer::Unexpected(other),
         })
     }

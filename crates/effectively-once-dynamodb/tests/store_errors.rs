@@ -7,7 +7,7 @@
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use effectively_once_dynamodb::store_error;
+use effectively_once_dynamodb::classify_sdk_error;
 
 fn answer(status: u16, code: Option<&str>) -> SdkError<PutItemError, HttpResponse> {
     let mut meta = ErrorMetadata::builder().message("service is unavailable");
@@ -25,7 +25,7 @@ fn server_errors_without_a_known_code_are_retryable() {
     let mut wrong = Vec::new();
     for status in [500u16, 502, 503, 504] {
         for code in [None, Some("ServiceUnavailableException"), Some("InternalServerErrorException")] {
-            let e = store_error("PutItem", answer(status, code));
+            let e = classify_sdk_error("PutItem", answer(status, code));
             if !e.is_retryable() {
                 wrong.push(format!("HTTP {status} code {code:?} -> {:?}", e.kind()));
             }
@@ -40,7 +40,7 @@ fn transient_and_operator_fixable_codes_are_not_permanent() {
     // expired session credentials (refreshed by the runtime), a request the server timed out.
     let mut wrong = Vec::new();
     for code in ["TransactionConflictException", "ExpiredTokenException", "RequestTimeout"] {
-        let e = store_error("PutItem", answer(400, Some(code)));
+        let e = classify_sdk_error("PutItem", answer(400, Some(code)));
         if !e.is_retryable() {
             wrong.push(format!("{code} -> {:?}", e.kind()));
         }

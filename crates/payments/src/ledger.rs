@@ -7,11 +7,10 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::{
-    Config, HashVersion, Idempotency, Key, Outcome, Record, RecordCache, Status, StoreError, StoreErrorKind,
+    Config, HashVersion, Idempotency, Key, Outcome, Record, RecordCache, StoreError, StoreErrorKind,
 };
-use effectively_once_dynamodb::raw::Committed;
 use effectively_once_dynamodb::{
-    attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, Decided, DynamoDbStore, Member, Observed,
+    classify_sdk_error, record_carried_by, BatchWrites, CommitOnce, Decided, DynamoDbStore, Member, Observed,
     Otherwise, Table, Tx, WriteUnits, NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
@@ -300,7 +299,7 @@ impl Ledger {
         // reuses the key.
         let (amount, currency) = (event.amount_cents, event.currency.clone());
         let (unrecorded, event_id) = (unrecorded.cloned(), event.event_id.clone());
-        tx.otherwise(entry, move |item| match item.map(carried_from_item) {
+        tx.otherwise(entry, move |item| match item.map(record_carried_by) {
             Some(Ok(record)) => Otherwise::Recorded(record),
             _ => {
                 if let Some(unrecorded) = unrecorded {
@@ -638,87 +637,40 @@ impl Ledger {
     /// carries one, unless its event id has one.
     async fn record_carried_entries(&self, report: &mut Migration) -> Result<(), Error> {
         let now_ms = self.config.now_ms();
-        let mut entries = self
-            .client()
-            .scan()
-            .table_name(self.table.name())
-            .filter_expression("attribute_exists(#key)")
-            .expression_attribute_names("#key", carried::legacy::KEY)
-            .consistent_read(true)
-            .into_paginator()
-            .items()
-            .send();
-        while let Some(item) = entries.next().await {
-            let item = &item.map_err(|e| store_error("Scan", e))?;
-            let record = Record { expiration_s: NEVER_EXPIRES, ..carried_from_item(item)? };
-            report.carried_entries += 1;
-            match self.store().record_outcome(&record, now_ms, None).await? {
-                None => report.records_written += 1,
-                // The id already has a record of another payload: the same event id was
-                // used twice (for another account) before the migration. Both stand; an
-                // operator decides.
-                Some(Committed::Exists(existing)) if existing.payload_hash != record.payload_hash => {
-                    // Hashes of two versions cannot be compared without the payload, which
-                    // the entry does not hold in full: reported all the same, for an operator.
-                    let versions = (HashVersion::of(&existing.payload_hash), HashVersion::of(&record.payload_hash));
-                    tracing::warn!(
-                        id = %record.id,
-                        record_hash_version = ?versions.0,
-                        entry_hash_version = ?versions.1,
-                        "migrate: an entry and the record of its event id disagree"
-                    );
-                    report.conflicts += 1;
+        let store = self.store();
+        let carried = store
+            .for_each_carried_record(self.table.name(), async |carried| -> Result<(), Error> {
+                let record = Record { expiration_s: NEVER_EXPIRES, ..carried };
+                match store.record_if_absent(&record, now_ms).await? {
+                    None => report.records_written += 1,
+                    // The id already has a record of another payload: the same event id was
+                    // used twice (for another account) before the migration. Both stand; an
+                    // operator decides.
+                    Some(existing) if existing.payload_hash != record.payload_hash => {
+                        // Hashes of two versions cannot be compared without the payload, which
+                        // the entry does not hold in full: reported all the same, for an operator.
+                        let versions = (HashVersion::of(&existing.payload_hash), HashVersion::of(&record.payload_hash));
+                        tracing::warn!(
+                            id = %record.id,
+                            record_hash_version = ?versions.0,
+                            entry_hash_version = ?versions.1,
+                            "migrate: an entry and the record of its event id disagree"
+                        );
+                        report.conflicts += 1;
+                    }
+                    Some(_) => {}
                 }
-                Some(_) => {}
-            }
-        }
+                Ok(())
+            })
+            .await?;
+        report.carried_entries += carried;
         Ok(())
     }
 
     /// The second half of [`Ledger::migrate`]: every recorded payment outcome with a finite
     /// expiration made permanent.
     async fn make_outcomes_permanent(&self, report: &mut Migration) -> Result<(), Error> {
-        let never = AttributeValue::N(NEVER_EXPIRES.to_string());
-        let mut lapsing = self
-            .client()
-            .scan()
-            .table_name(self.store().table())
-            .filter_expression("begins_with(#id, :prefix) AND #status = :completed AND #expiration < :never")
-            .expression_attribute_names("#id", attr::ID)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#expiration", attr::EXPIRATION)
-            .expression_attribute_values(":prefix", AttributeValue::S(format!("{PREFIX}#")))
-            .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
-            .expression_attribute_values(":never", never.clone())
-            .consistent_read(true)
-            .into_paginator()
-            .items()
-            .send();
-        while let Some(item) = lapsing.next().await {
-            let item = item.map_err(|e| store_error("Scan", e))?;
-            let Some(id) = item.get(attr::ID).cloned() else { continue };
-            // A lapsed record still in the table (TTL deletes within days, not at once) is
-            // made permanent too: while it is there nothing else can have claimed its key,
-            // so its answer is still the only one the event id ever got.
-            let updated = self
-                .client()
-                .update_item()
-                .table_name(self.store().table())
-                .key(attr::ID, id)
-                .update_expression("SET #expiration = :never")
-                .condition_expression("#status = :completed")
-                .expression_attribute_names("#status", attr::STATUS)
-                .expression_attribute_names("#expiration", attr::EXPIRATION)
-                .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
-                .expression_attribute_values(":never", never.clone())
-                .send()
-                .await;
-            match updated {
-                Ok(_) => report.records_made_permanent += 1,
-                Err(error) if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
-                Err(error) => return Err(store_error("UpdateItem", error).into()),
-            }
-        }
+        report.records_made_permanent += self.store().make_completed_permanent(&format!("{PREFIX}#")).await?;
         Ok(())
     }
 
@@ -733,7 +685,7 @@ impl Ledger {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| store_error("GetItem", e))?;
+            .map_err(|e| classify_sdk_error("GetItem", e))?;
         let Some(item) = out.item() else { return Ok(None) };
         let num = |name: &str| match item.get(name) {
             Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
@@ -765,7 +717,7 @@ impl Ledger {
             .send();
         let mut entries = Vec::new();
         while let Some(item) = pages.next().await {
-            let item = item.map_err(|e| store_error("Query", e))?;
+            let item = item.map_err(|e| classify_sdk_error("Query", e))?;
             let id = match item.get("event_id") {
                 Some(AttributeValue::S(v)) => v.clone(),
                 _ => continue,
