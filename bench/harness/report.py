@@ -123,7 +123,7 @@ def preread_table(preread, onebyone):
     head = ["| ours, other-sandbox mix | requests/msg | write units/msg | CPU µs/msg | msg/s "
             f"| requests/duplicate ({PROBE} at another sandbox) | write units/duplicate |",
             "|---|---:|---:|---:|---:|---:|---:|"]
-    rows = [(f"`LEDGER_PREREAD={v}`", r) for v, r in preread.items()]
+    rows = [("batched (its one pre-read mode)", r) for r in preread.values()]
     if onebyone:
         rows.append(("one by one (batch 1, default setting)", onebyone))
     for label, r in rows:

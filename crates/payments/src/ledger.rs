@@ -23,7 +23,7 @@ use crate::time::rfc3339;
 mod preread;
 mod replay;
 
-pub use self::preread::{Deliveries, Delivery, Preread, BREAK_EVEN, PREREAD_VAR};
+pub use self::preread::{Deliveries, Delivery, BREAK_EVEN};
 use self::replay::{replay, Replay};
 
 /// The key prefix of payment records: `payments#{event_id}`.
@@ -116,7 +116,9 @@ pub struct Ledger {
     /// copy answers a later duplicate exactly as the record would ([`Record::replay`]), with no
     /// request. Shared by clones.
     seen: Arc<RecordCache>,
-    prereads: preread::Prereads,
+    /// The running estimate of how often a batch meets a duplicate it did not remember, which
+    /// decides what a batch reads first (`preread`). Shared by clones.
+    estimate: preread::Estimate,
 }
 
 /// How many event ids' answers a ledger remembers ([`Ledger::post_batch`]): about 1.5 MB.
@@ -206,7 +208,7 @@ impl Ledger {
             outbox: outbox.map(|name| Table::new(name, outbox::KEY)),
             config: Config::default(),
             seen: remembered_answers(),
-            prereads: preread::Prereads::default(),
+            estimate: preread::Estimate::default(),
         }
     }
 
@@ -220,10 +222,10 @@ impl Ledger {
     }
 
     /// The same ledger, remembering no answers and no estimate of duplicates from elsewhere
-    /// ([`Preread::Auto`]): as another sandbox would see it (for tests and benchmarks of the
+    /// ([`Ledger::post_batch_as`]): as another sandbox would see it (for tests and benchmarks of the
     /// path without them).
     pub fn clone_forgetting(&self) -> Self {
-        Ledger { seen: remembered_answers(), prereads: self.prereads.forgetting(), ..self.clone() }
+        Ledger { seen: remembered_answers(), estimate: preread::Estimate::default(), ..self.clone() }
     }
 
     /// The ledger table's name.
@@ -471,13 +473,13 @@ impl Ledger {
     }
 
     /// [`Ledger::post_batch`], told what the trigger knows of redeliveries (`deliveries`: one
-    /// [`Delivery`] for every event, or one per event in order): as the ledger's [`Preread`]
-    /// strategy says, the records of the event ids this sandbox does not remember are read first
-    /// (one `BatchGetItem`, [`Member::read_first`]): those of the events that may be
-    /// redeliveries, or, while duplicates from elsewhere are frequent ([`Preread::Auto`]) or
-    /// always ([`Preread::Always`]), every one. A record found answers its duplicate as a
-    /// remembered one does, with no write. The events of a batch whose commit was cut at the
-    /// deadline are read first when they come again, whatever the strategy (`commit_batch`).
+    /// [`Delivery`] for every event, or one per event in order): the records of the event ids
+    /// this sandbox does not remember are read first (one `BatchGetItem`,
+    /// [`Member::read_first`]): those of the events that may be redeliveries, or, while
+    /// duplicates from elsewhere are frequent (at least [`BREAK_EVEN`] of recent batches), every
+    /// one. A record found answers its duplicate as a remembered one does, with no write. The
+    /// events of a batch whose commit was cut at the deadline are read first when they come
+    /// again, whatever the trigger says (`commit_batch`).
     pub async fn post_batch_as(
         &self,
         events: &[PaymentEvent],
@@ -536,7 +538,7 @@ impl Ledger {
     /// answered already when it can be: from the answers this ledger remembers, or with the
     /// failure of its checks (a receipt with no outbox table, retryable: the batch holds back
     /// the later events of its event id and lane, or with no lane of its account, behind it).
-    /// The others are read first when `deliveries` and the [`Preread`] strategy say so
+    /// The others are read first when `deliveries` and the estimate say so
     /// ([`Member::read_first`]). An event whose key is invalid is answered in `results` (a
     /// verdict on it: it holds nothing back).
     fn admit<'e>(

@@ -1,6 +1,30 @@
 //! The pre-read of a batch's records: when a batch may hold duplicates this sandbox does not
 //! remember, one `BatchGetItem` of their records answers them before the transaction, which
 //! would otherwise be cancelled by them and sent again without them.
+//!
+//! One mode: the records the trigger says may be redeliveries ([`Delivery::MayBeRedelivery`]:
+//! an SQS `ApproximateReceiveCount` above 1) that this sandbox does not remember, and every
+//! record of every batch while this sandbox's recent batches met duplicates it did not remember
+//! at least [`BREAK_EVEN`] of the time. `make bench` measured it against never, redeliveries
+//! only and always (docs/bench.md, "Duplicates where they really land"): the least write units
+//! of the three that keep first deliveries at one request, within 2 % of always.
+//!
+//! # The cost arithmetic
+//!
+//! For a batch of `n` event ids this sandbox does not remember (the docs' cost model, items
+//! under 1 KB, on-demand prices, where a write request unit costs five read request units):
+//!
+//! - a pre-read is one request per 100 ids and `n / 2` read units (eventually consistent):
+//!   `n / 10` write units' worth;
+//! - a cancelled transaction bills one write unit per action, at least two per event (its
+//!   record and its entry, beside a balance update per account), so at least `2 n`, and one
+//!   request more (the rest sent again).
+//!
+//! So a pre-read pays for itself in units when the chance that a batch holds a duplicate this
+//! sandbox did not remember is above `(n / 10) / (2 n)` = 1/20, whatever `n`; in requests it
+//! never does (one request always, against one with that chance). A batch reads everything
+//! when the running estimate of that chance is at least [`BREAK_EVEN`] (1/16, the break even
+//! rounded to a power of two), and the redeliveries whatever it is.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -11,68 +35,6 @@ use effectively_once_dynamodb::Member;
 
 use super::{Ledger, Posting};
 use crate::payment::PaymentEvent;
-
-/// The environment variable naming a ledger's [`Preread`] strategy (`off`, `redelivered`,
-/// `auto`, `always`); unset or empty is the default, [`Preread::Auto`].
-pub const PREREAD_VAR: &str = "LEDGER_PREREAD";
-
-/// When [`Ledger::post_batch_as`] reads a batch's records before its transaction, for the event
-/// ids this sandbox does not remember. A record found answers its duplicate as the remembered
-/// answers do (a replay, or key reuse for another payload), with no write; one a read missed
-/// costs only the cancelled transaction it costs without the read, as the transaction's
-/// conditions still decide.
-///
-/// # The cost arithmetic
-///
-/// For a batch of `n` event ids this sandbox does not remember (the docs' cost model, items
-/// under 1 KB, on-demand prices, where a write request unit costs five read request units):
-///
-/// - a pre-read is one request per 100 ids and `n / 2` read units (eventually consistent):
-///   `n / 10` write units' worth;
-/// - a cancelled transaction bills one write unit per action, at least two per event (its
-///   record and its entry, beside a balance update per account), so at least `2 n`, and one
-///   request more (the rest sent again).
-///
-/// So a pre-read pays for itself in units when the chance that a batch holds a duplicate this
-/// sandbox did not remember is above `(n / 10) / (2 n)` = 1/20, whatever `n`; in requests it
-/// never does (one request always, against one with that chance). [`Preread::Auto`] reads
-/// ahead when the running estimate of that chance is at least [`BREAK_EVEN`] (1/16, the break
-/// even rounded to a power of two), or when the trigger says a record may be a redelivery.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Preread {
-    /// Never: a duplicate from elsewhere cancels its batch's transaction (one write unit per
-    /// action), and the rest is sent again.
-    Off,
-    /// Only the records the trigger says may be redeliveries ([`Delivery::MayBeRedelivery`]:
-    /// an SQS `ApproximateReceiveCount` above 1), of those this sandbox does not remember: a
-    /// redelivery to the sandbox that posted the first copy reads nothing. A producer's retry
-    /// comes under a new message id, received once, and is not caught.
-    Redelivered,
-    /// [`Preread::Redelivered`]; and every record of every batch while this sandbox's recent
-    /// batches met duplicates it did not remember at least [`BREAK_EVEN`] of the time.
-    #[default]
-    Auto,
-    /// Every batch with an event id this sandbox does not remember: one request more per batch.
-    Always,
-}
-
-impl Preread {
-    /// The strategy a value of [`PREREAD_VAR`] names; `None` or empty is the default.
-    pub fn from_env_value(value: Option<&str>) -> Result<Preread, String> {
-        match value.map(str::trim).unwrap_or("") {
-            "" => Ok(Preread::default()),
-            "off" => Ok(Preread::Off),
-            "redelivered" => Ok(Preread::Redelivered),
-            "auto" => Ok(Preread::Auto),
-            "always" => Ok(Preread::Always),
-            // Bounded: a value is echoed only when it is short.
-            other => Err(format!(
-                "{PREREAD_VAR} must be off, redelivered, auto or always, not {:?}",
-                other.chars().take(32).collect::<String>()
-            )),
-        }
-    }
-}
 
 /// What a batch's trigger says about one of its records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -130,8 +92,8 @@ const SCALE: u32 = 1 << 16;
 /// a duplicate from elsewhere raises it from 0 to 1/8, above the break even, for the next six
 /// batches (`(7/8)^6 / 8 < 1/16`), and a steady rate is followed within a dozen batches.
 const WEIGHT_SHIFT: u32 = 3;
-/// The estimated chance that a batch meets a duplicate from elsewhere above which
-/// [`Preread::Auto`] reads ahead: 1/16 (the break even, 1/20, rounded to a power of two).
+/// The estimated chance that a batch meets a duplicate from elsewhere above which a batch
+/// reads every record first: 1/16 (the break even, 1/20, rounded to a power of two).
 pub const BREAK_EVEN: f64 = BREAK_EVEN_FIXED as f64 / SCALE as f64;
 const BREAK_EVEN_FIXED: u32 = SCALE / 16;
 
@@ -155,25 +117,9 @@ impl Estimate {
     }
 }
 
-/// A ledger's strategy and its estimate.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Prereads {
-    pub(super) strategy: Preread,
-    estimate: Estimate,
-}
-
-impl Prereads {
-    /// The same strategy with a fresh estimate: another sandbox's.
-    pub(super) fn forgetting(&self) -> Prereads {
-        Prereads { strategy: self.strategy, estimate: Estimate::default() }
-    }
-}
-
 /// Which of a batch's records a pre-read reads (of those this sandbox does not remember).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Reads {
-    /// None.
-    None,
     /// Those the trigger says may be redeliveries: a first delivery in the batch of one is not
     /// read for it, nor is the batch read at all when every redelivered id is remembered.
     Redelivered,
@@ -181,14 +127,12 @@ pub(super) enum Reads {
     All,
 }
 
-/// Which records a batch reads first, by the strategy and the running estimate.
-fn decide(strategy: Preread, estimate: u32) -> Reads {
-    match strategy {
-        Preread::Off => Reads::None,
-        Preread::Redelivered => Reads::Redelivered,
-        Preread::Auto if estimate >= BREAK_EVEN_FIXED => Reads::All,
-        Preread::Auto => Reads::Redelivered,
-        Preread::Always => Reads::All,
+/// Which records a batch reads first, by the running estimate.
+fn decide(estimate: u32) -> Reads {
+    if estimate >= BREAK_EVEN_FIXED {
+        Reads::All
+    } else {
+        Reads::Redelivered
     }
 }
 
@@ -196,7 +140,6 @@ impl Reads {
     /// Whether a record the trigger says this of is read first.
     pub(super) fn reads(self, delivery: Delivery) -> bool {
         match self {
-            Reads::None => false,
             Reads::Redelivered => delivery == Delivery::MayBeRedelivery,
             Reads::All => true,
         }
@@ -204,13 +147,13 @@ impl Reads {
 }
 
 impl Ledger {
-    /// Which of a batch's records this ledger reads first now, by its strategy and estimate:
+    /// Which of a batch's records this ledger reads first now, by its estimate:
     /// each is marked [`Member::read_first`], and `commit_batch` reads them in one
     /// eventually consistent `BatchGetItem` (a record found that blocks a claim answers its
     /// duplicate with no write; a failed read reads nothing, and the transaction decides). The
     /// records of a commit cut at the deadline are read first by `commit_batch` itself.
     pub(super) fn reads(&self) -> Reads {
-        decide(self.prereads.strategy, self.prereads.estimate.get())
+        decide(self.estimate.get())
     }
 
     /// Counts whether a batch met a duplicate this sandbox did not remember: a replay or key
@@ -236,24 +179,12 @@ impl Ledger {
             let first = earlier.insert(member.key.as_str());
             outside && first
         });
-        self.prereads.estimate.observe(met);
+        self.estimate.observe(met);
     }
 
-    /// The ledger's pre-read strategy ([`Ledger::with_preread`]).
-    pub fn preread_strategy(&self) -> Preread {
-        self.prereads.strategy
-    }
-
-    /// The same ledger, reading a batch's records first as `strategy` says (default
-    /// [`Preread::Auto`]; [`crate::LedgerEnv`] reads it from [`PREREAD_VAR`]).
-    pub fn with_preread(mut self, strategy: Preread) -> Self {
-        self.prereads = Prereads { strategy, ..Prereads::default() };
-        self
-    }
-
-    /// The running estimate that [`Preread::Auto`] compares with [`BREAK_EVEN`], from 0 to 1.
+    /// The running estimate that a batch compares with [`BREAK_EVEN`], from 0 to 1.
     pub fn outside_duplicate_estimate(&self) -> f64 {
-        f64::from(self.prereads.estimate.get()) / f64::from(SCALE)
+        f64::from(self.estimate.get()) / f64::from(SCALE)
     }
 }
 
@@ -262,16 +193,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_strategy_reads_ahead_exactly_when_it_says() {
+    fn a_batch_reads_its_redeliveries_and_past_the_break_even_every_record() {
         let (below, at) = (BREAK_EVEN_FIXED - 1, BREAK_EVEN_FIXED);
-        for estimate in [0, below, at, SCALE] {
-            assert_eq!(decide(Preread::Off, estimate), Reads::None);
-            assert_eq!(decide(Preread::Always, estimate), Reads::All);
-            assert_eq!(decide(Preread::Redelivered, estimate), Reads::Redelivered);
-        }
-        assert_eq!(decide(Preread::Auto, 0), Reads::Redelivered, "a redelivery is read ahead whatever the estimate");
-        assert_eq!(decide(Preread::Auto, below), Reads::Redelivered, "below the break even: only redeliveries");
-        assert_eq!(decide(Preread::Auto, at), Reads::All, "at the break even: every record");
+        assert_eq!(decide(0), Reads::Redelivered, "a redelivery is read ahead whatever the estimate");
+        assert_eq!(decide(below), Reads::Redelivered, "below the break even: only redeliveries");
+        assert_eq!(decide(at), Reads::All, "at the break even: every record");
+        assert_eq!(decide(SCALE), Reads::All);
+        assert!(Reads::Redelivered.reads(Delivery::MayBeRedelivery) && !Reads::Redelivered.reads(Delivery::Unknown));
+        assert!(Reads::All.reads(Delivery::Unknown));
     }
 
     #[test]
@@ -317,24 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn the_break_even_is_one_batch_in_sixteen_and_another_sandbox_keeps_the_strategy() {
+    fn the_break_even_is_one_batch_in_sixteen() {
         assert_eq!(BREAK_EVEN, 1.0 / 16.0);
-        let off = Prereads { strategy: Preread::Off, ..Prereads::default() };
-        off.estimate.observe(true);
-        let other = off.forgetting();
-        assert_eq!((other.strategy, other.estimate.get()), (Preread::Off, 0), "the strategy, not the estimate");
-    }
-
-    #[test]
-    fn the_variable_names_a_strategy_and_anything_else_is_refused() {
-        assert_eq!(Preread::from_env_value(None), Ok(Preread::Auto));
-        assert_eq!(Preread::from_env_value(Some("")), Ok(Preread::Auto));
-        assert_eq!(Preread::from_env_value(Some("off")), Ok(Preread::Off));
-        assert_eq!(Preread::from_env_value(Some(" redelivered ")), Ok(Preread::Redelivered));
-        assert_eq!(Preread::from_env_value(Some("auto")), Ok(Preread::Auto));
-        assert_eq!(Preread::from_env_value(Some("always")), Ok(Preread::Always));
-        let refused = Preread::from_env_value(Some(&"x".repeat(1000))).unwrap_err();
-        assert!(refused.contains(PREREAD_VAR) && refused.len() < 120, "{refused}");
-        assert!(Preread::from_env_value(Some("On")).is_err());
     }
 }
