@@ -25,7 +25,7 @@ LOCAL_KAFKA_PORT ?= 9094
 export LOCAL_KAFKA_PORT
 export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 
-# The crates that go to crates.io (`make package`, `make msrv`).
+# The crates that go to crates.io, the library (`make package`, `make msrv`, `make unit`).
 # The workspace's version, which every published crate carries.
 VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 PUBLISHED := effectively-once effectively-once-redact effectively-once-dynamodb effectively-once-effects \
@@ -42,21 +42,29 @@ ARCH ?= x86_64
 # refuses a loopback/localhost endpoint or the `test` keys unless DEPLOY_ALLOW_LOCAL=1).
 REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY,$(if $(filter file,$(origin $(v))),-u $(v)))
 
-.PHONY: help test lint lint-infra deny unit demo local-aws-up local-aws-down local-aws-status local-up doc \
+.PHONY: help tools test lint lint-infra deny examples unit demo local-aws-up local-aws-down local-aws-status local-up doc \
 	clean-local-aws watch invoke build sam-build deploy deploy-function chaos bench package msrv local-down send \
 	run redrive replay-stream replay-parked sweep-outbox duplicates local-redis-up local-redis-down local-redis-status bench-stores model \
 	local-kafka-up local-kafka-down local-kafka-status local-kafka-smoke run-kafka
 
 ## test: formatting, clippy, the template lint, the dependency policy, the docs and their links,
 ##       unit tests and the tests against the local AWS, the local Redis (the store contract suite
-##       runs on both) and the local Kafka broker
-test: lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
+##       runs on both) and the local Kafka broker, and each example built copied out; first the
+##       tools they need (`make tools`)
+test: tools lint lint-infra deny doc examples local-aws-up local-redis-up local-kafka-up
 	cargo test --locked --workspace
-	cargo test --locked -p effectively-once-redis --features dynamodb --test any_store
-	cargo run --locked -q -p local -- chaos --events 300 --poison 4
+	cargo test --locked -p effectively-once-redis --features dynamodb --test configuration store_choice::
+	cargo run --locked -q -p payments-local -- chaos --events 300 --poison 4
 	# The Kafka path again, its mapping reading the answer as resume points (the run above
 	# retries only the records named): a small scenario, about 30 s (docs/kafka.md).
-	cargo run --locked -q -p local -- chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
+	cargo run --locked -q -p payments-local -- chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
+
+## tools: the tools `make test` runs (cfn-lint, cargo-deny, moto, redis-server, tansu), built or
+##        installed once per machine into ~/.cache/effectively-once/ and reused by every clone
+##        (infra/tools.sh; `infra/tools.sh list` shows them all); says first what it will build
+TEST_TOOLS := cfn-lint cargo-deny moto redis-server tansu
+tools:
+	infra/tools.sh install $(TEST_TOOLS)
 
 ## help: every target and what it does (these `##` lines)
 help:
@@ -71,7 +79,7 @@ model:
 ## chaos: the fault scenario at full size (2,000 events; CHAOS_ARGS="--events 100000" for more),
 ##        on the local AWS and the local Kafka broker, both started if they are not running
 chaos: local-aws-up local-kafka-up
-	cargo run --locked -q -p local -- chaos $(CHAOS_ARGS)
+	cargo run --locked -q -p payments-local -- chaos $(CHAOS_ARGS)
 
 ## bench: payments-consumer against the Powertools pattern, same workload and local AWS (its
 ##        bootstrap runs here only: built without the glibc floor check);
@@ -92,7 +100,13 @@ lint:
 	cargo fmt --all --check
 	cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 
-## lint-infra: cfn-lint (pinned, installed into .tools/venv) on infra/template.json, offline
+## examples: each example copied out of the workspace and built there, the library patched in
+##       from the checkout (infra/examples.sh; `infra/examples.sh self-test` shows what it refuses)
+examples:
+	infra/examples.sh
+
+## lint-infra: cfn-lint (pinned, installed once into ~/.cache/effectively-once/) on
+##             apps/payments/template.json, offline
 lint-infra:
 	infra/lint.sh
 
@@ -101,35 +115,34 @@ lint-infra:
 deny:
 	infra/deny.sh check
 
-## local-up: the local AWS, its tables and queues (from infra/template.json), .local-aws/lambda.env
+## local-up: the local AWS, its tables and queues (from apps/payments/template.json), .local-aws/lambda.env
 local-up: local-aws-up
-	cargo run --locked -q -p local -- up
+	cargo run --locked -q -p payments-local -- up
 
 ## local-down: delete the local resources and stop the local AWS
 local-down:
-	cargo run --locked -q -p local -- down
+	cargo run --locked -q -p payments-local -- down
 	infra/local/aws.sh down
 
 ## send: EVENT=events/... (or SEND_ARGS="--events 500 --duplicates 30 --poison 5") to the queue
 send: local-up
-	cargo run --locked -q -p local -- send $(if $(SEND_ARGS),$(SEND_ARGS),--file $(EVENT))
+	cargo run --locked -q -p payments-local -- send $(if $(SEND_ARGS),$(SEND_ARGS),--file $(EVENT))
 
 ## run: the event source mapping emulator until the queue and stream are drained
 ##      (RUN_ARGS="--invoke-url http://127.0.0.1:9000" to invoke the binaries under `make watch`)
 run: local-up
-	cargo run --locked -q -p local -- run $(RUN_ARGS)
+	cargo run --locked -q -p payments-local -- run $(RUN_ARGS)
 
 ## redrive: move the DLQ back to the payments queue
 redrive: local-up
-	cargo run --locked -q -p local -- redrive
+	cargo run --locked -q -p payments-local -- redrive
 
 ## replay-stream: replay the outbox stream's on-failure destination through the receipts relay
-##                (REPLAY_ARGS="--source orders --invoke-url http://127.0.0.1:9000" for the orders
-##                Kinesis stream's, through the kinesis-consumer under `make watch`)
+##                (REPLAY_ARGS="--invoke-url http://127.0.0.1:9000" for the relay under `make watch`)
 replay-stream: local-up
-	cargo run --locked -q -p local -- replay-stream $(REPLAY_ARGS)
+	cargo run --locked -q -p payments-local -- replay-stream $(REPLAY_ARGS)
 
-## replay-parked: PARK_QUEUE=<queue URL> FUNCTION=kafka-consumer|kinesis-consumer|receipts-relay: the
+## replay-parked: PARK_QUEUE=<queue URL> FUNCTION=kafka-consumer|receipts-relay: the
 ##                records the stream drivers parked on that queue (the function's PARK_QUEUE_URL) back
 ##                through the function, in process; each message deleted unless the answer names its
 ##                record; exits non-zero if any are kept (REPLAY_ARGS="--invoke-url http://127.0.0.1:9000 --trigger aws:kafka"
@@ -140,12 +153,12 @@ $(error replay-parked: PARK_QUEUE=<the park queue's URL> is required)
 endif
 endif
 replay-parked: local-up
-	cargo run --locked -q -p local -- replay-parked --queue $(PARK_QUEUE) --function $(FUNCTION) $(REPLAY_ARGS)
+	cargo run --locked -q -p payments-local -- replay-parked --queue $(PARK_QUEUE) --function $(FUNCTION) $(REPLAY_ARGS)
 
 ## sweep-outbox: one outbox sweep: the receipts still PENDING past the threshold sent through the
 ##               receipts relay's keyed path, once each (SWEEP_ARGS="--after 0" for every pending row)
 sweep-outbox: local-up
-	cargo run --locked -q -p local -- sweep-outbox $(SWEEP_ARGS)
+	cargo run --locked -q -p payments-local -- sweep-outbox $(SWEEP_ARGS)
 
 ## watch: the functions under `cargo lambda watch` (runtime API on 127.0.0.1:9000 only), against
 ##        the local AWS and its tables; the payments API answers at
@@ -162,7 +175,7 @@ invoke:
 build:
 	ARCH=$(ARCH) infra/lambda.sh build
 
-## sam-build: `sam build` of infra/template.json (rust-cargolambda; pinned SAM CLI in .tools/),
+## sam-build: `sam build` of apps/payments/template.json (rust-cargolambda; pinned SAM CLI, cached),
 ##            offline, into .aws-sam/build; the glibc floor check of what it built
 sam-build:
 	ARCH=$(ARCH) infra/lambda.sh sam-build
@@ -177,20 +190,23 @@ deploy:
 deploy-function:
 	$(REAL_AWS) ARCH=$(ARCH) STACK=$(STACK) infra/lambda.sh deploy-function $(FUNCTION)
 
-## unit: every test that needs no service, then the doc tests: cargo-nextest leaves out the tests
-##       .config/nextest.toml puts in the local AWS's, Redis's or Kafka's group and runs the rest
-##       with those services' addresses on a closed port (a test that reaches for a service it is
-##       not listed under fails, whatever runs locally)
+## unit: the library crates' tests (crates/effectively-once*) that need no service, under a
+##       minute once built (docs/testing.md); UNIT="--workspace" for every crate's. cargo-nextest
+##       (pinned, cached: infra/tools.sh) leaves out the tests .config/nextest.toml puts in the
+##       local AWS's, Redis's or Kafka's group and runs the rest with those services' addresses on
+##       a closed port (a test that reaches for a service it is not listed under fails, whatever
+##       runs locally). Doc tests, which compile one program each, run in `make test`
+UNIT ?= $(addprefix -p ,$(PUBLISHED))
 unit: export AWS_ENDPOINT_URL := http://127.0.0.1:9
 unit: export REDIS_URL := redis://127.0.0.1:9
 unit: export KAFKA_BOOTSTRAP := 127.0.0.1:9
 unit:
-	cargo nextest run --locked --workspace --all-features -E 'group(@global)'
-	cargo test --locked --workspace --doc
+	nextest="$$(infra/tools.sh path cargo-nextest)" && \
+		"$$nextest" nextest run --locked $(UNIT) --all-features -E 'group(@global)'
 
 ## demo: a workload with duplicates and poison through the local pipeline; checks the invariants
 demo: local-aws-up
-	cargo run --locked -q -p local -- demo $(DEMO_ARGS)
+	cargo run --locked -q -p payments-local -- demo $(DEMO_ARGS)
 
 ## duplicates: one payment delivered three times through the idempotency layer, with its cost
 duplicates: local-aws-up
@@ -198,11 +214,11 @@ duplicates: local-aws-up
 
 ## doc: API docs (private items too), warnings and broken intra-doc links denied; then every
 ##      relative Markdown link and every `crate::` path in a doc comment must name something
-##      that exists (tests/tests/doc_references.rs)
+##      that exists (tests/repo/tests/repo/doc_references.rs)
 doc:
 	RUSTDOCFLAGS="-D warnings -D rustdoc::broken_intra_doc_links" cargo doc --locked --workspace --no-deps --all-features \
 		--document-private-items
-	cargo test --locked -q -p end-to-end --test doc_references
+	cargo test --locked -q -p repo-checks --test repo doc_references::
 
 ## package: the library crates as they would go to crates.io (not `payments`: the showcase's domain,
 ##          publish = false, like the binaries): each must leave the program's choices (SDK
@@ -227,7 +243,8 @@ package:
 msrv:
 	infra/msrv.sh $(PUBLISHED)
 
-## local-aws-up: install pinned moto (once) and start it on 127.0.0.1, or reuse the running one
+## local-aws-up: install pinned moto (once per machine) and start it on 127.0.0.1, or reuse the
+##               running one
 local-aws-up:
 	infra/local/aws.sh ensure
 
@@ -256,9 +273,9 @@ local-redis-status:
 ##            Kafka event source emulator (two pollers in one group) until it is committed
 ##            (KAFKA_ARGS="--replay", "--invoke-url http://127.0.0.1:9000" for the binary under `make watch`)
 run-kafka: local-up local-kafka-up
-	cargo run --locked -q -p local -- kafka --file events/kafka-payments.json $(KAFKA_ARGS)
+	cargo run --locked -q -p payments-local -- kafka --file events/kafka-payments.json $(KAFKA_ARGS)
 
-## local-kafka-up: build tansu (pinned, once: about 8-10 minutes on 2 cores) into ~/.cache/effectively-once/ and
+## local-kafka-up: build tansu (pinned, once per machine: docs/testing.md) into ~/.cache/effectively-once/ and
 ##                 start it on 127.0.0.1:$(LOCAL_KAFKA_PORT) with in-memory storage, or reuse the
 ##                 running one (docs/kafka.md)
 local-kafka-up:
@@ -277,6 +294,7 @@ local-kafka-status:
 local-kafka-smoke:
 	infra/local/kafka.sh smoke
 
-## clean-local-aws: stop the local AWS and delete its install and state (.local-aws)
+## clean-local-aws: stop the local AWS and delete this checkout's state (.local-aws; the tools
+##                  stay in ~/.cache/effectively-once/)
 clean-local-aws: local-aws-down
 	rm -rf .local-aws

@@ -4,11 +4,10 @@
 #
 #   bench/run.sh [harness options]      e.g. bench/run.sh --rounds 7 --events 2000
 #
-# 1. installs the pinned moto (infra/local/aws.sh install: into this checkout's .local-aws/venv,
-#    whether or not a local AWS, this checkout's or another's, is already running) and serves it
-#    for the bench alone;
-# 2. creates or updates .tools/bench-venv from bench/peer/requirements.txt (Powertools,
-#    awslambdaric, boto3);
+# 1. installs the pinned moto (once per machine, into the per-user cache: infra/tools.sh) and
+#    serves it for the bench alone;
+# 2. installs the bench venv from bench/peer/requirements.txt (Powertools, awslambdaric, boto3),
+#    once per machine into the same cache;
 # 3. builds the release bootstraps of payments-consumer, of the floor, payments-floor, and of ours
 #    on the ordered triggers, kafka-consumer and payments-kinesis-consumer
 #    (infra/lambda.sh build --local, for this machine's architecture, without the glibc floor
@@ -29,9 +28,6 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-VENV="$ROOT/.tools/bench-venv"
-REQS="$ROOT/bench/peer/requirements.txt"
-STAMP="$ROOT/.tools/bench-venv.installed"
 PYTHON="${PYTHON:-python3}"
 # Cargo's target directory: CARGO_TARGET_DIR, a .cargo/config.toml build.target-dir, or target/.
 TARGET="$(cargo metadata --format-version 1 --no-deps |
@@ -44,13 +40,13 @@ KINESIS="$TARGET/lambda/payments-kinesis-consumer/bootstrap"
 
 log() { echo "bench: $*" >&2; }
 
-mkdir -p "$OUT" "$ROOT/.tools"
+mkdir -p "$OUT"
 
-# 1. The local AWS: pinned moto, installed by the project's script into this checkout's
-#    .local-aws/venv. `install`, not `up`: `up` reuses a local AWS already serving the port
-#    (another checkout's, say) and then installs nothing here, while the bench serves its own.
+# 1. The local AWS: pinned moto's Python, from the per-user cache (installed there first if
+#    missing). Not `aws.sh up`: that reuses a local AWS already serving the port, while the bench
+#    serves its own.
 if [[ -z "${BENCH_AWS_ENDPOINT:-}" ]]; then
-  infra/local/aws.sh install
+  MOTO_PYTHON="$(infra/tools.sh path moto)"
 fi
 MOTO_PID=""
 stop_moto() {
@@ -67,7 +63,7 @@ else
   PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   ENDPOINT="http://127.0.0.1:$PORT"
   log "starting a local AWS for the bench alone at $ENDPOINT (log: $OUT/moto.log)"
-  "$ROOT/.local-aws/venv/bin/python" "$ROOT/infra/local/serve.py" --host 127.0.0.1 --port "$PORT" \
+  "$MOTO_PYTHON" "$ROOT/infra/local/serve.py" --host 127.0.0.1 --port "$PORT" \
     >"$OUT/moto.log" 2>&1 &
   MOTO_PID=$!
   for _ in $(seq 1 150); do
@@ -79,23 +75,18 @@ else
 fi
 
 # 2. The bench venv: Powertools and boto3 for the peer, boto3 for the harness. A changed pin
-#    reinstalls. (pip compiles the bytecode at install, as a Lambda layer ships it.)
-if [[ ! -x "$VENV/bin/python" ]] || ! cmp -s "$REQS" "$STAMP"; then
-  log "installing bench/peer/requirements.txt into $VENV"
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
-  cp "$REQS" "$STAMP"
-fi
+#    installs a new venv. (pip compiles the bytecode at install, as a Lambda layer ships it.)
+BENCH_PYTHON="$(infra/tools.sh path bench)"
 
 # 3. Our function and the floor, release builds, each only when missing, older than what it is
 #    built from, or built for another architecture (`make build ARCH=arm64` writes the same path):
 #    they run here.
 COMMON=(Cargo.toml Cargo.lock .cargo/config.toml)
-OURS_SOURCES=(crates/payments-consumer crates/effectively-once-lambda crates/effectively-once-effects
-  crates/payments crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
+OURS_SOURCES=(apps/payments/consumer crates/effectively-once-lambda crates/effectively-once-effects
+  apps/payments/domain crates/effectively-once/src crates/effectively-once/Cargo.toml crates/effectively-once-dynamodb/src
   crates/effectively-once-dynamodb/Cargo.toml)
 FLOOR_SOURCES=(bench/floor/src bench/floor/Cargo.toml)
-KAFKA_SOURCES=("${OURS_SOURCES[@]}" examples/kafka-consumer/src examples/kafka-consumer/Cargo.toml)
+KAFKA_SOURCES=("${OURS_SOURCES[@]}" apps/payments/kafka-consumer/src apps/payments/kafka-consumer/Cargo.toml)
 elf_arch() {
   case "$(readelf -h "$1" 2>/dev/null | sed -n 's/^ *Machine: *//p')" in
     *X86-64*) echo x86_64 ;;
@@ -126,5 +117,5 @@ cargo bench --locked -q -p effectively-once --bench overhead
 
 # 5. Both functions, the same workload, the same local AWS.
 log "harness: payments-consumer against the floor and the Powertools peer"
-"$VENV/bin/python" -m bench.harness --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --floor "$FLOOR" \
+"$BENCH_PYTHON" -m bench.harness --endpoint "$ENDPOINT" --ours "$BOOTSTRAP" --floor "$FLOOR" \
   --ours-kafka "$KAFKA" --ours-kinesis "$KINESIS" --out "$OUT" "$@"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the pinned cargo-lambda (PyPI wheel, installed once into .tools/lambda-venv):
+# Runs the pinned cargo-lambda (PyPI wheel, installed once per machine into a venv of the per-user
+# cache, infra/tools.sh):
 #   infra/cargo-lambda.sh build --release ...   ==   cargo lambda build --release ...
 #   infra/cargo-lambda.sh --install             install only; prints the venv's bin directory
 #
@@ -9,24 +10,15 @@
 # the network (PyPI).
 #
 # Pins: infra/cargo-lambda-requirements.in; installed from its hash-pinned closure,
-# infra/cargo-lambda-requirements.txt (infra/pip-compile.sh, docs/packaging.md). The stamp is a
-# copy of that file: a changed pin reinstalls.
+# infra/cargo-lambda-requirements.txt (infra/pip-compile.sh, docs/packaging.md). The venv is keyed
+# by that file's hash: a changed pin installs anew.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.tools/lambda-venv"
-REQS="$ROOT/infra/cargo-lambda-requirements.txt"
-STAMP="$ROOT/.tools/cargo-lambda.installed"
-PYTHON="${PYTHON:-python3}"
-if [[ ! -x "$VENV/bin/cargo-lambda" ]] || ! cmp -s "$REQS" "$STAMP"; then
-  echo "cargo-lambda: installing ${REQS#"$ROOT/"} into $VENV" >&2
-  mkdir -p "$ROOT/.tools"
-  [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
-  cp "$REQS" "$STAMP"
-fi
-export PATH="$VENV/bin:$PATH"
+CARGO_LAMBDA="$("$ROOT/infra/tools.sh" path cargo-lambda)"
+VENV_BIN="$(dirname "$CARGO_LAMBDA")"
+export PATH="$VENV_BIN:$PATH"
 if [[ "${1:-}" == "--install" ]]; then
-  echo "$VENV/bin"
+  echo "$VENV_BIN"
   exit 0
 fi
-exec "$VENV/bin/cargo-lambda" lambda "$@"
+exec "$CARGO_LAMBDA" lambda "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The dependency policy of `make test`: cargo-deny (pinned, built with --locked into
-# ~/.cache/effectively-once/cargo-deny-VERSION) checks the workspace's dependency graph against deny.toml, offline.
+# The dependency policy of `make test`: cargo-deny (pinned, built with --locked into the per-user
+# cache, infra/tools.sh) checks the workspace's dependency graph against deny.toml, offline.
 #
 #   infra/deny.sh install   install (once) only
 #   infra/deny.sh check     `cargo deny check bans licenses sources`, offline: licences on the
@@ -10,37 +10,16 @@
 #
 # The check reads Cargo.lock and the registry's cached manifests (`--offline`): it needs no
 # network once `cargo fetch` (or any build) has run. The advisory database is not fetched here:
-# the advisories check needs a copy of it, see docs/packaging.md. The first install compiles
-# cargo-deny from source (release): 17 minutes on 2 cores here, at low priority beside other builds.
+# the advisories check needs a copy of it, see docs/packaging.md. The first use on a machine
+# compiles cargo-deny from source (how long: docs/testing.md#a-first-run-on-a-machine).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CARGO_DENY_VERSION="${CARGO_DENY_VERSION:-0.20.2}"
-# Tools built from source live in a per-user cache outside the checkout, so a second clone or CI reuses them.
-CACHE="${EFFECTIVELY_ONCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/effectively-once}"
-TOOLS="$CACHE/cargo-deny-$CARGO_DENY_VERSION"
-BIN="$TOOLS/bin/cargo-deny"
 
 log() { echo "deny: $*" >&2; }
 
-# `cargo-deny --version` prints "cargo-deny X.Y.Z".
-installed() { [[ -x "$BIN" ]] && [[ "$("$BIN" --version 2>/dev/null)" == "cargo-deny $CARGO_DENY_VERSION" ]]; }
-
-install() {
-  if installed; then
-    return
-  fi
-  log "building cargo-deny $CARGO_DENY_VERSION into $TOOLS; several minutes on 2 cores"
-  mkdir -p "$TOOLS"
-  # --locked: the tool's own Cargo.lock, so every machine builds the same dependency versions.
-  # Without CARGO_TARGET_DIR cargo builds in a temporary directory it removes.
-  env -u CARGO_TARGET_DIR cargo install cargo-deny --version "=$CARGO_DENY_VERSION" --locked \
-    --root "$TOOLS" >&2
-  if ! installed; then
-    log "no cargo-deny $CARGO_DENY_VERSION at $BIN after cargo install"
-    exit 1
-  fi
-}
+# The pinned cargo-deny, from the per-user cache every checkout shares (built there on first use).
+install() { BIN="$("$ROOT/infra/tools.sh" path cargo-deny)"; }
 
 case "${1:-}" in
   install) install ;;

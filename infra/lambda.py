@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEMPLATE = "infra/template.json"
+TEMPLATE = "apps/payments/template.json"
 # The newest glibc of the provided.al2023 runtime (Amazon Linux 2023 ships glibc 2.34).
 GLIBC_FLOOR = "2.34"
 # Version needs whose name is not GLIBC_x.y: the glibc release that added it, then what it is.

@@ -9,9 +9,9 @@
 #                                       runs here only (make bench)
 #   infra/lambda.sh check [FILE...]     the glibc floor check alone (default: the built bootstraps)
 #   infra/lambda.sh metadata [TEMPLATE] [package.metadata.lambda.deploy] of each function agrees with
-#                                       infra/template.json (memory, timeout, tracing, alias, env; no
+#                                       apps/payments/template.json (memory, timeout, tracing, alias, env; no
 #                                       variable the stack sets from a parameter or a resource)
-#   infra/lambda.sh sam-build           `sam build` (rust-cargolambda) of infra/template.json into
+#   infra/lambda.sh sam-build           `sam build` (rust-cargolambda) of apps/payments/template.json into
 #                                       .aws-sam/build, offline, then the glibc floor check
 #   infra/lambda.sh deploy              sam-build, then `sam deploy` (guided the first time)
 #   infra/lambda.sh deploy-function BIN build BIN, then `cargo lambda deploy` onto $STACK-BIN
@@ -30,7 +30,7 @@
 #   LAMBDA_COMPILER=cargo|zig   cargo: the workspace's [workspace.metadata.lambda.build] compiler,
 #                               linked by this machine's cc (default for x86_64, and for arm64 when
 #                               aarch64-linux-gnu-gcc is on PATH); zig: cargo-zigbuild with the pinned
-#                               Zig from PyPI in .tools/lambda-venv (no cross gcc needed)
+#                               Zig from PyPI in cargo-lambda's cached venv (no cross gcc needed)
 #   STACK=NAME                  stack name (default effectively-once)
 #   DEPLOY_PARAMS="K=V ..."     template parameters for deploy, over those saved in samconfig.toml
 #                               (e.g. "ReceiptFrom=receipts@example.com AlarmTopicArn=arn:...")
@@ -42,9 +42,9 @@
 #                               machine (loopback, localhost) or the dummy `test` keys; refused
 #                               otherwise (a shell that exported the local AWS's settings)
 #
-# Only the tool installs touch the network (PyPI): SAM CLI into .tools/sam-venv, cargo-lambda and
-# Zig into .tools/lambda-venv. `sam build` and every check run offline; `sam deploy` needs AWS
-# credentials.
+# Only the tool installs touch the network (PyPI): SAM CLI, cargo-lambda and Zig, each into a venv
+# of the per-user cache (infra/tools.sh), once per machine. `sam build` and every check run
+# offline; `sam deploy` needs AWS credentials.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,12 +56,12 @@ STACK="${STACK:-effectively-once}"
 export -n ARCH STACK # ours, not the compilers' or build scripts'
 # Binary names (outbox-sweeper is the receipts-relay package's second binary).
 FUNCTIONS=(payments-consumer receipts-relay outbox-sweeper payments-api)
-# SAM CLI's pin: infra/sam-requirements.in; installed from its hash-pinned closure (docs/packaging.md).
-SAM_REQS="$ROOT/infra/sam-requirements.txt"
-SAM_VENV="$ROOT/.tools/sam-venv"
+# SAM CLI's pin: infra/sam-requirements.in; installed from its hash-pinned closure
+# (docs/packaging.md) into the per-user cache (infra/tools.sh).
+SAM_VENV="$(infra/tools.sh dir sam)"
 SAM_BUILD_DIR="$ROOT/.aws-sam/build"
 SAM_CONFIG="$ROOT/samconfig.toml"
-TEMPLATE="infra/template.json"
+TEMPLATE="apps/payments/template.json"
 
 log() { echo "lambda: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -120,15 +120,7 @@ build() {
   py check "${local_flag[@]}" --arch "$ARCH" "${files[@]}"
 }
 
-# The stamp is a copy of the requirements it was installed from: a changed pin reinstalls.
-install_sam() {
-  [[ -x "$SAM_VENV/bin/sam" ]] && cmp -s "$SAM_REQS" "$ROOT/.tools/sam.installed" && return
-  log "installing ${SAM_REQS#"$ROOT/"} into $SAM_VENV"
-  mkdir -p "$ROOT/.tools"
-  [[ -x "$SAM_VENV/bin/python" ]] || "$PYTHON" -m venv "$SAM_VENV"
-  "$SAM_VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$SAM_REQS"
-  cp "$SAM_REQS" "$ROOT/.tools/sam.installed"
-}
+install_sam() { infra/tools.sh path sam >/dev/null; }
 
 sam() { SAM_CLI_TELEMETRY=0 "$SAM_VENV/bin/sam" "$@"; }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The semver check of `make package`: cargo-semver-checks (pinned, built with --locked into
-# ~/.cache/effectively-once/semver-checks-VERSION) compares each published crate's public API with a baseline, and fails on
-# a change that needs a bigger version bump than the one in Cargo.toml.
+# The semver check of `make package`: cargo-semver-checks (pinned, built with --locked into the
+# per-user cache, infra/tools.sh) compares each published crate's public API with a baseline, and
+# fails on a change that needs a bigger version bump than the one in Cargo.toml.
 #
 #   infra/semver.sh install        install (once) only
 #   infra/semver.sh check CRATE..  check the crates against the baseline
@@ -14,38 +14,17 @@
 # one, and a change since the previous version must fit the bump the current one made. With none
 # of them (one version in all of history) there is nothing to compare against, and the check says
 # so and passes. A crate the baseline does not have yet (new since then) is skipped, and said so.
-# The first install compiles cargo-semver-checks from source: about 12 minutes on 2 cores.
+# The first use on a machine compiles cargo-semver-checks from source (how long:
+# docs/testing.md#a-first-run-on-a-machine).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SEMVER_CHECKS_VERSION="${SEMVER_CHECKS_VERSION:-0.51.0}"
-# Tools built from source live in a per-user cache outside the checkout, so a second clone or CI reuses them.
-CACHE="${EFFECTIVELY_ONCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/effectively-once}"
-TOOLS="$CACHE/semver-checks-$SEMVER_CHECKS_VERSION"
-BIN="$TOOLS/bin/cargo-semver-checks"
 
 log() { echo "semver: $*" >&2; }
 
-# `cargo-semver-checks --version` prints "cargo-semver-checks X.Y.Z".
-installed() {
-  [[ -x "$BIN" ]] && [[ "$("$BIN" semver-checks --version 2>/dev/null)" == "cargo-semver-checks $SEMVER_CHECKS_VERSION" ]]
-}
-
-install() {
-  if installed; then
-    return
-  fi
-  log "building cargo-semver-checks $SEMVER_CHECKS_VERSION into $TOOLS; about 10 minutes on 2 cores"
-  mkdir -p "$TOOLS"
-  # --locked: the tool's own Cargo.lock, so every machine builds the same dependency versions.
-  # Without CARGO_TARGET_DIR cargo builds in a temporary directory it removes.
-  env -u CARGO_TARGET_DIR cargo install cargo-semver-checks --version "=$SEMVER_CHECKS_VERSION" --locked \
-    --root "$TOOLS" >&2
-  if ! installed; then
-    log "no cargo-semver-checks $SEMVER_CHECKS_VERSION at $BIN after cargo install"
-    exit 1
-  fi
-}
+# The pinned cargo-semver-checks, from the per-user cache every checkout shares (built there on
+# first use).
+install() { BIN="$("$ROOT/infra/tools.sh" path cargo-semver-checks)"; }
 
 # The workspace version in the root Cargo.toml at a revision.
 version_at() {

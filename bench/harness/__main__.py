@@ -1,4 +1,4 @@
-"""`python -m bench.harness`: the options, then warm-up, the rounds of the mix, the LEDGER_PREREAD
+"""`python -m bench.harness`: the options, then warm-up, the rounds of the mix, the pre-read
 runs, the batch-size rows, the store latency rows, callgrind, the report."""
 
 import argparse
@@ -35,7 +35,7 @@ def options():
     p.add_argument("--ours", default=os.path.join(TARGET, "lambda/payments-consumer/bootstrap"))
     p.add_argument("--floor", default=os.path.join(TARGET, "lambda/payments-floor/bootstrap"))
     p.add_argument("--ours-kafka", default=os.path.join(TARGET, "lambda/kafka-consumer/bootstrap"),
-                   help="ours on Kafka (examples/kafka-consumer) for the trigger rows")
+                   help="ours on Kafka (apps/payments/kafka-consumer) for the trigger rows")
     p.add_argument("--ours-kinesis", default=os.path.join(TARGET, "lambda/payments-kinesis-consumer/bootstrap"),
                    help="ours on Kinesis (payments-consumer's payments-kinesis-consumer) for the trigger rows")
     p.add_argument("--out", default=os.path.join(TARGET, "bench"))
@@ -67,7 +67,7 @@ def options():
     return p.parse_args()
 
 
-# What infra/template.json sets for payments-consumer, given to the floor too so ours / floor
+# What apps/payments/template.json sets for payments-consumer, given to the floor too so ours / floor
 # credits neither the allocator nor its setting: mimalloc keeps freed pages instead of returning
 # them to the OS a second after, which made every batch fault them in again (docs/profile.md).
 RUST_ENV = {"MIMALLOC_PURGE_DELAY": "-1"}
@@ -109,7 +109,7 @@ def floor_with_the_record(args):
 
 
 ABOUT = {
-    "ours": "payments-consumer, release; `LEDGER_PREREAD` unset (its default); `MIMALLOC_PURGE_DELAY=-1`, as the "
+    "ours": "payments-consumer, release, its defaults (one pre-read mode); `MIMALLOC_PURGE_DELAY=-1`, as the "
             "template deploys it (the floor gets it too)",
     "floor": "bench/floor (`payments-floor`), release: the same ledger items in one TransactWriteItems per "
              "batch, no idempotency, no condition, so it posts every duplicate again and refuses nothing",

@@ -369,9 +369,10 @@ def build_report(args, mix, impls, results, scenarios, scenario_results, preread
             "",
         ]
     if preread or onebyone:
-        lines += ["## Ours against a sandbox that never saw the duplicates: `LEDGER_PREREAD`", "",
-                  "The other-sandbox stream (B) and its probe, one round each, ours under each setting; the last "
-                  "row is the same stream one message an invocation (the one-by-one path, the target's reference).",
+        lines += ["## Ours against a sandbox that never saw the duplicates: the pre-read", "",
+                  "The other-sandbox stream (B) and its probe, one round each, ours batched (its one pre-read "
+                  "mode); the last row is the same stream one message an invocation (the one-by-one path, the "
+                  "target's reference).",
                   "", preread_table(preread, onebyone), ""]
     trig_text = trigger_table(trigger_rows) if trigger_rows else ""
     if trigger_rows:

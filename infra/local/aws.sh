@@ -2,25 +2,29 @@
 # The local AWS: pinned moto, served one request at a time, on 127.0.0.1.
 #
 #   infra/local/aws.sh up       install (once) and start, or reuse a running one
-#   infra/local/aws.sh install  install (once) into .local-aws/venv only, whatever is running
+#   infra/local/aws.sh install  install (once, into the per-user cache: infra/tools.sh) only,
+#                               whatever is running
 #   infra/local/aws.sh down     stop the one this script started on LOCAL_AWS_PORT
 #   infra/local/aws.sh status   exit 0 when the endpoint answers
 #   infra/local/aws.sh ensure   `up` for the default endpoint; for a custom
 #                               AWS_ENDPOINT_URL (DynamoDB Local, say) only probe it
 #
-# `up` holds a lock per port (flock(1), where installed) and `install` one per checkout, so test
-# binaries, checkouts and `make` targets started at once start one server and one venv: the
-# others wait, then reuse them. The pid file is written as the server is spawned: an `up` that
-# finds its server still starting (its starter was killed) waits for that one, and a start that
-# does not answer within LOCAL_AWS_START_TIMEOUT seconds (30) is stopped and its pid file
-# removed, so no port ever gets a second server the pid file does not name.
+# `up` holds a lock per port (flock(1), where installed) and the install one per machine
+# (infra/tools.sh), so test binaries, checkouts and `make` targets started at once start one
+# server and one venv: the others wait, then reuse them. The pid file is written as the server
+# is spawned: an `up` that finds its server still starting (its starter was killed) waits for
+# that one, and a start that does not answer within LOCAL_AWS_START_TIMEOUT seconds (30) is
+# stopped and its pid file removed, so no port ever gets a second server the pid file does not
+# name.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=infra/local/lib.sh
 . "$ROOT/infra/local/lib.sh"
 STATE="$ROOT/.local-aws"
-VENV="$STATE/venv"
+# The pinned moto's venv, in the per-user cache every checkout shares (keyed by the requirements'
+# hash): infra/tools.sh.
+VENV="$("$ROOT/infra/tools.sh" dir moto)"
 PORT="${LOCAL_AWS_PORT:-4566}"
 HOST=127.0.0.1
 URL="http://$HOST:$PORT"
@@ -29,8 +33,6 @@ URL="http://$HOST:$PORT"
 RUN="$STATE/aws-$PORT"
 PIDFILE="$RUN/moto.pid"
 LOG="$RUN/moto.log"
-REQS="$ROOT/infra/local/requirements.txt"
-PYTHON="${PYTHON:-python3}"
 START_TIMEOUT="${LOCAL_AWS_START_TIMEOUT:-30}"
 # Per port, outside the checkout: two checkouts starting the same port take turns.
 PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-aws-$PORT.lock"
@@ -53,22 +55,11 @@ SERVER=("$VENV/bin/python" "$ROOT/infra/local/serve.py" --host "$HOST" --port "$
 server_pid() { ours "$PIDFILE" "${SERVER[*]}" "* ${SERVER[*]:1}"; }
 
 
-install() {
-  lock 8 "$STATE/install.lock"
-  # The stamp holds the requirements it was made from: a changed pin reinstalls.
-  if [[ -x "$VENV/bin/python" && -f "$STATE/installed" ]] && cmp -s "$REQS" "$STATE/installed"; then
-    return
-  fi
-  log "installing pinned moto into $VENV"
-  mkdir -p "$STATE"
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
-  cp "$REQS" "$STATE/installed"
-}
+install() { "$ROOT/infra/tools.sh" path moto >/dev/null; }
 
 up() {
   lock 9 "$PORT_LOCK"
-  # This checkout's venv, even when another's server is reused: the tests run its Python too.
+  # The venv, even when another checkout's server is reused: the tests run its Python too.
   install
   if is_moto_up; then
     log "reusing the local AWS already up at $URL"

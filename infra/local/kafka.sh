@@ -3,15 +3,16 @@
 # on 127.0.0.1, its state under .local-aws/. Nothing survives a restart.
 #
 #   infra/local/kafka.sh ensure   install (once) and start, or reuse the broker already answering
-#   infra/local/kafka.sh install  install (once) only: `cargo install tansu` into ~/.cache/effectively-once/tansu-VERSION
+#   infra/local/kafka.sh install  install (once) only: tansu into the per-user cache (infra/tools.sh)
 #   infra/local/kafka.sh down     stop the one this script started
 #   infra/local/kafka.sh status   exit 0 when a Kafka broker answers ApiVersions on the port
 #   infra/local/kafka.sh smoke    ensure, then create a topic, produce three records, consume them
 #                                 in a consumer group and commit (infra/local/kafka_smoke.py)
 #
 # Port: LOCAL_KAFKA_PORT (default 9094, off Kafka's usual 9092). Pins: TANSU_VERSION (an exact
-# crates.io version, built with --locked) and kafka-python in infra/local/kafka-requirements.txt.
-# The first install compiles tansu from source: about 8-10 minutes on 2 cores.
+# crates.io version, built with --locked; infra/tools.sh) and kafka-python in
+# infra/local/kafka-requirements.txt. The first install on a machine compiles tansu from source
+# (how long: docs/testing.md#a-first-run-on-a-machine).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -22,17 +23,10 @@ HOST=127.0.0.1
 STATE="$ROOT/.local-aws/kafka-$PORT"
 PIDFILE="$STATE/tansu.pid"
 LOG="$STATE/tansu.log"
-TANSU_VERSION="${TANSU_VERSION:-0.6.0}"
-# The `memory://` storage engine is behind the crate's `dynostore` feature.
-TANSU_FEATURES=dynostore
-# Tools built from source live in a per-user cache outside the checkout, so a second clone or CI reuses them.
-CACHE="${EFFECTIVELY_ONCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/effectively-once}"
-TOOLS="$CACHE/tansu-$TANSU_VERSION"
-BIN="$TOOLS/bin/tansu"
-VENV="$ROOT/.tools/kafka-venv"
-REQS="$ROOT/infra/local/kafka-requirements.txt"
+# The pinned tansu (built with the `dynostore` feature: the `memory://` storage engine), in the
+# per-user cache every checkout shares: infra/tools.sh.
+BIN="$("$ROOT/infra/tools.sh" dir tansu)/bin/tansu"
 START_TIMEOUT="${LOCAL_KAFKA_START_TIMEOUT:-30}"
-PYTHON="${PYTHON:-python3}"
 
 PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-kafka-$PORT.lock"
 
@@ -60,29 +54,7 @@ answers_kafka() {
 # Something listens on the port, whatever it speaks.
 port_taken() { { exec 3<>"/dev/tcp/$HOST/$PORT"; } 2>/dev/null && { exec 3<&- 3>&-; return 0; }; return 1; }
 
-# The binary in the cache, when it is the pinned version (`tansu --version` prints "tansu X.Y.Z").
-installed() { [[ -x "$BIN" ]] && [[ "$("$BIN" --version 2>/dev/null)" == "tansu $TANSU_VERSION" ]]; }
-
-install() {
-  if installed; then
-    return
-  fi
-  if ! command -v cargo >/dev/null 2>&1; then
-    log "cargo is needed to build tansu $TANSU_VERSION"
-    exit 1
-  fi
-  log "building tansu $TANSU_VERSION (features: $TANSU_FEATURES) into $TOOLS; about 8-10 minutes on 2 cores"
-  mkdir -p "$TOOLS"
-  # --locked: the crate's own Cargo.lock, so every machine builds the same dependency versions.
-  # Without CARGO_TARGET_DIR cargo builds in a temporary directory it removes: tansu's release
-  # build stays out of the workspace's target directory.
-  env -u CARGO_TARGET_DIR cargo install tansu --version "=$TANSU_VERSION" --features "$TANSU_FEATURES" --locked \
-    --root "$TOOLS" >&2
-  if ! installed; then
-    log "no tansu $TANSU_VERSION at $BIN after cargo install"
-    exit 1
-  fi
-}
+install() { "$ROOT/infra/tools.sh" path tansu >/dev/null; }
 
 up() {
   lock 9 "$PORT_LOCK"
@@ -143,22 +115,12 @@ down() {
   rm -f "$PIDFILE"
 }
 
-# The smoke check's client: pinned kafka-python (pure Python, nothing to compile) in its own venv.
-client() {
-  if [[ -x "$VENV/bin/python" && -f "$VENV/installed" ]] && cmp -s "$REQS" "$VENV/installed"; then
-    return
-  fi
-  log "installing pinned kafka-python into $VENV"
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
-  cp "$REQS" "$VENV/installed"
-}
-
 smoke() {
   up
-  client
-  "$VENV/bin/python" "$ROOT/infra/local/kafka_smoke.py" --bootstrap "$HOST:$PORT"
+  # The client: pinned kafka-python (pure Python, nothing to compile) in its own cached venv.
+  local python
+  python="$("$ROOT/infra/tools.sh" path kafka-python)"
+  "$python" "$ROOT/infra/local/kafka_smoke.py" --bootstrap "$HOST:$PORT"
 }
 
 case "${1:-}" in

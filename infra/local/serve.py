@@ -177,7 +177,7 @@ def answer(start_response, status, body, headers=()):
 
 # The Host names a request may carry: this machine's loopback ones. A web page whose name an
 # attacker re-points at 127.0.0.1 (DNS rebinding) reaches this port from the browser with its own
-# name in Host, and is refused. Any port: the fault proxy of crates/local listens on a port of
+# name in Host, and is refused. Any port: the fault proxy of tools/local-aws listens on a port of
 # its own and forwards the Host it was sent.
 LOOPBACK_HOST = re.compile(r"(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?", re.IGNORECASE)
 

@@ -2,7 +2,7 @@
 with the queue or the table (counted in walks of the queue and reads of the whole table, not
 timed).
 
-    .local-aws/venv/bin/python -m unittest discover -s infra/local -p 'test_*.py'
+    "$(infra/tools.sh path moto)" -m unittest discover -s infra/local -p 'test_*.py'
 """
 
 import json

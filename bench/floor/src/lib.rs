@@ -1,6 +1,6 @@
 //! The floor of `make bench` (issue 26, item 2): what it costs to do the payments consumer's work
 //! and nothing more. It reads the same SQS batch and writes the same ledger items as
-//! `payments::Ledger` (`crates/payments/src/ledger.rs`), an entry per event and one balance update
+//! `payments::Ledger` (`apps/payments/domain/src/ledger.rs`), an entry per event and one balance update
 //! per account, in one `TransactWriteItems` per batch (a new one every 100 actions), with no
 //! idempotency at all: no record, no condition, no replay, no answers remembered. A redelivered
 //! message is posted again, and a debit may take a balance below zero: this is a yardstick,

@@ -110,7 +110,7 @@
 //! # The item
 //!
 //! The table has the partition key `id` (S) and TTL on `expiration` ([`create_table`] for tests
-//! and the local AWS; `infra/template.json` deploys it). The attribute names are in [`attr`].
+//! and the local AWS; `apps/payments/template.json` deploys it). The attribute names are in [`attr`].
 //!
 //! | attribute | type | meaning |
 //! |---|---|---|

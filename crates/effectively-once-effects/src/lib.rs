@@ -70,9 +70,10 @@
 //!
 //! - `lambda`: the one mapping of an [`Error`] to a batch driver's record result
 //!   (`impl From<Error> for effectively_once_lambda::RecordError`).
-//! - `test-util`: `testing`, the helpers tests need in one place: SQS and DynamoDB Streams event
-//!   builders, tables with any key schema and a verified SES sender on the local AWS, the emails
-//!   the local SES recorded, and `RecordingSender` (a fake sender that records and fails as scripted).
+//! - `test-util`: `testing`, the helpers an email test needs: tables with any key schema and a
+//!   verified SES sender on the local AWS, the emails the local SES recorded, and
+//!   `RecordingSender` (a fake sender that records and fails as scripted). Lambda event builders
+//!   are `effectively-once-lambda`'s (its `test-util`).
 //!
 //! # Guarantees
 //!

@@ -1,5 +1,5 @@
 //! The held-key rules: what the layer does with a key, as pure functions of what the key's
-//! record says. The service follows them, and the protocol model (`tests/model` in the
+//! record says. The service follows them, and the protocol model (`apps/payments/model` in the
 //! workspace) explores them against every interleaving of claims, lost answers, crashes and
 //! leases.
 //!

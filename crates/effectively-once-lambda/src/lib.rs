@@ -24,6 +24,7 @@
 //!   `function_version`, `cold_start`); each SQS record's in a `record` span with its
 //!   `message_id` and the X-Ray `xray_trace_id` of its `AWSTraceHeader`.
 //! - [`panics`]: a record whose handler panics fails alone; the rest of the batch goes on.
+//! - `testing` (feature `test-util`): an event builder per trigger, for a handler's tests.
 //!
 //! # Rust version and your Cargo.toml
 //!
@@ -46,6 +47,8 @@ pub mod panics;
 pub mod park;
 pub mod sqs;
 pub mod streams;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 pub use body::{BodyBatchHandler, BodyHandler, Payload, Typed};
 pub use driver::{BatchHandler, Handler, Options, OrderedBatch, OrderedBatchHandler};

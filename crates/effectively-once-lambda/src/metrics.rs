@@ -156,7 +156,7 @@ impl Emf {
     }
 
     /// The same, with the variables read through `var` (`None` for unset; empty values count as
-    /// unset). What `infra/template.json` must agree with: given the environment a deployed
+    /// unset). What `apps/payments/template.json` must agree with: given the environment a deployed
     /// function gets, [`namespace`](Self::namespace) and [`dimensions`](Self::dimensions) are
     /// what an alarm on its metrics names.
     ///

@@ -10,7 +10,7 @@
 use effectively_once_redact::redact_emails;
 use proptest::prelude::*;
 
-/// The contract's rule, as `valid_email` in crates/payments/src/payment.rs states it (this crate
+/// The contract's rule, as `valid_email` in apps/payments/domain/src/payment.rs states it (this crate
 /// cannot depend on `payments`): one `@`, a local part, a dotted domain, no whitespace or control
 /// character, at most 254 bytes.
 fn valid_email(s: &str) -> bool {

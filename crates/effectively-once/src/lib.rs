@@ -58,7 +58,7 @@
 //!    lost answer would have been ([`Attempt::what_it_replaced`]). A record in progress whose
 //!    attempt had itself taken the key over passes on the record that run of takeovers began
 //!    with ([`Replaced::first`]). The steps are pure functions in [`protocol`], which
-//!    [`InMemoryStore`] applies and a model checker explores (`tests/model`, docs/model.md).
+//!    [`InMemoryStore`] applies and a model checker explores (`apps/payments/model`, docs/model.md).
 //! 2. **Run** the handler, bounded by its lease: once the lease ends the handler is dropped at
 //!    its next `.await` (as a crash would be) and its result is not recorded; `run` returns
 //!    [`ErrorKind::LeaseLost`] (retryable), never a fresh success. So no other attempt runs

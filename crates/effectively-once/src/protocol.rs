@@ -3,7 +3,7 @@
 //!
 //! [`InMemoryStore`](crate::InMemoryStore) applies them under its lock; the DynamoDB store's
 //! condition expressions and the Redis store's scripts state the same rules, and the store
-//! contract suite holds all three to them; the protocol model (`tests/model`) explores them
+//! contract suite holds all three to them; the protocol model (`apps/payments/model`) explores them
 //! exhaustively, so the model and the stores cannot drift apart.
 
 use crate::idempotency::Replaced;

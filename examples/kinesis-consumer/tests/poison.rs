@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use effectively_once_lambda::Retry;
 
 use common::{assert_once, assert_parked_as_delivered, deliver, new_order, order_count, order_data, orders, record};
@@ -56,8 +58,7 @@ async fn a_poison_record_over_the_park_queues_size_is_parked_at_its_coordinates(
         record("customer-1", 2, b"{not an order"),
         record("customer-1", 3, &order_data(&order, &email, 10)),
     ];
-    let clients = local::Clients::local().await;
-    let park = local::park::ParkQueue::taking(&clients, "kinesis-park-small", Some(256 * 1024)).await.unwrap();
+    let park = common::park::ParkQueue::taking("kinesis-park-small", Some(256 * 1024)).await;
     let delivered = common::deliver_parking_in(&handler, &batch, park).await;
     assert_eq!(delivered.checkpoint, Vec::<String>::new(), "both parked, neither held: {:?}", delivered.failed);
     assert_eq!(delivered.parked.len(), 2, "{:?}", delivered.parked);
@@ -107,18 +108,41 @@ fn a_json_array_is_not_an_order_and_an_object_with_its_fields_is() {
     );
 }
 
-/// The park queue's size cannot be read (a role without `sqs:GetQueueAttributes`, a fault):
-/// parking goes on, at 1 MiB, and the size is read again at the next park.
+/// Refuses every `GetQueueAttributes` the client sends (a role without
+/// `sqs:GetQueueAttributes`, a fault), counting them; other calls pass.
+#[derive(Debug, Default)]
+struct RefuseQueueAttributes(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl aws_sdk_sqs::config::Intercept for RefuseQueueAttributes {
+    fn name(&self) -> &'static str {
+        "RefuseQueueAttributes"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_sqs::config::RuntimeComponents,
+        _: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let target = context.request().headers().get("x-amz-target").unwrap_or_default();
+        if !target.ends_with(".GetQueueAttributes") {
+            return Ok(());
+        }
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err("refused: sqs:GetQueueAttributes".into())
+    }
+}
+
+/// The park queue's size cannot be read: parking goes on, at 1 MiB, and the size is read again
+/// at the next park.
 #[tokio::test]
 async fn poison_is_parked_when_the_queue_size_cannot_be_read() {
-    use local::proxy::{Fault, Proxy, ScriptedFaults};
     let handler = orders().await;
-    let clients = local::Clients::local().await;
-    let park = local::park::ParkQueue::fresh(&clients, "kinesis-park-unread").await.unwrap();
-    let rules = ScriptedFaults::new().then("amazonsqs:GetQueueAttributes", Fault::Refuse);
-    let proxy = Proxy::to_local_aws(std::sync::Arc::new(rules)).await.unwrap();
-    let sdk = proxy.sdk_config(aws_config::retry::RetryConfig::disabled()).await;
-    let queue = effectively_once_lambda::park::SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &park.url);
+    let park = common::park::ParkQueue::fresh("kinesis-park-unread").await;
+    let refused = std::sync::Arc::default();
+    let sdk = effectively_once_dynamodb::testing::sdk_config().await;
+    let config = aws_sdk_sqs::config::Builder::from(&sdk).interceptor(RefuseQueueAttributes(Arc::clone(&refused)));
+    let queue = effectively_once_lambda::park::SqsQueue::new(aws_sdk_sqs::Client::from_conf(config.build()), &park.url);
     let options = effectively_once_lambda::kinesis::Options {
         emit_metrics: false,
         ..effectively_once_lambda::kinesis::Options::new("kinesis-consumer")
@@ -131,8 +155,8 @@ async fn poison_is_parked_when_the_queue_size_cannot_be_read() {
     let event = effectively_once_lambda::events::LambdaEvent::new(event, context);
     let response = effectively_once_lambda::kinesis::process(&handler, event, &options).await;
     assert!(response.batch_item_failures.is_empty(), "parked, not held: {response:?}");
-    assert_eq!(proxy.injected().values().sum::<u64>(), 1, "the size read was refused");
-    let parked = park.drain().await.unwrap();
+    assert_eq!(refused.load(std::sync::atomic::Ordering::SeqCst), 1, "the size read was refused");
+    let parked = park.drain().await;
     assert_eq!(parked.len(), 1);
     assert_parked_as_delivered(&parked[0], &poison);
 }

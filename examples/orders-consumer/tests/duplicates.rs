@@ -5,9 +5,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency};
 use effectively_once_dynamodb::testing::fresh_store;
 use effectively_once_dynamodb::Table;
-use effectively_once_effects::testing::{emails_to, fresh_table, ses_sender, sqs::Batch, unique_name, KeyAttribute};
+use effectively_once_effects::testing::{emails_to, fresh_table, ses_sender, unique_name, KeyAttribute};
 use effectively_once_lambda::events::{Context, LambdaEvent, SqsBatchResponse};
 use effectively_once_lambda::sqs::{self, Options};
+use effectively_once_lambda::testing::sqs::Batch;
 use orders_consumer::Orders;
 
 async fn orders_handler() -> Orders<effectively_once_effects::SesSender> {

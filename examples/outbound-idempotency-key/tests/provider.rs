@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use effectively_once::{Config, Idempotency, Key, Lookup};
 use effectively_once_dynamodb::testing::fresh_store;
-use effectively_once_effects::testing::sqs::Batch;
 use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, LambdaEvent};
 use effectively_once_lambda::sqs::{self, Options};
+use effectively_once_lambda::testing::sqs::Batch;
 use outbound_idempotency_key::{Answer, Charges, Provider};
 
 /// What the fake provider received: each request's `Idempotency-Key` (empty when absent).

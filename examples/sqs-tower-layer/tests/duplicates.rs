@@ -4,10 +4,10 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency, Key, Lookup};
 use effectively_once_dynamodb::testing::fresh_store;
-use effectively_once_effects::testing::sqs::{Batch, Message};
 use effectively_once_effects::testing::{fresh_table, unique_name, KeyAttribute};
 use effectively_once_lambda::events::{Context, LambdaEvent};
 use effectively_once_lambda::sqs::{self, Options};
+use effectively_once_lambda::testing::sqs::{Batch, Message};
 use lambda_runtime::tower::{Layer, ServiceExt};
 use sqs_tower_layer::{counter_service, layer, Consumer, Counted, Increment};
 

@@ -4,14 +4,13 @@
 
 mod common;
 
+use common::park::ParkQueue;
 use common::{item, number, projector, LoseAnswer};
-use effectively_once_effects::testing::streams::Batch;
 use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, DynamoDbEvent, DynamoDbEventResponse, LambdaEvent};
 use effectively_once_lambda::park::{Coordinates, Parcel};
 use effectively_once_lambda::streams::{self, Options};
-use local::park::ParkQueue;
-use local::Clients;
+use effectively_once_lambda::testing::streams::Batch;
 use serde_json::{json, Value};
 use streams_consumer::Projector;
 
@@ -22,10 +21,10 @@ fn order(id: &str, customer: &str, total_cents: i64) -> Value {
 /// One invocation, as `main` serves the projector: its poison parked in a queue of the
 /// invocation's own (`PARK_QUEUE_URL`). The answer, and the parcels parked.
 async fn deliver(handler: &Projector, event: &DynamoDbEvent) -> (DynamoDbEventResponse, Vec<Parcel>) {
-    let park = ParkQueue::fresh(&Clients::local().await, "streams-park").await.expect("a park queue");
+    let park = ParkQueue::fresh("streams-park").await;
     let options = Options { emit_metrics: false, ..Options::new("streams-consumer") }.park_in(park.destination());
     let response = streams::process_batch(handler, LambdaEvent::new(event.clone(), Context::default()), &options).await;
-    (response, park.drain().await.expect("the park queue read back"))
+    (response, park.drain().await)
 }
 
 /// `parked` holds `record`'s parcel alone: the record as delivered, at its sequence number.
@@ -126,7 +125,7 @@ async fn several_changes_of_several_items_are_one_transaction_on_the_ordered_pat
 
     for ordered in [true, false] {
         let (handler, client, requests) = projector(LoseAnswer::default()).await;
-        let park = ParkQueue::fresh(&Clients::local().await, "streams-park").await.expect("a park queue");
+        let park = ParkQueue::fresh("streams-park").await;
         let options = Options { emit_metrics: false, ..Options::new("streams-consumer") }.park_in(park.destination());
         let invocation = LambdaEvent::new(event.clone(), Context::default());
         let response = if ordered {
@@ -135,7 +134,7 @@ async fn several_changes_of_several_items_are_one_transaction_on_the_ordered_pat
             streams::process_batch(&handler, invocation, &options).await
         };
         assert!(response.batch_item_failures.is_empty(), "{:?}", response.batch_item_failures);
-        assert!(park.drain().await.expect("the park queue read back").is_empty());
+        assert!(park.drain().await.is_empty());
         let transactions = requests.by_operation().get("TransactWriteItems").copied();
         let expected = if ordered { 1 } else { 3 };
         assert_eq!(transactions, Some(expected), "ordered {ordered}: {:?}", requests.by_operation());

@@ -5,10 +5,10 @@
 mod common;
 
 use common::{item, number, projector, LoseAnswer};
-use effectively_once_effects::testing::streams::Batch;
 use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, LambdaEvent};
 use effectively_once_lambda::streams::{self, Options};
+use effectively_once_lambda::testing::streams::Batch;
 use serde_json::json;
 
 /// Four inserts; the second's transaction lands but its answer is lost. The first invocation
@@ -53,19 +53,15 @@ async fn a_transient_failure_at_record_2_checkpoints_and_the_redelivery_projects
     assert_eq!(number(&totals, "total_cents"), Some(100 + 200 + 300 + 400));
 }
 
-/// A bad deploy: DynamoDB refuses every transaction with a ValidationException (as for a
-/// projections table made from another template), an answer no retry changes. It is no verdict
-/// on the order, so the shard must not go past it: the first order is the checkpoint, on the
-/// record-at-a-time path and the batch path alike, until the fix; then each order projects once.
+/// A bad deploy: the idempotency table named is not there (a stack of another stage, a name
+/// mistyped), so DynamoDB refuses every call with a ResourceNotFoundException, an answer no
+/// retry changes. It is no verdict on the order, so the shard must not go past it: the first order
+/// is the checkpoint, on the record-at-a-time path and the batch path alike, until the fix; then
+/// each order projects once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_the_store_refuses_for_good_is_the_checkpoint_until_the_fix() {
-    use local::proxy::{Fault, Proxy, RandomFaults};
     let (fixed, client, _) = projector(LoseAnswer::default()).await;
-    let rules = RandomFaults::new(7).on("dynamodb:TransactWriteItems", &[(Fault::Refuse, 1000)]);
-    let proxy = Proxy::to_local_aws(std::sync::Arc::new(rules)).await.expect("fault proxy");
-    let sdk = proxy.sdk_config(aws_config::retry::RetryConfig::disabled()).await;
-    let refused = aws_sdk_dynamodb::Client::new(&sdk);
-    let store = effectively_once_dynamodb::DynamoDbStore::new(refused, fixed.idempotency.store().table());
+    let store = effectively_once_dynamodb::DynamoDbStore::new(client.clone(), unique_name("idem-not-created"));
     let broken = streams_consumer::Projector {
         idempotency: effectively_once::Idempotency::new(store, effectively_once::Config::default()),
         projections: fixed.projections.clone(),
@@ -89,7 +85,6 @@ async fn a_write_the_store_refuses_for_good_is_the_checkpoint_until_the_fix() {
     let batched = streams::process_batch(&broken, LambdaEvent::new(event.clone(), Context::default()), &options).await;
     let checkpoint: Vec<_> = batched.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
     assert_eq!(checkpoint, vec![first], "the batch path: the first order is the checkpoint");
-    assert!(proxy.injected().values().sum::<u64>() >= 2, "the store refused: {:?}", proxy.injected());
     assert!(item(&client, &projections, &format!("order#{}", orders[0])).await.is_none());
 
     // The fix; Lambda redelivers from the checkpoint: each order projects once.
@@ -108,10 +103,10 @@ mod past_the_window {
     use effectively_once::{Config, Idempotency, ManualClock};
     use effectively_once_dynamodb::testing::fresh_store;
     use effectively_once_dynamodb::Table;
-    use effectively_once_effects::testing::streams::Batch;
     use effectively_once_effects::testing::{fresh_table, unique_name, KeyAttribute};
     use effectively_once_lambda::events::{Context, LambdaEvent};
     use effectively_once_lambda::streams::{self, Options};
+    use effectively_once_lambda::testing::streams::Batch;
     use serde_json::json;
     use streams_consumer::Projector;
 

@@ -6,10 +6,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency, Key};
 use effectively_once_dynamodb::testing::fresh_store;
 use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Table, Tx};
-use effectively_once_effects::testing::streams::Batch;
 use effectively_once_effects::testing::{fresh_table, unique_name, KeyAttribute};
 use effectively_once_lambda::events::{Context, EventRecord, LambdaEvent};
 use effectively_once_lambda::streams::{self, Options};
+use effectively_once_lambda::testing::streams::Batch;
 use effectively_once_lambda::{Disposition, Handler, RecordResult};
 use serde_json::json;
 

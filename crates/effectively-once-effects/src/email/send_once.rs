@@ -199,7 +199,7 @@ async fn release_for_retry<S: Store>(
 /// may have taken the marker over from an attempt that died mid-send
 /// ([`Replaced::is_takeover`](effectively_once::Replaced::is_takeover)); it records the email
 /// ambiguous instead. One of the keyed email's two rules, pure so the protocol model
-/// (`tests/model`) explores the same ones.
+/// (`apps/payments/model`) explores the same ones.
 pub fn sends_once_claimed(replaced: &effectively_once::Replaced, policy: Policy) -> bool {
     !(replaced.is_takeover() && policy == Policy::AtMostOnce)
 }

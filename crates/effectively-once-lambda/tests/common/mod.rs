@@ -1,4 +1,5 @@
-//! Sample events and handler parts the driver tests share. Each test binary uses part of it.
+//! Sample events and handler parts the driver tests share, and the name a test that runs
+//! another in a child process gives it. Each test binary uses part of it.
 #![allow(dead_code)]
 
 use std::sync::Mutex;
@@ -43,7 +44,7 @@ pub fn checkpoint(response: &DynamoDbEventResponse) -> Vec<Option<String>> {
 }
 
 /// A handler's state that panics on the record `panic_on` and records the ids it applied, in
-/// the order it applied them. Each test binary implements the drivers' handlers on it.
+/// the order it applied them; the panic tests implement the drivers' handlers on it.
 pub struct PanicsOn {
     pub panic_on: &'static str,
     applied: Mutex<Vec<String>>,
@@ -82,4 +83,14 @@ pub fn kinesis_batch(records: &[(&str, &str)]) -> KinesisEvent {
         })
         .collect();
     event
+}
+
+/// The harness's name of test `name` in the module whose `module_path!()` is `module`: the
+/// module's path without the binary's crate name, then the test's, as `--exact` wants it for
+/// a test run alone in a child process.
+pub fn test_path(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
 }

@@ -1,8 +1,10 @@
-//! Shared by the tests: a store on the local Redis under a prefix no other test uses.
+//! Shared by the test binaries: a store on the local Redis under a prefix no other test uses,
+//! and a claim's record at a fixed time.
 #![allow(dead_code)] // each test binary uses its part
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use effectively_once::{Key, Record, Status};
 use effectively_once_redis::testing::url as test_url;
 use effectively_once_redis::RedisStore;
 
@@ -31,4 +33,21 @@ pub fn with_credentials(url: &str, credentials: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap();
     let address = rest.rsplit_once('@').map_or(rest, |(_, address)| address);
     format!("{scheme}://{credentials}@{address}")
+}
+
+/// The tests' fixed time of day, in milliseconds since the epoch.
+pub const NOW: u64 = 1_800_000_000_000;
+
+/// A claim of `key` by `owner` at `NOW` for a payload hashed `hash`: a 30 s lease, an hour's
+/// window.
+pub fn claim_record(key: &Key, owner: &str, hash: &str) -> Record {
+    Record {
+        id: key.as_str().to_owned(),
+        status: Status::InProgress,
+        lease_expires_at_ms: NOW + 30_000,
+        expiration_s: NOW / 1000 + 3600,
+        payload_hash: hash.into(),
+        owner: owner.into(),
+        response: None,
+    }
 }

@@ -1,8 +1,10 @@
 //! What the Kinesis consumer's tests share: a handler on tables of its own, Kinesis records as
 //! Lambda hands them over, a delivery through the driver that parks its poison in a queue of its
-//! own, and the effects read back (order items in the orders table; emails through the local
-//! SES; the parcels parked).
+//! own ([`park`]), and the effects read back (order items in the orders table; emails through the
+//! local SES; the parcels parked).
 #![allow(dead_code)]
+
+pub mod park;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{Config, Idempotency};
@@ -15,10 +17,10 @@ use std::sync::Mutex;
 use effectively_once_lambda::events::{Context, KinesisEvent, KinesisEventRecord, LambdaEvent};
 use effectively_once_lambda::kinesis::{self, Options};
 use effectively_once_lambda::park::{Coordinates, Parcel};
+use effectively_once_lambda::testing::kinesis::{Batch, Record};
 use effectively_once_lambda::{Handler, RecordError, RecordResult, Typed};
 use kinesis_consumer::Orders;
-use local::park::ParkQueue;
-use local::Clients;
+use park::ParkQueue;
 
 /// The sender the tests confirm from (verified in the local SES).
 pub const FROM: &str = "orders@example.com";
@@ -48,17 +50,9 @@ pub fn order_data(id: &str, email: &str, total_cents: i64) -> Vec<u8> {
     serde_json::json!({"order_id": id, "email": email, "total_cents": total_cents}).to_string().into_bytes()
 }
 
-/// A record as Lambda hands it over: `data` on `partition_key` at `sequence` of shard 0.
+/// A record as Lambda hands it over: `data` on `partition_key`, the `sequence`th of shard 0.
 pub fn record(partition_key: &str, sequence: u64, data: &[u8]) -> KinesisEventRecord {
-    let mut record = KinesisEventRecord::default();
-    let sequence = format!("4959{sequence:052}");
-    record.event_source = Some("aws:kinesis".into());
-    record.event_name = Some("aws:kinesis:record".into());
-    record.event_id = Some(format!("shardId-000000000000:{sequence}"));
-    record.kinesis.partition_key = partition_key.into();
-    record.kinesis.sequence_number = sequence;
-    *record.kinesis.data = data.to_vec();
-    record
+    Batch::new().sequence_from(sequence).record(Record::new(partition_key, data)).build().records.remove(0)
 }
 
 /// What one invocation came to: the answer's checkpoint (the sequence numbers it names, at
@@ -120,7 +114,7 @@ impl<H: Handler<KinesisEventRecord>> Handler<KinesisEventRecord> for Recording<H
 /// One invocation of the Kinesis driver with `records`, as `main` serves the handler: its
 /// poison parked in a queue of the invocation's own, as `main` parks in `PARK_QUEUE_URL`.
 pub async fn deliver<H: Handler<KinesisEventRecord>>(handler: &H, records: &[KinesisEventRecord]) -> Delivered {
-    let park = ParkQueue::fresh(&Clients::local().await, "kinesis-park").await.expect("a park queue");
+    let park = ParkQueue::fresh("kinesis-park").await;
     deliver_parking_in(handler, records, park).await
 }
 
@@ -136,7 +130,7 @@ pub async fn deliver_parking_in<H: Handler<KinesisEventRecord>>(
     let recording = Recording::new(handler);
     let response = kinesis::process(&recording, LambdaEvent::new(event, Context::default()), &options).await;
     let checkpoint = response.batch_item_failures.iter().map(|f| f.item_identifier.clone().unwrap_or_default());
-    let mut parked = park.drain().await.expect("the park queue read back");
+    let mut parked = park.drain().await;
     parked.sort_by_key(|p| p.coordinates.to_string());
     Delivered { checkpoint: checkpoint.collect(), failed: recording.take(), parked }
 }

@@ -1,5 +1,8 @@
-//! What the projector's tests share: a fault that loses a transaction's answer, and reads.
+//! What the projector's tests share: a fault that loses a transaction's answer, reads, and a
+//! park queue ([`park`]).
 #![allow(dead_code)]
+
+pub mod park;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

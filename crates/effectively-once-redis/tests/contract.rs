@@ -1,9 +1,0 @@
-//! The store contract suite, against a real Redis (the local one, or `REDIS_URL`).
-
-mod common;
-
-async fn make() -> effectively_once_redis::RedisStore {
-    common::fresh_store("contract").await
-}
-
-effectively_once::store_contract_tests!(make);
