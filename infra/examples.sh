@@ -16,9 +16,9 @@
 # by the check of `cargo metadata` below), or when it resolves any crate to another version than
 # the workspace's lock holds.
 #
-# `--locked` cannot be used: the copied lock holds the whole workspace, and Cargo prunes what the
-# example does not use, which `--locked` counts as a change. The versions check below holds the
-# copy to the workspace's versions instead. Builds share target/examples (the SDK compiled once
+# The copied lock holds the whole workspace; the graph check below (`cargo metadata`) prunes it to
+# what the example uses and refuses any version the workspace's lock does not hold, so the build
+# after it runs `--locked`. Builds share target/examples (the SDK compiled once
 # for every example), with the workspace's debug settings (line tables only, none for
 # dependencies) to keep it small. Measured: a cold run compiles the SDK and the library once
 # (7.5 CPU-minutes; 38 minutes of wall time on 2 cores shared with other builds), a warm one

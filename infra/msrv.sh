@@ -43,6 +43,9 @@ import re, sys
 src, dst, members, prefix = sys.argv[1:5]
 text = open(src).read()
 text = re.sub(r'(?m)^members = \[.*\]$', f'members = [{members}]', text, count=1)
+# The root's [patch.crates-io] (the examples' library from the checkout) names every published
+# crate by path, and cargo loads a patch eagerly: here only the crate and its own are copied.
+text = re.sub(r'(?ms)^\[patch\.crates-io\]\n.*?(?=^\[|\Z)', '', text)
 text = re.sub(r'path = "crates/(effectively-once[a-z-]*)"',
               lambda m: f'path = "{prefix}crates/{m.group(1)}"', text)
 open(dst, "w").write(text)

@@ -29,7 +29,7 @@ mod schedule;
 mod writes;
 
 use effectively_once::{
-    Error, ErrorChain, ErrorKind, Idempotency, Key, Outcome, PayloadHash, StoreError, StoreErrorKind,
+    Error, ErrorChain, ErrorKind, Idempotency, Key, Outcome, PayloadHash, Retry, StoreError, StoreErrorKind,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -128,7 +128,7 @@ where
 fn state_of<R>(slot: &Slot<R>) -> Before {
     match slot {
         None => Before::Pending,
-        Some(Err(error)) if !error.is_verdict_on_the_message() => Before::Undecided,
+        Some(Err(error)) if error.retry() != Retry::Never => Before::Undecided,
         Some(_) => Before::Answered,
     }
 }
@@ -241,7 +241,7 @@ where
         for &index in unhashed {
             // Failed hashing, with no verdict on the message: its key, group and lane wait, as
             // for a failure in a transaction.
-            if matches!(&results[index], Some(Err(error)) if !error.is_verdict_on_the_message()) {
+            if matches!(&results[index], Some(Err(error)) if error.retry() != Retry::Never) {
                 passes.undecided(index);
             }
         }
@@ -253,7 +253,7 @@ where
             for &index in &pass.send {
                 match &results[index] {
                     Some(Ok(Outcome::Fresh(_))) => passes.taken(index),
-                    Some(Err(error)) if !error.is_verdict_on_the_message() => passes.undecided(index),
+                    Some(Err(error)) if error.retry() != Retry::Never => passes.undecided(index),
                     _ => {}
                 }
             }
@@ -352,7 +352,7 @@ where
                 continue;
             }
             let result = self.one(index).await;
-            if matches!(&result, Err(error) if !error.is_verdict_on_the_message()) {
+            if matches!(&result, Err(error) if error.retry() != Retry::Never) {
                 rounds.undecided(index);
             }
             results[index] = Some(result);
@@ -463,7 +463,7 @@ where
 /// Sets member `index`'s result; one that failed with no verdict on the message holds its
 /// group's and lane's later members back.
 fn answer<R>(results: &mut [Slot<R>], rounds: &mut Rounds<'_>, index: usize, result: Result<Outcome<R>, Error>) {
-    if matches!(&result, Err(error) if !error.is_verdict_on_the_message()) {
+    if matches!(&result, Err(error) if error.retry() != Retry::Never) {
         rounds.undecided(index);
     }
     results[index] = Some(result);
@@ -482,8 +482,7 @@ fn copy_error(key: &Key, error: &Error) -> Error {
         // A stored response too large to replay is the copy's answer too.
         ErrorKind::ResponseTooLarge => StoreError::new(StoreErrorKind::TooLarge, format!("{key}: {error}")).into(),
         _ => {
-            let kind =
-                if error.is_verdict_on_the_message() { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
+            let kind = if error.retry() == Retry::Never { StoreErrorKind::Other } else { StoreErrorKind::Unavailable };
             StoreError::new(kind, format!("{key}: the first copy in this batch failed: {error}")).into()
         }
     }

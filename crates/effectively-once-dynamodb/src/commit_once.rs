@@ -89,9 +89,9 @@ pub trait CommitOnce {
     ///   the members that would fail alone fail; a member whose own write failed does too;
     ///   conflicts back off (capped, jittered) and the rest is sent again as a batch, at most
     ///   [`MAX_ROUNDS`](crate::MAX_ROUNDS) rounds.
-    /// - In a group, a member that failed with no verdict on the message
-    ///   ([`Error::is_verdict_on_the_message`]: it is delivered again) holds back the group's
-    ///   later members, answered retryable, so none overtakes it.
+    /// - In a group, a member that failed with no verdict on the message (any
+    ///   [`Error::retry`] but [`Retry::Never`](effectively_once::Retry::Never): it is delivered
+    ///   again) holds back the group's later members, answered retryable, so none overtakes it.
     /// - A lane ([`crate::Member::in_lane`]: a topic-partition, a partition key) keeps its order
     ///   as a group does, across groups: groups that share a lane are one unit, sent in one
     ///   transaction (or, past the limits, cut in batch order, the rest sent once that part is
@@ -123,10 +123,10 @@ pub trait CommitOnce {
     /// its own that failed: a setting missing until a deploy, say). Such a member is sent
     /// nothing and its answer is returned as given, unless it is held back:
     ///
-    /// - one answered with a failure that is no verdict on the message
-    ///   ([`Error::is_verdict_on_the_message`]: it is delivered again) holds back the later
-    ///   members of its key and of its lane or, with no lane, of its group, each answered
-    ///   retryable, not started (a replay among them too), and each of those holds back its own
+    /// - one answered with a failure that is no verdict on the message (any [`Error::retry`]
+    ///   but [`Retry::Never`](effectively_once::Retry::Never): it is delivered again) holds back
+    ///   the later members of its key and of its lane or, with no lane, of its group, each
+    ///   answered retryable, not started (a replay among them too), and each of those holds back its own
     ///   key and lane (or group) in turn, so none overtakes it;
     /// - not its group in other lanes: it took part in no shared write, and a trigger orders
     ///   nothing across lanes, so that would stall lanes the failure never touched. (A member

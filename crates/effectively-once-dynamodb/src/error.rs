@@ -106,7 +106,7 @@ mod tests {
     }
 
     #[test]
-    fn operator_fixable_refusals_are_retryable_and_named() {
+    fn operator_fixable_refusals_wait_for_the_fix_and_are_named() {
         for code in [
             "ResourceNotFoundException",
             "AccessDeniedException",
@@ -114,7 +114,7 @@ mod tests {
             "ItemCollectionSizeLimitExceededException",
         ] {
             assert_eq!(kind(400, Some(code)), StoreErrorKind::Misconfigured, "{code}");
-            assert!(kind(400, Some(code)).is_retryable(), "{code}");
+            assert_eq!(kind(400, Some(code)).retry(), effectively_once::Retry::AfterFix, "{code}");
         }
         assert_eq!(kind(403, None), StoreErrorKind::Misconfigured);
     }
@@ -122,8 +122,8 @@ mod tests {
     #[test]
     fn a_verdict_on_the_request_stays_permanent() {
         assert_eq!(kind(400, Some("ValidationException")), StoreErrorKind::Other);
-        assert!(!kind(400, Some("SerializationException")).is_retryable());
-        assert!(!kind(400, None).is_retryable());
+        assert_eq!(kind(400, Some("SerializationException")).retry(), effectively_once::Retry::Never);
+        assert_eq!(kind(400, None).retry(), effectively_once::Retry::Never);
     }
 
     /// The store error names the operation and the status; the code and message are the SDK

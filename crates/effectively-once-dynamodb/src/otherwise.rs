@@ -261,7 +261,7 @@ mod tests {
             effectively_once::ErrorChain(&err).to_string(),
             "the condition of write 1 (an Update of table accounts) failed for take#two: no Tx::otherwise answers it"
         );
-        assert!(!err.is_retryable());
+        assert_eq!(err.retry(), effectively_once::Retry::AfterFix);
         let unknown = refused(&key, "write 7", None, "x");
         assert!(unknown.to_string().contains("write 7 (an action)"), "{unknown}");
     }

@@ -326,13 +326,13 @@ mod tests {
         }
     }
 
-    /// A full item collection waits for an operator (retryable), throttling is throttling, a
+    /// A full item collection waits for an operator (after a fix), throttling is throttling, a
     /// refused request is permanent, an unknown reason is no verdict on the message.
     #[test]
     fn each_failing_reason_is_a_store_error_kind() {
         let kind = |codes: &[&str]| Cancellation::of_codes(codes).failure();
         assert_eq!(kind(&["ItemCollectionSizeLimitExceeded", "None"]), StoreErrorKind::Misconfigured);
-        assert!(StoreErrorKind::Misconfigured.is_retryable());
+        assert_eq!(StoreErrorKind::Misconfigured.retry(), effectively_once::Retry::AfterFix);
         assert_eq!(kind(&["None", "ThrottlingError"]), StoreErrorKind::Throttled);
         assert_eq!(kind(&["ValidationError"]), StoreErrorKind::Other);
         assert_eq!(kind(&["Mystery"]), StoreErrorKind::Unavailable);

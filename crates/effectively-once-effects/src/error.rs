@@ -1,5 +1,6 @@
 //! The crate's errors: [`Error`], what a keyed effect returns, which callers branch on by
-//! variant and ask [`is_retryable`](Error::is_retryable); [`CallerError`], the caller's own
+//! variant and ask [`retry`](Error::retry) (the core's one classification, [`Retry`]);
+//! [`CallerError`], the caller's own
 //! error carried through it; and [`SendError`], an email provider's failure (re-exported from
 //! [`email`](crate::email), where senders produce it).
 //!
@@ -9,7 +10,7 @@
 
 use std::fmt;
 
-use effectively_once::StoreError;
+use effectively_once::{Retry, StoreError};
 use effectively_once_redact::redact_emails;
 
 /// Why an effect did not produce an outcome.
@@ -28,52 +29,42 @@ pub enum Error {
     /// The email provider failed in a way that may pass on retry (its marker was released, unless
     /// the message says the marker is still held: its release failed too).
     Email(SendError),
-    /// The caller's own error, with the caller's word on whether a retry may pass
-    /// ([`Error::caller`]).
+    /// The caller's own error, with the caller's word on what a retry can do ([`Error::caller`]).
     Caller(CallerError),
 }
 
 impl Error {
     /// The caller's own `error` (a validation failure, a business rule, a client of its own),
     /// carried through this crate's error so a handler has one error type to return and to
-    /// map to a record result; `retryable` says whether a later delivery of the same message
-    /// may succeed (false: a verdict on the message, reported permanent).
+    /// map to a record result; `retry` says what a later delivery of the same message can do
+    /// about it ([`Retry::Never`]: the message itself is at fault, and is given up).
     ///
     /// ```
+    /// use effectively_once::Retry;
     /// use effectively_once_effects::Error;
     ///
-    /// let invalid = Error::caller("order_id: missing", false);
-    /// assert!(!invalid.is_retryable());
+    /// let invalid = Error::caller("order_id: missing", Retry::Never);
+    /// assert_eq!(invalid.retry(), Retry::Never);
     /// assert_eq!(invalid.to_string(), "order_id: missing");
-    /// let busy = Error::caller(std::io::Error::other("inventory service unavailable"), true);
-    /// assert!(busy.is_retryable());
+    /// let busy = Error::caller(std::io::Error::other("inventory service unavailable"), Retry::Now);
+    /// assert_eq!(busy.retry(), Retry::Now);
     /// ```
-    pub fn caller(error: impl Into<Box<dyn std::error::Error + Send + Sync>>, retryable: bool) -> Self {
-        Error::Caller(CallerError { error: error.into(), retryable })
+    pub fn caller(error: impl Into<Box<dyn std::error::Error + Send + Sync>>, retry: Retry) -> Self {
+        Error::Caller(CallerError { error: error.into(), retry })
     }
 
-    /// Whether a later delivery of the same message may succeed.
-    pub fn is_retryable(&self) -> bool {
+    /// What a later delivery of the same message can do about it: the carried error's class.
+    /// [`Retry::Never`] for a key reused or invalid, the effect's own write refused for good
+    /// (its items too many, too large or invalid), a send refused for good, a caller's error it
+    /// called so. A once-only record the store refuses or cannot read back (a marker that no
+    /// longer deserialises, a request the store calls invalid) is [`Retry::AfterFix`]: that is
+    /// the store's or the deployment's fault, not the message's.
+    pub fn retry(&self) -> Retry {
         match self {
-            Error::Idempotency(error) => error.is_retryable(),
-            Error::Store(error) => error.is_retryable(),
-            Error::Email(error) => error.is_retryable(),
-            Error::Caller(error) => error.is_retryable(),
-        }
-    }
-
-    /// Whether this is a verdict on the message itself, which no later delivery, moment,
-    /// operator or deploy changes: a key reused or invalid, the effect's own write refused for
-    /// good (its items too many, too large or invalid), a send refused for good, a caller's
-    /// error it called not retryable. A once-only record the store refuses or cannot read back
-    /// (a marker that no longer deserialises, a request the store calls invalid) is not: that
-    /// is the store's or the deployment's fault, not the message's.
-    pub fn is_verdict_on_the_message(&self) -> bool {
-        match self {
-            Error::Idempotency(error) => error.is_verdict_on_the_message(),
-            Error::Store(error) => error.is_verdict_on_the_message(),
-            Error::Email(error) => !error.is_retryable(),
-            Error::Caller(error) => !error.is_retryable(),
+            Error::Idempotency(error) => error.retry(),
+            Error::Store(error) => error.retry(),
+            Error::Email(error) => error.retry(),
+            Error::Caller(error) => error.retry(),
         }
     }
 
@@ -134,13 +125,13 @@ impl From<CallerError> for Error {
 #[derive(Debug)]
 pub struct CallerError {
     error: Box<dyn std::error::Error + Send + Sync>,
-    retryable: bool,
+    retry: Retry,
 }
 
 impl CallerError {
-    /// Whether the caller said a later delivery may succeed.
-    pub fn is_retryable(&self) -> bool {
-        self.retryable
+    /// What the caller said a later delivery can do about it.
+    pub fn retry(&self) -> Retry {
+        self.retry
     }
 
     /// The caller's error, to inspect (`downcast_ref`).
@@ -167,31 +158,24 @@ impl std::error::Error for CallerError {
 }
 
 /// The one mapping of an effect's failure to a record's, for every function that runs effects
-/// under a batch driver:
+/// under a batch driver: the record fails in the error's own class ([`Error::retry`]):
 ///
-/// - another attempt holds the key ([`ErrorKind::InProgress`](effectively_once::ErrorKind::InProgress)): in progress elsewhere, and a
-///   later delivery replays its outcome;
-/// - a verdict on the message itself ([`Error::is_verdict_on_the_message`], a caller's error
-///   it called not retryable included): permanent;
-/// - anything else: retryable. Throttling, an unreachable store or provider, an account the
-///   provider blocks, and a fault of the store or the deployment, which a moment, an operator
-///   or a deploy fixes: reported permanent, the SQS FIFO driver would go on with the group
-///   past it and the stream driver past the record, for good.
+/// - another attempt holds the key ([`ErrorKind::InProgress`](effectively_once::ErrorKind::InProgress)):
+///   [`Retry::InProgressElsewhere`], and a later delivery replays its outcome;
+/// - the message itself at fault (a caller's error it called so included): [`Retry::Never`],
+///   given up;
+/// - anything else is kept: throttling, an unreachable store or provider ([`Retry::Now`]), an
+///   account the provider blocks, and a fault of the store or the deployment, which an
+///   operator or a deploy fixes ([`Retry::AfterFix`]): given up, the SQS FIFO driver would go
+///   on with the group past it and the stream driver past the record, for good.
 ///
 /// The reason is the whole chain ([`ErrorChain`](effectively_once::ErrorChain)); no address
 /// is in it (send errors are redacted when made).
 #[cfg(feature = "lambda")]
 impl From<Error> for effectively_once_lambda::RecordError {
     fn from(error: Error) -> Self {
-        use effectively_once_lambda::RecordError;
         let reason = effectively_once::ErrorChain(&error).to_string();
-        match &error {
-            Error::Idempotency(cause) if cause.kind() == effectively_once::ErrorKind::InProgress => {
-                RecordError::in_progress_elsewhere(reason)
-            }
-            _ if error.is_verdict_on_the_message() => RecordError::permanent(reason),
-            _ => RecordError::retryable(reason),
-        }
+        effectively_once_lambda::RecordError::new(error.retry(), reason)
     }
 }
 
@@ -199,24 +183,36 @@ impl From<Error> for effectively_once_lambda::RecordError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SendErrorKind {
-    /// The provider shed load; the message was not accepted. Retryable.
+    /// The provider shed load; the message was not accepted. [`Retry::Now`].
     Throttled,
     /// The provider did not process the request (it gave up reading it, or a sender knows it
-    /// was never reached): nothing was sent. Retryable. (SES's own 5xx answers are
+    /// was never reached): nothing was sent. [`Retry::Now`]. (SES's own 5xx answers are
     /// [`Ambiguous`](Self::Ambiguous): a server error says nothing of whether the message left.)
     Unavailable,
     /// The request may have been accepted: it timed out, its answer was lost, or the provider
-    /// failed on its side (a 5xx). Under [`Policy::AtMostOnce`](crate::Policy::AtMostOnce) never resent.
+    /// failed on its side (a 5xx). [`Retry::Now`]; under
+    /// [`Policy::AtMostOnce`](crate::Policy::AtMostOnce) never resent.
     Ambiguous,
     /// The provider refused this message for good (rejected content or recipient, invalid
-    /// input). Permanent: recorded, not retried.
+    /// input). [`Retry::Never`]: recorded, not retried.
     Rejected,
     /// The provider refused to send anything for this account or configuration: sending paused,
     /// account suspended, sender or mail-from domain not verified, configuration set or identity
     /// not found, sending quota spent, credentials or permissions refused. No verdict on this
-    /// message: retryable, once an operator (or time) clears the condition, which is raised
-    /// for them.
+    /// message: [`Retry::AfterFix`], it passes once an operator (or time) clears the condition,
+    /// which is raised for them.
     Blocked,
+}
+
+impl SendErrorKind {
+    /// What a later delivery of the message can do about it: each kind's one class.
+    pub fn retry(self) -> Retry {
+        match self {
+            SendErrorKind::Throttled | SendErrorKind::Unavailable | SendErrorKind::Ambiguous => Retry::Now,
+            SendErrorKind::Blocked => Retry::AfterFix,
+            SendErrorKind::Rejected => Retry::Never,
+        }
+    }
 }
 
 /// An email provider's failure.
@@ -236,9 +232,9 @@ impl SendError {
         SendError { kind, message: redact_emails(&message.into()) }
     }
 
-    /// Whether a retry may succeed.
-    pub fn is_retryable(&self) -> bool {
-        self.kind != SendErrorKind::Rejected
+    /// What a later delivery of the message can do about it ([`SendErrorKind::retry`]).
+    pub fn retry(&self) -> Retry {
+        self.kind.retry()
     }
 }
 
@@ -265,22 +261,33 @@ mod tests {
     use super::*;
 
     /// The business write's own refusal for good (too large, a request the store calls invalid)
-    /// is a verdict; a condition the caller's write held on, or the caller's misuse of the API,
-    /// is the data's or the code's, never the message's: the message waits for the fix.
+    /// gives the message up; a condition the caller's write held on, or the caller's misuse of
+    /// the API, is the data's or the code's, never the message's: the message waits for the fix.
     #[test]
-    fn only_a_write_refused_for_good_is_a_verdict_among_store_errors() {
+    fn only_a_write_refused_for_good_gives_the_message_up_among_store_errors() {
         let store = |kind| Error::Store(effectively_once::StoreError::new(kind, "write 1 refused"));
-        assert!(store(StoreErrorKind::TooLarge).is_verdict_on_the_message());
-        assert!(store(StoreErrorKind::Other).is_verdict_on_the_message());
-        for kind in [
-            StoreErrorKind::ConditionFailed,
-            StoreErrorKind::Misuse,
-            StoreErrorKind::Misconfigured,
-            StoreErrorKind::Unavailable,
-            StoreErrorKind::Throttled,
-            StoreErrorKind::Fenced,
-        ] {
-            assert!(!store(kind).is_verdict_on_the_message(), "{kind:?}");
+        assert_eq!(store(StoreErrorKind::TooLarge).retry(), Retry::Never);
+        assert_eq!(store(StoreErrorKind::Other).retry(), Retry::Never);
+        for kind in [StoreErrorKind::ConditionFailed, StoreErrorKind::Misuse, StoreErrorKind::Misconfigured] {
+            assert_eq!(store(kind).retry(), Retry::AfterFix, "{kind:?}");
+        }
+        for kind in [StoreErrorKind::Unavailable, StoreErrorKind::Throttled, StoreErrorKind::Fenced] {
+            assert_eq!(store(kind).retry(), Retry::Now, "{kind:?}");
+        }
+    }
+
+    /// Every send kind's one class, pinned: only a refusal for good gives the message up.
+    #[test]
+    fn every_send_kind_has_one_retry_class() {
+        let kinds = [
+            (SendErrorKind::Throttled, Retry::Now),
+            (SendErrorKind::Unavailable, Retry::Now),
+            (SendErrorKind::Ambiguous, Retry::Now),
+            (SendErrorKind::Blocked, Retry::AfterFix),
+            (SendErrorKind::Rejected, Retry::Never),
+        ];
+        for (kind, class) in kinds {
+            assert_eq!(Error::Email(SendError::new(kind, "no")).retry(), class, "{kind:?}");
         }
     }
 
@@ -302,7 +309,7 @@ mod tests {
             Error::Idempotency(effectively_once::Error::from(store)),
             Error::from(effectively_once::Key::new("email", "").unwrap_err()),
             Error::Email(SendError::new(SendErrorKind::Throttled, "Maximum sending rate exceeded.")),
-            Error::caller(std::io::Error::other("order_id: missing"), false),
+            Error::caller(std::io::Error::other("order_id: missing"), Retry::Never),
         ];
         for err in &errors {
             let messages = chain(err);
@@ -326,26 +333,27 @@ mod tests {
     #[cfg(feature = "lambda")]
     #[test]
     fn effect_errors_map_to_record_errors_in_one_place() {
-        use effectively_once_lambda::{RecordError, Retry};
+        use effectively_once_lambda::RecordError;
         let retry = |e: Error| RecordError::from(e).retry;
         let fault = |kind| Error::Store(StoreError::new(kind, "refused"));
-        assert_eq!(retry(fault(StoreErrorKind::Other)), Retry::Permanent, "the effect's own write refused");
-        assert_eq!(retry(fault(StoreErrorKind::TooLarge)), Retry::Permanent);
-        assert_eq!(retry(fault(StoreErrorKind::Throttled)), Retry::Retryable);
-        assert_eq!(retry(fault(StoreErrorKind::Misconfigured)), Retry::Retryable);
+        assert_eq!(retry(fault(StoreErrorKind::Other)), Retry::Never, "the effect's own write refused");
+        assert_eq!(retry(fault(StoreErrorKind::TooLarge)), Retry::Never);
+        assert_eq!(retry(fault(StoreErrorKind::Throttled)), Retry::Now);
+        assert_eq!(retry(fault(StoreErrorKind::Misconfigured)), Retry::AfterFix);
         // A once-only record the store refuses: the store's fault, not the message's.
         let marker = |kind| Error::Idempotency(effectively_once::Error::from(StoreError::new(kind, "refused")));
-        assert_eq!(retry(marker(StoreErrorKind::Other)), Retry::Retryable);
-        assert_eq!(retry(marker(StoreErrorKind::Malformed)), Retry::Retryable);
-        assert_eq!(retry(Error::from(effectively_once::Key::new("email", "").unwrap_err())), Retry::Permanent);
-        let invalid = RecordError::from(Error::caller("order_id: missing", false));
-        assert_eq!(invalid.retry, Retry::Permanent, "the caller's verdict on the message");
+        assert_eq!(retry(marker(StoreErrorKind::Other)), Retry::AfterFix);
+        assert_eq!(retry(marker(StoreErrorKind::Malformed)), Retry::AfterFix);
+        assert_eq!(retry(Error::from(effectively_once::Key::new("email", "").unwrap_err())), Retry::Never);
+        let invalid = RecordError::from(Error::caller("order_id: missing", Retry::Never));
+        assert_eq!(invalid.retry, Retry::Never, "the caller's verdict on the message");
         assert_eq!(invalid.reason, "order_id: missing");
-        let busy = RecordError::from(Error::caller(std::io::Error::other("inventory unavailable"), true));
-        assert_eq!(busy.retry, Retry::Retryable, "the caller said a retry may pass");
-        for kind in [SendErrorKind::Blocked, SendErrorKind::Throttled, SendErrorKind::Unavailable] {
-            assert_eq!(retry(Error::Email(SendError::new(kind, "no"))), Retry::Retryable, "{kind:?}");
+        let busy = RecordError::from(Error::caller(std::io::Error::other("inventory unavailable"), Retry::Now));
+        assert_eq!(busy.retry, Retry::Now, "the caller said a retry may pass");
+        for kind in [SendErrorKind::Throttled, SendErrorKind::Unavailable] {
+            assert_eq!(retry(Error::Email(SendError::new(kind, "no"))), Retry::Now, "{kind:?}");
         }
+        assert_eq!(retry(Error::Email(SendError::new(SendErrorKind::Blocked, "no"))), Retry::AfterFix);
         let chained = RecordError::from(marker(StoreErrorKind::Unavailable));
         assert_eq!(chained.reason, "idempotency store failed: store Unavailable: refused", "the whole chain");
     }

@@ -62,8 +62,9 @@
 //!
 //! One error type, [`Error`]: the once-only record's ([`Error::Idempotency`]), an effect's own
 //! write ([`Error::Store`]), the provider's ([`Error::Email`]), and the caller's own
-//! ([`Error::caller`], with its word on whether a retry may pass), so a handler that runs
-//! effects returns one type. [`Error::is_retryable`] answers "retry or give up?"; with the
+//! ([`Error::caller`], with its word on what a retry can do), so a handler that runs effects
+//! returns one type. [`Error::retry`] answers "retry or give up?" in the core's one
+//! classification ([`Retry`](effectively_once::Retry)); with the
 //! `lambda` feature, `RecordError::from` maps it to a batch driver's record result.
 //!
 //! # Features

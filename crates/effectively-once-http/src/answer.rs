@@ -30,7 +30,7 @@ pub const RESPONSE_TOO_LARGE: &str = "response_too_large";
 ///
 /// The body is kept byte for byte (as text when it is UTF-8, else base64), so a replay is the
 /// first answer's bytes; only the headers the layer was told to keep are stored
-/// ([`IdempotencyLayer::store_headers`](crate::IdempotencyLayer::store_headers)).
+/// ([`IdempotencyKeyLayer::store_headers`](crate::IdempotencyKeyLayer::store_headers)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "Stored")]
 pub struct Answer {

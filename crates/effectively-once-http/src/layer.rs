@@ -1,4 +1,4 @@
-//! [`IdempotencyLayer`]: a route's settings, and the tower `Layer` that applies them.
+//! [`IdempotencyKeyLayer`]: a route's settings, and the tower `Layer` that applies them.
 
 use std::sync::Arc;
 
@@ -9,9 +9,9 @@ use tower_layer::Layer;
 
 use crate::fingerprint::{Canonical, Fingerprint};
 use crate::key::{Scope, Unscoped};
-use crate::service::Idempotent;
+use crate::service::IdempotencyKeyService;
 
-/// The largest request body read unless [`IdempotencyLayer::max_body_bytes`] says otherwise.
+/// The largest request body read unless [`IdempotencyKeyLayer::max_body_bytes`] says otherwise.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
 
 type Deadline = Arc<dyn Fn(&Parts) -> Option<u64> + Send + Sync>;
@@ -22,16 +22,16 @@ type Stored = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
 ///
 /// ```
 /// use effectively_once::{Config, Idempotency, InMemoryStore};
-/// use effectively_once_http::IdempotencyLayer;
+/// use effectively_once_http::IdempotencyKeyLayer;
 /// use http::{Method, StatusCode};
 ///
-/// let layer = IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), Config::default()), "orders")
+/// let layer = IdempotencyKeyLayer::new(Idempotency::new(InMemoryStore::new(), Config::default()), "orders")
 ///     .methods([Method::POST])
 ///     .store_status(|status: StatusCode| status.is_success())
 ///     .max_body_bytes(16 * 1024);
 /// # let _ = layer;
 /// ```
-pub struct IdempotencyLayer<S> {
+pub struct IdempotencyKeyLayer<S> {
     pub(crate) shared: Arc<Shared<S>>,
 }
 
@@ -66,15 +66,15 @@ impl<S> Clone for Shared<S> {
     }
 }
 
-impl<S> Clone for IdempotencyLayer<S> {
+impl<S> Clone for IdempotencyKeyLayer<S> {
     fn clone(&self) -> Self {
-        IdempotencyLayer { shared: self.shared.clone() }
+        IdempotencyKeyLayer { shared: self.shared.clone() }
     }
 }
 
-impl<S> std::fmt::Debug for IdempotencyLayer<S> {
+impl<S> std::fmt::Debug for IdempotencyKeyLayer<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdempotencyLayer")
+        f.debug_struct("IdempotencyKeyLayer")
             .field("prefix", &self.shared.prefix)
             .field("methods", &self.shared.methods)
             .field("max_body_bytes", &self.shared.max_body_bytes)
@@ -83,7 +83,7 @@ impl<S> std::fmt::Debug for IdempotencyLayer<S> {
     }
 }
 
-impl<S: Store> IdempotencyLayer<S> {
+impl<S: Store> IdempotencyKeyLayer<S> {
     /// Records under `prefix` (`{prefix}#{scope}:{key}`) in `idempotency`'s store, with its
     /// dedup window and lease. The defaults: `POST` and `PATCH` only; 2xx and 3xx answers
     /// stored (the handler did its work; a 4xx a framework's extractor answers before the
@@ -96,7 +96,7 @@ impl<S: Store> IdempotencyLayer<S> {
     /// When `prefix` is not 1 to 64 characters from `[A-Za-z0-9._-]` (a record key's prefix).
     pub fn new(idempotency: Idempotency<S>, prefix: &str) -> Self {
         effectively_once::Key::new(prefix, "k").expect("the prefix is 1 to 64 characters from [A-Za-z0-9._-]");
-        IdempotencyLayer {
+        IdempotencyKeyLayer {
             shared: Arc::new(Shared {
                 idempotency,
                 prefix: prefix.to_owned(),
@@ -127,7 +127,7 @@ impl<S: Store> IdempotencyLayer<S> {
     /// others, a 5xx holds the key as a crash does (the handler may have done its work: no
     /// other body runs under it, and this body's retry takes over after the lease) and a 4xx
     /// releases it (refused before any effect: the corrected retry runs), unless the handler
-    /// says otherwise ([`Disposition`](crate::Disposition)).
+    /// says otherwise ([`OnAnswer`](crate::OnAnswer)).
     pub fn store_status(self, stored: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
         self.with(|shared| shared.stored = Arc::new(stored))
     }
@@ -182,15 +182,15 @@ impl<S: Store> IdempotencyLayer<S> {
 
 /// Stored when the handler did its work: 2xx and 3xx (Stripe's rule: a result is stored only
 /// when the endpoint executed). A route whose handler answers a 4xx of its own that must
-/// replay (a declined card) opts in with [`IdempotencyLayer::store_status`].
+/// replay (a declined card) opts in with [`IdempotencyKeyLayer::store_status`].
 fn default_stored(status: StatusCode) -> bool {
     status.is_success() || status.is_redirection()
 }
 
-impl<S, Svc> Layer<Svc> for IdempotencyLayer<S> {
-    type Service = Idempotent<Svc, S>;
+impl<S, Svc> Layer<Svc> for IdempotencyKeyLayer<S> {
+    type Service = IdempotencyKeyService<Svc, S>;
 
     fn layer(&self, inner: Svc) -> Self::Service {
-        Idempotent { inner, shared: self.shared.clone() }
+        IdempotencyKeyService { inner, shared: self.shared.clone() }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | first, with a key | the handler's answer; stored when its status is ([`IdempotencyLayer::store_status`]) |
+//! | first, with a key | the handler's answer; stored when its status is ([`IdempotencyKeyLayer::store_status`]) |
 //! | same key, same body | the stored status, headers and body, plus `Idempotent-Replayed: true` |
 //! | same key, other body | `422 {"error": "idempotency_key_reused", ...}` |
 //! | same key, first still in flight | `409 {"error": "request_in_progress", ...}` with `Retry-After` (seconds to the lease end) |
@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use effectively_once::{Config, Idempotency, InMemoryStore};
-//! use effectively_once_http::IdempotencyLayer;
+//! use effectively_once_http::IdempotencyKeyLayer;
 //! use bytes::Bytes;
 //! use http::{Request, Response, StatusCode};
 //! use http_body_util::Full;
@@ -32,7 +32,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let layer = IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), Config::default()), "orders");
+//! let layer = IdempotencyKeyLayer::new(Idempotency::new(InMemoryStore::new(), Config::default()), "orders");
 //! let orders = layer.layer(service_fn(|_request: Request<Full<Bytes>>| async {
 //!     let mut response = Response::new(Full::<Bytes>::from(r#"{"order": 1}"#));
 //!     *response.status_mut() = StatusCode::CREATED;
@@ -47,7 +47,7 @@
 //! ```
 //!
 //! Under axum, put the layer on a route (`post(handler).layer(layer)`); under `lambda_http`,
-//! around the function's service, with [`IdempotencyLayer::lambda_deadline`] (feature
+//! around the function's service, with [`IdempotencyKeyLayer::lambda_deadline`] (feature
 //! `lambda`) so leases end at the invocation's deadline. Body types are generic: any
 //! `http_body::Body` that can be built `From<String>` and `From<Vec<u8>>`; a response body is
 //! also a [`ResponseBody`] (`Full<Bytes>`; axum's under feature `axum`; `lambda_http::Body`
@@ -56,11 +56,11 @@
 //!
 //! # Per route
 //!
-//! One layer per route, each with its own [`IdempotencyLayer::methods`] (default `POST` and
-//! `PATCH`; others pass through untouched), [`store_status`](IdempotencyLayer::store_status),
-//! [`scope`](IdempotencyLayer::scope) (each caller's keys apart: an IAM principal, a hashed
-//! token), [`fingerprint`](IdempotencyLayer::fingerprint), [`max_body_bytes`](IdempotencyLayer::max_body_bytes)
-//! and [`store_headers`](IdempotencyLayer::store_headers). The record of a key is
+//! One layer per route, each with its own [`IdempotencyKeyLayer::methods`] (default `POST` and
+//! `PATCH`; others pass through untouched), [`store_status`](IdempotencyKeyLayer::store_status),
+//! [`scope`](IdempotencyKeyLayer::scope) (each caller's keys apart: an IAM principal, a hashed
+//! token), [`fingerprint`](IdempotencyKeyLayer::fingerprint), [`max_body_bytes`](IdempotencyKeyLayer::max_body_bytes)
+//! and [`store_headers`](IdempotencyKeyLayer::store_headers). The record of a key is
 //! `{prefix}#{scope}:{key}` (`{prefix}#{key}` on a route without a scope, `{prefix}#:{key}` for
 //! a request a route's scope leaves unscoped; a hashed scope is `#` and hex digits, which no
 //! plain scope spells); the handler finds the validated key in the request's extensions
@@ -80,9 +80,9 @@
 //! its answer after; a replay costs one request. The handler, and the reading of its answer,
 //! are bounded by the lease, as `Idempotency::run` bounds a handler: past it a retry may take
 //! the key over, so the handler is cut off. The handler's answer is stored when its status is
-//! stored ([`IdempotencyLayer::store_status`]; by default 2xx and 3xx: a result is stored only
+//! stored ([`IdempotencyKeyLayer::store_status`]; by default 2xx and 3xx: a result is stored only
 //! when the handler ran), and otherwise the key is **released**, so a retry runs again. A handler whose failure
-//! may have had an effect (a call downstream timed out) says so with [`Disposition::Hold`] in
+//! may have had an effect (a call downstream timed out) says so with [`OnAnswer::Hold`] in
 //! the response's extensions: the key stays in progress until its lease ends (retries get
 //! `409`; the answer gets `Retry-After`), then the same body may run again, and another body is
 //! refused. A handler that returns an `Err` is held the same way, as a crash is. The handler
@@ -95,7 +95,7 @@
 //! holds the key until its lease ends, and then that body's retry takes the key over (one
 //! claim, one run, its answer stored). The rules are pure functions in
 //! [`rules`], explored by the workspace's protocol model. Leases are the store's (the
-//! `Config`'s, bounded by [`IdempotencyLayer::deadline`]); the dedup window is the `Config`'s.
+//! `Config`'s, bounded by [`IdempotencyKeyLayer::deadline`]); the dedup window is the `Config`'s.
 //!
 //! `IDEMPOTENCY_DISABLED` does not turn this layer off: like `Idempotency::begin`, on which it
 //! is built, it keeps the key's binding to its body.
@@ -118,5 +118,5 @@ pub use crate::answer::{
 pub use crate::body::{Prefixed, ResponseBody};
 pub use crate::fingerprint::{canonical_payload, request_payload, Canonical, Fingerprint};
 pub use crate::key::{hashed, scope_name, IdempotencyKey, Scope, Unscoped, HEADER, MAX_KEY, MAX_SCOPE};
-pub use crate::layer::{IdempotencyLayer, DEFAULT_MAX_BODY_BYTES};
-pub use crate::service::{Disposition, Idempotent, REPLAYED};
+pub use crate::layer::{IdempotencyKeyLayer, DEFAULT_MAX_BODY_BYTES};
+pub use crate::service::{IdempotencyKeyService, OnAnswer, REPLAYED};

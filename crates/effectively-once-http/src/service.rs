@@ -1,4 +1,4 @@
-//! [`Idempotent`]: the service the layer makes. It bounds and reads the body, validates the key,
+//! [`IdempotencyKeyService`]: the service the layer makes. It bounds and reads the body, validates the key,
 //! claims it, runs the handler and stores its answer; or replays, or refuses.
 
 use std::future::Future;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use effectively_once::{Attempt, Begin, ErrorChain, ErrorKind, Idempotency, Lookup, Replaced, Store};
+use effectively_once::{Attempt, Begin, ErrorChain, ErrorKind, Idempotency, Lookup, Replaced, Retry, Store};
 use effectively_once_redact::redact_emails;
 use http::request::Parts;
 use http::{header, HeaderValue, Request, Response, StatusCode};
@@ -29,10 +29,10 @@ pub const REPLAYED: &str = "idempotent-replayed";
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What becomes of a key after the handler's answer, when the handler says so in the
-/// response's extensions; without it, [`IdempotencyLayer::store_status`](crate::IdempotencyLayer::store_status)
+/// response's extensions; without it, [`IdempotencyKeyLayer::store_status`](crate::IdempotencyKeyLayer::store_status)
 /// decides between `Store` and `Release`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
+pub enum OnAnswer {
     /// Store the answer: retries of the same body are answered it.
     Store,
     /// Nothing was done: free the key, so a retry (any body) runs again. On a key taken over
@@ -44,25 +44,28 @@ pub enum Disposition {
     Hold,
 }
 
-/// A service with `Idempotency-Key` semantics, made by [`IdempotencyLayer`](crate::IdempotencyLayer).
-pub struct Idempotent<Svc, S> {
+/// A service with `Idempotency-Key` semantics, made by [`IdempotencyKeyLayer`](crate::IdempotencyKeyLayer).
+pub struct IdempotencyKeyService<Svc, S> {
     pub(crate) inner: Svc,
     pub(crate) shared: Arc<Shared<S>>,
 }
 
-impl<Svc: Clone, S> Clone for Idempotent<Svc, S> {
+impl<Svc: Clone, S> Clone for IdempotencyKeyService<Svc, S> {
     fn clone(&self) -> Self {
-        Idempotent { inner: self.inner.clone(), shared: self.shared.clone() }
+        IdempotencyKeyService { inner: self.inner.clone(), shared: self.shared.clone() }
     }
 }
 
-impl<Svc: std::fmt::Debug, S> std::fmt::Debug for Idempotent<Svc, S> {
+impl<Svc: std::fmt::Debug, S> std::fmt::Debug for IdempotencyKeyService<Svc, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idempotent").field("inner", &self.inner).field("prefix", &self.shared.prefix).finish()
+        f.debug_struct("IdempotencyKeyService")
+            .field("inner", &self.inner)
+            .field("prefix", &self.shared.prefix)
+            .finish()
     }
 }
 
-impl<Svc, S> Idempotent<Svc, S> {
+impl<Svc, S> IdempotencyKeyService<Svc, S> {
     /// Answers one request, as `ServiceExt::oneshot` would, without the boxing the
     /// [`Service`] impl needs (which asks for `'static` types): for a caller that owns the
     /// service (a handler that builds it per request) or whose store type is a generic
@@ -84,7 +87,7 @@ impl<Svc, S> Idempotent<Svc, S> {
     }
 }
 
-impl<Svc, S, ReqB, ResB> Service<Request<ReqB>> for Idempotent<Svc, S>
+impl<Svc, S, ReqB, ResB> Service<Request<ReqB>> for IdempotencyKeyService<Svc, S>
 where
     Svc: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     Svc::Future: Send,
@@ -160,7 +163,7 @@ where
             }
             Err(e) if e.kind() == ErrorKind::KeyReused => return self.reused(prepared).await,
             Err(e) if e.kind() == ErrorKind::InProgress => return Ok(self.shared.in_progress(&prepared.key).await),
-            Err(e) if e.is_retryable() => return Ok(unavailable(&record_key, &e)),
+            Err(e) if e.retry() == Retry::Now => return Ok(unavailable(&record_key, &e)),
             // The handler answered, too large to keep: its work is done and is not run again.
             Err(e) if e.kind() == ErrorKind::ResponseTooLarge => {
                 let message = "the answer to this request was too large to keep, and is not repeated";
@@ -217,7 +220,7 @@ where
     }
 
     /// Runs the handler under the key `attempt` holds, within its lease, then stores its
-    /// answer, releases the key or holds it, as the answer's [`Disposition`] says.
+    /// answer, releases the key or holds it, as the answer's [`OnAnswer`] says.
     ///
     /// The handler, and the reading of an answer to store, are cut off when the lease ends, as
     /// `Idempotency::run` cuts a handler off: after it, a retry may take the key over and run,
@@ -239,26 +242,26 @@ where
             Some(Ok(response)) => response,
             Some(Err(e)) => {
                 // No answer to store: as a crash would, unless nothing was done for sure.
-                Shared::settle(idempotency, attempt, Disposition::Hold, &record_key).await;
+                Shared::settle(idempotency, attempt, OnAnswer::Hold, &record_key).await;
                 return Err(e);
             }
         };
-        let disposition = response.extensions().get::<Disposition>().copied().unwrap_or_else(|| {
+        let disposition = response.extensions().get::<OnAnswer>().copied().unwrap_or_else(|| {
             if (self.shared.stored)(response.status()) {
-                Disposition::Store
+                OnAnswer::Store
             } else if response.status().is_server_error() {
                 // A 5xx may come after the handler did its work (axum answers a handler's
                 // failure, or a caught panic, as a 500, never an `Err`): held as a crash is, so
                 // no other body runs under the key, and this body's retry takes over after the
                 // lease.
-                Disposition::Hold
+                OnAnswer::Hold
             } else {
                 // A 4xx not stored: the request was refused before any effect (a framework's
                 // extractor, the handler's validation). The corrected retry runs.
-                Disposition::Release
+                OnAnswer::Release
             }
         });
-        if disposition != Disposition::Store {
+        if disposition != OnAnswer::Store {
             let seconds = Shared::settle(idempotency, attempt, disposition, &record_key).await;
             let mut response = response;
             if let Some(seconds) = seconds {
@@ -275,7 +278,7 @@ where
             Some(Ok(read)) => read,
             Some(Err(e)) => {
                 tracing::error!(key = %record_key, error = %redact_emails(&ErrorChain(&*e).to_string()), "the handler's answer could not be read; the key is held");
-                Shared::settle(idempotency, attempt, Disposition::Hold, &record_key).await;
+                Shared::settle(idempotency, attempt, OnAnswer::Hold, &record_key).await;
                 let answer = Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the answer was lost");
                 return Ok(answer.into_response());
             }
@@ -372,10 +375,10 @@ impl<S: Store> Shared<S> {
     async fn settle(
         idempotency: &Idempotency<S>,
         attempt: Attempt,
-        disposition: Disposition,
+        disposition: OnAnswer,
         record_key: &effectively_once::Key,
     ) -> Option<u64> {
-        match rules::on_failure(disposition == Disposition::Release, attempt.what_it_replaced()) {
+        match rules::on_failure(disposition == OnAnswer::Release, attempt.what_it_replaced()) {
             OnFailure::Release => {
                 if let Err(e) = idempotency.release(attempt).await {
                     tracing::warn!(key = %record_key, error = %redact_emails(&ErrorChain(&e).to_string()), "release failed; the key waits for its lease");

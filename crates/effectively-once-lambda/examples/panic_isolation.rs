@@ -4,7 +4,7 @@
 //! when the batch response names exactly the panicking record.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use effectively_once_lambda::{sqs, Disposition, RecordResult};
+use effectively_once_lambda::{sqs, Handled, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 struct PanicsOnThird;
@@ -15,7 +15,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for PanicsOnThird {
         if message.message_id.as_deref() == Some("m-3") {
             panic!("cannot post {}", message.body.as_deref().unwrap_or_default());
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

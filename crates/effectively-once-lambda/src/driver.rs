@@ -426,7 +426,7 @@ fn too_late(context: &Context, options: &Options) -> bool {
 /// Whether a result leaves the record to take effect on a later delivery: the rest of its
 /// ordered group waits for it. A permanent failure holds nothing back: it never takes effect.
 pub(crate) fn may_take_effect_later(result: &RecordResult) -> bool {
-    result.as_ref().is_err_and(|e| e.retry != Retry::Permanent)
+    result.as_ref().is_err_and(|e| e.retry != Retry::Never)
 }
 
 /// A record held back behind `earlier`, its group's failure: reported failed (SQS) or after the
@@ -672,7 +672,7 @@ async fn settle<T: Trigger>(
 ) -> u64 {
     let Some(trigger) = T::PARKS else { return 0 };
     let poisoned: Vec<usize> =
-        (0..results.len()).filter(|&at| results[at].as_ref().is_err_and(|e| e.retry == Retry::Permanent)).collect();
+        (0..results.len()).filter(|&at| results[at].as_ref().is_err_and(|e| e.retry == Retry::Never)).collect();
     if poisoned.is_empty() {
         return 0;
     }
@@ -802,8 +802,8 @@ fn log<R: Record>(result: &RecordResult) {
         Err(error) => {
             let reason = redact_emails(&error.reason);
             match error.retry {
-                Retry::Permanent => tracing::error!(reason, "{}", R::PERMANENT),
-                Retry::Retryable | Retry::InProgressElsewhere => {
+                Retry::Never => tracing::error!(reason, "{}", R::PERMANENT),
+                Retry::Now | Retry::InProgressElsewhere | Retry::AfterFix => {
                     tracing::warn!(retry = ?error.retry, reason, "{}", R::RETRY)
                 }
             }

@@ -122,7 +122,7 @@ driver::entry_points! {
     /// retry; either way nothing after the failure is lost, and records after it that took
     /// effect come back and are answered as duplicates.
     ///
-    /// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a value that does not decode, a
+    /// A [`Retry::Never`](crate::Retry::Never) failure (a value that does not decode, a
     /// key reused) is logged at error, counted, parked in the [`Options`]' park destination
     /// ([`crate::park`]) and then not named: a retry cannot change it, and a partition held there
     /// would stall until the mapping's retries or record age give up. A park that fails makes it
@@ -212,7 +212,7 @@ fn respond(records: &[KafkaRecord], results: &[RecordResult]) -> KafkaEventRespo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Disposition, RecordError};
+    use crate::{Handled, RecordError};
 
     fn at(partition: i64, offset: i64) -> KafkaRecord {
         let mut record = KafkaRecord::default();
@@ -229,12 +229,12 @@ mod tests {
     fn every_record_of_a_partition_from_its_first_retryable_failure_is_named() {
         let records = [at(0, 10), at(0, 11), at(0, 12), at(0, 13), at(1, 4), at(1, 5)];
         let results = [
-            Ok(Disposition::Applied),
+            Ok(Handled::Applied),
             Err(RecordError::retryable("throttled")),
-            Ok(Disposition::Applied),
+            Ok(Handled::Applied),
             Err(RecordError::permanent("not an order")),
             Err(RecordError::permanent("not an order")),
-            Ok(Disposition::Applied),
+            Ok(Handled::Applied),
         ];
         let named: Vec<(String, i64)> = respond(&records, &results)
             .batch_item_failures

@@ -57,7 +57,7 @@ driver::entry_points! {
     /// the batch by its sequence number: Lambda delivers the shard again from it, so records after
     /// it that took effect come back and are answered as duplicates, and none is lost.
     ///
-    /// A [`Retry::Permanent`](crate::Retry::Permanent) failure (a body that does not decode, a key
+    /// A [`Retry::Never`](crate::Retry::Never) failure (a body that does not decode, a key
     /// reused) is logged at error, counted, parked ([`Options::poison`], [`crate::park`]) and then
     /// not the checkpoint: a retry cannot change it, and a checkpoint held there would stall the
     /// shard until `MaximumRecordAgeInSeconds`. A park that fails makes it the checkpoint.

@@ -18,7 +18,7 @@
 //! - [`park`]: on those three stream triggers, a record that fails permanently is parked in a
 //!   destination (an SQS queue) before the position passes it, or holds the position.
 //! - [`metrics`]: one CloudWatch Embedded Metric Format line per invocation (`ColdStart`, every
-//!   disposition, and the handler's own metrics), in the namespace and under the `Function`
+//!   outcome of a record ([`Handled`], [`Retry`]), and the handler's own metrics), in the namespace and under the `Function`
 //!   dimension the environment names (`POWERTOOLS_METRICS_NAMESPACE`, `AWS_LAMBDA_FUNCTION_NAME`).
 //! - Logs: every line of a batch is in an `invocation` span (`request_id`, `function_name`,
 //!   `function_version`, `cold_start`); each SQS record's in a `record` span with its
@@ -84,7 +84,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What a handler did with a record it finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
+pub enum Handled {
     /// The effect was applied now.
     Applied,
     /// A duplicate: the effect had been applied (or decided) before; nothing done.
@@ -95,18 +95,12 @@ pub enum Disposition {
     Skipped,
 }
 
-/// Whether a failed record may succeed when delivered again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
-    /// A later delivery may succeed (throttling, store unavailable).
-    Retryable,
-    /// Another attempt holds the key now; a later delivery will replay its result.
-    InProgressElsewhere,
-    /// It never will (malformed input, key reused): on SQS it goes to the dead-letter queue after
-    /// the queue's maximum receive count; on a stream it is parked ([`park`]); either way with
-    /// this reason logged.
-    Permanent,
-}
+/// Whether a failed record may succeed when delivered again: the core's one classification,
+/// which every library error gives ([`effectively_once::Error::retry`]). The drivers give a
+/// record up only when [`Retry::Never`]: on SQS it goes to the dead-letter queue after the
+/// queue's maximum receive count, on a stream it is parked ([`park`]), either way with its
+/// reason logged. Every other class keeps it: delivered again, or the stream's checkpoint.
+pub use effectively_once::Retry;
 
 /// A record that failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,19 +112,24 @@ pub struct RecordError {
 }
 
 impl RecordError {
-    /// A failure a later delivery may not see.
+    /// A failure of the given class.
+    pub fn new(retry: Retry, reason: impl Into<String>) -> Self {
+        RecordError { retry, reason: reason.into() }
+    }
+
+    /// A failure a later delivery may not see ([`Retry::Now`]).
     pub fn retryable(reason: impl Into<String>) -> Self {
-        RecordError { retry: Retry::Retryable, reason: reason.into() }
+        RecordError::new(Retry::Now, reason)
     }
 
-    /// A failure no delivery will fix.
+    /// A failure no delivery will fix: the record itself is at fault ([`Retry::Never`]).
     pub fn permanent(reason: impl Into<String>) -> Self {
-        RecordError { retry: Retry::Permanent, reason: reason.into() }
+        RecordError::new(Retry::Never, reason)
     }
 
-    /// Another attempt holds the record's key.
+    /// Another attempt holds the record's key ([`Retry::InProgressElsewhere`]).
     pub fn in_progress_elsewhere(reason: impl Into<String>) -> Self {
-        RecordError { retry: Retry::InProgressElsewhere, reason: reason.into() }
+        RecordError::new(Retry::InProgressElsewhere, reason)
     }
 }
 
@@ -142,34 +141,30 @@ impl fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
-/// An idempotency failure as a record's result, as the effects crate maps one
+/// An idempotency failure as a record's result, in the error's own class
+/// ([`effectively_once::Error::retry`]), as the effects crate maps one
 /// (`effectively_once_effects`' `From<Error> for RecordError`), so every consumer reports a
 /// failure alike:
 ///
 /// - another attempt holds the key: [`Retry::InProgressElsewhere`];
-/// - a verdict on the message itself ([`effectively_once::Error::is_verdict_on_the_message`]:
-///   the key reused with another payload, an invalid key, a stored response too large to
-///   replay): [`Retry::Permanent`], to the DLQ (SQS) or parked and passed (streams), logged
-///   with its reason;
-/// - anything else: [`Retry::Retryable`]. That is throttling and an unreachable store; a fault
-///   of the store or the deployment that no retry fixes but a deploy does (DynamoDB's
+/// - the message itself at fault (the key reused with another payload, an invalid key, a
+///   stored response too large to replay): [`Retry::Never`], to the DLQ (SQS) or parked and
+///   passed (streams), logged with its reason;
+/// - throttling, an unreachable store, a lease that ended: [`Retry::Now`];
+/// - a fault of the store or the deployment that no retry fixes but a deploy does (DynamoDB's
 ///   `ValidationException` for a table of another key schema, a record that does not read
-///   back); and a write whose own condition failed with nothing to answer otherwise
+///   back), and a write whose own condition failed with nothing to answer otherwise
 ///   ([`ErrorKind::ConditionFailed`](effectively_once::ErrorKind::ConditionFailed)): stock or
-///   funds may arrive, and the code, not the message, lacks the answer. Reported permanent, a
-///   stream would be committed past the record and lose it; held, it is the checkpoint until
-///   the condition passes or a deploy answers it (`Tx::otherwise`), or it reaches the on-failure
-///   destination after the retries.
+///   funds may arrive, and the code, not the message, lacks the answer: [`Retry::AfterFix`].
+///   Given up, a stream would be committed past the record and lose it; held, it is the
+///   checkpoint until the condition passes or a deploy answers it (`Tx::otherwise`), or it
+///   reaches the on-failure destination after the retries.
 ///
 /// The reason is the error's chain, addresses redacted.
 impl From<effectively_once::Error> for RecordError {
     fn from(error: effectively_once::Error) -> Self {
         let reason = redact_emails(&effectively_once::ErrorChain(&error).to_string());
-        match error.kind() {
-            effectively_once::ErrorKind::InProgress => RecordError::in_progress_elsewhere(reason),
-            _ if error.is_verdict_on_the_message() => RecordError::permanent(reason),
-            _ => RecordError::retryable(reason),
-        }
+        RecordError::new(error.retry(), reason)
     }
 }
 
@@ -192,7 +187,7 @@ impl<E: Into<RecordError>> From<effectively_once::RunError<E>> for RecordError {
 }
 
 /// A handler's answer for one record.
-pub type RecordResult = Result<Disposition, RecordError>;
+pub type RecordResult = Result<Handled, RecordError>;
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -213,27 +208,27 @@ mod tests {
         let in_progress = idempotency.begin::<_, u32>(&key, "a").await.unwrap_err();
         assert_eq!(RecordError::from(in_progress).retry, Retry::InProgressElsewhere);
         let reused = idempotency.begin::<_, u32>(&key, "b").await.unwrap_err();
-        assert_eq!(RecordError::from(reused).retry, Retry::Permanent);
+        assert_eq!(RecordError::from(reused).retry, Retry::Never);
         let invalid = Key::new("orders", "has a space").unwrap_err();
-        assert_eq!(RecordError::from(invalid).retry, Retry::Permanent);
+        assert_eq!(RecordError::from(invalid).retry, Retry::Never);
         let throttled = effectively_once::Error::from(StoreError::new(StoreErrorKind::Throttled, "slow down"));
-        assert_eq!(RecordError::from(throttled).retry, Retry::Retryable);
+        assert_eq!(RecordError::from(throttled).retry, Retry::Now);
         let misconfigured = effectively_once::Error::from(StoreError::new(StoreErrorKind::Misconfigured, "no table"));
-        assert_eq!(RecordError::from(misconfigured).retry, Retry::Retryable);
+        assert_eq!(RecordError::from(misconfigured).retry, Retry::Now);
         // A request the store refuses for good is the deployment's fault: held, not given up.
         let refused = effectively_once::Error::from(StoreError::new(StoreErrorKind::Other, "ValidationException"));
-        assert_eq!(RecordError::from(refused).retry, Retry::Retryable);
+        assert_eq!(RecordError::from(refused).retry, Retry::AfterFix);
         let unreadable = effectively_once::Error::from(StoreError::new(StoreErrorKind::Malformed, "no status"));
-        assert_eq!(RecordError::from(unreadable).retry, Retry::Retryable);
+        assert_eq!(RecordError::from(unreadable).retry, Retry::AfterFix);
         // A write whose condition failed with nothing to answer otherwise: stock may arrive.
         let condition = effectively_once::Error::from(StoreError::new(StoreErrorKind::ConditionFailed, "write 0"));
-        assert_eq!(RecordError::from(condition).retry, Retry::Retryable);
+        assert_eq!(RecordError::from(condition).retry, Retry::AfterFix);
         let too_large = effectively_once::Error::from(StoreError::new(StoreErrorKind::TooLarge, "400 KB"));
-        assert_eq!(RecordError::from(too_large).retry, Retry::Permanent);
+        assert_eq!(RecordError::from(too_large).retry, Retry::Never);
         let handler: RunError<RecordError> = RunError::Handler(RecordError::permanent("bad order"));
         assert_eq!(RecordError::from(handler), RecordError::permanent("bad order"));
         let layer: RunError<RecordError> =
             RunError::Idempotency(effectively_once::Error::from(StoreError::new(StoreErrorKind::Unavailable, "down")));
-        assert_eq!(RecordError::from(layer).retry, Retry::Retryable);
+        assert_eq!(RecordError::from(layer).retry, Retry::Now);
     }
 }

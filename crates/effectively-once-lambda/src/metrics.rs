@@ -21,10 +21,10 @@
 //!
 //! # What each invocation's line holds
 //!
-//! `ColdStart` (1 on the sandbox's first invocation, 0 after), one count per disposition
+//! `ColdStart` (1 on the sandbox's first invocation, 0 after), one count per outcome
 //! (`Applied`, `Duplicate`, `Rejected`, `Skipped`, `InProgressElsewhere`, `Failed`, and
-//! `PermanentFailures`, the part of `Failed` no retry changes), every one of them on every line,
-//! zeros included; then the handler's own metrics, added through [`Metrics`] while the batch
+//! `PermanentFailures`, the part of `Failed` no retry changes: [`Retry::Never`]),
+//! every one of them on every line, zeros included; then the handler's own metrics, added through [`Metrics`] while the batch
 //! ran; and the properties `service`, `function_version` and `request_id`.
 //!
 //! # A handler's own metrics
@@ -36,7 +36,7 @@
 //! ```
 //! use effectively_once_lambda::events::{Context, SqsMessage};
 //! use effectively_once_lambda::metrics::{Metrics, Unit};
-//! use effectively_once_lambda::{sqs, Disposition, Handler, RecordResult};
+//! use effectively_once_lambda::{sqs, Handled, Handler, RecordResult};
 //!
 //! struct Orders {
 //!     metrics: Metrics,
@@ -47,7 +47,7 @@
 //!         // ... place the order ...
 //!         self.metrics.add("OrdersPlaced", 1);
 //!         self.metrics.add_with_unit("OrderBytes", message.body.as_deref().unwrap_or("").len() as f64, Unit::Bytes);
-//!         Ok(Disposition::Applied)
+//!         Ok(Handled::Applied)
 //!     }
 //! }
 //!
@@ -64,7 +64,7 @@ use std::sync::{Arc, Mutex};
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
-use crate::{Disposition, RecordResult, Retry};
+use crate::{Handled, RecordResult, Retry};
 
 /// The default metric namespace.
 pub const NAMESPACE: &str = "EffectivelyOnce";
@@ -345,7 +345,7 @@ pub struct Counts {
     pub in_progress: u64,
     /// Failed (retryable or permanent, or not started before the deadline); reported failed.
     pub failed: u64,
-    /// Of `failed`, those no retry changes ([`Retry::Permanent`]).
+    /// Of `failed`, those no retry changes ([`Retry::Never`]).
     pub permanent: u64,
     /// Not for this handler.
     pub skipped: u64,
@@ -376,14 +376,14 @@ impl Counts {
     /// Counts one record's result.
     pub fn add(&mut self, result: &RecordResult) {
         match result {
-            Ok(Disposition::Applied) => self.applied += 1,
-            Ok(Disposition::Duplicate) => self.duplicate += 1,
-            Ok(Disposition::Rejected) => self.rejected += 1,
-            Ok(Disposition::Skipped) => self.skipped += 1,
+            Ok(Handled::Applied) => self.applied += 1,
+            Ok(Handled::Duplicate) => self.duplicate += 1,
+            Ok(Handled::Rejected) => self.rejected += 1,
+            Ok(Handled::Skipped) => self.skipped += 1,
             Err(error) if error.retry == Retry::InProgressElsewhere => self.in_progress += 1,
             Err(error) => {
                 self.failed += 1;
-                if error.retry == Retry::Permanent {
+                if error.retry == Retry::Never {
                     self.permanent += 1;
                 }
             }
@@ -538,11 +538,11 @@ mod tests {
     fn every_disposition_is_counted_and_printed_with_the_cold_start() {
         let mut c = Counts::default();
         for r in [
-            Ok(Disposition::Applied),
-            Ok(Disposition::Duplicate),
-            Ok(Disposition::Duplicate),
-            Ok(Disposition::Rejected),
-            Ok(Disposition::Skipped),
+            Ok(Handled::Applied),
+            Ok(Handled::Duplicate),
+            Ok(Handled::Duplicate),
+            Ok(Handled::Rejected),
+            Ok(Handled::Skipped),
             Err(RecordError::in_progress_elsewhere("x")),
             Err(RecordError::permanent("bad")),
             Err(RecordError::retryable("later")),

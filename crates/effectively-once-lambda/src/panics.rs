@@ -119,8 +119,8 @@ mod tests {
         assert_eq!(caught, Err("cannot post for a***@example.com".to_owned()));
         let caught: Result<crate::RecordResult, String> = catch(|| async { std::panic::panic_any(42_u8) }).await;
         assert_eq!(caught, Err("a panic payload that is not a string".to_owned()));
-        let caught: Result<crate::RecordResult, String> = catch(|| async { Ok(crate::Disposition::Applied) }).await;
-        assert_eq!(caught, Ok(Ok(crate::Disposition::Applied)));
+        let caught: Result<crate::RecordResult, String> = catch(|| async { Ok(crate::Handled::Applied) }).await;
+        assert_eq!(caught, Ok(Ok(crate::Handled::Applied)));
     }
 
     /// A panic while the future is made, before there is a future to poll, is caught too.

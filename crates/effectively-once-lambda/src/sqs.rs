@@ -70,7 +70,7 @@ driver::entry_points! {
     ///   not started for the deadline), the rest of the group is reported failed, not started: the
     ///   failed record may yet take effect, and running the later ones first would break the
     ///   group's order (a debit would overtake the credit it needs);
-    /// - after a [`Retry::Permanent`](crate::Retry::Permanent) failure (malformed, key reused) the
+    /// - after a [`Retry::Never`](crate::Retry::Never) failure (malformed, key reused) the
     ///   group goes on, and that record alone is reported failed, bound for the dead-letter queue.
     ///   It never takes effect, so no later record can depend on it having taken effect, and order
     ///   is kept for every record that does. Holding the group back would not make it succeed: SQS
@@ -79,10 +79,11 @@ driver::entry_points! {
     ///   applies it from a DLQ redrive, it takes effect after the group's later records, as any
     ///   dead-lettered message does: see docs/ordering.md.)
     ///
-    ///   That holds only while `Permanent` is a verdict on the message itself, which no later
+    ///   That holds only while `Never` is a verdict on the message itself, which no later
     ///   delivery changes. A handler must report a fault of the store, the provider or the
-    ///   deployment (a 5xx, a missing table, a setting left out) retryable, however long its fix
-    ///   takes: reported permanent, the group would go on without a record that takes effect once
+    ///   deployment (a 5xx, a missing table, a setting left out) [`Retry::Now`](crate::Retry::Now)
+    ///   or [`Retry::AfterFix`](crate::Retry::AfterFix), however long its fix takes: reported
+    ///   `Never`, the group would go on without a record that takes effect once
     ///   fixed and redriven, and a debit behind a credit failed that way is rejected for good.
     ///
     /// A handler that panics fails its record alone, whether it panics while its future runs or
@@ -103,13 +104,13 @@ driver::entry_points! {
     /// ```no_run
     /// use effectively_once_lambda::events::{Context, SqsMessage};
     /// use effectively_once_lambda::sqs::{self, Options};
-    /// use effectively_once_lambda::{Disposition, Handler, RecordResult};
+    /// use effectively_once_lambda::{Handled, Handler, RecordResult};
     ///
     /// struct Orders;
     ///
     /// impl Handler<SqsMessage> for Orders {
     ///     async fn handle(&self, _message: &SqsMessage, _context: &Context) -> RecordResult {
-    ///         Ok(Disposition::Applied)
+    ///         Ok(Handled::Applied)
     ///     }
     /// }
     ///

@@ -9,7 +9,7 @@ use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use crate::driver::{self, Record};
 pub use crate::driver::{BatchHandler, Handler, Options, OrderedBatch, OrderedBatchHandler};
 use crate::park::Coordinates;
-use crate::{Disposition, RecordResult};
+use crate::{Handled, RecordResult};
 
 impl Record for EventRecord {
     const PERMANENT: &'static str =
@@ -43,7 +43,7 @@ impl Record for EventRecord {
         self.span().in_scope(|| {
             tracing::debug!(event_name = %self.event_name, "record skipped: its event name is not in Options::event_names")
         });
-        Some(Ok(Disposition::Skipped))
+        Some(Ok(Handled::Skipped))
     }
 }
 
@@ -57,7 +57,7 @@ driver::entry_points! {
     /// Records whose event name is not in [`Options::event_names`] (default `INSERT` only) are
     /// skipped: counted `Skipped` on the EMF line and logged at debug with their event name.
     ///
-    /// A [`Retry::Permanent`](crate::Retry::Permanent) failure is not the checkpoint: it is logged
+    /// A [`Retry::Never`](crate::Retry::Never) failure is not the checkpoint: it is logged
     /// at error with its sequence number and reason (redacted), counted (`Failed`, and
     /// `PermanentFailures` beside it on the invocation's EMF line), parked in
     /// [`Options::poison`]'s destination (`Parked`; a park that fails makes it the checkpoint),
@@ -87,13 +87,13 @@ driver::entry_points! {
     /// ```no_run
     /// use effectively_once_lambda::events::{Context, EventRecord};
     /// use effectively_once_lambda::streams::{self, Options};
-    /// use effectively_once_lambda::{Disposition, Handler, RecordResult};
+    /// use effectively_once_lambda::{Handled, Handler, RecordResult};
     ///
     /// struct Relay;
     ///
     /// impl Handler<EventRecord> for Relay {
     ///     async fn handle(&self, _record: &EventRecord, _context: &Context) -> RecordResult {
-    ///         Ok(Disposition::Applied)
+    ///         Ok(Handled::Applied)
     ///     }
     /// }
     ///

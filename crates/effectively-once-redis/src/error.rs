@@ -119,6 +119,7 @@ mod tests {
         assert_eq!(store_error_kind(&url), StoreErrorKind::Misconfigured);
         let shape = RedisError::from((ErrorKind::UnexpectedReturnType, "not an array"));
         assert_eq!(store_error_kind(&shape), StoreErrorKind::Malformed);
-        assert!(store_error_kind(&io).is_retryable() && !store_error_kind(&shape).is_retryable());
+        assert_eq!(store_error_kind(&io).retry(), effectively_once::Retry::Now);
+        assert_eq!(store_error_kind(&shape).retry(), effectively_once::Retry::Never);
     }
 }

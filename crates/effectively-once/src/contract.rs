@@ -267,7 +267,7 @@ pub async fn dropped_attempt_blocks_until_its_lease_ends<S: Store + 'static>(sto
     let refused = idem.run(&key, &payload, || counted(runs.clone(), 1)).await.unwrap_err();
     let RunError::Idempotency(refused) = refused else { panic!("expected an idempotency error") };
     assert_eq!(refused.kind(), ErrorKind::InProgress);
-    assert!(refused.is_retryable());
+    assert_eq!(refused.retry(), crate::Retry::InProgressElsewhere);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 
     clock.advance(Duration::from_secs(31));
@@ -332,7 +332,7 @@ pub async fn different_payload_is_key_reused<S: Store>(store: S) {
     let err = idem.run(&key, &json!({"amount_cents": 200}), || counted(runs.clone(), 2)).await.unwrap_err();
     let RunError::Idempotency(err) = err else { panic!("expected an idempotency error") };
     assert_eq!(err.kind(), ErrorKind::KeyReused);
-    assert!(!err.is_retryable());
+    assert_eq!(err.retry(), crate::Retry::Never);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -491,7 +491,7 @@ pub async fn a_handler_that_outruns_its_lease_is_not_completed<S: Store>(store: 
     let payload = json!({"n": 1});
     let effects = Counted::default();
     let lease_lost = |r: Result<Outcome<u64>, RunError<std::io::Error>>| match r {
-        Err(RunError::Idempotency(e)) => e.kind() == ErrorKind::LeaseLost && e.is_retryable(),
+        Err(RunError::Idempotency(e)) => e.kind() == ErrorKind::LeaseLost && e.retry() == crate::Retry::Now,
         _ => false,
     };
 

@@ -1,5 +1,6 @@
-//! Errors a caller can classify without string matching: [`Error::is_retryable`] answers
-//! "retry or give up?", [`Error::kind`] says why.
+//! Errors a caller can classify without string matching: [`Error::retry`] answers "retry or
+//! give up?" with the one classification every error of the workspace uses, [`Retry`];
+//! [`Error::kind`] says why.
 //!
 //! Every error here chains once, as the AWS SDK's do: a wrapper's `Display` is its own message,
 //! and its cause comes from `source()`, never both; an enum that only carries one of several
@@ -11,70 +12,102 @@ use std::fmt;
 use crate::key::KeyError;
 use crate::store::{StoreError, StoreErrorKind};
 
+/// What a later delivery of the same message can do about a failure: the one answer to "retry
+/// or give up?" that every error here ([`ErrorKind`], [`StoreErrorKind`], and the errors of the
+/// crates built on these) gives, and what a batch driver does with a failed record.
+///
+/// Only [`Retry::Never`] gives a message up; the other three keep it (an SQS message is
+/// delivered again, a stream's checkpoint stays at it, a batch holds the later members of its
+/// group back behind it), and differ in what makes a later delivery pass.
+///
+/// ```
+/// use effectively_once::{ErrorKind, Retry};
+///
+/// assert_eq!(ErrorKind::Throttled.retry(), Retry::Now);
+/// assert_eq!(ErrorKind::KeyReused.retry(), Retry::Never);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Retry {
+    /// Deliver the message again: a later delivery may pass with nothing changed (throttling, an
+    /// unreachable store, a lease that ended, a deadline that came first).
+    Now,
+    /// Another attempt holds the message's key: deliver it again once that attempt has answered
+    /// or its lease has ended; the later delivery replays its outcome, or takes the key over.
+    InProgressElsewhere,
+    /// No delivery passes until something outside the message changes: the code, the
+    /// configuration, or the data a write's condition reads (a condition the code gives no
+    /// answer, a misuse of the API, a store set up wrong, a record that does not read back). The
+    /// message is not at fault: keep it, delivered again (SQS, until the
+    /// queue's maximum receive count sends it to the dead-letter queue) or as the stream's
+    /// checkpoint (until the mapping's retries send it to its on-failure destination), so a fix
+    /// makes it pass and nothing behind it in its group overtakes it.
+    AfterFix,
+    /// The message itself is at fault, and no delivery, moment, operator or deploy changes that
+    /// (the key reused with another payload, an invalid key, a response too large to replay, a
+    /// body that does not decode): give it up, to the dead-letter queue (SQS) or parked and
+    /// passed (streams), with its reason logged.
+    Never,
+}
+
 /// Why an idempotent call did not produce an outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// Another attempt holds the key and its lease has not ended. Retryable.
+    /// Another attempt holds the key and its lease has not ended. [`Retry::InProgressElsewhere`].
     InProgress,
-    /// The store shed load. Retryable.
+    /// The store shed load. [`Retry::Now`].
     Throttled,
-    /// The store could not be reached or failed. Retryable.
+    /// The store could not be reached or failed, or is set up wrong for this deployment
+    /// ([`StoreErrorKind::Misconfigured`]). [`Retry::Now`].
     StoreUnavailable,
     /// This attempt's lease ended before it could complete or release: the handler outran the
-    /// lease (its result is not recorded), or another attempt took the key over. Retryable: the
-    /// next delivery takes the key over, or meets the other attempt's record.
+    /// lease (its result is not recorded), or another attempt took the key over. [`Retry::Now`]:
+    /// the next delivery takes the key over, or meets the other attempt's record.
     LeaseLost,
-    /// The invocation's deadline had passed before the call began. Retryable.
+    /// The invocation's deadline had passed before the call began. [`Retry::Now`].
     DeadlineExceeded,
-    /// The key was used before with a different payload. Permanent.
+    /// The key was used before with a different payload. [`Retry::Never`].
     KeyReused,
-    /// The key is invalid. Permanent.
+    /// The key is invalid. [`Retry::Never`].
     InvalidKey,
     /// The handler's response is larger than the store may keep. The record is completed without
-    /// it, so the effect is not repeated; duplicates get this error too. Permanent.
+    /// it, so the effect is not repeated; duplicates get this error too. [`Retry::Never`].
     ResponseTooLarge,
     /// A payload or response could not be serialised, or a stored response no longer
-    /// deserialises into the handler's type. Permanent.
+    /// deserialises into the handler's type. [`Retry::AfterFix`]: the code, not the message,
+    /// changes it.
     Serialization,
-    /// The store failed in a way retrying will not fix (malformed record, bad request). Permanent.
+    /// The store failed in a way retrying will not fix (malformed record, bad request).
+    /// [`Retry::AfterFix`]: a store that refuses a record, or cannot read one back, is the
+    /// store's or the deployment's fault, not the message's.
     Store,
     /// A write's own condition failed (a business condition: stock, funds, an item that must
     /// not exist) and the code said nothing about what that means, so no answer was recorded
-    /// and nothing was written. The message names the write and its table. Permanent: every
-    /// delivery fails the same way until the code gives the condition an answer
-    /// (`effectively_once_dynamodb::Tx::otherwise`); no verdict on the message, since that
-    /// deploy changes it.
+    /// and nothing was written. The message names the write and its table. [`Retry::AfterFix`]:
+    /// every delivery fails the same way until the code gives the condition an answer
+    /// (`effectively_once_dynamodb::Tx::otherwise`) or the data changes (stock arrives); the
+    /// message is not at fault.
     ConditionFailed,
     /// The code used the API in a way it refuses (a programmer error: a record carried by a
     /// write that is no put, a carrier keyed by something other than the business key, a
-    /// fallback write that does not build). Permanent, and no verdict on the message: a deploy
-    /// fixes the code, so the batch drivers hold the message rather than give it up.
+    /// fallback write that does not build). [`Retry::AfterFix`]: a deploy fixes the code, so the
+    /// batch drivers hold the message rather than give it up.
     Misuse,
 }
 
 impl ErrorKind {
-    /// Whether a later delivery of the same message may succeed.
-    pub fn is_retryable(self) -> bool {
-        matches!(
-            self,
-            ErrorKind::InProgress
-                | ErrorKind::Throttled
-                | ErrorKind::StoreUnavailable
-                | ErrorKind::LeaseLost
-                | ErrorKind::DeadlineExceeded
-        )
-    }
-
-    /// Whether this is a verdict on the message itself, which no later delivery, moment,
-    /// operator or deploy changes: the key reused with another payload, an invalid key, a stored
-    /// response too large to replay (every duplicate meets it). Everything else is no verdict:
-    /// a consumer mapping failures as `effectively_once_effects` does has the message delivered
-    /// again (a store that refuses a record, or cannot read one back, is the store's or the
-    /// deployment's fault, not the message's), so a batch holds the later members of its group
-    /// back behind it. The one answer both give, decided here.
-    pub fn is_verdict_on_the_message(self) -> bool {
-        matches!(self, ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge)
+    /// What a later delivery of the same message can do about it: each kind's one class.
+    pub fn retry(self) -> Retry {
+        match self {
+            ErrorKind::InProgress => Retry::InProgressElsewhere,
+            ErrorKind::Throttled | ErrorKind::StoreUnavailable | ErrorKind::LeaseLost | ErrorKind::DeadlineExceeded => {
+                Retry::Now
+            }
+            ErrorKind::Serialization | ErrorKind::Store | ErrorKind::ConditionFailed | ErrorKind::Misuse => {
+                Retry::AfterFix
+            }
+            ErrorKind::KeyReused | ErrorKind::InvalidKey | ErrorKind::ResponseTooLarge => Retry::Never,
+        }
     }
 }
 
@@ -122,15 +155,11 @@ impl Error {
         self.kind
     }
 
-    /// Whether a later delivery of the same message may succeed.
-    pub fn is_retryable(&self) -> bool {
-        self.kind.is_retryable()
-    }
-
-    /// Whether this is a verdict on the message itself ([`ErrorKind::is_verdict_on_the_message`]):
-    /// when not, the message is delivered again, and a batch's later members of its group wait.
-    pub fn is_verdict_on_the_message(&self) -> bool {
-        self.kind.is_verdict_on_the_message()
+    /// What a later delivery of the same message can do about it ([`ErrorKind::retry`]): unless
+    /// [`Retry::Never`], the message is delivered again, and a batch's later members of its
+    /// group wait behind it.
+    pub fn retry(&self) -> Retry {
+        self.kind.retry()
     }
 }
 
@@ -298,19 +327,63 @@ mod tests {
         assert_eq!(ErrorChain(&handler).to_string(), "handler said no");
     }
 
-    /// A refused write is reported as that, in its own words, not as a store failure; it is
-    /// permanent and no verdict on the message (the code, not the message, lacks an answer).
+    /// A refused write is reported as that, in its own words, not as a store failure; it waits
+    /// for a fix, and is no verdict on the message (the code, not the message, lacks an answer).
     #[test]
     fn a_failed_condition_is_its_own_kind_and_message() {
         let store = StoreError::new(StoreErrorKind::ConditionFailed, "write 1 (an Update of table accounts) refused");
-        assert!(!store.is_retryable());
+        assert_eq!(store.retry(), Retry::AfterFix);
         let err = Error::from(store);
         assert_eq!(err.kind(), ErrorKind::ConditionFailed);
         assert_eq!(ErrorChain(&err).to_string(), "write 1 (an Update of table accounts) refused");
-        assert!(!err.is_retryable() && !err.is_verdict_on_the_message());
+        assert_eq!(err.retry(), Retry::AfterFix);
         let cause =
             StoreError::new(StoreErrorKind::ConditionFailed, "refused").with_source(std::io::Error::other("why"));
         assert_eq!(ErrorChain(&Error::from(cause)).to_string(), "refused: why");
+    }
+
+    /// Every kind's one class, pinned: what the drivers, the ledger and the relay do with a
+    /// failure follows from it. A store error keeps its class as the caller's own write's; as a
+    /// once-only record's, it takes the class of the kind it becomes.
+    #[test]
+    fn every_kind_has_one_retry_class() {
+        use Retry::*;
+        let kinds = [
+            (ErrorKind::InProgress, InProgressElsewhere),
+            (ErrorKind::Throttled, Now),
+            (ErrorKind::StoreUnavailable, Now),
+            (ErrorKind::LeaseLost, Now),
+            (ErrorKind::DeadlineExceeded, Now),
+            (ErrorKind::KeyReused, Never),
+            (ErrorKind::InvalidKey, Never),
+            (ErrorKind::ResponseTooLarge, Never),
+            (ErrorKind::Serialization, AfterFix),
+            (ErrorKind::Store, AfterFix),
+            (ErrorKind::ConditionFailed, AfterFix),
+            (ErrorKind::Misuse, AfterFix),
+        ];
+        for (kind, class) in kinds {
+            assert_eq!(kind.retry(), class, "{kind:?}");
+            assert_eq!(Error::new(kind, "x").retry(), class, "{kind:?}");
+        }
+        // (store kind, its class, the kind it becomes for a once-only record, that kind's class)
+        let store_kinds = [
+            (StoreErrorKind::Throttled, Now, ErrorKind::Throttled, Now),
+            (StoreErrorKind::Unavailable, Now, ErrorKind::StoreUnavailable, Now),
+            (StoreErrorKind::Fenced, Now, ErrorKind::LeaseLost, Now),
+            (StoreErrorKind::Misconfigured, AfterFix, ErrorKind::StoreUnavailable, Now),
+            (StoreErrorKind::ConditionFailed, AfterFix, ErrorKind::ConditionFailed, AfterFix),
+            (StoreErrorKind::Misuse, AfterFix, ErrorKind::Misuse, AfterFix),
+            (StoreErrorKind::TooLarge, Never, ErrorKind::ResponseTooLarge, Never),
+            (StoreErrorKind::Malformed, Never, ErrorKind::Store, AfterFix),
+            (StoreErrorKind::Other, Never, ErrorKind::Store, AfterFix),
+        ];
+        for (store_kind, class, kind, record_class) in store_kinds {
+            let store = StoreError::new(store_kind, "x");
+            assert_eq!((store_kind.retry(), store.retry()), (class, class), "{store_kind:?}");
+            let err = Error::from(store);
+            assert_eq!((err.kind(), err.retry()), (kind, record_class), "{store_kind:?}");
+        }
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::store::Store;
 /// # }
 /// ```
 #[derive(Debug, Clone)]
-pub struct Idempotent<S, K, F> {
+pub struct IdempotentFn<S, K, F> {
     idempotency: Idempotency<S>,
     prefix: String,
     key: K,
@@ -39,15 +39,15 @@ impl<S: Store> Idempotency<S> {
     /// Wraps `function`: each call is keyed `{prefix}#{key(&argument)}` and its argument is the
     /// payload (hashed as configured, so [`Config::with_payload_fields`](crate::Config::with_payload_fields)
     /// applies).
-    pub fn wrap<A, K, F>(&self, prefix: &str, key: K, function: F) -> Idempotent<S, K, F>
+    pub fn wrap<A, K, F>(&self, prefix: &str, key: K, function: F) -> IdempotentFn<S, K, F>
     where
         K: Fn(&A) -> String,
     {
-        Idempotent { idempotency: self.clone(), prefix: prefix.to_owned(), key, function }
+        IdempotentFn { idempotency: self.clone(), prefix: prefix.to_owned(), key, function }
     }
 }
 
-impl<S, K, F> Idempotent<S, K, F> {
+impl<S, K, F> IdempotentFn<S, K, F> {
     /// Calls the function once per key: a duplicate returns the stored result.
     pub async fn call<A, R, E, Fut>(&self, argument: A) -> Result<Outcome<R>, RunError<E>>
     where

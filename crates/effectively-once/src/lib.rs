@@ -71,8 +71,9 @@
 //!    the same owner condition: a completed record is never deleted, and an attempt whose key
 //!    was taken over is refused (*lease lost*) instead of touching the newer record.
 //!
-//! Errors say whether to retry without string matching: [`Error::is_retryable`], by
-//! [`ErrorKind`]. A handler's own error releases the record and comes back as
+//! Errors say whether to retry without string matching: [`Error::retry`], by [`ErrorKind`],
+//! gives the one classification ([`Retry`]: now, in progress elsewhere, after a fix, never)
+//! that the store's errors and the drivers' record errors share. A handler's own error releases the record and comes back as
 //! [`RunError::Handler`]; a business rejection that duplicates must see again belongs in the
 //! `Ok` response, where it is stored like any other.
 //!
@@ -123,8 +124,8 @@ pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use crate::config::{
     Config, PayloadSelector, ReplayHook, DEFAULT_DEDUP_WINDOW, DEFAULT_LEASE, DEFAULT_MAX_RESPONSE_BYTES, DISABLED_VARS,
 };
-pub use crate::error::{Error, ErrorChain, ErrorKind, RunError};
-pub use crate::function::Idempotent;
+pub use crate::error::{Error, ErrorChain, ErrorKind, Retry, RunError};
+pub use crate::function::IdempotentFn;
 pub use crate::hash::{HashVersion, PayloadHash, PAYLOAD_HASH_VERSION};
 pub use crate::idempotency::{
     epoch_deadline_ms, Attempt, Begin, Idempotency, Outcome, Replaced, PLAUSIBLE_DEADLINE_MS,

@@ -178,6 +178,6 @@ mod tests {
         idem.run(&key, &1, || async { Ok::<_, ()>("text".to_owned()) }).await.unwrap();
         let error = idem.get::<u32>(&key).await.unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Serialization);
-        assert!(!error.is_retryable());
+        assert_eq!(error.retry(), crate::Retry::AfterFix);
     }
 }

@@ -6,12 +6,12 @@
 //!
 //! Key the call with the same [`Key`] as its record ([`Key::idempotency_key`]), so the two
 //! cannot drift apart; store the provider's answer as the record's response when it is an
-//! outcome ([`Disposition::Store`]), and fail the attempt when it is not
-//! ([`Disposition::Retry`]), which releases the record so the next delivery calls again, with
+//! outcome ([`StoreOrRetry::Store`]), and fail the attempt when it is not
+//! ([`StoreOrRetry::Retry`]), which releases the record so the next delivery calls again, with
 //! the same key.
 //!
 //! ```
-//! use effectively_once::outbound::{disposition, Disposition};
+//! use effectively_once::outbound::{disposition, StoreOrRetry};
 //! use effectively_once::{Config, Idempotency, InMemoryStore, Key, Outcome};
 //!
 //! #[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -31,9 +31,9 @@
 //! let call = || async {
 //!     let (status, retry_after, body) = charge(&key.idempotency_key()).await;
 //!     match disposition(status, retry_after.as_deref()) {
-//!         Disposition::Store => Ok(Answer { status, body }),
+//!         StoreOrRetry::Store => Ok(Answer { status, body }),
 //!         // Released: the message is retried (after `after`, where the trigger can delay it).
-//!         Disposition::Retry { after } => {
+//!         StoreOrRetry::Retry { after } => {
 //!             Err(std::io::Error::other(format!("provider answered {status}; retry after {after:?}")))
 //!         }
 //!     }
@@ -175,7 +175,7 @@ pub fn header(kind: &str, business_key: &str) -> Result<(&'static str, String), 
 /// What to do with a provider's answer to a keyed call (see the
 /// [table](self#which-answers-are-stored-which-are-retried)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
+pub enum StoreOrRetry {
     /// The answer is the call's outcome: store it as the record's response (complete the
     /// attempt), so every duplicate gets it without calling again. Success and business
     /// refusals alike.
@@ -188,21 +188,21 @@ pub enum Disposition {
     },
 }
 
-impl Disposition {
+impl StoreOrRetry {
     /// Whether the answer is stored as the outcome.
     pub fn is_store(self) -> bool {
-        self == Disposition::Store
+        self == StoreOrRetry::Store
     }
 }
 
 /// [`disposition`] without a `Retry-After` header.
 ///
 /// ```
-/// use effectively_once::outbound::{disposition_of_status, Disposition};
-/// assert_eq!(disposition_of_status(402), Disposition::Store);
-/// assert_eq!(disposition_of_status(429), Disposition::Retry { after: None });
+/// use effectively_once::outbound::{disposition_of_status, StoreOrRetry};
+/// assert_eq!(disposition_of_status(402), StoreOrRetry::Store);
+/// assert_eq!(disposition_of_status(429), StoreOrRetry::Retry { after: None });
 /// ```
-pub fn disposition_of_status(status: u16) -> Disposition {
+pub fn disposition_of_status(status: u16) -> StoreOrRetry {
     disposition(status, None)
 }
 
@@ -213,21 +213,21 @@ pub fn disposition_of_status(status: u16) -> Disposition {
 ///
 /// ```
 /// use std::time::Duration;
-/// use effectively_once::outbound::{disposition, Disposition};
-/// assert_eq!(disposition(201, None), Disposition::Store);
-/// assert_eq!(disposition(422, None), Disposition::Store);
-/// assert_eq!(disposition(503, Some("30")), Disposition::Retry { after: Some(Duration::from_secs(30)) });
+/// use effectively_once::outbound::{disposition, StoreOrRetry};
+/// assert_eq!(disposition(201, None), StoreOrRetry::Store);
+/// assert_eq!(disposition(422, None), StoreOrRetry::Store);
+/// assert_eq!(disposition(503, Some("30")), StoreOrRetry::Retry { after: Some(Duration::from_secs(30)) });
 /// ```
-pub fn disposition(status: u16, retry_after: Option<&str>) -> Disposition {
-    let retry = || Disposition::Retry { after: retry_after.and_then(delay_seconds) };
+pub fn disposition(status: u16, retry_after: Option<&str>) -> StoreOrRetry {
+    let retry = || StoreOrRetry::Retry { after: retry_after.and_then(delay_seconds) };
     match status {
-        200..=299 => Disposition::Store,
+        200..=299 => StoreOrRetry::Store,
         // Not processed yet (408 timeout, 425 too early), in flight under this key (409),
         // locked or rate limited (423, 429).
         408 | 409 | 423 | 425 | 429 => retry(),
         // Credentials and permissions: the operator's to fix, no verdict on the event.
         401 | 403 | 407 => retry(),
-        400..=499 => Disposition::Store,
+        400..=499 => StoreOrRetry::Store,
         _ => retry(),
     }
 }
@@ -271,14 +271,14 @@ mod tests {
 
     #[test]
     fn every_status_class_has_its_disposition() {
-        use super::{disposition_of_status, Disposition};
-        let retry = Disposition::Retry { after: None };
+        use super::{disposition_of_status, StoreOrRetry};
+        let retry = StoreOrRetry::Retry { after: None };
         for status in [200, 201, 202, 204, 299] {
-            assert_eq!(disposition_of_status(status), Disposition::Store, "{status}");
+            assert_eq!(disposition_of_status(status), StoreOrRetry::Store, "{status}");
         }
         // Business answers: bad request, payment required, not found, gone, unprocessable.
         for status in [400, 402, 404, 405, 410, 412, 413, 415, 422, 451, 499] {
-            assert_eq!(disposition_of_status(status), Disposition::Store, "{status}");
+            assert_eq!(disposition_of_status(status), StoreOrRetry::Store, "{status}");
         }
         for status in [408, 409, 423, 425, 429, 401, 403, 407] {
             assert_eq!(disposition_of_status(status), retry, "{status}");
@@ -296,18 +296,18 @@ mod tests {
     fn retry_after_is_honoured_in_seconds_only_where_retried() {
         use std::time::Duration;
 
-        use super::{disposition, Disposition};
-        let after = |secs| Disposition::Retry { after: Some(Duration::from_secs(secs)) };
+        use super::{disposition, StoreOrRetry};
+        let after = |secs| StoreOrRetry::Retry { after: Some(Duration::from_secs(secs)) };
         assert_eq!(disposition(429, Some("120")), after(120));
         assert_eq!(disposition(503, Some(" 5 ")), after(5));
         assert_eq!(disposition(409, Some("0")), after(0));
         // The HTTP-date form and garbage give no wait; a stored answer ignores the header.
-        let none = Disposition::Retry { after: None };
+        let none = StoreOrRetry::Retry { after: None };
         assert_eq!(disposition(503, Some("Wed, 21 Oct 2015 07:28:00 GMT")), none);
         assert_eq!(disposition(429, Some("-1")), none);
         assert_eq!(disposition(429, Some("")), none);
         assert_eq!(disposition(429, Some("99999999999999999999999")), none);
-        assert_eq!(disposition(200, Some("30")), Disposition::Store);
+        assert_eq!(disposition(200, Some("30")), StoreOrRetry::Store);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 
+use crate::error::Retry;
 use crate::record::Record;
 
 /// What a claim found.
@@ -109,52 +110,60 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
 }
 
-/// Why a store call failed, as far as a caller needs to know to retry or give up.
+/// Why a store call failed, as far as a caller needs to know to retry or give up
+/// ([`StoreErrorKind::retry`]).
+///
+/// Each kind's class is that of the caller's own write or read failing so (a ledger entry, an
+/// email marker's row). A once-only record's failure reaches the caller as an
+/// [`Error`](crate::Error) instead, whose [`ErrorKind`](crate::ErrorKind) has its own class: a
+/// record the store refuses or cannot read back is the store's or the deployment's fault there
+/// ([`ErrorKind::Store`](crate::ErrorKind::Store), [`Retry::AfterFix`]), not the message's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreErrorKind {
-    /// The backend shed load (throttling, capacity exceeded). Retryable.
+    /// The backend shed load (throttling, capacity exceeded). [`Retry::Now`].
     Throttled,
-    /// The backend could not be reached or failed (timeout, connection, 5xx). Retryable.
+    /// The backend could not be reached or failed (timeout, connection, 5xx). [`Retry::Now`].
     Unavailable,
     /// This attempt no longer holds the record in progress: its lease ended (and another
-    /// attempt may have taken it over), or the record is another's, or completed. Retryable:
-    /// the next delivery finds the record as it now stands.
+    /// attempt may have taken it over), or the record is another's, or completed.
+    /// [`Retry::Now`]: the next delivery finds the record as it now stands.
     Fenced,
-    /// The item exceeds the backend's size limit. Permanent.
+    /// The item exceeds the backend's size limit. [`Retry::Never`].
     TooLarge,
-    /// A stored record could not be read back (missing or malformed attribute). Permanent.
+    /// A stored record could not be read back (missing or malformed attribute).
+    /// [`Retry::Never`].
     Malformed,
     /// The backend or this deployment is set up wrong in a way an operator fixes: a missing
     /// table, access denied, unknown credentials, a table the caller was configured without, a
     /// full item collection (a partition key at its 10 GB under a local secondary index).
-    /// Retryable: it is no verdict on the message, so the message waits for the fix (in its
-    /// queue, stream or DLQ) instead of being given up on, and a FIFO group keeps its order.
+    /// [`Retry::AfterFix`]: it is no verdict on the message, so the message waits for the fix
+    /// (in its queue, stream or DLQ) instead of being given up on, and a FIFO group keeps its
+    /// order. A once-only record's store set up so is
+    /// [`ErrorKind::StoreUnavailable`](crate::ErrorKind::StoreUnavailable) to its caller.
     Misconfigured,
-    /// Any other failure (a bad request). Permanent.
+    /// Any other failure (a bad request). [`Retry::Never`].
     Other,
     /// A write's own condition failed and nothing said what that means: no answer was given
     /// for it (`effectively_once_dynamodb::Tx::otherwise`). The message names the write and its
-    /// table. Not retryable as a call: the same write fails the same way while the data stands.
-    /// No verdict on the message either (stock may arrive, a deploy may answer the condition),
-    /// so the batch drivers hold the message rather than give it up.
+    /// table. [`Retry::AfterFix`]: the same write fails the same way while the data stands, yet
+    /// the message is not at fault (stock may arrive, a deploy may answer the condition), so
+    /// the batch drivers hold the message rather than give it up.
     ConditionFailed,
     /// The caller used the store's API in a way it refuses: a programmer error, named in the
-    /// message ([`ErrorKind::Misuse`](crate::ErrorKind::Misuse)). Permanent, no verdict on the
-    /// message.
+    /// message ([`ErrorKind::Misuse`](crate::ErrorKind::Misuse)). [`Retry::AfterFix`].
     Misuse,
 }
 
 impl StoreErrorKind {
-    /// Whether the same call may succeed later.
-    pub fn is_retryable(self) -> bool {
-        matches!(
-            self,
-            StoreErrorKind::Throttled
-                | StoreErrorKind::Unavailable
-                | StoreErrorKind::Fenced
-                | StoreErrorKind::Misconfigured
-        )
+    /// What a later delivery of the message whose write or read failed so can do about it:
+    /// each kind's one class.
+    pub fn retry(self) -> Retry {
+        match self {
+            StoreErrorKind::Throttled | StoreErrorKind::Unavailable | StoreErrorKind::Fenced => Retry::Now,
+            StoreErrorKind::Misconfigured | StoreErrorKind::ConditionFailed | StoreErrorKind::Misuse => Retry::AfterFix,
+            StoreErrorKind::TooLarge | StoreErrorKind::Malformed | StoreErrorKind::Other => Retry::Never,
+        }
     }
 }
 
@@ -183,20 +192,12 @@ impl StoreError {
         self.kind
     }
 
-    /// Whether the same call may succeed later.
-    pub fn is_retryable(&self) -> bool {
-        self.kind.is_retryable()
-    }
-
-    /// Whether this failure of a caller's own write (a ledger entry, an email marker) is a
-    /// verdict on the message: the write refused for good, too large or a request the store
-    /// calls invalid. A condition the write held on ([`StoreErrorKind::ConditionFailed`]) or
-    /// the caller's misuse of the API ([`StoreErrorKind::Misuse`]) is no verdict: the data or
-    /// the code changes, and the message waits for it. A once-only record the store refuses
-    /// is judged by [`Error::is_verdict_on_the_message`](crate::Error::is_verdict_on_the_message)
-    /// instead.
-    pub fn is_verdict_on_the_message(&self) -> bool {
-        !self.is_retryable() && !matches!(self.kind, StoreErrorKind::ConditionFailed | StoreErrorKind::Misuse)
+    /// What a later delivery of the message can do about this failure of the caller's own
+    /// write or read ([`StoreErrorKind::retry`]): [`Retry::Never`] for the write refused for
+    /// good (too large, a request the store calls invalid). A once-only record the store
+    /// refuses is classed by [`Error::retry`](crate::Error::retry) instead.
+    pub fn retry(&self) -> Retry {
+        self.kind.retry()
     }
 
     /// Its message and source, for an [`Error`](crate::Error) that takes them over.

@@ -1,5 +1,5 @@
 //! An orders service as an axum router on AWS Lambda: `POST /orders` creates an order once per
-//! `Idempotency-Key`, with `effectively_once_http::IdempotencyLayer` on that route and the
+//! `Idempotency-Key`, with `effectively_once_http::IdempotencyKeyLayer` on that route and the
 //! answers kept in DynamoDB. `lambda_http` turns each Function URL or HTTP API event into the
 //! request the router serves; the layer ends each lease at the invocation's deadline
 //! (`lambda_deadline`), so a timed-out invocation frees its key when Lambda gives up on it.
@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use effectively_once::{Config, Idempotency, Store};
-use effectively_once_http::{IdempotencyKey, IdempotencyLayer};
+use effectively_once_http::{IdempotencyKey, IdempotencyKeyLayer};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -43,7 +43,7 @@ pub struct NewOrder {
 
 /// The router: `POST /orders` keyed by `Idempotency-Key` over `store`, `GET /orders/count`.
 pub fn app<S: Store + 'static>(store: S, config: Config, orders: Arc<Orders>) -> Router {
-    let idempotency = IdempotencyLayer::new(Idempotency::new(store, config), "orders")
+    let idempotency = IdempotencyKeyLayer::new(Idempotency::new(store, config), "orders")
         .max_body_bytes(MAX_BODY_BYTES)
         .lambda_deadline();
     Router::new()

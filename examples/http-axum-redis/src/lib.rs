@@ -1,6 +1,6 @@
 //! An orders service on axum, long-running: `POST /orders` creates an order once per
 //! `Idempotency-Key`, whatever the client retries, with the answers kept in Valkey/Redis by
-//! `effectively_once_http::IdempotencyLayer` on that route alone. `GET /orders/count` says how
+//! `effectively_once_http::IdempotencyKeyLayer` on that route alone. `GET /orders/count` says how
 //! many orders were created (the effect a duplicate must not repeat).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use effectively_once::{Config, Idempotency};
-use effectively_once_http::{IdempotencyKey, IdempotencyLayer};
+use effectively_once_http::{IdempotencyKey, IdempotencyKeyLayer};
 use effectively_once_redis::RedisStore;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -44,7 +44,8 @@ pub fn app(store: RedisStore, orders: Arc<Orders>) -> Router {
     // Answers stored: the default, 2xx and 3xx, the handler's own. A 4xx here comes from
     // axum's extractors (a missing `Content-Type` is `415`) before the handler runs: stored,
     // it would outlive the client's corrected retry.
-    let idempotency = IdempotencyLayer::new(Idempotency::new(store, config), "orders").max_body_bytes(MAX_BODY_BYTES);
+    let idempotency =
+        IdempotencyKeyLayer::new(Idempotency::new(store, config), "orders").max_body_bytes(MAX_BODY_BYTES);
     Router::new()
         .route("/orders", post(create).layer(idempotency))
         .route("/orders/count", get(count))

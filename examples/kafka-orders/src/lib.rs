@@ -16,7 +16,7 @@ use effectively_once::{Error, Idempotency, Key};
 use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Table, Tx};
 use effectively_once_lambda::events::{Context, KafkaRecord};
 use effectively_once_lambda::kafka::key_bytes;
-use effectively_once_lambda::{BodyHandler, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{BodyHandler, Handled, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 
 /// The prefix of an order's idempotency record (`order#{order_id}`) and of its item.
@@ -82,7 +82,7 @@ impl BodyHandler<KafkaRecord> for Orders {
         // A store failure converts to a retryable RecordError: the driver names this record and
         // the rest of its partition in the answer, and Lambda delivers them again.
         let stored = self.idempotency.commit_once(&key, &order, |tx| self.writes(&order, &customer_id, tx)).await?;
-        Ok(if stored.is_replay() { Disposition::Duplicate } else { Disposition::Applied })
+        Ok(if stored.is_replay() { Handled::Duplicate } else { Handled::Applied })
     }
 
     /// Two copies of one order in a batch (a producer's retry) run one after the other, even on

@@ -7,7 +7,7 @@ use effectively_once_effects::{send_once, EmailMessage, EmailSender, Policy};
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::SqsMessage;
 use effectively_once_lambda::Handler;
-use effectively_once_lambda::{Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Handled, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 
 /// The message body.
@@ -69,7 +69,7 @@ impl<E: EmailSender> Handler<SqsMessage> for Orders<E> {
         let markers = self.idempotency.with_deadline(context.deadline);
         let email_key = Key::new("order-email", &order.order_id)?;
         send_once(&markers, &self.sender, &email_key, &email, Policy::AtMostOnce).await?;
-        Ok(if stored.is_replay() { Disposition::Duplicate } else { Disposition::Applied })
+        Ok(if stored.is_replay() { Handled::Duplicate } else { Handled::Applied })
     }
 
     /// Two copies of one order in a batch run one after the other: the second is answered.

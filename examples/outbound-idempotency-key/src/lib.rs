@@ -9,7 +9,7 @@ use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::SqsMessage;
 use effectively_once_lambda::Handler;
-use effectively_once_lambda::{Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Handled, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -51,18 +51,18 @@ impl Handler<SqsMessage> for Charges {
             // deduplicated by the provider, a duplicate after completion never reaches it.
             let (status, retry_after, body) = self.provider.post("/charges", key.idempotency_header(), &body).await?;
             match disposition(status, retry_after.as_deref()) {
-                outbound::Disposition::Store => Ok(Answer { status, body }),
+                outbound::StoreOrRetry::Store => Ok(Answer { status, body }),
                 // Released, so the redelivery calls again (SQS's visibility timeout is the wait).
-                outbound::Disposition::Retry { after } => {
+                outbound::StoreOrRetry::Retry { after } => {
                     Err(RecordError::retryable(format!("provider answered {status}, retry after {after:?}")))
                 }
             }
         };
         let outcome = self.idempotency.with_deadline(context.deadline).run(&key, &payment, call).await?;
         Ok(match outcome {
-            Outcome::Replayed(_) => Disposition::Duplicate,
-            Outcome::Fresh(answer) if answer.status >= 400 => Disposition::Rejected,
-            Outcome::Fresh(_) => Disposition::Applied,
+            Outcome::Replayed(_) => Handled::Duplicate,
+            Outcome::Fresh(answer) if answer.status >= 400 => Handled::Rejected,
+            Outcome::Fresh(_) => Handled::Applied,
         })
     }
 

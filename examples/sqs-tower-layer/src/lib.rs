@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use effectively_once::layer::IdempotencyLayer;
 use effectively_once::{Idempotency, Store};
 use effectively_once_lambda::events::SqsMessage;
-use effectively_once_lambda::{Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Handled, RecordError, RecordResult};
 use lambda_runtime::tower::{service_fn, Service, ServiceExt};
 use serde::{Deserialize, Serialize};
 
@@ -98,7 +98,7 @@ where
     async fn handle(&self, message: &SqsMessage, _context: &Context) -> RecordResult {
         let increment = parse(message)?;
         self.service.clone().oneshot(increment).await.map_err(Into::into)?;
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 
     /// Two copies of one event in a batch run one after the other: the second is answered.

@@ -17,7 +17,7 @@ use effectively_once_dynamodb::{BatchWrites, CommitOnce, DynamoDbStore, Member, 
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::events::EventRecord;
 use effectively_once_lambda::{BatchHandler, Handler, OrderedBatch, OrderedBatchHandler};
-use effectively_once_lambda::{Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Handled, RecordError, RecordResult};
 use serde::{Deserialize, Serialize};
 
 /// The orders table's item, as the stream's new image carries it.
@@ -55,7 +55,7 @@ fn order_of(record: &EventRecord) -> Result<Order, RecordError> {
 }
 
 fn disposition(outcome: Result<effectively_once::Outcome<()>, Error>) -> RecordResult {
-    Ok(if outcome?.is_replay() { Disposition::Duplicate } else { Disposition::Applied })
+    Ok(if outcome?.is_replay() { Handled::Duplicate } else { Handled::Applied })
 }
 
 impl Projector {

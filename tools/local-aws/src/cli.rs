@@ -23,6 +23,15 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Whether an endpoint off this machine may be used.
+    #[command(flatten)]
+    pub remote: Remote,
+}
+
+/// The one switch every local CLI shares: whether the commands may act on an endpoint that is
+/// not on this machine.
+#[derive(Debug, Args)]
+pub struct Remote {
     /// Use AWS_ENDPOINT_URL (or a service's AWS_ENDPOINT_URL_*) even when it is not on this
     /// machine: the commands create, purge and delete tables and queues wherever it points
     /// (LOCAL_ALLOW_REMOTE=1 does the same)
@@ -30,11 +39,18 @@ pub struct Cli {
     pub allow_remote: bool,
 }
 
+impl Remote {
+    /// `--allow-remote`, or `LOCAL_ALLOW_REMOTE=1`.
+    pub fn allowed(&self) -> bool {
+        self.allow_remote || loopback::allowed_by_env()
+    }
+}
+
 impl Cli {
     /// Carries the command out, unless the endpoint is off this machine and neither
     /// `--allow-remote` nor `LOCAL_ALLOW_REMOTE=1` allows it.
     pub async fn apply(self) -> Result<()> {
-        self.command.apply_allowing(self.allow_remote || loopback::allowed_by_env()).await
+        self.command.apply_allowing(self.remote.allowed()).await
     }
 }
 

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use effectively_once::{Idempotency, Store};
-use effectively_once_http::{Disposition, IdempotencyLayer};
+use effectively_once_http::{IdempotencyKeyLayer, OnAnswer};
 use lambda_http::http::request::Parts;
 use lambda_http::http::{header, HeaderValue, Method, StatusCode};
 use lambda_http::tower::{Layer, Service};
@@ -22,7 +22,7 @@ use crate::{accepted, error, reply, route_path, Env, Queue, SqsQueue, DEFAULT_MA
 /// The handler: the route, then the Idempotency-Key layer around the send.
 #[derive(Debug, Clone)]
 pub struct Api<S, Q> {
-    layer: IdempotencyLayer<S>,
+    layer: IdempotencyKeyLayer<S>,
     queue: Arc<Q>,
     producers: Arc<Producers>,
 }
@@ -48,7 +48,7 @@ impl<S: Store, Q: Queue + 'static> Api<S, Q> {
     /// invocation's deadline; every caller accepted, the event id the key
     /// ([`Producers::open`]; see [`with_producers`](Api::with_producers)).
     pub fn new(idempotency: Idempotency<S>, queue: Q) -> Self {
-        let layer = IdempotencyLayer::new(idempotency, PREFIX)
+        let layer = IdempotencyKeyLayer::new(idempotency, PREFIX)
             .methods([Method::POST])
             .store_status(|status| status == StatusCode::ACCEPTED)
             .fingerprint(fingerprint)
@@ -60,7 +60,7 @@ impl<S: Store, Q: Queue + 'static> Api<S, Q> {
     /// The same API for these callers only ([`Producers`]): an unknown principal gets `403`
     /// before anything is read or stored, an account its producer may not post to `403`
     /// before anything is stored or sent; with several producers each one's keys are scoped
-    /// by its name (the layer's [`scope`](IdempotencyLayer::scope): records
+    /// by its name (the layer's [`scope`](IdempotencyKeyLayer::scope): records
     /// `api#{producer}:{key}`, the event id `{producer}:{key}`). Once per API: the scope it
     /// sets stays on the layer.
     pub fn with_producers(mut self, producers: Producers) -> Self {
@@ -159,7 +159,7 @@ async fn send<Q: Queue>(queue: &Q, request: Request) -> Response<Body> {
             // Refused: nothing is on the queue, the retry (any body) starts over. Otherwise the
             // event may be on the queue: the key keeps this body until its lease ends, and the
             // layer answers Retry-After with the lease's seconds.
-            let disposition = if e.is_refused() { Disposition::Release } else { Disposition::Hold };
+            let disposition = if e.is_refused() { OnAnswer::Release } else { OnAnswer::Hold };
             response.extensions_mut().insert(disposition);
             response
         }

@@ -34,7 +34,7 @@
 //!
 //! # Built on the Idempotency-Key layer
 //!
-//! The key's handling is `effectively_once_http`'s [`IdempotencyLayer`], one route of it: the
+//! The key's handling is `effectively_once_http`'s [`IdempotencyKeyLayer`], one route of it: the
 //! layer bounds the body, validates the key, hashes the validated event (its fingerprint is
 //! [`parse`]), claims the key's record (`api#{key}` in `IdempotencyTable`, `api#{producer}:{key}`
 //! with several producers, apart from the consumer's `payments#{event_id}`) **before** the
@@ -47,11 +47,11 @@
 //! other to the DLQ as key reuse, after the client got a `202` for it). Hence:
 //!
 //! - A send SQS **refused** (4xx: access denied, no such queue, an invalid request; or never
-//!   sent) answers `503` and releases the record (`Disposition::Release`): nothing is on the
+//!   sent) answers `503` and releases the record (`OnAnswer::Release`): nothing is on the
 //!   queue, and the retry, whatever its body, starts over.
 //! - A send whose outcome is **unknown** (a timeout, a dropped connection, a 5xx: it may have
 //!   landed) answers `503` with `Retry-After` and leaves the record in progress until its lease
-//!   ends (`Disposition::Hold`, at the invocation's deadline): retries get `409` until then;
+//!   ends (`OnAnswer::Hold`, at the invocation's deadline): retries get `409` until then;
 //!   after it the same body takes the key over and sends again, which is safe (the consumer
 //!   keys on the event id, so two messages of one event make one ledger entry and one
 //!   receipt), and its `202` is stored, so later retries replay it. Another body gets `409`
@@ -96,7 +96,7 @@
 //!
 //! [`PaymentEvent::parse`]: payments::PaymentEvent::parse
 //! [`PaymentEvent::parse_with_event_id`]: payments::PaymentEvent::parse_with_event_id
-//! [`IdempotencyLayer`]: effectively_once_http::IdempotencyLayer
+//! [`IdempotencyKeyLayer`]: effectively_once_http::IdempotencyKeyLayer
 //! [`Idempotency::with_deadline`]: effectively_once::Idempotency::with_deadline
 #![warn(missing_docs)]
 

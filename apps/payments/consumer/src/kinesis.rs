@@ -103,11 +103,11 @@ mod tests {
         let error = parse(&record(&[0xff, 0xfe], "acct_1", "1")).unwrap_err();
         assert_eq!(
             (error.retry, error.reason.as_str()),
-            (effectively_once_lambda::Retry::Permanent, "the record's data is not UTF-8")
+            (effectively_once_lambda::Retry::Never, "the record's data is not UTF-8")
         );
         let zero = br#"{"event_id":"pay_1","account_id":"acct_1","amount_cents":0,"currency":"USD"}"#;
         let error = parse(&record(zero, "acct_1", "2")).unwrap_err();
-        assert_eq!(error.retry, effectively_once_lambda::Retry::Permanent);
+        assert_eq!(error.retry, effectively_once_lambda::Retry::Never);
         assert_eq!(error.reason, "invalid payment event: amount_cents: must not be zero");
     }
 }

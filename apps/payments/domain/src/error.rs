@@ -1,5 +1,6 @@
 //! The payments errors: [`Error`], what a ledger post or a payment's parse returns, which
-//! callers branch on by variant and ask [`is_retryable`](Error::is_retryable).
+//! callers branch on by variant and ask [`retry`](Error::retry) (the core's one
+//! classification, [`Retry`]).
 //!
 //! It chains once ([`ErrorChain`](effectively_once::ErrorChain) formats the chain): [`Error`]
 //! is transparent, its `Display` and `source()` those of the error it carries;
@@ -7,7 +8,7 @@
 
 use std::fmt;
 
-use effectively_once::StoreError;
+use effectively_once::{Retry, StoreError};
 
 use crate::payment::InvalidPayment;
 
@@ -31,27 +32,20 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether a later delivery of the same message may succeed: whenever this is no verdict on
-    /// the message ([`Error::is_verdict_on_the_message`]), as the payments functions report it
-    /// (retried, or in progress elsewhere) and as a batch holds its account's later events back
-    /// behind it. One meaning: a once-only record the store refuses or cannot read back is
-    /// retryable here as it is to SQS.
-    pub fn is_retryable(&self) -> bool {
-        !self.is_verdict_on_the_message()
-    }
-
-    /// Whether this is a verdict on the message itself, which no later delivery, moment,
-    /// operator or deploy changes: an invalid payment event, a key reused or invalid, the
-    /// ledger's own write refused for good (its items too many, too large or invalid), a
-    /// receipt refused for good. A once-only record the store refuses or cannot read back is
-    /// not: that is the store's or the deployment's fault, not the message's.
-    pub fn is_verdict_on_the_message(&self) -> bool {
+    /// What a later delivery of the same message can do about it: the carried error's class,
+    /// as the payments functions report it and as a batch holds its account's later events back
+    /// behind anything but [`Retry::Never`]. [`Retry::Never`] for an invalid payment event, a
+    /// key reused or invalid, the ledger's own write refused for good (its items too many, too
+    /// large or invalid), a receipt refused for good. A once-only record the store refuses or
+    /// cannot read back is [`Retry::AfterFix`]: that is the store's or the deployment's fault,
+    /// not the message's.
+    pub fn retry(&self) -> Retry {
         match self {
-            Error::InvalidPayment(_) => true,
+            Error::InvalidPayment(_) => Retry::Never,
             // The idempotency layer's one answer, which `commit_batch` holds a group back on.
-            Error::Idempotency(error) => error.is_verdict_on_the_message(),
-            Error::Store(error) => error.is_verdict_on_the_message(),
-            Error::Receipt(error) => error.is_verdict_on_the_message(),
+            Error::Idempotency(error) => error.retry(),
+            Error::Store(error) => error.retry(),
+            Error::Receipt(error) => error.retry(),
         }
     }
 
@@ -65,11 +59,11 @@ impl Error {
     }
 
     /// The same failure as a keyed effect's, for the family's one record mapping: an invalid
-    /// payment is the caller's error, not retryable.
+    /// payment is the caller's error, [`Retry::Never`].
     #[cfg(feature = "lambda")]
     fn into_effect(self) -> effectively_once_effects::Error {
         match self {
-            Error::InvalidPayment(error) => effectively_once_effects::Error::caller(error, false),
+            Error::InvalidPayment(error) => effectively_once_effects::Error::caller(error, Retry::Never),
             Error::Idempotency(error) => effectively_once_effects::Error::Idempotency(error),
             Error::Store(error) => effectively_once_effects::Error::Store(error),
             Error::Receipt(error) => error,
@@ -120,16 +114,17 @@ impl From<effectively_once_effects::Error> for Error {
 }
 
 /// The payments functions' mapping of a failure to a record's (the payments consumer and the
-/// receipts relay): the family's one mapping (`From<effectively_once_effects::Error>`), with
-/// an invalid payment a verdict on the message:
+/// receipts relay): the family's one mapping (`From<effectively_once_effects::Error>`), the
+/// record failing in the error's own class ([`Error::retry`]), an invalid payment
+/// [`Retry::Never`]:
 ///
-/// - another attempt holds the key ([`ErrorKind::InProgress`](effectively_once::ErrorKind::InProgress)): in progress elsewhere, and a
-///   later delivery replays its outcome;
-/// - a verdict on the message itself ([`Error::is_verdict_on_the_message`]): permanent;
-/// - anything else: retryable. Throttling, an unreachable store or provider, an account the
-///   provider blocks, and a fault of the store or the deployment, which a moment, an operator
-///   or a deploy fixes: reported permanent, the SQS FIFO driver would go on with the group
-///   past it and the stream driver past the receipt, for good.
+/// - another attempt holds the key ([`ErrorKind::InProgress`](effectively_once::ErrorKind::InProgress)):
+///   [`Retry::InProgressElsewhere`], and a later delivery replays its outcome;
+/// - the message itself at fault: [`Retry::Never`], given up;
+/// - anything else is kept: throttling, an unreachable store or provider ([`Retry::Now`]), an
+///   account the provider blocks, and a fault of the store or the deployment, which an
+///   operator or a deploy fixes ([`Retry::AfterFix`]): given up, the SQS FIFO driver would go
+///   on with the group past it and the stream driver past the receipt, for good.
 ///
 /// The reason is the whole chain ([`ErrorChain`](effectively_once::ErrorChain)); no address
 /// is in it (send errors are redacted when made).
@@ -148,23 +143,21 @@ mod tests {
     use super::*;
 
     /// The business write's own refusal for good (too large, a request the store calls invalid)
-    /// is a verdict; a condition the caller's write held on, or the caller's misuse of the API,
-    /// is the data's or the code's, never the message's: the message waits for the fix.
+    /// gives the message up; a condition the caller's write held on, or the caller's misuse of
+    /// the API, is the data's or the code's, never the message's: the message waits for the fix.
     #[test]
-    fn only_a_write_refused_for_good_is_a_verdict_among_store_errors() {
+    fn only_a_write_refused_for_good_gives_the_message_up_among_store_errors() {
         let store = |kind| Error::Store(effectively_once::StoreError::new(kind, "write 1 refused"));
-        assert!(store(StoreErrorKind::TooLarge).is_verdict_on_the_message());
-        assert!(store(StoreErrorKind::Other).is_verdict_on_the_message());
-        for kind in [
-            StoreErrorKind::ConditionFailed,
-            StoreErrorKind::Misuse,
-            StoreErrorKind::Misconfigured,
-            StoreErrorKind::Unavailable,
-            StoreErrorKind::Throttled,
-            StoreErrorKind::Fenced,
-        ] {
-            assert!(!store(kind).is_verdict_on_the_message(), "{kind:?}");
+        assert_eq!(store(StoreErrorKind::TooLarge).retry(), Retry::Never);
+        assert_eq!(store(StoreErrorKind::Other).retry(), Retry::Never);
+        for kind in [StoreErrorKind::ConditionFailed, StoreErrorKind::Misuse, StoreErrorKind::Misconfigured] {
+            assert_eq!(store(kind).retry(), Retry::AfterFix, "{kind:?}");
         }
+        for kind in [StoreErrorKind::Unavailable, StoreErrorKind::Throttled, StoreErrorKind::Fenced] {
+            assert_eq!(store(kind).retry(), Retry::Now, "{kind:?}");
+        }
+        let invalid = InvalidPayment { field: Some("currency"), problem: "not ISO 4217".into() };
+        assert_eq!(Error::from(invalid).retry(), Retry::Never);
     }
 
     /// Transparent like the effects' error it wraps: each message of the chain shows once.
@@ -195,26 +188,27 @@ mod tests {
     #[cfg(feature = "lambda")]
     #[test]
     fn payments_errors_map_to_record_errors_as_effect_errors_do() {
-        use effectively_once_lambda::{RecordError, Retry};
+        use effectively_once_lambda::RecordError;
         let retry = |e: Error| RecordError::from(e).retry;
         let fault = |kind| Error::Store(StoreError::new(kind, "refused"));
-        assert_eq!(retry(fault(StoreErrorKind::Other)), Retry::Permanent, "the ledger's own write refused");
-        assert_eq!(retry(fault(StoreErrorKind::TooLarge)), Retry::Permanent);
-        assert_eq!(retry(fault(StoreErrorKind::Throttled)), Retry::Retryable);
-        assert_eq!(retry(fault(StoreErrorKind::Misconfigured)), Retry::Retryable);
+        assert_eq!(retry(fault(StoreErrorKind::Other)), Retry::Never, "the ledger's own write refused");
+        assert_eq!(retry(fault(StoreErrorKind::TooLarge)), Retry::Never);
+        assert_eq!(retry(fault(StoreErrorKind::Throttled)), Retry::Now);
+        assert_eq!(retry(fault(StoreErrorKind::Misconfigured)), Retry::AfterFix);
         // A once-only record the store refuses: the store's fault, not the message's.
         let record = |kind| Error::Idempotency(effectively_once::Error::from(StoreError::new(kind, "refused")));
-        assert_eq!(retry(record(StoreErrorKind::Other)), Retry::Retryable);
-        assert_eq!(retry(record(StoreErrorKind::Malformed)), Retry::Retryable);
-        assert_eq!(retry(Error::from(effectively_once::Key::new("payments", "").unwrap_err())), Retry::Permanent);
+        assert_eq!(retry(record(StoreErrorKind::Other)), Retry::AfterFix);
+        assert_eq!(retry(record(StoreErrorKind::Malformed)), Retry::AfterFix);
+        assert_eq!(retry(Error::from(effectively_once::Key::new("payments", "").unwrap_err())), Retry::Never);
         let invalid = InvalidPayment { field: Some("currency"), problem: "not ISO 4217".into() };
         let err = RecordError::from(Error::from(invalid));
-        assert_eq!(err.retry, Retry::Permanent);
+        assert_eq!(err.retry, Retry::Never);
         assert_eq!(err.reason, "invalid payment event: currency: not ISO 4217");
-        for kind in [SendErrorKind::Blocked, SendErrorKind::Throttled, SendErrorKind::Unavailable] {
-            assert_eq!(retry(Error::Receipt(SendError::new(kind, "no").into())), Retry::Retryable, "{kind:?}");
+        for kind in [SendErrorKind::Throttled, SendErrorKind::Unavailable] {
+            assert_eq!(retry(Error::Receipt(SendError::new(kind, "no").into())), Retry::Now, "{kind:?}");
         }
-        assert_eq!(retry(Error::Receipt(SendError::new(SendErrorKind::Rejected, "no").into())), Retry::Permanent);
+        assert_eq!(retry(Error::Receipt(SendError::new(SendErrorKind::Blocked, "no").into())), Retry::AfterFix);
+        assert_eq!(retry(Error::Receipt(SendError::new(SendErrorKind::Rejected, "no").into())), Retry::Never);
         let chained = RecordError::from(record(StoreErrorKind::Unavailable));
         assert_eq!(chained.reason, "idempotency store failed: store Unavailable: refused", "the whole chain");
     }

@@ -4,7 +4,7 @@
 //! record.
 
 use effectively_once::Outcome;
-use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
+use effectively_once_lambda::{Handled, RecordError, RecordResult, Retry};
 
 use crate::{Deliveries, Delivery, Error, Ledger, PaymentEvent, Posting};
 
@@ -14,14 +14,14 @@ use crate::{Deliveries, Delivery, Error, Ledger, PaymentEvent, Posting};
 /// for a verdict on the payment, retryable else (`From<Error> for RecordError`).
 pub fn disposition(posted: Result<Outcome<Posting>, Error>) -> RecordResult {
     match posted {
-        Ok(Outcome::Fresh(Posting::Applied)) => Ok(Disposition::Applied),
+        Ok(Outcome::Fresh(Posting::Applied)) => Ok(Handled::Applied),
         Ok(Outcome::Fresh(Posting::Rejected { reason })) => {
             tracing::debug!(?reason, "payment rejected; recorded, not retried");
-            Ok(Disposition::Rejected)
+            Ok(Handled::Rejected)
         }
         Ok(Outcome::Replayed(posting)) => {
             tracing::debug!(?posting, "duplicate; answered from the first delivery");
-            Ok(Disposition::Duplicate)
+            Ok(Handled::Duplicate)
         }
         Err(error) => Err(error.into()),
     }
@@ -101,7 +101,7 @@ pub async fn post_batch_in_lanes(
                 failures.push(None);
             }
             Err(error) => {
-                if error.retry != Retry::Permanent {
+                if error.retry != Retry::Never {
                     waiting.extend(lane(position));
                 }
                 failures.push(Some(error));
@@ -145,11 +145,11 @@ mod tests {
     #[test]
     fn each_answer_of_a_post_is_its_disposition() {
         let rejected = Posting::Rejected { reason: Rejection::InsufficientFunds { balance_cents: 0 } };
-        assert_eq!(disposition(Ok(Outcome::Fresh(Posting::Applied))), Ok(Disposition::Applied));
-        assert_eq!(disposition(Ok(Outcome::Fresh(rejected.clone()))), Ok(Disposition::Rejected));
-        assert_eq!(disposition(Ok(Outcome::Replayed(Posting::Applied))), Ok(Disposition::Duplicate));
-        assert_eq!(disposition(Ok(Outcome::Replayed(rejected))), Ok(Disposition::Duplicate));
+        assert_eq!(disposition(Ok(Outcome::Fresh(Posting::Applied))), Ok(Handled::Applied));
+        assert_eq!(disposition(Ok(Outcome::Fresh(rejected.clone()))), Ok(Handled::Rejected));
+        assert_eq!(disposition(Ok(Outcome::Replayed(Posting::Applied))), Ok(Handled::Duplicate));
+        assert_eq!(disposition(Ok(Outcome::Replayed(rejected))), Ok(Handled::Duplicate));
         let reused = Error::from(effectively_once::Key::new("payments", "").unwrap_err());
-        assert_eq!(disposition(Err(reused)).unwrap_err().retry, Retry::Permanent);
+        assert_eq!(disposition(Err(reused)).unwrap_err().retry, Retry::Never);
     }
 }

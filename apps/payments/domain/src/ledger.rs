@@ -254,8 +254,8 @@ impl Ledger {
     }
 
     /// A receipt nobody can ever send: refuse to apply the payment. A deployment fault, not a
-    /// verdict on the payment: retryable, so the message waits for the fix (and a FIFO group
-    /// holds its order) instead of being given up on.
+    /// verdict on the payment: [`Retry::AfterFix`](effectively_once::Retry::AfterFix), so the
+    /// message waits for the fix (and a FIFO group holds its order) instead of being given up on.
     fn check_outbox(&self, event: &PaymentEvent) -> Result<(), Error> {
         self.missing_outbox(event).map_or(Ok(()), |error| Err(Error::Store(error)))
     }
@@ -462,7 +462,7 @@ impl Ledger {
     /// copy says what the record would (a replay, or key reuse for another payload); a duplicate
     /// answered from an entry without its record is not remembered, as no record stands behind
     /// it. An event that fails in a way a retry may undo holds back its account's later events
-    /// (answered retryable too), so SQS redelivers them after it, in order: the hold-back of
+    /// (answered [`Retry::Now`](effectively_once::Retry::Now)), so SQS redelivers them after it, in order: the hold-back of
     /// `commit_batch`, which the ledger hands its own checks' failures
     /// ([`CommitOnce::commit_batch_with_answers`]).
     ///
@@ -536,7 +536,7 @@ impl Ledger {
     /// The events of a batch as members of [`CommitOnce::commit_batch_with_answers`] (in their
     /// account's group and their lane, if `lanes` gives them one), with their positions, each
     /// answered already when it can be: from the answers this ledger remembers, or with the
-    /// failure of its checks (a receipt with no outbox table, retryable: the batch holds back
+    /// failure of its checks (a receipt with no outbox table, kept until fixed: the batch holds back
     /// the later events of its event id and lane, or with no lane of its account, behind it).
     /// The others are read first when `deliveries` and the estimate say so
     /// ([`Member::read_first`]). An event whose key is invalid is answered in `results` (a

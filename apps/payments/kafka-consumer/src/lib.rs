@@ -178,13 +178,13 @@ mod tests {
             let error = payment(&record).unwrap_err();
             assert_eq!(error, expected);
             let error = RecordError::from(error);
-            assert_eq!((error.retry, error.reason.as_str()), (Retry::Permanent, reason));
+            assert_eq!((error.retry, error.reason.as_str()), (Retry::Never, reason));
         }
         let zero = encoded(br#"{"event_id": "pay_1", "account_id": "acct_1", "amount_cents": 0, "currency": "USD"}"#);
         let error = payment(&record(Some(&zero))).unwrap_err();
         assert!(matches!(&error, ValueError::Invalid(invalid) if invalid.field == Some("amount_cents")), "{error:?}");
         let error = RecordError::from(error);
-        assert_eq!(error.retry, Retry::Permanent);
+        assert_eq!(error.retry, Retry::Never);
         assert_eq!(error.reason, "invalid payment event: amount_cents: must not be zero");
     }
 

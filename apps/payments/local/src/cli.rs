@@ -29,18 +29,16 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
-    /// Use AWS_ENDPOINT_URL (or a service's AWS_ENDPOINT_URL_*) even when it is not on this
-    /// machine: the commands create, purge and delete tables and queues wherever it points
-    /// (LOCAL_ALLOW_REMOTE=1 does the same)
-    #[arg(long, global = true)]
-    pub allow_remote: bool,
+    /// Whether an endpoint off this machine may be used.
+    #[command(flatten)]
+    pub remote: local::cli::Remote,
 }
 
 impl Cli {
     /// Carries the command out, unless the endpoint is off this machine and neither
     /// `--allow-remote` nor `LOCAL_ALLOW_REMOTE=1` allows it.
     pub async fn apply(self) -> Result<()> {
-        self.command.apply_allowing(self.allow_remote || loopback::allowed_by_env()).await
+        self.command.apply_allowing(self.remote.allowed()).await
     }
 }
 

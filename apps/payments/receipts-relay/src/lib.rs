@@ -26,7 +26,7 @@ use effectively_once::{
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_effects::email::{redact_emails, EmailMessage, SendErrorKind};
 use effectively_once_effects::{send_once, EmailSender, Policy, SendOutcome};
-use effectively_once_lambda::{Disposition, RecordError, RecordResult, Retry};
+use effectively_once_lambda::{Handled, RecordError, RecordResult, Retry};
 use payments::{receipt_key, rfc3339, Outbox, Profiles, RateLimit, ReceiptRate, ReceiptRow, RowStatus};
 
 pub use crate::alerts::{Alert, Alerts};
@@ -278,7 +278,7 @@ impl<E: EmailSender> Handler<EventRecord> for Receipts<E> {
         let row =
             ReceiptRow::from_stream_record(record).map_err(|e| RecordError::permanent(ErrorChain(&e).to_string()))?;
         let Some(row) = row else {
-            return Ok(Disposition::Skipped);
+            return Ok(Handled::Skipped);
         };
         tracing::Span::current().record("event_id", row.event_id.as_str());
         self.settle(&row, effectively_once::epoch_deadline_ms(context.deadline), MAX_WAITS).await
@@ -293,7 +293,7 @@ impl<E: EmailSender> Receipts<E> {
     pub(crate) async fn settle(&self, row: &ReceiptRow, deadline_ms: Option<u64>, max_waits: usize) -> RecordResult {
         let result = self.relay(row, deadline_ms, max_waits).await;
         if let Err(error) = &result {
-            if error.retry == Retry::Permanent {
+            if error.retry == Retry::Never {
                 // No retry changes a permanent answer, and the stream driver goes past it: the
                 // row is where its fate stays visible (FAILED, with the reason).
                 self.record_failure(&row.event_id, &error.reason).await;
@@ -330,7 +330,7 @@ impl<E: EmailSender> Receipts<E> {
 
     /// What settles `row` before anything is sent: deleted (skipped) or already marked (a
     /// duplicate); `None` while it is pending.
-    async fn row_settled(&self, row: &ReceiptRow) -> Result<Option<Disposition>, RecordError> {
+    async fn row_settled(&self, row: &ReceiptRow) -> Result<Option<Handled>, RecordError> {
         // Read before sending, not learnt from `mark` after: a row erased after the stream
         // captured it must not be emailed. Consistent, so a row just written is seen.
         let status = self.outbox.status(&row.event_id).await.map_err(|e| {
@@ -349,7 +349,7 @@ impl<E: EmailSender> Receipts<E> {
         match status {
             None => {
                 tracing::warn!("outbox row deleted before its receipt was sent; skipped, nothing sent");
-                Ok(Some(Disposition::Skipped))
+                Ok(Some(Handled::Skipped))
             }
             Some(RowStatus::Pending) => Ok(None),
             // Its fate is recorded (the marker, then the row, or the row alone for a receipt
@@ -357,7 +357,7 @@ impl<E: EmailSender> Receipts<E> {
             // the row dropped when it was marked.
             Some(status) => {
                 tracing::info!(status = status.as_str(), "outbox row already marked; nothing to send");
-                Ok(Some(Disposition::Duplicate))
+                Ok(Some(Handled::Duplicate))
             }
         }
     }
@@ -494,21 +494,21 @@ impl<E: EmailSender> Receipts<E> {
         }
         let replayed = outcome.is_replay();
         let (status, message_id, disposition) = match outcome.into_inner() {
-            SendOutcome::Sent { message_id } => (RowStatus::Sent, Some(message_id), Disposition::Applied),
-            SendOutcome::Failed { .. } => (RowStatus::Failed, None, Disposition::Rejected),
-            SendOutcome::Ambiguous => (RowStatus::Ambiguous, None, Disposition::Rejected),
+            SendOutcome::Sent { message_id } => (RowStatus::Sent, Some(message_id), Handled::Applied),
+            SendOutcome::Failed { .. } => (RowStatus::Failed, None, Handled::Rejected),
+            SendOutcome::Ambiguous => (RowStatus::Ambiguous, None, Handled::Rejected),
         };
         let now = rfc3339(markers.config().now_ms());
         let marked = self.outbox.mark(&row.event_id, status, message_id.as_deref(), &now).await;
         match marked {
-            Ok(()) => Ok(if replayed { Disposition::Duplicate } else { disposition }),
+            Ok(()) => Ok(if replayed { Handled::Duplicate } else { disposition }),
             // The row was deleted after the stream captured it (an erasure, a cleanup, its
             // TTL): there is nothing left to mark, and failing would hold the records behind it.
             // `mark` reports a missing row, and only that, as `Malformed` (its condition is the
             // row's existence): no read needed, and the relay's role may not read the outbox.
             Err(error) if error.kind() == StoreErrorKind::Malformed => {
                 tracing::warn!(error = %ErrorChain(&error), status = status.as_str(), "outbox row deleted before its receipt was marked; skipped");
-                Ok(Disposition::Skipped)
+                Ok(Handled::Skipped)
             }
             // Never permanent, whatever failed: the receipt's fate is known and kept in its
             // marker, and a permanent answer would have `handle` mark the row FAILED ("not
@@ -579,12 +579,12 @@ impl<E: EmailSender> Receipts<E> {
                 RecordError::retryable(format!("marking the row {}: {}", status.as_str(), ErrorChain(&e)))
             })?;
         if !marked {
-            return Ok(Disposition::Duplicate);
+            return Ok(Handled::Duplicate);
         }
         let alert = if status == RowStatus::Refused { Alert::ReceiptRefused } else { Alert::ReceiptRateLimited };
         self.alerts
             .raise(alert, &format!("receipt not sent; row marked {}: {}", status.as_str(), redact_emails(reason)));
-        Ok(Disposition::Rejected)
+        Ok(Handled::Rejected)
     }
 
     /// The receipt's fate as its email marker records it, marked on the row as a replay would
@@ -596,7 +596,7 @@ impl<E: EmailSender> Receipts<E> {
         key: &Key,
         row: &ReceiptRow,
         why: &str,
-    ) -> Result<Option<Disposition>, RecordError> {
+    ) -> Result<Option<Handled>, RecordError> {
         let Some(marker) = self.marker(markers, key).await? else { return Ok(None) };
         let outcome = match (marker.status, marker.response.as_deref()) {
             (Status::Completed, Some(response)) => serde_json::from_str::<SendOutcome>(response).ok(),
@@ -618,7 +618,7 @@ impl<E: EmailSender> Receipts<E> {
             .mark(&row.event_id, fate, message_id.as_deref(), &now)
             .await
             .map_err(|e| RecordError::retryable(format!("marking the row {}: {}", fate.as_str(), ErrorChain(&e))))?;
-        Ok(Some(Disposition::Duplicate))
+        Ok(Some(Handled::Duplicate))
     }
 
     /// The receipt's email marker, if any (expired or not); a read that fails is retried.
@@ -655,5 +655,5 @@ impl<E: EmailSender> Receipts<E> {
 /// record's answer already decided (a marker claimed for another recipient).
 enum Sending {
     Done(Outcome<SendOutcome>),
-    Answered(Disposition),
+    Answered(Handled),
 }

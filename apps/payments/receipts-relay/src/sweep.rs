@@ -15,7 +15,7 @@ use effectively_once::ErrorChain;
 use effectively_once_effects::EmailSender;
 use effectively_once_lambda::events::Context;
 use effectively_once_lambda::metrics::{Emf, Unit};
-use effectively_once_lambda::{Disposition, Retry};
+use effectively_once_lambda::{Handled, Retry};
 use payments::outbox::{Cursor, PendingRow, PENDING_SHARDS};
 use payments::rfc3339;
 use tracing::Instrument;
@@ -139,9 +139,9 @@ impl Swept {
 
     fn count(&mut self, result: &effectively_once_lambda::RecordResult) {
         match result {
-            Ok(Disposition::Applied) => self.sent += 1,
-            Ok(Disposition::Duplicate) => self.settled += 1,
-            Ok(Disposition::Rejected | Disposition::Skipped) => self.held += 1,
+            Ok(Handled::Applied) => self.sent += 1,
+            Ok(Handled::Duplicate) => self.settled += 1,
+            Ok(Handled::Rejected | Handled::Skipped) => self.held += 1,
             Err(error) if error.retry == Retry::InProgressElsewhere => self.busy += 1,
             Err(_) => self.unsent += 1,
         }
@@ -258,7 +258,7 @@ impl<E: EmailSender> Sweeper<E> {
         let result = self.receipts.settle(&receipt, deadline_ms, 0).instrument(span.clone()).await;
         let _entered = span.enter();
         match &result {
-            Ok(Disposition::Applied) => tracing::warn!("receipt sent by the sweep: the stream had not delivered it"),
+            Ok(Handled::Applied) => tracing::warn!("receipt sent by the sweep: the stream had not delivered it"),
             Err(error) if error.retry != Retry::InProgressElsewhere => {
                 tracing::error!(reason = %error.reason, "pending receipt not sent by the sweep");
             }
@@ -267,8 +267,8 @@ impl<E: EmailSender> Sweeper<E> {
         // A row the relay found settled (or whose status it cannot read) that is still in the
         // index leaves it here: else every sweep reads it first, and enough of them starve the
         // shard's rows behind. A row the relay marked just now left it with its mark.
-        let settled = matches!(result, Ok(Disposition::Duplicate | Disposition::Skipped));
-        if settled || result.as_ref().is_err_and(|error| error.retry == Retry::Permanent) {
+        let settled = matches!(result, Ok(Handled::Duplicate | Handled::Skipped));
+        if settled || result.as_ref().is_err_and(|error| error.retry == Retry::Never) {
             self.unindex(&key).await;
         }
         swept.count(&result);
@@ -356,10 +356,10 @@ mod tests {
         use effectively_once_lambda::RecordError;
         let mut swept = Swept::default();
         for result in [
-            Ok(Disposition::Applied),
-            Ok(Disposition::Duplicate),
-            Ok(Disposition::Rejected),
-            Ok(Disposition::Skipped),
+            Ok(Handled::Applied),
+            Ok(Handled::Duplicate),
+            Ok(Handled::Rejected),
+            Ok(Handled::Skipped),
             Err(RecordError::in_progress_elsewhere("held")),
             Err(RecordError::retryable("blocked")),
             Err(RecordError::permanent("refused")),

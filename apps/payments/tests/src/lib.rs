@@ -148,14 +148,14 @@ impl LedgerHarness {
 pub use effectively_once_effects::testing::{emails_to, ses_sender};
 
 /// A ledger post's answer as tests compare two paths' answers: fresh or replayed with its
-/// posting, the idempotency error's kind, or whether another error is retryable.
+/// posting, the idempotency error's kind, or another error's retry class.
 pub fn summary(result: &Result<effectively_once::Outcome<payments::Posting>, payments::Error>) -> String {
     use effectively_once::Outcome;
     match result {
         Ok(Outcome::Fresh(posting)) => format!("fresh {posting:?}"),
         Ok(Outcome::Replayed(posting)) => format!("replayed {posting:?}"),
         Err(payments::Error::Idempotency(error)) => format!("error {:?}", error.kind()),
-        Err(error) => format!("error retryable={}", error.is_retryable()),
+        Err(error) => format!("error {:?}", error.retry()),
     }
 }
 

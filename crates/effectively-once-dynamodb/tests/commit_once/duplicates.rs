@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once::{Config, ErrorKind, Idempotency, Key, ManualClock, Outcome};
+use effectively_once::{Config, ErrorKind, Idempotency, Key, ManualClock, Outcome, Retry};
 use effectively_once_dynamodb::testing::fresh_store_and_table;
 use effectively_once_dynamodb::{carried, CommitOnce, DynamoDbStore, Otherwise, Table, Tx};
 use serde::{Deserialize, Serialize};
@@ -101,7 +101,7 @@ async fn past_the_window_the_put_still_refuses_to_replace_the_item() {
     idempotency.commit_once(&key, &order, |tx| order_and_count(tx, &orders, &order)).await.unwrap();
     clock.advance(Duration::from_secs(3600));
     let error = idempotency.commit_once(&key, &order, |tx| order_and_count(tx, &orders, &order)).await.unwrap_err();
-    assert!(!error.is_retryable(), "{error}");
+    assert_eq!(error.retry(), Retry::AfterFix, "{error}");
     assert_eq!(counter(&store, &orders).await.as_deref(), Some("1"));
 }
 
@@ -219,7 +219,7 @@ async fn a_business_refusal_is_recorded_and_replayed() {
         Ok(Answer::Taken)
     };
     let error = idempotency.commit_once(&key, "two", bare).await.unwrap_err();
-    assert!(!error.is_retryable(), "{error}");
+    assert_eq!(error.retry(), Retry::AfterFix, "{error}");
     assert!(item(&store, &accounts, "two").await.is_none());
 }
 

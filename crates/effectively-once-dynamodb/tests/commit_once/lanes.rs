@@ -8,7 +8,7 @@
 use std::future::Future;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once::{Config, Error, ErrorChain, ErrorKind, Idempotency, Key, Outcome};
+use effectively_once::{Config, Error, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Retry};
 use effectively_once_dynamodb::testing::{fresh_store, unique_name};
 use effectively_once_dynamodb::{
     create_table, BatchWrites, CommitOnce, DynamoDbStore, Fallback, Member, Otherwise, RequestCounter, Table, Tx,
@@ -126,11 +126,11 @@ fn transactions(counter: &RequestCounter) -> u64 {
     counter.by_operation().get("TransactWriteItems").copied().unwrap_or(0)
 }
 
-/// Asserts `result` is a hold-back: not started, retryable, no verdict on the message.
+/// Asserts `result` is a hold-back: not started, to be retried now.
 fn assert_held_back(result: &Result<Outcome<Answer>, Error>) {
     let error = result.as_ref().expect_err("held back");
     let chain = ErrorChain(error).to_string();
-    assert!(error.is_retryable() && !error.is_verdict_on_the_message(), "{chain}");
+    assert_eq!(error.retry(), Retry::Now, "{chain}");
     assert!(chain.contains("not started, an earlier event of its group"), "{chain}");
 }
 
@@ -219,7 +219,7 @@ async fn a_copy_in_another_lane_holds_its_lane_when_its_first_is_undecided() {
     let results = idempotency.commit_batch(&members(&specs), &writes).await;
     assert_eq!(results[0].as_ref().unwrap_err().kind(), ErrorKind::ConditionFailed);
     let copy = results[1].as_ref().expect_err("the copy is not decided either");
-    assert!(copy.is_retryable() && !copy.is_verdict_on_the_message(), "{}", ErrorChain(copy));
+    assert_eq!(copy.retry(), Retry::Now, "{}", ErrorChain(copy));
     assert_held_back(&results[2]);
     assert!(!done(&idempotency, &writes, "l").await, "the lane's later member did not pass the copy");
 
@@ -350,7 +350,7 @@ async fn a_member_that_does_not_hash_holds_back_its_groups_later_members() {
         .collect();
     let results = idempotency.commit_batch(&members, &writes).await;
     let unhashed = results[0].as_ref().expect_err("no hash");
-    assert!(!unhashed.is_verdict_on_the_message(), "{}", ErrorChain(unhashed));
+    assert_eq!(unhashed.retry(), Retry::AfterFix, "{}", ErrorChain(unhashed));
     assert_held_back(&results[1]);
     assert_eq!(results[2].as_ref().unwrap(), &Outcome::Fresh(Answer::Applied));
     assert!(!done(&idempotency, &writes, "after").await && done(&idempotency, &writes, "other").await);

@@ -3,7 +3,7 @@
 //! twice, and a refused write with no answer reported as that, naming the write and its table.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once::{Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome};
+use effectively_once::{Config, ErrorChain, ErrorKind, Idempotency, Key, Outcome, Retry};
 use effectively_once_dynamodb::testing::fresh_store;
 use effectively_once_dynamodb::{
     create_table, CommitOnce, DynamoDbStore, Fallback, Item, Otherwise, RequestCounter, Table, Tx,
@@ -221,7 +221,7 @@ async fn a_refused_fallback_records_nothing_and_names_itself() {
             ),
             "carried: {carried}"
         );
-        assert!(!error.is_retryable());
+        assert_eq!(error.retry(), Retry::AfterFix);
         assert!(records(&store).await.is_empty(), "no answer recorded");
         assert!(get(&store, table.name(), "backorders#sku-1").await.is_none(), "no fallback write");
         assert!(get(&store, table.name(), "entry#o-3").await.is_none());
@@ -293,7 +293,7 @@ async fn a_condition_failed_with_no_answer_names_the_write_and_table() {
     assert_eq!(error.kind(), ErrorKind::ConditionFailed);
     assert_eq!(error.to_string(), expected);
     assert_eq!(ErrorChain(&error).to_string(), expected, "no store failure behind it");
-    assert!(!error.is_retryable() && !error.is_verdict_on_the_message());
+    assert_eq!(error.retry(), Retry::AfterFix);
 
     let members = [effectively_once_dynamodb::Member::new(key.clone(), "o-5")];
     let results = idempotency.commit_batch(&members, &bare).await;

@@ -7,6 +7,7 @@
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use effectively_once::Retry;
 use effectively_once_dynamodb::classify_sdk_error;
 
 fn answer(status: u16, code: Option<&str>) -> SdkError<PutItemError, HttpResponse> {
@@ -26,7 +27,7 @@ fn server_errors_without_a_known_code_are_retryable() {
     for status in [500u16, 502, 503, 504] {
         for code in [None, Some("ServiceUnavailableException"), Some("InternalServerErrorException")] {
             let e = classify_sdk_error("PutItem", answer(status, code));
-            if !e.is_retryable() {
+            if e.retry() != Retry::Now {
                 wrong.push(format!("HTTP {status} code {code:?} -> {:?}", e.kind()));
             }
         }
@@ -41,7 +42,7 @@ fn transient_and_operator_fixable_codes_are_not_permanent() {
     let mut wrong = Vec::new();
     for code in ["TransactionConflictException", "ExpiredTokenException", "RequestTimeout"] {
         let e = classify_sdk_error("PutItem", answer(400, Some(code)));
-        if !e.is_retryable() {
+        if !matches!(e.retry(), Retry::Now | Retry::AfterFix) {
             wrong.push(format!("{code} -> {:?}", e.kind()));
         }
     }

@@ -255,7 +255,7 @@ pub(super) mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use effectively_once::{Config, InMemoryStore, ManualClock};
+    use effectively_once::{Config, InMemoryStore, ManualClock, Retry};
 
     use super::*;
     use crate::email::{EmailSender, RecordingSender, SendError};
@@ -293,7 +293,7 @@ pub(super) mod tests {
         sender.fail_next(SendError::new(SendErrorKind::Throttled, "slow down"));
         let key = marker("msg_2");
         let err = send_once(&idem, &sender, &key, &email("b@example.com"), Policy::default()).await.unwrap_err();
-        assert!(err.is_retryable());
+        assert_eq!(err.retry(), Retry::Now);
         let retry = send_once(&idem, &sender, &key, &email("b@example.com"), Policy::default()).await.unwrap();
         assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })));
         assert_eq!(sender.sent().len(), 1);
@@ -337,7 +337,7 @@ pub(super) mod tests {
             assert!(tokio::time::timeout(Duration::from_millis(50), dying).await.is_err());
             assert_eq!(sender.sent().len(), 1);
             let early = send_once(&idem, &sender, &key, &message, policy).await.unwrap_err();
-            assert!(early.is_retryable(), "in progress until the lease ends");
+            assert_eq!(early.retry(), Retry::InProgressElsewhere, "in progress until the lease ends");
             clock.advance(Duration::from_secs(61));
             let later = send_once(&idem, &sender, &key, &message, policy).await.unwrap();
             assert_eq!(later, Outcome::Fresh(outcome.clone()), "{policy:?}");
@@ -371,7 +371,7 @@ pub(super) mod tests {
         let key = marker("msg_6");
         let message = email("f@example.com");
         let err = send_once(&idem, &sender, &key, &message, Policy::AtLeastOnce).await.unwrap_err();
-        assert!(err.is_retryable(), "{err}");
+        assert_eq!(err.retry(), Retry::Now, "{err}");
         let retry = send_once(&idem, &sender, &key, &message, Policy::AtLeastOnce).await.unwrap();
         assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })), "{retry:?}");
         assert_eq!(sender.sent().len(), 2, "the possible copy, then the resend");
@@ -455,7 +455,7 @@ pub(super) mod tests {
         assert_eq!(taken, Outcome::Fresh(SendOutcome::Ambiguous));
         let late =
             idem.complete_while_owned(first, &SendOutcome::Sent { message_id: "late".into() }).await.unwrap_err();
-        assert!(late.is_retryable(), "{late}");
+        assert_eq!(late.retry(), Retry::Now, "{late}");
         let stored = idem.store().get(key.as_str()).await.unwrap().unwrap();
         assert!(!stored.response.unwrap_or_default().contains("late"));
     }

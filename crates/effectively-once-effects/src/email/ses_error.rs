@@ -169,7 +169,7 @@ mod tests {
         AccountSuspendedException, BadRequestException, LimitExceededException, MailFromDomainNotVerifiedException,
         MessageRejected, NotFoundException, SendingPausedException, TooManyRequestsException,
     };
-    use effectively_once::{Outcome, Store};
+    use effectively_once::{Outcome, Retry, Store};
 
     use super::*;
     use crate::email::send_once::tests::{email, marker, setup};
@@ -338,7 +338,7 @@ mod tests {
             let key = marker("msg_7");
             let message = email("g@example.com");
             let err = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap_err();
-            assert!(err.is_retryable(), "{err}");
+            assert_eq!(err.retry(), Retry::AfterFix, "{err}");
             assert!(matches!(&err, Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
             assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released");
             let retry = send_once(&idem, &ses, &key, &message, Policy::AtMostOnce).await.unwrap();

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use effectively_once::{
-    Claim, Completion, Config, Idempotency, InMemoryStore, ManualClock, Outcome, Record, Status, Store, StoreError,
-    StoreErrorKind,
+    Claim, Completion, Config, Idempotency, InMemoryStore, ManualClock, Outcome, Record, Retry, Status, Store,
+    StoreError, StoreErrorKind,
 };
 use effectively_once_effects::{
     send_once, EmailMessage, Error, Key, Policy, RecordingSender, SendError, SendErrorKind, SendOutcome,
@@ -188,7 +188,7 @@ async fn a_retry_that_finds_the_marker_taken_over_after_the_lease_reports_it_hel
     sender.fail_next(throttled());
     let key = Key::new("email", "msg_r4").unwrap();
     let err = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap_err();
-    assert!(err.is_retryable(), "{err}");
+    assert_eq!(err.retry(), Retry::Now, "{err}");
     assert!(matches!(&err, Error::Email(e) if e.kind == SendErrorKind::Throttled), "{err}");
     assert!(err.to_string().contains("marker is still held"), "{err}");
     let marker = idem.store().get(key.as_str()).await.unwrap().unwrap();
@@ -206,7 +206,7 @@ async fn a_release_that_keeps_failing_says_the_marker_is_held() {
     let key = Key::new("email", "msg_r5").unwrap();
     let err = send_once(&idem, &sender, &key, &receipt(), Policy::AtMostOnce).await.unwrap_err();
     assert_eq!(idem.store().releases(), 3, "three tries");
-    assert!(err.is_retryable(), "{err}");
+    assert_eq!(err.retry(), Retry::AfterFix, "{err}");
     assert!(matches!(&err, Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
     let marker = idem.store().get(key.as_str()).await.unwrap().unwrap();
     assert_eq!(marker.status, Status::InProgress);
@@ -228,7 +228,7 @@ async fn a_release_that_keeps_failing_says_the_marker_is_held() {
 /// SES clients whose endpoint refuses every connection: the request never leaves the host.
 mod ses_never_reached {
     use aws_sdk_sesv2::config::{Credentials, Region};
-    use effectively_once::{Config, Idempotency, InMemoryStore, Outcome, Store};
+    use effectively_once::{Config, Idempotency, InMemoryStore, Outcome, Retry, Store};
     use effectively_once_effects::{send_once, EmailMessage, Key, Policy, SendErrorKind, SendOutcome, SesSender};
 
     use super::LEASE;
@@ -265,7 +265,7 @@ mod ses_never_reached {
         let outcome = send_once(&idem, &sender, &key, &message(), Policy::AtMostOnce).await;
         match outcome {
             Err(effectively_once_effects::Error::Email(e)) => {
-                assert!(e.is_retryable(), "{e}");
+                assert_eq!(e.retry(), Retry::Now, "{e}");
                 assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released for the retry");
             }
             other => panic!("SES was never reached, yet the receipt's fate is recorded: {other:?}"),

@@ -4,9 +4,9 @@
 
 use crate::support::{post, setup};
 use effectively_once::InMemoryStore;
-use effectively_once_http::IdempotencyLayer;
+use effectively_once_http::IdempotencyKeyLayer;
 
-fn by_caller(layer: &IdempotencyLayer<InMemoryStore>) -> IdempotencyLayer<InMemoryStore> {
+fn by_caller(layer: &IdempotencyKeyLayer<InMemoryStore>) -> IdempotencyKeyLayer<InMemoryStore> {
     layer.clone().scope(|parts: &http::request::Parts| {
         Ok(parts.headers.get("x-caller").map(|caller| caller.to_str().unwrap().to_owned()))
     })
@@ -54,14 +54,14 @@ async fn a_scope_is_one_routes_and_leaves_the_other_routes_as_they_were() {
     use tower::{service_fn, Layer, ServiceExt};
 
     let idempotency = Idempotency::new(InMemoryStore::new(), Config::default());
-    let refunds = IdempotencyLayer::new(idempotency.clone(), "refunds");
+    let refunds = IdempotencyKeyLayer::new(idempotency.clone(), "refunds");
     let known_callers = |parts: &http::request::Parts| match parts.headers.get("x-caller") {
         Some(caller) => Ok(Some(caller.to_str().unwrap().to_owned())),
         None => Err(Answer::error(StatusCode::FORBIDDEN, "forbidden", "unknown caller")),
     };
-    let orders = IdempotencyLayer::new(idempotency.clone(), "orders").scope(known_callers);
+    let orders = IdempotencyKeyLayer::new(idempotency.clone(), "orders").scope(known_callers);
     let audited = refunds.clone().scope(|_: &http::request::Parts| Ok(Some("audit".to_owned())));
-    let send = |layer: &IdempotencyLayer<InMemoryStore>, key: &str, caller: Option<&str>| {
+    let send = |layer: &IdempotencyKeyLayer<InMemoryStore>, key: &str, caller: Option<&str>| {
         let service = layer.layer(service_fn(|request: Request<crate::support::Body>| async move {
             let key = request.extensions().get::<IdempotencyKey>().unwrap().record_key().to_string();
             let mut response = Response::new(crate::support::Body::from(key));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use effectively_once::{InMemoryStore, ManualClock};
-use effectively_once_http::{Answer, Disposition, IdempotencyKey, IdempotencyLayer};
+use effectively_once_http::{Answer, IdempotencyKey, IdempotencyKeyLayer, OnAnswer};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -41,7 +41,7 @@ impl Handler {
         response.headers_mut().insert("set-cookie", format!("run={run}").parse().unwrap());
         if fields["hold"] == true {
             *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            response.extensions_mut().insert(Disposition::Hold);
+            response.extensions_mut().insert(OnAnswer::Hold);
         }
         response
     }
@@ -50,7 +50,7 @@ impl Handler {
 struct Setup {
     handler: Arc<Handler>,
     clock: Arc<ManualClock>,
-    layer: IdempotencyLayer<InMemoryStore>,
+    layer: IdempotencyKeyLayer<InMemoryStore>,
 }
 
 fn setup(handler: Handler) -> Setup {
@@ -67,7 +67,7 @@ struct Reply {
 }
 
 impl Setup {
-    async fn send_with(&self, layer: &IdempotencyLayer<InMemoryStore>, request: Request<Body>) -> Reply {
+    async fn send_with(&self, layer: &IdempotencyKeyLayer<InMemoryStore>, request: Request<Body>) -> Reply {
         let handler = self.handler.clone();
         let service = layer.layer(service_fn(move |request: Request<Body>| {
             let handler = handler.clone();

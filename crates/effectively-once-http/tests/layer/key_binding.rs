@@ -85,7 +85,7 @@ async fn the_same_key_on_another_resource_named_by_its_query_is_not_the_first_re
 #[tokio::test(start_paused = true)]
 async fn a_retry_never_runs_beside_an_attempt_within_its_lease_whatever_the_window() {
     use effectively_once::{Config, Idempotency, InMemoryStore, ManualClock};
-    use effectively_once_http::IdempotencyLayer;
+    use effectively_once_http::IdempotencyKeyLayer;
     use std::time::Duration;
 
     let clock = Arc::new(ManualClock::new());
@@ -93,7 +93,7 @@ async fn a_retry_never_runs_beside_an_attempt_within_its_lease_whatever_the_wind
         .with_lease(Duration::from_secs(30))
         .with_dedup_window(Duration::from_secs(10))
         .with_clock(clock.clone());
-    let layer = IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), config), "orders");
+    let layer = IdempotencyKeyLayer::new(Idempotency::new(InMemoryStore::new(), config), "orders");
     let running = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let release = Arc::new(tokio::sync::Notify::new());

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use effectively_once::{Config, Idempotency, InMemoryStore, ManualClock};
-use effectively_once_http::{Disposition, IdempotencyLayer};
+use effectively_once_http::{IdempotencyKeyLayer, OnAnswer};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
@@ -24,14 +24,14 @@ pub const LEASE: Duration = Duration::from_secs(30);
 pub struct Setup {
     pub runs: Arc<AtomicUsize>,
     pub clock: Arc<ManualClock>,
-    pub layer: IdempotencyLayer<InMemoryStore>,
+    pub layer: IdempotencyKeyLayer<InMemoryStore>,
 }
 
 /// The layer every test puts in front of its handler: the route `orders`, an in-memory store,
 /// the lease `LEASE` on `clock`.
-pub fn layer(clock: Arc<ManualClock>) -> IdempotencyLayer<InMemoryStore> {
+pub fn layer(clock: Arc<ManualClock>) -> IdempotencyKeyLayer<InMemoryStore> {
     let config = Config::default().with_lease(LEASE).with_clock(clock);
-    IdempotencyLayer::new(Idempotency::new(InMemoryStore::new(), config), "orders")
+    IdempotencyKeyLayer::new(Idempotency::new(InMemoryStore::new(), config), "orders")
 }
 
 pub fn setup() -> Setup {
@@ -45,7 +45,7 @@ pub type Got = (u16, bool, Option<String>, Value);
 impl Setup {
     /// The handler's first run times out downstream (Hold: effect unknown); every later run
     /// succeeds with 201 and its run number (the effect, e.g. a charge, happens each run).
-    pub async fn send_with(&self, layer: &IdempotencyLayer<InMemoryStore>, request: Request<Body>) -> Got {
+    pub async fn send_with(&self, layer: &IdempotencyKeyLayer<InMemoryStore>, request: Request<Body>) -> Got {
         let runs = self.runs.clone();
         let service = layer.layer(service_fn(move |_request: Request<Body>| {
             let runs = runs.clone();
@@ -55,7 +55,7 @@ impl Setup {
                 response.headers_mut().insert("content-type", "application/json".parse().unwrap());
                 if run == 1 {
                     *response.status_mut() = StatusCode::GATEWAY_TIMEOUT;
-                    response.extensions_mut().insert(Disposition::Hold);
+                    response.extensions_mut().insert(OnAnswer::Hold);
                 } else {
                     *response.status_mut() = StatusCode::CREATED;
                 }

@@ -12,7 +12,7 @@ use super::{
 };
 #[cfg(doc)]
 use super::{run_rounds, BatchHandler};
-use crate::{panics, Disposition, RecordError, RecordResult};
+use crate::{panics, Handled, RecordError, RecordResult};
 
 /// Handles a batch in one call, for a handler that applies records in the order it is given
 /// them (one `commit_batch` for the batch, say, whose transactions keep that order). It is a
@@ -37,14 +37,14 @@ use crate::{panics, Disposition, RecordError, RecordResult};
 ///
 /// ```
 /// use effectively_once_lambda::events::{Context, SqsMessage};
-/// use effectively_once_lambda::{Disposition, Handler, OrderedBatch, OrderedBatchHandler};
+/// use effectively_once_lambda::{Handled, Handler, OrderedBatch, OrderedBatchHandler};
 /// use effectively_once_lambda::{RecordError, RecordResult};
 ///
 /// struct Orders;
 ///
 /// impl Handler<SqsMessage> for Orders {
 ///     async fn handle(&self, _message: &SqsMessage, _context: &Context) -> RecordResult {
-///         Ok(Disposition::Applied)
+///         Ok(Handled::Applied)
 ///     }
 /// }
 ///
@@ -296,7 +296,7 @@ fn read<R: Record>(
         let own = screened.or(answer).unwrap_or_else(|| Err(RecordError::retryable("not handled")));
         let result = match holding.blocker(after).filter(|_| groups.hold_back) {
             Some(earlier) => {
-                if matches!(own, Ok(Disposition::Applied | Disposition::Rejected)) {
+                if matches!(own, Ok(Handled::Applied | Handled::Rejected)) {
                     breach(record, &earlier);
                 }
                 not_started(record, &earlier)

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use base64::Engine;
 use effectively_once_lambda::events::{Context, KafkaEvent, KafkaRecord, LambdaEvent};
 use effectively_once_lambda::kafka::{self, KafkaEventResponse};
-use effectively_once_lambda::{BodyHandler, Disposition, Options, RecordError, RecordResult, Retry, Typed};
+use effectively_once_lambda::{BodyHandler, Handled, Options, RecordError, RecordResult, Retry, Typed};
 use serde::Deserialize;
 
 fn sample() -> KafkaEvent {
@@ -42,7 +42,7 @@ impl BodyHandler<KafkaRecord> for Orders {
         let mut applied = self.applied.lock().unwrap();
         let duplicate = applied.iter().any(|(id, _)| *id == order.order_id);
         applied.push((order.order_id, record.offset));
-        Ok(if duplicate { Disposition::Duplicate } else { Disposition::Applied })
+        Ok(if duplicate { Handled::Duplicate } else { Handled::Applied })
     }
 
     fn key(&self, order: &Order) -> Option<String> {
@@ -175,5 +175,5 @@ async fn a_value_that_is_not_the_type_fails_permanently() {
     let event = sample();
     let poison = &event.records["orders-1"][0];
     let error = effectively_once_lambda::Handler::handle(&orders, poison, &Context::default()).await.unwrap_err();
-    assert_eq!(error.retry, Retry::Permanent);
+    assert_eq!(error.retry, Retry::Never);
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use effectively_once_lambda::events::{Context, KinesisEventRecord, KinesisEventResponse, LambdaEvent};
 use effectively_once_lambda::kinesis::{self, Options};
-use effectively_once_lambda::{BatchHandler, Disposition, Handler, RecordError, RecordResult};
+use effectively_once_lambda::{BatchHandler, Handled, Handler, RecordError, RecordResult};
 
 /// Answers each record by the text of its data (`ok`, `retry`, `permanent`, `panic`, `slow`),
 /// recording the order it started and finished records in; its key is the data's part after
@@ -37,7 +37,7 @@ impl Script {
             "retry" => Err(RecordError::retryable("throttled")),
             "permanent" => Err(RecordError::permanent("not an order")),
             "panic" => panic!("cannot handle {seq}"),
-            _ => Ok(Disposition::Applied),
+            _ => Ok(Handled::Applied),
         };
         self.finished.lock().unwrap().push(seq);
         result

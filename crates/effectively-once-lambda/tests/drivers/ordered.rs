@@ -13,7 +13,7 @@ use base64::Engine;
 use effectively_once_lambda::events::{Context, DynamoDbEvent, EventRecord, KafkaEvent, KafkaRecord};
 use effectively_once_lambda::events::{KinesisEventRecord, LambdaEvent, SqsEvent, SqsMessage};
 use effectively_once_lambda::park::{Destination, Parcel, ParkFuture};
-use effectively_once_lambda::{kafka, kinesis, sqs, streams, BatchHandler, Disposition, Handler, Options};
+use effectively_once_lambda::{kafka, kinesis, sqs, streams, BatchHandler, Handled, Handler, Options};
 use effectively_once_lambda::{OrderedBatch, OrderedBatchHandler, RecordError, RecordResult};
 use serde_json::Value;
 
@@ -91,7 +91,7 @@ impl Script {
             "retry" => Err(RecordError::retryable("throttled")),
             "busy" => Err(RecordError::in_progress_elsewhere("another attempt holds it")),
             "permanent" => Err(RecordError::permanent("not an order")),
-            _ => Ok(Disposition::Applied),
+            _ => Ok(Handled::Applied),
         };
         if result.is_ok() {
             self.applied.lock().unwrap().push(record.id());

@@ -10,7 +10,7 @@ use crate::common::{checkpoint, eight_messages, failures, stream_event, PanicsOn
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::kafka::{KafkaEvent, KafkaRecord};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use effectively_once_lambda::{kafka, sqs, streams, Disposition, RecordResult};
+use effectively_once_lambda::{kafka, sqs, streams, Handled, RecordResult};
 use lambda_runtime::tracing::subscriber::fmt::MakeWriter;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -25,7 +25,7 @@ impl PanicsOn {
             panic!("cannot post {body}");
         }
         self.record(event_id.to_owned());
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

@@ -10,7 +10,7 @@ use std::future::Future;
 use crate::common::{checkpoint, eight_messages, failures, stream_event, PanicsOn};
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::sqs::SqsMessage;
-use effectively_once_lambda::{sqs, streams, Disposition, RecordResult};
+use effectively_once_lambda::{sqs, streams, Handled, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 /// Panics on one id before it returns a future, as a handler that parses synchronously would;
@@ -23,7 +23,7 @@ impl PanicsEarly {
         assert_ne!(id, self.0.panic_on, "cannot parse the body of {id}");
         async move {
             self.0.record(id);
-            Ok(Disposition::Applied)
+            Ok(Handled::Applied)
         }
     }
 

@@ -13,7 +13,7 @@ use effectively_once_lambda::events::{
 };
 use effectively_once_lambda::park::{self, Coordinates, Destination, Parcel, ParkFuture};
 use effectively_once_lambda::{kafka, kinesis, streams};
-use effectively_once_lambda::{Disposition, Handler, Options, RecordError, RecordResult};
+use effectively_once_lambda::{Handled, Handler, Options, RecordError, RecordResult};
 
 /// A destination that keeps what it is given, or refuses it all when `refuse` is set.
 #[derive(Clone, Default)]
@@ -61,7 +61,7 @@ impl Script {
             return Err(RecordError::retryable("throttled"));
         }
         self.applied.lock().unwrap().push(text.to_owned());
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 
     fn applied(&self) -> Vec<String> {
@@ -267,7 +267,7 @@ impl Handler<effectively_once_lambda::events::EventRecord> for Outbox {
         if self.retryable.contains(&seq.as_str()) {
             return Err(RecordError::retryable("SES throttled"));
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::failures;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{sqs, Handled, RecordError, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 fn sqs_event(json: &[u8]) -> SqsEvent {
@@ -43,7 +43,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for NeedsEventId {
             .map_err(|e| RecordError::permanent(e.to_string()))?;
         body["event_id"].as_str().ok_or_else(|| RecordError::permanent("event_id: is required"))?;
         body["amount_cents"].as_i64().ok_or_else(|| RecordError::permanent("amount_cents: must be an integer"))?;
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 
@@ -112,7 +112,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for FailsOne {
             return Err(self.error.clone());
         }
         self.applied.lock().unwrap().push(id);
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 
@@ -207,7 +207,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for Keyed {
         if self.fail.contains(&id.as_str()) {
             return Err(RecordError::retryable("ledger throttled"));
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 
     fn key(&self, message: &SqsMessage) -> Option<String> {

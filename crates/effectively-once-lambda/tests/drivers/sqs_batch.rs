@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use crate::common::failures;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use effectively_once_lambda::{sqs, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{sqs, Handled, RecordError, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 /// Answers by the body: `ok`, `retry`, `permanent`; `panic` panics the batch call (not the
@@ -20,7 +20,7 @@ fn answer(message: &SqsMessage) -> RecordResult {
     match message.body.as_deref().unwrap_or("") {
         "retry" => Err(RecordError::retryable("throttled")),
         "permanent" => Err(RecordError::permanent("malformed")),
-        _ => Ok(Disposition::Applied),
+        _ => Ok(Handled::Applied),
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::common::{checkpoint, stream_event};
 use effectively_once_lambda::events::{Context, DynamoDbEvent, EventRecord, LambdaEvent};
-use effectively_once_lambda::{streams, BatchHandler, Disposition, Handler, Options, RecordError, RecordResult};
+use effectively_once_lambda::{streams, BatchHandler, Handled, Handler, Options, RecordError, RecordResult};
 
 /// Fails the sequence numbers listed retryably; records what ran and each call's records.
 #[derive(Default)]
@@ -23,7 +23,7 @@ impl Script {
         if self.retryable.contains(&seq.as_str()) {
             return Err(RecordError::retryable("throttled"));
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 
@@ -109,7 +109,7 @@ impl Handler<EventRecord> for FailAt {
         if Some(seq.as_str()) == self.0 {
             return Err(RecordError::retryable("SES throttled"));
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

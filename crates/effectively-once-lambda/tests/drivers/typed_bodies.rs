@@ -8,7 +8,7 @@ use effectively_once_lambda::events::{
     Context, DynamoDbEvent, EventRecord, KinesisEvent, KinesisEventRecord, LambdaEvent, SqsEvent, SqsMessage,
 };
 use effectively_once_lambda::{
-    kinesis, sqs, streams, BodyBatchHandler, BodyHandler, Disposition, Handler, Options, RecordResult, Retry, Typed,
+    kinesis, sqs, streams, BodyBatchHandler, BodyHandler, Handled, Handler, Options, RecordResult, Retry, Typed,
 };
 use serde::Deserialize;
 
@@ -28,7 +28,7 @@ struct Orders {
 impl Orders {
     fn apply(&self, order: Order) -> RecordResult {
         self.seen.lock().unwrap().push(order.order_id);
-        Ok(if order.total_cents < 0 { Disposition::Rejected } else { Disposition::Applied })
+        Ok(if order.total_cents < 0 { Handled::Rejected } else { Handled::Applied })
     }
 }
 
@@ -100,7 +100,7 @@ async fn an_sqs_body_that_is_not_the_type_fails_alone_and_permanently() {
     assert_eq!(*orders.0.seen.lock().unwrap(), ["o-1", "o-4"]);
 
     let error = orders.handle(&event.records[1], &Context::default()).await.unwrap_err();
-    assert_eq!(error.retry, Retry::Permanent);
+    assert_eq!(error.retry, Retry::Never);
     assert!(error.reason.contains("Order") && !error.reason.contains("alice@example.com"), "{}", error.reason);
     assert!(error.reason.contains("a***@example.com"), "the reason keeps its shape, redacted: {}", error.reason);
 }
@@ -131,9 +131,9 @@ async fn the_batch_path_leaves_out_what_does_not_decode_and_keeps_each_answer_in
     assert_eq!(*orders.0.batches.lock().unwrap(), [2]);
     let records: Vec<&SqsMessage> = event.records.iter().collect();
     let results = effectively_once_lambda::BatchHandler::handle_batch(&orders, &records, &Context::default()).await;
-    assert_eq!(results[1], Ok(Disposition::Applied));
-    assert_eq!(results[3], Ok(Disposition::Rejected));
-    assert_eq!(results[0].as_ref().unwrap_err().retry, Retry::Permanent);
+    assert_eq!(results[1], Ok(Handled::Applied));
+    assert_eq!(results[3], Ok(Handled::Rejected));
+    assert_eq!(results[0].as_ref().unwrap_err().retry, Retry::Never);
 }
 
 /// A stream record's body is its NewImage, read through serde_dynamo; a REMOVE has none.
@@ -149,7 +149,7 @@ async fn a_stream_records_body_is_its_new_image() {
         type Body = Receipt;
         async fn handle(&self, receipt: Receipt, _record: &EventRecord, _context: &Context) -> RecordResult {
             self.0.lock().unwrap().push((receipt.event_id, receipt.amount_cents));
-            Ok(Disposition::Applied)
+            Ok(Handled::Applied)
         }
     }
     let event: DynamoDbEvent =
@@ -163,6 +163,6 @@ async fn a_stream_records_body_is_its_new_image() {
     remove.event_name = "REMOVE".into();
     remove.change.new_image = Default::default();
     let error = receipts.handle(&remove, &Context::default()).await.unwrap_err();
-    assert_eq!(error.retry, Retry::Permanent);
+    assert_eq!(error.retry, Retry::Never);
     assert!(error.reason.contains("no NewImage"), "{}", error.reason);
 }

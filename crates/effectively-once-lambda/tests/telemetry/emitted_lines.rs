@@ -14,7 +14,7 @@ use std::process::Command;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use effectively_once_lambda::metrics::Metrics;
-use effectively_once_lambda::{sqs, streams, Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{sqs, streams, Handled, RecordError, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 
@@ -37,10 +37,10 @@ struct Scripted {
 
 fn answer(name: &str) -> RecordResult {
     match name {
-        "applied" => Ok(Disposition::Applied),
-        "duplicate" => Ok(Disposition::Duplicate),
-        "rejected" => Ok(Disposition::Rejected),
-        "skipped" => Ok(Disposition::Skipped),
+        "applied" => Ok(Handled::Applied),
+        "duplicate" => Ok(Handled::Duplicate),
+        "rejected" => Ok(Handled::Rejected),
+        "skipped" => Ok(Handled::Skipped),
         "in-progress" => Err(RecordError::in_progress_elsewhere("held by another attempt")),
         "permanent" => Err(RecordError::permanent("malformed")),
         _ => Err(RecordError::retryable("throttled")),
@@ -57,7 +57,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for Scripted {
         let body: Value = serde_json::from_str(message.body.as_deref().unwrap()).unwrap();
         tracing::Span::current().record("order_id", format!("order-{}", message.message_id.as_deref().unwrap()));
         let result = answer(body["answer"].as_str().unwrap());
-        if result == Ok(Disposition::Applied) {
+        if result == Ok(Handled::Applied) {
             self.metrics.add("OrdersPlaced", 1);
         }
         result

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use effectively_once_lambda::{kinesis, streams, Disposition, Options, RecordError, RecordResult};
+use effectively_once_lambda::{kinesis, streams, Handled, Options, RecordError, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 
 const CHILD: &str = "LOGS_REDACT_CHILD";
@@ -24,7 +24,7 @@ struct Script;
 
 impl effectively_once_lambda::Handler<KinesisEventRecord> for Script {
     async fn handle(&self, _record: &KinesisEventRecord, _context: &Context) -> RecordResult {
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

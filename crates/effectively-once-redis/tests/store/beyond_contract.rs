@@ -237,7 +237,7 @@ async fn no_server_is_unavailable() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let err = RedisStore::builder(format!("redis://127.0.0.1:{port}")).reconnect_tries(0).connect().await.unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
-    assert!(err.is_retryable());
+    assert_eq!(err.retry(), effectively_once::Retry::Now);
 }
 
 /// A wrong user or password: `Misconfigured`.

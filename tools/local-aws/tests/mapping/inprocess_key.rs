@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use effectively_once_lambda::{Disposition, RecordResult};
+use effectively_once_lambda::{Handled, RecordResult};
 use local::invoke::{InProcess, SqsFunction};
 
 #[derive(Default)]
@@ -22,7 +22,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for Keyed {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 
     fn key(&self, _message: &SqsMessage) -> Option<String> {

@@ -15,7 +15,7 @@ use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventR
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use effectively_once_dynamodb::testing::unique_name;
-use effectively_once_lambda::{Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Handled, RecordError, RecordResult};
 use local::esm::{self, SqsMapping, StreamMapping};
 use local::invoke::{Http, InProcess, SqsFunction, StreamFunction};
 use local::resources::Clients;
@@ -320,7 +320,7 @@ impl effectively_once_lambda::Handler<SqsMessage> for Ordered {
         if body == "A1" {
             return Err(RecordError::retryable("injected"));
         }
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

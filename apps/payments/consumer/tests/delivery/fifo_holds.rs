@@ -1,5 +1,5 @@
 //! A failure that an operator or a moment fixes is not permanent, so the FIFO driver holds its
-//! group behind it. The driver goes on with a group past a `Retry::Permanent` failure, on the
+//! group behind it. The driver goes on with a group past a `Retry::Never` failure, on the
 //! claim that such a record "never takes effect, so no later record can depend on it", which
 //! holds only if "permanent" really is permanent. A credit failed by a condition an operator
 //! fixes (a consumer deployed without `OUTBOX_TABLE`: the ledger refuses receipts with

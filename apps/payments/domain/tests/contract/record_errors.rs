@@ -6,10 +6,10 @@ use effectively_once_lambda::{RecordError, Retry};
 use payments::{Error, Posting};
 
 /// A payment's once-only record completed without its response (`ResponseTooLarge`, which its
-/// own docs call permanent: "duplicates get this error too"). At 0582c91 the payments consumer
-/// mapped every non-retryable effect error to `Permanent` (`Err(e) if e.is_retryable()` else
-/// permanent); the new mapping calls it `Retryable`, so a duplicate whose answer no retry,
-/// moment or deploy can change now holds its FIFO group's later messages back (the SQS driver's
+/// own docs class [`Retry::Never`]: "duplicates get this error too"). At 0582c91 the payments
+/// consumer mapped every non-retryable effect error to permanent (`Err(e) if e.is_retryable()`
+/// else permanent); a mapping that kept it would make a duplicate whose answer no retry, moment
+/// or deploy can change hold its FIFO group's later messages back (the SQS driver's
 /// `held_back_by`) for every receive up to maxReceiveCount (5 in apps/payments/template.json), where it
 /// used to let them through at once.
 #[test]
@@ -28,9 +28,9 @@ fn a_completed_record_without_its_response_stays_permanent_for_payments() {
     };
     let err = record.replay::<Posting>(&hash).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ResponseTooLarge);
-    assert!(!err.is_retryable(), "the kind itself is permanent");
+    assert_eq!(err.retry(), Retry::Never, "the kind itself gives the message up");
     // 0582c91's payments consumer: `Err(e) if e.is_retryable()` => retryable, else permanent.
     let effect = Error::from(err);
-    assert!(!effect.is_retryable());
-    assert_eq!(RecordError::from(effect).retry, Retry::Permanent, "as the payments consumer answered at 0582c91");
+    assert_eq!(effect.retry(), Retry::Never);
+    assert_eq!(RecordError::from(effect).retry, Retry::Never, "as the payments consumer answered at 0582c91");
 }

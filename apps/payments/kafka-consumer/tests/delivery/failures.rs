@@ -41,18 +41,18 @@ async fn a_malformed_value_fails_alone_and_the_rest_of_the_batch_posts() {
         [
             (
                 "payments-0@2",
-                Retry::Permanent,
+                Retry::Never,
                 "invalid payment event: body is not JSON (key must be a string at line 1 column 2)"
             ),
-            ("payments-0@3", Retry::Permanent, "the record has no value"),
-            ("payments-1@7", Retry::Permanent, "the record's value is not base64"),
-            ("payments-1@8", Retry::Permanent, "the record's value is not UTF-8"),
-            ("payments-1@9", Retry::Permanent, "invalid payment event: amount_cents: must not be zero"),
+            ("payments-0@3", Retry::Never, "the record has no value"),
+            ("payments-1@7", Retry::Never, "the record's value is not base64"),
+            ("payments-1@8", Retry::Never, "the record's value is not UTF-8"),
+            ("payments-1@9", Retry::Never, "invalid payment event: amount_cents: must not be zero"),
         ]
     );
     // Each parked, with the reason it failed for, before its partition went past it.
     let parked: Vec<(String, Retry, &str)> =
-        delivered.parked_records().into_iter().map(|(at, reason)| (at, Retry::Permanent, reason)).collect();
+        delivered.parked_records().into_iter().map(|(at, reason)| (at, Retry::Never, reason)).collect();
     let expected: Vec<(String, Retry, &str)> = reasons.iter().map(|(at, r, why)| (at.to_string(), *r, *why)).collect();
     assert_eq!(parked, expected, "every poison record parked once, with its reason");
     for (parcel, poison) in delivered.parked.iter().zip([&batch[1], &batch[2], &batch[4], &batch[5], &batch[6]]) {
@@ -63,8 +63,8 @@ async fn a_malformed_value_fails_alone_and_the_rest_of_the_batch_posts() {
 }
 
 local::each_reading!(a_failing_record_holds_its_partition_from_it_and_the_other_partitions_are_committed);
-/// A payment that asks for a receipt, on a ledger deployed without its outbox table: retryable
-/// (the deployment is at fault, not the payment). The answer names that record and the one
+/// A payment that asks for a receipt, on a ledger deployed without its outbox table: kept until
+/// a fix, [`Retry::AfterFix`] (the deployment is at fault, not the payment). The answer names that record and the one
 /// after it, which waits (not started); the other partition is committed whole. Once the outbox
 /// is there, Lambda delivers again what the answer named, as `reading` reads it: the waiting
 /// payments post, and nothing before the failure posts twice.
@@ -82,7 +82,7 @@ async fn a_failing_record_holds_its_partition_from_it_and_the_other_partitions_a
     let named = [("payments-0".to_owned(), 11), ("payments-0".to_owned(), 12)];
     assert_eq!(delivered.named, named, "partition 0 from the failed record on");
     assert_eq!(delivered.failed_records(), ["payments-0@11"], "pay_0203 waits, not started: {delivered:?}");
-    assert_eq!(delivered.failed[0].1.retry, Retry::Retryable);
+    assert_eq!(delivered.failed[0].1.retry, Retry::AfterFix);
     assert!(delivered.parked.is_empty(), "a retryable failure is held, not parked: {:?}", delivered.parked);
     let payments = tables.payments();
     assert_eq!(entries(&payments, "acct_1").await, [("pay_0201".to_owned(), 1000)]);
@@ -122,7 +122,7 @@ async fn a_failing_record_holds_its_partitions_later_records_of_other_accounts_o
     let named = [("payments-0".to_owned(), 11), ("payments-0".to_owned(), 12)];
     assert_eq!(delivered.named, named, "partition 0 from the failed record on");
     let failed: Vec<(&str, Retry)> = delivered.failed.iter().map(|(id, e)| (id.as_str(), e.retry)).collect();
-    assert_eq!(failed, [("payments-0@11", Retry::Retryable), ("payments-0@12", Retry::Retryable)]);
+    assert_eq!(failed, [("payments-0@11", Retry::AfterFix), ("payments-0@12", Retry::Now)]);
     assert!(delivered.parked.is_empty(), "a retryable failure is held, not parked: {:?}", delivered.parked);
     let payments = tables.payments();
     assert_eq!(entries(&payments, "acct_1").await, [("pay_0601".to_owned(), 1000)]);
@@ -153,7 +153,7 @@ async fn an_event_id_reused_for_another_payment_fails_alone_and_posts_nothing() 
     let delivered = deliver(&tables.payments(), &batch).await;
     assert!(delivered.named.is_empty(), "{delivered:?}");
     assert_eq!(delivered.failed_records(), ["payments-0@2"]);
-    assert_eq!(delivered.failed[0].1.retry, Retry::Permanent);
+    assert_eq!(delivered.failed[0].1.retry, Retry::Never);
     assert_eq!(delivered.parked_records(), [("payments-0@2".to_owned(), delivered.failed[0].1.reason.as_str())]);
     assert_parked_as_delivered(&delivered.parked[0], &batch[0]);
     assert_eq!(entries(&payments, "acct_1").await, [("pay_0301".to_owned(), 900)]);

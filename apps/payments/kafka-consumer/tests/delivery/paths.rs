@@ -40,7 +40,7 @@ async fn the_batch_path_and_the_one_by_one_path_leave_the_same_ledger() {
         ids
     };
     assert_eq!(failed(&by_batch), failed(&by_record), "the same records failed, the same way");
-    assert_eq!(failed(&by_batch), ["payments-1@2 Permanent", "payments-2@3 Permanent"]);
+    assert_eq!(failed(&by_batch), ["payments-1@2 Never", "payments-2@3 Never"]);
     // The poison parked by both, the same way: as delivered, with the same reason.
     assert_eq!(by_batch.parked, by_record.parked, "the same parcels");
     let parked: Vec<String> = by_batch.parked_records().into_iter().map(|(at, _)| at).collect();
@@ -71,7 +71,7 @@ async fn the_ordered_path_and_the_batch_path_leave_the_same_ledger() {
         ids.sort();
         ids
     };
-    assert_eq!(failed(&by_order), ["payments-1@2 Permanent", "payments-2@3 Permanent"]);
+    assert_eq!(failed(&by_order), ["payments-1@2 Never", "payments-2@3 Never"]);
     assert_eq!(by_order.parked, by_batch.parked, "the same parcels");
     assert_eq!(ledger_items(&ordered).await, ledger_items(&batched).await, "the same entries and balances");
 }

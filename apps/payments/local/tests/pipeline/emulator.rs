@@ -14,7 +14,7 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use base64::Engine as _;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::DynamoDbStore;
-use effectively_once_lambda::{Disposition, RecordError, RecordResult};
+use effectively_once_lambda::{Handled, RecordError, RecordResult};
 use local::esm::{self, Emulator, SqsMapping, StreamMapping};
 use local::invoke::{InProcess, KinesisFunction, SqsFunction, StreamFunction};
 use payments::{Ledger, PaymentEvent};
@@ -273,7 +273,7 @@ impl Refusing {
             return Err(RecordError::retryable(format!("the downstream refuses {}", self.value)));
         }
         self.applied.lock().unwrap().push(data);
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 
     fn applied(&self) -> Vec<String> {

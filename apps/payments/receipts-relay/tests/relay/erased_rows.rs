@@ -17,7 +17,7 @@ async fn a_deleted_row_is_not_emailed() {
         &Default::default(),
     )
     .await;
-    assert_eq!(result, Ok(effectively_once_lambda::Disposition::Skipped), "reported skipped");
+    assert_eq!(result, Ok(effectively_once_lambda::Handled::Skipped), "reported skipped");
     assert!(
         sender.sent().is_empty(),
         "reported Skipped, yet {} email(s) went to the erased row's address",

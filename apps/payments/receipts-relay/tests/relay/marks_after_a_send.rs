@@ -159,7 +159,7 @@ async fn mark_meets(answer: &'static [u8]) {
         row.failure_reason
     );
     let err = result.unwrap_err();
-    assert_ne!(err.retry, effectively_once_lambda::Retry::Permanent, "{}", err.reason);
+    assert_ne!(err.retry, effectively_once_lambda::Retry::Never, "{}", err.reason);
 
     // The stream's retry, with the store reachable again.
     let retry = support::relay(direct, &sender, &p.outbox_table, Policy::AtMostOnce);
@@ -169,7 +169,7 @@ async fn mark_meets(answer: &'static [u8]) {
         &Default::default(),
     )
     .await;
-    assert_eq!(again.unwrap(), effectively_once_lambda::Disposition::Duplicate, "the marker's outcome replayed");
+    assert_eq!(again.unwrap(), effectively_once_lambda::Handled::Duplicate, "the marker's outcome replayed");
     assert_eq!(sender.sent().len(), 1, "not sent twice");
     let row = p.row().await.unwrap();
     assert_eq!(row.status.as_str(), "SENT");

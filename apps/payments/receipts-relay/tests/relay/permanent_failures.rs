@@ -49,6 +49,6 @@ async fn a_deleted_row_is_skipped_not_failed() {
         &Default::default(),
     )
     .await;
-    assert_eq!(result, Ok(effectively_once_lambda::Disposition::Skipped));
+    assert_eq!(result, Ok(effectively_once_lambda::Handled::Skipped));
     assert!(p.row().await.is_none(), "no row written back");
 }

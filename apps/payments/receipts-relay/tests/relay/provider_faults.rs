@@ -164,7 +164,7 @@ async fn an_unverified_sender_holds_receipts_back_until_it_is_verified() {
 
     // The record's failure, as the driver logs it: SES's message names the sender, redacted.
     let err = relay.handle(&s.event.records[0], &Default::default()).await.unwrap_err();
-    assert_eq!(err.retry, Retry::Retryable, "{err}");
+    assert_eq!(err.retry, Retry::AfterFix, "{err}");
     assert!(err.reason.contains("r***@") && !err.reason.contains("receipts@"), "{err}");
 
     let failed = s.deliver(&relay, Context::default()).await;

@@ -13,7 +13,7 @@ use crate::support;
 use crate::support::Pending;
 use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_effects::{send_once, Policy, RecordingSender};
-use effectively_once_lambda::{Disposition, Handler, Retry};
+use effectively_once_lambda::{Handled, Handler, Retry};
 use payments::{receipt_key, Profiles, RowStatus};
 
 async fn ledger_with_profile(p: &Pending, address: &str) -> String {
@@ -63,7 +63,7 @@ async fn a_receipt_sent_before_the_registered_address_changed_is_marked_sent_not
         row.status,
         row.failure_reason
     );
-    assert_eq!(result, Ok(Disposition::Duplicate));
+    assert_eq!(result, Ok(Handled::Duplicate));
 }
 
 /// A profile whose `receipt_email` is not an address (written by another tool than
@@ -94,7 +94,7 @@ async fn a_malformed_registered_address_does_not_hold_the_stream() {
 
     assert!(sender.sent().is_empty());
     assert!(
-        !matches!(&result, Err(e) if e.retry == Retry::Retryable),
+        !matches!(&result, Err(e) if matches!(e.retry, Retry::Now | Retry::AfterFix)),
         "a malformed profile is retried (the shard holds up to 24 h): {result:?}"
     );
     assert_ne!(p.status().await, "PENDING", "the row's fate is recorded");

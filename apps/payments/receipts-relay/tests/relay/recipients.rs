@@ -10,7 +10,7 @@ use effectively_once_effects::testing::emails_to;
 use effectively_once_effects::Policy;
 use effectively_once_lambda::streams::{process, Options};
 use effectively_once_lambda::testing::streams;
-use effectively_once_lambda::{Disposition, Handler};
+use effectively_once_lambda::{Handled, Handler};
 use lambda_runtime::{Context, LambdaEvent};
 use payments::outbox::{row_item, RECEIPT_SUBJECT};
 use payments::{PaymentEvent, Profiles, RateLimit, RowStatus};
@@ -38,11 +38,11 @@ async fn handle<E: effectively_once_effects::EmailSender>(
 async fn by_default_one_email_goes_to_the_events_address_and_the_sent_row_drops_it() {
     let p = Pending::new("default").await;
     let relay = ses_relay(&p).await;
-    assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Applied));
+    assert_eq!(handle(&relay, &p.event).await, Ok(Handled::Applied));
     let options = Options { emit_metrics: false, ..Options::new("test") };
     let response = process(&relay, LambdaEvent::new(p.event.clone(), Context::default()), &options).await;
     assert!(response.batch_item_failures.is_empty(), "a redelivery of the sent row's insert does not fail");
-    assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Duplicate));
+    assert_eq!(handle(&relay, &p.event).await, Ok(Handled::Duplicate));
 
     let sent = emails_to(&p.to);
     assert_eq!(sent.len(), 1, "exactly one receipt for the event: {sent:?}");
@@ -76,8 +76,8 @@ async fn an_address_outside_the_allow_list_gets_no_email_and_the_row_says_why() 
     let p = Pending::new("stranger").await;
     let allowed = AllowList::parse(Some("customers.example,vip@example.com")).unwrap();
     let relay = ses_relay(&p).await.with_allow_list(allowed);
-    assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Rejected));
-    assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Duplicate), "redelivered: its fate stands");
+    assert_eq!(handle(&relay, &p.event).await, Ok(Handled::Rejected));
+    assert_eq!(handle(&relay, &p.event).await, Ok(Handled::Duplicate), "redelivered: its fate stands");
 
     assert!(emails_to(&p.to).is_empty(), "no email to an address off the list");
     let row = p.row().await.unwrap();
@@ -93,7 +93,7 @@ async fn an_address_outside_the_allow_list_gets_no_email_and_the_row_says_why() 
     let q = Pending::new("listed").await;
     let domain = q.to.split('@').nth(1).unwrap().to_owned();
     let relay = ses_relay(&q).await.with_allow_list(AllowList::parse(Some(&domain)).unwrap());
-    assert_eq!(handle(&relay, &q.event).await, Ok(Disposition::Applied));
+    assert_eq!(handle(&relay, &q.event).await, Ok(Handled::Applied));
     assert_eq!(emails_to(&q.to).len(), 1);
 }
 
@@ -109,7 +109,7 @@ async fn the_accounts_registered_address_wins_over_the_events() {
 
     let allowed = AllowList::parse(Some("nowhere.example")).unwrap();
     let relay = ses_relay(&p).await.with_profiles(&ledger_table).with_allow_list(allowed);
-    assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Applied));
+    assert_eq!(handle(&relay, &p.event).await, Ok(Handled::Applied));
     assert!(emails_to(&p.to).is_empty(), "the event's address gets nothing");
     assert_eq!(emails_to(&owner).len(), 1, "the registered address gets the receipt");
     assert_eq!(p.row().await.unwrap().status, RowStatus::Sent);
@@ -148,12 +148,12 @@ async fn the_receipt_over_the_accounts_rate_is_not_sent() {
         .with_rate_limit(limit);
     let rows = more_rows(&p, 3).await;
     for (_, _, event) in &rows[..2] {
-        assert_eq!(handle(&relay, event).await, Ok(Disposition::Applied));
-        assert_eq!(handle(&relay, event).await, Ok(Disposition::Duplicate), "a redelivery counts nothing");
+        assert_eq!(handle(&relay, event).await, Ok(Handled::Applied));
+        assert_eq!(handle(&relay, event).await, Ok(Handled::Duplicate), "a redelivery counts nothing");
     }
     let (third_to, third_id, third) = &rows[2];
-    assert_eq!(handle(&relay, third).await, Ok(Disposition::Rejected));
-    assert_eq!(handle(&relay, third).await, Ok(Disposition::Duplicate));
+    assert_eq!(handle(&relay, third).await, Ok(Handled::Rejected));
+    assert_eq!(handle(&relay, third).await, Ok(Handled::Duplicate));
 
     for (to, _, _) in &rows[..2] {
         assert_eq!(emails_to(to).len(), 1, "within the limit: one each");
@@ -166,7 +166,7 @@ async fn the_receipt_over_the_accounts_rate_is_not_sent() {
     assert_eq!(relay.alerts().count(Alert::ReceiptRateLimited), 1);
 
     // The account's next receipt in the window is held too.
-    assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Rejected));
+    assert_eq!(handle(&relay, &p.event).await, Ok(Handled::Rejected));
     assert!(emails_to(&p.to).is_empty());
 }
 
@@ -195,7 +195,7 @@ async fn a_receipt_retried_into_the_next_window_does_not_spend_that_windows_allo
     // The stream retries the record in the next window.
     clock.advance(std::time::Duration::from_secs(3600));
     let relay = support::relay(markers, ses, &p.outbox_table, Policy::AtMostOnce).with_rate_limit(limit);
-    assert_eq!(handle(&relay, &p.event).await, Ok(Disposition::Duplicate), "the marker replays");
+    assert_eq!(handle(&relay, &p.event).await, Ok(Handled::Duplicate), "the marker replays");
     assert_eq!(p.row().await.unwrap().status, RowStatus::Sent);
 
     // The account's first new receipt of this window.
@@ -205,7 +205,7 @@ async fn a_receipt_retried_into_the_next_window_does_not_spend_that_windows_allo
     let row = support::row(&p.client, &p.outbox_table, event_id).await.unwrap();
     assert_eq!(
         (result, row.status),
-        (Ok(Disposition::Applied), RowStatus::Sent),
+        (Ok(Handled::Applied), RowStatus::Sent),
         "the window's first receipt is held: {:?}",
         row.failure_reason
     );

@@ -74,7 +74,7 @@ async fn claim_meets(answer: &'static [u8]) {
     let err = result.clone().unwrap_err();
     assert_ne!(
         err.retry,
-        effectively_once_lambda::Retry::Permanent,
+        effectively_once_lambda::Retry::Never,
         "a 503 is classified permanent ({}), so the Streams driver goes past the receipt for good (row {status})",
         err.reason
     );

@@ -173,7 +173,7 @@ fn as_reported(results: Vec<Result<Outcome<Posting>, payments::Error>>) -> Vec<S
         .collect()
 }
 
-/// A receipt asked of a ledger without an outbox waits for its table (retryable); the same
+/// A receipt asked of a ledger without an outbox waits for its table (after a fix); the same
 /// account's later events wait with it, so SQS redelivers them in order: a debit behind that
 /// credit is not rejected for good. Once the outbox is there, the batch applies as one by one.
 #[tokio::test]
@@ -191,7 +191,7 @@ async fn a_receipt_waiting_for_its_outbox_holds_back_its_accounts_later_events()
     let first: Vec<String> = posted.iter().map(summary).collect();
     assert_eq!(first[2], "fresh Applied", "another account goes on: {first:?}");
     // Held back by `commit_batch`, which answers the ledger's own check's failure as given.
-    assert_eq!(as_reported(posted)[..2], ["Retryable", "Retryable"], "both wait for the outbox: {first:?}");
+    assert_eq!(as_reported(posted)[..2], ["AfterFix", "Now"], "both wait for the outbox: {first:?}");
     assert_eq!(h.ledger.balance("acct-wait").await.unwrap(), None, "nothing posted or recorded: {first:?}");
     // The redelivery, to a ledger with its outbox: the credit, then the debit it covers.
     let again: Vec<String> = h.ledger.post_batch(&events).await.iter().map(summary).collect();
@@ -213,7 +213,7 @@ async fn an_event_the_consumer_retries_holds_back_its_accounts_later_events() {
         LedgerHarness::event("unread-debit", "acct-unread", -60, "USD"),
     ];
     let reported = as_reported(h.ledger.post_batch(&events).await);
-    assert_eq!(reported, ["Retryable", "Retryable"], "the debit waits for its credit");
+    assert_eq!(reported, ["AfterFix", "Now"], "the debit waits for its credit");
     assert_eq!(h.ledger.balance("acct-unread").await.unwrap(), None, "nothing posted or recorded");
     // An operator repairs the record; the redelivery posts the credit, then the debit.
     h.ledger
@@ -274,7 +274,7 @@ async fn a_copy_waiting_for_its_first_copy_holds_back_its_accounts_later_events(
         LedgerHarness::event("wait-copy-later", "acct-copy-b", 5, "USD"),
     ];
     let reported = as_reported(h.ledger.post_batch(&events).await);
-    assert_eq!(reported, ["Retryable", "Retryable", "Retryable"]);
+    assert_eq!(reported, ["AfterFix", "Now", "Now"]);
     assert_eq!(h.ledger.entries("acct-copy-b").await.unwrap(), vec![], "nothing posted to acct-copy-b");
 }
 

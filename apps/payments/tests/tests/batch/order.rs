@@ -126,7 +126,7 @@ async fn a_copy_with_another_payload_keeps_its_accounts_order() {
 /// another invocation at once), so it is posted, here refused for the balance, and L3 goes on.
 #[tokio::test]
 async fn an_event_held_before_the_ledger_holds_its_lane_and_id_not_its_account_elsewhere() {
-    use effectively_once_lambda::{Disposition, RecordError, Retry};
+    use effectively_once_lambda::{Handled, RecordError, Retry};
     let h = LedgerHarness::new().await;
     let account = "acct-held".to_owned();
     let other = format!("{account}-b");
@@ -142,15 +142,14 @@ async fn an_event_held_before_the_ledger_holds_its_lane_and_id_not_its_account_e
     let results = payments::lambda::post_batch_in_lanes(&h.ledger, parsed, &lanes, payments::Delivery::Unknown).await;
     for (at, result) in results.iter().enumerate().take(4) {
         let error = result.as_ref().expect_err("held");
-        assert!(error.retry != Retry::Permanent, "#{at}: {error}");
+        assert!(error.retry != Retry::Never, "#{at}: {error}");
     }
     assert!(
-        matches!(&results[4], Ok(Disposition::Rejected))
-            || results[4].as_ref().is_err_and(|e| e.retry == Retry::Permanent),
+        matches!(&results[4], Ok(Handled::Rejected)) || results[4].as_ref().is_err_and(|e| e.retry == Retry::Never),
         "the debit in L3 is posted and refused for the balance: {:?}",
         results[4]
     );
-    assert!(matches!(&results[5], Ok(Disposition::Applied)), "L3 goes on: {:?}", results[5]);
+    assert!(matches!(&results[5], Ok(Handled::Applied)), "L3 goes on: {:?}", results[5]);
     assert_eq!(h.ledger.balance(&other).await.unwrap().map(|b| (b.balance_cents, b.entry_count)), Some((100, 1)));
     let credit = h.ledger.balance(&account).await.unwrap().map(|b| b.balance_cents);
     assert!(credit.is_none_or(|cents| cents == 0), "the held credit is not posted: {credit:?}");

@@ -32,7 +32,7 @@ async fn rounds_run_out_and_a_later_member_is_not_committed_alone() {
     let results = ledger.post_batch(&events).await;
     let requests = seen.lock().unwrap().clone();
     assert!(
-        results[0].as_ref().is_err_and(|e| e.is_retryable()),
+        results[0].as_ref().is_err_and(|e| e.retry() != effectively_once::Retry::Never),
         "a0 is undecided after {} requests: {results:?}",
         requests.len()
     );

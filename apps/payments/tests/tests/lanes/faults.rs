@@ -59,7 +59,7 @@ fn batch(seed: u64, len: usize, accounts: u64, lanes: u64, tag: &str) -> (Vec<Pa
 }
 
 fn retryable(result: &Result<Outcome<payments::Posting>, payments::Error>) -> bool {
-    result.as_ref().is_err_and(payments::Error::is_retryable)
+    result.as_ref().is_err_and(|error| error.retry() != effectively_once::Retry::Never)
 }
 
 /// What a posting says, fresh or replayed alike.

@@ -21,9 +21,12 @@ async fn a_payment_whose_item_collection_is_full_waits_for_the_operator() {
     let event = LedgerHarness::event("full-alone", "acct-full", 100, "USD");
 
     let result = ledger.post(&event).await;
-    assert!(result.as_ref().is_err_and(|e| e.is_retryable()), "a full item collection is no verdict: {result:?}");
+    assert!(
+        result.as_ref().is_err_and(|e| e.retry() != Retry::Never),
+        "a full item collection is no verdict: {result:?}"
+    );
     let answer = payments::lambda::post(&ledger, &event).await;
-    assert!(matches!(answer, Err(ref e) if e.retry == Retry::Retryable), "the record is given up: {answer:?}");
+    assert!(matches!(answer, Err(ref e) if e.retry == Retry::Now), "the record is given up: {answer:?}");
 }
 
 #[tokio::test]
@@ -39,14 +42,11 @@ async fn a_batch_whose_item_collection_is_full_is_retried_whole() {
     let results = ledger.post_batch(&events).await;
     for (event, result) in events.iter().zip(&results) {
         assert!(
-            result.as_ref().is_err_and(|e| e.is_retryable()),
+            result.as_ref().is_err_and(|e| e.retry() != Retry::Never),
             "{}: a full item collection is no verdict: {results:?}",
             event.event_id
         );
     }
     let answers = payments::lambda::post_batch(&ledger, events.into_iter().map(Ok).collect()).await;
-    assert!(
-        answers.iter().all(|a| matches!(a, Err(e) if e.retry == Retry::Retryable)),
-        "a record is given up: {answers:?}"
-    );
+    assert!(answers.iter().all(|a| matches!(a, Err(e) if e.retry == Retry::Now)), "a record is given up: {answers:?}");
 }

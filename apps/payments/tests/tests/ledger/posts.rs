@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use effectively_once::{ErrorKind, Outcome};
+use effectively_once::{ErrorKind, Outcome, Retry};
 use effectively_once_dynamodb::attr;
 use end_to_end::LedgerHarness;
 use payments::Error;
@@ -157,7 +157,7 @@ async fn the_same_event_id_with_another_amount_is_a_permanent_error() {
     p.ledger.post(&LedgerHarness::event("pay_same", "acct_3", 100, "USD")).await.unwrap();
     let err = p.ledger.post(&LedgerHarness::event("pay_same", "acct_3", 999, "USD")).await.unwrap_err();
     assert!(matches!(&err, Error::Idempotency(e) if e.kind() == ErrorKind::KeyReused), "{err}");
-    assert!(!err.is_retryable());
+    assert_eq!(err.retry(), Retry::Never);
     assert_eq!(p.ledger.balance("acct_3").await.unwrap().unwrap().balance_cents, 100);
 }
 
@@ -215,7 +215,7 @@ async fn transaction_limits_give_clear_errors() {
 /// Asserts `err` is key reuse: permanent, so the message ends in the DLQ.
 fn assert_key_reused(err: &Error) {
     assert!(matches!(err, Error::Idempotency(e) if e.kind() == ErrorKind::KeyReused), "{err}");
-    assert!(!err.is_retryable());
+    assert_eq!(err.retry(), Retry::Never);
 }
 
 #[tokio::test]
@@ -340,7 +340,7 @@ async fn a_receipt_is_not_dropped_by_a_ledger_without_an_outbox() {
     let err = ledger.post(&event).await.unwrap_err();
     // A deployment fault, not a verdict on the payment: retried until an operator sets the
     // outbox table, so the message is neither acked without its receipt nor given up on.
-    assert!(err.is_retryable(), "retryable until the outbox table is configured: {err}");
+    assert_eq!(err.retry(), Retry::AfterFix, "kept until the outbox table is configured: {err}");
     assert!(err.to_string().contains("no outbox table"), "{err}");
     assert!(ledger.entries("acct_n").await.unwrap().is_empty(), "nothing posted");
     assert!(ledger.balance("acct_n").await.unwrap().is_none(), "no balance changed");
@@ -434,7 +434,7 @@ async fn stored_hash(p: &LedgerHarness, id: &str) -> String {
 async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplicate_once() {
     use effectively_once_lambda::testing::sqs::Batch;
     use effectively_once_lambda::Handler as _;
-    use effectively_once_lambda::{sqs, Disposition};
+    use effectively_once_lambda::{sqs, Handled};
     use lambda_runtime::{Context, LambdaEvent};
 
     let p = LedgerHarness::new().await;
@@ -453,8 +453,8 @@ async fn with_the_disable_switch_set_the_payments_function_still_posts_a_duplica
     // The same message twice in one batch (m-1, m-2).
     let batch = Batch::new().messages([body, body]).build();
     let message = &batch.records[0];
-    assert_eq!(handler.handle(message, &Default::default()).await, Ok(Disposition::Applied));
-    assert_eq!(handler.handle(message, &Default::default()).await, Ok(Disposition::Duplicate));
+    assert_eq!(handler.handle(message, &Default::default()).await, Ok(Handled::Applied));
+    assert_eq!(handler.handle(message, &Default::default()).await, Ok(Handled::Duplicate));
     // And through the SQS driver.
     let options = sqs::Options { emit_metrics: false, ..sqs::Options::new(payments_consumer::FUNCTION) };
     let response = sqs::process(&handler, LambdaEvent::new(batch, Context::default()), &options).await;

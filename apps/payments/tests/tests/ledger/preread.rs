@@ -308,8 +308,8 @@ async fn hold_in_progress(h: &LedgerHarness, event: &PaymentEvent) {
 }
 
 /// An account's credit whose record is held in progress elsewhere, then a debit it would
-/// cover: the transaction path answers the credit in progress (retryable) and holds the debit
-/// back behind it (retryable), so SQS redelivers both in order. A pre-read that finds the
+/// cover: the transaction path answers the credit in progress (in progress elsewhere) and holds
+/// the debit back behind it (kept), so SQS redelivers both in order. A pre-read that finds the
 /// credit's record in progress answers the same: the debit is held back, never rejected and
 /// recorded for good for want of the credit it overtook.
 #[tokio::test]
@@ -323,8 +323,8 @@ async fn a_record_found_in_progress_ahead_holds_back_its_accounts_later_events()
         hold_in_progress(&h, &credit).await;
         let ledger = h.ledger.clone_forgetting();
         let posted = ledger.post_batch_as(&[credit, debit], delivery).await;
-        // The debit held back: retryable, whichever layer said so.
-        let held = posted[1].as_ref().is_err_and(payments::Error::is_retryable);
+        // The debit held back: kept, whichever layer said so.
+        let held = posted[1].as_ref().is_err_and(|error| error.retry() != effectively_once::Retry::Never);
         answers.push((summary(&posted[0]), held, summary(&posted[1])));
     }
     assert_eq!(answers[0].0, "error InProgress");

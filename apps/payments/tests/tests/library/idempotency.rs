@@ -137,7 +137,7 @@ async fn same_key_with_a_different_payload_is_permanent_and_does_not_run() {
         h.idem.run(&key, &payment("pay_reuse", 999), || async { Ok::<_, ()>(h.apply("pay_reuse").await) }).await;
     let kind = idempotency_kind(reused);
     assert_eq!(kind, ErrorKind::KeyReused);
-    assert!(!kind.is_retryable());
+    assert_eq!(kind.retry(), effectively_once::Retry::Never);
     assert_eq!(h.applied("pay_reuse").await, 1);
 }
 

@@ -62,7 +62,7 @@ async fn a_throttled_send_then_a_retry_delivers_one_email() {
     let to = recipient();
     let key = receipt_key(&unique_name("pay")).unwrap();
     let err = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap_err();
-    assert!(err.is_retryable(), "{err}");
+    assert_eq!(err.retry(), effectively_once::Retry::Now, "{err}");
     assert!(emails_to(&to).is_empty());
     let retry = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap();
     assert!(matches!(retry, Outcome::Fresh(SendOutcome::Sent { .. })));
@@ -82,7 +82,7 @@ async fn an_unverified_sender_is_retried_not_recorded_as_the_messages_fate() {
     let key = receipt_key(&unique_name("pay")).unwrap();
     let err = send_once(&idem, &ses, &key, &receipt_to(&to), Policy::default()).await.unwrap_err();
     assert!(matches!(&err, effectively_once_effects::Error::Email(e) if e.kind == SendErrorKind::Blocked), "{err}");
-    assert!(err.is_retryable());
+    assert_eq!(err.retry(), effectively_once::Retry::AfterFix);
     let local = from.split('@').next().unwrap();
     assert!(!err.to_string().contains(local), "the echoed address is redacted: {err}");
     assert!(idem.store().get(key.as_str()).await.unwrap().is_none(), "marker released");
@@ -132,7 +132,11 @@ async fn the_ambiguous_window_under_each_policy() {
         assert!(tokio::time::timeout(Duration::from_millis(500), dying).await.is_err());
         assert_eq!(emails_to(&to).len(), 1, "SES accepted the first copy");
         let early = send_once(&idem, &ses, &key, &message, policy).await.unwrap_err();
-        assert!(early.is_retryable(), "in progress until the lease ends: {early}");
+        assert_eq!(
+            early.retry(),
+            effectively_once::Retry::InProgressElsewhere,
+            "in progress until the lease ends: {early}"
+        );
         clock.advance(Duration::from_secs(61));
         let later = send_once(&idem, &ses, &key, &message, policy).await.unwrap();
         let got = match later.response() {

@@ -8,7 +8,7 @@ use effectively_once::{Idempotency, Key};
 use effectively_once_dynamodb::{CommitOnce, DynamoDbStore, Table};
 use effectively_once_effects::{send_once, EmailMessage, EmailSender, Policy};
 use effectively_once_lambda::events::{Context, KinesisEventRecord};
-use effectively_once_lambda::{BodyHandler, Disposition, RecordResult};
+use effectively_once_lambda::{BodyHandler, Handled, RecordResult};
 use serde::{Deserialize, Serialize};
 
 /// The prefix of an order's idempotency record (`order#{order_id}`), and of its item in the
@@ -98,7 +98,7 @@ impl<E: EmailSender> BodyHandler<KinesisEventRecord> for Orders<E> {
         let markers = self.idempotency.with_deadline(context.deadline);
         let email_key = Key::new(EMAIL_PREFIX, &order.order_id)?;
         send_once(&markers, &self.sender, &email_key, &email, Policy::AtMostOnce).await?;
-        Ok(if stored.is_replay() { Disposition::Duplicate } else { Disposition::Applied })
+        Ok(if stored.is_replay() { Handled::Duplicate } else { Handled::Applied })
     }
 
     /// Two copies of one order in a batch (a producer retry, even under another partition key)

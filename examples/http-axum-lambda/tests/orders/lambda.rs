@@ -15,7 +15,7 @@ use tower::ServiceExt;
 
 /// A Function URL event (payload 2.0): `POST path` with `key` and `body`.
 fn event(path: &str, key: Option<&str>, body: &str) -> lambda_http::Request {
-    let mut event: Value = serde_json::from_str(include_str!("../events/http-payment.json")).unwrap();
+    let mut event: Value = serde_json::from_str(include_str!("../../events/http-payment.json")).unwrap();
     event["rawPath"] = json!(path);
     event["requestContext"]["http"]["path"] = json!(path);
     event["body"] = json!(body);

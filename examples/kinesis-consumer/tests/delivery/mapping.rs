@@ -3,14 +3,12 @@
 //! moves on, parents read again before children after a reshard with a checkpoint lost, copies on
 //! two shards. Each order is still stored once and confirmed once.
 
-mod common;
-
 use effectively_once_lambda::events::{Context, KinesisEventRecord};
 use effectively_once_lambda::testing::kinesis::{Batch, Record};
 use effectively_once_lambda::{Handler, RecordError, RecordResult};
 use serde_json::Value;
 
-use common::{assert_once, deliver, new_order, order_count, order_data, orders, stored_total};
+use crate::support::{assert_once, deliver, new_order, order_count, order_data, orders, stored_total};
 
 /// Lambda's retries of a batch whose checkpoint does not move before it goes to the on-failure
 /// destination (`MaximumRetryAttempts` in the template).

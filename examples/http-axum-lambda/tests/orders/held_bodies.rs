@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 fn event(key: &str, body: &str) -> lambda_http::Request {
-    let mut event: Value = serde_json::from_str(include_str!("../events/http-payment.json")).unwrap();
+    let mut event: Value = serde_json::from_str(include_str!("../../events/http-payment.json")).unwrap();
     event["rawPath"] = json!("/orders");
     event["requestContext"]["http"]["path"] = json!("/orders");
     event["body"] = json!(body);

@@ -2,10 +2,8 @@
 //! a batch of orders is one transaction; an order seen twice, a record that is not an order
 //! (parked), and a lost answer each leave every order projected once and the checkpoint exact.
 
-mod common;
-
-use common::park::ParkQueue;
-use common::{item, number, projector, LoseAnswer};
+use crate::support::park::ParkQueue;
+use crate::support::{item, number, projector, LoseAnswer};
 use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, DynamoDbEvent, DynamoDbEventResponse, LambdaEvent};
 use effectively_once_lambda::park::{Coordinates, Parcel};

@@ -10,7 +10,7 @@ use effectively_once_effects::testing::{fresh_table, unique_name, KeyAttribute};
 use effectively_once_lambda::events::{Context, EventRecord, LambdaEvent};
 use effectively_once_lambda::streams::{self, Options};
 use effectively_once_lambda::testing::streams::Batch;
-use effectively_once_lambda::{Disposition, Handler, RecordResult};
+use effectively_once_lambda::{Handled, Handler, RecordResult};
 use serde_json::json;
 
 /// Reserves one unit of stock per inserted order, once per order: `stock >= 1` is the
@@ -37,7 +37,7 @@ impl Handler<EventRecord> for Reserve {
             Ok(())
         };
         self.idempotency.commit_once(&key, &order, take).await?;
-        Ok(Disposition::Applied)
+        Ok(Handled::Applied)
     }
 }
 

@@ -2,9 +2,7 @@
 //! confirmation per order id, however often the order arrives, in one batch or in several, under
 //! one partition key or another, at whatever sequence number.
 
-mod common;
-
-use common::{assert_once, deliver, new_order, order_count, order_data, orders, record};
+use crate::support::{assert_once, deliver, new_order, order_count, order_data, orders, record};
 
 /// The same order twice in one batch, on one partition key: the copies run one after the other,
 /// the second is answered from the first, and nothing is reported failed (no redelivery).

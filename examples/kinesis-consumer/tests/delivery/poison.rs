@@ -3,13 +3,13 @@
 //! would hold the shard until the record aged out), and the orders around it, on its partition
 //! key too, are stored.
 
-mod common;
-
 use std::sync::Arc;
 
 use effectively_once_lambda::Retry;
 
-use common::{assert_once, assert_parked_as_delivered, deliver, new_order, order_count, order_data, orders, record};
+use crate::support::{
+    self, assert_once, assert_parked_as_delivered, deliver, new_order, order_count, order_data, orders, record,
+};
 
 #[tokio::test]
 async fn a_poison_record_fails_alone_permanently_is_parked_and_is_not_the_checkpoint() {
@@ -58,8 +58,8 @@ async fn a_poison_record_over_the_park_queues_size_is_parked_at_its_coordinates(
         record("customer-1", 2, b"{not an order"),
         record("customer-1", 3, &order_data(&order, &email, 10)),
     ];
-    let park = common::park::ParkQueue::taking("kinesis-park-small", Some(256 * 1024)).await;
-    let delivered = common::deliver_parking_in(&handler, &batch, park).await;
+    let park = support::park::ParkQueue::taking("kinesis-park-small", Some(256 * 1024)).await;
+    let delivered = support::deliver_parking_in(&handler, &batch, park).await;
     assert_eq!(delivered.checkpoint, Vec::<String>::new(), "both parked, neither held: {:?}", delivered.failed);
     assert_eq!(delivered.parked.len(), 2, "{:?}", delivered.parked);
     let big = &delivered.parked[0];
@@ -79,13 +79,13 @@ fn assert_failed_for_good(failed: &[(String, effectively_once_lambda::RecordErro
     sequences.sort();
     assert_eq!(sequences, poison.iter().collect::<Vec<_>>(), "the poison records fail, and they alone");
     for (sequence, error) in failed {
-        assert_eq!(error.retry, Retry::Permanent, "record {sequence}: {error}");
+        assert_eq!(error.retry, Retry::Never, "record {sequence}: {error}");
     }
 }
 
 /// Exactly the `poison` records were parked, each once, as delivered, with the reason it failed
 /// for.
-fn assert_parked(delivered: &common::Delivered, poison: &[effectively_once_lambda::events::KinesisEventRecord]) {
+fn assert_parked(delivered: &support::Delivered, poison: &[effectively_once_lambda::events::KinesisEventRecord]) {
     assert_eq!(delivered.parked.len(), poison.len(), "{:?}", delivered.parked);
     for (parcel, record) in delivered.parked.iter().zip(poison) {
         assert_parked_as_delivered(parcel, record);
@@ -138,7 +138,7 @@ impl aws_sdk_sqs::config::Intercept for RefuseQueueAttributes {
 #[tokio::test]
 async fn poison_is_parked_when_the_queue_size_cannot_be_read() {
     let handler = orders().await;
-    let park = common::park::ParkQueue::fresh("kinesis-park-unread").await;
+    let park = support::park::ParkQueue::fresh("kinesis-park-unread").await;
     let refused = std::sync::Arc::default();
     let sdk = effectively_once_dynamodb::testing::sdk_config().await;
     let config = aws_sdk_sqs::config::Builder::from(&sdk).interceptor(RefuseQueueAttributes(Arc::clone(&refused)));

@@ -2,9 +2,7 @@
 //! redelivering from it projects every order once; a put refused past the dedup window (a
 //! permanent answer) is no checkpoint, so the orders behind it are projected.
 
-mod common;
-
-use common::{item, number, projector, LoseAnswer};
+use crate::support::{item, number, projector, LoseAnswer};
 use effectively_once_effects::testing::unique_name;
 use effectively_once_lambda::events::{Context, LambdaEvent};
 use effectively_once_lambda::streams::{self, Options};
