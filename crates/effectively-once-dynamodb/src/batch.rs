@@ -91,7 +91,7 @@ where
     // A member that failed hashing is held behind in the passes, as a failure in a transaction.
     let unhashed = |index: usize| !given[index] && hashes[index].is_none();
     let before: Vec<Before> = (0..members.len())
-        .map(|index| if unhashed(index) { Before::Pending } else { state_of(&results[index]) })
+        .map(|index| if unhashed(index) { Before::Pending } else { state_of(&results[index], given[index]) })
         .collect();
     let mut entries: Vec<Entry<'_>> = members
         .iter()
@@ -124,11 +124,18 @@ where
     results.into_iter().map(|slot| slot.unwrap_or_else(|| Err(unavailable("not run")))).collect()
 }
 
-/// What a member's answer, if any, is before the batch is sent.
-fn state_of<R>(slot: &Slot<R>) -> Before {
+/// What a member's answer, if any, is before the batch is sent: the caller's (`given`), or one
+/// the batch found itself (a record read first), which holds as its transaction would.
+fn state_of<R>(slot: &Slot<R>, given: bool) -> Before {
     match slot {
         None => Before::Pending,
-        Some(Err(error)) if error.retry() != Retry::Never => Before::Undecided,
+        Some(Err(error)) if error.retry() != Retry::Never => {
+            if given {
+                Before::Undecided
+            } else {
+                Before::FoundUndecided
+            }
+        }
         Some(_) => Before::Answered,
     }
 }

@@ -126,12 +126,14 @@ pub trait CommitOnce {
     /// - one answered with a failure that is no verdict on the message (any [`Error::retry`]
     ///   but [`Retry::Never`](effectively_once::Retry::Never): it is delivered again) holds back
     ///   the later members of its key and of its lane or, with no lane, of its group, each
-    ///   answered retryable, not started (a replay among them too), and each of those holds back its own
-    ///   key and lane (or group) in turn, so none overtakes it;
+    ///   answered retryable, not started (a replay among them too), and each of those holds
+    ///   back its own key and lane (or group) in turn, so none overtakes it;
     /// - not its group in other lanes: it took part in no shared write, and a trigger orders
     ///   nothing across lanes, so that would stall lanes the failure never touched. (A member
     ///   that fails in the batch's transactions holds its group in every lane: that keeps the
-    ///   batch answering as committing one by one in batch order.)
+    ///   batch answering as committing one by one in batch order. So does a member the batch
+    ///   itself finds undecided before sending it, a record read first in progress elsewhere,
+    ///   or a payload that does not hash: its answer is the transaction's, read or not.)
     ///
     /// So the hold-back of a caller's own checks is the batch's, in one place.
     ///

@@ -13,9 +13,14 @@ pub(crate) enum Before {
     Pending,
     /// Answered for good (a replay, a permanent failure): it holds nothing back.
     Answered,
-    /// Failed with no verdict on the message (in progress elsewhere, a check the caller will
-    /// pass later): it is delivered again, and the later members of its order wait for it.
+    /// The caller answered it with a failure that is no verdict on the message (a check the
+    /// caller will pass later): it is delivered again, and the later members of its key and
+    /// order wait for it ([`names`]).
     Undecided,
+    /// The batch itself found it undecided before sending it (a record read first, in progress
+    /// elsewhere): what its transaction's cancellation would have said, so it holds what that
+    /// would ([`every_name`]), and the batch answers the same whether the read found it or not.
+    FoundUndecided,
 }
 
 /// What a member answered before the batch holds back. Apart, as a group may be spelled like a
@@ -27,35 +32,62 @@ enum Name<'m> {
     Lane(&'m str),
 }
 
-/// The names a member answered before the batch holds, and is held by: its key, and its lane or,
-/// with none, its group. Not its group beside a lane: such a member took part in no shared
-/// write, and the trigger orders nothing across lanes (Lambda may run two lanes in two
-/// invocations at once), so holding its group in every lane would stall lanes the failure never
-/// touched. (A member that fails in a transaction holds its group in every lane: see
-/// [`super::schedule::Rounds`].)
+/// The names a member the caller answered before the batch holds, and is held by: its key, and
+/// its lane or, with none, its group. Not its group beside a lane: such a member took part in
+/// no shared write, and the trigger orders nothing across lanes (Lambda may run two lanes in
+/// two invocations at once), so holding its group in every lane would stall lanes the failure
+/// never touched. (A member that fails in a transaction holds its group in every lane:
+/// [`every_name`].)
 fn names<'m>(entry: &Entry<'m>) -> impl Iterator<Item = Name<'m>> {
     let order = entry.lane.map(Name::Lane).or(entry.group.map(Name::Group));
     std::iter::once(Name::Key(entry.key)).chain(order)
 }
 
-/// The members held back before the batch is sent, in batch order: a member behind an
-/// [`Before::Undecided`] one of its key or order ([`names`]), or behind one held back in turn,
-/// whatever it was before (a replay behind the failure waits too, so a trigger that stops at a
-/// lane's first failure hears of nothing after it). Each member held holds its own names in
-/// turn, so none overtakes it: an event id taken by another group first, a lane's order broken,
-/// a debit before its credit.
-pub(crate) fn held_before(entries: &[Entry<'_>], before: &[Before]) -> Vec<usize> {
-    let mut waiting: HashSet<Name<'_>> = HashSet::new();
-    let mut held = Vec::new();
-    for (index, (entry, state)) in entries.iter().zip(before).enumerate() {
-        if names(entry).any(|name| waiting.contains(&name)) {
-            held.push(index);
-            waiting.extend(names(entry));
-        } else if *state == Before::Undecided {
-            waiting.extend(names(entry));
+/// The names a member undecided in a transaction holds, and is held by: its key, its group in
+/// every lane and its lane ([`super::schedule::Passes`]), as committing one by one in batch
+/// order would have its group's later debits wait for it.
+fn every_name<'m>(entry: &Entry<'m>) -> impl Iterator<Item = Name<'m>> {
+    std::iter::once(Name::Key(entry.key)).chain(entry.group.map(Name::Group)).chain(entry.lane.map(Name::Lane))
+}
+
+/// The names waiting behind the members undecided so far: those the caller's answers hold
+/// ([`names`]), and those the batch's own findings hold ([`every_name`]), a superset.
+#[derive(Default)]
+struct Waiting<'m> {
+    by_caller: HashSet<Name<'m>>,
+    found: HashSet<Name<'m>>,
+}
+
+impl<'m> Waiting<'m> {
+    /// Whether `entry` is held behind an earlier member; as it is, or as its state says, the
+    /// names it holds in turn: a member held holds as widely as it is held, so none overtakes
+    /// it (an event id taken by another group first, a lane's order broken, a debit before its
+    /// credit).
+    fn held(&mut self, entry: &Entry<'m>, state: Before) -> bool {
+        if every_name(entry).any(|name| self.found.contains(&name)) {
+            self.found.extend(every_name(entry));
+            true
+        } else if names(entry).any(|name| self.by_caller.contains(&name)) {
+            self.by_caller.extend(names(entry));
+            true
+        } else {
+            match state {
+                Before::Undecided => self.by_caller.extend(names(entry)),
+                Before::FoundUndecided => self.found.extend(every_name(entry)),
+                Before::Pending | Before::Answered => {}
+            }
+            false
         }
     }
-    held
+}
+
+/// The members held back before the batch is sent, in batch order: a member behind an
+/// undecided one of its key or order ([`Before::Undecided`], [`Before::FoundUndecided`]), or
+/// behind one held back in turn, whatever it was before (a replay behind the failure waits too,
+/// so a trigger that stops at a lane's first failure hears of nothing after it).
+pub(crate) fn held_before(entries: &[Entry<'_>], before: &[Before]) -> Vec<usize> {
+    let mut waiting = Waiting::default();
+    (0..entries.len()).filter(|&index| waiting.held(&entries[index], before[index])).collect()
 }
 
 #[cfg(test)]
@@ -109,5 +141,22 @@ mod tests {
         assert_eq!(held_before(&entries, &[Answered, Pending, Pending, Pending]), Vec::<usize>::new());
         assert_eq!(held_before(&entries, &[Pending, Undecided, Answered, Pending]), [2]);
         assert_eq!(held_before(&entries, &[Pending, Pending, Pending, Undecided]), Vec::<usize>::new());
+    }
+
+    /// A member the batch found undecided itself (read first, in progress elsewhere) holds what
+    /// its transaction would: its key, its lane and its group in every lane; each member held
+    /// behind it holds as widely in turn.
+    #[test]
+    fn a_member_found_undecided_holds_its_group_in_every_lane_as_a_transaction_would() {
+        use Before::{FoundUndecided, Pending};
+        let entries = [
+            entry("k1", "acct-1", Some("p-0")),
+            entry("k2", "acct-1", Some("p-1")),
+            entry("k3", "acct-2", Some("p-1")),
+            entry("k4", "acct-2", Some("p-2")),
+            entry("k5", "acct-3", Some("p-3")),
+        ];
+        let before = [FoundUndecided, Pending, Pending, Pending, Pending];
+        assert_eq!(held_before(&entries, &before), [1, 2, 3], "its group elsewhere, and on from there");
     }
 }

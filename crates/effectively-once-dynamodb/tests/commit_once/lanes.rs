@@ -276,6 +276,48 @@ async fn a_member_answered_before_the_batch_holds_its_key_and_lane_not_its_group
     }
 }
 
+/// Holds `id`'s key in progress for another owner, with the payload its member carries.
+async fn hold_in_progress(idempotency: &Idempotency<DynamoDbStore>, id: &str) {
+    use effectively_once::Store;
+    let now_ms = idempotency.config().now_ms();
+    let hash = idempotency.config().payload_hash(id).unwrap();
+    let key = Key::new("orders", id).unwrap();
+    let record = effectively_once::Record::in_progress(
+        key.as_str(),
+        hash.as_str(),
+        "elsewhere",
+        now_ms + 3_600_000,
+        now_ms / 1000 + 86_400,
+    );
+    idempotency.store().claim(&record, now_ms).await.expect("claimed");
+}
+
+/// A record in progress elsewhere holds what the transaction's cancellation makes it hold, its
+/// group in every lane among them, whether a read first finds it or the transaction does: the
+/// answers do not depend on a read (the same batch, read first or not, answers the same).
+#[tokio::test]
+async fn a_record_in_progress_elsewhere_holds_the_same_read_first_or_not() {
+    let specs: Vec<Spec> =
+        vec![("m0".into(), "A", Some("p0"), Needs::Nothing), ("m1".into(), "A", Some("p1"), Needs::Nothing)];
+    let mut answers = Vec::new();
+    for read_first in [false, true] {
+        let (idempotency, _, writes) = setup(&specs).await;
+        hold_in_progress(&idempotency, "m0").await;
+        let batch: Vec<Member<'_, str>> = (members(&specs).into_iter().enumerate())
+            .map(|(at, member)| if read_first && at == 0 { member.read_first() } else { member })
+            .collect();
+        let results = idempotency.commit_batch(&batch, &writes).await;
+        assert_eq!(results[0].as_ref().unwrap_err().kind(), ErrorKind::InProgress, "read first: {read_first}");
+        let m1 = match &results[1] {
+            Ok(outcome) => format!("{outcome:?}"),
+            Err(error) => format!("{:?} {}", error.retry(), ErrorChain(error)),
+        };
+        answers.push((m1, done(&idempotency, &writes, "m1").await));
+    }
+    assert_eq!(answers[0], answers[1], "[not read first, read first]");
+    assert!(!answers[0].1, "m1 waits behind its group's member in progress: {answers:?}");
+}
+
 /// A `commit_batch` dropped before it answered (a driver cutting its call at the deadline) may
 /// have committed: delivered again, its members' records are read first (one `BatchGetItem`),
 /// and what did commit is answered from the read, with no transaction; once, as then the
