@@ -88,11 +88,7 @@ where
     let given: Vec<bool> = results.iter().map(Option::is_some).collect();
     let hashes = hash(idempotency, members, &mut results);
     read_first(idempotency, members, &hashes, &mut results).await;
-    // A member that failed hashing is held behind in the passes, as a failure in a transaction.
-    let unhashed = |index: usize| !given[index] && hashes[index].is_none();
-    let before: Vec<Before> = (0..members.len())
-        .map(|index| if unhashed(index) { Before::Pending } else { state_of(&results[index], given[index]) })
-        .collect();
+    let before: Vec<Before> = (0..members.len()).map(|index| state_of(&results[index], given[index])).collect();
     let mut entries: Vec<Entry<'_>> = members
         .iter()
         .zip(&hashes)
@@ -118,14 +114,14 @@ where
     for &index in &held {
         results[index] = Some(Err(batch.held_back(index)));
     }
-    let unhashed: Vec<usize> = (0..members.len()).filter(|&index| unhashed(index) && !is_held[index]).collect();
-    batch.passes(&unhashed, &mut results).await;
+    batch.passes(&mut results).await;
     unanswered.answered();
     results.into_iter().map(|slot| slot.unwrap_or_else(|| Err(unavailable("not run")))).collect()
 }
 
 /// What a member's answer, if any, is before the batch is sent: the caller's (`given`), or one
-/// the batch found itself (a record read first), which holds as its transaction would.
+/// the batch found itself (a record read first, a payload that does not hash), which holds as
+/// a failure in its transaction would.
 fn state_of<R>(slot: &Slot<R>, given: bool) -> Before {
     match slot {
         None => Before::Pending,
@@ -238,20 +234,13 @@ where
 
     /// The members not answered before the batch, in passes: every copy of a key has the
     /// payload of its first.
-    async fn passes<R>(&self, unhashed: &[usize], results: &mut [Slot<R>])
+    async fn passes<R>(&self, results: &mut [Slot<R>])
     where
         P: Sync,
         R: Serialize + DeserializeOwned + Clone + Send,
         B: BatchWrites<R>,
     {
         let mut passes = Passes::new(self.entries);
-        for &index in unhashed {
-            // Failed hashing, with no verdict on the message: its key, group and lane wait, as
-            // for a failure in a transaction.
-            if matches!(&results[index], Some(Err(error)) if error.retry() != Retry::Never) {
-                passes.undecided(index);
-            }
-        }
         while let Some(pass) = passes.next() {
             for (index, early) in pass.answered {
                 results[index] = Some(self.early(index, early, results));

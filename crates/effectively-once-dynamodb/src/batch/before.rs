@@ -18,8 +18,9 @@ pub(crate) enum Before {
     /// order wait for it ([`names`]).
     Undecided,
     /// The batch itself found it undecided before sending it (a record read first, in progress
-    /// elsewhere): what its transaction's cancellation would have said, so it holds what that
-    /// would ([`every_name`]), and the batch answers the same whether the read found it or not.
+    /// elsewhere; a payload that does not hash, which a fixed build may hash): what its
+    /// transaction would have met, so it holds what a failure there would ([`every_name`]), and
+    /// the batch answers the same whether the read found it or not.
     FoundUndecided,
 }
 
@@ -158,5 +159,14 @@ mod tests {
         ];
         let before = [FoundUndecided, Pending, Pending, Pending, Pending];
         assert_eq!(held_before(&entries, &before), [1, 2, 3], "its group elsewhere, and on from there");
+    }
+
+    /// A replay answered before the batch, behind a member found undecided, waits with it: a
+    /// trigger that stops at a lane's first failure hears of nothing after it.
+    #[test]
+    fn an_answer_behind_a_member_found_undecided_is_held() {
+        use Before::{Answered, FoundUndecided};
+        let entries = [entry("k1", "acct-1", Some("p-0")), entry("k2", "acct-2", Some("p-0"))];
+        assert_eq!(held_before(&entries, &[FoundUndecided, Answered]), [1]);
     }
 }

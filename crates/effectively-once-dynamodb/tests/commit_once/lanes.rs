@@ -397,3 +397,27 @@ async fn a_member_that_does_not_hash_holds_back_its_groups_later_members() {
     assert_eq!(results[2].as_ref().unwrap(), &Outcome::Fresh(Answer::Applied));
     assert!(!done(&idempotency, &writes, "after").await && done(&idempotency, &writes, "other").await);
 }
+
+/// A replay the caller answered, behind a member of its lane whose payload does not hash, is
+/// held back with the lane: a trigger that stops at a lane's first failure hears of nothing
+/// after it, as for a member answered before a failure in a transaction.
+#[tokio::test]
+async fn an_answered_member_behind_one_that_does_not_hash_is_held_back() {
+    let specs: Vec<Spec> = ["u", "after"].iter().map(|id| (id.to_string(), "A", Some("p0"), Needs::Nothing)).collect();
+    let (idempotency, counter, writes) = setup(&specs).await;
+    let payloads = [Payload::Unhashable, Payload::Order("after")];
+    let members: Vec<Member<'_, Payload>> = specs
+        .iter()
+        .zip(&payloads)
+        .map(|((id, group, lane, _), payload)| {
+            Member::new(Key::new("orders", id).unwrap(), payload).in_group(*group).in_lane(lane.unwrap())
+        })
+        .collect();
+    let answers = vec![None, Some(Ok(Outcome::Replayed(Answer::Applied)))];
+    counter.reset();
+    let results = idempotency.commit_batch_with_answers(&members, answers, &writes).await;
+    let unhashed = results[0].as_ref().expect_err("no hash");
+    assert_eq!(unhashed.kind(), ErrorKind::Serialization, "{}", ErrorChain(unhashed));
+    assert_held_back(&results[1]);
+    assert_eq!(counter.total(), 0, "nothing to send");
+}
