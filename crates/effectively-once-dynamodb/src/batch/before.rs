@@ -169,4 +169,23 @@ mod tests {
         let entries = [entry("k1", "acct-1", Some("p-0")), entry("k2", "acct-2", Some("p-0"))];
         assert_eq!(held_before(&entries, &[FoundUndecided, Answered]), [1]);
     }
+
+    /// A member in a lane is held by its key and its lane, not by its group failing outside
+    /// lanes: the trigger orders its lane, not its account.
+    #[test]
+    fn a_member_in_a_lane_is_not_held_by_its_group_failing_outside_lanes() {
+        use Before::{Pending, Undecided};
+        let entries = [entry("k1", "A", None), entry("k2", "A", Some("p-0")), entry("k3", "A", None)];
+        assert_eq!(held_before(&entries, &[Undecided, Pending, Pending]), [2]);
+    }
+
+    /// A member held behind the caller's failure holds as that one does, even one the batch found
+    /// undecided itself: read first or not, it answers the same.
+    #[test]
+    fn a_member_held_holds_as_widely_as_it_is_held_whatever_it_found() {
+        use Before::{FoundUndecided, Pending, Undecided};
+        let entries = [entry("k1", "A", Some("p-0")), entry("k2", "B", Some("p-0")), entry("k3", "B", Some("p-1"))];
+        assert_eq!(held_before(&entries, &[Undecided, FoundUndecided, Pending]), [1]);
+        assert_eq!(held_before(&entries, &[Undecided, Pending, Pending]), [1], "as if not read");
+    }
 }
