@@ -31,10 +31,9 @@ between a reset and a read), CPU per message (the threads' run time from
 /proc/<pid>/task/*/schedstat around the stream, init excluded; user+sys ticks when a thread exited
 meanwhile), throughput; for A also init (spawn to the first GET /next) and peak RSS (VmHWM).
 
-Then, for ours only: the mix under each `LEDGER_PREREAD` value (off, redelivered, auto, always:
-how ours reads the batch's records before committing; a build that does not know the variable
-ignores it), and B's stream one message an invocation (the one-by-one path, the reference of the
-other-sandbox target).
+Then, for ours only: the mix batched (the ledger's one pre-read mode: how ours reads the batch's
+records before committing), and B's stream one message an invocation (the one-by-one path, the
+reference of the other-sandbox target).
 
 Then the batch-size rows (`workload.Scenario`): first deliveries only at --batch-sizes, spread over
 --accounts accounts and hot on --hot-accounts, plus two refusal rows: a batch of 100 on 3

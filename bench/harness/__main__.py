@@ -1,4 +1,4 @@
-"""`python -m bench.harness`: the options, then warm-up, the rounds of the mix, the LEDGER_PREREAD
+"""`python -m bench.harness`: the options, then warm-up, the rounds of the mix, the pre-read
 runs, the batch-size rows, the store latency rows, callgrind, the report."""
 
 import argparse
@@ -52,8 +52,9 @@ def options():
     p.add_argument("--hot-accounts", type=int, default=2, help="accounts of the hot-account rows (default 2)")
     p.add_argument("--no-refusals", action="store_true",
                    help="leave out the refusal rows (batch 100 on 3 accounts, batch 1000 hot with refusals)")
-    p.add_argument("--preread", default="off,redelivered,auto,always",
-                   help="LEDGER_PREREAD values to run ours under on the other-sandbox mix ('' skips them)")
+    p.add_argument("--preread", default="on",
+                   help="run ours on the other-sandbox mix batched (its one pre-read mode) and one by one "
+                        "('' skips them)")
     p.add_argument("--latencies", default="0,100,500",
                    help="the store latency rows: ours on SQS (and on Kafka with the trigger rows), batches of 10 on 20 accounts, 200 messages, each DynamoDB "
                         "request held this many ms by the local AWS (default 0,100,500; '' skips them)")
@@ -108,7 +109,7 @@ def floor_with_the_record(args):
 
 
 ABOUT = {
-    "ours": "payments-consumer, release; `LEDGER_PREREAD` unset (its default); `MIMALLOC_PURGE_DELAY=-1`, as the "
+    "ours": "payments-consumer, release, its defaults (one pre-read mode); `MIMALLOC_PURGE_DELAY=-1`, as the "
             "template deploys it (the floor gets it too)",
     "floor": "bench/floor (`payments-floor`), release: the same ledger items in one TransactWriteItems per "
              "batch, no idempotency, no condition, so it posts every duplicate again and refuses nothing",
@@ -175,14 +176,14 @@ def main():
 
     preread, onebyone = {}, None
     if "ours" in by_name:
-        for value in [v.strip() for v in args.preread.split(",") if v.strip()]:
-            r = run_round(by_name["ours"], mix, aws, args.endpoint, f"preread-{value}", log_dir, env={"LEDGER_PREREAD": value})
-            preread[value] = r
-            log(f"LEDGER_PREREAD={value}: B {r['other_req_per_msg']:.3f} req/msg, {r['other_wcu_per_msg']:.2f} WU/msg, "
+        if args.preread.strip():
+            r = run_round(by_name["ours"], mix, aws, args.endpoint, "preread", log_dir)
+            preread["batched"] = r
+            log(f"pre-read: B {r['other_req_per_msg']:.3f} req/msg, {r['other_wcu_per_msg']:.2f} WU/msg, "
                 f"CPU {r['other_cpu_us_per_msg']:.0f} µs/msg; dup other {r['req_dup_other']:g} req "
                 f"{r['wcu_dup_other']:.2f} WU; ledger ok")
-        onebyone = run_round(by_name["ours"], mix, aws, args.endpoint, "onebyone", log_dir, other_batch_size=1)
-        log(f"one by one: B {onebyone['other_req_per_msg']:.3f} req/msg, {onebyone['other_wcu_per_msg']:.2f} WU/msg")
+            onebyone = run_round(by_name["ours"], mix, aws, args.endpoint, "onebyone", log_dir, other_batch_size=1)
+            log(f"one by one: B {onebyone['other_req_per_msg']:.3f} req/msg, {onebyone['other_wcu_per_msg']:.2f} WU/msg")
 
     sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
     seed = args.seed + 1

@@ -22,20 +22,27 @@
 //! What is sent when is decided in [`schedule`], with no I/O; this module builds the members'
 //! writes and sends what it decides.
 
+mod before;
+mod cut;
 mod plan;
 mod schedule;
 mod writes;
 
-use effectively_once::{Error, ErrorKind, Idempotency, Key, Outcome, PayloadHash, Retry, StoreError, StoreErrorKind};
+use effectively_once::{
+    Error, ErrorChain, ErrorKind, Idempotency, Key, Outcome, PayloadHash, Retry, StoreError, StoreErrorKind,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+pub(crate) use self::cut::CutCommits;
 pub use self::writes::{BatchWrites, Decided, Member, Observed};
 
+use self::before::Before;
 use self::plan::Planned;
 use self::schedule::{Early, Entry, Passes, Rounds, States};
 use crate::commit_once::settle;
 use crate::item::from_item;
+use crate::read::Consistency;
 use crate::store::DynamoDbStore;
 use crate::transaction::{self, backoff, Sent};
 use crate::tx::Tx;
@@ -57,10 +64,16 @@ struct Batch<'b, 'm, P: ?Sized, B> {
 }
 
 /// Commits `members` in passes ([`Passes`]), each pass in rounds ([`Rounds`]), and answers each
-/// member as committing it alone, in batch order, would have.
+/// member as committing it alone, in batch order, would have. `answers` holds the members the
+/// caller answered already (one per member, or fewer: the rest `None`); those, and the members
+/// whose records a read first answers ([`Member::read_first`], [`CutCommits`]), are sent nothing,
+/// and one that failed with no verdict on the message holds back the later members of its key
+/// and order ([`before::held_before`]). A call dropped before it answers notes its members' keys,
+/// read first when they come again.
 pub(crate) async fn commit_batch<P, R, B>(
     idempotency: &Idempotency<DynamoDbStore>,
     members: &[Member<'_, P>],
+    answers: Vec<Slot<R>>,
     writes: &B,
 ) -> Vec<Result<Outcome<R>, Error>>
 where
@@ -68,18 +81,15 @@ where
     R: Serialize + DeserializeOwned + Clone + Send,
     B: BatchWrites<R>,
 {
-    let mut results: Vec<Slot<R>> = (0..members.len()).map(|_| None).collect();
-    let mut hashes: Vec<Option<PayloadHash>> = Vec::with_capacity(members.len());
-    for (index, member) in members.iter().enumerate() {
-        match member.hash().cloned().map_or_else(|| idempotency.config().payload_hash(member.payload), Ok) {
-            Ok(hash) => hashes.push(Some(hash)),
-            Err(error) => {
-                hashes.push(None);
-                results[index] = Some(Err(error));
-            }
-        }
-    }
-    let entries: Vec<Entry<'_>> = members
+    assert!(answers.len() <= members.len(), "at most one answer per member");
+    let unanswered = idempotency.store().cut_commits().guard(members);
+    let mut results = answers;
+    results.resize_with(members.len(), || None);
+    let given: Vec<bool> = results.iter().map(Option::is_some).collect();
+    let hashes = hash(idempotency, members, &mut results);
+    read_first(idempotency, members, &hashes, &mut results).await;
+    let before: Vec<Before> = (0..members.len()).map(|index| state_of(&results[index], given[index])).collect();
+    let mut entries: Vec<Entry<'_>> = members
         .iter()
         .zip(&hashes)
         .map(|(member, hash)| Entry {
@@ -89,27 +99,111 @@ where
             hash: hash.as_ref().map(PayloadHash::as_str),
         })
         .collect();
-    let batch = Batch { idempotency, members, hashes: &hashes, entries: &entries, writes };
-    let mut passes = Passes::new(&entries);
-    for (index, result) in results.iter().enumerate() {
-        if matches!(result, Some(Err(error)) if error.retry() != Retry::Never) {
-            passes.undecided(index);
+    let held = before::held_before(&entries, &before);
+    let mut is_held = vec![false; members.len()];
+    for &index in &held {
+        is_held[index] = true;
+    }
+    for (index, entry) in entries.iter_mut().enumerate() {
+        // Answered before the batch: not sent.
+        if results[index].is_some() || is_held[index] {
+            entry.hash = None;
         }
     }
-    while let Some(pass) = passes.next() {
-        for (index, early) in pass.answered {
-            results[index] = Some(batch.early(index, early, &results));
+    let batch = Batch { idempotency, members, hashes: &hashes, entries: &entries, writes };
+    for &index in &held {
+        results[index] = Some(Err(batch.held_back(index)));
+    }
+    batch.passes(&mut results).await;
+    unanswered.answered();
+    results.into_iter().map(|slot| slot.unwrap_or_else(|| Err(unavailable("not run")))).collect()
+}
+
+/// What a member's answer, if any, is before the batch is sent: the caller's (`given`), or one
+/// the batch found itself (a record read first, a payload that does not hash), which holds as
+/// a failure in its transaction would.
+fn state_of<R>(slot: &Slot<R>, given: bool) -> Before {
+    match slot {
+        None => Before::Pending,
+        Some(Err(error)) if error.retry() != Retry::Never => {
+            if given {
+                Before::Undecided
+            } else {
+                Before::FoundUndecided
+            }
         }
-        batch.pass(&pass.send, &mut results).await;
-        for &index in &pass.send {
-            match &results[index] {
-                Some(Ok(Outcome::Fresh(_))) => passes.taken(index),
-                Some(Err(error)) if error.retry() != Retry::Never => passes.undecided(index),
-                _ => {}
+        Some(_) => Before::Answered,
+    }
+}
+
+/// The payload hash of each member not answered yet (the caller's, or computed under the
+/// config); a member whose payload does not hash is answered with the error.
+fn hash<P, R>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    members: &[Member<'_, P>],
+    results: &mut [Slot<R>],
+) -> Vec<Option<PayloadHash>>
+where
+    P: Serialize + ?Sized,
+{
+    let mut hashes = Vec::with_capacity(members.len());
+    for (index, member) in members.iter().enumerate() {
+        if results[index].is_some() {
+            hashes.push(None);
+            continue;
+        }
+        match member.hash().cloned().map_or_else(|| idempotency.config().payload_hash(member.payload), Ok) {
+            Ok(hash) => hashes.push(Some(hash)),
+            Err(error) => {
+                hashes.push(None);
+                results[index] = Some(Err(error));
             }
         }
     }
-    results.into_iter().map(|slot| slot.unwrap_or_else(|| Err(unavailable("not run")))).collect()
+    hashes
+}
+
+/// Reads first the records of the members not answered yet that are marked
+/// ([`Member::read_first`]) or whose commit was cut short ([`CutCommits`]), in one eventually
+/// consistent read, and answers each member whose record blocks a claim as the transaction's
+/// cancellation would. A failed read reads nothing: the transactions decide, as without it.
+async fn read_first<P, R>(
+    idempotency: &Idempotency<DynamoDbStore>,
+    members: &[Member<'_, P>],
+    hashes: &[Option<PayloadHash>],
+    results: &mut [Slot<R>],
+) where
+    P: ?Sized,
+    R: DeserializeOwned,
+{
+    let cut = idempotency.store().cut_commits();
+    let ids: Vec<&str> = members
+        .iter()
+        .zip(hashes)
+        // `take` first: a cut key is forgotten once read.
+        .filter(|(member, hash)| hash.is_some() && (cut.take(member.key.as_str()) || member.reads_first()))
+        .map(|(member, _)| member.key.as_str())
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    // Eventually consistent, at half the read units: a record that blocks a claim is final
+    // while it does, so a stale copy answers right; one the read misses (written a moment ago)
+    // costs the cancelled transaction it costs without the read.
+    let records = match idempotency.store().get_records(ids, Consistency::Eventual).await {
+        Ok(records) => records,
+        Err(error) => {
+            tracing::warn!(error = %ErrorChain(&error), "read of the batch's records failed; its transactions decide");
+            return;
+        }
+    };
+    let now_ms = idempotency.config().now_ms();
+    for ((member, hash), slot) in members.iter().zip(hashes).zip(results.iter_mut()) {
+        let found = records.get(member.key.as_str()).filter(|record| record.blocks_claim_at(now_ms));
+        if let (Some(record), Some(hash), None) = (found, hash, &slot) {
+            *slot = Some(record.replay::<R>(hash).map(Outcome::Replayed));
+        }
+    }
 }
 
 /// What one transaction of a round left to do.
@@ -136,6 +230,30 @@ where
 
     fn hash(&self, index: usize) -> &PayloadHash {
         self.hashes[index].as_ref().expect("members sent have hashes")
+    }
+
+    /// The members not answered before the batch, in passes: every copy of a key has the
+    /// payload of its first.
+    async fn passes<R>(&self, results: &mut [Slot<R>])
+    where
+        P: Sync,
+        R: Serialize + DeserializeOwned + Clone + Send,
+        B: BatchWrites<R>,
+    {
+        let mut passes = Passes::new(self.entries);
+        while let Some(pass) = passes.next() {
+            for (index, early) in pass.answered {
+                results[index] = Some(self.early(index, early, results));
+            }
+            self.pass(&pass.send, results).await;
+            for &index in &pass.send {
+                match &results[index] {
+                    Some(Ok(Outcome::Fresh(_))) => passes.taken(index),
+                    Some(Err(error)) if error.retry() != Retry::Never => passes.undecided(index),
+                    _ => {}
+                }
+            }
+        }
     }
 
     /// A member not started because an earlier member of its group or lane failed with no

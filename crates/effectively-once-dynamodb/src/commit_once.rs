@@ -99,11 +99,51 @@ pub trait CommitOnce {
     ///   too, after it; one behind a member of its lane that failed with no verdict on the
     ///   message is held back. So a lane's later member never commits before an earlier one is
     ///   decided, except atomically with it. With no lanes, nothing changes.
+    /// - A member marked [`crate::Member::read_first`] (a redelivery), and every member of a
+    ///   call on this store dropped before it answered (a driver cutting it at the invocation's
+    ///   deadline: it may have committed), has its record read before anything is sent, in one
+    ///   eventually consistent `BatchGetItem`: a record that blocks a claim answers it as the
+    ///   cancellation would, with no write, so a batch cut after its commit makes progress when
+    ///   delivered again instead of paying for the whole commit once more as duplicates.
     ///
     /// A first delivery of a batch of ten members with no duplicates is one request.
     fn commit_batch<P, R, B>(
         &self,
         members: &[crate::Member<'_, P>],
+        writes: &B,
+    ) -> impl Future<Output = Vec<Result<Outcome<R>, Error>>> + Send
+    where
+        P: Serialize + ?Sized + Sync,
+        R: Serialize + DeserializeOwned + Clone + Send + Sync,
+        B: crate::BatchWrites<R>;
+
+    /// [`CommitOnce::commit_batch`] for a batch some of whose members the caller answered
+    /// already: `answers` has one slot per member (or fewer; the rest are `None`), `Some` for a
+    /// member answered before the batch (from an answer the caller remembers, or a check of
+    /// its own that failed: a setting missing until a deploy, say). Such a member is sent
+    /// nothing and its answer is returned as given, unless it is held back:
+    ///
+    /// - one answered with a failure that is no verdict on the message (any [`Error::retry`]
+    ///   but [`Retry::Never`](effectively_once::Retry::Never): it is delivered again) holds back
+    ///   the later members of its key and of its lane or, with no lane, of its group, each
+    ///   answered retryable, not started (a replay among them too), and each of those holds
+    ///   back its own key and lane (or group) in turn, so none overtakes it;
+    /// - not its group in other lanes: it took part in no shared write, and a trigger orders
+    ///   nothing across lanes, so that would stall lanes the failure never touched. (A member
+    ///   that fails in the batch's transactions holds its group in every lane: that keeps the
+    ///   batch answering as committing one by one in batch order. So does a member the batch
+    ///   itself finds undecided before sending it, a record read first in progress elsewhere,
+    ///   or a payload that does not hash: its answer is the transaction's, read or not.)
+    ///
+    /// So the hold-back of a caller's own checks is the batch's, in one place.
+    ///
+    /// # Panics
+    ///
+    /// When `answers` is longer than `members`.
+    fn commit_batch_with_answers<P, R, B>(
+        &self,
+        members: &[crate::Member<'_, P>],
+        answers: Vec<Option<Result<Outcome<R>, Error>>>,
         writes: &B,
     ) -> impl Future<Output = Vec<Result<Outcome<R>, Error>>> + Send
     where
@@ -135,7 +175,21 @@ impl CommitOnce for Idempotency<DynamoDbStore> {
         R: Serialize + DeserializeOwned + Clone + Send + Sync,
         B: crate::BatchWrites<R>,
     {
-        crate::batch::commit_batch(self, members, writes).await
+        crate::batch::commit_batch(self, members, Vec::new(), writes).await
+    }
+
+    async fn commit_batch_with_answers<P, R, B>(
+        &self,
+        members: &[crate::Member<'_, P>],
+        answers: Vec<Option<Result<Outcome<R>, Error>>>,
+        writes: &B,
+    ) -> Vec<Result<Outcome<R>, Error>>
+    where
+        P: Serialize + ?Sized + Sync,
+        R: Serialize + DeserializeOwned + Clone + Send + Sync,
+        B: crate::BatchWrites<R>,
+    {
+        crate::batch::commit_batch(self, members, answers, writes).await
     }
 
     fn write_units<R, F>(&self, key: &Key, build: F) -> Result<WriteUnits, Error>

@@ -209,7 +209,7 @@ pub(crate) fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Record
 
 /// Reads the record a carrier item holds, under the reserved names or, for an item written by an
 /// earlier build, the legacy ones ([`carried::legacy`]).
-pub fn carried_from_item(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
+pub fn record_carried_by(item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
     let names = if item.contains_key(carried::KEY) {
         [carried::KEY, carried::PAYLOAD_HASH, carried::RESPONSE]
     } else {

@@ -145,6 +145,7 @@ pub mod raw;
 mod read;
 mod stalled;
 mod store;
+mod sweep;
 #[cfg(feature = "test-util")]
 pub mod testing;
 mod transaction;
@@ -153,8 +154,8 @@ mod tx;
 pub use crate::batch::{BatchWrites, Decided, Member, Observed, MAX_ROUNDS};
 pub use crate::commit_once::CommitOnce;
 pub use crate::counter::RequestCounter;
-pub use crate::error::store_error;
-pub use crate::item::{attr, carried, carried_from_item, NEVER_EXPIRES};
+pub use crate::error::store_error as classify_sdk_error;
+pub use crate::item::{attr, carried, record_carried_by, NEVER_EXPIRES};
 pub use crate::otherwise::{Fallback, Otherwise};
 pub use crate::read::{Consistency, MAX_BATCH_GET_KEYS};
 #[cfg(feature = "sdk-defaults")]

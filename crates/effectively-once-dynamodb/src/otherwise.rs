@@ -50,7 +50,7 @@ pub enum Otherwise<R> {
         same_payload: bool,
     },
     /// The item holds the record of an earlier delivery (a carried record, say, read with
-    /// [`carried_from_item`](crate::carried_from_item)): it answers, as a record the claim met
+    /// [`record_carried_by`](crate::record_carried_by)): it answers, as a record the claim met
     /// would (a replay, or key reuse when its payload hash differs).
     Recorded(Record),
 }

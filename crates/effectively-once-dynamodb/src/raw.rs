@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 use effectively_once::{Record, StoreError, StoreErrorKind};
 
-use crate::item::{carried_from_item, from_item};
+use crate::item::{from_item, record_carried_by};
 use crate::store::DynamoDbStore;
 use crate::transaction::{self, backoff, Cancellation, Sent};
 
@@ -129,7 +129,7 @@ impl DynamoDbStore {
         item: Option<&HashMap<String, AttributeValue>>,
     ) -> Result<Option<Committed>, StoreError> {
         let record = match (item, index < commit.writes.len()) {
-            (Some(item), true) => match carried_from_item(item) {
+            (Some(item), true) => match record_carried_by(item) {
                 Ok(record) => record,
                 // The carrier's item is there without a record (written apart from commit
                 // once): not a duplicate this layer can tell; the write's own answer
@@ -194,7 +194,7 @@ impl DynamoDbStore {
             Committed::ConditionFailed { index, .. } if index >= first_fallback => {
                 Answer::FallbackRefused(index - first_fallback)
             }
-            Committed::ConditionFailed { item: Some(item), .. } => Answer::Exists(carried_from_item(&item)?),
+            Committed::ConditionFailed { item: Some(item), .. } => Answer::Exists(record_carried_by(&item)?),
             other => Answer::Unexpected(other),
         })
     }

@@ -15,6 +15,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use effectively_once::{protocol, Claim, Completion, ErrorChain, Record, Status, Store, StoreError, StoreErrorKind};
 
+use crate::batch::CutCommits;
 use crate::error::store_error;
 use crate::item::{
     attr, claim_answer, claim_item, claim_item_over_unreadable, claim_item_unknown_first, copies, from_item,
@@ -58,12 +59,14 @@ const RELEASE_CONDITION: &str = "attribute_not_exists(#id) OR (#owner = :owner A
 pub struct DynamoDbStore {
     client: Client,
     table: String,
+    /// Keys of batch commits dropped before they answered, read first when they come again.
+    cut: CutCommits,
 }
 
 impl DynamoDbStore {
     /// A store on `table` (see [`create_table`]).
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        DynamoDbStore { client, table: table.into() }
+        DynamoDbStore { client, table: table.into(), cut: CutCommits::default() }
     }
 
     /// The SDK client.
@@ -74,6 +77,11 @@ impl DynamoDbStore {
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// Keys of this store's batch commits dropped before they answered.
+    pub(crate) fn cut_commits(&self) -> &CutCommits {
+        &self.cut
     }
 
     fn id(id: &str) -> AttributeValue {

@@ -11,31 +11,98 @@ use crate::store::{Claim, Completion, Store, StoreError};
 /// Powertools' default bound.
 pub const DEFAULT_CAPACITY: usize = 256;
 
-/// A store with an in-process LRU of **completed** records in front of it. A claim for a key it
-/// holds (and whose dedup window is open) is answered from memory with no request; anything else
-/// goes to the store. In-progress records are never cached (another attempt's lease would look
-/// live forever), and what is cached is the record as stored: the payload check runs on every
-/// replay, so a cached record never answers another payload.
+/// An in-process LRU of **completed** records: the answers a process remembers, each answering a
+/// later duplicate as its record would ([`Record::replay`]), with no request. In-progress records
+/// are never held (another attempt's lease would look live forever), and what is held is the
+/// record as stored, so the payload check runs on every replay. Every operation is O(1) (the
+/// `lru` crate), under one short lock, so one cache can be shared (`Arc`) by a process's tasks.
+///
+/// [`CachedStore`] puts one in front of any [`Store`]; a caller that reads or commits records
+/// by other means (a batch committed in one transaction) can keep its answers in one too.
+pub struct RecordCache {
+    records: Mutex<LruCache<String, Record>>,
+}
+
+impl RecordCache {
+    /// A cache of at most `capacity` records (at least one).
+    pub fn new(capacity: usize) -> Self {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        // Sparse: memory grows with what is held, not with the bound.
+        RecordCache { records: Mutex::new(LruCache::sparse(capacity)) }
+    }
+
+    /// The record held for `id` if it still blocks a claim at `now_ms` (its dedup window is
+    /// open), marked as used; a record past its window is dropped and `None` returned.
+    pub fn get(&self, id: &str, now_ms: u64) -> Option<Record> {
+        let mut records = self.lock();
+        match records.get(id) {
+            Some(record) if record.blocks_claim_at(now_ms) => Some(record.clone()),
+            Some(_) => {
+                records.pop(id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Whether a record is held for `id`, without marking it as used.
+    pub fn contains(&self, id: &str) -> bool {
+        self.lock().contains(id)
+    }
+
+    /// Holds `record` if it is completed (anything else is ignored); at capacity, the least
+    /// recently used record goes.
+    pub fn remember(&self, record: Record) {
+        if record.status != Status::Completed {
+            return;
+        }
+        self.lock().put(record.id.clone(), record);
+    }
+
+    /// Drops the record held for `id`, if any.
+    pub fn forget(&self, id: &str) {
+        self.lock().pop(id);
+    }
+
+    /// Records held.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, Record>> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+// By hand: the records' responses are not for logs.
+impl std::fmt::Debug for RecordCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecordCache({} records)", self.len())
+    }
+}
+
+/// A store with an in-process LRU of completed records ([`RecordCache`]) in front of it. A claim
+/// for a key it holds (and whose dedup window is open) is answered from memory with no request;
+/// anything else goes to the store.
 ///
 /// Each process has its own cache: a duplicate that lands on another Lambda sandbox still costs
-/// its one request. Off by default; opt in with `CachedStore::new(store, capacity)`. Every
-/// operation on it is O(1) (the `lru` crate), under one short lock.
+/// its one request. Off by default; opt in with `CachedStore::new(store, capacity)`.
 #[derive(Debug)]
 pub struct CachedStore<S> {
     inner: S,
-    state: Mutex<Lru>,
-}
-
-#[derive(Debug)]
-struct Lru {
-    records: LruCache<String, Record>,
+    records: RecordCache,
     /// Records claimed through this cache and not yet completed or released, kept so the
     /// completion can cache the completed record. An attempt whose future was dropped never
     /// comes back for its entry, so it is bounded: entries whose lease has ended go from the
     /// least recently claimed end (such an attempt can no longer complete), and it never holds
     /// more than `capacity` (the least recently claimed goes first). A missing entry only costs
     /// a cache miss.
-    claimed: LruCache<String, Record>,
+    claimed: Mutex<LruCache<String, Record>>,
 }
 
 impl<S> CachedStore<S> {
@@ -44,8 +111,8 @@ impl<S> CachedStore<S> {
         let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         CachedStore {
             inner,
-            // Sparse: memory grows with what is held, not with the bound.
-            state: Mutex::new(Lru { records: LruCache::sparse(capacity), claimed: LruCache::sparse(capacity) }),
+            records: RecordCache::new(capacity.get()),
+            claimed: Mutex::new(LruCache::sparse(capacity)),
         }
     }
 
@@ -54,9 +121,14 @@ impl<S> CachedStore<S> {
         &self.inner
     }
 
+    /// The completed records held.
+    pub fn records(&self) -> &RecordCache {
+        &self.records
+    }
+
     /// Records held.
     pub fn len(&self) -> usize {
-        self.lock().records.len()
+        self.records.len()
     }
 
     /// Whether no record is held.
@@ -64,48 +136,29 @@ impl<S> CachedStore<S> {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Lru> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn remember(&self, record: Record) {
-        if record.status != Status::Completed {
-            return;
-        }
-        // At capacity, `put` drops the least recently used record.
-        self.lock().records.put(record.id.clone(), record);
+    fn claimed(&self) -> std::sync::MutexGuard<'_, LruCache<String, Record>> {
+        self.claimed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn hold(&self, record: &Record, now_ms: u64) {
-        let mut lru = self.lock();
+        let mut claimed = self.claimed();
         // Ended leases leave from the oldest claims: O(1) for each one removed.
-        while lru.claimed.peek_lru().is_some_and(|(_, r)| r.lease_expires_at_ms < now_ms) {
-            lru.claimed.pop_lru();
+        while claimed.peek_lru().is_some_and(|(_, r)| r.lease_expires_at_ms < now_ms) {
+            claimed.pop_lru();
         }
         // At capacity, `put` drops the least recently claimed attempt's entry.
-        lru.claimed.put(record.id.clone(), record.clone());
+        claimed.put(record.id.clone(), record.clone());
     }
 }
 
 impl<S: Store> Store for CachedStore<S> {
     async fn claim(&self, record: &Record, now_ms: u64) -> Result<Claim, StoreError> {
-        let cached = {
-            let mut lru = self.lock();
-            match lru.records.get(&record.id) {
-                Some(record) if record.blocks_claim_at(now_ms) => Some(record.clone()),
-                Some(_) => {
-                    lru.records.pop(&record.id);
-                    None
-                }
-                None => None,
-            }
-        };
-        if let Some(record) = cached {
+        if let Some(record) = self.records.get(&record.id, now_ms) {
             return Ok(Claim::Exists(record));
         }
         let claim = self.inner.claim(record, now_ms).await?;
         match &claim {
-            Claim::Exists(existing) => self.remember(existing.clone()),
+            Claim::Exists(existing) => self.records.remember(existing.clone()),
             Claim::Acquired { .. } | Claim::AcquiredInRun { .. } | Claim::AcquiredOverUnreadable => {
                 self.hold(record, now_ms)
             }
@@ -115,22 +168,19 @@ impl<S: Store> Store for CachedStore<S> {
 
     async fn complete(&self, id: &str, owner: &str, completion: Completion<'_>) -> Result<(), StoreError> {
         self.inner.complete(id, owner, completion.clone()).await?;
-        let claimed = self.lock().claimed.pop(id);
+        let claimed = self.claimed().pop(id);
         if let Some(mut record) = claimed.filter(|r| r.owner == owner) {
             record.status = Status::Completed;
             record.response = completion.response.map(str::to_owned);
             record.expiration_s = completion.expiration_s;
-            self.remember(record);
+            self.records.remember(record);
         }
         Ok(())
     }
 
     async fn release(&self, id: &str, owner: &str) -> Result<(), StoreError> {
-        {
-            let mut lru = self.lock();
-            lru.claimed.pop(id);
-            lru.records.pop(id);
-        }
+        self.claimed().pop(id);
+        self.records.forget(id);
         self.inner.release(id, owner).await
     }
 
@@ -151,7 +201,7 @@ mod tests {
     use crate::{Config, Idempotency, InMemoryStore, Key, ManualClock, Outcome};
 
     fn in_flight<S>(store: &CachedStore<S>) -> usize {
-        store.lock().claimed.len()
+        store.claimed().len()
     }
 
     /// Attempts whose futures were dropped mid-handler (a cancelled task, a timed-out
@@ -243,5 +293,27 @@ mod tests {
         assert_eq!(idem.run(&key("b"), &json!(1), || async { Ok::<_, ()>(2u32) }).await.unwrap(), Outcome::Replayed(1));
         assert_eq!(idem.store().inner().requests(), before + 1, "b was dropped: one request");
         assert_eq!(idem.store().len(), 2);
+    }
+
+    /// The cache alone: an in-progress record is not held, one past its dedup window is dropped
+    /// when asked for, and `contains` does not count as a use.
+    #[test]
+    fn a_record_cache_holds_completed_records_within_their_window() {
+        let cache = RecordCache::new(2);
+        let mut busy = Record::completed("t#busy", "h", None, 100);
+        busy.status = Status::InProgress;
+        cache.remember(busy);
+        assert!(cache.is_empty(), "in progress: not held");
+        cache.remember(Record::completed("t#a", "h", None, 100));
+        cache.remember(Record::completed("t#b", "h", None, 100));
+        assert!(cache.get("t#a", 100_000).is_some(), "within its window");
+        assert!(cache.contains("t#b"), "held");
+        // `b` was only looked at, `a` used: `c` pushes `b` out.
+        cache.remember(Record::completed("t#c", "h", None, 100));
+        assert!(!cache.contains("t#b") && cache.contains("t#a"));
+        assert_eq!(cache.get("t#a", 101_000), None, "past its window");
+        assert!(!cache.contains("t#a"), "and dropped");
+        cache.forget("t#c");
+        assert!(cache.is_empty());
     }
 }

@@ -120,7 +120,7 @@ pub mod contract;
 #[cfg(any(test, feature = "contract"))]
 pub mod schedules;
 
-pub use crate::cache::{CachedStore, DEFAULT_CAPACITY};
+pub use crate::cache::{CachedStore, RecordCache, DEFAULT_CAPACITY};
 pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use crate::config::{
     Config, PayloadSelector, ReplayHook, DEFAULT_DEDUP_WINDOW, DEFAULT_LEASE, DEFAULT_MAX_RESPONSE_BYTES, DISABLED_VARS,

@@ -281,7 +281,7 @@ pub async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => return Ok(()),
         Err(e) => {
-            return Err(effectively_once_dynamodb::store_error("CreateTable", e))
+            return Err(effectively_once_dynamodb::classify_sdk_error("CreateTable", e))
                 .context(format!("create table {name}"))
         }
     }
@@ -289,7 +289,8 @@ pub async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str, props
     let ttl = TimeToLiveSpecification::builder().enabled(true).attribute_name(attribute).build()?;
     let request = dynamodb.update_time_to_live().table_name(name).time_to_live_specification(ttl);
     if let Err(e) = request.send().await {
-        return Err(effectively_once_dynamodb::store_error("UpdateTimeToLive", e)).context(format!("TTL on {name}"));
+        return Err(effectively_once_dynamodb::classify_sdk_error("UpdateTimeToLive", e))
+            .context(format!("TTL on {name}"));
     }
     Ok(())
 }

@@ -2,11 +2,10 @@
 //! the ledger once. `main.rs` only wires the environment, the clients and this handler. The same
 //! handler takes Kinesis records ([`kinesis`], served by `payments-kinesis-consumer`).
 //!
-//! Environment: the contract's tables ([`Env`]) and `LEDGER_PREREAD` (`off`, `redelivered`,
-//! `auto`, the default, or `always`): when a batch reads its records first, so a duplicate
-//! another sandbox posted is answered from one `BatchGetItem` instead of cancelling the batch's
-//! transaction. A batch holding a message SQS delivered before tells the ledger so. The values
-//! and their costs: `docs/operations.md`; measured: `docs/bench.md`.
+//! Environment: the contract's tables ([`Env`]). A batch holding a message SQS delivered before
+//! tells the ledger so, which reads that record first, so a duplicate another sandbox posted is
+//! answered from one `BatchGetItem` instead of cancelling the batch's transaction; its costs:
+//! `docs/operations.md`; measured: `docs/bench.md`.
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use effectively_once_lambda::events::Context;
@@ -75,8 +74,8 @@ impl Handler<SqsMessage> for Payments {
 /// The batch path (`sqs::run_batch`): the valid payments of a batch in one transaction
 /// (as few as DynamoDB's limits allow, [`Ledger::post_batch`]), each answered as if posted alone
 /// in batch order; a malformed message fails alone. Each message SQS delivered before
-/// ([`sqs::may_be_redelivery`]) says so to the ledger, whose pre-read strategy
-/// (`LEDGER_PREREAD`) may then read its record first ([`Delivery`]).
+/// ([`sqs::may_be_redelivery`]) says so to the ledger, which then reads its record first
+/// ([`Delivery`]).
 impl BatchHandler<SqsMessage> for Payments {
     async fn handle_batch(&self, messages: &[&SqsMessage], _context: &Context) -> Vec<RecordResult> {
         let parsed = messages.iter().map(|message| parse(message)).collect();

@@ -5,7 +5,7 @@
 use effectively_once::Config;
 use effectively_once_dynamodb::DynamoDbStore;
 
-use crate::{Ledger, Preread};
+use crate::Ledger;
 
 /// The environment contract of a ledger-posting function: table names, and the idempotency
 /// settings.
@@ -21,9 +21,6 @@ pub struct LedgerEnv {
     /// and the ledger ignores it: a post keeps its once-only condition whatever the environment
     /// says ([`crate::warn_if_disabled`], which `main` calls at cold start).
     pub config: Config,
-    /// `LEDGER_PREREAD` ([`crate::ledger::PREREAD_VAR`]): when a batch reads its records before
-    /// its transaction, `off`, `redelivered`, `auto` or `always`; unset or empty is `auto`.
-    pub preread: Preread,
 }
 
 impl LedgerEnv {
@@ -40,7 +37,6 @@ impl LedgerEnv {
             ledger_table: required("LEDGER_TABLE")?,
             outbox_table: var("OUTBOX_TABLE").filter(|t| !t.is_empty()),
             config: Config::from_env_with(&var),
-            preread: Preread::from_env_value(var(crate::ledger::PREREAD_VAR).as_deref())?,
         })
     }
 }
@@ -50,9 +46,7 @@ impl Ledger {
     /// reach the ledger: [`Ledger::post`] never drops its once-only condition.
     pub fn from_env(client: aws_sdk_dynamodb::Client, env: &LedgerEnv) -> Self {
         let store = DynamoDbStore::new(client, &env.idempotency_table);
-        Ledger::new(store, &env.ledger_table, env.outbox_table.clone())
-            .with_config(env.config.clone())
-            .with_preread(env.preread)
+        Ledger::new(store, &env.ledger_table, env.outbox_table.clone()).with_config(env.config.clone())
     }
 }
 
@@ -73,22 +67,5 @@ mod tests {
         assert_eq!(LedgerEnv::from_env_with(empty).unwrap().outbox_table, None, "set but empty is unset");
         let missing = LedgerEnv::from_env_with(vars(&[("IDEMPOTENCY_TABLE", "idem")])).unwrap_err();
         assert!(missing.contains("LEDGER_TABLE"), "{missing}");
-    }
-
-    #[test]
-    fn the_preread_strategy_is_read_defaults_to_auto_and_a_typo_is_named() {
-        assert_eq!(
-            LedgerEnv::from_env_with(vars(&[("IDEMPOTENCY_TABLE", "i"), ("LEDGER_TABLE", "l")])).unwrap().preread,
-            Preread::Auto
-        );
-        let off = vars(&[("IDEMPOTENCY_TABLE", "i"), ("LEDGER_TABLE", "l"), ("LEDGER_PREREAD", "off")]);
-        let env = LedgerEnv::from_env_with(off).unwrap();
-        assert_eq!(env.preread, Preread::Off);
-        let client =
-            aws_sdk_dynamodb::Client::from_conf(aws_sdk_dynamodb::Config::builder().behavior_version_latest().build());
-        assert_eq!(Ledger::from_env(client, &env).preread_strategy(), Preread::Off, "the ledger takes it");
-        let typo = vars(&[("IDEMPOTENCY_TABLE", "i"), ("LEDGER_TABLE", "l"), ("LEDGER_PREREAD", "sometimes")]);
-        let refused = LedgerEnv::from_env_with(typo).unwrap_err();
-        assert!(refused.contains("LEDGER_PREREAD") && refused.contains("sometimes"), "{refused}");
     }
 }

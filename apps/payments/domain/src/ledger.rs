@@ -2,15 +2,15 @@
 //! `TransactWriteItems`, so a first delivery is one request and nothing can half-happen.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::{
-    Config, HashVersion, Idempotency, Key, Outcome, Record, Retry, Status, StoreError, StoreErrorKind,
+    Config, HashVersion, Idempotency, Key, Outcome, Record, RecordCache, StoreError, StoreErrorKind,
 };
-use effectively_once_dynamodb::raw::Committed;
 use effectively_once_dynamodb::{
-    attr, carried, carried_from_item, store_error, BatchWrites, CommitOnce, Decided, DynamoDbStore, Member, Observed,
+    classify_sdk_error, record_carried_by, BatchWrites, CommitOnce, Decided, DynamoDbStore, Member, Observed,
     Otherwise, Table, Tx, WriteUnits, NEVER_EXPIRES,
 };
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,7 @@ use crate::time::rfc3339;
 mod preread;
 mod replay;
 
-pub use self::preread::{Deliveries, Delivery, Preread, BREAK_EVEN, PREREAD_VAR};
+pub use self::preread::{Deliveries, Delivery, BREAK_EVEN};
 use self::replay::{replay, Replay};
 
 /// The key prefix of payment records: `payments#{event_id}`.
@@ -111,36 +111,22 @@ pub struct Ledger {
     table: Table,
     outbox: Option<Table>,
     config: Config,
-    seen: Seen,
-    prereads: preread::Prereads,
+    /// Copies of the records of the event ids this ledger (this sandbox) posted or met lately: a
+    /// ledger's records never expire and never change once written (an answer is final), so a
+    /// copy answers a later duplicate exactly as the record would ([`Record::replay`]), with no
+    /// request. Shared by clones.
+    seen: Arc<RecordCache>,
+    /// The running estimate of how often a batch meets a duplicate it did not remember, which
+    /// decides what a batch reads first (`preread`). Shared by clones.
+    estimate: preread::Estimate,
 }
 
 /// How many event ids' answers a ledger remembers ([`Ledger::post_batch`]): about 1.5 MB.
 pub const SEEN_CAPACITY: usize = 10_000;
 
-/// Copies of the records of the event ids this ledger (this sandbox) posted or met lately: a
-/// ledger's records never expire and never change once written (an answer is final), so a copy
-/// answers a later duplicate exactly as the record would ([`Record::replay`]), with no request.
-/// Shared by clones.
-#[derive(Clone)]
-struct Seen(std::sync::Arc<std::sync::Mutex<lru::LruCache<String, Record>>>);
-
-impl Seen {
-    fn new() -> Self {
-        let capacity = std::num::NonZeroUsize::new(SEEN_CAPACITY).expect("a capacity above zero");
-        Seen(std::sync::Arc::new(std::sync::Mutex::new(lru::LruCache::new(capacity))))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, lru::LruCache<String, Record>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-// By hand: the cache's content is not for logs.
-impl std::fmt::Debug for Seen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Seen({} answers)", self.lock().len())
-    }
+/// A ledger's remembered answers: [`SEEN_CAPACITY`] records, shared by its clones.
+fn remembered_answers() -> Arc<RecordCache> {
+    Arc::new(RecordCache::new(SEEN_CAPACITY))
 }
 
 /// A ledger entry as stored (contract: `pk`, `sk`, `amount_cents`, `currency`, `event_id`,
@@ -197,6 +183,14 @@ impl BatchWrites<Posting> for Postings<'_> {
     }
 }
 
+/// A batch's events as [`CommitOnce::commit_batch_with_answers`] takes them: member `i` is
+/// `events[positions[i]]`, answered already when `answers[i]` is.
+struct Admitted<'e> {
+    members: Vec<Member<'e, PaymentEvent>>,
+    answers: Vec<Option<Result<Outcome<Posting>, effectively_once::Error>>>,
+    positions: Vec<usize>,
+}
+
 /// An account's balance item's key.
 #[derive(Serialize)]
 struct BalanceKey {
@@ -213,8 +207,8 @@ impl Ledger {
             table: Table::new(table, "pk").with_sort_key("sk"),
             outbox: outbox.map(|name| Table::new(name, outbox::KEY)),
             config: Config::default(),
-            seen: Seen::new(),
-            prereads: preread::Prereads::default(),
+            seen: remembered_answers(),
+            estimate: preread::Estimate::default(),
         }
     }
 
@@ -228,10 +222,10 @@ impl Ledger {
     }
 
     /// The same ledger, remembering no answers and no estimate of duplicates from elsewhere
-    /// ([`Preread::Auto`]): as another sandbox would see it (for tests and benchmarks of the
+    /// ([`Ledger::post_batch_as`]): as another sandbox would see it (for tests and benchmarks of the
     /// path without them).
     pub fn clone_forgetting(&self) -> Self {
-        Ledger { seen: Seen::new(), prereads: self.prereads.forgetting(), ..self.clone() }
+        Ledger { seen: remembered_answers(), estimate: preread::Estimate::default(), ..self.clone() }
     }
 
     /// The ledger table's name.
@@ -260,20 +254,24 @@ impl Ledger {
     }
 
     /// A receipt nobody can ever send: refuse to apply the payment. A deployment fault, not a
-    /// verdict on the payment: [`Retry::AfterFix`], so the message waits for the fix (and a FIFO group
-    /// holds its order) instead of being given up on.
+    /// verdict on the payment: [`Retry::AfterFix`](effectively_once::Retry::AfterFix), so the
+    /// message waits for the fix (and a FIFO group holds its order) instead of being given up on.
     fn check_outbox(&self, event: &PaymentEvent) -> Result<(), Error> {
-        if event.receipt_email.is_some() && self.outbox.is_none() {
-            return Err(Error::Store(StoreError::new(
+        self.missing_outbox(event).map_or(Ok(()), |error| Err(Error::Store(error)))
+    }
+
+    /// [`Ledger::check_outbox`]'s failure, if any.
+    fn missing_outbox(&self, event: &PaymentEvent) -> Option<StoreError> {
+        (event.receipt_email.is_some() && self.outbox.is_none()).then(|| {
+            StoreError::new(
                 StoreErrorKind::Misconfigured,
                 format!(
                     "payment {} asks for a receipt, but this ledger has no outbox table (set OUTBOX_TABLE); \
                      retried until it has one",
                     event.event_id
                 ),
-            )));
-        }
-        Ok(())
+            )
+        })
     }
 
     /// The writes of a payment's first delivery, beside its record `payments#{event_id}` (its
@@ -303,7 +301,7 @@ impl Ledger {
         // reuses the key.
         let (amount, currency) = (event.amount_cents, event.currency.clone());
         let (unrecorded, event_id) = (unrecorded.cloned(), event.event_id.clone());
-        tx.otherwise(entry, move |item| match item.map(carried_from_item) {
+        tx.otherwise(entry, move |item| match item.map(record_carried_by) {
             Some(Ok(record)) => Otherwise::Recorded(record),
             _ => {
                 if let Some(unrecorded) = unrecorded {
@@ -463,9 +461,10 @@ impl Ledger {
     /// answered from memory, with no request: a ledger's records never expire or change, so the
     /// copy says what the record would (a replay, or key reuse for another payload); a duplicate
     /// answered from an entry without its record is not remembered, as no record stands behind
-    /// it. An event
-    /// that fails in a way a retry may undo holds back its account's later events (answered
-    /// retryable too), so SQS redelivers them after it, in order.
+    /// it. An event that fails in a way a retry may undo holds back its account's later events
+    /// (answered [`Retry::Now`](effectively_once::Retry::Now)), so SQS redelivers them after it, in order: the hold-back of
+    /// `commit_batch`, which the ledger hands its own checks' failures
+    /// ([`CommitOnce::commit_batch_with_answers`]).
     ///
     /// The trigger says nothing of redeliveries here ([`Delivery::Unknown`]); see
     /// [`Ledger::post_batch_as`].
@@ -474,11 +473,13 @@ impl Ledger {
     }
 
     /// [`Ledger::post_batch`], told what the trigger knows of redeliveries (`deliveries`: one
-    /// [`Delivery`] for every event, or one per event in order): as the ledger's [`Preread`]
-    /// strategy says, the records of the event ids this sandbox does not remember are read first
-    /// (one `BatchGetItem`): those of the events that may be redeliveries, or, while duplicates
-    /// from elsewhere are frequent ([`Preread::Auto`]) or always ([`Preread::Always`]), every
-    /// one. A record found answers its duplicate as a remembered one does, with no write.
+    /// [`Delivery`] for every event, or one per event in order): the records of the event ids
+    /// this sandbox does not remember are read first (one `BatchGetItem`,
+    /// [`Member::read_first`]): those of the events that may be redeliveries, or, while
+    /// duplicates from elsewhere are frequent (at least [`BREAK_EVEN`] of recent batches), every
+    /// one. A record found answers its duplicate as a remembered one does, with no write. The
+    /// events of a batch whose commit was cut at the deadline are read first when they come
+    /// again, whatever the trigger says (`commit_batch`).
     pub async fn post_batch_as(
         &self,
         events: &[PaymentEvent],
@@ -494,10 +495,10 @@ impl Ledger {
     /// its lane and of its event id (a failure found before the transaction, a receipt with no
     /// outbox table say, holds not its account in other lanes: the trigger orders nothing across
     /// lanes, and Lambda may run two lanes in two invocations at once; one inside a transaction,
-    /// a throttle, holds its accounts in every lane for that delivery, as `commit_batch` keeps a
-    /// batch answering as posting one by one in batch order), and
-    /// [`CommitOnce::commit_batch`]
-    /// commits a lane's events in batch order whatever their accounts ([`Member::in_lane`]).
+    /// a throttle, holds its accounts in every lane for that delivery, which keeps a batch
+    /// answering as posting one by one in batch order). Both are `commit_batch`'s hold-back
+    /// ([`CommitOnce::commit_batch_with_answers`]), which also commits a lane's events in batch
+    /// order whatever their accounts ([`Member::in_lane`]).
     /// So an ordered trigger's whole batch goes in one call (an `OrderedBatchHandler`), and a
     /// record never takes effect behind an earlier one of its partition that may still take
     /// effect: a debit of one account never overtakes a credit of another that the producer
@@ -513,105 +514,86 @@ impl Ledger {
         deliveries: impl Into<Deliveries>,
     ) -> Vec<Result<Outcome<Posting>, Error>> {
         assert!(lanes.is_empty() || lanes.len() == events.len(), "one lane per event, or none");
-        let found = self.preread(events, &deliveries.into()).await;
         let mut results: Vec<Option<Result<Outcome<Posting>, Error>>> = events.iter().map(|_| None).collect();
-        let (members, positions, prefound) = self.admit(events, lanes, &found, &mut results);
+        let admitted = self.admit(events, lanes, &deliveries.into(), &mut results);
         let batch = Postings {
             ledger: self,
             events,
-            positions: &positions,
+            positions: &admitted.positions,
             posted_at: rfc3339(self.config.now_ms()),
             unrecorded: Unrecorded::default(),
         };
-        let unanswered = self.prereads.cut.guard(&members);
-        let posted = self.idempotency.commit_batch(&members, &batch).await;
-        unanswered.answered();
-        self.observe_batch(prefound, &members, &posted);
-        self.remember(&members, &posted, &batch.unrecorded);
-        for (result, position) in posted.into_iter().zip(&positions) {
-            results[*position] = Some(result.map_err(Error::from));
+        let sent: Vec<bool> = admitted.answers.iter().map(Option::is_none).collect();
+        let posted = self.idempotency.commit_batch_with_answers(&admitted.members, admitted.answers, &batch).await;
+        self.observe_batch(&admitted.members, &sent, &posted);
+        self.remember(&admitted.members, &posted, &batch.unrecorded);
+        for (result, position) in posted.into_iter().zip(&admitted.positions) {
+            // The ledger's own check's failure as it is, waiting for a fix, not the stand-in
+            // `commit_batch` held the event's key and lane behind (a once-only record's store
+            // error, to be retried now).
+            let own = self.missing_outbox(&events[*position]).map(Error::Store);
+            results[*position] = Some(own.map_or_else(|| result.map_err(Error::from), Err));
         }
         results.into_iter().map(|r| r.expect("every event answered")).collect()
     }
 
-    /// The events of a batch that go to [`CommitOnce::commit_batch`], as members (in their
-    /// account's group and their lane, if `lanes` gives them one), with their positions; the
-    /// others are answered in `results`: from the answers this ledger remembers,
-    /// or the records a pre-read `found` (then the third value is true), or with the failure of
-    /// their checks. An event whose check fails in a way a retry may undo
-    /// (a receipt with no outbox table) holds back the later events of its event id and of its
-    /// lane (with no lane, of its account), and each event held back holds back those of its own
-    /// in turn: they are answered retryable too, so the trigger delivers them again after it, in
-    /// order, and none overtakes it.
+    /// The events of a batch as members of [`CommitOnce::commit_batch_with_answers`] (in their
+    /// account's group and their lane, if `lanes` gives them one), with their positions, each
+    /// answered already when it can be: from the answers this ledger remembers, or with the
+    /// failure of its checks (a receipt with no outbox table, kept until fixed: the batch holds back
+    /// the later events of its event id and lane, or with no lane of its account, behind it).
+    /// The others are read first when `deliveries` and the estimate say so
+    /// ([`Member::read_first`]). An event whose key is invalid is answered in `results` (a
+    /// verdict on it: it holds nothing back).
     fn admit<'e>(
         &self,
         events: &'e [PaymentEvent],
         lanes: &[Option<&'e str>],
-        found: &preread::Found,
+        deliveries: &Deliveries,
         results: &mut [Option<Result<Outcome<Posting>, Error>>],
-    ) -> (Vec<Member<'e, PaymentEvent>>, Vec<usize>, bool) {
-        let mut members = Vec::with_capacity(events.len());
-        let mut positions = Vec::with_capacity(events.len());
-        let mut prefound = false;
-        let mut waiting = Waiting::default();
+    ) -> Admitted<'e> {
+        let mut admitted = Admitted {
+            members: Vec::with_capacity(events.len()),
+            answers: Vec::with_capacity(events.len()),
+            positions: Vec::with_capacity(events.len()),
+        };
+        let reads = self.reads();
+        let now_ms = self.config.now_ms();
         for (position, event) in events.iter().enumerate() {
-            let lane = lanes.get(position).copied().flatten();
-            if waiting.holds(event, lane) {
-                // Held back, it holds back in turn its own event id and lane (or account): a
-                // later event of any must not overtake it (an event id taken by another account
-                // first, a partition's order broken, a debit before its credit).
-                waiting.hold(event, lane);
-                results[position] = Some(Err(held_back(event)));
-                continue;
-            }
-            let checked = Key::new(PREFIX, &event.event_id).map_err(Error::from).and_then(|key| {
-                self.check_outbox(event)?;
-                let hash = if event.is_plain() {
-                    self.config.payload_hash_of_plain(event)
-                } else {
-                    self.config.payload_hash(event)
-                };
-                Ok((key, hash?))
-            });
-            let (key, hash) = match checked {
-                Ok(checked) => checked,
+            let key = match Key::new(PREFIX, &event.event_id) {
+                Ok(key) => key,
                 Err(error) => {
-                    if error.retry() != Retry::Never {
-                        waiting.hold(event, lane);
-                    }
-                    results[position] = Some(Err(error));
+                    results[position] = Some(Err(error.into()));
                     continue;
                 }
             };
-            // An event id this sandbox saw answered: its record says the same, for free (a
-            // replay, or key reuse for another payload).
-            // A record a pre-read found that blocks a claim: the same answer its transaction's
-            // cancellation would give (a replay, key reuse, or in progress: retryable). Before
-            // the remembered answers, which the read just filled: it counts as met elsewhere.
-            let answer = if let Some(record) = (!found.is_empty()).then(|| found.get(key.as_str())).flatten() {
-                prefound = true;
-                Some(record.replay(&hash))
-            } else {
-                self.seen.lock().get(key.as_str()).map(|record| record.replay(&hash))
+            let checked = match self.missing_outbox(event) {
+                Some(error) => Err(error.into()),
+                None if event.is_plain() => self.config.payload_hash_of_plain(event),
+                None => self.config.payload_hash(event),
             };
-            if let Some(answer) = answer {
-                let answer = answer.map(Outcome::Replayed).map_err(Error::from);
-                // In progress elsewhere: kept, so it holds back its account's later events and
-                // its event id, as the transaction's answer would.
-                if answer.as_ref().is_err_and(|error| error.retry() != Retry::Never) {
-                    waiting.hold(event, lane);
-                }
-                results[position] = Some(answer);
-                continue;
+            let mut member = Member::new(key, event).in_group(event.account_id.clone());
+            if let Some(lane) = lanes.get(position).copied().flatten() {
+                member = member.in_lane(lane);
             }
-            let member = Member::new(key, event).in_group(event.account_id.clone()).with_hash(hash);
-            members.push(match lane {
-                Some(lane) => member.in_lane(lane),
-                None => member,
-            });
-            positions.push(position);
+            let answer = match checked {
+                Err(error) => Some(Err(error)),
+                // An event id this sandbox saw answered: its record says the same, for free (a
+                // replay, key reuse for another payload).
+                Ok(hash) => {
+                    let answer = self.seen.get(member.key.as_str(), now_ms).map(|record| record.replay(&hash));
+                    if answer.is_none() && reads.reads(deliveries.of(position)) {
+                        member = member.read_first();
+                    }
+                    member = member.with_hash(hash);
+                    answer.map(|answer| answer.map(Outcome::Replayed))
+                }
+            };
+            admitted.members.push(member);
+            admitted.answers.push(answer);
+            admitted.positions.push(position);
         }
-        (members, positions, prefound)
+        admitted
     }
 
     /// Remembers the answers `commit_batch` gave `members`, as copies of their records; not an
@@ -623,7 +605,6 @@ impl Ledger {
         unrecorded: &Unrecorded,
     ) {
         let unrecorded = unrecorded.lock().unwrap_or_else(|p| p.into_inner());
-        let mut seen = self.seen.lock();
         for (result, member) in posted.iter().zip(members) {
             if unrecorded.contains(&member.payload.event_id) {
                 continue;
@@ -632,7 +613,7 @@ impl Ledger {
             if let (Ok(outcome), Some(hash)) = (result, member.hash()) {
                 let response = serde_json::to_string(outcome.response()).expect("postings serialise");
                 let record = Record::completed(member.key.as_str(), hash.as_str(), Some(response), NEVER_EXPIRES);
-                seen.put(member.key.as_str().to_owned(), record);
+                self.seen.remember(record);
             }
         }
     }
@@ -662,87 +643,40 @@ impl Ledger {
     /// carries one, unless its event id has one.
     async fn record_carried_entries(&self, report: &mut Migration) -> Result<(), Error> {
         let now_ms = self.config.now_ms();
-        let mut entries = self
-            .client()
-            .scan()
-            .table_name(self.table.name())
-            .filter_expression("attribute_exists(#key)")
-            .expression_attribute_names("#key", carried::legacy::KEY)
-            .consistent_read(true)
-            .into_paginator()
-            .items()
-            .send();
-        while let Some(item) = entries.next().await {
-            let item = &item.map_err(|e| store_error("Scan", e))?;
-            let record = Record { expiration_s: NEVER_EXPIRES, ..carried_from_item(item)? };
-            report.carried_entries += 1;
-            match self.store().record_outcome(&record, now_ms, None).await? {
-                None => report.records_written += 1,
-                // The id already has a record of another payload: the same event id was
-                // used twice (for another account) before the migration. Both stand; an
-                // operator decides.
-                Some(Committed::Exists(existing)) if existing.payload_hash != record.payload_hash => {
-                    // Hashes of two versions cannot be compared without the payload, which
-                    // the entry does not hold in full: reported all the same, for an operator.
-                    let versions = (HashVersion::of(&existing.payload_hash), HashVersion::of(&record.payload_hash));
-                    tracing::warn!(
-                        id = %record.id,
-                        record_hash_version = ?versions.0,
-                        entry_hash_version = ?versions.1,
-                        "migrate: an entry and the record of its event id disagree"
-                    );
-                    report.conflicts += 1;
+        let store = self.store();
+        let carried = store
+            .for_each_carried_record(self.table.name(), async |carried| -> Result<(), Error> {
+                let record = Record { expiration_s: NEVER_EXPIRES, ..carried };
+                match store.record_if_absent(&record, now_ms).await? {
+                    None => report.records_written += 1,
+                    // The id already has a record of another payload: the same event id was
+                    // used twice (for another account) before the migration. Both stand; an
+                    // operator decides.
+                    Some(existing) if existing.payload_hash != record.payload_hash => {
+                        // Hashes of two versions cannot be compared without the payload, which
+                        // the entry does not hold in full: reported all the same, for an operator.
+                        let versions = (HashVersion::of(&existing.payload_hash), HashVersion::of(&record.payload_hash));
+                        tracing::warn!(
+                            id = %record.id,
+                            record_hash_version = ?versions.0,
+                            entry_hash_version = ?versions.1,
+                            "migrate: an entry and the record of its event id disagree"
+                        );
+                        report.conflicts += 1;
+                    }
+                    Some(_) => {}
                 }
-                Some(_) => {}
-            }
-        }
+                Ok(())
+            })
+            .await?;
+        report.carried_entries += carried;
         Ok(())
     }
 
     /// The second half of [`Ledger::migrate`]: every recorded payment outcome with a finite
     /// expiration made permanent.
     async fn make_outcomes_permanent(&self, report: &mut Migration) -> Result<(), Error> {
-        let never = AttributeValue::N(NEVER_EXPIRES.to_string());
-        let mut lapsing = self
-            .client()
-            .scan()
-            .table_name(self.store().table())
-            .filter_expression("begins_with(#id, :prefix) AND #status = :completed AND #expiration < :never")
-            .expression_attribute_names("#id", attr::ID)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#expiration", attr::EXPIRATION)
-            .expression_attribute_values(":prefix", AttributeValue::S(format!("{PREFIX}#")))
-            .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
-            .expression_attribute_values(":never", never.clone())
-            .consistent_read(true)
-            .into_paginator()
-            .items()
-            .send();
-        while let Some(item) = lapsing.next().await {
-            let item = item.map_err(|e| store_error("Scan", e))?;
-            let Some(id) = item.get(attr::ID).cloned() else { continue };
-            // A lapsed record still in the table (TTL deletes within days, not at once) is
-            // made permanent too: while it is there nothing else can have claimed its key,
-            // so its answer is still the only one the event id ever got.
-            let updated = self
-                .client()
-                .update_item()
-                .table_name(self.store().table())
-                .key(attr::ID, id)
-                .update_expression("SET #expiration = :never")
-                .condition_expression("#status = :completed")
-                .expression_attribute_names("#status", attr::STATUS)
-                .expression_attribute_names("#expiration", attr::EXPIRATION)
-                .expression_attribute_values(":completed", AttributeValue::S(Status::Completed.as_str().into()))
-                .expression_attribute_values(":never", never.clone())
-                .send()
-                .await;
-            match updated {
-                Ok(_) => report.records_made_permanent += 1,
-                Err(error) if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
-                Err(error) => return Err(store_error("UpdateItem", error).into()),
-            }
-        }
+        report.records_made_permanent += self.store().make_completed_permanent(&format!("{PREFIX}#")).await?;
         Ok(())
     }
 
@@ -757,7 +691,7 @@ impl Ledger {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| store_error("GetItem", e))?;
+            .map_err(|e| classify_sdk_error("GetItem", e))?;
         let Some(item) = out.item() else { return Ok(None) };
         let num = |name: &str| match item.get(name) {
             Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
@@ -789,7 +723,7 @@ impl Ledger {
             .send();
         let mut entries = Vec::new();
         while let Some(item) = pages.next().await {
-            let item = item.map_err(|e| store_error("Query", e))?;
+            let item = item.map_err(|e| classify_sdk_error("Query", e))?;
             let id = match item.get("event_id") {
                 Some(AttributeValue::S(v)) => v.clone(),
                 _ => continue,
@@ -806,48 +740,6 @@ impl Ledger {
 
 fn account_pk(account_id: &str) -> String {
     format!("account#{account_id}")
-}
-
-/// The event ids, and the lanes (or, for events with none, the accounts) of a batch whose
-/// earlier event failed in a way a retry may undo: their later events wait. Three sets, as an
-/// account id may be spelled like an event id or a lane.
-#[derive(Default)]
-struct Waiting<'e> {
-    accounts: HashSet<&'e str>,
-    event_ids: HashSet<&'e str>,
-    lanes: HashSet<&'e str>,
-}
-
-impl<'e> Waiting<'e> {
-    /// Holds the event's id, and its lane or, with none, its account. A lane is the order the
-    /// trigger keeps, and it keeps none across lanes (Lambda may hand two partitions or groups to
-    /// two invocations at once): holding an account in every lane would stall partitions the
-    /// failure never touched, for as long as it lasts, and order nothing the trigger orders.
-    fn hold(&mut self, event: &'e PaymentEvent, lane: Option<&'e str>) {
-        self.event_ids.insert(&event.event_id);
-        match lane {
-            Some(lane) => self.lanes.insert(lane),
-            None => self.accounts.insert(&event.account_id),
-        };
-    }
-
-    fn holds(&self, event: &PaymentEvent, lane: Option<&str>) -> bool {
-        self.accounts.contains(event.account_id.as_str())
-            || self.event_ids.contains(event.event_id.as_str())
-            || lane.is_some_and(|lane| self.lanes.contains(lane))
-    }
-}
-
-/// An event not started because an earlier event of its account, event id or lane in the batch
-/// failed in a way a retry may undo: retryable, so it is redelivered after that one.
-fn held_back(event: &PaymentEvent) -> Error {
-    Error::Store(StoreError::new(
-        StoreErrorKind::Unavailable,
-        format!(
-            "payment {}: not started, an earlier event of its account, event id or lane in this batch failed; retried",
-            event.event_id
-        ),
-    ))
 }
 
 /// Whether an existing entry posted this amount in this currency.
@@ -908,41 +800,5 @@ mod entry_item_tests {
             assert_eq!(entry, expected, "{event_id} {amount_cents}");
             assert!(entry_matches(amount_cents, "EUR", &entry), "an entry answers its own duplicate");
         }
-    }
-}
-
-#[cfg(test)]
-mod waiting_tests {
-    use super::*;
-
-    fn event(event_id: &str, account_id: &str) -> PaymentEvent {
-        PaymentEvent {
-            event_id: event_id.to_owned(),
-            account_id: account_id.to_owned(),
-            amount_cents: 100,
-            currency: "EUR".to_owned(),
-            receipt_email: None,
-        }
-    }
-
-    /// An event that waits holds back the later events of its event id and of its lane (another
-    /// account's, in its partition), and not its account's in other lanes; with no lane, its
-    /// account and event id, as before lanes.
-    #[test]
-    fn a_waiting_event_holds_its_event_id_and_lane_or_with_none_its_account() {
-        let failed = event("pay_1", "acct_1");
-        let mut waiting = Waiting::default();
-        waiting.hold(&failed, Some("payments-0"));
-        assert!(!waiting.holds(&event("pay_2", "acct_1"), Some("payments-1")), "its account in another lane");
-        assert!(waiting.holds(&event("pay_1", "acct_9"), None), "its event id");
-        assert!(waiting.holds(&event("pay_3", "acct_2"), Some("payments-0")), "its lane, another account");
-        assert!(!waiting.holds(&event("pay_4", "acct_2"), Some("payments-1")), "another lane and account");
-        assert!(!waiting.holds(&event("pay_5", "payments-0"), None), "a lane is not an account");
-
-        let mut without_lanes = Waiting::default();
-        without_lanes.hold(&failed, None);
-        assert!(!without_lanes.holds(&event("pay_3", "acct_2"), Some("payments-0")));
-        assert!(without_lanes.holds(&event("pay_2", "acct_1"), None), "its account");
-        assert!(without_lanes.holds(&event("pay_1", "acct_3"), None), "its event id");
     }
 }

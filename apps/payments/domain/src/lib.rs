@@ -125,7 +125,7 @@ use effectively_once::{Key, KeyError};
 
 pub use crate::env::LedgerEnv;
 pub use crate::error::Error;
-pub use crate::ledger::{Balance, Deliveries, Delivery, Ledger, Migration, Posting, Preread, Rejection};
+pub use crate::ledger::{Balance, Deliveries, Delivery, Ledger, Migration, Posting, Rejection};
 pub use crate::outbox::{Outbox, OutboxRow, ReceiptRow, RowStatus};
 pub use crate::payment::{valid_email, BodyError, InvalidPayment, PaymentEvent, MAX_AMOUNT_CENTS};
 pub use crate::profile::Profiles;

@@ -16,7 +16,7 @@ use std::fmt;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::{StoreError, StoreErrorKind};
-use effectively_once_dynamodb::{store_error, DynamoDbStore};
+use effectively_once_dynamodb::{classify_sdk_error, DynamoDbStore};
 use serde::Deserialize;
 
 use crate::payment::PaymentEvent;
@@ -364,7 +364,7 @@ impl Outbox {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| store_error("GetItem", e))?;
+            .map_err(|e| classify_sdk_error("GetItem", e))?;
         let Some(item) = out.item() else { return Ok(None) };
         let status = match item.get("status") {
             Some(AttributeValue::S(stored)) => RowStatus::parse(stored),
@@ -385,7 +385,7 @@ impl Outbox {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| store_error("GetItem", e))?;
+            .map_err(|e| classify_sdk_error("GetItem", e))?;
         out.item().map(OutboxRow::from_item).transpose()
     }
 
@@ -428,7 +428,7 @@ impl Outbox {
             Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
                 Err(StoreError::new(StoreErrorKind::Malformed, format!("no outbox row for {event_id}")))
             }
-            Err(error) => Err(store_error("UpdateItem", error)),
+            Err(error) => Err(classify_sdk_error("UpdateItem", error)),
         }
     }
 
@@ -527,7 +527,7 @@ pub(crate) fn updated<O>(
     match result {
         Ok(_) => Ok(true),
         Err(error) if error.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Ok(false),
-        Err(error) => Err(store_error("UpdateItem", error)),
+        Err(error) => Err(classify_sdk_error("UpdateItem", error)),
     }
 }
 

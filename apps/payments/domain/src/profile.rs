@@ -11,7 +11,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use effectively_once::{StoreError, StoreErrorKind};
-use effectively_once_dynamodb::store_error;
+use effectively_once_dynamodb::classify_sdk_error;
 
 use crate::payment::valid_email;
 
@@ -55,7 +55,7 @@ impl Profiles {
             .expression_attribute_names("#email", RECEIPT_EMAIL)
             .send()
             .await
-            .map_err(|e| store_error("GetItem", e))?;
+            .map_err(|e| classify_sdk_error("GetItem", e))?;
         match out.item().and_then(|item| item.get(RECEIPT_EMAIL)) {
             None => Ok(None),
             Some(AttributeValue::S(address)) if valid_email(address) => Ok(Some(address.clone())),
@@ -81,7 +81,7 @@ impl Profiles {
             .expression_attribute_values(":email", AttributeValue::S(email.to_owned()))
             .send()
             .await
-            .map_err(|e| store_error("UpdateItem", e))?;
+            .map_err(|e| classify_sdk_error("UpdateItem", e))?;
         Ok(())
     }
 }

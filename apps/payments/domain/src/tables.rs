@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use effectively_once::{StoreError, StoreErrorKind};
-use effectively_once_dynamodb::{store_error, wait_until_active};
+use effectively_once_dynamodb::{classify_sdk_error, wait_until_active};
 
 fn built(error: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::new(StoreErrorKind::Other, error.to_string())
@@ -37,7 +37,7 @@ pub async fn create_ledger_table(client: &Client, table: &str) -> Result<(), Sto
         .billing_mode(BillingMode::PayPerRequest)
         .send()
         .await
-        .map_err(|e| store_error("CreateTable", e))?;
+        .map_err(|e| classify_sdk_error("CreateTable", e))?;
     wait_until_active(client, table).await
 }
 
@@ -77,6 +77,6 @@ pub async fn create_outbox_table(client: &Client, table: &str) -> Result<(), Sto
         )
         .send()
         .await
-        .map_err(|e| store_error("CreateTable", e))?;
+        .map_err(|e| classify_sdk_error("CreateTable", e))?;
     wait_until_active(client, table).await
 }

@@ -22,12 +22,14 @@ pub struct Member<'a, P: ?Sized> {
     pub lane: Option<String>,
     /// The payload's hash, when the caller has it already: not computed again.
     hash: Option<PayloadHash>,
+    /// Whether its record is read before the batch is sent ([`Member::read_first`]).
+    read_first: bool,
 }
 
 impl<'a, P: ?Sized> Member<'a, P> {
     /// A member of no group, its payload hashed under the idempotency's config.
     pub fn new(key: Key, payload: &'a P) -> Self {
-        Member { key, payload, group: None, lane: None, hash: None }
+        Member { key, payload, group: None, lane: None, hash: None, read_first: false }
     }
 
     /// In `group`: its members share writes ([`BatchWrites::shared`]) and keep their order.
@@ -59,6 +61,25 @@ impl<'a, P: ?Sized> Member<'a, P> {
     pub fn with_hash(mut self, hash: PayloadHash) -> Self {
         self.hash = Some(hash);
         self
+    }
+
+    /// Likely a duplicate (a redelivery, say): its record is read before the batch is sent, in
+    /// one eventually consistent `BatchGetItem` with the batch's other such members
+    /// ([`DynamoDbStore::get_records`](crate::DynamoDbStore::get_records)), and a record that
+    /// blocks a claim answers it as the transaction's cancellation would (a replay, key reuse, in
+    /// progress), with no write: a duplicate costs half a read unit instead of a cancelled
+    /// transaction (one write unit per action) and the batch's second try. A record the read
+    /// misses (written a moment ago) costs only that cancellation: the transaction still decides.
+    /// A failed read reads nothing. The members of a commit dropped before it answered (cut at a
+    /// deadline) are read first when they come again, marked or not.
+    pub fn read_first(mut self) -> Self {
+        self.read_first = true;
+        self
+    }
+
+    /// Whether its record is read before the batch is sent ([`Member::read_first`]).
+    pub fn reads_first(&self) -> bool {
+        self.read_first
     }
 
     /// The payload's hash the caller gave ([`Member::with_hash`]).

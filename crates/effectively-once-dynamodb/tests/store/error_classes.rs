@@ -1,4 +1,4 @@
-//! How `store_error` classes a failed DynamoDB call: by its HTTP status as well as its error
+//! How `classify_sdk_error` classes a failed DynamoDB call: by its HTTP status as well as its error
 //! code. A 5xx whose body names no known code (an empty or proxy-written body from a 502, 503
 //! or 504, after the SDK's own retries ran out) is retryable, never permanent: the receipts
 //! relay would mark the row failed, the Streams driver would go past the record for good, and
@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use effectively_once::Retry;
-use effectively_once_dynamodb::store_error;
+use effectively_once_dynamodb::classify_sdk_error;
 
 fn answer(status: u16, code: Option<&str>) -> SdkError<PutItemError, HttpResponse> {
     let mut meta = ErrorMetadata::builder().message("service is unavailable");
@@ -26,7 +26,7 @@ fn server_errors_without_a_known_code_are_retryable() {
     let mut wrong = Vec::new();
     for status in [500u16, 502, 503, 504] {
         for code in [None, Some("ServiceUnavailableException"), Some("InternalServerErrorException")] {
-            let e = store_error("PutItem", answer(status, code));
+            let e = classify_sdk_error("PutItem", answer(status, code));
             if e.retry() != Retry::Now {
                 wrong.push(format!("HTTP {status} code {code:?} -> {:?}", e.kind()));
             }
@@ -41,7 +41,7 @@ fn transient_and_operator_fixable_codes_are_not_permanent() {
     // expired session credentials (refreshed by the runtime), a request the server timed out.
     let mut wrong = Vec::new();
     for code in ["TransactionConflictException", "ExpiredTokenException", "RequestTimeout"] {
-        let e = store_error("PutItem", answer(400, Some(code)));
+        let e = classify_sdk_error("PutItem", answer(400, Some(code)));
         if !matches!(e.retry(), Retry::Now | Retry::AfterFix) {
             wrong.push(format!("{code} -> {:?}", e.kind()));
         }

@@ -4,7 +4,7 @@
 use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
 use effectively_once::{StoreError, StoreErrorKind};
 use effectively_once_dynamodb::testing::{endpoint, sdk_config, unique_name};
-use effectively_once_dynamodb::{store_error, wait_until_active};
+use effectively_once_dynamodb::{classify_sdk_error, wait_until_active};
 
 use crate::email::SesSender;
 
@@ -70,7 +70,7 @@ pub async fn create_table(
                 KeySchemaElement::builder().attribute_name(key.name).key_type(key_type).build().map_err(invalid)?,
             );
     }
-    request.send().await.map_err(|e| store_error("CreateTable", e))?;
+    request.send().await.map_err(|e| classify_sdk_error("CreateTable", e))?;
     wait_until_active(client, name).await
 }
 

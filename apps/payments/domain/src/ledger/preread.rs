@@ -1,78 +1,40 @@
 //! The pre-read of a batch's records: when a batch may hold duplicates this sandbox does not
 //! remember, one `BatchGetItem` of their records answers them before the transaction, which
 //! would otherwise be cancelled by them and sent again without them.
+//!
+//! One mode: the records the trigger says may be redeliveries ([`Delivery::MayBeRedelivery`]:
+//! an SQS `ApproximateReceiveCount` above 1) that this sandbox does not remember, and every
+//! record of every batch while this sandbox's recent batches met duplicates it did not remember
+//! at least [`BREAK_EVEN`] of the time. `make bench` measured it against never, redeliveries
+//! only and always (docs/bench.md, "Duplicates where they really land"): the least write units
+//! of the three that keep first deliveries at one request, within 2 % of always.
+//!
+//! # The cost arithmetic
+//!
+//! For a batch of `n` event ids this sandbox does not remember (the docs' cost model, items
+//! under 1 KB, on-demand prices, where a write request unit costs five read request units):
+//!
+//! - a pre-read is one request per 100 ids and `n / 2` read units (eventually consistent):
+//!   `n / 10` write units' worth;
+//! - a cancelled transaction bills one write unit per action, at least two per event (its
+//!   record and its entry, beside a balance update per account), so at least `2 n`, and one
+//!   request more (the rest sent again).
+//!
+//! So a pre-read pays for itself in units when the chance that a batch holds a duplicate this
+//! sandbox did not remember is above `(n / 10) / (2 n)` = 1/20, whatever `n`; in requests it
+//! never does (one request always, against one with that chance). A batch reads everything
+//! when the running estimate of that chance is at least [`BREAK_EVEN`] (1/16, the break even
+//! rounded to a power of two), and the redeliveries whatever it is.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use effectively_once::{ErrorChain, ErrorKind, Key, Outcome, Record, Status};
-use effectively_once_dynamodb::{Consistency, Member, NEVER_EXPIRES};
+use effectively_once::{ErrorKind, Outcome};
+use effectively_once_dynamodb::Member;
 
-use super::{Ledger, Posting, PREFIX};
+use super::{Ledger, Posting};
 use crate::payment::PaymentEvent;
-
-/// The environment variable naming a ledger's [`Preread`] strategy (`off`, `redelivered`,
-/// `auto`, `always`); unset or empty is the default, [`Preread::Auto`].
-pub const PREREAD_VAR: &str = "LEDGER_PREREAD";
-
-/// When [`Ledger::post_batch_as`] reads a batch's records before its transaction, for the event
-/// ids this sandbox does not remember. A record found answers its duplicate as the remembered
-/// answers do (a replay, or key reuse for another payload), with no write; one a read missed
-/// costs only the cancelled transaction it costs without the read, as the transaction's
-/// conditions still decide.
-///
-/// # The cost arithmetic
-///
-/// For a batch of `n` event ids this sandbox does not remember (the docs' cost model, items
-/// under 1 KB, on-demand prices, where a write request unit costs five read request units):
-///
-/// - a pre-read is one request per 100 ids and `n / 2` read units (eventually consistent):
-///   `n / 10` write units' worth;
-/// - a cancelled transaction bills one write unit per action, at least two per event (its
-///   record and its entry, beside a balance update per account), so at least `2 n`, and one
-///   request more (the rest sent again).
-///
-/// So a pre-read pays for itself in units when the chance that a batch holds a duplicate this
-/// sandbox did not remember is above `(n / 10) / (2 n)` = 1/20, whatever `n`; in requests it
-/// never does (one request always, against one with that chance). [`Preread::Auto`] reads
-/// ahead when the running estimate of that chance is at least [`BREAK_EVEN`] (1/16, the break
-/// even rounded to a power of two), or when the trigger says a record may be a redelivery.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Preread {
-    /// Never: a duplicate from elsewhere cancels its batch's transaction (one write unit per
-    /// action), and the rest is sent again.
-    Off,
-    /// Only the records the trigger says may be redeliveries ([`Delivery::MayBeRedelivery`]:
-    /// an SQS `ApproximateReceiveCount` above 1), of those this sandbox does not remember: a
-    /// redelivery to the sandbox that posted the first copy reads nothing. A producer's retry
-    /// comes under a new message id, received once, and is not caught.
-    Redelivered,
-    /// [`Preread::Redelivered`]; and every record of every batch while this sandbox's recent
-    /// batches met duplicates it did not remember at least [`BREAK_EVEN`] of the time.
-    #[default]
-    Auto,
-    /// Every batch with an event id this sandbox does not remember: one request more per batch.
-    Always,
-}
-
-impl Preread {
-    /// The strategy a value of [`PREREAD_VAR`] names; `None` or empty is the default.
-    pub fn from_env_value(value: Option<&str>) -> Result<Preread, String> {
-        match value.map(str::trim).unwrap_or("") {
-            "" => Ok(Preread::default()),
-            "off" => Ok(Preread::Off),
-            "redelivered" => Ok(Preread::Redelivered),
-            "auto" => Ok(Preread::Auto),
-            "always" => Ok(Preread::Always),
-            // Bounded: a value is echoed only when it is short.
-            other => Err(format!(
-                "{PREREAD_VAR} must be off, redelivered, auto or always, not {:?}",
-                other.chars().take(32).collect::<String>()
-            )),
-        }
-    }
-}
 
 /// What a batch's trigger says about one of its records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -130,8 +92,8 @@ const SCALE: u32 = 1 << 16;
 /// a duplicate from elsewhere raises it from 0 to 1/8, above the break even, for the next six
 /// batches (`(7/8)^6 / 8 < 1/16`), and a steady rate is followed within a dozen batches.
 const WEIGHT_SHIFT: u32 = 3;
-/// The estimated chance that a batch meets a duplicate from elsewhere above which
-/// [`Preread::Auto`] reads ahead: 1/16 (the break even, 1/20, rounded to a power of two).
+/// The estimated chance that a batch meets a duplicate from elsewhere above which a batch
+/// reads every record first: 1/16 (the break even, 1/20, rounded to a power of two).
 pub const BREAK_EVEN: f64 = BREAK_EVEN_FIXED as f64 / SCALE as f64;
 const BREAK_EVEN_FIXED: u32 = SCALE / 16;
 
@@ -155,82 +117,9 @@ impl Estimate {
     }
 }
 
-/// A ledger's strategy, its estimate, and the event ids of its batches cut short.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Prereads {
-    pub(super) strategy: Preread,
-    estimate: Estimate,
-    pub(super) cut: Cut,
-}
-
-impl Prereads {
-    /// The same strategy with a fresh estimate and nothing cut: another sandbox's.
-    pub(super) fn forgetting(&self) -> Prereads {
-        Prereads { strategy: self.strategy, estimate: Estimate::default(), cut: Cut::default() }
-    }
-}
-
-/// How many event ids of batches cut short a ledger keeps (about 20 batches of 100).
-const CUT_CAPACITY: usize = 2_048;
-
-/// The event ids of this sandbox's batches whose commit was dropped before it answered (a
-/// driver cutting its call at the invocation's deadline): each may have committed, and nothing
-/// here knows. Delivered again, such an event is read first as a redelivery is, so what did
-/// commit is answered from one read instead of a transaction refused as a duplicate, which
-/// costs as long as the commit did and would cut the next delivery at the same place.
-#[derive(Debug, Clone)]
-pub(super) struct Cut(Arc<Mutex<lru::LruCache<String, ()>>>);
-
-impl Default for Cut {
-    fn default() -> Self {
-        let capacity = std::num::NonZeroUsize::new(CUT_CAPACITY).expect("a capacity above zero");
-        Cut(Arc::new(Mutex::new(lru::LruCache::new(capacity))))
-    }
-}
-
-impl Cut {
-    /// A guard over a commit of `members`: dropped before [`Unanswered::answered`], it notes
-    /// their keys (copied then only: the commit that answers, nearly all, copies nothing).
-    pub(super) fn guard<'c, 'm>(&'c self, members: &'m [Member<'m, PaymentEvent>]) -> Unanswered<'c, 'm> {
-        Unanswered { cut: self, members }
-    }
-
-    /// Whether `key`'s batch was cut, forgetting it: it is read now.
-    fn take(&self, key: &str) -> bool {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop(key).is_some()
-    }
-}
-
-/// A commit under way; see [`Cut::guard`].
-pub(super) struct Unanswered<'c, 'm> {
-    cut: &'c Cut,
-    members: &'m [Member<'m, PaymentEvent>],
-}
-
-impl Unanswered<'_, '_> {
-    /// The commit answered: nothing to note.
-    pub(super) fn answered(mut self) {
-        self.members = &[];
-    }
-}
-
-impl Drop for Unanswered<'_, '_> {
-    fn drop(&mut self) {
-        if self.members.is_empty() {
-            return;
-        }
-        let mut cut = self.cut.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for member in self.members {
-            cut.put(member.key.as_str().to_owned(), ());
-        }
-    }
-}
-
 /// Which of a batch's records a pre-read reads (of those this sandbox does not remember).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reads {
-    /// None.
-    None,
+pub(super) enum Reads {
     /// Those the trigger says may be redeliveries: a first delivery in the batch of one is not
     /// read for it, nor is the batch read at all when every redelivered id is remembered.
     Redelivered,
@@ -238,114 +127,64 @@ enum Reads {
     All,
 }
 
-/// Which records a batch reads first, by the strategy and the running estimate.
-fn decide(strategy: Preread, estimate: u32) -> Reads {
-    match strategy {
-        Preread::Off => Reads::None,
-        Preread::Redelivered => Reads::Redelivered,
-        Preread::Auto if estimate >= BREAK_EVEN_FIXED => Reads::All,
-        Preread::Auto => Reads::Redelivered,
-        Preread::Always => Reads::All,
+/// Which records a batch reads first, by the running estimate.
+fn decide(estimate: u32) -> Reads {
+    if estimate >= BREAK_EVEN_FIXED {
+        Reads::All
+    } else {
+        Reads::Redelivered
     }
 }
 
-/// The records a pre-read found that block a claim now, by id.
-pub(super) type Found = HashMap<String, Record>;
+impl Reads {
+    /// Whether a record the trigger says this of is read first.
+    pub(super) fn reads(self, delivery: Delivery) -> bool {
+        match self {
+            Reads::Redelivered => delivery == Delivery::MayBeRedelivery,
+            Reads::All => true,
+        }
+    }
+}
 
 impl Ledger {
-    /// Reads the records of `events`' ids that this sandbox does not remember, when the
-    /// strategy says so: those that block a claim now (a record past its window or its lease is
-    /// not a duplicate: the transaction takes it over, as a claim would). A completed record
-    /// that never expires is remembered, as a posted answer is. A failed read (throttling, the
-    /// network) reads nothing: every event goes to the transaction, whose conditions decide,
-    /// as without the read.
-    pub(super) async fn preread(&self, events: &[PaymentEvent], deliveries: &Deliveries) -> Found {
-        let reads = decide(self.prereads.strategy, self.prereads.estimate.get());
-        if reads == Reads::None {
-            return Found::new();
-        }
-        let ids: Vec<String> = {
-            let seen = self.seen.lock();
-            let read = |position: usize| reads == Reads::All || deliveries.of(position) == Delivery::MayBeRedelivery;
-            let keys = events.iter().enumerate().filter_map(|(position, event)| {
-                let key = Key::new(PREFIX, &event.event_id).ok()?;
-                // A batch cut short before it answered counts as a redelivery (`Cut`).
-                (self.prereads.cut.take(key.as_str()) || read(position)).then_some(key)
-            });
-            keys.filter(|key| !seen.contains(key.as_str())).map(|key| key.as_str().to_owned()).collect()
-        };
-        if ids.is_empty() {
-            return Found::new();
-        }
-        // Eventually consistent, at half the read units: a ledger's record is written once,
-        // completed, and never changes or expires, so a stale read can only miss one written a
-        // moment ago, and that duplicate costs the cancelled transaction it costs without the
-        // read. A copy it shows is the record as it stands.
-        let read = self.store().get_records(ids.iter().map(String::as_str), Consistency::Eventual).await;
-        let records = match read {
-            Ok(records) => records,
-            Err(error) => {
-                tracing::warn!(error = %ErrorChain(&error), "pre-read of the batch's records failed; its transaction decides");
-                return Found::new();
-            }
-        };
-        let now_ms = self.config.now_ms();
-        let mut seen = self.seen.lock();
-        let mut found = Found::with_capacity(records.len());
-        for (id, record) in records.into_iter().filter(|(_, record)| record.blocks_claim_at(now_ms)) {
-            // In progress (never a ledger's, but a stale copy says nothing of its end) or with a
-            // finite window: answered now, not remembered.
-            if record.status == Status::Completed && record.expiration_s == NEVER_EXPIRES {
-                seen.put(id.clone(), record.clone());
-            }
-            found.insert(id, record);
-        }
-        found
+    /// Which of a batch's records this ledger reads first now, by its estimate:
+    /// each is marked [`Member::read_first`], and `commit_batch` reads them in one
+    /// eventually consistent `BatchGetItem` (a record found that blocks a claim answers its
+    /// duplicate with no write; a failed read reads nothing, and the transaction decides). The
+    /// records of a commit cut at the deadline are read first by `commit_batch` itself.
+    pub(super) fn reads(&self) -> Reads {
+        decide(self.estimate.get())
     }
 
-    /// Counts whether a batch met a duplicate this sandbox did not remember: one a pre-read
-    /// answered (`prefound`), or one its transaction found (a replay or key reuse of a member
-    /// whose key no earlier member had: a later copy of an id in the batch is answered from the
-    /// first, and says nothing of other sandboxes). A batch answered from memory alone counts
-    /// nothing.
+    /// Counts whether a batch met a duplicate this sandbox did not remember: a replay or key
+    /// reuse, answered by the read first or by the transaction, of a member `sent` to
+    /// `commit_batch` unanswered whose key no earlier member had (a later copy of an id in the
+    /// batch is answered from the first, and says nothing of other sandboxes). A batch answered
+    /// from memory alone counts nothing.
     pub(super) fn observe_batch(
         &self,
-        prefound: bool,
         members: &[Member<'_, PaymentEvent>],
+        sent: &[bool],
         posted: &[Result<Outcome<Posting>, effectively_once::Error>],
     ) {
-        if !prefound && members.is_empty() {
+        if !sent.contains(&true) {
             return;
         }
-        let met = prefound || {
-            let mut earlier = HashSet::with_capacity(members.len());
-            members.iter().zip(posted).any(|(member, result)| {
-                let outside = match result {
-                    Ok(outcome) => outcome.is_replay(),
-                    Err(error) => error.kind() == ErrorKind::KeyReused,
-                };
-                let first = earlier.insert(member.key.as_str());
-                outside && first
-            })
-        };
-        self.prereads.estimate.observe(met);
+        let mut earlier = HashSet::with_capacity(members.len());
+        let met = members.iter().zip(sent).zip(posted).filter(|((_, sent), _)| **sent).any(|((member, _), result)| {
+            let outside = match result {
+                Ok(outcome) => outcome.is_replay(),
+                Err(error) => error.kind() == ErrorKind::KeyReused,
+            };
+            let first = earlier.insert(member.key.as_str());
+            outside && first
+        });
+        self.estimate.observe(met);
     }
 
-    /// The ledger's pre-read strategy ([`Ledger::with_preread`]).
-    pub fn preread_strategy(&self) -> Preread {
-        self.prereads.strategy
-    }
-
-    /// The same ledger, reading a batch's records first as `strategy` says (default
-    /// [`Preread::Auto`]; [`crate::LedgerEnv`] reads it from [`PREREAD_VAR`]).
-    pub fn with_preread(mut self, strategy: Preread) -> Self {
-        self.prereads = Prereads { strategy, ..Prereads::default() };
-        self
-    }
-
-    /// The running estimate that [`Preread::Auto`] compares with [`BREAK_EVEN`], from 0 to 1.
+    /// The running estimate that a batch compares with [`BREAK_EVEN`], from 0 to 1.
     pub fn outside_duplicate_estimate(&self) -> f64 {
-        f64::from(self.prereads.estimate.get()) / f64::from(SCALE)
+        f64::from(self.estimate.get()) / f64::from(SCALE)
     }
 }
 
@@ -353,42 +192,15 @@ impl Ledger {
 mod tests {
     use super::*;
 
-    /// A commit dropped before it answered notes its events, each read once when it comes
-    /// again; one that answered notes nothing.
     #[test]
-    fn a_commit_dropped_before_it_answers_marks_its_events_for_one_read() {
-        let events: Vec<PaymentEvent> = ["a", "b", "c"]
-            .into_iter()
-            .map(|id| PaymentEvent {
-                event_id: id.into(),
-                account_id: "acct".into(),
-                amount_cents: 1,
-                currency: "USD".into(),
-                receipt_email: None,
-            })
-            .collect();
-        let members: Vec<Member<'_, PaymentEvent>> =
-            events.iter().map(|e| Member::new(Key::new(PREFIX, &e.event_id).unwrap(), e)).collect();
-        let key = |at: usize| members[at].key.as_str().to_owned();
-        let cut = Cut::default();
-        drop(cut.guard(&members[..2]));
-        cut.guard(&members[2..]).answered();
-        assert!(cut.take(&key(0)) && cut.take(&key(1)));
-        assert!(!cut.take(&key(0)), "read once");
-        assert!(!cut.take(&key(2)), "answered: nothing noted");
-    }
-
-    #[test]
-    fn each_strategy_reads_ahead_exactly_when_it_says() {
+    fn a_batch_reads_its_redeliveries_and_past_the_break_even_every_record() {
         let (below, at) = (BREAK_EVEN_FIXED - 1, BREAK_EVEN_FIXED);
-        for estimate in [0, below, at, SCALE] {
-            assert_eq!(decide(Preread::Off, estimate), Reads::None);
-            assert_eq!(decide(Preread::Always, estimate), Reads::All);
-            assert_eq!(decide(Preread::Redelivered, estimate), Reads::Redelivered);
-        }
-        assert_eq!(decide(Preread::Auto, 0), Reads::Redelivered, "a redelivery is read ahead whatever the estimate");
-        assert_eq!(decide(Preread::Auto, below), Reads::Redelivered, "below the break even: only redeliveries");
-        assert_eq!(decide(Preread::Auto, at), Reads::All, "at the break even: every record");
+        assert_eq!(decide(0), Reads::Redelivered, "a redelivery is read ahead whatever the estimate");
+        assert_eq!(decide(below), Reads::Redelivered, "below the break even: only redeliveries");
+        assert_eq!(decide(at), Reads::All, "at the break even: every record");
+        assert_eq!(decide(SCALE), Reads::All);
+        assert!(Reads::Redelivered.reads(Delivery::MayBeRedelivery) && !Reads::Redelivered.reads(Delivery::Unknown));
+        assert!(Reads::All.reads(Delivery::Unknown));
     }
 
     #[test]
@@ -434,24 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn the_break_even_is_one_batch_in_sixteen_and_another_sandbox_keeps_the_strategy() {
+    fn the_break_even_is_one_batch_in_sixteen() {
         assert_eq!(BREAK_EVEN, 1.0 / 16.0);
-        let off = Prereads { strategy: Preread::Off, ..Prereads::default() };
-        off.estimate.observe(true);
-        let other = off.forgetting();
-        assert_eq!((other.strategy, other.estimate.get()), (Preread::Off, 0), "the strategy, not the estimate");
-    }
-
-    #[test]
-    fn the_variable_names_a_strategy_and_anything_else_is_refused() {
-        assert_eq!(Preread::from_env_value(None), Ok(Preread::Auto));
-        assert_eq!(Preread::from_env_value(Some("")), Ok(Preread::Auto));
-        assert_eq!(Preread::from_env_value(Some("off")), Ok(Preread::Off));
-        assert_eq!(Preread::from_env_value(Some(" redelivered ")), Ok(Preread::Redelivered));
-        assert_eq!(Preread::from_env_value(Some("auto")), Ok(Preread::Auto));
-        assert_eq!(Preread::from_env_value(Some("always")), Ok(Preread::Always));
-        let refused = Preread::from_env_value(Some(&"x".repeat(1000))).unwrap_err();
-        assert!(refused.contains(PREREAD_VAR) && refused.len() < 120, "{refused}");
-        assert!(Preread::from_env_value(Some("On")).is_err());
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use effectively_once::{StoreError, StoreErrorKind};
-use effectively_once_dynamodb::store_error;
+use effectively_once_dynamodb::classify_sdk_error;
 
 use super::{Outbox, ReceiptRow, KEY, PENDING_INDEX, PENDING_SHARD};
 
@@ -59,7 +59,7 @@ impl Outbox {
             .set_exclusive_start_key(from.map(|cursor| cursor.0))
             .send()
             .await
-            .map_err(|e| store_error("Query", e))?;
+            .map_err(|e| classify_sdk_error("Query", e))?;
         let rows = out.items().iter().map(pending_row).collect();
         let next = out.last_evaluated_key().filter(|key| !key.is_empty()).map(|key| Cursor(key.clone()));
         Ok(PendingPage { rows, next })
@@ -77,7 +77,7 @@ impl Outbox {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| store_error("GetItem", e))?;
+            .map_err(|e| classify_sdk_error("GetItem", e))?;
         let pending = |item: &&HashMap<String, AttributeValue>| matches!(item.get("status"), Some(AttributeValue::S(status)) if status == super::RowStatus::Pending.as_str());
         Ok(out.item().filter(pending).map(pending_row))
     }

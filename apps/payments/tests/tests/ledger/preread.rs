@@ -1,7 +1,8 @@
-//! The ledger's pre-read (`Ledger::post_batch_as`, `LEDGER_PREREAD`) on the local AWS: a batch
-//! of duplicates that reaches a sandbox which never saw them is answered from one
-//! `BatchGetItem`, with no write, when the strategy reads ahead; and a pre-read never changes
-//! an answer, a balance or an entry, whatever it finds or fails to read.
+//! The ledger's pre-read (`Ledger::post_batch_as`) on the local AWS: a batch of duplicates that
+//! reaches a sandbox which never saw them is answered from one `BatchGetItem`, with no write,
+//! when it reads ahead (the trigger says the records may be redeliveries, or duplicates from
+//! elsewhere are frequent); and a pre-read never changes an answer, a balance or an entry,
+//! whatever it finds or fails to read.
 
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -9,7 +10,7 @@ use effectively_once::{Clock as _, Config, Outcome, Record, Store as _};
 use effectively_once_dynamodb::testing::sdk_config;
 use effectively_once_dynamodb::{DynamoDbStore, RequestCounter};
 use end_to_end::{summary, LedgerHarness};
-use payments::{Deliveries, Delivery, Ledger, PaymentEvent, Posting, Preread};
+use payments::{Deliveries, Delivery, Ledger, PaymentEvent, Posting};
 
 fn events(prefix: &str, n: usize) -> Vec<PaymentEvent> {
     (0..n).map(|i| LedgerHarness::event(&format!("{prefix}-{i}"), &format!("acct-{}", i % 3), 100, "USD")).collect()
@@ -45,29 +46,17 @@ fn all(answer: &str, n: usize) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn duplicates_at_another_sandbox_write_nothing_when_the_strategy_reads_ahead() {
+async fn duplicates_at_another_sandbox_write_nothing_when_the_batch_reads_ahead() {
     let h = LedgerHarness::new().await;
-    let sandbox = |strategy| h.ledger.clone_forgetting().with_preread(strategy);
+    let sandbox = || h.ledger.clone_forgetting();
     let replayed = all("replayed Applied", 10);
     // Read ahead: one BatchGetItem, no transaction, so no write unit at all.
-    let batch = posted(&h, "always").await;
-    assert_eq!(post(&h, &sandbox(Preread::Always), &batch, Delivery::Unknown).await, (replayed.clone(), (1, 0)));
-    let batch = posted(&h, "redelivered").await;
-    let redelivered = sandbox(Preread::Redelivered);
-    assert_eq!(post(&h, &redelivered, &batch, Delivery::MayBeRedelivery).await, (replayed.clone(), (1, 0)));
     let batch = posted(&h, "auto-hint").await;
-    assert_eq!(post(&h, &sandbox(Preread::Auto), &batch, Delivery::MayBeRedelivery).await, (replayed.clone(), (1, 0)));
+    assert_eq!(post(&h, &sandbox(), &batch, Delivery::MayBeRedelivery).await, (replayed.clone(), (1, 0)));
 
-    // Without the hint, `redelivered` keeps the old path: one cancelled transaction.
-    let batch = posted(&h, "redelivered-no-hint").await;
-    assert_eq!(post(&h, &redelivered, &batch, Delivery::Unknown).await, (replayed.clone(), (0, 1)));
-    // `off` keeps it whatever the hint says.
-    let batch = posted(&h, "off").await;
-    assert_eq!(post(&h, &sandbox(Preread::Off), &batch, Delivery::MayBeRedelivery).await, (replayed.clone(), (0, 1)));
-
-    // `auto` at a sandbox that met no duplicate yet, without the hint: the old path, once;
+    // A sandbox that met no duplicate yet, without the hint: the transaction's path, once;
     // that batch raises its estimate, so the next batch of duplicates is read ahead.
-    let auto = sandbox(Preread::Auto);
+    let auto = sandbox();
     let batch = posted(&h, "auto-first").await;
     assert_eq!(post(&h, &auto, &batch, Delivery::Unknown).await, (replayed.clone(), (0, 1)));
     assert!(auto.outside_duplicate_estimate() >= payments::ledger::BREAK_EVEN, "{}", auto.outside_duplicate_estimate());
@@ -100,7 +89,7 @@ async fn a_redelivery_hint_reads_only_the_redelivered_records_this_sandbox_does_
     // Another sandbox, nothing met from elsewhere yet: five producer retries (received once)
     // and five redeliveries of events it never saw. Only the redeliveries are read; the
     // retries cancel the transaction, as without a read, and are answered from it.
-    let other = h.ledger.clone_forgetting().with_preread(Preread::Auto);
+    let other = h.ledger.clone_forgetting();
     let hints = [vec![First; 5], vec![Again; 5]].concat();
     assert_eq!(post(&h, &other, &batch, hints).await, (all("replayed Applied", 10), (1, 1)));
 }
@@ -109,11 +98,13 @@ async fn a_redelivery_hint_reads_only_the_redelivered_records_this_sandbox_does_
 async fn a_first_delivery_read_ahead_costs_one_read_and_its_transaction_and_posts_the_same() {
     let h = LedgerHarness::new().await;
     let fresh = all("fresh Applied", 10);
-    let always = h.ledger.clone_forgetting().with_preread(Preread::Always);
-    assert_eq!(post(&h, &always, &events("first-always", 10), Delivery::Unknown).await, (fresh.clone(), (1, 1)));
-    // `auto` with nothing met from elsewhere: no read.
+    let hinted = h.ledger.clone_forgetting();
+    assert_eq!(
+        post(&h, &hinted, &events("first-always", 10), Delivery::MayBeRedelivery).await,
+        (fresh.clone(), (1, 1))
+    );
+    // With nothing met from elsewhere and no hint: no read.
     let auto = h.ledger.clone_forgetting();
-    assert_eq!(auto.preread_strategy(), Preread::Auto, "the default");
     assert_eq!(post(&h, &auto, &events("first-auto", 10), Delivery::Unknown).await, (fresh, (0, 1)));
     for account in ["acct-0", "acct-1", "acct-2"] {
         let balance = h.ledger.balance(account).await.unwrap().unwrap();
@@ -129,9 +120,9 @@ async fn a_record_of_another_payload_found_ahead_is_key_reuse_never_a_replay() {
     let h = LedgerHarness::new().await;
     let first = LedgerHarness::event("reuse-1", "acct-1", 100, "USD");
     assert!(matches!(h.ledger.post(&first).await, Ok(Outcome::Fresh(Posting::Applied))));
-    let other = h.ledger.clone_forgetting().with_preread(Preread::Always);
+    let other = h.ledger.clone_forgetting();
     let other_amount = LedgerHarness::event("reuse-1", "acct-1", 250, "USD");
-    let (answers, requests) = post(&h, &other, &[other_amount.clone(), first.clone()], Delivery::Unknown).await;
+    let (answers, requests) = post(&h, &other, &[other_amount.clone(), first.clone()], Delivery::MayBeRedelivery).await;
     assert_eq!(answers, ["error KeyReused", "replayed Applied"]);
     assert_eq!(requests, (1, 0), "answered from the read");
     // Remembered as the record, not as an answer: the same two again, with no request.
@@ -153,7 +144,7 @@ async fn an_event_id_recorded_under_another_account_is_key_reuse_and_posts_nothi
     let h = LedgerHarness::new().await;
     let taken = LedgerHarness::event("acct-move-1", "acct-a", 100, "USD");
     assert!(matches!(h.ledger.post(&taken).await, Ok(Outcome::Fresh(Posting::Applied))));
-    let other = h.ledger.clone_forgetting().with_preread(Preread::Always);
+    let other = h.ledger.clone_forgetting();
     let moved = LedgerHarness::event("acct-move-1", "acct-b", 100, "USD");
     let new = LedgerHarness::event("acct-move-2", "acct-b", 40, "USD");
     let (answers, requests) = post(&h, &other, &[moved, new], Delivery::MayBeRedelivery).await;
@@ -170,11 +161,11 @@ async fn a_duplicate_within_the_batch_read_ahead_gets_the_first_copys_answer() {
     let h = LedgerHarness::new().await;
     let known = LedgerHarness::event("inbatch-1", "acct-1", 100, "USD");
     assert!(matches!(h.ledger.post(&known).await, Ok(Outcome::Fresh(Posting::Applied))));
-    let other = h.ledger.clone_forgetting().with_preread(Preread::Always);
+    let other = h.ledger.clone_forgetting();
     let reused = LedgerHarness::event("inbatch-1", "acct-1", 999, "USD");
     let new = LedgerHarness::event("inbatch-2", "acct-1", 30, "USD");
     let batch = [known.clone(), known, reused, new.clone(), new];
-    let (answers, requests) = post(&h, &other, &batch, Delivery::Unknown).await;
+    let (answers, requests) = post(&h, &other, &batch, Delivery::MayBeRedelivery).await;
     assert_eq!(
         answers,
         ["replayed Applied", "replayed Applied", "error KeyReused", "fresh Applied", "replayed Applied"]
@@ -223,12 +214,13 @@ async fn a_failed_preread_falls_back_to_the_transaction_and_loses_or_doubles_not
         .interceptor(FailingReads)
         .build();
     let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::from_conf(config), h.ledger.store().table());
-    let failing = Ledger::new(store, h.ledger.table(), None).with_preread(Preread::Always);
+    let failing = Ledger::new(store, h.ledger.table(), None);
     let earlier = events("fail", 4);
     assert!(h.ledger.post_batch(&earlier).await.iter().all(|r| matches!(r, Ok(Outcome::Fresh(_)))));
     let mut batch = earlier.clone();
     batch.extend(events("fail-new", 6));
-    let answers: Vec<String> = failing.post_batch(&batch).await.iter().map(summary).collect();
+    let answers: Vec<String> =
+        failing.post_batch_as(&batch, Delivery::MayBeRedelivery).await.iter().map(summary).collect();
     let mut expected = all("replayed Applied", 4);
     expected.extend(all("fresh Applied", 6));
     assert_eq!(answers, expected);
@@ -274,10 +266,10 @@ async fn reading_ahead_answers_a_mixed_batch_as_posting_one_by_one_does() {
             h.ledger.post(event).await.unwrap();
         }
         let answers: Vec<String> = if read_ahead {
-            let ledger = h.ledger.clone_forgetting().with_preread(Preread::Always);
-            ledger.post_batch(&batch).await.iter().map(summary).collect()
+            let ledger = h.ledger.clone_forgetting();
+            ledger.post_batch_as(&batch, Delivery::MayBeRedelivery).await.iter().map(summary).collect()
         } else {
-            let ledger = h.ledger.clone_forgetting().with_preread(Preread::Off);
+            let ledger = h.ledger.clone_forgetting();
             let mut answers = Vec::new();
             for event in &batch {
                 answers.push(summary(&ledger.post(event).await));
@@ -316,20 +308,21 @@ async fn hold_in_progress(h: &LedgerHarness, event: &PaymentEvent) {
 }
 
 /// An account's credit whose record is held in progress elsewhere, then a debit it would
-/// cover: the transaction path answers the credit in progress (retryable) and holds the debit
-/// back behind it (retryable), so SQS redelivers both in order. A pre-read that finds the
+/// cover: the transaction path answers the credit in progress (in progress elsewhere) and holds
+/// the debit back behind it (kept), so SQS redelivers both in order. A pre-read that finds the
 /// credit's record in progress answers the same: the debit is held back, never rejected and
 /// recorded for good for want of the credit it overtook.
 #[tokio::test]
 async fn a_record_found_in_progress_ahead_holds_back_its_accounts_later_events() {
     let mut answers = Vec::new();
-    for strategy in [Preread::Off, Preread::Always] {
+    // Not said to be redeliveries at a sandbox that met no duplicate: not read; said to be: read.
+    for delivery in [Delivery::Unknown, Delivery::MayBeRedelivery] {
         let h = LedgerHarness::new().await;
         let credit = LedgerHarness::event("ip-credit", "ip-acct", 10, "USD");
         let debit = LedgerHarness::event("ip-debit", "ip-acct", -10, "USD");
         hold_in_progress(&h, &credit).await;
-        let ledger = h.ledger.clone_forgetting().with_preread(strategy);
-        let posted = ledger.post_batch_as(&[credit, debit], Delivery::MayBeRedelivery).await;
+        let ledger = h.ledger.clone_forgetting();
+        let posted = ledger.post_batch_as(&[credit, debit], delivery).await;
         // The debit held back: kept, whichever layer said so.
         let held = posted[1].as_ref().is_err_and(|error| error.retry() != effectively_once::Retry::Never);
         answers.push((summary(&posted[0]), held, summary(&posted[1])));

@@ -1,6 +1,7 @@
 //! The pre-read's trade-off measured from outside: the local AWS's own counters
 //! (`/_local-aws/requests` on `infra/local/serve.py`: requests, and write units modelled from
-//! the requests themselves) around each strategy's batches at a sandbox that never saw them.
+//! the requests themselves) around the batches of the ledger's one pre-read mode at a sandbox
+//! that never saw them, beside posting one by one.
 //! The counters are the server's, shared by every client, so this runs alone on a local AWS of
 //! its own (docs/bench.md, "Duplicates where they really land"):
 //!
@@ -15,7 +16,7 @@ use std::io::{Read, Write};
 use effectively_once::Outcome;
 use effectively_once_dynamodb::testing::endpoint;
 use end_to_end::LedgerHarness;
-use payments::{Delivery, Ledger, PaymentEvent, Preread};
+use payments::{Delivery, Ledger, PaymentEvent};
 
 /// What the server counted: DynamoDB requests by operation, and write units.
 #[derive(Debug, Default, Clone)]
@@ -127,15 +128,11 @@ async fn one_by_one_reference(h: &LedgerHarness) -> (f64, f64) {
 async fn the_preread_trade_off_from_the_local_aws_counters() {
     let h = LedgerHarness::new().await;
     let mut rows = Vec::new();
-    // Write units per message, by strategy and column, for the bounds below.
+    // Write units per message, by column, for the bounds below.
     let mut units: BTreeMap<(&str, &str), f64> = BTreeMap::new();
-    for (name, strategy) in [
-        ("off", Preread::Off),
-        ("redelivered", Preread::Redelivered),
-        ("auto", Preread::Auto),
-        ("always", Preread::Always),
-    ] {
-        let sandbox = || h.ledger.clone_forgetting().with_preread(strategy);
+    // One row: the ledger's one mode (docs/bench.md has the other modes' figures it beat).
+    for name in ["batched"] {
+        let sandbox = || h.ledger.clone_forgetting();
         let mut row = vec![name.to_owned()];
         // Ten duplicates at a sandbox that never saw them: redelivered by SQS (count above 1),
         // then retried by a producer (a new message, count 1).
@@ -173,15 +170,12 @@ async fn the_preread_trade_off_from_the_local_aws_counters() {
         rows.push(row);
     }
     let (reference, reference_requests) = one_by_one_reference(&h).await;
-    // Issue 26's targets, with the default strategy: a batch of duplicates the hint flags costs
-    // at most 1 write unit a duplicate, and the mix at another sandbox no more than one by one.
-    assert_eq!(Preread::default(), Preread::Auto);
-    assert!(units[&("auto", "dup-hint")] <= 1.0, "{units:?}");
-    assert!(units[&("auto", "mix-retry")] <= reference, "{units:?} against {reference}");
-    assert!(units[&("auto", "mix-hint")] <= reference, "{units:?} against {reference}");
-    // `off` keeps the old path: every duplicate cancels its batch's transaction.
-    assert!(units[&("off", "dup-hint")] > 1.0 && units[&("off", "mix-retry")] > reference, "{units:?}");
-    println!("\n| strategy | 10 duplicates, receive count > 1 (per duplicate) | 10 duplicates, producer retries (per duplicate) | 10 first deliveries (per message) | 20 % mix, producer retries (per message) | 20 % mix, SQS redeliveries (per message) |");
+    // Issue 26's targets: a batch of duplicates the hint flags costs at most 1 write unit a
+    // duplicate, and the mix at another sandbox no more than one by one.
+    assert!(units[&("batched", "dup-hint")] <= 1.0, "{units:?}");
+    assert!(units[&("batched", "mix-retry")] <= reference, "{units:?} against {reference}");
+    assert!(units[&("batched", "mix-hint")] <= reference, "{units:?} against {reference}");
+    println!("\n| path | 10 duplicates, receive count > 1 (per duplicate) | 10 duplicates, producer retries (per duplicate) | 10 first deliveries (per message) | 20 % mix, producer retries (per message) | 20 % mix, SQS redeliveries (per message) |");
     println!("|---|---|---|---|---|---|");
     for row in &rows {
         println!("| {} |", row.join(" | "));
