@@ -128,8 +128,11 @@ pub trait CommitOnce {
     ///   the later members of its key and of its lane or, with no lane, of its group, each
     ///   answered retryable, not started (a replay among them too), and each of those holds
     ///   back its own key and lane (or group) in turn, so none overtakes it;
-    /// - not its group in other lanes: it took part in no shared write, and a trigger orders
-    ///   nothing across lanes, so that would stall lanes the failure never touched. (A member
+    /// - one with no lane holds its group's members in lanes too, as committing one by one
+    ///   would (a credit waiting holds its account's debits, whatever their lane);
+    /// - one in a lane holds not its group in other lanes: it took part in no shared write, and
+    ///   a trigger orders nothing across lanes, so that would stall lanes the failure never
+    ///   touched. (A member
     ///   that fails in the batch's transactions holds its group in every lane: that keeps the
     ///   batch answering as committing one by one in batch order. So does a member the batch
     ///   itself finds undecided before sending it, a record read first in progress elsewhere,

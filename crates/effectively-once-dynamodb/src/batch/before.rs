@@ -33,12 +33,14 @@ enum Name<'m> {
     Lane(&'m str),
 }
 
-/// The names a member the caller answered before the batch holds, and is held by: its key, and
-/// its lane or, with none, its group. Not its group beside a lane: such a member took part in
-/// no shared write, and the trigger orders nothing across lanes (Lambda may run two lanes in
-/// two invocations at once), so holding its group in every lane would stall lanes the failure
-/// never touched. (A member that fails in a transaction holds its group in every lane:
-/// [`every_name`].)
+/// The names a member the caller answered before the batch holds: its key, and its lane or,
+/// with none, its group. Not its group beside a lane: such a member took part in no shared
+/// write, and the trigger orders nothing across lanes (Lambda may run two lanes in two
+/// invocations at once), so holding its group in every lane would stall lanes the failure
+/// never touched. A member is held by any of [`every_name`], so a group held by a member with
+/// no lane holds that group's members in lanes too (a credit waiting outside lanes holds its
+/// account's debit in a lane, as committing one by one would). (A member that fails in a
+/// transaction holds its group in every lane: [`every_name`].)
 fn names<'m>(entry: &Entry<'m>) -> impl Iterator<Item = Name<'m>> {
     let order = entry.lane.map(Name::Lane).or(entry.group.map(Name::Group));
     std::iter::once(Name::Key(entry.key)).chain(order)
@@ -68,7 +70,7 @@ impl<'m> Waiting<'m> {
         if every_name(entry).any(|name| self.found.contains(&name)) {
             self.found.extend(every_name(entry));
             true
-        } else if names(entry).any(|name| self.by_caller.contains(&name)) {
+        } else if every_name(entry).any(|name| self.by_caller.contains(&name)) {
             self.by_caller.extend(names(entry));
             true
         } else {
@@ -170,13 +172,16 @@ mod tests {
         assert_eq!(held_before(&entries, &[FoundUndecided, Answered]), [1]);
     }
 
-    /// A member in a lane is held by its key and its lane, not by its group failing outside
-    /// lanes: the trigger orders its lane, not its account.
+    /// A member in a lane is held by its group failing outside lanes (a credit waiting with no
+    /// lane holds its account's debit in a lane, as one by one would), and holds its lane in
+    /// turn; a failure in a lane still holds nothing of its group in other lanes.
     #[test]
-    fn a_member_in_a_lane_is_not_held_by_its_group_failing_outside_lanes() {
+    fn a_member_in_a_lane_is_held_by_its_group_failing_outside_lanes() {
         use Before::{Pending, Undecided};
         let entries = [entry("k1", "A", None), entry("k2", "A", Some("p-0")), entry("k3", "A", None)];
-        assert_eq!(held_before(&entries, &[Undecided, Pending, Pending]), [2]);
+        assert_eq!(held_before(&entries, &[Undecided, Pending, Pending]), [1, 2]);
+        let entries = [entry("k1", "A", Some("p-0")), entry("k2", "A", Some("p-1")), entry("k3", "A", None)];
+        assert_eq!(held_before(&entries, &[Undecided, Pending, Pending]), Vec::<usize>::new());
     }
 
     /// A member held behind the caller's failure holds as that one does, even one the batch found

@@ -331,3 +331,24 @@ async fn an_event_held_back_by_its_account_holds_back_its_event_id() {
          E2 redelivered: {e2_again}"
     );
 }
+
+/// A credit waiting outside lanes (a receipt asked of a ledger with no outbox table) holds a
+/// debit of its account in a lane: posted one by one, the debit would wait for the credit, not be
+/// rejected for good for want of it. Redelivered once the outbox exists, both apply.
+#[tokio::test]
+async fn a_credit_waiting_outside_lanes_holds_its_accounts_debit_in_a_lane() {
+    let h = LedgerHarness::new().await;
+    let no_outbox = payments::Ledger::new(h.ledger.store().clone(), h.ledger.table(), None);
+    let mut credit = LedgerHarness::event("mix-credit", "mix-acct", 100, "USD");
+    credit.receipt_email = Some("payer@example.com".into());
+    let events = vec![credit, LedgerHarness::event("mix-debit", "mix-acct", -60, "USD")];
+    let lanes = [None, Some("p-0")];
+    let first: Vec<String> =
+        no_outbox.post_batch_in_lanes(&events, &lanes, payments::Delivery::Unknown).await.iter().map(summary).collect();
+    assert!(!first[1].starts_with("fresh"), "the debit overtook its waiting credit: {first:?}");
+    let again: Vec<String> =
+        h.ledger.post_batch_in_lanes(&events, &lanes, payments::Delivery::Unknown).await.iter().map(summary).collect();
+    assert_eq!(again, ["fresh Applied", "fresh Applied"], "first {first:?}");
+    let balance = h.ledger.balance("mix-acct").await.unwrap().unwrap();
+    assert_eq!((balance.balance_cents, balance.entry_count), (40, 2));
+}
