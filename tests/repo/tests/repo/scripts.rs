@@ -1,5 +1,5 @@
-//! infra/lambda.sh and the Makefile's deploy targets (docs/deploy.md), and the local servers'
-//! pid files. Nothing here builds a release bootstrap or talks to AWS.
+//! infra/lambda.sh and the Makefile's deploy targets (docs/deploy.md). Nothing here builds a
+//! release bootstrap or talks to AWS.
 
 use repo_checks::root;
 use std::io::Write;
@@ -271,42 +271,4 @@ fn deploy_args_are_split_as_words_without_globs_or_expansions() {
     assert_eq!(run("").stdout, b"", "no DEPLOY_ARGS, no arguments");
     let unclosed = run(r#"--tags "team=pay"#);
     assert!(!unclosed.status.success() && text(&unclosed).contains("DEPLOY_ARGS"), "{}", text(&unclosed));
-}
-
-/// A pid file outlives its server (a crash, a reboot) and its number goes to another process:
-/// each local server's `down` kills the pid file's process only when its command line is the
-/// one the script starts, and otherwise leaves it running and drops the stale pid file.
-#[test]
-fn a_local_server_down_leaves_a_process_that_took_a_stale_pid_alone() {
-    for (script, state, pid_file, port_var) in [
-        ("aws.sh", "aws", "moto.pid", "LOCAL_AWS_PORT"),
-        ("redis.sh", "redis", "redis.pid", "LOCAL_REDIS_PORT"),
-        ("kafka.sh", "kafka", "tansu.pid", "LOCAL_KAFKA_PORT"),
-    ] {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = root().join(format!(".local-aws/{state}-{port}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        // Someone else's process, whose command line names the server and its port as a
-        // server's would (a loose match, `*serve.py*--port PORT*`, would take it for ours).
-        let mut other = Command::new("python3")
-            .args(["-c", "import time; time.sleep(60)", "serve.py", "redis-server", "--port"])
-            .arg(port.to_string())
-            .spawn()
-            .unwrap();
-        std::fs::write(dir.join(pid_file), other.id().to_string()).unwrap();
-        let down = Command::new(root().join("infra/local").join(script))
-            .arg("down")
-            .env(port_var, port.to_string())
-            .output()
-            .unwrap();
-        let alive = other.try_wait().unwrap().is_none();
-        let _ = other.kill();
-        let _ = other.wait();
-        let pid_file_left = dir.join(pid_file).exists();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(down.status.success(), "{script} down: {}", text(&down));
-        assert!(alive, "{script} down killed a process it did not start: {}", text(&down));
-        assert!(text(&down).contains("not running"), "{script} down: {}", text(&down));
-        assert!(!pid_file_left, "{script} down left the stale pid file");
-    }
 }

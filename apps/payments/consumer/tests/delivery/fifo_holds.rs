@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsMessage};
-use effectively_once_dynamodb::testing::{fresh_store, sdk_config, unique_name};
+use effectively_once_dynamodb::testing::{sdk_config, unique_name};
 use effectively_once_dynamodb::DynamoDbStore;
 use effectively_once_lambda::sqs::{process, process_ordered, Options};
 use effectively_once_lambda::testing::sqs::{Batch, Message};
@@ -20,6 +20,8 @@ use effectively_once_lambda::RecordResult;
 use lambda_runtime::{Context, LambdaEvent};
 use payments::Ledger;
 use payments_consumer::Payments;
+
+use crate::support::{tables, Tables};
 
 async fn invoke<H: effectively_once_lambda::Handler<SqsMessage>>(
     handler: &H,
@@ -49,10 +51,7 @@ fn group(account: &str, credit_id: &str, debit_id: &str) -> Vec<Message> {
 /// the debit never applies.
 #[tokio::test]
 async fn a_configuration_fault_on_a_credit_holds_the_debit_behind_it() {
-    let (store, _) = fresh_store().await;
-    let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    let Tables { store, ledger, outbox, .. } = tables().await;
     let account = unique_name("acct");
     let (credit_id, debit_id) = (unique_name("credit"), unique_name("debit"));
 
@@ -79,10 +78,7 @@ async fn a_configuration_fault_on_a_credit_holds_the_debit_behind_it() {
 async fn a_server_error_on_a_credit_holds_the_debit_behind_it() {
     let port =
         effectively_once_dynamodb::testing::answering(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
-    let (store, _) = fresh_store().await;
-    let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    let Tables { store, ledger, outbox, .. } = tables().await;
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
         .endpoint_url(format!("http://127.0.0.1:{port}"))
         .build();
@@ -134,10 +130,7 @@ async fn a_server_error_on_a_credit_holds_the_debit_behind_it() {
 /// there, SQS delivers both again and each posts once, in the group's order.
 #[tokio::test]
 async fn a_configuration_fault_holds_its_groups_later_payments_of_other_accounts_on_the_ordered_path() {
-    let (store, _) = fresh_store().await;
-    let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
+    let Tables { store, ledger, outbox, .. } = tables().await;
     let (customer, first, second) = (unique_name("cust"), unique_name("acct"), unique_name("acct"));
     let (credit_id, other_id) = (unique_name("credit"), unique_name("other"));
     let credit = format!(

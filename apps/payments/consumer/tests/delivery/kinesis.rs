@@ -3,64 +3,16 @@
 //! transaction on the ordered path, the ledger the same as the rounds leave; a record whose data
 //! is no payment fails alone, parked, and holds back nothing.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use aws_lambda_events::event::kinesis::KinesisEvent;
 use base64::Engine;
-use effectively_once_dynamodb::testing::{fresh_store, unique_name};
-use effectively_once_dynamodb::RequestCounter;
+use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_lambda::kinesis::{process_batch, process_ordered, Options};
-use effectively_once_lambda::{BatchHandler, Handler, OrderedBatch, OrderedBatchHandler, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
 use local::park::ParkQueue;
 use local::Clients;
-use payments::Ledger;
-use payments_consumer::Payments;
 use serde_json::json;
 
-/// The consumer, counting its calls on the path it is driven by.
-struct Counted {
-    inner: Payments,
-    calls: AtomicUsize,
-}
-
-impl Handler<KinesisEventRecord> for Counted {
-    async fn handle(&self, record: &KinesisEventRecord, context: &Context) -> RecordResult {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.handle(record, context).await
-    }
-
-    fn key(&self, record: &KinesisEventRecord) -> Option<String> {
-        self.inner.key(record)
-    }
-}
-
-impl BatchHandler<KinesisEventRecord> for Counted {
-    async fn handle_batch(&self, records: &[&KinesisEventRecord], context: &Context) -> Vec<RecordResult> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.handle_batch(records, context).await
-    }
-}
-
-impl OrderedBatchHandler<KinesisEventRecord> for Counted {
-    async fn handle_ordered(
-        &self,
-        batch: &OrderedBatch<'_, KinesisEventRecord>,
-        context: &Context,
-    ) -> Vec<RecordResult> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.handle_ordered(batch, context).await
-    }
-}
-
-async fn counted() -> (Counted, RequestCounter) {
-    let (store, requests) = fresh_store().await;
-    let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
-    requests.reset();
-    (Counted { inner: Payments::new(Ledger::new(store, ledger, Some(outbox))), calls: AtomicUsize::new(0) }, requests)
-}
+use crate::support::counted;
 
 /// A Kinesis event as Lambda hands it over: `(partition key, data)` in stream order, sequence
 /// numbers rising, one shard.
@@ -132,7 +84,7 @@ async fn three_partition_keys_of_several_accounts_are_one_call_and_one_transacti
         assert_eq!(parked[0].record, serde_json::to_value(&event.records[4]).unwrap(), "parked as delivered");
         let transactions = requests.by_operation().get("TransactWriteItems").copied();
         let (calls, expected) = if ordered { (1, 1) } else { (4, 4) };
-        assert_eq!(handler.calls.load(Ordering::SeqCst), calls, "ordered {ordered}");
+        assert_eq!(handler.calls(), calls, "ordered {ordered}");
         assert_eq!(transactions, Some(expected), "ordered {ordered}: {:?}", requests.by_operation());
         let mut of_run = Vec::new();
         for name in ["a", "b", "c", "d", "e", "f"] {

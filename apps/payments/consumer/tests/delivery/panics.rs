@@ -4,21 +4,13 @@
 //! the one-message path, which answers from the records alone (`batch_path` below).
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use effectively_once_dynamodb::testing::{fresh_store, unique_name};
 use effectively_once_lambda::sqs::{process, Handler, Options};
 use effectively_once_lambda::testing::sqs::Batch;
 use effectively_once_lambda::RecordResult;
 use lambda_runtime::{Context, LambdaEvent};
-use payments::Ledger;
 use payments_consumer::Payments;
 
-async fn payments() -> Payments {
-    let (store, _) = fresh_store().await;
-    let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
-    Payments::new(Ledger::new(store, ledger, Some(outbox)))
-}
+use crate::support::payments;
 
 /// When the wrapped handler panics on its event id.
 #[derive(Clone, Copy)]
@@ -131,12 +123,10 @@ async fn a_panic_after_posting_is_redelivered_and_posted_once() {
 /// answer from the records alone: duplicates acked, key reuse failed, nothing twice.
 mod batch_path {
     use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-    use effectively_once_dynamodb::testing::{fresh_store, unique_name};
     use effectively_once_lambda::sqs::{process_batch, BatchHandler, Handler, Options};
     use effectively_once_lambda::testing::sqs::Batch;
     use effectively_once_lambda::RecordResult;
     use lambda_runtime::{Context, LambdaEvent};
-    use payments::Ledger;
     use payments_consumer::Payments;
 
     /// The payments handler whose batch call panics after posting.
@@ -178,11 +168,7 @@ mod batch_path {
 
     #[tokio::test]
     async fn a_batch_call_that_panics_after_committing_is_answered_from_the_records() {
-        let (store, _) = fresh_store().await;
-        let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-        payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-        payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
-        let handler = PanicsAfterPosting(Payments::new(Ledger::new(store, ledger, Some(outbox))));
+        let handler = PanicsAfterPosting(crate::support::payments().await);
         let response =
             process_batch(&handler, LambdaEvent::new(batch(), Context::default()), &Options::new("test")).await;
         let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();

@@ -1,25 +1,15 @@
 //! The payments consumer end to end on the local AWS, fed the sample events in `events/`, and a
 //! FIFO batch through the ordered path (`sqs::process_ordered`) and the batch path.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use effectively_once_dynamodb::testing::{fresh_store, unique_name};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use effectively_once_dynamodb::testing::unique_name;
 use effectively_once_dynamodb::RequestCounter;
 use effectively_once_lambda::sqs::{process, process_batch, process_ordered, Options};
 use effectively_once_lambda::testing::sqs::{Batch, Message};
-use effectively_once_lambda::{BatchHandler, Handler, OrderedBatch, OrderedBatchHandler, RecordResult};
 use lambda_runtime::{Context, LambdaEvent};
-use payments::Ledger;
 use payments_consumer::Payments;
 
-async fn handler() -> Payments {
-    let (store, _) = fresh_store().await;
-    let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
-    Payments::new(Ledger::new(store, ledger, Some(outbox)))
-}
+use crate::support::{counted, payments};
 
 async fn invoke(handler: &Payments, json: &[u8]) -> SqsBatchResponse {
     let event: SqsEvent = serde_json::from_slice(json).unwrap();
@@ -37,7 +27,7 @@ async fn balance(h: &Payments, account: &str) -> (i64, u64) {
 
 #[tokio::test]
 async fn bad_input_returns_exactly_the_bad_messages_and_posts_the_good_ones() {
-    let h = handler().await;
+    let h = payments().await;
     let response = invoke(&h, include_bytes!("../../../../../events/sqs-bad-input.json")).await;
     assert_eq!(failures(&response), ["bad-malformed-json", "bad-missing-event-id", "bad-zero-amount", "bad-currency"]);
     let entries = h.ledger().entries("acct_9").await.unwrap();
@@ -47,7 +37,7 @@ async fn bad_input_returns_exactly_the_bad_messages_and_posts_the_good_ones() {
 
 #[tokio::test]
 async fn a_batch_with_duplicates_posts_each_event_once_even_when_redelivered() {
-    let h = handler().await;
+    let h = payments().await;
     for _ in 0..2 {
         let response = invoke(&h, include_bytes!("../../../../../events/sqs-batch-duplicates.json")).await;
         assert!(response.batch_item_failures.is_empty(), "{:?}", failures(&response));
@@ -58,7 +48,7 @@ async fn a_batch_with_duplicates_posts_each_event_once_even_when_redelivered() {
 
 #[tokio::test]
 async fn fifo_groups_keep_order_and_a_malformed_message_fails_alone() {
-    let h = handler().await;
+    let h = payments().await;
     let response = invoke(&h, include_bytes!("../../../../../events/sqs-fifo.json")).await;
     assert_eq!(failures(&response), ["fifo-b-2"]);
     assert_eq!(balance(&h, "acct_fa").await, (200, 3), "credit 500, then debits 200 and 100, in order");
@@ -67,51 +57,10 @@ async fn fifo_groups_keep_order_and_a_malformed_message_fails_alone() {
 
 #[tokio::test]
 async fn the_sample_payment_is_applied() {
-    let h = handler().await;
+    let h = payments().await;
     let response = invoke(&h, include_bytes!("../../../../../events/sqs-payment.json")).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(balance(&h, "acct_42").await, (1250, 1));
-}
-
-/// The consumer, counting its calls (`handle_batch` and `handle_ordered` alike).
-struct Counted {
-    inner: Payments,
-    calls: AtomicUsize,
-}
-
-impl Handler<SqsMessage> for Counted {
-    async fn handle(&self, message: &SqsMessage, context: &Context) -> RecordResult {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.handle(message, context).await
-    }
-
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        self.inner.key(message)
-    }
-}
-
-impl BatchHandler<SqsMessage> for Counted {
-    async fn handle_batch(&self, messages: &[&SqsMessage], context: &Context) -> Vec<RecordResult> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.handle_batch(messages, context).await
-    }
-}
-
-impl OrderedBatchHandler<SqsMessage> for Counted {
-    async fn handle_ordered(&self, batch: &OrderedBatch<'_, SqsMessage>, context: &Context) -> Vec<RecordResult> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.handle_ordered(batch, context).await
-    }
-}
-
-/// The consumer on tables of its own, counted, and the counter of its requests.
-async fn counted() -> (Counted, RequestCounter) {
-    let (store, requests) = fresh_store().await;
-    let (ledger, outbox) = (unique_name("ledger"), unique_name("outbox"));
-    payments::tables::create_ledger_table(store.client(), &ledger).await.unwrap();
-    payments::tables::create_outbox_table(store.client(), &outbox).await.unwrap();
-    requests.reset();
-    (Counted { inner: Payments::new(Ledger::new(store, ledger, Some(outbox))), calls: AtomicUsize::new(0) }, requests)
 }
 
 /// Ten messages of a FIFO queue over three groups (4, 3 and 3), each group an account's
@@ -147,9 +96,9 @@ async fn a_fifo_batch_of_three_groups_is_one_call_and_one_transaction_on_the_ord
     assert_eq!(failures(&by_order), failures(&by_batch));
 
     let transactions = |requests: &RequestCounter| requests.by_operation().get("TransactWriteItems").copied();
-    assert_eq!(ordered.calls.load(Ordering::SeqCst), 1, "the whole batch in one call");
+    assert_eq!(ordered.calls(), 1, "the whole batch in one call");
     assert_eq!(transactions(&ordered_requests), Some(1), "{:?}", ordered_requests.by_operation());
-    assert_eq!(batched.calls.load(Ordering::SeqCst), 4, "a call a round: the longest group's length");
+    assert_eq!(batched.calls(), 4, "a call a round: the longest group's length");
     assert_eq!(transactions(&batched_requests), Some(4), "{:?}", batched_requests.by_operation());
 
     let expected = [(550, 4), (20, 3), (0, 3)];
