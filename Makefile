@@ -52,7 +52,10 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 ##       runs on both) and the local Kafka broker, and each example built copied out; first the
 ##       tools they need (`make tools`)
 test: tools lint lint-infra deny doc examples local-aws-up local-redis-up local-kafka-up
-	cargo test --locked --workspace
+	# Every test binary's tests side by side (cargo-nextest; the groups of .config/nextest.toml),
+	# not one binary after another: a long binary no longer leaves a core idle. Then the doc tests.
+	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace
+	cargo test --locked --workspace --doc
 	cargo test --locked -p effectively-once-redis --features dynamodb --test configuration store_choice::
 	cargo run --locked -q -p payments-local -- chaos --events 300 --poison 4
 	# The Kafka path again, its mapping reading the answer as resume points (the run above
@@ -62,7 +65,7 @@ test: tools lint lint-infra deny doc examples local-aws-up local-redis-up local-
 ## tools: the tools `make test` runs (cfn-lint, cargo-deny, moto, redis-server, tansu), built or
 ##        installed once per machine into ~/.cache/effectively-once/ and reused by every clone
 ##        (infra/tools.sh; `infra/tools.sh list` shows them all); says first what it will build
-TEST_TOOLS := cfn-lint cargo-deny moto redis-server tansu
+TEST_TOOLS := cfn-lint cargo-deny moto redis-server tansu cargo-nextest
 tools:
 	infra/tools.sh install $(TEST_TOOLS)
 

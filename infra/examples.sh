@@ -27,9 +27,12 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TARGET="${EXAMPLES_TARGET_DIR:-$ROOT/target/examples}"
+# The copies stay between runs, in one place per user and checkout outside it: a second run
+# finds each copy unchanged (same path, files and times), so cargo rebuilds nothing of it.
 # Resolved, so the paths cargo metadata reports (canonical) compare with it.
-WORK="$(realpath "$(mktemp -d "${TMPDIR:-/tmp}/examples-check.XXXXXX")")"
-trap 'rm -rf "$WORK"' EXIT
+WORK="${TMPDIR:-/tmp}/effectively-once-examples-$(id -u)-$(printf %s "$ROOT" | sha256sum | cut -c1-12)"
+mkdir -p "$WORK"
+WORK="$(realpath "$WORK")"
 
 log() { echo "examples: $*" >&2; }
 
@@ -43,22 +46,29 @@ library() {
 }
 
 # Copies the example at $1 to $WORK/$2, with the patch and the workspace's lock; prints the copy.
+# Staged beside it and swapped in only when it differs from the last run's copy.
 copy_out() {
-  local from="$1" copy="$WORK/$2"
-  rm -rf "$copy"
-  mkdir -p "$copy"
-  (cd "$from" && tar --exclude=./target -cf - .) | (cd "$copy" && tar -xf -)
+  local from="$1" copy="$WORK/$2" stage="$WORK/$2.new"
+  rm -rf "$stage"
+  mkdir -p "$stage"
+  (cd "$from" && tar --exclude=./target -cf - .) | (cd "$stage" && tar -xf -)
   {
     printf '\n# Added by infra/examples.sh: the library from the checkout, as if published.\n[patch.crates-io]\n'
     # Only the crates the example names: the library's own dependencies on each other are paths
     # in the checkout, and a patch nothing uses is a warning on every build.
     library | while read -r name path; do
-      if grep -Eq "^$name( *=|\.)|^\[(dev-|build-)?dependencies\.$name\]" "$copy/Cargo.toml"; then
+      if grep -Eq "^$name( *=|\.)|^\[(dev-|build-)?dependencies\.$name\]" "$stage/Cargo.toml"; then
         printf '%s = { path = "%s" }\n' "$name" "$path"
       fi
     done
-  } >>"$copy/Cargo.toml"
-  cp "$ROOT/Cargo.lock" "$copy/Cargo.lock"
+  } >>"$stage/Cargo.toml"
+  cp "$ROOT/Cargo.lock" "$stage/Cargo.lock"
+  if [[ -d "$copy" ]] && diff -rq "$stage" "$copy" >/dev/null 2>&1; then
+    rm -rf "$stage"
+  else
+    rm -rf "$copy"
+    mv "$stage" "$copy"
+  fi
   printf '%s\n' "$copy"
 }
 
@@ -131,6 +141,7 @@ run() {
 # Two broken copies of an example, each of which the check must refuse.
 self_test() {
   local base="$ROOT/examples/orders-consumer" broken="$WORK/broken"
+  rm -rf "$broken"
   mkdir -p "$broken"
   cp -r "$base" "$broken/by-path"
   printf '\n[dev-dependencies.local]\npath = "%s/tools/local-aws"\n' "$ROOT" >>"$broken/by-path/Cargo.toml"
