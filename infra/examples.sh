@@ -109,7 +109,9 @@ check() {
 
 # A first run starts from what the workspace's own builds compiled: the same crate, version,
 # features and settings give the same artifact names in any target dir. Hard links: a copy would
-# double the disk, and cargo replaces an artifact rather than writing into it.
+# double the disk. The library's own crates are left out: built from outside their workspace
+# they get the same names but other fingerprints, so two builds sharing their files would each
+# find the other's and rebuild them, every run.
 seed() {
   [[ -e "$TARGET/debug" || ! -d "$ROOT/target/debug/deps" ]] && return 0
   mkdir -p "$TARGET/debug"
@@ -117,6 +119,14 @@ seed() {
   for dir in deps build .fingerprint; do
     [[ -d "$ROOT/target/debug/$dir" ]] && cp -al "$ROOT/target/debug/$dir" "$TARGET/debug/$dir"
   done
+  unshare_library
+}
+
+# Unlinks the library crates' artifacts from a seeded target (see `seed`).
+unshare_library() {
+  find "$TARGET/debug/deps" "$TARGET/debug/.fingerprint" "$TARGET/debug/build" -maxdepth 1 \
+    \( -name 'libeffectively_once*' -o -name 'effectively_once*' -o -name 'effectively-once*' \) \
+    -exec rm -rf {} + 2>/dev/null
   return 0
 }
 
