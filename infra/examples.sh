@@ -22,7 +22,7 @@
 # for every example), with the workspace's debug settings (line tables only, none for
 # dependencies) to keep it small. Measured: a cold run compiles the SDK and the library once
 # (7.5 CPU-minutes; 38 minutes of wall time on 2 cores shared with other builds), a warm one
-# takes 16 s for all eight examples.
+# takes 9 s for all eight examples (`time make examples`, 7 December 2026).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
