@@ -102,9 +102,13 @@ check() {
   local copy
   copy="$(copy_out "$1" "$2")"
   check_graph "$copy" || return 1
+  # The workspace's .cargo/config.toml too: its [env] reaches build scripts (aws-lc-sys reruns
+  # when AWS_LC_SYS_NO_JITTER_ENTROPY changes), and a seeded artifact built under another
+  # environment than the workspace's would be rebuilt here and then again by the workspace.
   (cd "$copy" &&
     CARGO_TARGET_DIR="$TARGET" CARGO_PROFILE_DEV_DEBUG=line-tables-only \
-      cargo build --offline --locked -q --all-targets --config 'profile.dev.package."*".debug=false')
+      cargo build --offline --locked -q --all-targets --config "$ROOT/.cargo/config.toml" \
+      --config 'profile.dev.package."*".debug=false')
 }
 
 # A first run starts from what the workspace's own builds compiled: the same crate, version,
