@@ -51,7 +51,11 @@ REAL_AWS := env $(foreach v,AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SE
 ##       unit tests and the tests against the local AWS, the local Redis (the store contract suite
 ##       runs on both) and the local Kafka broker, and each example built copied out; first the
 ##       tools they need (`make tools`)
-test: tools lint lint-infra deny doc examples local-aws-up local-redis-up local-kafka-up
+test: tools lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
+	# The test binaries built first: the examples' check seeds its target from them, so on a
+	# fresh clone the SDK is compiled once, not once for the examples and again for the tests.
+	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace --no-run
+	infra/examples.sh
 	# Every test binary's tests side by side (cargo-nextest; the groups of .config/nextest.toml),
 	# not one binary after another: a long binary no longer leaves a core idle. Then the doc tests.
 	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace
