@@ -8,6 +8,7 @@
 #   infra/examples.sh [EXAMPLE..]   check these examples (default: every one)
 #   infra/examples.sh self-test     show that the check refuses an example that depends on a path
 #                                   outside itself or on an unpublished crate
+#   infra/examples.sh target        the target directory of the crates built outside the workspace
 #
 # An example fails the check when it does not build alone (a `workspace = true` key, a crate it
 # only had through the workspace's feature unification), when it depends on a crate crates.io
@@ -18,15 +19,19 @@
 #
 # The copied lock holds the whole workspace; the graph check below (`cargo metadata`) prunes it to
 # what the example uses and refuses any version the workspace's lock does not hold, so the build
-# after it runs `--locked`. Builds share target/examples (the SDK compiled once
-# for every example), with the workspace's debug settings (line tables only, none for
-# dependencies) to keep it small. Measured: a cold run compiles the SDK and the library once
-# (7.5 CPU-minutes; 38 minutes of wall time on 2 cores shared with other builds), a warm one
-# takes 9 s for all eight examples (`time make examples`, 7 December 2026).
+# after it runs `--locked`.
+#
+# Builds share one target directory per user, in the tool cache (`infra/tools.sh cache`), with
+# the workspace's debug settings (line tables only, none for dependencies) to keep it small: the
+# registry crates, with the features the examples pick, are compiled once per machine and reused
+# by every clone; each clone adds only its own library and examples (other paths, so other
+# artifact names). Two clones checking at once wait for each other on cargo's lock. Its size only
+# grows: `rm -rf "$(infra/examples.sh target)"` gives the space back (the next run rebuilds).
+# How long a cold and a warm run take: docs/testing.md#how-long-the-suites-take.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TARGET="${EXAMPLES_TARGET_DIR:-$ROOT/target/examples}"
+TARGET="${EXAMPLES_TARGET_DIR:-$("$ROOT/infra/tools.sh" cache)/outside-target}"
 # The copies stay between runs, in one place per user and checkout outside it: a second run
 # finds each copy unchanged (same path, files and times), so cargo rebuilds nothing of it.
 # Resolved, so the paths cargo metadata reports (canonical) compare with it.
@@ -111,8 +116,8 @@ check() {
       --config 'profile.dev.package."*".debug=false')
 }
 
-# A first run starts from what the workspace's own builds compiled: the same crate, version,
-# features and settings give the same artifact names in any target dir. Hard links: a copy would
+# A first run on a machine starts from what the workspace's own builds compiled: the same crate,
+# version, features and settings give the same artifact names in any target dir. Hard links: a copy would
 # double the disk. The library's own crates are left out: built from outside their workspace
 # they get the same names but other fingerprints, so two builds sharing their files would each
 # find the other's and rebuild them, every run.
@@ -176,6 +181,8 @@ self_test() {
 cd "$ROOT"
 if [[ "${1:-}" == self-test ]]; then
   self_test
+elif [[ "${1:-}" == target ]]; then
+  echo "$TARGET"
 elif (($#)); then
   run "$@"
 else

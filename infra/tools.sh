@@ -8,6 +8,7 @@
 #   infra/tools.sh dir TOOL          its directory in the cache (nothing installed)
 #   infra/tools.sh install TOOL...   say in one line what is missing, then build or install it
 #   infra/tools.sh list              every tool, its pin, and whether it is cached
+#   infra/tools.sh cache             the cache's directory
 #
 # Cache: $EFFECTIVELY_ONCE_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/effectively-once. Each entry is
 # keyed by what decides its content, so a changed pin makes a new entry and never mixes with the
@@ -243,5 +244,6 @@ case "${1:-}" in
   dir) spec "${2:?usage: $0 dir TOOL}" && echo "${DIR:-}" ;;
   install) shift && install "${@:?usage: $0 install TOOL...}" ;;
   list) list ;;
-  *) echo "usage: $0 path|cached|dir TOOL | install TOOL... | list" >&2; exit 2 ;;
+  cache) echo "$CACHE" ;;
+  *) echo "usage: $0 path|cached|dir TOOL | install TOOL... | list | cache" >&2; exit 2 ;;
 esac

@@ -11,7 +11,9 @@
 //! The crate is generated into a temporary directory: the guide's `Cargo.toml` (versions and
 //! features from this workspace's `[workspace.dependencies]`), the handler and `main` of
 //! `examples/orders-consumer` (the guide's finished result). It is built with this workspace's
-//! `Cargo.lock` and target directory, so only its own code and the path crates compile.
+//! `Cargo.lock` into the target directory the examples' check builds in (`infra/examples.sh
+//! target`, one per user): the registry crates with the features it picks are compiled once per
+//! machine, and a run compiles only its own code and the path crates.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,13 +30,24 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// The target directory this test was built into: `CARGO_TARGET_DIR`, else the one that holds
-/// this test's binary (`.../debug/deps/own_function-...`).
+/// The target directory of crates built outside the workspace: the examples' check's, shared by
+/// every clone of this user (not this workspace's own: a path crate built from outside its
+/// workspace gets the same artifact names under other fingerprints, so the two builds would
+/// each rebuild what the other wrote).
 fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::current_exe().unwrap().ancestors().nth(3).unwrap().to_path_buf(),
-    }
+    let out = Command::new(root().join("infra/examples.sh")).arg("target").output().expect("infra/examples.sh runs");
+    assert!(out.status.success(), "infra/examples.sh target: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim_end())
+}
+
+/// The reader's crate's directory: one per checkout, kept between runs, so each run builds the
+/// same package (same path, same artifact names) and the shared target does not grow by a crate
+/// a run.
+fn crate_dir() -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    root().hash(&mut hasher);
+    std::env::temp_dir().join(format!("effectively-once-own-consumer-{:016x}", hasher.finish()))
 }
 
 /// The line `name = ...` the guide (docs/own-consumer.md, section 1) gives the reader for a
@@ -75,7 +88,7 @@ fn generate_crate(dir: &Path) {
     }
     std::fs::create_dir_all(dir.join("src")).unwrap();
     std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
-    // The workspace's lock: the same versions, so the SDK built for the workspace is reused.
+    // The workspace's lock: the versions the workspace tested, offline.
     std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
     let example = root().join("examples/orders-consumer/src");
     std::fs::copy(example.join("lib.rs"), dir.join("src/lib.rs")).unwrap();
@@ -125,7 +138,7 @@ async fn local(args: &[&str]) {
 
 #[tokio::test]
 async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_order_once() {
-    let dir = std::env::temp_dir().join(unique_name("own-consumer"));
+    let dir = crate_dir();
     generate_crate(&dir);
     // The reader's crate is where they run `local` (the test's only one in this binary).
     std::env::set_current_dir(&dir).unwrap();
@@ -149,10 +162,16 @@ async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_orde
     let env = std::fs::read_to_string(dir.join(".local-aws/lambda.env")).unwrap();
     assert!(env.contains(&format!("ORDERS_TABLE={prefix}-orders\n")), "{env}");
 
-    // The reader's crate, built with the workspace's lock and target directory.
+    // The reader's crate, built with the workspace's lock and config into the shared target, with
+    // the settings the examples' check builds with (infra/examples.sh), so the artifacts are the
+    // same ones.
     let build = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--manifest-path"])
+        .args(["build", "--quiet", "--offline", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
+        .arg("--config")
+        .arg(root().join(".cargo/config.toml"))
+        .args(["--config", "profile.dev.package.\"*\".debug=false"])
+        .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
         .env("CARGO_TARGET_DIR", target_dir())
         .output()
         .expect("cargo runs");
