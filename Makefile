@@ -65,10 +65,13 @@ test: tools lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
 	# tests at once as cores, as most wait on a local service. Then the doc tests.
 	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace --test-threads $(TEST_THREADS)
 	cargo test --locked --workspace --doc
-	cargo run --locked -q -p payments-local -- chaos --events 300 --poison 4
+	# The chaos scenario from the binary the test build made (its integration tests run it):
+	# `cargo run -p payments-local` resolves the package's features alone, so a fresh clone
+	# would compile the SDK once more for it (75 s on 2 cores).
+	"$${CARGO_TARGET_DIR:-target}/debug/payments-local" chaos --events 300 --poison 4
 	# The Kafka path again, its mapping reading the answer as resume points (the run above
 	# retries only the records named): a small scenario, about 30 s (docs/kafka.md).
-	cargo run --locked -q -p payments-local -- chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
+	"$${CARGO_TARGET_DIR:-target}/debug/payments-local" chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
 
 ## tools: the tools `make test` runs (cfn-lint, cargo-deny, moto, redis-server, tansu), built or
 ##        installed once per machine into ~/.cache/effectively-once/ and reused by every clone
