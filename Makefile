@@ -113,6 +113,9 @@ bench-stores: local-aws-up local-redis-up
 lint:
 	cargo fmt --all --check
 	cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
+	# The Redis crate as most users build it, without `dynamodb` (the workspace's build and the
+	# crate's own tests have it on).
+	cargo clippy --locked -p effectively-once-redis --lib -- -D warnings
 
 ## examples: each example copied out of the workspace and built there, the library patched in
 ##       from the checkout (infra/examples.sh; `infra/examples.sh self-test` shows what it refuses)

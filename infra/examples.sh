@@ -9,6 +9,7 @@
 #   infra/examples.sh self-test     show that the check refuses an example that depends on a path
 #                                   outside itself or on an unpublished crate
 #   infra/examples.sh target        the target directory of the crates built outside the workspace
+#   infra/examples.sh build-env     the workspace's [env] (.cargo/config.toml), as KEY=VALUE lines
 #
 # An example fails the check when it does not build alone (a `workspace = true` key, a crate it
 # only had through the workspace's feature unification), when it depends on a crate crates.io
@@ -31,6 +32,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=infra/local/lib.sh
+. "$ROOT/infra/local/lib.sh"
 TARGET="${EXAMPLES_TARGET_DIR:-$("$ROOT/infra/tools.sh" cache)/outside-target}"
 # The copies stay between runs, in one place per user and checkout outside it: a second run
 # finds each copy unchanged (same path, files and times), so cargo rebuilds nothing of it.
@@ -107,13 +110,29 @@ check() {
   local copy
   copy="$(copy_out "$1" "$2")"
   check_graph "$copy" || return 1
-  # The workspace's .cargo/config.toml too: its [env] reaches build scripts (aws-lc-sys reruns
-  # when AWS_LC_SYS_NO_JITTER_ENTROPY changes), and a seeded artifact built under another
-  # environment than the workspace's would be rebuilt here and then again by the workspace.
+  # The workspace's [env] too (build_env), and nothing else of its config: it reaches build
+  # scripts (aws-lc-sys reruns when AWS_LC_SYS_NO_JITTER_ENTROPY changes), and a seeded artifact
+  # built under another environment than the workspace's would be rebuilt here and then again by
+  # the workspace.
+  local lines vars=()
+  lines="$(build_env)" || return 1
+  [[ -n "$lines" ]] && mapfile -t vars <<<"$lines"
   (cd "$copy" &&
-    CARGO_TARGET_DIR="$TARGET" CARGO_PROFILE_DEV_DEBUG=line-tables-only \
-      cargo build --offline --locked -q --all-targets --config "$ROOT/.cargo/config.toml" \
-      --config 'profile.dev.package."*".debug=false')
+    env "${vars[@]}" CARGO_TARGET_DIR="$TARGET" CARGO_PROFILE_DEV_DEBUG=line-tables-only \
+      cargo build --offline --locked -q --all-targets --config 'profile.dev.package."*".debug=false')
+}
+
+# The workspace's `[env]` (.cargo/config.toml) as KEY=VALUE lines: the build environment every
+# build of the workspace's crates has, here and in the own-consumer guide's test. Refuses a value
+# with a line break or a table (`{ value = .., relative = .. }`), which these lines cannot carry.
+build_env() {
+  python3 - "$ROOT/.cargo/config.toml" <<'PYTHON'
+import sys, tomllib
+for key, value in tomllib.load(open(sys.argv[1], "rb")).get("env", {}).items():
+    if not isinstance(value, str) or "\n" in value:
+        sys.exit(f"error: [env] {key} in .cargo/config.toml is not a one-line string")
+    print(f"{key}={value}")
+PYTHON
 }
 
 # A first run on a machine starts from what the workspace's own builds compiled: the same crate,
@@ -122,6 +141,8 @@ check() {
 # they get the same names but other fingerprints, so two builds sharing their files would each
 # find the other's and rebuild them, every run.
 seed() {
+  # One seed at a time: two clones' first runs on a machine would copy onto each other.
+  lock 8 "$TARGET.seed.lock"
   [[ -e "$TARGET/debug" || ! -d "$ROOT/target/debug/deps" ]] && return 0
   mkdir -p "$TARGET/debug"
   local dir
@@ -183,6 +204,8 @@ if [[ "${1:-}" == self-test ]]; then
   self_test
 elif [[ "${1:-}" == target ]]; then
   echo "$TARGET"
+elif [[ "${1:-}" == build-env ]]; then
+  build_env
 elif (($#)); then
   run "$@"
 else

@@ -40,14 +40,23 @@ fn target_dir() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim_end())
 }
 
-/// The reader's crate's directory: one per checkout, kept between runs, so each run builds the
-/// same package (same path, same artifact names) and the shared target does not grow by a crate
-/// a run.
+/// The reader's crate's directory: one per checkout and user (the shared target is the user's),
+/// the same path every run, so each run builds the same package (same artifact names) and the
+/// shared target does not grow by a crate a run.
 fn crate_dir() -> PathBuf {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    root().hash(&mut hasher);
+    (root(), target_dir()).hash(&mut hasher);
     std::env::temp_dir().join(format!("effectively-once-own-consumer-{:016x}", hasher.finish()))
+}
+
+/// The workspace's `[env]` for build scripts (`infra/examples.sh build-env`), as the examples'
+/// check builds with it, so the two builds' artifacts are the same ones.
+fn build_env() -> Vec<(String, String)> {
+    let out = Command::new(root().join("infra/examples.sh")).arg("build-env").output().expect("infra/examples.sh runs");
+    assert!(out.status.success(), "infra/examples.sh build-env: {}", String::from_utf8_lossy(&out.stderr));
+    let lines = String::from_utf8(out.stdout).unwrap();
+    lines.lines().filter_map(|line| line.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
 /// The line `name = ...` the guide (docs/own-consumer.md, section 1) gives the reader for a
@@ -138,6 +147,12 @@ async fn local(args: &[&str]) {
 
 #[tokio::test]
 async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_order_once() {
+    // Every clone of this user builds `my-orders` into the shared target, and cargo copies each
+    // clone's build to the one name `debug/my-orders`: held from the crate's generation to the
+    // end of its run, so no other run's build replaces the binary this run starts.
+    std::fs::create_dir_all(target_dir()).unwrap();
+    let lock = std::fs::File::create(target_dir().join("own-consumer.lock")).unwrap();
+    lock.lock().unwrap();
     let dir = crate_dir();
     generate_crate(&dir);
     // The reader's crate is where they run `local` (the test's only one in this binary).
@@ -162,17 +177,16 @@ async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_orde
     let env = std::fs::read_to_string(dir.join(".local-aws/lambda.env")).unwrap();
     assert!(env.contains(&format!("ORDERS_TABLE={prefix}-orders\n")), "{env}");
 
-    // The reader's crate, built with the workspace's lock and config into the shared target, with
-    // the settings the examples' check builds with (infra/examples.sh), so the artifacts are the
-    // same ones.
+    // The reader's crate, built with the workspace's lock into the shared target, with the
+    // settings and build environment the examples' check builds with (infra/examples.sh), so the
+    // artifacts are the same ones.
     let build = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "--offline", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
-        .arg("--config")
-        .arg(root().join(".cargo/config.toml"))
         .args(["--config", "profile.dev.package.\"*\".debug=false"])
         .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
         .env("CARGO_TARGET_DIR", target_dir())
+        .envs(build_env())
         .output()
         .expect("cargo runs");
     assert!(build.status.success(), "cargo build: {}", String::from_utf8_lossy(&build.stderr));
@@ -193,4 +207,5 @@ async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_orde
 
     local(&[&["down"], &template[..]].concat()).await;
     std::fs::remove_dir_all(&dir).ok();
+    drop(lock);
 }
