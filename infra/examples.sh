@@ -136,10 +136,11 @@ PYTHON
 }
 
 # A first run on a machine starts from what the workspace's own builds compiled: the same crate,
-# version, features and settings give the same artifact names in any target dir. Hard links: a copy would
-# double the disk. The library's own crates are left out: built from outside their workspace
-# they get the same names but other fingerprints, so two builds sharing their files would each
-# find the other's and rebuild them, every run.
+# version, features, settings and build environment give the same artifact names and
+# fingerprints in any target dir. Hard links: a copy would double the disk. The library's own
+# crates are left out: built from outside their workspace they get the same names but other
+# fingerprints, so two builds sharing their files would each find the other's and rebuild them,
+# every run.
 seed() {
   # One seed at a time: two clones' first runs on a machine would copy onto each other.
   lock 8 "$TARGET.seed.lock"
@@ -147,7 +148,14 @@ seed() {
   mkdir -p "$TARGET/debug"
   local dir
   for dir in deps build .fingerprint; do
-    [[ -d "$ROOT/target/debug/$dir" ]] && cp -al "$ROOT/target/debug/$dir" "$TARGET/debug/$dir"
+    [[ -d "$ROOT/target/debug/$dir" ]] || continue
+    # Hard links stay within one file system, and the cache may be on another than the checkout:
+    # then no seed, and the first run compiles what it needs.
+    if ! cp -al "$ROOT/target/debug/$dir" "$TARGET/debug/$dir" 2>/dev/null; then
+      log "not seeded from the workspace's target: $TARGET is on another file system"
+      rm -rf "$TARGET/debug"
+      return 0
+    fi
   done
   unshare_library
 }
