@@ -13,6 +13,23 @@ use crate::{
     WRITES,
 };
 
+/// No log level the template lets an operator choose logs a raw invocation: at TRACE
+/// lambda_runtime writes each event's JSON as it came (bodies, addresses), past the redaction the
+/// functions' own lines get. Lambda passes `ApplicationLogLevel` to the runtime as
+/// `AWS_LAMBDA_LOG_LEVEL`; `RUST_LOG` in a function's environment would override it.
+#[test]
+fn no_log_level_the_template_allows_logs_raw_invocations() {
+    let t = template();
+    let levels = list(&t["Parameters"]["ApplicationLogLevel"]["AllowedValues"]);
+    assert!(!levels.contains(&json!("TRACE")), "ApplicationLogLevel allows TRACE: {levels:?}");
+    for (name, resource) in t["Resources"].as_object().unwrap() {
+        let env = &resource["Properties"]["Environment"]["Variables"];
+        for variable in ["RUST_LOG", "AWS_LAMBDA_LOG_LEVEL"] {
+            assert!(env[variable].is_null(), "{name} sets {variable}: {}", env[variable]);
+        }
+    }
+}
+
 /// Tracing, a published alias the mappings invoke, log levels, the service name, the architecture,
 /// deletion protection.
 #[test]
