@@ -9,7 +9,8 @@
 #   infra/examples.sh self-test     show that the check refuses an example that depends on a path
 #                                   outside itself or on an unpublished crate
 #   infra/examples.sh target        the target directory of the crates built outside the workspace
-#   infra/examples.sh build-env     the workspace's [env] (.cargo/config.toml), as KEY=VALUE lines
+#   infra/examples.sh cargo ARGS..  cargo ARGS on a crate outside the workspace, as this check runs
+#                                   it (the shared target, the workspace's debug settings and [env])
 #
 # An example fails the check when it does not build alone (a `workspace = true` key, a crate it
 # only had through the workspace's feature unification), when it depends on a crate crates.io
@@ -110,20 +111,25 @@ check() {
   local copy
   copy="$(copy_out "$1" "$2")"
   check_graph "$copy" || return 1
-  # The workspace's [env] too (build_env), and nothing else of its config: it reaches build
-  # scripts (aws-lc-sys reruns when AWS_LC_SYS_NO_JITTER_ENTROPY changes), and a seeded artifact
-  # built under another environment than the workspace's would be rebuilt here and then again by
-  # the workspace.
+  (cd "$copy" && outside_cargo build --offline --locked -q --all-targets)
+}
+
+# cargo "$@" on a crate outside the workspace, as every such build here runs (the examples' copies,
+# the own-consumer guide's crate in tools/local-aws/tests/own_function.rs): into the shared target,
+# with the workspace's debug settings, and with the workspace's [env] (build_env) and nothing else
+# of its config. The [env] reaches build scripts (aws-lc-sys reruns when
+# AWS_LC_SYS_NO_JITTER_ENTROPY changes): a seeded artifact built under another environment than
+# the workspace's would be rebuilt here and then again by the workspace.
+outside_cargo() {
   local lines vars=()
   lines="$(build_env)" || return 1
   [[ -n "$lines" ]] && mapfile -t vars <<<"$lines"
-  (cd "$copy" &&
-    env "${vars[@]}" CARGO_TARGET_DIR="$TARGET" CARGO_PROFILE_DEV_DEBUG=line-tables-only \
-      cargo build --offline --locked -q --all-targets --config 'profile.dev.package."*".debug=false')
+  env "${vars[@]}" CARGO_TARGET_DIR="$TARGET" CARGO_PROFILE_DEV_DEBUG=line-tables-only \
+    cargo "$@" --config 'profile.dev.package."*".debug=false'
 }
 
 # The workspace's `[env]` (.cargo/config.toml) as KEY=VALUE lines: the build environment every
-# build of the workspace's crates has, here and in the own-consumer guide's test. Refuses a value
+# build of the workspace's crates has. Refuses a value
 # with a line break or a table (`{ value = .., relative = .. }`), which these lines cannot carry.
 build_env() {
   python3 - "$ROOT/.cargo/config.toml" <<'PYTHON'
@@ -212,8 +218,9 @@ if [[ "${1:-}" == self-test ]]; then
   self_test
 elif [[ "${1:-}" == target ]]; then
   echo "$TARGET"
-elif [[ "${1:-}" == build-env ]]; then
-  build_env
+elif [[ "${1:-}" == cargo ]]; then
+  shift
+  outside_cargo "$@"
 elif (($#)); then
   run "$@"
 else

@@ -43,20 +43,11 @@ fn target_dir() -> PathBuf {
 /// The reader's crate's directory: one per checkout and user (the shared target is the user's),
 /// the same path every run, so each run builds the same package (same artifact names) and the
 /// shared target does not grow by a crate a run.
-fn crate_dir() -> PathBuf {
+fn crate_dir(target: &Path) -> PathBuf {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (root(), target_dir()).hash(&mut hasher);
+    (root(), target).hash(&mut hasher);
     std::env::temp_dir().join(format!("effectively-once-own-consumer-{:016x}", hasher.finish()))
-}
-
-/// The workspace's `[env]` for build scripts (`infra/examples.sh build-env`), as the examples'
-/// check builds with it, so the two builds' artifacts are the same ones.
-fn build_env() -> Vec<(String, String)> {
-    let out = Command::new(root().join("infra/examples.sh")).arg("build-env").output().expect("infra/examples.sh runs");
-    assert!(out.status.success(), "infra/examples.sh build-env: {}", String::from_utf8_lossy(&out.stderr));
-    let lines = String::from_utf8(out.stdout).unwrap();
-    lines.lines().filter_map(|line| line.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
 /// The line `name = ...` the guide (docs/own-consumer.md, section 1) gives the reader for a
@@ -150,10 +141,11 @@ async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_orde
     // Every clone of this user builds `my-orders` into the shared target, and cargo copies each
     // clone's build to the one name `debug/my-orders`: held from the crate's generation to the
     // end of its run, so no other run's build replaces the binary this run starts.
-    std::fs::create_dir_all(target_dir()).unwrap();
-    let lock = std::fs::File::create(target_dir().join("own-consumer.lock")).unwrap();
+    let target = target_dir();
+    std::fs::create_dir_all(&target).unwrap();
+    let lock = std::fs::File::create(target.join("own-consumer.lock")).unwrap();
     lock.lock().unwrap();
-    let dir = crate_dir();
+    let dir = crate_dir(&target);
     generate_crate(&dir);
     // The reader's crate is where they run `local` (the test's only one in this binary).
     std::env::set_current_dir(&dir).unwrap();
@@ -177,20 +169,15 @@ async fn the_guides_own_crate_runs_under_the_local_pipeline_and_stores_each_orde
     let env = std::fs::read_to_string(dir.join(".local-aws/lambda.env")).unwrap();
     assert!(env.contains(&format!("ORDERS_TABLE={prefix}-orders\n")), "{env}");
 
-    // The reader's crate, built with the workspace's lock into the shared target, with the
-    // settings and build environment the examples' check builds with (infra/examples.sh), so the
-    // artifacts are the same ones.
-    let build = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--offline", "--manifest-path"])
+    // The reader's crate, built with the workspace's lock into the shared target, as the examples'
+    // check builds its copies (same settings and build environment, so the same artifacts).
+    let build = Command::new(root().join("infra/examples.sh"))
+        .args(["cargo", "build", "--quiet", "--offline", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
-        .args(["--config", "profile.dev.package.\"*\".debug=false"])
-        .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
-        .env("CARGO_TARGET_DIR", target_dir())
-        .envs(build_env())
         .output()
-        .expect("cargo runs");
+        .expect("infra/examples.sh runs");
     assert!(build.status.success(), "cargo build: {}", String::from_utf8_lossy(&build.stderr));
-    let binary = target_dir().join("debug/my-orders");
+    let binary = target.join("debug/my-orders");
 
     local(&[&["send", "--queue", "OrdersQueue", "--file", "events/orders.json"], &template[..]].concat()).await;
     local(&[&["run", "--bin", binary.to_str().unwrap()], &template[..]].concat()).await;
