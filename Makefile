@@ -27,7 +27,7 @@ export KAFKA_BOOTSTRAP ?= 127.0.0.1:$(LOCAL_KAFKA_PORT)
 
 # How many tests cargo-nextest runs at once in `make test`: twice the cores (4 on 2 cores ran the
 # suite in 169 s, 8 no quicker, 2 in 259 s: docs/testing.md#how-long-the-suites-take).
-TEST_THREADS ?= $(shell echo $$(( $$(nproc) * 2 )))
+TEST_THREADS ?= $(shell n=$$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1); echo $$((n * 2)))
 
 # The crates that go to crates.io, the library (`make package`, `make msrv`, `make unit`).
 # The workspace's version, which every published crate carries.
@@ -59,19 +59,23 @@ test: tools lint lint-infra deny doc local-aws-up local-redis-up local-kafka-up
 	# The test binaries built first: the examples' check seeds its target from them, so on a
 	# fresh clone the SDK is compiled once, not once for the examples and again for the tests.
 	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace --no-run
+	# The chaos scenario's binary (payments-local, which its integration tests run), copied out of
+	# the target directory at once (cargo metadata says where it is; another checkout may share
+	# it): `cargo run -p payments-local` would resolve the package's features alone, so a fresh
+	# clone would compile the SDK once more for it (75 s on 2 cores).
+	target="$$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')" && \
+		install -D "$$target/debug/payments-local" .local-aws/test/payments-local
 	infra/examples.sh
 	# Every test binary's tests side by side (cargo-nextest; the groups of .config/nextest.toml),
 	# not one binary after another: a long binary no longer leaves a core idle; twice as many
 	# tests at once as cores, as most wait on a local service. Then the doc tests.
 	"$$(infra/tools.sh path cargo-nextest)" nextest run --locked --workspace --test-threads $(TEST_THREADS)
 	cargo test --locked --workspace --doc
-	# The chaos scenario from the binary the test build made (its integration tests run it):
-	# `cargo run -p payments-local` resolves the package's features alone, so a fresh clone
-	# would compile the SDK once more for it (75 s on 2 cores).
-	"$${CARGO_TARGET_DIR:-target}/debug/payments-local" chaos --events 300 --poison 4
+	# The chaos scenario, from the binary copied above.
+	.local-aws/test/payments-local chaos --events 300 --poison 4
 	# The Kafka path again, its mapping reading the answer as resume points (the run above
 	# retries only the records named): a small scenario, about 30 s (docs/kafka.md).
-	"$${CARGO_TARGET_DIR:-target}/debug/payments-local" chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
+	.local-aws/test/payments-local chaos --events 40 --orders 0 --kafka 75 --poison 4 --kafka-reading resume
 
 ## tools: the tools `make test` runs (cfn-lint, cargo-deny, moto, redis-server, tansu), built or
 ##        installed once per machine into ~/.cache/effectively-once/ and reused by every clone

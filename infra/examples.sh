@@ -36,10 +36,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=infra/local/lib.sh
 . "$ROOT/infra/local/lib.sh"
 TARGET="${EXAMPLES_TARGET_DIR:-$("$ROOT/infra/tools.sh" cache)/outside-target}"
-# The copies stay between runs, in one place per user and checkout outside it: a second run
-# finds each copy unchanged (same path, files and times), so cargo rebuilds nothing of it.
-# Resolved, so the paths cargo metadata reports (canonical) compare with it.
-WORK="${TMPDIR:-/tmp}/effectively-once-examples-$(id -u)-$(printf %s "$ROOT" | sha256sum | cut -c1-12)"
+# The copies stay between runs, in one place per checkout outside it: a second run finds each
+# copy unchanged (same path, files and times), so cargo rebuilds nothing of it. Beside the shared
+# target in the user's own cache, not in a shared /tmp, where another user could make the
+# directory first and plant a build script in it. Resolved, so the paths cargo metadata reports
+# (canonical) compare with it.
+WORK="$(dirname "$TARGET")/outside-crates/examples-$(printf %s "$ROOT" | sha256sum | cut -c1-12)"
 mkdir -p "$WORK"
 WORK="$(realpath "$WORK")"
 

@@ -40,14 +40,15 @@ fn target_dir() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim_end())
 }
 
-/// The reader's crate's directory: one per checkout and user (the shared target is the user's),
-/// the same path every run, so each run builds the same package (same artifact names) and the
-/// shared target does not grow by a crate a run.
+/// The reader's crate's directory: one per checkout, the same path every run, so each run builds
+/// the same package (same artifact names) and the shared target does not grow by a crate a run.
+/// Beside the shared target in the user's cache, as the examples' copies are (infra/examples.sh),
+/// not in a shared temporary directory another user could create first.
 fn crate_dir(target: &Path) -> PathBuf {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (root(), target).hash(&mut hasher);
-    std::env::temp_dir().join(format!("effectively-once-own-consumer-{:016x}", hasher.finish()))
+    root().hash(&mut hasher);
+    target.parent().unwrap().join(format!("outside-crates/own-consumer-{:016x}", hasher.finish()))
 }
 
 /// The line `name = ...` the guide (docs/own-consumer.md, section 1) gives the reader for a
