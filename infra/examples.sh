@@ -26,8 +26,10 @@
 # Builds share one target directory per user, in the tool cache (`infra/tools.sh cache`), with
 # the workspace's debug settings (line tables only, none for dependencies) to keep it small: the
 # registry crates, with the features the examples pick, are compiled once per machine and reused
-# by every clone; each clone adds only its own library and examples (other paths, so other
-# artifact names). Two clones checking at once wait for each other on cargo's lock. Its size only
+# by every clone; each clone adds only its own library crates (other paths, so other artifact
+# names). The examples' own crates keep one name in every clone (cargo names a workspace's root
+# package by its path inside the workspace), so a check after another clone's rebuilds them, a
+# few seconds each. Two clones checking at once wait for each other on cargo's lock. Its size only
 # grows: `rm -rf "$(infra/examples.sh target)"` gives the space back (the next run rebuilds).
 # How long a cold and a warm run take: docs/testing.md#how-long-the-suites-take.
 set -euo pipefail
